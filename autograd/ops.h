@@ -1,0 +1,84 @@
+// autograd/ops.h — every differentiable op. Each takes and returns Variables; forward and
+// backward of an op sit side by side in autograd/ops_*.cpp. Errors (shape, dtype, device,
+// index range) throw ctx::Error naming the op and both shapes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "autograd/variable.h"
+#include "core/backend.h"
+
+namespace ctx {
+class Rng;
+
+// ---- elementwise binary, NumPy broadcasting (ops_elementwise.cpp) ----
+Variable add(const Variable& a, const Variable& b);
+Variable sub(const Variable& a, const Variable& b);
+Variable mul(const Variable& a, const Variable& b);
+Variable div(const Variable& a, const Variable& b);
+inline Variable operator+(const Variable& a, const Variable& b) { return add(a, b); }
+inline Variable operator-(const Variable& a, const Variable& b) { return sub(a, b); }
+inline Variable operator*(const Variable& a, const Variable& b) { return mul(a, b); }
+inline Variable operator/(const Variable& a, const Variable& b) { return div(a, b); }
+
+// ---- elementwise unary ----
+Variable neg(const Variable& x);
+Variable scale(const Variable& x, double s);
+Variable add_scalar(const Variable& x, double s);
+Variable exp(const Variable& x);
+Variable log(const Variable& x);
+Variable tanh(const Variable& x);
+Variable sin(const Variable& x);
+Variable cos(const Variable& x);
+Variable sqrt(const Variable& x);
+Variable relu(const Variable& x);
+Variable gelu_tanh(const Variable& x);
+Variable pow(const Variable& x, double p);
+Variable square(const Variable& x);
+Variable clamp(const Variable& x, double lo, double hi);  // gradient 0 outside [lo, hi]
+// Inverted dropout: zero with probability p, scale kept ones by 1/(1-p); identity when
+// !training or p == 0. Masks come from `rng` (deterministic).
+Variable dropout(const Variable& x, double p, bool training, Rng& rng);
+
+// ---- linear algebra (ops_linalg.cpp) ----
+// a: [..., M, K] (or [..., K, M] if ta), b: [..., K, N] (or [..., N, K] if tb); batch dims of
+// a and b must match, or b may be 2-D (shared across the batch). out: [..., M, N].
+Variable matmul(const Variable& a, const Variable& b, bool ta = false, bool tb = false);
+// x @ w^T + bias (PyTorch Linear; w [out, in], bias [out] or undefined)
+Variable linear(const Variable& x, const Variable& w, const Variable& bias = Variable());
+
+// ---- reductions (ops_reduce.cpp) ----
+Variable sum(const Variable& x);  // all elements -> scalar
+Variable sum(const Variable& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Variable mean(const Variable& x);
+Variable mean(const Variable& x, const std::vector<int64_t>& dims, bool keepdim = false);
+
+// ---- shape (ops_shape.cpp) ----
+Variable reshape(const Variable& x, const Shape& shape);  // view, -1 allowed
+Variable permute(const Variable& x, const std::vector<int64_t>& perm);  // materialises
+Variable transpose(const Variable& x, int64_t d0, int64_t d1);
+Variable slice(const Variable& x, int64_t dim, int64_t begin, int64_t end);  // [begin, end)
+Variable concat(const std::vector<Variable>& xs, int64_t dim);
+Variable expand(const Variable& x, const Shape& shape);  // broadcast to shape
+
+// ---- indexing (ops_index.cpp) ----
+Variable embedding(const Variable& weight, const Tensor& ids);  // weight [V, D], ids [...] -> [..., D]
+Variable index_select(const Variable& x, int64_t dim, const Tensor& idx);
+// out = x with out[.., idx[i], ..] += src[.., i, ..] along dim (differentiable in x and src)
+Variable scatter_add(const Variable& x, int64_t dim, const Tensor& idx, const Variable& src);
+Variable where(const Tensor& mask, const Variable& a, const Variable& b);  // mask != 0 ? a : b
+Variable masked_fill(const Variable& x, const Tensor& mask, double value);
+// scores [..., T, S]: entries with j > i + diag become -inf (diag = S - T aligns the last query
+// with the last key, as with a memory prefix)
+Variable causal_mask(const Variable& scores, int64_t diag = 0);
+
+// ---- neural-net ops (ops_nn.cpp), all over the last dim ----
+Variable softmax(const Variable& x);
+Variable log_softmax(const Variable& x);
+Variable layer_norm(const Variable& x, const Variable& w, const Variable& b, double eps);
+Variable rms_norm(const Variable& x, const Variable& w, double eps);
+// Fused softmax + NLL, mean over the non-ignored rows. logits [N, V], targets [N] i32/i64
+// (-1 = ignore). Returns a scalar.
+Variable cross_entropy(const Variable& logits, const Tensor& targets);
+
+}  // namespace ctx

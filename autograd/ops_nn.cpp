@@ -1,0 +1,92 @@
+// autograd/ops_nn.cpp — softmax, log-softmax, layer norm, RMS norm and the fused
+// cross-entropy (softmax + NLL in one pass, gradient softmax - onehot), all over the last dim.
+#include "autograd/ops.h"
+#include "autograd/ops_util.h"
+
+namespace ctx {
+using namespace detail;
+
+static Variable softmax_impl(const Variable& x, bool log) {
+  const Tensor xd = x.data();
+  CTX_CHECK(xd.dim() >= 1, log ? "log_softmax" : "softmax", ": needs at least 1-D, got ", xd.str());
+  Tensor y = empty_like(xd);
+  backend_of(xd).softmax(xd, y, log);
+  return make_result(y, log ? "log_softmax" : "softmax", {x}, [x, y, log](const Tensor& g) {
+    Tensor dx = empty_like(g);
+    backend_of(g).softmax_backward(y, g, dx, log);
+    acc(x, dx);
+  });
+}
+Variable softmax(const Variable& x) { return softmax_impl(x, false); }
+Variable log_softmax(const Variable& x) { return softmax_impl(x, true); }
+
+Variable layer_norm(const Variable& x, const Variable& w, const Variable& b, double eps) {
+  const Tensor xd = x.data(), wd = w.data();
+  Tensor bd = b.defined() ? b.data() : Tensor();
+  check_compatible(xd, wd, "layer_norm");
+  const int64_t C = xd.size(-1), N = xd.numel() / (C ? C : 1);
+  Tensor y = empty_like(xd);
+  Tensor mean = Tensor::empty({N}, xd.dtype(), xd.device());
+  Tensor rstd = Tensor::empty({N}, xd.dtype(), xd.device());
+  backend_of(xd).layernorm(xd, wd, bd, eps, y, mean, rstd);
+  std::vector<Variable> ins{x, w};
+  if (b.defined()) ins.push_back(b);
+  return make_result(y, "layer_norm", ins, [x, w, b, xd, wd, mean, rstd](const Tensor& g) {
+    Tensor dx = empty_like(g);
+    Tensor dw = zeros_like(wd);
+    Tensor db = b.defined() ? zeros_like(wd) : Tensor();
+    backend_of(g).layernorm_backward(g, xd, wd, mean, rstd, dx, dw, db);
+    acc(x, dx);
+    acc(w, dw);
+    if (b.defined()) acc(b, db);
+  });
+}
+
+Variable rms_norm(const Variable& x, const Variable& w, double eps) {
+  const Tensor xd = x.data(), wd = w.data();
+  check_compatible(xd, wd, "rms_norm");
+  const int64_t C = xd.size(-1), N = xd.numel() / (C ? C : 1);
+  Tensor y = empty_like(xd);
+  Tensor rstd = Tensor::empty({N}, xd.dtype(), xd.device());
+  backend_of(xd).rmsnorm(xd, wd, eps, y, rstd);
+  return make_result(y, "rms_norm", {x, w}, [x, w, xd, wd, rstd](const Tensor& g) {
+    Tensor dx = empty_like(g);
+    Tensor dw = zeros_like(wd);
+    backend_of(g).rmsnorm_backward(g, xd, wd, rstd, dx, dw);
+    acc(x, dx);
+    acc(w, dw);
+  });
+}
+
+Variable cross_entropy(const Variable& logits, const Tensor& targets) {
+  const Tensor z = logits.data();
+  CTX_CHECK(z.dim() == 2, "cross_entropy: logits must be [N, V], got ", z.str());
+  CTX_CHECK(targets.defined() && (targets.dtype() == DType::I32 || targets.dtype() == DType::I64),
+            "cross_entropy: targets must be i32 or i64, got ", targets.str());
+  CTX_CHECK(targets.numel() == z.size(0), "cross_entropy: ", targets.numel(), " targets for logits ",
+            z.str());
+  const int64_t N = z.size(0);
+  Tensor tg = targets.view({N});
+  Tensor loss = Tensor::empty({N}, z.dtype(), z.device());
+  Tensor lse = Tensor::empty({N}, z.dtype(), z.device());
+  backend_of(z).cross_entropy(z, tg, loss, lse);
+  // mean over rows whose target is not ignored (-1)
+  int64_t count = 0;
+  Tensor th = tg.device() == Device::CPU ? tg : tg.to(Device::CPU);
+  for (int64_t i = 0; i < N; ++i) count += th.at(i) >= 0;
+  CTX_CHECK(count > 0, "cross_entropy: every target is ignored");
+  Tensor total = Tensor::empty({}, z.dtype(), z.device());
+  backend_of(z).reduce_sum(loss, total);
+  Tensor out = empty_like(total);
+  backend_of(z).unary(UnaryOp::Scale, total, out, 1.0 / (double)count);
+  return make_result(out, "cross_entropy", {logits}, [logits, z, tg, lse, count, N](const Tensor& g) {
+    // dloss[n] = g / count for every row (ignored rows get zero inside the kernel)
+    Tensor gh = g.device() == Device::CPU ? g : g.to(Device::CPU);
+    Tensor dl = Tensor::full({N}, gh.item() / (double)count, z.dtype(), z.device());
+    Tensor dz = empty_like(z);
+    backend_of(z).cross_entropy_backward(z, tg, lse, dl, dz);
+    acc(logits, dz);
+  });
+}
+
+}  // namespace ctx

@@ -1,0 +1,119 @@
+// autograd/variable.cpp — Variable, graph recording, backward() and the no-grad guard.
+#include "autograd/variable.h"
+
+#include <unordered_set>
+
+#include "core/backend.h"
+
+namespace ctx {
+
+static thread_local bool t_grad_enabled = true;
+bool grad_enabled() { return t_grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
+
+Variable::Variable(Tensor data, bool requires_grad) : p_(std::make_shared<VarImpl>()) {
+  p_->data = std::move(data);
+  p_->requires_grad = requires_grad;
+}
+
+static void check_defined(const VarPtr& p) { CTX_CHECK(p, "Variable: undefined variable used"); }
+const Tensor& Variable::data() const { check_defined(p_); return p_->data; }
+Tensor& Variable::data() { check_defined(p_); return p_->data; }
+const Tensor& Variable::grad() const { check_defined(p_); return p_->grad; }
+Tensor& Variable::grad() { check_defined(p_); return p_->grad; }
+bool Variable::requires_grad() const { return p_ && p_->requires_grad; }
+void Variable::set_requires_grad(bool r) {
+  check_defined(p_);
+  CTX_CHECK(!p_->node || r, "set_requires_grad(false) on a non-leaf (", p_->node->name,
+            ") — use detach()");
+  p_->requires_grad = r;
+}
+void Variable::zero_grad() { if (p_) p_->grad = Tensor(); }
+std::string Variable::op_name() const { return p_ && p_->node ? p_->node->name : "leaf"; }
+Variable Variable::detach() const { return Variable(data(), false); }
+
+void accumulate_grad(VarImpl& v, const Tensor& g) {
+  CTX_CHECK(g.shape() == v.data.shape(), "autograd: gradient ", g.str(),
+            " does not match variable ", v.data.str(), (v.node ? " made by " + v.node->name : ""));
+  if (!v.grad.defined()) {
+    v.grad = g.clone();
+  } else {
+    backend_of(v.grad).binary(BinaryOp::Add, v.grad, g, v.grad);
+  }
+}
+
+Variable make_result(Tensor out, const std::string& name, std::vector<Variable> inputs,
+                     std::function<void(const Tensor&)> backward_fn) {
+  Variable r(std::move(out), false);
+  if (!t_grad_enabled) return r;
+  bool any = false;
+  for (auto& in : inputs) any = any || in.requires_grad();
+  if (!any) return r;
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  for (auto& in : inputs)
+    if (in.requires_grad()) node->inputs.push_back(in.impl());
+  node->backward = std::move(backward_fn);
+  r.impl()->node = std::move(node);
+  r.impl()->requires_grad = true;
+  return r;
+}
+
+void Variable::backward(const Tensor& seed, bool retain_graph) {
+  check_defined(p_);
+  CTX_CHECK(!p_->graph_freed, "backward: the graph of this ", op_name(),
+            " result was already freed by an earlier backward(); pass retain_graph=true to the "
+            "first backward to call it twice");
+  CTX_CHECK(p_->requires_grad, "backward: the variable does not require grad (no input of the "
+            "graph requires grad, or it was built under NoGradGuard)");
+  Tensor g = seed;
+  if (!g.defined()) {
+    CTX_CHECK(p_->data.numel() == 1, "backward: output ", p_->data.str(),
+              " is not a scalar; pass a seed gradient of the same shape");
+    g = Tensor::full(p_->data.shape(), 1.0, p_->data.dtype(), p_->data.device());
+  }
+  CTX_CHECK(g.shape() == p_->data.shape(), "backward: seed ", g.str(), " does not match output ",
+            p_->data.str());
+
+  // Topological order (iterative DFS, post-order), over nodes that require grad.
+  std::vector<VarImpl*> order;
+  std::unordered_set<VarImpl*> seen;
+  std::vector<std::pair<VarImpl*, size_t>> stack{{p_.get(), 0}};
+  seen.insert(p_.get());
+  while (!stack.empty()) {
+    auto& [v, i] = stack.back();
+    if (v->node && v->node->freed)
+      throw Error(str("backward: part of this graph (", v->node->name,
+                      ") was already freed by an earlier backward(); use retain_graph=true"));
+    if (v->node && i < v->node->inputs.size()) {
+      VarImpl* c = v->node->inputs[i++].get();
+      if (seen.insert(c).second) stack.push_back({c, 0});
+    } else {
+      order.push_back(v);
+      stack.pop_back();
+    }
+  }
+  // Intermediate gradients live only during this backward; leaves accumulate.
+  std::vector<Tensor> saved_grad;
+  for (VarImpl* v : order)
+    if (v->node) v->grad = Tensor();
+  accumulate_grad(*p_, g);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    VarImpl* v = *it;
+    if (!v->node || !v->grad.defined()) continue;
+    v->node->backward(v->grad);
+    if (v != p_.get()) v->grad = Tensor();  // free intermediate gradients as we go
+  }
+  if (!retain_graph) {
+    for (VarImpl* v : order)
+      if (v->node) {
+        v->node->freed = true;
+        v->node->backward = nullptr;  // releases saved tensors
+        v->node->inputs.clear();
+      }
+    p_->graph_freed = true;
+  }
+}
+
+}  // namespace ctx

@@ -1,0 +1,85 @@
+// autograd/variable.h — define-by-run autograd: Variable, the graph, backward(), no_grad.
+// Each differentiable op computes its result Tensor and, when any input requires a gradient,
+// records a Node: its inputs and a backward closure that turns the output gradient into input
+// gradients. backward() walks the graph in reverse topological order and then frees it.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ctx {
+
+struct VarImpl;
+using VarPtr = std::shared_ptr<VarImpl>;
+
+class Variable {
+ public:
+  Variable() = default;
+  explicit Variable(Tensor data, bool requires_grad = false);
+  static Variable from(VarPtr p) { Variable v; v.p_ = std::move(p); return v; }
+
+  bool defined() const { return p_ != nullptr; }
+  const Tensor& data() const;
+  Tensor& data();
+  const Tensor& grad() const;      // undefined until a backward reaches this variable
+  Tensor& grad();
+  bool requires_grad() const;
+  void set_requires_grad(bool r);
+  void zero_grad();                 // drop the gradient (undefined again)
+  const Shape& shape() const { return data().shape(); }
+  int64_t size(int64_t d) const { return data().size(d); }
+  int64_t dim() const { return data().dim(); }
+  DType dtype() const { return data().dtype(); }
+  Device device() const { return data().device(); }
+  std::string op_name() const;      // the op that made it ("leaf" for leaves)
+  Variable detach() const;          // same data, no graph
+
+  // Backpropagate from this variable. A non-scalar needs an explicit seed gradient.
+  // retain_graph=false frees the graph afterwards; a second backward through it throws.
+  void backward(const Tensor& seed = Tensor(), bool retain_graph = false);
+
+  const VarPtr& impl() const { return p_; }
+
+ private:
+  VarPtr p_;
+};
+
+// The recorded op that produced a non-leaf Variable.
+struct Node {
+  std::string name;                 // op name, for errors and debugging
+  std::vector<VarPtr> inputs;       // only inputs that require grad are kept
+  // Given the output gradient, accumulate into inputs (via accumulate_grad).
+  std::function<void(const Tensor& grad_out)> backward;
+  bool freed = false;
+};
+
+struct VarImpl {
+  Tensor data;
+  Tensor grad;
+  bool requires_grad = false;
+  std::shared_ptr<Node> node;       // null for leaves
+  bool graph_freed = false;         // set on the output of a backward that freed its graph
+};
+
+// grad(v) += g (allocating on first use). g must have v's shape.
+void accumulate_grad(VarImpl& v, const Tensor& g);
+
+// Record `node` as the producer of `out` if grad mode is on and some input requires grad.
+// Returns true when recorded (the op's backward closure will run later).
+bool grad_enabled();
+Variable make_result(Tensor out, const std::string& name, std::vector<Variable> inputs,
+                     std::function<void(const Tensor& grad_out)> backward_fn);
+
+// RAII: no graph is recorded while one is alive (evaluation, optimizer updates).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+ private:
+  bool prev_;
+};
+
+}  // namespace ctx

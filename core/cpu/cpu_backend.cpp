@@ -1,0 +1,476 @@
+// core/cpu/cpu_backend.cpp — the CPU implementation of core/backend.h.
+// Dispatches on dtype to the reference kernels (ref_kernels.h) and, for f32, to the fast paths
+// (GEMM through oneDNN or OpenBLAS, see gemm.h). Validates shapes and index ranges so that
+// library code never reads out of bounds.
+#include <cstring>
+
+#include "core/backend.h"
+#include "core/cpu/gemm.h"
+#include "core/cpu/ref_kernels.h"
+#include "core/cpu/threading.h"
+
+namespace ctx {
+
+const char* unary_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg: return "neg";
+    case UnaryOp::Scale: return "scale";
+    case UnaryOp::AddScalar: return "add_scalar";
+    case UnaryOp::Exp: return "exp";
+    case UnaryOp::Log: return "log";
+    case UnaryOp::Tanh: return "tanh";
+    case UnaryOp::Sin: return "sin";
+    case UnaryOp::Cos: return "cos";
+    case UnaryOp::Sqrt: return "sqrt";
+    case UnaryOp::Relu: return "relu";
+    case UnaryOp::GeluTanh: return "gelu_tanh";
+    case UnaryOp::Pow: return "pow";
+    case UnaryOp::Clamp: return "clamp";
+    case UnaryOp::Square: return "square";
+  }
+  return "?";
+}
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+  }
+  return "?";
+}
+
+namespace cpu {
+namespace {
+
+#define CTX_DISPATCH_FLOAT(DT, WHAT, ...)                                              \
+  switch (DT) {                                                                        \
+    case DType::F32: { using T = float; __VA_ARGS__; break; }                          \
+    case DType::F64: { using T = double; __VA_ARGS__; break; }                         \
+    default: throw Error(str(WHAT, ": expected a float tensor, got ", dtype_name(DT))); \
+  }
+#define CTX_DISPATCH_INDEX(DT, WHAT, ...)                                                   \
+  switch (DT) {                                                                             \
+    case DType::I32: { using I = int32_t; __VA_ARGS__; break; }                             \
+    case DType::I64: { using I = int64_t; __VA_ARGS__; break; }                             \
+    default: throw Error(str(WHAT, ": index tensor must be i32 or i64, got ", dtype_name(DT))); \
+  }
+#define CTX_DISPATCH_ALL(DT, WHAT, ...)                        \
+  switch (DT) {                                                \
+    case DType::F32: { using T = float; __VA_ARGS__; break; }   \
+    case DType::F64: { using T = double; __VA_ARGS__; break; }  \
+    case DType::I32: { using T = int32_t; __VA_ARGS__; break; } \
+    case DType::I64: { using T = int64_t; __VA_ARGS__; break; } \
+  }
+
+void check_cpu(const Tensor& t, const char* op, const char* what) {
+  CTX_CHECK(t.defined(), op, ": ", what, " is undefined");
+  CTX_CHECK(t.device() == Device::CPU, op, ": ", what, " ", t.str(), " is on ",
+            device_name(t.device()), ", expected cpu");
+}
+void check_same(const Tensor& a, const Tensor& b, const char* op) {
+  CTX_CHECK(a.shape() == b.shape(), op, ": shape mismatch ", a.str(), " vs ", b.str());
+  CTX_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch ", a.str(), " vs ", b.str());
+}
+void check_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  CTX_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch ", a.str(), " vs ", b.str());
+}
+
+// Strides of `s` (rank r) when broadcast to `out` (rank R >= r): 0 where broadcast.
+std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out, const char* op,
+                                       const Shape& other) {
+  std::vector<int64_t> st(out.size(), 0);
+  Shape cs = contiguous_strides(s);
+  int64_t off = (int64_t)out.size() - (int64_t)s.size();
+  CTX_CHECK(off >= 0, op, ": cannot broadcast ", shape_str(s), " and ", shape_str(other));
+  for (size_t i = 0; i < s.size(); ++i) {
+    int64_t o = out[i + off];
+    CTX_CHECK(s[i] == o || s[i] == 1, op, ": cannot broadcast ", shape_str(s), " and ",
+              shape_str(other));
+    st[i + off] = (s[i] == 1 && o != 1) ? 0 : cs[i];
+  }
+  return st;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() { init_threading(); }
+  Device device() const override { return Device::CPU; }
+  std::string name() const override { return "cpu"; }
+
+  void fill(Tensor& x, double v) override {
+    check_cpu(x, "fill", "x");
+    int64_t n = x.numel();
+    CTX_DISPATCH_ALL(x.dtype(), "fill", {
+      T* p = x.data<T>();
+      T tv = (T)v;
+      for (int64_t i = 0; i < n; ++i) p[i] = tv;
+    });
+  }
+
+  void copy_strided(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d,
+                    const Shape& shape, bool accumulate) override {
+    check_cpu(src, "copy_strided", "src");
+    check_cpu(dst, "copy_strided", "dst");
+    check_dtype(src, dst, "copy_strided");
+    CTX_CHECK(s.strides.size() == shape.size() && d.strides.size() == shape.size(),
+              "copy_strided: strides rank does not match shape ", shape_str(shape));
+    // Bounds: the largest offset reached must lie inside each tensor.
+    auto max_off = [&](const Strided& st) {
+      int64_t m = st.offset;
+      for (size_t i = 0; i < shape.size(); ++i)
+        if (shape[i] > 0) m += (shape[i] - 1) * std::max<int64_t>(st.strides[i], 0);
+      return m;
+    };
+    if (shape_numel(shape) == 0) return;
+    CTX_CHECK(s.offset >= 0 && max_off(s) < src.numel(), "copy_strided: source view out of bounds of ",
+              src.str());
+    CTX_CHECK(d.offset >= 0 && max_off(d) < dst.numel(), "copy_strided: destination view out of bounds of ",
+              dst.str());
+    CTX_DISPATCH_ALL(src.dtype(), "copy_strided", {
+      const T* sp = src.data<T>();
+      T* dp = dst.data<T>();
+      if (accumulate)
+        ref::for_each_strided(shape, s.strides, s.offset, d.strides, d.offset,
+                              [&](int64_t a, int64_t b) { dp[b] += sp[a]; });
+      else
+        ref::for_each_strided(shape, s.strides, s.offset, d.strides, d.offset,
+                              [&](int64_t a, int64_t b) { dp[b] = sp[a]; });
+    });
+  }
+
+  void convert(const Tensor& src, Tensor& dst) override {
+    check_cpu(src, "convert", "src");
+    check_cpu(dst, "convert", "dst");
+    CTX_CHECK(src.numel() == dst.numel(), "convert: ", src.str(), " into ", dst.str());
+    int64_t n = src.numel();
+    CTX_DISPATCH_ALL(src.dtype(), "convert", {
+      using S = T;
+      const S* sp = src.data<S>();
+      CTX_DISPATCH_ALL(dst.dtype(), "convert", {
+        T* dp = dst.data<T>();
+        for (int64_t i = 0; i < n; ++i) dp[i] = (T)sp[i];
+      });
+    });
+  }
+
+  void unary(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
+    check_cpu(x, unary_name(op), "x");
+    check_same(x, y, unary_name(op));
+    CTX_DISPATCH_FLOAT(x.dtype(), unary_name(op),
+                       ref::unary<T>(op, x.data<T>(), y.data<T>(), x.numel(), (T)a, (T)b));
+  }
+
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+                      double a, double b) override {
+    check_cpu(dy, unary_name(op), "dy");
+    check_same(dy, dx, unary_name(op));
+    if (x.defined()) check_same(x, dy, unary_name(op));
+    if (y.defined()) check_same(y, dy, unary_name(op));
+    CTX_DISPATCH_FLOAT(dy.dtype(), unary_name(op),
+                       ref::unary_backward<T>(op, x.defined() ? x.data<T>() : nullptr,
+                                              y.defined() ? y.data<T>() : nullptr, dy.data<T>(),
+                                              dx.data<T>(), dy.numel(), (T)a, (T)b));
+  }
+
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
+    const char* nm = binary_name(op);
+    check_cpu(a, nm, "a");
+    check_cpu(b, nm, "b");
+    check_dtype(a, b, nm);
+    check_dtype(a, out, nm);
+    const Shape& os = out.shape();
+    auto sa = broadcast_strides(a.shape(), os, nm, b.shape());
+    auto sb = broadcast_strides(b.shape(), os, nm, a.shape());
+    const int64_t n = out.numel();
+    CTX_DISPATCH_FLOAT(a.dtype(), nm,
+                       ref::binary<T>(op, a.data<T>(), sa, b.data<T>(), sb, out.data<T>(), os,
+                                      a.numel(), b.numel()));
+  }
+
+  void reduce_sum(const Tensor& x, Tensor& out) override {
+    check_cpu(x, "reduce_sum", "x");
+    check_cpu(out, "reduce_sum", "out");
+    check_dtype(x, out, "reduce_sum");
+    const Shape& xs = x.shape();
+    // out's shape right-aligned to x; dims where out is 1 are summed.
+    auto so = broadcast_strides(out.shape(), xs, "reduce_sum", xs);
+    CTX_DISPATCH_FLOAT(x.dtype(), "reduce_sum",
+                       ref::reduce_sum<T>(x.data<T>(), xs, so, out.data<T>(), out.numel()));
+  }
+
+  void where_scalar(const Tensor& mask, const Tensor& a, double b, Tensor& y) override {
+    check_cpu(mask, "masked_fill", "mask");
+    check_same(a, y, "masked_fill");
+    auto sm = broadcast_strides(mask.shape(), a.shape(), "masked_fill", a.shape());
+    Shape ca = contiguous_strides(a.shape());
+    CTX_DISPATCH_FLOAT(a.dtype(), "masked_fill", {
+      const T* ap = a.data<T>();
+      T* yp = y.data<T>();
+      T bv = (T)b;
+      CTX_DISPATCH_ALL(mask.dtype(), "masked_fill", {
+        using M = T;
+        const M* mp = mask.data<M>();
+        ref::for_each_strided(a.shape(), sm, 0, ca, 0, [&](int64_t mi, int64_t i) {
+          yp[i] = mp[mi] != M(0) ? bv : ap[i];
+        });
+      });
+    });
+  }
+
+  void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y) override {
+    check_cpu(mask, "where", "mask");
+    check_same(a, b, "where");
+    check_same(a, y, "where");
+    auto sm = broadcast_strides(mask.shape(), a.shape(), "where", a.shape());
+    Shape ca = contiguous_strides(a.shape());
+    CTX_DISPATCH_FLOAT(a.dtype(), "where", {
+      const T* ap = a.data<T>();
+      const T* bp = b.data<T>();
+      T* yp = y.data<T>();
+      CTX_DISPATCH_ALL(mask.dtype(), "where", {
+        using M = T;
+        const M* mp = mask.data<M>();
+        ref::for_each_strided(a.shape(), sm, 0, ca, 0, [&](int64_t mi, int64_t i) {
+          yp[i] = mp[mi] != M(0) ? ap[i] : bp[i];
+        });
+      });
+    });
+  }
+
+  void causal_fill(Tensor& x, double value, int64_t diag) override {
+    check_cpu(x, "causal_mask", "x");
+    CTX_CHECK(x.dim() >= 2, "causal_mask: needs [..., T, S], got ", x.str());
+    const int64_t T_ = x.size(-2), S = x.size(-1);
+    const int64_t N = T_ * S ? x.numel() / (T_ * S) : 0;
+    CTX_DISPATCH_FLOAT(x.dtype(), "causal_mask",
+                       ref::causal_fill<T>(x.data<T>(), N, T_, S, (T)value, diag));
+  }
+
+  void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {
+    check_cpu(A, "gemm", "A");
+    check_cpu(B, "gemm", "B");
+    check_cpu(C, "gemm", "C");
+    check_dtype(A, B, "gemm");
+    check_dtype(A, C, "gemm");
+    // Bounds: every batch item must fit.
+    auto need = [&](int64_t stride, int64_t rows, int64_t cols) {
+      return (g.batch - 1) * stride + rows * cols;
+    };
+    CTX_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0 && g.batch >= 1, "gemm: bad sizes M=", g.M, " N=",
+              g.N, " K=", g.K, " batch=", g.batch);
+    CTX_CHECK(need(g.stride_a, g.M, g.K) <= A.numel(), "gemm: A ", A.str(), " too small for batch ",
+              g.batch, " of ", g.M, "x", g.K);
+    CTX_CHECK(need(g.stride_b, g.K, g.N) <= B.numel(), "gemm: B ", B.str(), " too small for batch ",
+              g.batch, " of ", g.K, "x", g.N);
+    CTX_CHECK(need(g.stride_c, g.M, g.N) <= C.numel(), "gemm: C ", C.str(), " too small for batch ",
+              g.batch, " of ", g.M, "x", g.N);
+    if (g.M == 0 || g.N == 0) return;
+    if (A.dtype() == DType::F64) {
+      gemm_reference<double>(g, A.data<double>(), B.data<double>(), C.data<double>());
+      return;
+    }
+    CTX_CHECK(A.dtype() == DType::F32, "gemm: expected f32 or f64, got ", A.str());
+    switch (current_gemm_impl()) {
+      case GemmImpl::Reference: gemm_reference<float>(g, A.data<float>(), B.data<float>(), C.data<float>()); break;
+      case GemmImpl::OneDNN: gemm_onednn(g, A.data<float>(), B.data<float>(), C.data<float>()); break;
+      case GemmImpl::OpenBLAS: gemm_openblas(g, A.data<float>(), B.data<float>(), C.data<float>()); break;
+    }
+  }
+
+  void softmax(const Tensor& x, Tensor& y, bool log) override {
+    check_cpu(x, "softmax", "x");
+    check_same(x, y, "softmax");
+    if (x.numel() == 0) return;
+    const int64_t C = x.size(-1), N = x.numel() / C;
+    CTX_DISPATCH_FLOAT(x.dtype(), "softmax", ref::softmax<T>(x.data<T>(), y.data<T>(), N, C, log));
+  }
+
+  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
+    check_cpu(y, "softmax_backward", "y");
+    check_same(y, dy, "softmax_backward");
+    check_same(y, dx, "softmax_backward");
+    if (y.numel() == 0) return;
+    const int64_t C = y.size(-1), N = y.numel() / C;
+    CTX_DISPATCH_FLOAT(y.dtype(), "softmax_backward",
+                       ref::softmax_backward<T>(y.data<T>(), dy.data<T>(), dx.data<T>(), N, C, log));
+  }
+
+  void check_norm(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
+    check_cpu(x, op, "x");
+    check_cpu(w, op, "weight");
+    CTX_CHECK(x.dim() >= 1, op, ": x must have at least one dim, got ", x.str());
+    CTX_CHECK(w.dim() == 1 && w.size(0) == x.size(-1), op, ": weight ", w.str(),
+              " does not match the last dim of x ", x.str());
+    check_dtype(x, w, op);
+    if (b.defined()) {
+      CTX_CHECK(b.shape() == w.shape(), op, ": bias ", b.str(), " does not match weight ", w.str());
+      check_dtype(x, b, op);
+    }
+  }
+
+  void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y,
+                 Tensor& mean, Tensor& rstd) override {
+    check_norm("layer_norm", x, w, b);
+    check_same(x, y, "layer_norm");
+    const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+    CTX_CHECK(mean.numel() == N && rstd.numel() == N, "layer_norm: mean/rstd need ", N, " elements");
+    CTX_DISPATCH_FLOAT(x.dtype(), "layer_norm",
+                       ref::layernorm<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr,
+                                         (T)eps, y.data<T>(), mean.data<T>(), rstd.data<T>(), N, C));
+  }
+
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                          const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
+    check_norm("layer_norm_backward", x, w, db);
+    check_same(x, dy, "layer_norm_backward");
+    check_same(x, dx, "layer_norm_backward");
+    check_same(w, dw, "layer_norm_backward");
+    const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+    CTX_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward",
+                       ref::layernorm_backward<T>(dy.data<T>(), x.data<T>(), w.data<T>(), mean.data<T>(),
+                                                  rstd.data<T>(), dx.data<T>(), dw.data<T>(),
+                                                  db.defined() ? db.data<T>() : nullptr, N, C));
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
+    check_norm("rms_norm", x, w, Tensor());
+    check_same(x, y, "rms_norm");
+    const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+    CTX_CHECK(rstd.numel() == N, "rms_norm: rstd needs ", N, " elements");
+    CTX_DISPATCH_FLOAT(x.dtype(), "rms_norm",
+                       ref::rmsnorm<T>(x.data<T>(), w.data<T>(), (T)eps, y.data<T>(), rstd.data<T>(), N, C));
+  }
+
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                        Tensor& dx, Tensor& dw) override {
+    check_norm("rms_norm_backward", x, w, Tensor());
+    check_same(x, dy, "rms_norm_backward");
+    check_same(x, dx, "rms_norm_backward");
+    check_same(w, dw, "rms_norm_backward");
+    const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+    CTX_DISPATCH_FLOAT(x.dtype(), "rms_norm_backward",
+                       ref::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), w.data<T>(), rstd.data<T>(),
+                                                dx.data<T>(), dw.data<T>(), N, C));
+  }
+
+  void check_targets(const char* op, const Tensor& logits, const Tensor& targets) {
+    check_cpu(logits, op, "logits");
+    check_cpu(targets, op, "targets");
+    CTX_CHECK(logits.dim() == 2, op, ": logits must be [N, V], got ", logits.str());
+    CTX_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), op, ": targets ",
+              targets.str(), " do not match logits ", logits.str());
+    const int64_t V = logits.size(1);
+    CTX_DISPATCH_INDEX(targets.dtype(), op, {
+      const I* t = targets.data<I>();
+      for (int64_t i = 0; i < targets.numel(); ++i)
+        CTX_CHECK(t[i] >= -1 && t[i] < V, op, ": target ", (int64_t)t[i], " at row ", i,
+                  " out of range [0, ", V, ") for logits ", logits.str());
+    });
+  }
+
+  void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override {
+    check_targets("cross_entropy", logits, targets);
+    const int64_t N = logits.size(0), V = logits.size(1);
+    CTX_CHECK(loss.numel() == N && lse.numel() == N, "cross_entropy: loss/lse need ", N, " elements");
+    CTX_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", {
+      CTX_DISPATCH_INDEX(targets.dtype(), "cross_entropy",
+                         ref::cross_entropy<T, I>(logits.data<T>(), targets.data<I>(), loss.data<T>(),
+                                                  lse.data<T>(), N, V));
+    });
+  }
+
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              const Tensor& dloss, Tensor& dlogits) override {
+    check_targets("cross_entropy_backward", logits, targets);
+    check_same(logits, dlogits, "cross_entropy_backward");
+    const int64_t N = logits.size(0), V = logits.size(1);
+    CTX_CHECK(dloss.numel() == N && lse.numel() == N, "cross_entropy_backward: dloss/lse need ", N,
+              " elements");
+    CTX_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward", {
+      CTX_DISPATCH_INDEX(targets.dtype(), "cross_entropy_backward",
+                         ref::cross_entropy_backward<T, I>(logits.data<T>(), targets.data<I>(),
+                                                           lse.data<T>(), dloss.data<T>(),
+                                                           dlogits.data<T>(), N, V));
+    });
+  }
+
+  // x viewed as [outer, n, inner] around dim
+  static void split_dims(const Shape& s, int64_t dim, int64_t& outer, int64_t& n, int64_t& inner) {
+    outer = 1;
+    inner = 1;
+    for (int64_t i = 0; i < dim; ++i) outer *= s[i];
+    n = s[dim];
+    for (size_t i = dim + 1; i < s.size(); ++i) inner *= s[i];
+  }
+
+  void check_indices(const char* op, const Tensor& idx, int64_t n, const Tensor& x) {
+    check_cpu(idx, op, "indices");
+    CTX_DISPATCH_INDEX(idx.dtype(), op, {
+      const I* ip = idx.data<I>();
+      for (int64_t i = 0; i < idx.numel(); ++i)
+        CTX_CHECK(ip[i] >= 0 && ip[i] < n, op, ": index ", (int64_t)ip[i], " at position ", i,
+                  " out of range [0, ", n, ") for ", x.str(), " (indices ", idx.str(), ")");
+    });
+  }
+
+  void index_select(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& out) override {
+    check_cpu(x, "index_select", "x");
+    CTX_CHECK(dim >= 0 && dim < x.dim(), "index_select: dim ", dim, " out of range for ", x.str());
+    int64_t outer, n, inner;
+    split_dims(x.shape(), dim, outer, n, inner);
+    check_indices("index_select", idx, n, x);
+    const int64_t m = idx.numel();
+    CTX_CHECK(out.numel() == outer * m * inner, "index_select: out ", out.str(), " should have ",
+              outer * m * inner, " elements");
+    check_dtype(x, out, "index_select");
+    CTX_DISPATCH_ALL(x.dtype(), "index_select", {
+      using X = T;
+      CTX_DISPATCH_INDEX(idx.dtype(), "index_select",
+                         ref::index_select<X, I>(x.data<X>(), idx.data<I>(), out.data<X>(), outer, n,
+                                                 m, inner));
+    });
+  }
+
+  void index_add(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src) override {
+    check_cpu(out, "index_add", "out");
+    check_cpu(src, "index_add", "src");
+    check_dtype(out, src, "index_add");
+    CTX_CHECK(dim >= 0 && dim < out.dim(), "index_add: dim ", dim, " out of range for ", out.str());
+    int64_t outer, n, inner;
+    split_dims(out.shape(), dim, outer, n, inner);
+    check_indices("index_add", idx, n, out);
+    const int64_t m = idx.numel();
+    CTX_CHECK(src.numel() == outer * m * inner, "index_add: src ", src.str(), " does not match out ",
+              out.str(), " with ", m, " indices along dim ", dim);
+    CTX_DISPATCH_FLOAT(out.dtype(), "index_add", {
+      using X = T;
+      CTX_DISPATCH_INDEX(idx.dtype(), "index_add",
+                         ref::index_add<X, I>(out.data<X>(), idx.data<I>(), src.data<X>(), outer, n,
+                                              m, inner));
+    });
+  }
+
+  void adamw(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2,
+             double eps, double wd, int64_t step) override {
+    check_cpu(p, "adamw", "param");
+    check_same(p, g, "adamw");
+    check_same(p, m, "adamw");
+    check_same(p, v, "adamw");
+    CTX_CHECK(step >= 1, "adamw: step must be >= 1, got ", step);
+    CTX_DISPATCH_FLOAT(p.dtype(), "adamw",
+                       ref::adamw<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
+                                     lr, b1, b2, eps, wd, step));
+  }
+};
+
+}  // namespace
+}  // namespace cpu
+
+Backend& cpu_backend_instance() {
+  static cpu::CpuBackend* b = new cpu::CpuBackend();
+  return *b;
+}
+
+}  // namespace ctx

@@ -1,0 +1,53 @@
+// core/cpu/gemm.h — CPU GEMM implementations behind Backend::gemm, selectable at run time.
+//   reference : plain loops, f32 and f64 (the ground truth of the tests)
+//   onednn    : oneDNN matmul primitive, cached per shape (f32)
+//   openblas  : cblas_sgemm (f32), OpenBLAS loaded with a deliberate core type (see docs)
+// CTXLAB_GEMM=onednn|openblas|reference picks one; default: the faster one here (measured,
+// see docs/threading.md and bench/gemm).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/backend.h"
+
+namespace ctx::cpu {
+
+enum class GemmImpl { Reference, OneDNN, OpenBLAS };
+const char* gemm_impl_name(GemmImpl g);
+GemmImpl gemm_impl_from_string(const std::string& s);  // throws on unknown names
+GemmImpl default_gemm_impl();  // from CTXLAB_GEMM or the built-in choice
+void set_gemm_impl(GemmImpl g);  // override (tests, benchmarks)
+GemmImpl current_gemm_impl();
+
+// All implementations: row-major, g.batch items with element strides g.stride_{a,b,c}.
+template <class T>
+void gemm_reference(const GemmDesc& g, const T* A, const T* B, T* C);
+void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C);
+void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C);
+// Shared by the implementations: checks g's sizes (throws naming `op`); returns false when
+// there is nothing to multiply (empty C; or K == 0, after setting C = beta * C).
+bool gemm_prologue(const char* op, const GemmDesc& g, float* C);
+
+bool openblas_available();  // false if libopenblas could not be loaded (message in the error)
+
+// oneDNN matmul primitives created so far (one per shape, transposes, strides, alpha, beta and
+// thread count; a shape seen before never creates another).
+size_t onednn_gemm_cache_size();
+
+// How OpenBLAS was loaded: library, core type asked for (and why) and detected, threads.
+// Loads it on first call; says why when it could not be loaded.
+std::string openblas_config();
+
+// The raw OpenBLAS entry points as loaded (for benchmarks and tests; null when unavailable).
+// The enums of cblas.h are passed as ints: CblasRowMajor 101, CblasNoTrans 111, CblasTrans 112.
+struct OpenBlasApi {
+  void (*sgemm)(int order, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                const float* A, int lda, const float* B, int ldb, float beta, float* C,
+                int ldc) = nullptr;
+  void (*set_num_threads)(int) = nullptr;
+  int (*get_num_threads)() = nullptr;
+  char* (*get_corename)() = nullptr;
+};
+const OpenBlasApi& openblas_api();
+
+}  // namespace ctx::cpu

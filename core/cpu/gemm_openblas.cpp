@@ -1,0 +1,165 @@
+// core/cpu/gemm_openblas.cpp — GEMM through OpenBLAS cblas_sgemm, loaded with dlopen on first
+// use so that its core type is chosen deliberately before it initialises (docs/threading.md):
+//   CTXLAB_OPENBLAS_CORETYPE set      -> OPENBLAS_CORETYPE = that value while loading
+//   else, CPU has AVX-512F            -> OPENBLAS_CORETYPE unset while loading (autodetect:
+//                                        SkylakeX/Cooperlake kernels; these machines export
+//                                        OPENBLAS_CORETYPE=Haswell, AVX2 at half speed)
+//   else                              -> the environment as it is
+// OpenBLAS runs on one thread; we split a GEMM over our own OpenMP threads (batch items, else
+// rows of C, else columns), so only one thread pool is ever busy.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+
+#include <omp.h>
+
+#include "core/cpu/gemm.h"
+#include "core/error.h"
+
+namespace ctx::cpu {
+
+namespace {
+
+constexpr const char* kLibrary = "libopenblas.so.0";
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;  // CBLAS_ORDER / CBLAS_TRANSPOSE
+
+struct Loaded {
+  OpenBlasApi api;
+  std::string config;  // what was chosen, or why loading failed
+};
+
+// Sets (or unsets, value == nullopt) an environment variable until the scope ends.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old;
+    if (value) setenv(name, value->c_str(), 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (saved_) setenv(name_, saved_->c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
+
+template <class F>
+void resolve(void* handle, const char* name, F& fn) {
+  fn = reinterpret_cast<F>(dlsym(handle, name));
+}
+
+Loaded load() {
+  Loaded L;
+  std::string core_choice;
+  void* handle = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (handle) {
+    core_choice = "none (already loaded by the process: its core type was fixed then)";
+  } else {
+    const char* want = std::getenv("CTXLAB_OPENBLAS_CORETYPE");
+    const char* env = std::getenv("OPENBLAS_CORETYPE");
+    std::optional<std::string> coretype;
+    if (want && *want) {
+      coretype = want;
+      core_choice = str(want, " (from CTXLAB_OPENBLAS_CORETYPE)");
+    } else if (__builtin_cpu_supports("avx512f")) {
+      core_choice = env ? str("autodetect (CPU has AVX-512F: ignored OPENBLAS_CORETYPE=", env, ")")
+                        : std::string("autodetect (CPU has AVX-512F)");
+    } else if (env) {
+      coretype = env;
+      core_choice = str(env, " (from OPENBLAS_CORETYPE)");
+    } else {
+      core_choice = "autodetect";
+    }
+    // Only while the library initialises: the caller's environment is restored afterwards.
+    ScopedEnv core("OPENBLAS_CORETYPE", coretype);
+    ScopedEnv threads("OPENBLAS_NUM_THREADS", std::string("1"));  // no pthread pool to start
+    handle = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!handle) {
+    const char* err = dlerror();
+    L.config = str("OpenBLAS unavailable: dlopen(\"", kLibrary, "\") failed: ",
+                   err ? err : "unknown error", " (install libopenblas0-pthread)");
+    return L;
+  }
+  resolve(handle, "cblas_sgemm", L.api.sgemm);
+  resolve(handle, "openblas_set_num_threads", L.api.set_num_threads);
+  resolve(handle, "openblas_get_num_threads", L.api.get_num_threads);
+  resolve(handle, "openblas_get_corename", L.api.get_corename);
+  if (!L.api.sgemm || !L.api.set_num_threads) {
+    L.config = str("OpenBLAS unavailable: ", kLibrary, " lacks cblas_sgemm or ",
+                   "openblas_set_num_threads");
+    L.api = OpenBlasApi{};
+    return L;
+  }
+  L.api.set_num_threads(1);
+  L.config = str(kLibrary, ": core type asked: ", core_choice, "; core in use: ",
+                 L.api.get_corename ? L.api.get_corename() : "?",
+                 "; threads: 1 (GEMMs split over ctxlab's OpenMP threads)");
+  return L;
+}
+
+const Loaded& loaded() {
+  static const Loaded L = load();
+  return L;
+}
+
+// One cblas call on rows [i0, i1) x columns [j0, j1) of C for batch item b.
+void sgemm_block(const OpenBlasApi& api, const GemmDesc& g, const float* A, const float* B,
+                 float* C, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  // op(A) row i starts at A + i (stored [K, M]) or A + i*K; op(B) column j at B + j*K or B + j.
+  const float* a = A + (g.trans_a ? i0 : i0 * g.K);
+  const float* b = B + (g.trans_b ? j0 * g.K : j0);
+  api.sgemm(kRowMajor, g.trans_a ? kTrans : kNoTrans, g.trans_b ? kTrans : kNoTrans,
+            (int)(i1 - i0), (int)(j1 - j0), (int)g.K, g.alpha, a, (int)(g.trans_a ? g.M : g.K), b,
+            (int)(g.trans_b ? g.K : g.N), g.beta, C + i0 * g.N + j0, (int)g.N);
+}
+
+}  // namespace
+
+bool openblas_available() { return loaded().api.sgemm != nullptr; }
+std::string openblas_config() { return loaded().config; }
+const OpenBlasApi& openblas_api() { return loaded().api; }
+
+void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C) {
+  const Loaded& L = loaded();
+  CTX_CHECK(L.api.sgemm, "gemm_openblas: ", L.config, "; use CTXLAB_GEMM=onednn");
+  if (!gemm_prologue("gemm_openblas", g, C)) return;
+  constexpr int64_t kMaxInt = 2147483647;
+  CTX_CHECK(g.M * g.K <= kMaxInt && g.K * g.N <= kMaxInt && g.M * g.N <= kMaxInt,
+            "gemm_openblas: M=", g.M, " N=", g.N, " K=", g.K, " exceeds OpenBLAS's 32-bit sizes");
+
+  // Work split: `splits` blocks per batch item, each one single-threaded cblas call.
+  int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (g.batch * g.M * g.N * g.K < (int64_t)1 << 20) threads = 1;  // < ~10 us: one thread
+  const int64_t splits = g.batch >= threads ? 1 : (threads + g.batch - 1) / g.batch;
+  constexpr int64_t kAlign = 16;  // block edges on whole micro-kernel tiles
+  auto block = [&](int64_t n) {
+    const int64_t per = (n + splits - 1) / splits;
+    return (per + kAlign - 1) / kAlign * kAlign;
+  };
+  const bool by_rows = g.M >= splits * kAlign || g.M >= g.N;
+  const int64_t step = splits == 1 ? (by_rows ? g.M : g.N) : block(by_rows ? g.M : g.N);
+  const int64_t tasks = g.batch * splits;
+
+#pragma omp parallel for schedule(static) num_threads((int)std::min(threads, tasks)) \
+    if (threads > 1 && tasks > 1)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t b = t / splits, s = t % splits;
+    const float* a = A + b * g.stride_a;
+    const float* bm = B + b * g.stride_b;
+    float* c = C + b * g.stride_c;
+    const int64_t lo = s * step, hi = std::min(lo + step, by_rows ? g.M : g.N);
+    if (lo >= hi) continue;
+    if (by_rows) sgemm_block(L.api, g, a, bm, c, lo, hi, 0, g.N);
+    else sgemm_block(L.api, g, a, bm, c, 0, g.M, lo, hi);
+  }
+}
+
+}  // namespace ctx::cpu

@@ -1,0 +1,244 @@
+// core/cpu/onednn_ops.cpp — oneDNN primitives for softmax, layer norm and tanh-GELU (f32),
+// created once per shape and run on the caller's buffers. See onednn_ops.h for the contract.
+#include "core/cpu/onednn_ops.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/cpu/onednn_util.h"
+#include "core/error.h"
+
+namespace ctx::cpu {
+
+namespace {
+
+using dnnl::algorithm;
+using dnnl::memory;
+using dnnl::prop_kind;
+
+enum OpTag : int64_t { kSoftmax = 1, kSoftmaxBwd, kLayerNorm, kLayerNormBwd, kGelu, kGeluBwd };
+
+struct OpPrim {
+  bool ok = false;  // false: oneDNN has no implementation for this case
+  dnnl::primitive prim;
+};
+
+onednn::PrimitiveCache<OpPrim>& cache() {
+  static onednn::PrimitiveCache<OpPrim> c;
+  return c;
+}
+
+// Plain row-major f32 descriptor: [n] or [N, C].
+memory::desc plain(const memory::dims& d) {
+  return memory::desc(d, memory::data_type::f32,
+                      d.size() == 1 ? memory::format_tag::a : memory::format_tag::ab);
+}
+
+constexpr int kNoArg = -1;  // an optional argument left out
+struct Arg {
+  int id;  // DNNL_ARG_*, or kNoArg
+  memory::dims dims;
+  const void* data;
+};
+
+// Runs the primitive cached under `key` (made by `make` on first use) on the caller's buffers.
+template <class Make>
+bool run(const onednn::Key& key, Make make, std::initializer_list<Arg> args) {
+  const OpPrim& p = cache().get(key, [&] {
+    OpPrim r;
+    try {
+      r.prim = make();
+      r.ok = true;
+    } catch (const dnnl::error&) {
+      r.ok = false;
+    }
+    return r;
+  });
+  if (!p.ok) return false;
+  std::unordered_map<int, memory> m;
+  for (const Arg& a : args)
+    if (a.id != kNoArg)
+      m.emplace(a.id, memory(plain(a.dims), onednn::engine(), const_cast<void*>(a.data)));
+  p.prim.execute(onednn::stream(), m);
+  onednn::stream().wait();
+  return true;
+}
+
+onednn::Key key_of(std::initializer_list<int64_t> v) {
+  onednn::Key k;
+  std::copy(v.begin(), v.end(), k.v.begin());
+  return k;
+}
+
+algorithm softmax_alg(bool log) { return log ? algorithm::softmax_log : algorithm::softmax_accurate; }
+
+dnnl::softmax_v2_forward::primitive_desc softmax_pd(const memory::desc& md, bool log) {
+  return {{prop_kind::forward_training, softmax_alg(log), md, md, 1}, onednn::engine()};
+}
+
+dnnl::normalization_flags ln_flags(bool shift) {
+  return shift ? dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift
+               : dnnl::normalization_flags::use_scale;
+}
+
+dnnl::layer_normalization_forward::primitive_desc layernorm_pd(int64_t N, int64_t C, float eps,
+                                                               bool shift) {
+  return {{prop_kind::forward_training, plain({N, C}), plain({N}), eps, ln_flags(shift)},
+          onednn::engine()};
+}
+
+dnnl::eltwise_forward::primitive_desc gelu_pd(int64_t n) {
+  return {{prop_kind::forward_training, algorithm::eltwise_gelu_tanh, plain({n})},
+          onednn::engine()};
+}
+
+// Scratch owned by the calling thread, grown as needed.
+float* scratch(std::vector<float>& v, int64_t n) {
+  if ((int64_t)v.size() < n) v.resize((size_t)n);
+  return v.data();
+}
+
+}  // namespace
+
+bool onednn_softmax_f32(const float* x, float* y, int64_t N, int64_t C, bool log) {
+  if (N <= 0 || C <= 0) return false;
+  return run(key_of({kSoftmax, N, C, log}),
+             [&] { return dnnl::softmax_v2_forward(softmax_pd(plain({N, C}), log)); },
+             {{DNNL_ARG_SRC, {N, C}, x}, {DNNL_ARG_DST, {N, C}, y}});
+}
+
+bool onednn_softmax_backward_f32(const float* y, const float* dy, float* dx, int64_t N, int64_t C,
+                                 bool log) {
+  if (N <= 0 || C <= 0) return false;
+  return run(key_of({kSoftmaxBwd, N, C, log}),
+             [&] {
+               const memory::desc md = plain({N, C});
+               return dnnl::softmax_v2_backward(
+                   {{softmax_alg(log), md, md, md, 1}, onednn::engine(), softmax_pd(md, log)});
+             },
+             {{DNNL_ARG_DST, {N, C}, y},
+              {DNNL_ARG_DIFF_DST, {N, C}, dy},
+              {DNNL_ARG_DIFF_SRC, {N, C}, dx}});
+}
+
+bool onednn_layernorm_f32(const float* x, const float* w, const float* b, float eps, float* y,
+                          float* mean, float* rstd, int64_t N, int64_t C) {
+  if (N <= 0 || C <= 0) return false;
+  const bool shift = b != nullptr;
+  // oneDNN writes the variance; it goes into rstd and becomes 1 / sqrt(var + eps) below.
+  const bool ok = run(
+      key_of({kLayerNorm, N, C, shift, onednn::float_bits(eps)}),
+      [&] { return dnnl::layer_normalization_forward(layernorm_pd(N, C, eps, shift)); },
+      {{DNNL_ARG_SRC, {N, C}, x},
+       {DNNL_ARG_SCALE, {C}, w},
+       {shift ? DNNL_ARG_SHIFT : kNoArg, {C}, b},
+       {DNNL_ARG_DST, {N, C}, y},
+       {DNNL_ARG_MEAN, {N}, mean},
+       {DNNL_ARG_VARIANCE, {N}, rstd}});
+  if (!ok) return false;
+  for (int64_t i = 0; i < N; ++i) rstd[i] = 1.f / std::sqrt(rstd[i] + eps);
+  return true;
+}
+
+bool onednn_layernorm_backward_f32(const float* dy, const float* x, const float* w,
+                                   const float* mean, const float* rstd, float* dx, float* dw,
+                                   float* db, int64_t N, int64_t C) {
+  if (N <= 0 || C <= 0) return false;
+  const bool shift = db != nullptr;
+  // oneDNN takes the variance: give it var' = 1 / rstd^2 with epsilon 0, so that it computes
+  // exactly our rstd (the forward's eps is folded into var'). Its weight gradients overwrite,
+  // ours accumulate: they go to scratch first. The shift values are unused but must be passed.
+  thread_local std::vector<float> var_s, dscale_s, dshift_s, zeros_s;
+  float* var = scratch(var_s, N);
+  float* dscale = scratch(dscale_s, C);
+  float* dshift = scratch(dshift_s, C);
+  float* zeros = scratch(zeros_s, C);
+  std::memset(zeros, 0, sizeof(float) * (size_t)C);
+  for (int64_t i = 0; i < N; ++i) var[i] = 1.f / (rstd[i] * rstd[i]);
+  const bool ok = run(
+      key_of({kLayerNormBwd, N, C, shift}),
+      [&] {
+        const memory::desc md = plain({N, C});
+        return dnnl::layer_normalization_backward(
+            {{prop_kind::backward, md, md, plain({N}), 0.f, ln_flags(shift)}, onednn::engine(),
+             layernorm_pd(N, C, 0.f, shift)});
+      },
+      {{DNNL_ARG_SRC, {N, C}, x},
+       {DNNL_ARG_MEAN, {N}, mean},
+       {DNNL_ARG_VARIANCE, {N}, var},
+       {DNNL_ARG_DIFF_DST, {N, C}, dy},
+       {DNNL_ARG_SCALE, {C}, w},
+       {shift ? DNNL_ARG_SHIFT : kNoArg, {C}, zeros},
+       {DNNL_ARG_DIFF_SRC, {N, C}, dx},
+       {DNNL_ARG_DIFF_SCALE, {C}, dscale},
+       {shift ? DNNL_ARG_DIFF_SHIFT : kNoArg, {C}, dshift}});
+  if (!ok) return false;
+  for (int64_t c = 0; c < C; ++c) dw[c] += dscale[c];
+  if (shift)
+    for (int64_t c = 0; c < C; ++c) db[c] += dshift[c];
+  return true;
+}
+
+bool onednn_gelu_tanh_f32(const float* x, float* y, int64_t n) {
+  if (n <= 0) return false;
+  return run(key_of({kGelu, n}), [&] { return dnnl::eltwise_forward(gelu_pd(n)); },
+             {{DNNL_ARG_SRC, {n}, x}, {DNNL_ARG_DST, {n}, y}});
+}
+
+bool onednn_gelu_tanh_backward_f32(const float* x, const float* dy, float* dx, int64_t n) {
+  if (n <= 0) return false;
+  return run(key_of({kGeluBwd, n}),
+             [&] {
+               const memory::desc md = plain({n});
+               return dnnl::eltwise_backward(
+                   {{algorithm::eltwise_gelu_tanh, md, md}, onednn::engine(), gelu_pd(n)});
+             },
+             {{DNNL_ARG_SRC, {n}, x}, {DNNL_ARG_DIFF_DST, {n}, dy}, {DNNL_ARG_DIFF_SRC, {n}, dx}});
+}
+
+size_t onednn_ops_cache_size() { return cache().size(); }
+
+namespace {
+// The measured policy (bench/onednn_ops on this machine, docs/threading.md): true where oneDNN
+// beat our OpenMP loops on the model's shapes.
+struct OpPolicy {
+  const char* op;
+  bool use_onednn;
+};
+constexpr OpPolicy kPolicy[] = {
+    {"softmax", true},   {"softmax_backward", true},   {"log_softmax", true},
+    {"log_softmax_backward", true}, {"layernorm", true}, {"layernorm_backward", true},
+    {"gelu_tanh", true}, {"gelu_tanh_backward", true},
+};
+
+enum class Override { Measured, All, None };
+Override env_override() {
+  static const Override o = [] {
+    const char* e = std::getenv("CTXLAB_ONEDNN_OPS");
+    if (!e || !*e) return Override::Measured;
+    const std::string s = e;
+    if (s == "all") return Override::All;
+    if (s == "none") return Override::None;
+    throw Error(str("CTXLAB_ONEDNN_OPS='", s, "': expected all or none"));
+  }();
+  return o;
+}
+}  // namespace
+
+bool onednn_op_enabled(const char* op) {
+  std::string valid;
+  for (const OpPolicy& p : kPolicy) {
+    if (std::strcmp(op, p.op) == 0) {
+      const Override o = env_override();
+      return o == Override::Measured ? p.use_onednn : o == Override::All;
+    }
+    valid += str(valid.empty() ? "" : ", ", p.op);
+  }
+  throw Error(str("onednn_op_enabled: unknown op '", op, "' (valid: ", valid, ")"));
+}
+
+}  // namespace ctx::cpu

@@ -1,0 +1,96 @@
+// core/cpu/onednn_util.h — what the oneDNN fast paths share (internal to core/cpu/):
+// the one engine and stream, and a keyed primitive cache that creates a primitive once per
+// (shape, parameters, thread count) and never again.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include <omp.h>
+
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace ctx::cpu::onednn {
+
+inline dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+// One stream per calling thread (in practice: one, the main thread's), so that primitives
+// called from inside our own parallel regions never share a stream.
+inline dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+// The threads a primitive executed here will get. oneDNN (OpenMP runtime) plans its work split
+// for omp_get_max_threads() when the primitive is created, and runs a nested call (inside one
+// of our parallel regions) on one thread: so the thread count is part of every cache key.
+inline int threads_here() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
+// Sets omp_get_max_threads() of the calling thread to `n` while a primitive is created.
+class ScopedMaxThreads {
+ public:
+  explicit ScopedMaxThreads(int n) : saved_(omp_get_max_threads()) {
+    if (n != saved_) omp_set_num_threads(n);
+  }
+  ~ScopedMaxThreads() {
+    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+  }
+  ScopedMaxThreads(const ScopedMaxThreads&) = delete;
+  ScopedMaxThreads& operator=(const ScopedMaxThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Cache key: up to 15 integers (op tag, shapes, flags, float bits); the cache adds the thread
+// count as the 16th.
+struct Key {
+  std::array<int64_t, 16> v{};
+  bool operator==(const Key& o) const { return v == o.v; }
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+    for (int64_t x : k.v) h = (h ^ (uint64_t)x) * 1099511628211ull;
+    return (size_t)h;
+  }
+};
+inline int64_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return (int64_t)u;
+}
+
+// Primitives (immutable once created, safe to execute from several threads) by key.
+// get() holds the lock while creating, so concurrent first calls create one primitive.
+template <class Value>
+class PrimitiveCache {
+ public:
+  const Value& get(Key key, const std::function<Value()>& create) {
+    const int nthr = threads_here();
+    key.v[15] = nthr;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) {
+      ScopedMaxThreads scope(nthr);
+      it = map_.emplace(key, std::make_unique<Value>(create())).first;
+    }
+    return *it->second;  // node storage: stable while the cache lives
+  }
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return map_.size();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<Key, std::unique_ptr<Value>, KeyHash> map_;
+};
+
+}  // namespace ctx::cpu::onednn

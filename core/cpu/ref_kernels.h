@@ -1,0 +1,419 @@
+// core/cpu/ref_kernels.h — the reference CPU kernels: plain loops templated on the element type
+// (float, double), OpenMP over rows where it pays. These define what every primitive means;
+// fast paths (oneDNN, OpenBLAS, CUDA) are tested against them.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace ctx::cpu::ref {
+
+// ---- N-d strided iteration: calls f(src_off, dst_off) for every index of `shape` ----
+template <class F>
+void for_each_strided(const Shape& shape, const std::vector<int64_t>& sa, int64_t oa,
+                      const std::vector<int64_t>& sb, int64_t ob, F&& f) {
+  const int64_t nd = (int64_t)shape.size();
+  const int64_t n = shape_numel(shape);
+  if (n == 0) return;
+  if (nd == 0) { f(oa, ob); return; }
+  const int64_t inner = shape[nd - 1];
+  const int64_t outer = n / inner;
+  const int64_t ia = sa[nd - 1], ib = sb[nd - 1];
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t rem = o, pa = oa, pb = ob;
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      int64_t idx = rem % shape[d];
+      rem /= shape[d];
+      pa += idx * sa[d];
+      pb += idx * sb[d];
+    }
+    for (int64_t i = 0; i < inner; ++i) f(pa + i * ia, pb + i * ib);
+  }
+}
+
+// ---- elementwise ----
+template <class T>
+inline T unary_fwd(UnaryOp op, T x, T a, T b) {
+  switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Scale: return a * x;
+    case UnaryOp::AddScalar: return x + a;
+    case UnaryOp::Exp: return std::exp(x);
+    case UnaryOp::Log: return std::log(x);
+    case UnaryOp::Tanh: return std::tanh(x);
+    case UnaryOp::Sin: return std::sin(x);
+    case UnaryOp::Cos: return std::cos(x);
+    case UnaryOp::Sqrt: return std::sqrt(x);
+    case UnaryOp::Relu: return x > T(0) ? x : T(0);
+    case UnaryOp::GeluTanh: {
+      const T c = T(0.7978845608028654);  // sqrt(2/pi)
+      return T(0.5) * x * (T(1) + std::tanh(c * (x + T(0.044715) * x * x * x)));
+    }
+    case UnaryOp::Pow: return std::pow(x, a);
+    case UnaryOp::Clamp: return std::min(std::max(x, a), b);
+    case UnaryOp::Square: return x * x;
+  }
+  return x;
+}
+
+// d f(x) / dx (given x and y = f(x))
+template <class T>
+inline T unary_deriv(UnaryOp op, T x, T y, T a, T b) {
+  switch (op) {
+    case UnaryOp::Neg: return T(-1);
+    case UnaryOp::Scale: return a;
+    case UnaryOp::AddScalar: return T(1);
+    case UnaryOp::Exp: return y;
+    case UnaryOp::Log: return T(1) / x;
+    case UnaryOp::Tanh: return T(1) - y * y;
+    case UnaryOp::Sin: return std::cos(x);
+    case UnaryOp::Cos: return -std::sin(x);
+    case UnaryOp::Sqrt: return T(0.5) / y;
+    case UnaryOp::Relu: return x > T(0) ? T(1) : T(0);
+    case UnaryOp::GeluTanh: {
+      const T c = T(0.7978845608028654);
+      T u = c * (x + T(0.044715) * x * x * x);
+      T t = std::tanh(u);
+      T du = c * (T(1) + T(3 * 0.044715) * x * x);
+      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
+    }
+    case UnaryOp::Pow: return a * std::pow(x, a - T(1));
+    case UnaryOp::Clamp: return (x >= a && x <= b) ? T(1) : T(0);
+    case UnaryOp::Square: return T(2) * x;
+  }
+  return T(0);
+}
+
+template <class T>
+void unary(UnaryOp op, const T* x, T* y, int64_t n, T a, T b) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) y[i] = unary_fwd(op, x[i], a, b);
+}
+
+template <class T>
+void unary_backward(UnaryOp op, const T* x, const T* y, const T* dy, T* dx, int64_t n, T a, T b) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b);
+}
+
+template <class T>
+inline T binary_fwd(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return a / b;
+  }
+  return a;
+}
+
+// ---- softmax over the last dim: x, y [N, C] ----
+template <class T>
+void softmax(const T* x, T* y, int64_t N, int64_t C, bool log) {
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * C;
+    T* yr = y + n * C;
+    T mx = -INFINITY;
+    for (int64_t c = 0; c < C; ++c) mx = std::max(mx, xr[c]);
+    if (mx == -INFINITY) {  // fully masked row: define softmax as 0 (log: -inf)
+      for (int64_t c = 0; c < C; ++c) yr[c] = log ? -INFINITY : T(0);
+      continue;
+    }
+    T s = 0;
+    for (int64_t c = 0; c < C; ++c) s += std::exp(xr[c] - mx);
+    if (log) {
+      T ls = std::log(s) + mx;
+      for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] - ls;
+    } else {
+      T inv = T(1) / s;
+      for (int64_t c = 0; c < C; ++c) yr[c] = std::exp(xr[c] - mx) * inv;
+    }
+  }
+}
+
+template <class T>
+void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C, bool log) {
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* yr = y + n * C;
+    const T* gr = dy + n * C;
+    T* dr = dx + n * C;
+    if (log) {  // dx = dy - softmax * sum(dy)
+      T s = 0;
+      for (int64_t c = 0; c < C; ++c) s += gr[c];
+      for (int64_t c = 0; c < C; ++c) dr[c] = gr[c] - std::exp(yr[c]) * s;
+    } else {  // dx = y * (dy - sum(dy * y))
+      T s = 0;
+      for (int64_t c = 0; c < C; ++c) s += gr[c] * yr[c];
+      for (int64_t c = 0; c < C; ++c) dr[c] = yr[c] * (gr[c] - s);
+    }
+  }
+}
+
+// ---- layer norm: x, y [N, C]; w, b [C]; mean, rstd [N] ----
+template <class T>
+void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N,
+               int64_t C) {
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * C;
+    T* yr = y + n * C;
+    T m = 0;
+    for (int64_t c = 0; c < C; ++c) m += xr[c];
+    m /= T(C);
+    T v = 0;
+    for (int64_t c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
+    v /= T(C);
+    T r = T(1) / std::sqrt(v + eps);
+    for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c] + (b ? b[c] : T(0));
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+// dx overwritten; dw, db accumulated. Parallel over rows for dx; dw/db reduced per thread.
+template <class T>
+void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
+                        T* dw, T* db, int64_t N, int64_t C) {
+#pragma omp parallel
+  {
+    std::vector<T> ldw(C, T(0)), ldb(C, T(0));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* g = dy + n * C;
+      const T* xr = x + n * C;
+      T* d = dx + n * C;
+      T m = mean[n], r = rstd[n];
+      T sg = 0, sgx = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        T xh = (xr[c] - m) * r;
+        T gw = g[c] * w[c];
+        sg += gw;
+        sgx += gw * xh;
+        ldw[c] += g[c] * xh;
+        ldb[c] += g[c];
+      }
+      sg /= T(C);
+      sgx /= T(C);
+      for (int64_t c = 0; c < C; ++c) {
+        T xh = (xr[c] - m) * r;
+        d[c] = r * (g[c] * w[c] - sg - xh * sgx);
+      }
+    }
+#pragma omp critical
+    for (int64_t c = 0; c < C; ++c) {
+      dw[c] += ldw[c];
+      if (db) db[c] += ldb[c];
+    }
+  }
+}
+
+// ---- RMS norm: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
+template <class T>
+void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * C;
+    T s = 0;
+    for (int64_t c = 0; c < C; ++c) s += xr[c] * xr[c];
+    T r = T(1) / std::sqrt(s / T(C) + eps);
+    for (int64_t c = 0; c < C; ++c) y[n * C + c] = xr[c] * r * w[c];
+    rstd[n] = r;
+  }
+}
+
+template <class T>
+void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw, int64_t N,
+                      int64_t C) {
+#pragma omp parallel
+  {
+    std::vector<T> ldw(C, T(0));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* g = dy + n * C;
+      const T* xr = x + n * C;
+      T r = rstd[n];
+      T s = 0;  // sum g*w*x
+      for (int64_t c = 0; c < C; ++c) {
+        s += g[c] * w[c] * xr[c];
+        ldw[c] += g[c] * xr[c] * r;
+      }
+      T k = s * r * r * r / T(C);
+      for (int64_t c = 0; c < C; ++c) dx[n * C + c] = g[c] * w[c] * r - xr[c] * k;
+    }
+#pragma omp critical
+    for (int64_t c = 0; c < C; ++c) dw[c] += ldw[c];
+  }
+}
+
+// ---- cross entropy: logits [N, V], targets [N] ----
+template <class T, class I>
+void cross_entropy(const T* logits, const I* tgt, T* loss, T* lse, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static) if (N * V > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* z = logits + n * V;
+    T mx = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, z[v]);
+    T s = 0;
+    for (int64_t v = 0; v < V; ++v) s += std::exp(z[v] - mx);
+    T l = std::log(s) + mx;
+    lse[n] = l;
+    loss[n] = tgt[n] < 0 ? T(0) : l - z[tgt[n]];
+  }
+}
+
+template <class T, class I>
+void cross_entropy_backward(const T* logits, const I* tgt, const T* lse, const T* dloss, T* dz,
+                            int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static) if (N * V > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* z = logits + n * V;
+    T* d = dz + n * V;
+    if (tgt[n] < 0) {
+      for (int64_t v = 0; v < V; ++v) d[v] = 0;
+      continue;
+    }
+    T g = dloss[n], l = lse[n];
+    for (int64_t v = 0; v < V; ++v) d[v] = g * std::exp(z[v] - l);
+    d[tgt[n]] -= g;
+  }
+}
+
+// ---- AdamW (PyTorch semantics: p -= lr*wd*p; then Adam with bias correction) ----
+template <class T>
+void adamw(T* p, const T* g, T* m, T* v, int64_t n, double lr, double b1, double b2, double eps,
+           double wd, int64_t step) {
+  const double bc1 = 1.0 - std::pow(b1, (double)step);
+  const double bc2 = 1.0 - std::pow(b2, (double)step);
+  const T step_size = (T)(lr / bc1);
+  const T bc2_sqrt = (T)std::sqrt(bc2);
+  const T decay = (T)(1.0 - lr * wd);
+  const T tb1 = (T)b1, tb2 = (T)b2, teps = (T)eps;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    T gi = g[i];
+    p[i] *= decay;
+    m[i] = tb1 * m[i] + (T(1) - tb1) * gi;
+    v[i] = tb2 * v[i] + (T(1) - tb2) * gi * gi;
+    T denom = std::sqrt(v[i]) / bc2_sqrt + teps;
+    p[i] -= step_size * m[i] / denom;
+  }
+}
+
+
+// ---- broadcasting binary op: out[idx] = a[idx . sa] op b[idx . sb], out contiguous ----
+template <class T>
+void binary(BinaryOp op, const T* ap, const std::vector<int64_t>& sa, const T* bp,
+            const std::vector<int64_t>& sb, T* out, const Shape& os, int64_t na, int64_t nb) {
+  const int64_t n = shape_numel(os);
+  if (n == 0) return;
+  if (na == n && nb == n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) out[i] = binary_fwd(op, ap[i], bp[i]);
+    return;
+  }
+  if (na == n && nb == 1) {
+    const T bv = bp[0];
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) out[i] = binary_fwd(op, ap[i], bv);
+    return;
+  }
+  const int64_t nd = (int64_t)os.size();
+  const int64_t inner = os[nd - 1], outer = n / inner;
+  const int64_t ia = sa[nd - 1], ib = sb[nd - 1];
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t rem = o, pa = 0, pb = 0;
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      int64_t idx = rem % os[d];
+      rem /= os[d];
+      pa += idx * sa[d];
+      pb += idx * sb[d];
+    }
+    T* orow = out + o * inner;
+    for (int64_t i = 0; i < inner; ++i) orow[i] = binary_fwd(op, ap[pa + i * ia], bp[pb + i * ib]);
+  }
+}
+
+// ---- sum of x [xs] into out, out strides `so` over xs (0 on summed dims) ----
+template <class T>
+void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T* out, int64_t no) {
+  const int64_t n = shape_numel(xs);
+  for (int64_t i = 0; i < no; ++i) out[i] = T(0);
+  if (n == 0) return;
+  const int64_t nd = (int64_t)xs.size();
+  if (no == 1) {
+    T s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) s += xp[i];
+    out[0] = s;
+    return;
+  }
+  if (nd >= 1 && no == xs[nd - 1] && so[nd - 1] == 1) {  // [R, C] -> [C] (bias gradients)
+    const int64_t C = xs[nd - 1], R = n / C;
+#pragma omp parallel if (n > 65536)
+    {
+      std::vector<T> acc(C, T(0));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < C; ++c) acc[c] += xp[r * C + c];
+#pragma omp critical
+      for (int64_t c = 0; c < C; ++c) out[c] += acc[c];
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {  // generic walk, any pattern
+    int64_t rem = i, po = 0;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      int64_t idx = rem % xs[d];
+      rem /= xs[d];
+      po += idx * so[d];
+    }
+    out[po] += xp[i];
+  }
+}
+
+// ---- causal fill: x [N, T, S], x[n, i, j] = v for j > i + diag ----
+template <class T>
+void causal_fill(T* p, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag) {
+#pragma omp parallel for schedule(static) if (N * Tq * S > 65536)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < Tq; ++i) {
+      T* row = p + (n * Tq + i) * S;
+      for (int64_t j = std::max<int64_t>(0, i + diag + 1); j < S; ++j) row[j] = v;
+    }
+}
+
+// ---- gather / scatter-add along the middle dim of [outer, n, inner] (indices checked) ----
+template <class T, class I>
+void index_select(const T* x, const I* idx, T* out, int64_t outer, int64_t n, int64_t m,
+                  int64_t inner) {
+#pragma omp parallel for collapse(2) schedule(static) if (outer * m * inner > 65536)
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < m; ++i)
+      std::memcpy(out + (o * m + i) * inner, x + (o * n + idx[i]) * inner, inner * sizeof(T));
+}
+
+template <class T, class I>
+void index_add(T* out, const I* idx, const T* src, int64_t outer, int64_t n, int64_t m,
+               int64_t inner) {
+  // parallel over column blocks: no two threads touch the same element
+#pragma omp parallel for schedule(static) if (outer * m * inner > 65536 && inner >= 128)
+  for (int64_t c0 = 0; c0 < inner; c0 += 64) {
+    const int64_t c1 = std::min(inner, c0 + 64);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < m; ++i) {
+        T* dst = out + (o * n + idx[i]) * inner;
+        const T* s = src + (o * m + i) * inner;
+        for (int64_t c = c0; c < c1; ++c) dst[c] += s[c];
+      }
+  }
+}
+
+}  // namespace ctx::cpu::ref

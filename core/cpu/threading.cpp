@@ -1,0 +1,71 @@
+// core/cpu/threading.cpp — the one thread policy of the CPU backend (see docs/threading.md).
+// Thread count: CTXLAB_THREADS, else OMP_NUM_THREADS, else the cores in our affinity mask.
+// OpenMP (our kernels) and oneDNN (built on the same libgomp) share one pool; OpenBLAS runs
+// single-threaded inside our own OpenMP partition (core/cpu/gemm_openblas.cpp).
+#include "core/cpu/threading.h"
+
+#include <sched.h>  // sched_getaffinity, CPU_COUNT
+
+#include <cstdlib>  // getenv, strtol
+#include <mutex>
+
+#include <omp.h>
+
+#include "core/error.h"
+
+namespace ctx::cpu {
+
+namespace {
+
+// A positive integer from the environment variable `name`, or 0 when it is unset or empty.
+int env_threads(const char* name) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return 0;
+  char* end = nullptr;
+  long v = std::strtol(s, &end, 10);
+  // OMP_NUM_THREADS may be a list ("4,2"): its first entry is the outer level's count.
+  CTX_CHECK(end != s && (*end == '\0' || *end == ',') && v > 0 && v <= 4096, "threading: ", name,
+            "='", s, "' is not a positive thread count");
+  return (int)v;
+}
+
+int cores_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return omp_get_num_procs();
+}
+
+int g_threads = 0;  // 0 until init_threading has run
+std::once_flag g_init_once;
+
+}  // namespace
+
+void init_threading() {
+  std::call_once(g_init_once, [] {
+    int n = env_threads("CTXLAB_THREADS");
+    if (n == 0) n = env_threads("OMP_NUM_THREADS");
+    if (n == 0) n = cores_available();
+    g_threads = n;
+    omp_set_num_threads(n);
+    // OpenBLAS is not touched here: it is loaded lazily (only when the openblas GEMM is used)
+    // and set to one thread as it loads, see openblas_config().
+  });
+}
+
+int num_threads() {
+  init_threading();
+  return g_threads;
+}
+
+void set_num_threads(int n) {
+  CTX_CHECK(n > 0, "set_num_threads: thread count must be positive, got ", n);
+  init_threading();
+  g_threads = n;
+  omp_set_num_threads(n);  // oneDNN (OpenMP runtime) reads omp_get_max_threads() per primitive
+}
+
+}  // namespace ctx::cpu

@@ -1,0 +1,122 @@
+// core/tensor.h — dense, contiguous, row-major tensors over shared storage.
+// A Tensor is (storage, element offset, shape, dtype). Reshape and leading-dimension slices are
+// free views of the same storage; everything else (permute, general slices) materialises
+// through the backend. Memory comes from the device's buffer pool.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace ctx {
+
+using Shape = std::vector<int64_t>;
+
+int64_t shape_numel(const Shape& s);
+std::string shape_str(const Shape& s);  // "[2, 3, 4]"
+Shape contiguous_strides(const Shape& s);  // in elements
+
+// Device memory hooks: the CUDA backend registers these when it is compiled in.
+struct DeviceAllocator {
+  void* (*alloc)(size_t bytes) = nullptr;
+  void (*free)(void* p, size_t bytes) = nullptr;
+};
+void register_device_allocator(Device d, DeviceAllocator a);
+
+// A block of memory on one device, returned to its pool when the last Tensor lets go.
+struct Storage {
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data = nullptr;
+  size_t bytes = 0;
+  Device device = Device::CPU;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined tensor
+  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device dev = Device::CPU);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device dev = Device::CPU);
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::F32,
+                     Device dev = Device::CPU);
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& v, const Shape& shape);
+  static Tensor scalar(double v, DType dtype = DType::F32) { return full({}, v, dtype); }
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim() const { return (int64_t)shape_.size(); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const { return shape_numel(shape_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device : Device::CPU; }
+  size_t nbytes() const { return (size_t)numel() * dtype_size(dtype_); }
+  int64_t offset() const { return offset_; }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  std::string str() const;  // "f32[2, 3]"
+
+  // Typed access (checks dtype). CPU only for host reads; device pointers for backends.
+  template <class T> T* data();
+  template <class T> const T* data() const;
+  void* raw() { return (char*)storage_->data + offset_ * dtype_size(dtype_); }
+  const void* raw() const { return (const char*)storage_->data + offset_ * dtype_size(dtype_); }
+
+  // Views (share storage).
+  Tensor view(const Shape& shape) const;   // reshape; one dim may be -1
+  Tensor slice0(int64_t begin, int64_t end) const;  // rows [begin, end) of dim 0
+  Tensor select0(int64_t i) const;         // row i of dim 0, that dim dropped
+
+  // Copies.
+  Tensor clone() const;
+  Tensor to(DType dt) const;     // converts (copy even when dtype equal)
+  Tensor to(Device dev) const;   // device transfer
+  void copy_from(const Tensor& src);  // same shape/numel, converts dtype on CPU
+
+  // Host helpers for tests and I/O (CPU tensors).
+  double item() const;                // one-element tensor
+  double at(int64_t flat_index) const;  // element as double
+  void set(int64_t flat_index, double v);
+  template <class T> std::vector<T> to_vector() const;
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  int64_t offset_ = 0;  // in elements
+  Shape shape_;
+  DType dtype_ = DType::F32;
+};
+
+// --- template definitions ---
+template <class T> T* Tensor::data() {
+  CTX_CHECK(defined(), "Tensor::data: undefined tensor");
+  CTX_CHECK(dtype_of<T>::value == dtype_, "Tensor::data: tensor is ", dtype_name(dtype_),
+            str(), " but ", dtype_name(dtype_of<T>::value), " was requested");
+  return reinterpret_cast<T*>(raw());
+}
+template <class T> const T* Tensor::data() const {
+  CTX_CHECK(defined(), "Tensor::data: undefined tensor");
+  CTX_CHECK(dtype_of<T>::value == dtype_, "Tensor::data: tensor is ", dtype_name(dtype_),
+            str(), " but ", dtype_name(dtype_of<T>::value), " was requested");
+  return reinterpret_cast<const T*>(raw());
+}
+template <class T> Tensor Tensor::from_vector(const std::vector<T>& v, const Shape& shape) {
+  CTX_CHECK((int64_t)v.size() == shape_numel(shape), "Tensor::from_vector: ", v.size(),
+            " values for shape ", shape_str(shape));
+  Tensor t = empty(shape, dtype_of<T>::value);
+  T* p = t.data<T>();
+  for (size_t i = 0; i < v.size(); ++i) p[i] = v[i];
+  return t;
+}
+template <class T> std::vector<T> Tensor::to_vector() const {
+  CTX_CHECK(device() == Device::CPU, "Tensor::to_vector: tensor is on ", device_name(device()));
+  std::vector<T> out((size_t)numel());
+  for (int64_t i = 0; i < numel(); ++i) out[(size_t)i] = (T)at(i);
+  return out;
+}
+
+}  // namespace ctx

@@ -1,0 +1,34 @@
+// train/cli_verbs.cpp — the verb table of the CLI. Verbs whose issue has not landed yet say so
+// and exit non-zero.
+#include <cstdio>
+
+#include "train/cli.h"
+
+namespace ctx::cli {
+
+static int not_yet(const char* verb) {
+  std::fprintf(stderr, "ctxlab %s: not yet implemented in this build\n", verb);
+  return 3;
+}
+static int run_train(int, char**) { return not_yet("train"); }
+static int run_eval(int, char**) { return not_yet("eval"); }
+static int run_finetune(int, char**) { return not_yet("finetune"); }
+static int run_sample(int, char**) { return not_yet("sample"); }
+static int run_grads(int, char**) { return not_yet("grads"); }
+static int run_init(int, char**) { return not_yet("init"); }
+static int run_gradcheck(int, char**) { return not_yet("gradcheck"); }
+
+const std::vector<Verb>& verbs() {
+  static const std::vector<Verb> v = {
+      {"train", "train a model from a config or preset on a text corpus", run_train},
+      {"eval", "perplexity / bits-per-byte of a checkpoint at one or more context lengths", run_eval},
+      {"finetune", "continue training at a longer context with RoPE scaling (PI workflow)", run_finetune},
+      {"sample", "generate text from a prompt (temperature, top-k, seed)", run_sample},
+      {"grads", "one forward/backward on a token batch; write d(loss)/d(param) as safetensors", run_grads},
+      {"init", "write a freshly initialised checkpoint for a config", run_init},
+      {"gradcheck", "finite-difference check of an encoding's attention or an op", run_gradcheck},
+  };
+  return v;
+}
+
+}  // namespace ctx::cli

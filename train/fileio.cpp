@@ -1,0 +1,128 @@
+// train/fileio.cpp — atomic writes, whole-file reads and message quoting (see fileio.h).
+#include "train/fileio.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace ctx {
+
+static std::string errno_text(int err) { return std::strerror(err); }
+
+static std::string dir_of(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+void write_file_atomic(const std::string& path, const std::vector<ByteSpan>& parts,
+                       const std::string& what) {
+  CTX_CHECK(!path.empty(), what, ": empty output path");
+  const std::string tmp = path + ".tmp";
+  auto fail = [&](const std::string& step, int err, std::FILE* f) {
+    if (f) std::fclose(f);
+    std::remove(tmp.c_str());
+    throw Error(str(what, " ", path, ": cannot write: ", step, " ", tmp, " failed: ",
+                    errno_text(err)));
+  };
+  // "wb" truncates a stale tmp file left by a writer that was killed half-way.
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) {
+    int err = errno;
+    throw Error(str(what, " ", path, ": cannot write: open ", tmp, " failed: ", errno_text(err)));
+  }
+  for (const ByteSpan& p : parts) {
+    if (p.size == 0) continue;
+    if (std::fwrite(p.data, 1, p.size, f) != p.size) fail("write to", errno, f);
+  }
+  if (std::fflush(f) != 0) fail("flush of", errno, f);
+  if (::fsync(fileno(f)) != 0) fail("fsync of", errno, f);
+  if (std::fclose(f) != 0) fail("close of", errno, nullptr);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("rename over the target of", errno, nullptr);
+  // Make the rename itself durable. Some filesystems refuse fsync on directories (EINVAL);
+  // the data is already safe then, so only a failure to open the directory is ignored too.
+  int dfd = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    if (::fsync(dfd) != 0 && errno != EINVAL && errno != EROFS) {
+      int err = errno;
+      ::close(dfd);
+      throw Error(str(what, " ", path, ": fsync of directory ", dir_of(path),
+                      " failed: ", errno_text(err)));
+    }
+    ::close(dfd);
+  }
+}
+
+std::string read_file(const std::string& path, const std::string& what) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    int err = errno;
+    throw Error(str(what, " ", path, ": cannot open: ", errno_text(err)));
+  }
+  CTX_CHECK(S_ISREG(st.st_mode), what, " ", path, ": not a regular file");
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    int err = errno;
+    throw Error(str(what, " ", path, ": cannot open: ", errno_text(err)));
+  }
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    size_t n = std::fread(buf, 1, sizeof buf, f);
+    out.append(buf, n);
+    if (n < sizeof buf) break;
+  }
+  bool bad = std::ferror(f) != 0;
+  int err = errno;
+  std::fclose(f);
+  CTX_CHECK(!bad, what, " ", path, ": read error: ", errno_text(err));
+  return out;
+}
+
+std::string quoted(const std::string& s, size_t max_len) {
+  static const char* hex = "0123456789abcdef";
+  std::string out = "'";
+  size_t n = 0;
+  for (unsigned char c : s) {
+    if (n++ == max_len) {
+      out += "...";
+      break;
+    }
+    if (c == '\\' || c == '\'') {
+      out += '\\';
+      out += (char)c;
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += (char)c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  out += "'";
+  return out;
+}
+
+std::string json_error_text(const std::exception& e) {
+  std::string m = e.what();
+  if (!m.empty() && m[0] == '[') {
+    size_t close = m.find("] ");
+    if (close != std::string::npos) m = m.substr(close + 2);
+  }
+  // nlohmann escapes control characters in "last read: ...", but be safe: keep it one line.
+  for (char& c : m)
+    if (c == '\n' || c == '\r') c = ' ';
+  if (m.size() > 300) m = m.substr(0, 300) + "...";
+  return m;
+}
+
+}  // namespace ctx

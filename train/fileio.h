@@ -1,0 +1,89 @@
+// train/fileio.h — small file helpers shared by the readers and writers in train/ (safetensors,
+// npy, config, tokenizer): whole-file reads with clear errors, atomic writes (write <path>.tmp,
+// fsync, rename over <path>, fsync the directory), strict JSON parsing (duplicate keys are an
+// error), overflow-checked size arithmetic and quoting of untrusted strings for error messages.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace ctx {
+
+// One piece of a file being written.
+struct ByteSpan {
+  const void* data;
+  size_t size;
+};
+
+// Writes the concatenation of `parts` to `path` atomically: the bytes go to `<path>.tmp`
+// (a stale one left by a killed writer is overwritten), which is flushed, fsync'ed and renamed
+// over `path`; then the directory is fsync'ed. On any failure the tmp file is removed, `path` is
+// untouched, and a ctx::Error naming `what` (e.g. "safetensors") and the path is thrown.
+void write_file_atomic(const std::string& path, const std::vector<ByteSpan>& parts,
+                       const std::string& what);
+
+// Reads a whole regular file. Errors (missing, a directory, unreadable) name `what` and `path`.
+std::string read_file(const std::string& path, const std::string& what);
+
+// `s` quoted for an error message: printable ASCII kept, everything else escaped (\n, \xNN), and
+// cut after `max_len` characters, so that a malicious name cannot break the one-line message.
+std::string quoted(const std::string& s, size_t max_len = 120);
+
+// a * b and a + b for sizes; false on overflow.
+inline bool mul_ok(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+inline bool add_ok(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_add_overflow(a, b, out);
+}
+
+// Parses JSON text with nlohmann (J = nlohmann::json or nlohmann::ordered_json), rejecting
+// duplicate keys in any object (nlohmann would silently keep the last). Errors are one-line
+// ctx::Error "<where>: JSON parse error at line L, column C: ..." / "<where>: duplicate key ...".
+template <class J>
+J parse_json_strict(const char* begin, const char* end, const std::string& where);
+
+// The parser's message without nlohmann's "[json.exception.parse_error.101] " prefix.
+std::string json_error_text(const std::exception& e);
+
+// ---- template definition ----
+template <class J>
+J parse_json_strict(const char* begin, const char* end, const std::string& where) {
+  std::vector<std::set<std::string>> keys;  // keys seen, one list per open object
+  std::string dup;                           // first duplicate key found
+  int dup_depth = -1;
+  auto cb = [&](int depth, typename J::parse_event_t ev, J& parsed) -> bool {
+    using E = typename J::parse_event_t;
+    if (ev == E::object_start) {
+      keys.emplace_back();
+    } else if (ev == E::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (ev == E::key && !keys.empty() && dup_depth < 0) {
+      std::string k = parsed.template get<std::string>();
+      if (!keys.back().insert(k).second) {
+        dup = std::move(k);
+        dup_depth = depth;
+      }
+    }
+    return true;
+  };
+  J j;
+  try {
+    j = J::parse(begin, end, cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str(where, ": JSON parse error: ", json_error_text(e)));
+  }
+  if (dup_depth >= 0)
+    throw Error(str(where, ": duplicate key ", quoted(dup),
+                    dup_depth <= 1 ? " at the top level" : " in a nested object",
+                    " (each key may appear once)"));
+  return j;
+}
+
+}  // namespace ctx

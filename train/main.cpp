@@ -1,0 +1,53 @@
+// train/main.cpp — the `ctxlab` binary: parses the verb and hands over to train/cli_*.cpp.
+// Verbs are those of MODEL_SPEC §6. Every error is one line on stderr and a non-zero exit.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "train/cli.h"
+
+namespace {
+
+void print_help() {
+  std::printf(
+      "ctxlab — train small transformer LMs and study positional encodings.\n"
+      "\n"
+      "usage: ctxlab <verb> [options]     (ctxlab <verb> --help for the verb's options)\n"
+      "\n"
+      "verbs:\n");
+  for (const auto& v : ctx::cli::verbs())
+    std::printf("  %-10s %s\n", v.name, v.summary);
+  std::printf(
+      "\n"
+      "examples:\n"
+      "  ctxlab train --preset small --out runs/small          # main job, shipped corpus\n"
+      "  ctxlab eval --checkpoint runs/small/model.safetensors --lengths 256,512,1024\n"
+      "  ctxlab sample --checkpoint runs/small/model.safetensors --prompt \"It is a truth\"\n"
+      "\n"
+      "environment:\n"
+      "  CTXLAB_THREADS   threads for OpenMP / oneDNN (default: cores available)\n"
+      "  CTXLAB_GEMM      onednn | openblas | reference (default: onednn, measured faster)\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    print_help();
+    return argc < 2 ? 1 : 0;
+  }
+  std::string verb = argv[1];
+  for (const auto& v : ctx::cli::verbs()) {
+    if (verb != v.name) continue;
+    try {
+      return v.run(argc - 1, argv + 1);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ctxlab %s: error: %s\n", v.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "ctxlab: unknown verb '%s' (run 'ctxlab --help' for the list)\n", verb.c_str());
+  return 2;
+}
