@@ -14,6 +14,18 @@ static void check_index_tensor(const Tensor& idx, const char* op) {
             ": indices must be i32 or i64, got ", idx.str());
 }
 
+// Range-check host indices against n here, so that the error names the calling op and both
+// shapes (the backend checks again, but names its primitive: index_select / index_add).
+static void check_index_range(const Tensor& idx, int64_t n, const char* op, const char* what,
+                              const Tensor& x) {
+  if (idx.device() != Device::CPU) return;
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    int64_t v = idx.dtype() == DType::I32 ? (int64_t)idx.data<int32_t>()[i] : idx.data<int64_t>()[i];
+    CTX_CHECK(v >= 0 && v < n, op, ": ", what, " ", v, " at position ", i, " out of range [0, ", n,
+              ") for ", x.str(), " (", what, "s ", idx.str(), ")");
+  }
+}
+
 Variable index_select(const Variable& x, int64_t dim, const Tensor& idx) {
   const Tensor xd = x.data();
   check_index_tensor(idx, "index_select");
@@ -34,6 +46,7 @@ Variable embedding(const Variable& weight, const Tensor& ids) {
   const Tensor& w = weight.data();
   check_index_tensor(ids, "embedding");
   CTX_CHECK(w.dim() == 2, "embedding: weight must be [V, D], got ", w.str());
+  check_index_range(ids, w.size(0), "embedding", "id", w);
   Shape os = ids.shape();
   os.push_back(w.size(1));
   Variable flat = index_select(weight, 0, ids.view({ids.numel()}));
@@ -49,6 +62,7 @@ Variable scatter_add(const Variable& x, int64_t dim, const Tensor& idx, const Va
   expect[d] = idx.numel();
   CTX_CHECK(src.shape() == expect, "scatter_add: src ", src.data().str(), " should be ",
             shape_str(expect), " for x ", xd.str(), " and ", idx.numel(), " indices along dim ", d);
+  check_index_range(idx, xd.size(d), "scatter_add", "index", xd);
   Tensor out = xd.clone();
   backend_of(xd).index_add(out, d, idx, src.data());
   return make_result(out, "scatter_add", {x, src}, [x, src, d, idx](const Tensor& g) {

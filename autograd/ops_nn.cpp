@@ -24,6 +24,7 @@ Variable layer_norm(const Variable& x, const Variable& w, const Variable& b, dou
   const Tensor xd = x.data(), wd = w.data();
   Tensor bd = b.defined() ? b.data() : Tensor();
   check_compatible(xd, wd, "layer_norm");
+  CTX_CHECK(xd.dim() >= 1, "layer_norm: x must have at least one dim, got ", xd.str());
   const int64_t C = xd.size(-1), N = xd.numel() / (C ? C : 1);
   Tensor y = empty_like(xd);
   Tensor mean = Tensor::empty({N}, xd.dtype(), xd.device());
@@ -45,6 +46,7 @@ Variable layer_norm(const Variable& x, const Variable& w, const Variable& b, dou
 Variable rms_norm(const Variable& x, const Variable& w, double eps) {
   const Tensor xd = x.data(), wd = w.data();
   check_compatible(xd, wd, "rms_norm");
+  CTX_CHECK(xd.dim() >= 1, "rms_norm: x must have at least one dim, got ", xd.str());
   const int64_t C = xd.size(-1), N = xd.numel() / (C ? C : 1);
   Tensor y = empty_like(xd);
   Tensor rstd = Tensor::empty({N}, xd.dtype(), xd.device());
@@ -63,8 +65,8 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets) {
   CTX_CHECK(z.dim() == 2, "cross_entropy: logits must be [N, V], got ", z.str());
   CTX_CHECK(targets.defined() && (targets.dtype() == DType::I32 || targets.dtype() == DType::I64),
             "cross_entropy: targets must be i32 or i64, got ", targets.str());
-  CTX_CHECK(targets.numel() == z.size(0), "cross_entropy: ", targets.numel(), " targets for logits ",
-            z.str());
+  CTX_CHECK(targets.numel() == z.size(0), "cross_entropy: targets ", targets.str(), " (",
+            targets.numel(), " targets) do not match logits ", z.str());
   const int64_t N = z.size(0);
   Tensor tg = targets.view({N});
   Tensor loss = Tensor::empty({N}, z.dtype(), z.device());

@@ -49,8 +49,11 @@ int64_t get_size(const json& j, const char* key, const std::string& where) {
   const json& v = j.at(key);
   CTX_CHECK(v.is_number_integer(), where, ": field '", key, "' must be an integer (got ",
             shown(v), ")");
-  CTX_CHECK(v.is_number_unsigned() && v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= (uint64_t)kMaxSize,
-            where, ": field '", key, "' must be a positive integer <= ", kMaxSize, " (got ",
+  // nlohmann keeps parsed non-negative integers as unsigned and ones built in C++ as signed.
+  const bool ok = v.is_number_unsigned()
+                      ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= (uint64_t)kMaxSize
+                      : v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxSize;
+  CTX_CHECK(ok, where, ": field '", key, "' must be a positive integer <= ", kMaxSize, " (got ",
             v.dump(), ")");
   return v.get<int64_t>();
 }
@@ -87,7 +90,7 @@ void validate_config(const ModelConfig& c, const std::string& source) {
   CTX_CHECK(c.d_model % c.n_heads == 0, where, ": field 'd_model' (", c.d_model,
             ") must be divisible by field 'n_heads' (", c.n_heads, ") so that head_dim is whole");
   CTX_CHECK(c.norm == "layernorm" || c.norm == "rmsnorm", where, ": field 'norm' must be "
-            "\"layernorm\" or \"rmsnorm\" (got ", quoted(c.norm), ")");
+            "\"layernorm\" or \"rmsnorm\" (got ", quoted_str(c.norm), ")");
   CTX_CHECK(std::isfinite(c.norm_eps) && c.norm_eps > 0, where,
             ": field 'norm_eps' must be a finite number > 0 (got ", c.norm_eps, ")");
   CTX_CHECK(std::isfinite(c.dropout) && c.dropout >= 0 && c.dropout < 1, where,
@@ -114,7 +117,7 @@ ModelConfig config_from_json(const json& j, const std::string& source) {
       size_t d = edit_distance(k, cand);
       if (d < best_d) best_d = d, best = cand;
     }
-    throw Error(str(where, ": unknown key ", quoted(k),
+    throw Error(str(where, ": unknown key ", quoted_str(k),
                     best.empty() ? std::string() : " (did you mean '" + best + "'?)",
                     "; valid keys: ", joined(keys)));
   }
@@ -188,7 +191,7 @@ ModelConfig preset_config(const std::string& name) {
   } else if (name == "medium") {
     c.d_model = 512, c.n_layers = 8, c.n_heads = 8, c.context = 512;
   } else {
-    throw Error(str("config: unknown preset ", quoted(name), " (valid presets: ",
+    throw Error(str("config: unknown preset ", quoted_str(name), " (valid presets: ",
                     joined(preset_names()), ")"));
   }
   c.d_ff = 4 * c.d_model;

@@ -84,7 +84,7 @@ std::string read_file(const std::string& path, const std::string& what) {
   return out;
 }
 
-std::string quoted(const std::string& s, size_t max_len) {
+std::string quoted_str(const std::string& s, size_t max_len) {
   static const char* hex = "0123456789abcdef";
   std::string out = "'";
   size_t n = 0;

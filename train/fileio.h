@@ -33,7 +33,12 @@ std::string read_file(const std::string& path, const std::string& what);
 
 // `s` quoted for an error message: printable ASCII kept, everything else escaped (\n, \xNN), and
 // cut after `max_len` characters, so that a malicious name cannot break the one-line message.
-std::string quoted(const std::string& s, size_t max_len = 120);
+std::string quoted_str(const std::string& s, size_t max_len = 120);
+
+// `s` cut to `max_len` characters (with "..."), for shapes and values echoed in messages.
+inline std::string brief(const std::string& s, size_t max_len = 100) {
+  return s.size() <= max_len ? s : s.substr(0, max_len) + "...";
+}
 
 // a * b and a + b for sizes; false on overflow.
 inline bool mul_ok(uint64_t a, uint64_t b, uint64_t* out) {
@@ -43,8 +48,11 @@ inline bool add_ok(uint64_t a, uint64_t b, uint64_t* out) {
   return !__builtin_add_overflow(a, b, out);
 }
 
+constexpr int kMaxJsonDepth = 64;
+
 // Parses JSON text with nlohmann (J = nlohmann::json or nlohmann::ordered_json), rejecting
-// duplicate keys in any object (nlohmann would silently keep the last). Errors are one-line
+// duplicate keys in any object (nlohmann would silently keep the last) and nesting deeper than
+// kMaxJsonDepth. Errors are one-line
 // ctx::Error "<where>: JSON parse error at line L, column C: ..." / "<where>: duplicate key ...".
 template <class J>
 J parse_json_strict(const char* begin, const char* end, const std::string& where);
@@ -60,6 +68,9 @@ J parse_json_strict(const char* begin, const char* end, const std::string& where
   int dup_depth = -1;
   auto cb = [&](int depth, typename J::parse_event_t ev, J& parsed) -> bool {
     using E = typename J::parse_event_t;
+    // Bounded nesting: copying, dumping and comparing nlohmann values recurse.
+    if ((ev == E::object_start || ev == E::array_start) && depth >= kMaxJsonDepth)
+      throw Error(str(where, ": JSON nested deeper than ", kMaxJsonDepth, " levels"));
     if (ev == E::object_start) {
       keys.emplace_back();
     } else if (ev == E::object_end) {
@@ -80,7 +91,7 @@ J parse_json_strict(const char* begin, const char* end, const std::string& where
     throw Error(str(where, ": JSON parse error: ", json_error_text(e)));
   }
   if (dup_depth >= 0)
-    throw Error(str(where, ": duplicate key ", quoted(dup),
+    throw Error(str(where, ": duplicate key ", quoted_str(dup),
                     dup_depth <= 1 ? " at the top level" : " in a nested object",
                     " (each key may appear once)"));
   return j;

@@ -33,7 +33,7 @@ struct HeaderParser {
 
   [[noreturn]] void fail(const std::string& msg) const {
     throw Error(str(where, ": malformed header at character ", p, ": ", msg, " (header ",
-                    quoted(text, 100), ")"));
+                    quoted_str(text, 100), ")"));
   }
   void ws() {
     while (p < text.size() && (text[p] == ' ' || text[p] == '\t' || text[p] == '\n' ||
@@ -119,7 +119,7 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
   CTX_CHECK(size >= 10, where, ": file is ", size, " bytes, too short for the .npy magic and "
             "header length (truncated header)");
   CTX_CHECK(std::memcmp(data, kMagic, 6) == 0, where, ": bad magic (expected \\x93NUMPY, got ",
-            quoted(std::string((const char*)data, 6)), "); not a .npy file");
+            quoted_str(std::string((const char*)data, 6)), "); not a .npy file");
   const int major = data[6], minor = data[7];
   CTX_CHECK((major == 1 || major == 2 || major == 3) && minor == 0, where,
             ": unsupported format version ", major, ".", minor, " (expected 1.0, 2.0 or 3.0)");
@@ -145,7 +145,7 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
   std::vector<int64_t> shape;
   while (!ps.eat('}')) {
     const std::string key = ps.string_lit();
-    if (!ps.eat(':')) ps.fail("expected ':' after key " + quoted(key));
+    if (!ps.eat(':')) ps.fail("expected ':' after key " + quoted_str(key));
     DictValue v = ps.value();
     if (key == "descr") {
       CTX_CHECK(!have_descr, where, ": field 'descr' appears twice in the header");
@@ -165,11 +165,11 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
       shape = v.tuple;
       have_shape = true;
     } else {
-      throw Error(str(where, ": unknown header key ", quoted(key),
+      throw Error(str(where, ": unknown header key ", quoted_str(key),
                       " (expected 'descr', 'fortran_order', 'shape')"));
     }
     if (ps.eat('}')) break;
-    if (!ps.eat(',')) ps.fail("expected ',' or '}' after the value of " + quoted(key));
+    if (!ps.eat(',')) ps.fail("expected ',' or '}' after the value of " + quoted_str(key));
   }
   ps.ws();
   if (ps.p != text.size()) ps.fail("unexpected text after the closing '}'");
@@ -185,13 +185,13 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
   else if (descr == "<f4") h.dtype = DType::F32, itemsize = 4;
   else if (descr == "<f8") h.dtype = DType::F64, itemsize = 8;
   else
-    throw Error(str(where, ": unsupported dtype (field 'descr') ", quoted(descr),
+    throw Error(str(where, ": unsupported dtype (field 'descr') ", quoted_str(descr),
                     " (expected one of ", kDescrList, ")"));
   uint64_t numel = 1;
   for (int64_t d : shape) {
     CTX_CHECK(mul_ok(numel, (uint64_t)d, &numel) &&
                   numel <= (uint64_t)std::numeric_limits<int64_t>::max(),
-              where, ": field 'shape' ", shape_str(shape), " has too many elements");
+              where, ": field 'shape' ", brief(shape_str(shape)), " has too many elements");
   }
   h.shape = shape;
   h.numel = numel;
@@ -199,8 +199,8 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
   const uint64_t have = size - h.data_start;
   uint64_t need = 0;
   bool fits = mul_ok(numel, itemsize, &need);
-  CTX_CHECK(fits && need == have, where, ": field 'shape' ", shape_str(shape), " with dtype ",
-            quoted(descr), " needs ", fits ? str(need) : std::string("more than 2^64"),
+  CTX_CHECK(fits && need == have, where, ": field 'shape' ", brief(shape_str(shape)), " with dtype ",
+            quoted_str(descr), " needs ", fits ? str(need) : std::string("more than 2^64"),
             " data bytes but the file has ", have,
             have < need || !fits ? " (truncated data)" : " (trailing bytes)");
   return h;

@@ -108,19 +108,19 @@ Header parse_header(const char* text, size_t n, uint64_t data_len, const std::st
       CTX_CHECK(v.is_object(), where, ": field '__metadata__' must be an object of strings (got ",
                 v.type_name(), ")");
       for (auto m = v.begin(); m != v.end(); ++m) {
-        CTX_CHECK(m.value().is_string(), where, ": __metadata__ value for key ", quoted(m.key()),
+        CTX_CHECK(m.value().is_string(), where, ": __metadata__ value for key ", quoted_str(m.key()),
                   " must be a string (got ", m.value().type_name(), ")");
         h.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    const std::string t = "tensor " + quoted(key);
+    const std::string t = "tensor " + quoted_str(key);
     CTX_CHECK(!key.empty(), where, ": empty tensor name in the header");
     CTX_CHECK(v.is_object(), where, ": ", t, ": entry must be an object with dtype, shape and "
               "data_offsets (got ", v.type_name(), ")");
     for (auto f = v.begin(); f != v.end(); ++f)
       CTX_CHECK(f.key() == "dtype" || f.key() == "shape" || f.key() == "data_offsets", where, ": ",
-                t, ": unknown field ", quoted(f.key()), " (expected dtype, shape, data_offsets)");
+                t, ": unknown field ", quoted_str(f.key()), " (expected dtype, shape, data_offsets)");
     Entry e;
     e.name = key;
     // dtype
@@ -132,7 +132,7 @@ Header parse_header(const char* text, size_t n, uint64_t data_len, const std::st
     const std::string dn = d->get<std::string>();
     for (const FileTypeInfo& ti : kTypes)
       if (dn == ti.name) e.type = &ti;
-    CTX_CHECK(e.type, where, ": ", t, ": unsupported dtype ", quoted(dn), " (expected one of ",
+    CTX_CHECK(e.type, where, ": ", t, ": unsupported dtype ", quoted_str(dn), " (expected one of ",
               kTypeList, ")");
     // shape
     auto s = v.find("shape");
@@ -150,7 +150,7 @@ Header parse_header(const char* text, size_t n, uint64_t data_len, const std::st
       uint64_t dim = x.get<uint64_t>();
       CTX_CHECK(mul_ok(numel, dim, &numel) &&
                     numel <= (uint64_t)std::numeric_limits<int64_t>::max(),
-                where, ": ", t, ": shape ", s->dump(), " has too many elements");
+                where, ": ", t, ": shape ", brief(s->dump()), " has too many elements");
       e.shape.push_back((int64_t)dim);
     }
     e.numel = numel;
@@ -159,10 +159,10 @@ Header parse_header(const char* text, size_t n, uint64_t data_len, const std::st
     CTX_CHECK(o != v.end(), where, ": ", t, ": missing field 'data_offsets' (expected [begin, "
               "end])");
     CTX_CHECK(o->is_array() && o->size() == 2, where, ": ", t, ": field 'data_offsets' must be a "
-              "list of 2 integers [begin, end] (got ", o->dump().substr(0, 80), ")");
+              "list of 2 integers [begin, end] (got ", brief(o->dump(), 80), ")");
     for (size_t i = 0; i < 2; ++i)
       CTX_CHECK((*o)[i].is_number_unsigned(), where, ": ", t, ": data_offsets[", i,
-                "] must be a non-negative integer (got ", (*o)[i].dump().substr(0, 80), ")");
+                "] must be a non-negative integer (got ", brief((*o)[i].dump(), 80), ")");
     e.begin = (*o)[0].get<uint64_t>();
     e.end = (*o)[1].get<uint64_t>();
     CTX_CHECK(e.begin <= e.end, where, ": ", t, ": data_offsets [", e.begin, ", ", e.end,
@@ -173,7 +173,7 @@ Header parse_header(const char* text, size_t n, uint64_t data_len, const std::st
     bool fits = mul_ok(numel, e.type->size, &bytes);
     CTX_CHECK(fits && bytes == e.end - e.begin, where, ": ", t, ": data_offsets [", e.begin, ", ",
               e.end, "] span ", e.end - e.begin, " bytes but ", e.type->name,
-              shape_str(e.shape), " needs ", fits ? str(bytes) : std::string("more than 2^64"),
+              brief(shape_str(e.shape)), " needs ", fits ? str(bytes) : std::string("more than 2^64"),
               " bytes");
     h.entries.push_back(std::move(e));
   }
@@ -184,9 +184,9 @@ Header parse_header(const char* text, size_t n, uint64_t data_len, const std::st
   std::sort(ranges.begin(), ranges.end(),
             [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
   for (size_t i = 1; i < ranges.size(); ++i)
-    CTX_CHECK(ranges[i]->begin >= ranges[i - 1]->end, where, ": tensor ", quoted(ranges[i]->name),
+    CTX_CHECK(ranges[i]->begin >= ranges[i - 1]->end, where, ": tensor ", quoted_str(ranges[i]->name),
               ": data_offsets [", ranges[i]->begin, ", ", ranges[i]->end,
-              "] overlap those of tensor ", quoted(ranges[i - 1]->name), " [",
+              "] overlap those of tensor ", quoted_str(ranges[i - 1]->name), " [",
               ranges[i - 1]->begin, ", ", ranges[i - 1]->end, ")");
   return h;
 }
@@ -240,7 +240,7 @@ SafetensorsFile assemble(Header&& h, const std::string& file,
 
 const Tensor& SafetensorsFile::at(const std::string& name) const {
   auto it = tensors.find(name);
-  CTX_CHECK(it != tensors.end(), "safetensors ", source, ": no tensor ", quoted(name), " (the file has ",
+  CTX_CHECK(it != tensors.end(), "safetensors ", source, ": no tensor ", quoted_str(name), " (the file has ",
             tensors.size(), " tensors)");
   return it->second;
 }
@@ -310,8 +310,8 @@ std::string safetensors_header(const std::vector<std::pair<std::string, Tensor>>
     CTX_CHECK(!name.empty(), "save_safetensors: empty tensor name");
     CTX_CHECK(name != "__metadata__", "save_safetensors: '__metadata__' is reserved, not a tensor "
               "name");
-    CTX_CHECK(!h.contains(name), "save_safetensors: duplicate tensor name ", quoted(name));
-    CTX_CHECK(t.defined(), "save_safetensors: tensor ", quoted(name), " is undefined");
+    CTX_CHECK(!h.contains(name), "save_safetensors: duplicate tensor name ", quoted_str(name));
+    CTX_CHECK(t.defined(), "save_safetensors: tensor ", quoted_str(name), " is undefined");
     const uint64_t bytes = t.nbytes();
     ojson e = ojson::object();
     e["dtype"] = st_dtype_name(t.dtype());
@@ -340,7 +340,7 @@ void save_safetensors(const std::string& path,
   std::vector<std::pair<std::string, Tensor>> host;
   host.reserve(tensors.size());
   for (const auto& nt : tensors) {
-    CTX_CHECK(nt.second.defined(), "save_safetensors ", path, ": tensor ", quoted(nt.first),
+    CTX_CHECK(nt.second.defined(), "save_safetensors ", path, ": tensor ", quoted_str(nt.first),
               " is undefined");
     host.emplace_back(nt.first, nt.second.device() == Device::CPU ? nt.second
                                                                    : nt.second.to(Device::CPU));

@@ -366,7 +366,7 @@ class CpuBackend final : public Backend {
       const I* t = targets.data<I>();
       for (int64_t i = 0; i < targets.numel(); ++i)
         CTX_CHECK(t[i] >= -1 && t[i] < V, op, ": target ", (int64_t)t[i], " at row ", i,
-                  " out of range [0, ", V, ") for logits ", logits.str());
+                  " out of range [0, ", V, ") for logits ", logits.str(), " (targets ", targets.str(), ")");
     });
   }
 

@@ -1,0 +1,213 @@
+// bench/gemm.cpp — GFLOP/s of ctxlab's CPU GEMM path (Backend::gemm on Tensors, per
+// implementation) against the raw library calls (oneDNN matmul primitive, dnnl_sgemm, OpenBLAS
+// cblas_sgemm) on the model's shapes, at 1 and 2 threads. Prints a table and one JSON line per
+// (shape, threads); "overhead" is ctxlab's time over the raw call of the same library.
+//   bench_gemm [--repeats 30] [--threads 1,2] [--shape qkv]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "core/backend.h"
+#include "core/cpu/gemm.h"
+#include "core/cpu/threading.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace {
+
+using ctx::GemmDesc;
+using ctx::Tensor;
+namespace cpu = ctx::cpu;
+
+struct Shape {
+  const char* name;
+  const char* what;
+  GemmDesc g;
+};
+
+GemmDesc desc(int64_t M, int64_t N, int64_t K, bool ta, bool tb, int64_t batch = 1) {
+  GemmDesc g;
+  g.M = M, g.N = N, g.K = K, g.trans_a = ta, g.trans_b = tb, g.batch = batch;
+  g.stride_a = M * K, g.stride_b = K * N, g.stride_c = M * N;
+  return g;
+}
+
+// The GEMMs of one training step of the model (B*T = 2048 tokens, C = 256, 8 heads of 32).
+const std::vector<Shape> kShapes = {
+    {"qkv", "X[2048,256] W[256,768]", desc(2048, 768, 256, false, false)},
+    {"qkv_dx", "dY[2048,768] W^T (W [256,768])", desc(2048, 256, 768, false, true)},
+    {"qkv_dw", "X^T dY (X [2048,256], dY [2048,768])", desc(256, 768, 2048, true, false)},
+    {"mlp_up", "X[2048,256] W[256,1024]", desc(2048, 1024, 256, false, false)},
+    {"mlp_down", "H[2048,1024] W[1024,256]", desc(2048, 256, 1024, false, false)},
+    {"lm_head", "X[2048,256] E^T (E [256,256])", desc(2048, 256, 256, false, true)},
+    {"attn_qk", "64 x Q[256,32] K^T (K [256,32])", desc(256, 256, 32, false, true, 64)},
+    {"attn_pv", "64 x P[256,256] V[256,32]", desc(256, 32, 256, false, false, 64)},
+};
+
+double median_ms(const std::function<void()>& f, int repeats) {
+  for (int i = 0; i < 3; ++i) f();  // warm-up: primitive creation, caches, page faults
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                    .count());
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+// The raw oneDNN matmul: plain layouts by format tag, created once, memories created once.
+struct RawMatmul {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  dnnl::matmul prim;
+  std::unordered_map<int, dnnl::memory> args;
+  std::string impl;
+
+  RawMatmul(const GemmDesc& g, float* A, float* B, float* C) {
+    using tag = dnnl::memory::format_tag;
+    const bool b3 = g.batch > 1;
+    auto md = [&](int64_t r, int64_t c, bool trans) {
+      const auto dt = dnnl::memory::data_type::f32;
+      return b3 ? dnnl::memory::desc({g.batch, r, c}, dt, trans ? tag::acb : tag::abc)
+                : dnnl::memory::desc({r, c}, dt, trans ? tag::ba : tag::ab);
+    };
+    const auto a = md(g.M, g.K, g.trans_a), b = md(g.K, g.N, g.trans_b), c = md(g.M, g.N, false);
+    dnnl::matmul::primitive_desc pd({a, b, c}, eng);
+    impl = pd.impl_info_str();
+    prim = dnnl::matmul(pd);
+    args = {{DNNL_ARG_SRC, {a, eng, A}}, {DNNL_ARG_WEIGHTS, {b, eng, B}}, {DNNL_ARG_DST, {c, eng, C}}};
+  }
+  void operator()() {
+    prim.execute(strm, args);
+    strm.wait();
+  }
+};
+
+struct Row {
+  std::string shape;
+  int threads;
+  std::map<std::string, double> ms;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options opts("bench_gemm", "ctxlab CPU GEMM vs raw oneDNN / OpenBLAS");
+  opts.add_options()("repeats", "timed calls per measurement (median)",
+                     cxxopts::value<int>()->default_value("30"))(
+      "threads", "thread counts", cxxopts::value<std::vector<int>>()->default_value("1,2"))(
+      "shape", "only this shape", cxxopts::value<std::string>()->default_value(""))("h,help",
+                                                                                   "help");
+  const auto args = opts.parse(argc, argv);
+  if (args.count("help")) {
+    std::printf("%s\n", opts.help().c_str());
+    return 0;
+  }
+  const int repeats = args["repeats"].as<int>();
+  const std::string only = args["shape"].as<std::string>();
+
+  cpu::init_threading();
+  ctx::Backend& be = ctx::backend(ctx::Device::CPU);
+  const bool have_blas = cpu::openblas_available();
+  const cpu::OpenBlasApi& blas = cpu::openblas_api();
+  std::printf("# openblas: %s\n", cpu::openblas_config().c_str());
+  std::printf("# default CTXLAB_GEMM: %s\n", cpu::gemm_impl_name(cpu::default_gemm_impl()));
+
+  const std::vector<std::string> cols = {"ctx_onednn", "dnnl_matmul", "dnnl_sgemm", "ctx_openblas",
+                                         "cblas_sgemm"};
+  std::vector<Row> rows;
+  std::mt19937 rng(0);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  auto random_tensor = [&](int64_t n) {
+    std::vector<float> v((size_t)n);
+    for (float& x : v) x = u(rng);
+    return Tensor::from_vector(v, {n});
+  };
+
+  for (const Shape& s : kShapes) {
+    if (!only.empty() && only != s.name) continue;
+    const GemmDesc& g = s.g;
+    Tensor A = random_tensor(g.batch * g.M * g.K), B = random_tensor(g.batch * g.K * g.N);
+    Tensor C = Tensor::zeros({g.batch * g.M * g.N});
+    float *a = A.data<float>(), *b = B.data<float>(), *c = C.data<float>();
+    const char ta = g.trans_a ? 'T' : 'N', tb = g.trans_b ? 'T' : 'N';
+    const int64_t lda = g.trans_a ? g.M : g.K, ldb = g.trans_b ? g.K : g.N;
+
+    for (int t : args["threads"].as<std::vector<int>>()) {
+      cpu::set_num_threads(t);
+      Row r{s.name, t, {}};
+      RawMatmul raw(g, a, b, c);  // created under t threads, like ctxlab's cached primitives
+      r.ms["dnnl_matmul"] = median_ms(raw, repeats);
+      r.ms["dnnl_sgemm"] = median_ms(
+          [&] {
+            for (int64_t i = 0; i < g.batch; ++i)
+              dnnl_sgemm(ta, tb, g.M, g.N, g.K, 1.f, a + i * g.stride_a, lda, b + i * g.stride_b,
+                         ldb, 0.f, c + i * g.stride_c, g.N);
+          },
+          repeats);
+      for (auto impl : {cpu::GemmImpl::OneDNN, cpu::GemmImpl::OpenBLAS}) {
+        if (impl == cpu::GemmImpl::OpenBLAS && !have_blas) continue;
+        cpu::set_gemm_impl(impl);
+        r.ms[std::string("ctx_") + cpu::gemm_impl_name(impl)] =
+            median_ms([&] { be.gemm(g, A, B, C); }, repeats);
+      }
+      if (have_blas) {  // OpenBLAS's own threading: its pool, while ours sits idle
+        blas.set_num_threads(t);
+        r.ms["cblas_sgemm"] = median_ms(
+            [&] {
+              for (int64_t i = 0; i < g.batch; ++i)
+                blas.sgemm(101, g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, (int)g.M, (int)g.N,
+                           (int)g.K, 1.f, a + i * g.stride_a, (int)lda, b + i * g.stride_b,
+                           (int)ldb, 0.f, c + i * g.stride_c, (int)g.N);
+            },
+            repeats);
+        blas.set_num_threads(1);
+      }
+      if (t == 1) std::printf("# %s: %s; oneDNN matmul impl: %s\n", s.name, s.what, raw.impl.c_str());
+      rows.push_back(r);
+    }
+  }
+
+  // Table: GFLOP/s per column, then ctxlab's overhead over the same library's raw call.
+  auto gflops = [&](const Row& r, const std::string& col) {
+    const Shape& s = *std::find_if(kShapes.begin(), kShapes.end(),
+                                   [&](const Shape& x) { return r.shape == x.name; });
+    const double flop = 2.0 * s.g.batch * s.g.M * s.g.N * s.g.K;
+    auto it = r.ms.find(col);
+    return it == r.ms.end() ? 0.0 : flop / (it->second * 1e-3) / 1e9;
+  };
+  auto overhead = [&](const Row& r, const char* ours, const char* raw) {
+    auto o = r.ms.find(ours), w = r.ms.find(raw);
+    return o == r.ms.end() || w == r.ms.end() ? 0.0 : 100.0 * (o->second / w->second - 1.0);
+  };
+  std::printf("\n%-9s %3s", "shape", "thr");
+  for (const auto& col : cols) std::printf(" %12s", col.c_str());
+  std::printf(" %10s %10s   (GFLOP/s; overhead = ctx time / raw time - 1)\n", "ovh_dnnl%",
+              "ovh_blas%");
+  for (const Row& r : rows) {
+    std::printf("%-9s %3d", r.shape.c_str(), r.threads);
+    for (const auto& col : cols) std::printf(" %12.1f", gflops(r, col));
+    std::printf(" %10.1f %10.1f\n", overhead(r, "ctx_onednn", "dnnl_matmul"),
+                overhead(r, "ctx_openblas", "cblas_sgemm"));
+  }
+  std::printf("\n");
+  for (const Row& r : rows) {
+    std::ostringstream js;
+    js << "{\"bench\":\"gemm\",\"shape\":\"" << r.shape << "\",\"threads\":" << r.threads;
+    for (const auto& [col, ms] : r.ms)
+      js << ",\"" << col << "_ms\":" << ms << ",\"" << col << "_gflops\":" << gflops(r, col);
+    js << ",\"overhead_onednn_pct\":" << overhead(r, "ctx_onednn", "dnnl_matmul")
+       << ",\"overhead_openblas_pct\":" << overhead(r, "ctx_openblas", "cblas_sgemm") << "}";
+    std::printf("%s\n", js.str().c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,46 @@
+// nn/attention.cpp — causal multi-head attention (MODEL_SPEC §3):
+//   qkv = x W^T + b                           // [B, T, 3D]
+//   q, k, v                                   // [B, H, T, Dh]  (head h = cols h*Dh..)
+//   rotate (rotary encodings), logits = scale q k^T + bias   // [B, H, T, S]
+//   causal mask, softmax, o = p v (+ value terms)            // [B, H, T, Dh]
+//   out = merge_heads(o) Wp^T + bp            // [B, T, D]
+#include "nn/attention.h"
+
+#include <cmath>
+
+namespace ctx::nn {
+
+Attention::Attention(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt)
+    : layer_(layer), H_(cfg.n_heads), Dh_(cfg.head_dim()), D_(cfg.d_model), dropout_(cfg.dropout), pe_(pe) {
+  qkv = register_module("qkv", std::make_shared<Linear>(D_, 3 * D_, true, dt));
+  proj = register_module("proj", std::make_shared<Linear>(D_, D_, true, dt));
+  if (auto m = pe->layer_module(layer)) register_module("pe", m);
+}
+
+Variable Attention::forward(const Variable& x, Rng* rng) const {
+  const int64_t B = x.size(0), T = x.size(1);
+  Variable qkv_out = qkv->forward(x);                                   // [B, T, 3D]
+  Variable heads = permute(reshape(qkv_out, {B, T, 3, H_, Dh_}), {2, 0, 3, 1, 4});  // [3, B, H, T, Dh]
+  AttnState st;
+  st.layer = layer_;
+  st.B = B;
+  st.H = H_;
+  st.T = T;
+  st.S = T;
+  st.Dh = Dh_;
+  st.scale = 1.0 / std::sqrt((double)Dh_);
+  st.q = reshape(slice(heads, 0, 0, 1), {B, H_, T, Dh_});
+  st.k = reshape(slice(heads, 0, 1, 2), {B, H_, T, Dh_});
+  st.v = reshape(slice(heads, 0, 2, 3), {B, H_, T, Dh_});
+  st.qkv_weight = qkv->weight;
+  st.qkv_bias = qkv->bias;
+  pe_->rotate(st);
+  Variable s = pe_->logits(st);                                         // [B, H, T, S]
+  Variable p = softmax(causal_mask(s, st.S - st.T));
+  if (rng && dropout_ > 0) p = dropout(p, dropout_, is_training(), *rng);
+  Variable o = pe_->output(st, p);                                      // [B, H, T, Dh]
+  Variable merged = reshape(permute(o, {0, 2, 1, 3}), {B, T, D_});       // [B, T, D]
+  return proj->forward(merged);
+}
+
+}  // namespace ctx::nn

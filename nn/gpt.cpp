@@ -1,0 +1,100 @@
+// nn/gpt.cpp — Block and GPT (see gpt.h).
+#include "nn/gpt.h"
+
+#include <cmath>
+
+namespace ctx::nn {
+
+Block::Block(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt) : dropout(cfg.dropout) {
+  norm1 = register_module("norm1", std::make_shared<Norm>(cfg.norm, cfg.d_model, cfg.norm_eps, dt));
+  attn = register_module("attn", std::make_shared<Attention>(cfg, layer, pe, dt));
+  norm2 = register_module("norm2", std::make_shared<Norm>(cfg.norm, cfg.d_model, cfg.norm_eps, dt));
+  mlp = register_module("mlp", std::make_shared<MLP>(cfg.d_model, cfg.ff_dim(), dt));
+}
+
+Variable Block::forward(const Variable& x, Rng* rng) const {
+  Variable a = attn->forward(norm1->forward(x), rng);
+  if (rng && dropout > 0) a = ctx::dropout(a, dropout, is_training(), *rng);
+  Variable h = add(x, a);
+  Variable m = mlp->forward(norm2->forward(h));
+  if (rng && dropout > 0) m = ctx::dropout(m, dropout, is_training(), *rng);
+  return add(h, m);
+}
+
+GPT::GPT(const ModelConfig& c, DType dt, const std::string& source) : cfg(c), dtype(dt) {
+  validate_config(cfg, source);
+  pe = make_posenc(cfg, source);
+  wte = register_module("wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.d_model, dt));
+  if (auto m = pe->shared_module()) register_module(pe->shared_prefix(), m);
+  for (int l = 0; l < cfg.n_layers; ++l)
+    blocks.push_back(register_module("blocks." + std::to_string(l),
+                                     std::make_shared<Block>(cfg, l, pe.get(), dt)));
+  norm_f = register_module("norm_f", std::make_shared<Norm>(cfg.norm, cfg.d_model, cfg.norm_eps, dt));
+  if (!cfg.tie_embeddings)
+    lm_head = register_module("lm_head", std::make_shared<Linear>(cfg.d_model, cfg.vocab_size, false, dt));
+  // Encoding parameters are created in f32; convert them to the model dtype.
+  if (dt != DType::F32)
+    for (auto& p : named_parameters())
+      if (p.second.dtype() != dt) p.second.data() = p.second.data().to(dt);
+}
+
+static bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+void GPT::init_weights(uint64_t seed) {
+  Rng rng(seed);
+  const double std_resid = 0.02 / std::sqrt(2.0 * (double)cfg.n_layers);
+  for (auto& [name, p] : named_parameters()) {
+    Tensor& t = p.data();
+    if (name.rfind("blocks.", 0) == 0 && name.find(".pe.") != std::string::npos) continue;
+    if (name.rfind("pe.", 0) == 0 || name.rfind("wpe.", 0) == 0) continue;
+    if (ends_with(name, "attn.proj.weight") || ends_with(name, "mlp.proj.weight"))
+      rng.fill_normal(t, 0.0, std_resid);
+    else if (ends_with(name, ".bias"))
+      backend_of(t).fill(t, 0.0);
+    else if (name.find("norm") != std::string::npos)
+      backend_of(t).fill(t, 1.0);
+    else
+      rng.fill_normal(t, 0.0, 0.02);
+  }
+  pe->init_parameters(rng);
+}
+
+void GPT::check_tokens(const Tensor& tokens, const std::string& what) const {
+  CTX_CHECK(tokens.dim() == 2, what, ": tokens must be [B, T], got ", tokens.str());
+  CTX_CHECK(tokens.dtype() == DType::I32 || tokens.dtype() == DType::I64, what,
+            ": tokens must be i32 or i64, got ", tokens.str());
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    double id = tokens.at(i);
+    CTX_CHECK(id >= 0 && id < cfg.vocab_size, what, ": token id ", (int64_t)id, " at [",
+              i / tokens.size(1), ", ", i % tokens.size(1), "] is out of range for vocab_size ",
+              cfg.vocab_size);
+  }
+}
+
+Variable GPT::forward(const Tensor& tokens, int64_t pos0) {
+  check_tokens(tokens, "forward");
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  pe->check_length(pos0 + T);
+  Rng* rng = (is_training() && cfg.dropout > 0) ? &dropout_rng : nullptr;
+  Variable x = wte->forward(tokens);                       // [B, T, D]
+  x = pe->embed(x, pos0);
+  if (rng) x = dropout(x, cfg.dropout, true, *rng);
+  for (auto& b : blocks) x = b->forward(x, rng);
+  x = norm_f->forward(x);
+  const Variable& w_out = lm_head ? lm_head->weight : wte->weight;
+  Variable logits = matmul(x, w_out, false, true);         // [B, T, V]
+  (void)B;
+  return logits;
+}
+
+Variable GPT::loss(const Tensor& inputs, const Tensor& targets) {
+  CTX_CHECK(inputs.shape() == targets.shape(), "loss: inputs ", inputs.str(), " and targets ",
+            targets.str(), " differ in shape");
+  Variable logits = forward(inputs);
+  const int64_t N = inputs.numel();
+  return cross_entropy(reshape(logits, {N, cfg.vocab_size}), targets.view({N}));
+}
+
+}  // namespace ctx::nn

@@ -1,0 +1,48 @@
+// nn/gpt.h — the decoder-only, pre-norm GPT of MODEL_SPEC §3 with parameter names of §4:
+// wte, [wpe | pe.*], blocks.{l}.{norm1, attn.{qkv, proj, pe.*}, norm2, mlp.{fc, proj}}, norm_f,
+// [lm_head].
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "core/rng.h"
+#include "nn/attention.h"
+#include "nn/layers.h"
+#include "posenc/posenc.h"
+
+namespace ctx::nn {
+
+class Block : public Module {
+ public:
+  Block(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt);
+  Variable forward(const Variable& x, Rng* rng) const;  // x [B, T, D]
+  std::shared_ptr<Norm> norm1, norm2;
+  std::shared_ptr<Attention> attn;
+  std::shared_ptr<MLP> mlp;
+  double dropout;
+};
+
+class GPT : public Module {
+ public:
+  // `source` names where the config came from (for error messages).
+  explicit GPT(const ModelConfig& cfg, DType dt = DType::F32, const std::string& source = "config");
+  // MODEL_SPEC §4 default init, deterministic in `seed`.
+  void init_weights(uint64_t seed);
+  // tokens [B, T] (i32/i64) -> logits [B, T, V]. Positions start at pos0.
+  Variable forward(const Tensor& tokens, int64_t pos0 = 0);
+  // mean cross-entropy of forward(inputs) against targets [B, T]
+  Variable loss(const Tensor& inputs, const Tensor& targets);
+  // Checks ids in [0, vocab) and the sequence length against the encoding (clear errors).
+  void check_tokens(const Tensor& tokens, const std::string& what) const;
+
+  ModelConfig cfg;
+  DType dtype;
+  std::unique_ptr<PositionalEncoding> pe;
+  std::shared_ptr<Embedding> wte;
+  std::vector<std::shared_ptr<Block>> blocks;
+  std::shared_ptr<Norm> norm_f;
+  std::shared_ptr<Linear> lm_head;  // null when tied
+  Rng dropout_rng{0};
+};
+
+}  // namespace ctx::nn

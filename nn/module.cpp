@@ -1,0 +1,38 @@
+// nn/module.cpp — Module (see module.h).
+#include "nn/module.h"
+
+namespace ctx::nn {
+
+Variable Module::register_parameter(const std::string& name, Tensor value, bool requires_grad) {
+  for (auto& p : params_) CTX_CHECK(p.first != name, "Module: parameter '", name, "' registered twice");
+  Variable v(std::move(value), requires_grad);
+  params_.emplace_back(name, v);
+  return v;
+}
+
+NamedParams Module::named_parameters(const std::string& prefix) const {
+  NamedParams out;
+  for (auto& p : params_) out.emplace_back(prefix + p.first, p.second);
+  for (auto& c : children_) {
+    auto sub = c.second->named_parameters(prefix + c.first + ".");
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+std::vector<Variable> Module::parameters() const {
+  std::vector<Variable> out;
+  for (auto& p : named_parameters()) out.push_back(p.second);
+  return out;
+}
+
+void Module::zero_grad() {
+  for (auto& p : named_parameters()) p.second.zero_grad();
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& c : children_) c.second->train(on);
+}
+
+}  // namespace ctx::nn

@@ -1,0 +1,118 @@
+// posenc/absolute.cpp — absolute encodings added to the token embeddings (POSENC_SPEC §1):
+// `none`, `learned` (wpe [L, D], optional hierarchical extension beyond L) and `sinusoidal`
+// (fixed, interleaved sin/cos).
+#include <cmath>
+
+#include "core/rng.h"
+#include "posenc/posenc.h"
+
+namespace ctx {
+namespace {
+
+class NoPos final : public PositionalEncoding {
+ public:
+  std::string type() const override { return "none"; }
+};
+
+// x [B, T, D] + table [T, D] (broadcast over the batch)
+Variable add_table(const Variable& x, const Variable& table) { return add(x, table); }
+
+class Learned final : public PositionalEncoding {
+ public:
+  Learned(const ModelConfig& c, bool hier) : L_(c.context), D_(c.d_model), hier_(hier) {
+    mod_ = std::make_shared<nn::Module>();
+    wpe_ = mod_->register_parameter("weight", Tensor::zeros({L_, D_}));
+  }
+  std::string type() const override { return "learned"; }
+  std::string shared_prefix() const override { return "wpe"; }
+  std::shared_ptr<nn::Module> shared_module() override { return mod_; }
+  void init_parameters(Rng& rng) override { rng.fill_normal(wpe_.data(), 0.0, 0.02); }
+  void set_hierarchical(bool h) { hier_ = h; }
+
+  void check_length(int64_t n) const override {
+    if (!hier_)
+      CTX_CHECK(n <= L_, "posenc learned: sequence of ", n, " positions is longer than the learned "
+                "table (context L = ", L_, "); use a shorter sequence or \"hierarchical\": true");
+    else
+      CTX_CHECK(n <= L_ * L_, "posenc learned (hierarchical): sequence of ", n,
+                " positions exceeds L^2 = ", L_ * L_);
+  }
+
+  Variable embed(const Variable& x, int64_t pos0) override {
+    const int64_t T = x.size(1);
+    check_length(pos0 + T);
+    Tensor idx = Tensor::empty({T}, DType::I64);
+    int64_t* ip = idx.data<int64_t>();
+    if (pos0 + T <= L_) {
+      for (int64_t t = 0; t < T; ++t) ip[t] = pos0 + t;
+      return add_table(x, index_select(wpe_, 0, idx));
+    }
+    // Hierarchical: u = (wpe - a wpe[0]) / (1 - a); p[q L + r] = a u[q] + (1 - a) u[r]
+    const double a = 0.4;
+    Variable u = scale(sub(wpe_, scale(slice(wpe_, 0, 0, 1), a)), 1.0 / (1.0 - a));
+    Tensor qi = Tensor::empty({T}, DType::I64), ri = Tensor::empty({T}, DType::I64);
+    for (int64_t t = 0; t < T; ++t) {
+      qi.data<int64_t>()[t] = (pos0 + t) / L_;
+      ri.data<int64_t>()[t] = (pos0 + t) % L_;
+    }
+    Variable p = add(scale(index_select(u, 0, qi), a), scale(index_select(u, 0, ri), 1.0 - a));
+    return add_table(x, p);
+  }
+
+ private:
+  int64_t L_, D_;
+  bool hier_;
+  std::shared_ptr<nn::Module> mod_;
+  Variable wpe_;
+};
+
+class Sinusoidal final : public PositionalEncoding {
+ public:
+  explicit Sinusoidal(const ModelConfig& c) : D_(c.d_model) {}
+  std::string type() const override { return "sinusoidal"; }
+  Variable embed(const Variable& x, int64_t pos0) override {
+    const int64_t T = x.size(1);
+    // PE[t, 2k] = sin(t w_k), PE[t, 2k+1] = cos(t w_k), w_k = 10000^(-2k/D), in float32
+    Tensor pe = Tensor::empty({T, D_}, DType::F32);
+    float* p = pe.data<float>();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; 2 * k < D_; ++k) {
+        float w = std::pow(10000.0f, -(float)(2 * k) / (float)D_);
+        float ang = (float)(pos0 + t) * w;
+        p[t * D_ + 2 * k] = std::sin(ang);
+        if (2 * k + 1 < D_) p[t * D_ + 2 * k + 1] = std::cos(ang);
+      }
+    Tensor table = x.dtype() == DType::F32 ? pe : pe.to(x.dtype());
+    return add_table(x, Variable(table, false));
+  }
+
+ private:
+  int64_t D_;
+};
+
+std::unique_ptr<PositionalEncoding> make_none(const ModelConfig&, const nlohmann::json& p,
+                                              const std::string& src) {
+  posenc_check_keys(p, {}, src);
+  return std::make_unique<NoPos>();
+}
+std::unique_ptr<PositionalEncoding> make_learned(const ModelConfig& c, const nlohmann::json& p,
+                                                 const std::string& src) {
+  posenc_check_keys(p, {"hierarchical"}, src);
+  return std::make_unique<Learned>(c, posenc_bool(p, "hierarchical", false, src));
+}
+std::unique_ptr<PositionalEncoding> make_sinusoidal(const ModelConfig& c, const nlohmann::json& p,
+                                                    const std::string& src) {
+  posenc_check_keys(p, {}, src);
+  return std::make_unique<Sinusoidal>(c);
+}
+
+}  // namespace
+
+// Called by posenc/registry.cpp (ensure_registered).
+void posenc_register_absolute() {
+  static PosencRegistrar r1("none", make_none);
+  static PosencRegistrar r2("learned", make_learned);
+  static PosencRegistrar r3("sinusoidal", make_sinusoidal);
+}
+
+}  // namespace ctx

@@ -1,0 +1,78 @@
+// posenc/posenc.h — the positional-encoding interface: a few hooks that one attention
+// implementation calls, and the registry by name (POSENC_SPEC). An encoding is a small file.
+//
+// Hooks, in the order attention calls them:
+//   embed(x, pos0)      absolute encodings add to the token embeddings (learned, sinusoidal)
+//   rotate(st)          rotary encodings rotate st.q / st.k (rope, xpos, scaling family)
+//   logits(st)          the pre-mask scores [B, H, T, S]; default scale * q.k^T + bias(st);
+//                       content-position encodings (shaw, xl, deberta, tupe) override it
+//   bias(st)            additive logit terms [1 or B, H, T, S] (alibi, kerple, t5, sandwich)
+//   output(st, p)       o = p @ v (+ value terms: shaw)
+// Parameters: a shared module registered on the model (under shared_prefix(), e.g. "wpe" or
+// "pe") and per-layer modules registered on each attention as "pe".
+#pragma once
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "autograd/ops.h"
+#include "nn/module.h"
+#include "train/config.h"
+
+namespace ctx {
+
+// What an encoding sees of one attention call.
+struct AttnState {
+  int layer = 0;
+  int64_t B = 0, H = 0, T = 0, S = 0, Dh = 0;  // T queries, S keys (S = T + memory length)
+  int64_t q_pos0 = 0;   // position of the first query (= memory length; 0 without memory)
+  double scale = 1.0;   // 1/sqrt(Dh) unless the encoding says otherwise
+  Variable q, k, v;     // q [B, H, T, Dh]; k, v [B, H, S, Dh]
+  Variable qkv_weight, qkv_bias;  // the layer's projection (DeBERTa projects its table with it)
+};
+
+class PositionalEncoding {
+ public:
+  virtual ~PositionalEncoding() = default;
+  virtual std::string type() const = 0;
+  // Checks that sequences of `total_len` positions can be encoded (learned / tupe reject > L).
+  virtual void check_length(int64_t total_len) const { (void)total_len; }
+
+  // Parameter modules (null when the encoding has none).
+  virtual std::string shared_prefix() const { return "pe"; }
+  virtual std::shared_ptr<nn::Module> shared_module() { return nullptr; }
+  virtual std::shared_ptr<nn::Module> layer_module(int layer) { (void)layer; return nullptr; }
+  // Initial values of the encoding's parameters (POSENC_SPEC §0).
+  virtual void init_parameters(Rng& rng) { (void)rng; }
+
+  virtual Variable embed(const Variable& x, int64_t pos0) { (void)pos0; return x; }
+  virtual void rotate(AttnState& st) { (void)st; }
+  virtual Variable bias(AttnState& st) { (void)st; return Variable(); }
+  virtual Variable logits(AttnState& st);
+  virtual Variable output(AttnState& st, const Variable& p) { return matmul(p, st.v); }
+};
+
+// Builds the encoding named by config.posenc["type"], validating its parameters (unknown key or
+// bad value: an error naming the key and the expected value). `source` starts the messages.
+std::unique_ptr<PositionalEncoding> make_posenc(const ModelConfig& cfg, const std::string& source);
+std::vector<std::string> posenc_types();
+
+// Registration (each encoding file registers itself with a static PosencRegistrar).
+using PosencFactory =
+    std::unique_ptr<PositionalEncoding> (*)(const ModelConfig& cfg, const nlohmann::json& params,
+                                           const std::string& source);
+struct PosencRegistrar {
+  PosencRegistrar(const char* type, PosencFactory f);
+};
+
+// Helpers for encoding files: read an optional typed parameter (error names key and type).
+double posenc_number(const nlohmann::json& p, const char* key, double def, const std::string& source);
+bool posenc_bool(const nlohmann::json& p, const char* key, bool def, const std::string& source);
+std::string posenc_string(const nlohmann::json& p, const char* key, const std::string& def,
+                          const std::string& source);
+// Errors if p has a key not in `allowed` (besides "type").
+void posenc_check_keys(const nlohmann::json& p, const std::vector<std::string>& allowed,
+                       const std::string& source);
+
+}  // namespace ctx

@@ -1,0 +1,95 @@
+// posenc/registry.cpp — the encoding registry by name, parameter parsing helpers, and the
+// default logits hook shared by every encoding that does not own its scores.
+#include <map>
+
+#include "core/rng.h"
+#include "posenc/posenc.h"
+
+namespace ctx {
+
+static std::map<std::string, PosencFactory>& registry() {
+  static std::map<std::string, PosencFactory> r;
+  return r;
+}
+
+PosencRegistrar::PosencRegistrar(const char* type, PosencFactory f) { registry()[type] = f; }
+
+// Each encoding family file defines one of these (static libraries drop unreferenced objects,
+// so the registry names them explicitly).
+void posenc_register_absolute();
+
+static void ensure_registered() {
+  static bool done = [] {
+    posenc_register_absolute();
+    return true;
+  }();
+  (void)done;
+}
+
+std::vector<std::string> posenc_types() {
+  ensure_registered();
+  std::vector<std::string> v;
+  for (auto& kv : registry()) v.push_back(kv.first);
+  return v;
+}
+
+std::unique_ptr<PositionalEncoding> make_posenc(const ModelConfig& cfg, const std::string& source) {
+  ensure_registered();
+  const nlohmann::json& p = cfg.posenc;
+  CTX_CHECK(p.is_object(), source, ": field 'posenc' must be an object like {\"type\": \"rope\"}");
+  CTX_CHECK(p.contains("type") && p["type"].is_string(), source,
+            ": field 'posenc.type' must be a string");
+  std::string type = p["type"].get<std::string>();
+  auto it = registry().find(type);
+  if (it == registry().end()) {
+    std::string names;
+    for (auto& n : posenc_types()) names += (names.empty() ? "" : ", ") + n;
+    throw Error(str(source, ": unknown posenc.type '", type, "' (expected one of: ", names, ")"));
+  }
+  return it->second(cfg, p, source);
+}
+
+void posenc_check_keys(const nlohmann::json& p, const std::vector<std::string>& allowed,
+                       const std::string& source) {
+  for (auto& kv : p.items()) {
+    if (kv.key() == "type") continue;
+    bool ok = false;
+    for (auto& a : allowed) ok = ok || a == kv.key();
+    if (!ok) {
+      std::string names;
+      for (auto& a : allowed) names += (names.empty() ? "" : ", ") + a;
+      throw Error(str(source, ": unknown key 'posenc.", kv.key(), "' for posenc type '",
+                      p["type"].get<std::string>(), "' (valid keys: ",
+                      names.empty() ? "none" : names, ")"));
+    }
+  }
+}
+
+double posenc_number(const nlohmann::json& p, const char* key, double def, const std::string& source) {
+  if (!p.contains(key)) return def;
+  CTX_CHECK(p[key].is_number(), source, ": field 'posenc.", key, "' must be a number, got ", p[key].dump());
+  return p[key].get<double>();
+}
+
+bool posenc_bool(const nlohmann::json& p, const char* key, bool def, const std::string& source) {
+  if (!p.contains(key)) return def;
+  CTX_CHECK(p[key].is_boolean(), source, ": field 'posenc.", key, "' must be true or false, got ",
+            p[key].dump());
+  return p[key].get<bool>();
+}
+
+std::string posenc_string(const nlohmann::json& p, const char* key, const std::string& def,
+                          const std::string& source) {
+  if (!p.contains(key)) return def;
+  CTX_CHECK(p[key].is_string(), source, ": field 'posenc.", key, "' must be a string, got ", p[key].dump());
+  return p[key].get<std::string>();
+}
+
+Variable PositionalEncoding::logits(AttnState& st) {
+  // scores = scale * q k^T (+ bias): [B, H, T, S]
+  Variable s = scale(matmul(st.q, st.k, false, true), st.scale);
+  Variable b = bias(st);
+  return b.defined() ? add(s, b) : s;
+}
+
+}  // namespace ctx

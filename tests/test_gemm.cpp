@@ -1,0 +1,239 @@
+// tests/test_gemm.cpp — the fast CPU GEMMs (oneDNN, OpenBLAS) against gemm_reference<float>:
+// every transpose pair, odd sizes, alpha/beta, batches with broadcast operands, calls from
+// inside a parallel region; the primitive cache; implementation names; the Backend::gemm path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/cpu/gemm.h"
+#include "core/cpu/threading.h"
+#include "core/error.h"
+
+namespace ctx::cpu {
+namespace {
+
+using GemmFn = void (*)(const GemmDesc&, const float*, const float*, float*);
+
+GemmFn gemm_fn(GemmImpl impl) {
+  return impl == GemmImpl::OneDNN ? gemm_onednn : gemm_openblas;
+}
+
+std::vector<float> random_vec(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v((size_t)n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// One case: the element counts the operands need, given strides (0 = broadcast).
+struct Case {
+  GemmDesc g;
+  int64_t a_elems() const { return g.stride_a * (g.batch - 1) + g.M * g.K; }
+  int64_t b_elems() const { return g.stride_b * (g.batch - 1) + g.K * g.N; }
+  int64_t c_elems() const { return g.stride_c * (g.batch - 1) + g.M * g.N; }
+};
+
+Case make_case(int64_t M, int64_t N, int64_t K, bool ta, bool tb, float alpha, float beta,
+               int64_t batch = 1, bool bcast_a = false, bool bcast_b = false) {
+  Case c;
+  c.g.M = M, c.g.N = N, c.g.K = K, c.g.trans_a = ta, c.g.trans_b = tb;
+  c.g.alpha = alpha, c.g.beta = beta, c.g.batch = batch;
+  c.g.stride_a = bcast_a ? 0 : M * K;
+  c.g.stride_b = bcast_b ? 0 : K * N;
+  c.g.stride_c = M * N;
+  return c;
+}
+
+// Runs `fn` and the reference on the same inputs and checks every element against an error
+// bound derived from K and float eps: each result is a K-term dot product in f32, so
+// |c - exact| <= (K + 2) eps (|alpha| sum_k |a||b| + |beta| |c0|) for both; their difference
+// is at most twice that. beta == 0 cases start C as NaN: it must not be read.
+void check_case(GemmFn fn, const Case& c, uint32_t seed) {
+  const GemmDesc& g = c.g;
+  const std::vector<float> A = random_vec(c.a_elems(), seed), B = random_vec(c.b_elems(), seed + 1);
+  std::vector<float> C0 = random_vec(c.c_elems(), seed + 2);
+  std::vector<float> Cref = C0;
+  gemm_reference<float>(g, A.data(), B.data(), Cref.data());
+  if (g.beta == 0.f) C0.assign(C0.size(), std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> C = C0;
+  fn(g, A.data(), B.data(), C.data());
+
+  // |A| |B| in double gives the magnitude of each dot product.
+  std::vector<double> Aabs(A.size()), Babs(B.size()), mag(C.size(), 0.0);
+  for (size_t i = 0; i < A.size(); ++i) Aabs[i] = std::fabs(A[i]);
+  for (size_t i = 0; i < B.size(); ++i) Babs[i] = std::fabs(B[i]);
+  GemmDesc gm = g;
+  gm.alpha = 1.f, gm.beta = 0.f;
+  gemm_reference<double>(gm, Aabs.data(), Babs.data(), mag.data());
+
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t i = 0; i < g.M * g.N; ++i) {
+      const size_t at = (size_t)(b * g.stride_c + i);
+      const double c0 = g.beta == 0.f ? 0.0 : std::fabs(C0[at]);
+      const double tol =
+          2.0 * (g.K + 2) * eps * (std::fabs(g.alpha) * mag[at] + std::fabs(g.beta) * c0) + 1e-30;
+      ASSERT_NEAR(C[at], Cref[at], tol)
+          << "M=" << g.M << " N=" << g.N << " K=" << g.K << " trans_a=" << g.trans_a
+          << " trans_b=" << g.trans_b << " alpha=" << g.alpha << " beta=" << g.beta
+          << " batch=" << g.batch << " stride_a=" << g.stride_a << " stride_b=" << g.stride_b
+          << " item " << b << " element " << i;
+    }
+}
+
+class GemmImplTest : public ::testing::TestWithParam<GemmImpl> {
+ protected:
+  void SetUp() override {
+    init_threading();
+    if (GetParam() == GemmImpl::OpenBLAS && !openblas_available())
+      GTEST_SKIP() << openblas_config();
+  }
+  GemmFn fn() const { return gemm_fn(GetParam()); }
+};
+
+TEST_P(GemmImplTest, TransposesOddSizesAlphaBeta) {
+  const int64_t sizes[][3] = {{1, 1, 1}, {3, 17, 65}, {65, 3, 17}, {17, 65, 3},
+                              {1, 65, 17}, {33, 1, 129}, {64, 48, 32}, {130, 67, 1}};
+  uint32_t seed = 1;
+  for (const auto& s : sizes)
+    for (int t = 0; t < 4; ++t)
+      for (float alpha : {1.f, -0.7f})
+        for (float beta : {0.f, 1.f, 0.5f})
+          check_case(fn(), make_case(s[0], s[1], s[2], t & 1, t & 2, alpha, beta), seed++);
+}
+
+TEST_P(GemmImplTest, LargeEnoughToSplitOverThreads) {
+  // Shapes that take the multi-threaded partitions (rows, columns, batch).
+  for (int t = 0; t < 4; ++t) {
+    check_case(fn(), make_case(257, 96, 128, t & 1, t & 2, 1.f, 0.f), 100 + t);
+    check_case(fn(), make_case(20, 301, 200, t & 1, t & 2, 1.f, 1.f), 200 + t);
+    check_case(fn(), make_case(70, 33, 64, t & 1, t & 2, 0.5f, 0.5f, 5), 300 + t);
+  }
+}
+
+TEST_P(GemmImplTest, BatchedWithBroadcast) {
+  uint32_t seed = 1000;
+  for (int t = 0; t < 4; ++t)
+    for (float beta : {0.f, 1.f, 0.5f}) {
+      check_case(fn(), make_case(17, 9, 33, t & 1, t & 2, 1.f, beta, 4), seed++);
+      check_case(fn(), make_case(17, 9, 33, t & 1, t & 2, 0.25f, beta, 3, false, true), seed++);
+      check_case(fn(), make_case(5, 65, 3, t & 1, t & 2, 1.f, beta, 3, true, false), seed++);
+      check_case(fn(), make_case(5, 6, 7, t & 1, t & 2, 1.f, beta, 3, true, true), seed++);
+    }
+}
+
+TEST_P(GemmImplTest, EmptyAndZeroK) {
+  Case c = make_case(4, 5, 0, false, false, 1.f, 0.5f, 2);
+  std::vector<float> C(40, 2.f);
+  fn()(c.g, nullptr, nullptr, C.data());
+  for (float v : C) EXPECT_EQ(v, 1.f);
+  c.g.beta = 0.f;
+  fn()(c.g, nullptr, nullptr, C.data());
+  for (float v : C) EXPECT_EQ(v, 0.f);
+  c = make_case(0, 5, 3, false, false, 1.f, 0.f);
+  fn()(c.g, nullptr, nullptr, nullptr);  // nothing to do, nothing touched
+}
+
+TEST_P(GemmImplTest, CalledFromInsideAParallelRegion) {
+  // Per-head attention GEMMs may be issued from our own OpenMP loops: each call must then run
+  // correctly on its own thread.
+  const Case c = make_case(48, 40, 32, false, true, 0.125f, 0.f);
+  const std::vector<float> A = random_vec(c.a_elems() * 8, 7), B = random_vec(c.b_elems() * 8, 8);
+  std::vector<float> C((size_t)c.c_elems() * 8), Cref = C;
+  for (int h = 0; h < 8; ++h)
+    gemm_reference<float>(c.g, A.data() + h * c.a_elems(), B.data() + h * c.b_elems(),
+                          Cref.data() + h * c.c_elems());
+  const GemmFn f = fn();
+#pragma omp parallel for num_threads(2)
+  for (int h = 0; h < 8; ++h)
+    f(c.g, A.data() + h * c.a_elems(), B.data() + h * c.b_elems(), C.data() + h * c.c_elems());
+  for (size_t i = 0; i < C.size(); ++i) ASSERT_NEAR(C[i], Cref[i], 1e-4) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Gemm, GemmImplTest,
+                         ::testing::Values(GemmImpl::OneDNN, GemmImpl::OpenBLAS),
+                         [](const auto& info) { return std::string(gemm_impl_name(info.param)); });
+
+TEST(GemmOneDNN, PrimitiveCacheDoesNotGrowForASeenShape) {
+  const Case c = make_case(23, 29, 31, true, false, 0.5f, 1.f);
+  const std::vector<float> A = random_vec(c.a_elems(), 1), B = random_vec(c.b_elems(), 2);
+  std::vector<float> C = random_vec(c.c_elems(), 3);
+  const size_t before = onednn_gemm_cache_size();
+  gemm_onednn(c.g, A.data(), B.data(), C.data());
+  const size_t after_first = onednn_gemm_cache_size();
+  EXPECT_EQ(after_first, before + 1);
+  for (int i = 0; i < 3; ++i) gemm_onednn(c.g, A.data(), B.data(), C.data());
+  EXPECT_EQ(onednn_gemm_cache_size(), after_first);
+  GemmDesc other = c.g;
+  other.beta = 0.f;  // a different post-op: a different primitive
+  gemm_onednn(other, A.data(), B.data(), C.data());
+  EXPECT_EQ(onednn_gemm_cache_size(), after_first + 1);
+}
+
+TEST(GemmSelect, NamesRoundTripAndUnknownNamesThrow) {
+  for (GemmImpl g : {GemmImpl::Reference, GemmImpl::OneDNN, GemmImpl::OpenBLAS})
+    EXPECT_EQ(gemm_impl_from_string(gemm_impl_name(g)), g);
+  EXPECT_EQ(gemm_impl_from_string("OneDNN"), GemmImpl::OneDNN);
+  try {
+    gemm_impl_from_string("mkl");
+    FAIL() << "no error for an unknown name";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'mkl'"), std::string::npos) << msg;
+    for (const char* name : {"reference", "onednn", "openblas"})
+      EXPECT_NE(msg.find(name), std::string::npos) << msg;
+  }
+}
+
+TEST(GemmSelect, SetOverridesTheDefault) {
+  const GemmImpl saved = current_gemm_impl();
+  set_gemm_impl(GemmImpl::Reference);
+  EXPECT_EQ(current_gemm_impl(), GemmImpl::Reference);
+  set_gemm_impl(saved);
+  EXPECT_EQ(current_gemm_impl(), saved);
+}
+
+TEST(GemmOpenBLAS, ConfigSaysWhatWasChosen) {
+  const std::string cfg = openblas_config();
+  if (!openblas_available()) {
+    EXPECT_NE(cfg.find("unavailable"), std::string::npos) << cfg;
+    GemmDesc g;
+    g.M = g.N = g.K = 1;
+    float a = 1, b = 1, c = 0;
+    EXPECT_THROW(gemm_openblas(g, &a, &b, &c), Error);
+    return;
+  }
+  EXPECT_NE(cfg.find("core type asked"), std::string::npos) << cfg;
+  EXPECT_EQ(openblas_api().get_num_threads ? openblas_api().get_num_threads() : 1, 1);
+}
+
+TEST(GemmBackend, EveryImplThroughBackendGemmMatchesTheReference) {
+  // C[b] = A[b] B^T with A [2, 33, 20], B [18, 20] broadcast, through Tensors.
+  Tensor A = Tensor::from_vector(random_vec(2 * 33 * 20, 11), {2, 33, 20});
+  Tensor B = Tensor::from_vector(random_vec(18 * 20, 12), {18, 20});
+  GemmDesc g;
+  g.M = 33, g.N = 18, g.K = 20, g.batch = 2, g.trans_b = true;
+  g.stride_a = 33 * 20, g.stride_b = 0, g.stride_c = 33 * 18;
+  const GemmImpl saved = current_gemm_impl();
+  std::vector<float> want;
+  for (GemmImpl impl : {GemmImpl::Reference, GemmImpl::OneDNN, GemmImpl::OpenBLAS}) {
+    if (impl == GemmImpl::OpenBLAS && !openblas_available()) continue;
+    set_gemm_impl(impl);
+    Tensor C = Tensor::empty({2, 33, 18});
+    backend(Device::CPU).gemm(g, A, B, C);
+    const std::vector<float> got = C.to_vector<float>();
+    if (want.empty()) want = got;
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5) << gemm_impl_name(impl) << " element " << i;
+  }
+  set_gemm_impl(saved);
+}
+
+}  // namespace
+}  // namespace ctx::cpu

@@ -1,0 +1,877 @@
+// tests/test_ops_gradcheck.cpp — finite-difference gradchecks (f64, PyTorch defaults: eps 1e-6,
+// atol 1e-5, rtol 1e-3) for every differentiable op of autograd/ops.h, with seeded random shapes
+// that include size-1 and odd dims, plus the autograd engine itself (accumulation, reuse,
+// NoGradGuard, freed graphs, retain_graph). Small shapes: the whole file runs in about a second.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "core/backend.h"
+#include "core/rng.h"
+
+using namespace ctx;
+
+namespace {
+
+using Vars = std::vector<Variable>;
+
+// gradcheck + assert, failure message = the per-input summary.
+#define GRADCHECK(...)                                \
+  do {                                                \
+    GradcheckResult res_ = gradcheck(__VA_ARGS__);    \
+    ASSERT_TRUE(res_.pass) << res_.summary();         \
+  } while (0)
+
+// The odd / size-1 dims every test draws its shapes from.
+int64_t odd_dim(Rng& r) {
+  static const int64_t kDims[] = {1, 3, 5, 7};
+  return kDims[r.below(4)];
+}
+// Small dims for batch-like axes (keeps 4-D cases cheap).
+int64_t small_dim(Rng& r) {
+  static const int64_t kDims[] = {1, 2, 3};
+  return kDims[r.below(3)];
+}
+
+Tensor uniform(Rng& r, const Shape& s, double lo = -1.0, double hi = 1.0) {
+  Tensor t = Tensor::empty(s, DType::F64);
+  r.fill_uniform(t, lo, hi);
+  return t;
+}
+// Values with |x| in [lo, hi] and a random sign (keeps away from 0: relu, division).
+Tensor away_from_zero(Rng& r, const Shape& s, double lo = 0.2, double hi = 1.5) {
+  Tensor t = uniform(r, s, lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (r.uniform() < 0.5) t.set(i, -t.at(i));
+  return t;
+}
+template <class I>
+Tensor index_tensor(const std::vector<I>& v, const Shape& s) {
+  return Tensor::from_vector<I>(v, s);
+}
+std::string S(const Shape& s) { return shape_str(s); }
+
+// ------------------------------------------------------------------ elementwise binary ----
+
+// (a, b) shape pairs: same shape, trailing-dim broadcast, leading [1, c] / [r, 1], both sides
+// broadcasting, scalar-shaped, 3-D against 2-D.
+std::vector<std::pair<Shape, Shape>> binary_cases(Rng& r) {
+  std::vector<std::pair<Shape, Shape>> cases;
+  for (int trial = 0; trial < 2; ++trial) {
+    int64_t R = odd_dim(r), C = odd_dim(r), B = small_dim(r);
+    if (trial == 0) R = 3, C = 5;  // the canonical [3, 5] cases
+    std::vector<std::pair<Shape, Shape>> c = {
+        {{R, C}, {R, C}}, {{R, C}, {C}},    {{C}, {R, C}},    {{R, C}, {1, C}},
+        {{R, C}, {R, 1}}, {{1, C}, {R, C}}, {{R, 1}, {1, C}}, {{R, C}, {}},
+        {{}, {R, C}},     {{}, {}},         {{B, R, C}, {R, 1}}, {{1}, {B, R, C}},
+    };
+    cases.insert(cases.end(), c.begin(), c.end());
+  }
+  return cases;
+}
+
+void check_binary(Variable (*op)(const Variable&, const Variable&), bool b_nonzero, uint64_t seed) {
+  Rng r(seed);
+  for (auto& [sa, sb] : binary_cases(r)) {
+    SCOPED_TRACE(S(sa) + " op " + S(sb));
+    Tensor a = uniform(r, sa), b = b_nonzero ? away_from_zero(r, sb, 0.5, 1.5) : uniform(r, sb);
+    GRADCHECK([op](const Vars& v) { return op(v[0], v[1]); }, {a, b}, {"a", "b"});
+    // one side constant: the other still gets its (reduced) gradient
+    GRADCHECK([op](const Vars& v) { return op(v[0], v[1]); }, {a, b}, {"a", "-"});
+    GRADCHECK([op](const Vars& v) { return op(v[0], v[1]); }, {a, b}, {"-", "b"});
+  }
+}
+
+TEST(GradcheckOps, Add) { check_binary(&add, false, 1); }
+TEST(GradcheckOps, Sub) { check_binary(&sub, false, 2); }
+TEST(GradcheckOps, Mul) { check_binary(&mul, false, 3); }
+TEST(GradcheckOps, Div) { check_binary(&div, true, 4); }
+
+TEST(GradcheckOps, BinaryOperatorsAndSameVariable) {
+  Rng r(5);
+  Tensor a = uniform(r, {odd_dim(r), odd_dim(r)});
+  Tensor b = away_from_zero(r, a.shape(), 0.5, 1.5);
+  GRADCHECK([](const Vars& v) { return (v[0] + v[1]) * v[0] - v[1] / v[0]; }, {b, b.clone()});
+  // x op x: both operand slots accumulate into the same leaf
+  GRADCHECK([](const Vars& v) { return add(v[0], v[0]); }, {a});
+  GRADCHECK([](const Vars& v) { return mul(v[0], v[0]); }, {a});
+  GRADCHECK([](const Vars& v) { return div(v[0], v[0]); }, {b});
+  GRADCHECK([](const Vars& v) { return sub(v[0], v[0]); }, {a});
+}
+
+// ------------------------------------------------------------------- elementwise unary ----
+
+struct UnaryCase {
+  const char* name;
+  std::function<Variable(const Variable&)> f;
+  double lo, hi;       // input range
+  bool away_from_zero;  // |x| in [lo, hi], random sign
+};
+
+void check_unary(const UnaryCase& c, uint64_t seed) {
+  Rng r(seed);
+  for (int trial = 0; trial < 3; ++trial) {
+    Shape s;
+    int64_t nd = 1 + (int64_t)r.below(3);
+    for (int64_t i = 0; i < nd; ++i) s.push_back(odd_dim(r));
+    if (trial == 2) s = {};  // scalar-shaped
+    SCOPED_TRACE(std::string(c.name) + " " + S(s));
+    Tensor x = c.away_from_zero ? away_from_zero(r, s, c.lo, c.hi) : uniform(r, s, c.lo, c.hi);
+    auto f = c.f;
+    GRADCHECK([f](const Vars& v) { return f(v[0]); }, {x}, {c.name});
+  }
+}
+
+TEST(GradcheckOps, Neg) { check_unary({"neg", [](const Variable& x) { return neg(x); }, -2, 2, false}, 10); }
+TEST(GradcheckOps, Scale) {
+  check_unary({"scale", [](const Variable& x) { return scale(x, -2.5); }, -2, 2, false}, 11);
+}
+TEST(GradcheckOps, AddScalar) {
+  check_unary({"add_scalar", [](const Variable& x) { return add_scalar(x, 0.75); }, -2, 2, false}, 12);
+}
+TEST(GradcheckOps, Exp) { check_unary({"exp", [](const Variable& x) { return exp(x); }, -2, 2, false}, 13); }
+TEST(GradcheckOps, Log) { check_unary({"log", [](const Variable& x) { return log(x); }, 0.3, 3, false}, 14); }
+TEST(GradcheckOps, Tanh) { check_unary({"tanh", [](const Variable& x) { return tanh(x); }, -2, 2, false}, 15); }
+TEST(GradcheckOps, Sin) { check_unary({"sin", [](const Variable& x) { return sin(x); }, -3, 3, false}, 16); }
+TEST(GradcheckOps, Cos) { check_unary({"cos", [](const Variable& x) { return cos(x); }, -3, 3, false}, 17); }
+TEST(GradcheckOps, Sqrt) { check_unary({"sqrt", [](const Variable& x) { return sqrt(x); }, 0.3, 3, false}, 18); }
+TEST(GradcheckOps, Square) {
+  check_unary({"square", [](const Variable& x) { return square(x); }, -2, 2, false}, 19);
+}
+TEST(GradcheckOps, Relu) {  // |x| >= 0.1: never within eps of the kink
+  check_unary({"relu", [](const Variable& x) { return relu(x); }, 0.1, 2, true}, 20);
+}
+TEST(GradcheckOps, GeluTanh) {
+  check_unary({"gelu_tanh", [](const Variable& x) { return gelu_tanh(x); }, -4, 4, false}, 21);
+}
+TEST(GradcheckOps, Pow) {  // positive base, fractional (and negative) exponents
+  check_unary({"pow1.7", [](const Variable& x) { return pow(x, 1.7); }, 0.3, 2.5, false}, 22);
+  check_unary({"pow0.5", [](const Variable& x) { return pow(x, 0.5); }, 0.3, 2.5, false}, 23);
+  check_unary({"pow-1.3", [](const Variable& x) { return pow(x, -1.3); }, 0.3, 2.5, false}, 24);
+  check_unary({"pow3", [](const Variable& x) { return pow(x, 3.0); }, -2, 2, false}, 25);
+}
+
+TEST(GradcheckOps, Clamp) {
+  Rng r(26);
+  const double lo = -0.4, hi = 0.6;
+  for (int trial = 0; trial < 3; ++trial) {
+    Shape s = {odd_dim(r), odd_dim(r)};
+    SCOPED_TRACE(S(s));
+    Tensor x = uniform(r, s, -1.5, 1.5);
+    for (int64_t i = 0; i < x.numel(); ++i)  // keep every value >= 0.05 away from lo and hi
+      for (double bound : {lo, hi})
+        if (std::fabs(x.at(i) - bound) < 0.05) x.set(i, bound + (x.at(i) < bound ? -0.05 : 0.05));
+    GRADCHECK([=](const Vars& v) { return clamp(v[0], lo, hi); }, {x});
+    // gradient is exactly 1 inside, 0 outside
+    Variable xv(x, true);
+    sum(clamp(xv, lo, hi)).backward();
+    for (int64_t i = 0; i < x.numel(); ++i)
+      EXPECT_EQ(xv.grad().at(i), (x.at(i) > lo && x.at(i) < hi) ? 1.0 : 0.0) << "element " << i;
+  }
+}
+
+// ----------------------------------------------------------------------------- dropout ----
+
+TEST(GradcheckOps, DropoutSameMaskForwardAndBackward) {
+  Rng data(30);
+  const double p = 0.3;
+  Tensor x = away_from_zero(data, {7, 9}, 0.5, 1.5);
+  Rng rng(99);
+  Variable xv(x, true);
+  Variable y = dropout(xv, p, true, rng);
+  sum(y).backward();
+  int64_t zeros = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    double m = y.data().at(i) / x.at(i);  // the mask the forward used
+    EXPECT_TRUE(std::fabs(m) < 1e-12 || std::fabs(m - 1.0 / (1.0 - p)) < 1e-12) << m;
+    EXPECT_NEAR(xv.grad().at(i), m, 1e-12) << "backward used a different mask at " << i;
+    zeros += std::fabs(m) < 1e-12;
+  }
+  EXPECT_GT(zeros, 0);
+  EXPECT_LT(zeros, x.numel());
+  // the same seed gives the same mask; the rng advances between calls
+  Rng rng2(99);
+  Variable y2 = dropout(Variable(x), p, true, rng2);
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y2.data().at(i), y.data().at(i));
+  Variable y3 = dropout(Variable(x), p, true, rng2);
+  bool differs = false;
+  for (int64_t i = 0; i < x.numel(); ++i) differs = differs || y3.data().at(i) != y.data().at(i);
+  EXPECT_TRUE(differs);
+}
+
+TEST(GradcheckOps, Dropout) {
+  Rng r(31);
+  for (int trial = 0; trial < 3; ++trial) {
+    Shape s = {odd_dim(r), odd_dim(r), odd_dim(r)};
+    SCOPED_TRACE(S(s));
+    Tensor x = uniform(r, s);
+    Rng rng(0);
+    // reseed inside the function: every evaluation draws the same mask
+    GRADCHECK([&rng](const Vars& v) { rng.seed_with(1234); return dropout(v[0], 0.4, true, rng); }, {x});
+  }
+}
+
+TEST(GradcheckOps, DropoutEvalIsIdentity) {
+  Rng r(32);
+  Tensor x = uniform(r, {odd_dim(r), 5});
+  Rng rng(3);
+  auto before = rng.state();
+  Variable xv(x, true);
+  Variable y = dropout(xv, 0.5, false, rng);
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y.data().at(i), x.at(i));
+  EXPECT_EQ(rng.state().s, before.s);  // eval draws nothing
+  Variable y0 = dropout(xv, 0.0, true, rng);  // p = 0 is identity too
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y0.data().at(i), x.at(i));
+  GRADCHECK([&rng](const Vars& v) { return dropout(v[0], 0.5, false, rng); }, {x});
+  GRADCHECK([&rng](const Vars& v) { return dropout(v[0], 0.0, true, rng); }, {x});
+}
+
+// ------------------------------------------------------------------------------ matmul ----
+
+// Stored shape of an operand: batch + (rows, cols) or (cols, rows) when transposed.
+Shape mm_shape(const Shape& batch, bool t, int64_t rows, int64_t cols) {
+  Shape s = batch;
+  s.push_back(t ? cols : rows);
+  s.push_back(t ? rows : cols);
+  return s;
+}
+
+void check_matmul(const Shape& abatch, const Shape& bbatch, uint64_t seed) {
+  Rng r(seed);
+  for (int tt = 0; tt < 4; ++tt) {
+    const bool ta = tt & 1, tb = tt & 2;
+    const int64_t M = odd_dim(r), K = odd_dim(r), N = odd_dim(r);
+    Shape sa = mm_shape(abatch, ta, M, K), sb = mm_shape(bbatch, tb, K, N);
+    SCOPED_TRACE(S(sa) + (ta ? "^T" : "") + " @ " + S(sb) + (tb ? "^T" : ""));
+    Tensor a = uniform(r, sa), b = uniform(r, sb);
+    // the forward against a plain loop
+    Variable out = matmul(Variable(a), Variable(b), ta, tb);
+    Shape batch = abatch.size() >= bbatch.size() ? abatch : bbatch;
+    Shape expect = batch;
+    expect.push_back(M);
+    expect.push_back(N);
+    ASSERT_EQ(out.shape(), expect);
+    const int64_t nb = shape_numel(batch);
+    const bool a_shared = abatch.empty() && !bbatch.empty(), b_shared = bbatch.empty() && !abatch.empty();
+    for (int64_t q = 0; q < nb; ++q)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            int64_t ao = a_shared ? 0 : q * M * K, bo = b_shared ? 0 : q * K * N;
+            double av = a.at(ao + (ta ? k * M + i : i * K + k));
+            double bv = b.at(bo + (tb ? j * K + k : k * N + j));
+            s += av * bv;
+          }
+          ASSERT_NEAR(out.data().at((q * M + i) * N + j), s, 1e-12);
+        }
+    GRADCHECK([ta, tb](const Vars& v) { return matmul(v[0], v[1], ta, tb); }, {a, b}, {"a", "b"});
+    GRADCHECK([ta, tb](const Vars& v) { return matmul(v[0], v[1], ta, tb); }, {a, b}, {"a", "-"});
+    GRADCHECK([ta, tb](const Vars& v) { return matmul(v[0], v[1], ta, tb); }, {a, b}, {"-", "b"});
+  }
+}
+
+TEST(GradcheckOps, Matmul2D) {
+  for (uint64_t s = 0; s < 3; ++s) check_matmul({}, {}, 40 + s);
+}
+TEST(GradcheckOps, MatmulBatched3D) {
+  Rng r(41);
+  for (int i = 0; i < 2; ++i) {
+    int64_t B = small_dim(r);
+    check_matmul({B}, {B}, 50 + i);
+  }
+  check_matmul({1}, {1}, 52);
+}
+TEST(GradcheckOps, MatmulBatched4D) {
+  check_matmul({2, 3}, {2, 3}, 60);
+  check_matmul({1, 2}, {1, 2}, 61);
+}
+TEST(GradcheckOps, MatmulSharedB) {  // b 2-D, used by every batch item of a
+  check_matmul({3}, {}, 70);
+  check_matmul({2, 3}, {}, 71);
+  check_matmul({1}, {}, 72);
+}
+TEST(GradcheckOps, MatmulSharedA) {  // a 2-D, used by every batch item of b
+  check_matmul({}, {3}, 80);
+  check_matmul({}, {2, 2}, 81);
+  check_matmul({}, {1}, 82);
+}
+
+TEST(GradcheckOps, Linear) {
+  Rng r(90);
+  for (int trial = 0; trial < 3; ++trial) {
+    int64_t in = odd_dim(r), out = odd_dim(r);
+    Shape xs = trial == 0 ? Shape{odd_dim(r), in} : Shape{small_dim(r), odd_dim(r), in};
+    SCOPED_TRACE(S(xs) + " -> " + std::to_string(out));
+    Tensor x = uniform(r, xs), w = uniform(r, {out, in}), b = uniform(r, {out});
+    GRADCHECK([](const Vars& v) { return linear(v[0], v[1], v[2]); }, {x, w, b}, {"x", "w", "bias"});
+    GRADCHECK([](const Vars& v) { return linear(v[0], v[1]); }, {x, w}, {"x", "w"});
+    Variable y = linear(Variable(x), Variable(w));
+    Shape ys = xs;
+    ys.back() = out;
+    EXPECT_EQ(y.shape(), ys);
+  }
+}
+
+// -------------------------------------------------------------------------- reductions ----
+
+TEST(GradcheckOps, SumAndMean) {
+  Rng r(100);
+  for (int trial = 0; trial < 2; ++trial) {
+    Shape s = {odd_dim(r), odd_dim(r), odd_dim(r)};
+    if (trial == 0) s = {3, 1, 5};
+    Tensor x = uniform(r, s);
+    SCOPED_TRACE(S(s));
+    GRADCHECK([](const Vars& v) { return sum(v[0]); }, {x});
+    GRADCHECK([](const Vars& v) { return mean(v[0]); }, {x});
+    const std::vector<std::vector<int64_t>> dim_sets = {{0}, {1}, {2}, {-1}, {-2}, {0, 2}, {-3, -1}, {0, 1, 2}, {}};
+    for (auto& dims : dim_sets)
+      for (bool keep : {false, true}) {
+        SCOPED_TRACE("dims size " + std::to_string(dims.size()) + (keep ? " keepdim" : ""));
+        GRADCHECK([&](const Vars& v) { return sum(v[0], dims, keep); }, {x});
+        GRADCHECK([&](const Vars& v) { return mean(v[0], dims, keep); }, {x});
+      }
+    // shapes and values
+    Variable xv(x);
+    EXPECT_EQ(sum(xv, {1}, true).shape(), (Shape{s[0], 1, s[2]}));
+    EXPECT_EQ(sum(xv, {-1}).shape(), (Shape{s[0], s[1]}));
+    EXPECT_EQ(mean(xv).shape(), Shape{});
+    double tot = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) tot += x.at(i);
+    EXPECT_NEAR(sum(xv).data().item(), tot, 1e-12);
+    EXPECT_NEAR(mean(xv).data().item(), tot / x.numel(), 1e-12);
+  }
+  // 4-D, scalar-shaped
+  Tensor x4 = uniform(r, {2, odd_dim(r), 1, 3});
+  GRADCHECK([](const Vars& v) { return mean(v[0], {1, -1}, true); }, {x4});
+  GRADCHECK([](const Vars& v) { return sum(v[0], {0, 2}); }, {x4});
+  Tensor x0 = uniform(r, {});
+  GRADCHECK([](const Vars& v) { return sum(v[0]); }, {x0});
+}
+
+// ------------------------------------------------------------------------------- shape ----
+
+TEST(GradcheckOps, Reshape) {
+  Rng r(110);
+  for (int trial = 0; trial < 3; ++trial) {
+    int64_t a = odd_dim(r), b = odd_dim(r), c = odd_dim(r);
+    Tensor x = uniform(r, {a, b, c});
+    SCOPED_TRACE(S(x.shape()));
+    GRADCHECK([=](const Vars& v) { return reshape(v[0], {c, a * b}); }, {x});
+    GRADCHECK([=](const Vars& v) { return reshape(v[0], {-1}); }, {x});
+    GRADCHECK([=](const Vars& v) { return reshape(v[0], {a, 1, -1}); }, {x});
+    // reshape then a non-trivial op, so the view's gradient flows into a real consumer
+    GRADCHECK([=](const Vars& v) { return mul(reshape(v[0], {b * c, a}), reshape(v[0], {b * c, a})); }, {x});
+    Variable y = reshape(Variable(x), {-1, c});
+    EXPECT_EQ(y.shape(), (Shape{a * b, c}));
+    EXPECT_EQ(y.data().storage(), x.storage());  // a free view
+  }
+}
+
+TEST(GradcheckOps, Permute) {
+  Rng r(120);
+  const std::vector<std::vector<int64_t>> perms3 = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                                     {1, 2, 0}, {2, 0, 1}, {2, 1, 0}, {-1, 0, -2}};
+  Tensor x3 = uniform(r, {odd_dim(r), 3, odd_dim(r)});
+  for (auto& p : perms3) {
+    SCOPED_TRACE(S(x3.shape()) + " perm " + S(p));
+    GRADCHECK([&](const Vars& v) { return permute(v[0], p); }, {x3});
+  }
+  const std::vector<std::vector<int64_t>> perms4 = {{0, 2, 1, 3}, {3, 2, 1, 0}, {1, 3, 0, 2}, {0, 1, 3, 2}};
+  Tensor x4 = uniform(r, {2, odd_dim(r), 3, odd_dim(r)});
+  for (auto& p : perms4) {
+    SCOPED_TRACE(S(x4.shape()) + " perm " + S(p));
+    GRADCHECK([&](const Vars& v) { return permute(v[0], p); }, {x4});
+  }
+  // value check: y[i, j, k] = x[k, i, j] for perm {2, 0, 1}
+  Tensor x = uniform(r, {2, 3, 4});
+  Variable y = permute(Variable(x), {2, 0, 1});
+  ASSERT_EQ(y.shape(), (Shape{4, 2, 3}));
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 2; ++j)
+      for (int64_t k = 0; k < 3; ++k) EXPECT_EQ(y.data().at((i * 2 + j) * 3 + k), x.at((j * 3 + k) * 4 + i));
+}
+
+TEST(GradcheckOps, Transpose) {
+  Rng r(130);
+  Tensor x = uniform(r, {odd_dim(r), 2, odd_dim(r), 3});
+  for (auto dd : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {-1, -2}, {0, 3}, {1, 2}, {2, 2}}) {
+    const int64_t d0 = dd.first, d1 = dd.second;
+    SCOPED_TRACE(std::to_string(d0) + "," + std::to_string(d1));
+    GRADCHECK([=](const Vars& v) { return transpose(v[0], d0, d1); }, {x});
+  }
+  Tensor m = uniform(r, {odd_dim(r), odd_dim(r)});
+  GRADCHECK([](const Vars& v) { return transpose(v[0], 0, 1); }, {m});
+}
+
+TEST(GradcheckOps, Slice) {
+  Rng r(140);
+  for (int trial = 0; trial < 3; ++trial) {
+    Shape s = {odd_dim(r) + 2, odd_dim(r) + 2, odd_dim(r) + 2};  // >= 3: room for a window
+    Tensor x = uniform(r, s);
+    for (int64_t dim : {0, 1, 2, -1}) {
+      int64_t n = s[dim < 0 ? dim + 3 : dim];
+      for (auto be : std::vector<std::pair<int64_t, int64_t>>{{0, n}, {1, n - 1}, {n - 1, n}, {0, 1}}) {
+        const int64_t b = be.first, e = be.second;
+        SCOPED_TRACE(S(s) + " dim " + std::to_string(dim) + " [" + std::to_string(b) + ", " +
+                     std::to_string(e) + ")");
+        GRADCHECK([=](const Vars& v) { return slice(v[0], dim, b, e); }, {x});
+      }
+    }
+  }
+  // The free-view case (every dim before the sliced one has size 1) and the copying case.
+  Tensor xf = uniform(r, {1, 1, 7, 3});
+  Variable vf(xf);
+  Variable sv = slice(vf, 2, 2, 5);
+  EXPECT_EQ(sv.data().storage(), xf.storage()) << "expected a free view";
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(sv.data().at(i * 3 + j), xf.at((2 + i) * 3 + j));
+  GRADCHECK([](const Vars& v) { return slice(v[0], 2, 2, 5); }, {xf});
+  GRADCHECK([](const Vars& v) { return slice(v[0], 0, 0, 1); }, {xf});
+  GRADCHECK([](const Vars& v) { return slice(v[0], -1, 1, 2); }, {xf});  // not free: copies
+  // a free view followed by an op that reads it, and two slices of the same input
+  GRADCHECK([](const Vars& v) { return mul(slice(v[0], 2, 0, 3), slice(v[0], 2, 4, 7)); }, {xf});
+  Tensor x2 = uniform(r, {5, 3});
+  Variable s0 = slice(Variable(x2), 0, 1, 3);
+  EXPECT_EQ(s0.data().storage(), x2.storage());
+  Variable s1 = slice(Variable(x2), 1, 1, 3);
+  EXPECT_NE(s1.data().storage(), x2.storage());
+  GRADCHECK([](const Vars& v) { return add(slice(v[0], 0, 1, 3), slice(v[0], 1, 0, 2)); }, {uniform(r, {3, 3})});
+}
+
+TEST(GradcheckOps, Concat) {
+  Rng r(150);
+  for (int trial = 0; trial < 2; ++trial) {
+    Shape base = {odd_dim(r), odd_dim(r), odd_dim(r)};
+    for (int64_t dim : {0, 1, 2, -1, -3}) {
+      int64_t d = dim < 0 ? dim + 3 : dim;
+      std::vector<Tensor> xs;
+      for (int i = 0; i < 3; ++i) {
+        Shape s = base;
+        s[d] = odd_dim(r);
+        xs.push_back(uniform(r, s));
+      }
+      SCOPED_TRACE(S(xs[0].shape()) + S(xs[1].shape()) + S(xs[2].shape()) + " dim " + std::to_string(dim));
+      GRADCHECK([=](const Vars& v) { return concat({v[0], v[1], v[2]}, dim); }, xs, {"x0", "x1", "x2"});
+      GRADCHECK([=](const Vars& v) { return concat({v[0], v[1], v[2]}, dim); }, xs, {"x0", "-", "x2"});
+      Variable y = concat({Variable(xs[0]), Variable(xs[1]), Variable(xs[2])}, dim);
+      EXPECT_EQ(y.size(d), xs[0].size(d) + xs[1].size(d) + xs[2].size(d));
+    }
+  }
+  // the same input twice
+  Tensor x = uniform(r, {3, odd_dim(r)});
+  GRADCHECK([](const Vars& v) { return concat({v[0], v[0], v[0]}, 1); }, {x});
+}
+
+TEST(GradcheckOps, Expand) {
+  Rng r(160);
+  for (int trial = 0; trial < 3; ++trial) {
+    int64_t a = odd_dim(r), b = odd_dim(r), c = 2 + (int64_t)r.below(3);
+    std::vector<std::pair<Shape, Shape>> cases = {
+        {{a, 1}, {a, b}}, {{1, b}, {a, b}}, {{b}, {c, a, b}}, {{1, 1}, {c, a, b}},
+        {{a, 1, b}, {a, c, b}}, {{}, {a, b}}, {{a, b}, {a, b}}};
+    for (auto& [from, to] : cases) {
+      SCOPED_TRACE(S(from) + " -> " + S(to));
+      Tensor x = uniform(r, from);
+      GRADCHECK([to = to](const Vars& v) { return expand(v[0], to); }, {x});
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------- indexing ----
+
+template <class I>
+void check_embedding(uint64_t seed) {
+  Rng r(seed);
+  for (int trial = 0; trial < 3; ++trial) {
+    int64_t V = odd_dim(r) + 2, D = odd_dim(r);
+    Shape ids_shape = trial == 0 ? Shape{6} : Shape{2, 5};
+    std::vector<I> ids;
+    for (int64_t i = 0; i < shape_numel(ids_shape); ++i) ids.push_back((I)r.below(V));
+    ids[1] = ids[0];  // repeated ids: the backward must scatter-add, not overwrite
+    ids[3] = ids[0];
+    Tensor idt = index_tensor(ids, ids_shape);
+    Tensor w = uniform(r, {V, D});
+    SCOPED_TRACE("V " + std::to_string(V) + " D " + std::to_string(D) + " ids " + idt.str());
+    GRADCHECK([idt](const Vars& v) { return embedding(v[0], idt); }, {w}, {"weight"});
+    // the gradient of a repeated row is the number of times it occurs (seed of ones)
+    Variable wv(w, true);
+    Variable y = embedding(wv, idt);
+    Shape ys = ids_shape;
+    ys.push_back(D);
+    ASSERT_EQ(y.shape(), ys);
+    sum(y).backward();
+    for (int64_t v = 0; v < V; ++v) {
+      int64_t count = 0;
+      for (auto id : ids) count += id == (I)v;
+      for (int64_t d = 0; d < D; ++d) EXPECT_EQ(wv.grad().at(v * D + d), (double)count);
+    }
+  }
+}
+TEST(GradcheckOps, EmbeddingI32) { check_embedding<int32_t>(170); }
+TEST(GradcheckOps, EmbeddingI64) { check_embedding<int64_t>(171); }
+
+TEST(GradcheckOps, IndexSelect) {
+  Rng r(180);
+  for (int trial = 0; trial < 2; ++trial) {
+    Shape s = {odd_dim(r) + 1, odd_dim(r) + 1, odd_dim(r) + 1};
+    Tensor x = uniform(r, s);
+    for (int64_t dim : {0, 1, 2, -1}) {
+      int64_t n = s[dim < 0 ? dim + 3 : dim];
+      std::vector<int64_t> idx = {n - 1, 0, n - 1, (int64_t)r.below(n), 0};  // repeats
+      for (bool i32 : {false, true}) {
+        Tensor it = i32 ? Tensor::from_vector<int64_t>(idx, {5}).to(DType::I32)
+                        : Tensor::from_vector<int64_t>(idx, {5});
+        SCOPED_TRACE(S(s) + " dim " + std::to_string(dim) + " " + it.str());
+        GRADCHECK([=](const Vars& v) { return index_select(v[0], dim, it); }, {x});
+      }
+    }
+  }
+}
+
+TEST(GradcheckOps, ScatterAdd) {
+  Rng r(190);
+  for (int trial = 0; trial < 2; ++trial) {
+    Shape s = {odd_dim(r) + 1, odd_dim(r) + 1, odd_dim(r)};
+    for (int64_t dim : {0, 1, 2, -1}) {
+      int64_t d = dim < 0 ? dim + 3 : dim;
+      int64_t n = s[d];
+      std::vector<int32_t> idx = {(int32_t)(n - 1), 0, (int32_t)(n - 1), 0};  // repeated targets
+      Tensor it = Tensor::from_vector<int32_t>(idx, {4});
+      Shape ss = s;
+      ss[d] = 4;
+      Tensor x = uniform(r, s), src = uniform(r, ss);
+      SCOPED_TRACE(S(s) + " src " + S(ss) + " dim " + std::to_string(dim));
+      GRADCHECK([=](const Vars& v) { return scatter_add(v[0], dim, it, v[1]); }, {x, src}, {"x", "src"});
+      GRADCHECK([=](const Vars& v) { return scatter_add(v[0], dim, it, v[1]); }, {x, src}, {"-", "src"});
+      // forward: repeated indices accumulate
+      Variable y = scatter_add(Variable(x), dim, it, Variable(src));
+      if (d == 0 && n > 1) {
+        int64_t row = s[1] * s[2];
+        for (int64_t k = 0; k < row; ++k) {
+          EXPECT_NEAR(y.data().at(k), x.at(k) + src.at(row + k) + src.at(3 * row + k), 1e-12);
+          EXPECT_NEAR(y.data().at((n - 1) * row + k), x.at((n - 1) * row + k) + src.at(k) + src.at(2 * row + k),
+                      1e-12);
+        }
+      }
+    }
+  }
+}
+
+TEST(GradcheckOps, Where) {
+  Rng r(200);
+  for (int trial = 0; trial < 3; ++trial) {
+    int64_t a = odd_dim(r), b = odd_dim(r);
+    Tensor x = uniform(r, {a, b}), y = uniform(r, {a, b});
+    Tensor m_full = Tensor::empty({a, b}, DType::I32), m_row = Tensor::empty({b}, DType::F64),
+           m_col = Tensor::empty({a, 1}, DType::I64);
+    for (int64_t i = 0; i < m_full.numel(); ++i) m_full.set(i, (double)(r.below(2)));
+    for (int64_t i = 0; i < b; ++i) m_row.set(i, (double)(r.below(2)));
+    for (int64_t i = 0; i < a; ++i) m_col.set(i, (double)(r.below(2)));
+    for (const Tensor& m : {m_full, m_row, m_col}) {
+      SCOPED_TRACE(S({a, b}) + " mask " + m.str());
+      GRADCHECK([m](const Vars& v) { return where(m, v[0], v[1]); }, {x, y}, {"a", "b"});
+      GRADCHECK([m](const Vars& v) { return where(m, v[0], v[0]); }, {x});
+    }
+    Variable o = where(m_full, Variable(x), Variable(y));
+    for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(o.data().at(i), m_full.at(i) != 0 ? x.at(i) : y.at(i));
+  }
+}
+
+TEST(GradcheckOps, MaskedFill) {
+  Rng r(210);
+  for (int trial = 0; trial < 3; ++trial) {
+    int64_t a = odd_dim(r), b = odd_dim(r), c = odd_dim(r);
+    Tensor x = uniform(r, {a, b, c});
+    Tensor m = Tensor::empty({b, 1}, DType::I32);  // broadcast over a and c
+    for (int64_t i = 0; i < b; ++i) m.set(i, (double)(r.below(2)));
+    SCOPED_TRACE(S(x.shape()) + " mask " + m.str());
+    GRADCHECK([m](const Vars& v) { return masked_fill(v[0], m, -0.75); }, {x});
+    // masked positions hold the value and get gradient 0
+    Variable xv(x, true);
+    Variable y = masked_fill(xv, m, -0.75);
+    sum(y).backward();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      bool masked = m.at((i / c) % b) != 0;
+      EXPECT_EQ(y.data().at(i), masked ? -0.75 : x.at(i));
+      EXPECT_EQ(xv.grad().at(i), masked ? 0.0 : 1.0);
+    }
+  }
+}
+
+TEST(GradcheckOps, CausalMask) {
+  Rng r(220);
+  struct Case { int64_t B, T, S, diag; };
+  std::vector<Case> cases;
+  for (int trial = 0; trial < 2; ++trial) {
+    int64_t T = odd_dim(r), extra = odd_dim(r);
+    cases.push_back({small_dim(r), T, T, 0});              // square
+    cases.push_back({small_dim(r), T, T + extra, extra});  // T < S: memory prefix, diag = S - T
+    cases.push_back({1, T + 1, T + 1, 1});                 // square, looser mask
+  }
+  for (auto& c : cases) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " S " + std::to_string(c.S) +
+                 " diag " + std::to_string(c.diag));
+    Tensor x = uniform(r, {c.B, c.T, c.S}, -2, 2);
+    // the mask output has -inf: gradcheck through softmax, as attention does
+    const int64_t diag = c.diag;
+    GRADCHECK([diag](const Vars& v) { return softmax(causal_mask(v[0], diag)); }, {x});
+    Variable xv(x, true);
+    Variable m = causal_mask(xv, diag);
+    Variable p = softmax(m);
+    // seed: arbitrary weights; masked positions must get exactly 0
+    Tensor seed = uniform(r, p.shape());
+    p.backward(seed);
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t i = 0; i < c.T; ++i)
+        for (int64_t j = 0; j < c.S; ++j) {
+          int64_t k = (b * c.T + i) * c.S + j;
+          if (j > i + diag) {
+            EXPECT_TRUE(std::isinf(m.data().at(k)) && m.data().at(k) < 0) << "position " << k;
+            EXPECT_EQ(p.data().at(k), 0.0);
+            EXPECT_EQ(xv.grad().at(k), 0.0);
+          } else {
+            EXPECT_EQ(m.data().at(k), x.at(k));
+          }
+        }
+  }
+}
+
+// -------------------------------------------------------------------------- nn ops ----
+
+TEST(GradcheckOps, Softmax) {
+  Rng r(230);
+  for (int trial = 0; trial < 3; ++trial) {
+    Shape s = trial == 0 ? Shape{odd_dim(r)} : Shape{odd_dim(r), small_dim(r), odd_dim(r)};
+    SCOPED_TRACE(S(s));
+    Tensor x = uniform(r, s, -3, 3);
+    GRADCHECK([](const Vars& v) { return softmax(v[0]); }, {x});
+  }
+  // rows sum to 1; large logits do not overflow
+  Tensor big = uniform(r, {3, 5}, 500, 800);
+  Variable y = softmax(Variable(big));
+  for (int64_t i = 0; i < 3; ++i) {
+    double s = 0;
+    for (int64_t j = 0; j < 5; ++j) s += y.data().at(i * 5 + j);
+    EXPECT_NEAR(s, 1.0, 1e-12);
+  }
+}
+
+TEST(GradcheckOps, LogSoftmax) {
+  Rng r(240);
+  for (int trial = 0; trial < 3; ++trial) {
+    Shape s = trial == 0 ? Shape{odd_dim(r)} : Shape{odd_dim(r), small_dim(r), odd_dim(r)};
+    SCOPED_TRACE(S(s));
+    Tensor x = uniform(r, s, -3, 3);
+    GRADCHECK([](const Vars& v) { return log_softmax(v[0]); }, {x});
+  }
+}
+
+TEST(GradcheckOps, LayerNorm) {
+  Rng r(250);
+  for (int trial = 0; trial < 4; ++trial) {
+    int64_t C = trial == 0 ? 1 : odd_dim(r) + (trial == 1 ? 2 : 0);
+    Shape s = trial < 2 ? Shape{odd_dim(r), C} : Shape{small_dim(r), odd_dim(r), C};
+    SCOPED_TRACE(S(s));
+    Tensor x = uniform(r, s, -2, 2), w = uniform(r, {C}, 0.5, 1.5), b = uniform(r, {C});
+    GRADCHECK([](const Vars& v) { return layer_norm(v[0], v[1], v[2], 1e-5); }, {x, w, b}, {"x", "w", "b"});
+    GRADCHECK([](const Vars& v) { return layer_norm(v[0], v[1], Variable(), 1e-5); }, {x, w}, {"x", "w"});
+  }
+}
+
+TEST(GradcheckOps, RmsNorm) {
+  Rng r(260);
+  for (int trial = 0; trial < 4; ++trial) {
+    int64_t C = trial == 0 ? 1 : odd_dim(r) + (trial == 1 ? 2 : 0);
+    Shape s = trial < 2 ? Shape{odd_dim(r), C} : Shape{small_dim(r), odd_dim(r), C};
+    SCOPED_TRACE(S(s));
+    Tensor x = away_from_zero(r, s, 0.2, 2), w = uniform(r, {C}, 0.5, 1.5);
+    GRADCHECK([](const Vars& v) { return rms_norm(v[0], v[1], 1e-5); }, {x, w}, {"x", "w"});
+  }
+}
+
+template <class I>
+void check_cross_entropy(uint64_t seed) {
+  Rng r(seed);
+  for (int trial = 0; trial < 3; ++trial) {
+    int64_t N = odd_dim(r) + 1, V = odd_dim(r) + 1;
+    std::vector<I> t;
+    for (int64_t i = 0; i < N; ++i) t.push_back((I)r.below(V));
+    t[N - 1] = -1;  // ignored
+    Tensor tt = Tensor::from_vector<I>(t, {N});
+    Tensor z = uniform(r, {N, V}, -3, 3);
+    SCOPED_TRACE("logits " + S({N, V}) + " targets " + tt.str());
+    GRADCHECK([tt](const Vars& v) { return cross_entropy(v[0], tt); }, {z}, {"logits"});
+    // value: mean of lse - z[target] over the non-ignored rows; ignored row gets zero gradient
+    Variable zv(z, true);
+    Variable loss = cross_entropy(zv, tt);
+    EXPECT_EQ(loss.shape(), Shape{});
+    double tot = 0;
+    for (int64_t n = 0; n < N - 1; ++n) {
+      double mx = -INFINITY, s = 0;
+      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, z.at(n * V + v));
+      for (int64_t v = 0; v < V; ++v) s += std::exp(z.at(n * V + v) - mx);
+      tot += std::log(s) + mx - z.at(n * V + t[n]);
+    }
+    EXPECT_NEAR(loss.data().item(), tot / (double)(N - 1), 1e-12);
+    loss.backward();
+    for (int64_t v = 0; v < V; ++v) EXPECT_EQ(zv.grad().at((N - 1) * V + v), 0.0);
+  }
+}
+TEST(GradcheckOps, CrossEntropyI32) { check_cross_entropy<int32_t>(270); }
+TEST(GradcheckOps, CrossEntropyI64) { check_cross_entropy<int64_t>(271); }
+
+// A small attention-like composition: every op's gradient flowing through the others.
+TEST(GradcheckOps, Composition) {
+  Rng r(280);
+  const int64_t B = 2, T = 3, D = 5;
+  Tensor x = uniform(r, {B, T, D}), wq = uniform(r, {D, D}), wk = uniform(r, {D, D}),
+         g = uniform(r, {D}, 0.5, 1.5);
+  GRADCHECK(
+      [&](const Vars& v) {
+        Variable h = rms_norm(v[0], v[3], 1e-5);
+        Variable q = linear(h, v[1]), k = linear(h, v[2]);
+        Variable s = scale(matmul(q, k, false, true), 1.0 / std::sqrt((double)D));
+        Variable p = softmax(causal_mask(s));
+        Variable o = matmul(p, h);
+        return gelu_tanh(add(o, v[0]));
+      },
+      {x, wq, wk, g}, {"x", "wq", "wk", "g"});
+}
+
+// ------------------------------------------------------------------ autograd engine ----
+
+TEST(Autograd, GradientsAccumulateAcrossBackwardCalls) {
+  Rng r(300);
+  Tensor x = uniform(r, {3, 5});
+  Variable xv(x, true);
+  sum(mul(xv, xv)).backward();         // 2x
+  sum(scale(xv, 3.0)).backward();      // + 3
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_NEAR(xv.grad().at(i), 2 * x.at(i) + 3, 1e-12);
+  xv.zero_grad();
+  EXPECT_FALSE(xv.grad().defined());
+  sum(xv).backward();
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(xv.grad().at(i), 1.0);
+}
+
+TEST(Autograd, VariableUsedTwiceInOneGraph) {
+  Rng r(310);
+  Tensor x = uniform(r, {4, 3});
+  Variable xv(x, true);
+  // y = sum(x * x) + sum(exp(x)) + sum(x): dy/dx = 2x + exp(x) + 1
+  Variable h = mul(xv, xv);
+  Variable y = add(add(sum(h), sum(exp(xv))), sum(xv));
+  y.backward();
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_NEAR(xv.grad().at(i), 2 * x.at(i) + std::exp(x.at(i)) + 1, 1e-12);
+  // an intermediate used twice (diamond): z = sum(h * h + h), dz/dx = (2h + 1) * 2x
+  Variable xv2(x, true);
+  Variable h2 = mul(xv2, xv2);
+  Variable z = sum(add(mul(h2, h2), h2));
+  z.backward();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    double hx = x.at(i) * x.at(i);
+    EXPECT_NEAR(xv2.grad().at(i), (2 * hx + 1) * 2 * x.at(i), 1e-12);
+  }
+}
+
+TEST(Autograd, NoGradGuardRecordsNothing) {
+  Tensor x = Tensor::full({2, 3}, 1.5, DType::F64);
+  Variable xv(x, true);
+  {
+    NoGradGuard ng;
+    EXPECT_FALSE(grad_enabled());
+    Variable y = sum(mul(xv, exp(xv)));
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_EQ(y.op_name(), "leaf");
+    EXPECT_THROW(y.backward(), Error);
+    {
+      NoGradGuard nested;
+      EXPECT_FALSE(grad_enabled());
+    }
+    EXPECT_FALSE(grad_enabled());  // the inner guard restores the outer state
+  }
+  EXPECT_TRUE(grad_enabled());
+  Variable y = sum(mul(xv, xv));
+  EXPECT_TRUE(y.requires_grad());
+  EXPECT_EQ(y.op_name(), "sum");
+  // inputs that do not require grad record nothing either
+  Variable c(x, false);
+  EXPECT_FALSE(mul(c, c).requires_grad());
+  // detach cuts the graph
+  Variable d = mul(xv, xv).detach();
+  EXPECT_FALSE(d.requires_grad());
+}
+
+TEST(Autograd, SecondBackwardThroughFreedGraphThrows) {
+  Tensor x = Tensor::full({3}, 2.0, DType::F64);
+  Variable xv(x, true);
+  Variable h = mul(xv, xv);
+  Variable y = sum(h);
+  y.backward();
+  try {
+    y.backward();
+    FAIL() << "second backward did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("freed"), std::string::npos) << e.what();
+  }
+  // a new graph built on an intermediate of the freed one also reports it
+  Variable y2 = sum(h);
+  try {
+    y2.backward();
+    FAIL() << "backward through a freed intermediate did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("freed"), std::string::npos) << e.what();
+  }
+  // the leaf's gradient is untouched by the failed calls
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(xv.grad().at(i), 4.0);
+}
+
+TEST(Autograd, RetainGraphTwiceDoublesGrad) {
+  Rng r(320);
+  Tensor x = uniform(r, {2, 5});
+  Variable xv(x, true);
+  Variable y = sum(mul(tanh(xv), xv));
+  y.backward(Tensor(), true);
+  Tensor once = xv.grad().clone();
+  y.backward(Tensor(), true);
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_NEAR(xv.grad().at(i), 2 * once.at(i), 1e-12);
+  y.backward();  // a third, freeing
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_NEAR(xv.grad().at(i), 3 * once.at(i), 1e-12);
+  EXPECT_THROW(y.backward(), Error);
+}
+
+TEST(Autograd, NonScalarBackwardNeedsSeed) {
+  Tensor x = Tensor::full({2, 3}, 1.0, DType::F64);
+  Variable xv(x, true);
+  Variable y = scale(xv, 2.0);
+  EXPECT_THROW(y.backward(), Error);
+  Tensor seed = Tensor::full({2, 3}, 0.5, DType::F64);
+  y.backward(seed);
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(xv.grad().at(i), 1.0);
+  EXPECT_THROW(scale(xv, 2.0).backward(Tensor::full({3}, 1.0, DType::F64)), Error);  // wrong seed shape
+}
+
+TEST(Autograd, GradcheckCatchesAWrongGradient) {
+  // gradcheck itself must fail on a wrong backward (here: an op recorded with a bad closure)
+  Rng r(330);
+  Tensor x = uniform(r, {3, 2});
+  GradcheckResult res = gradcheck(
+      [](const Vars& v) {
+        Tensor y = v[0].data().clone();
+        for (int64_t i = 0; i < y.numel(); ++i) y.set(i, y.at(i) * y.at(i));
+        Variable xin = v[0];
+        return make_result(y, "bad_square", {xin}, [xin](const Tensor& g) {
+          accumulate_grad(*xin.impl(), g);  // should be 2x * g
+        });
+      },
+      {x});
+  EXPECT_FALSE(res.pass);
+  EXPECT_NE(res.summary().find("FAIL"), std::string::npos) << res.summary();
+}
+
+}  // namespace

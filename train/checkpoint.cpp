@@ -1,0 +1,64 @@
+// train/checkpoint.cpp — save / load model checkpoints (see checkpoint.h).
+#include "train/checkpoint.h"
+
+#include <set>
+
+#include "train/safetensors.h"
+
+namespace ctx {
+
+void save_checkpoint(const std::string& path, nn::GPT& model, int64_t step,
+                     const std::map<std::string, std::string>& extra) {
+  std::vector<std::pair<std::string, Tensor>> ts;
+  for (auto& [name, p] : model.named_parameters()) {
+    Tensor t = p.data().device() == Device::CPU ? p.data() : p.data().to(Device::CPU);
+    ts.emplace_back(name, t.dtype() == DType::F32 ? t : t.to(DType::F32));
+  }
+  std::map<std::string, std::string> meta = extra;
+  meta["format"] = "ctxlab/1";
+  meta["config"] = config_to_json(model.cfg).dump();
+  meta["step"] = std::to_string(step);
+  save_safetensors(path, ts, meta);
+}
+
+LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::json& posenc_override) {
+  SafetensorsFile f = load_safetensors(path);
+  auto fmt = f.metadata.find("format");
+  CTX_CHECK(fmt != f.metadata.end(), path, ": __metadata__.format missing (expected \"ctxlab/1\")");
+  CTX_CHECK(fmt->second == "ctxlab/1", path, ": __metadata__.format is \"", fmt->second,
+            "\", expected \"ctxlab/1\"");
+  auto cj = f.metadata.find("config");
+  CTX_CHECK(cj != f.metadata.end(), path, ": __metadata__.config missing");
+  ModelConfig cfg = config_from_string(cj->second, path + " (__metadata__.config)");
+  if (!posenc_override.is_null())
+    for (auto& kv : posenc_override.items()) cfg.posenc[kv.key()] = kv.value();
+  LoadedModel out;
+  auto st = f.metadata.find("step");
+  if (st != f.metadata.end()) {
+    try {
+      out.step = std::stoll(st->second);
+    } catch (...) {
+      throw Error(str(path, ": __metadata__.step is \"", st->second, "\", expected an integer"));
+    }
+  }
+  out.metadata = f.metadata;
+  out.model = std::make_unique<nn::GPT>(cfg, dt, path);
+  std::set<std::string> expected;
+  for (auto& [name, p] : out.model->named_parameters()) {
+    expected.insert(name);
+    auto it = f.tensors.find(name);
+    CTX_CHECK(it != f.tensors.end(), path, ": tensor '", name, "' is missing (the config needs it with shape ",
+              shape_str(p.shape()), ")");
+    const Tensor& t = it->second;
+    CTX_CHECK(is_float(t.dtype()), path, ": tensor '", name, "' has dtype ", dtype_name(t.dtype()),
+              ", expected F32");
+    CTX_CHECK(t.shape() == p.shape(), path, ": tensor '", name, "' has shape ", shape_str(t.shape()),
+              ", expected ", shape_str(p.shape()), " for this config");
+    p.data().copy_from(t);
+  }
+  for (auto& n : f.names)
+    CTX_CHECK(expected.count(n), path, ": unexpected tensor '", n, "' (not a parameter of this config)");
+  return out;
+}
+
+}  // namespace ctx

@@ -1,0 +1,27 @@
+// train/checkpoint.h — model checkpoints (MODEL_SPEC §5): one safetensors file with every
+// parameter as F32 under its §4 name and __metadata__ {format: "ctxlab/1", config, step}.
+// Loading validates the file against the config it carries: every parameter present with the
+// right shape and a float dtype, no unknown tensors. Errors name the file and the tensor.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+
+#include "nn/gpt.h"
+
+namespace ctx {
+
+struct LoadedModel {
+  std::unique_ptr<nn::GPT> model;
+  int64_t step = 0;
+  std::map<std::string, std::string> metadata;
+};
+
+void save_checkpoint(const std::string& path, nn::GPT& model, int64_t step,
+                     const std::map<std::string, std::string>& extra_metadata = {});
+// posenc_override: merged into config.posenc before the model is built (eval-time options such
+// as "hierarchical" or RoPE scaling). dt: the model's compute dtype.
+LoadedModel load_checkpoint(const std::string& path, DType dt = DType::F32,
+                            const nlohmann::json& posenc_override = nlohmann::json());
+
+}  // namespace ctx

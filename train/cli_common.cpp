@@ -1,0 +1,80 @@
+// train/cli_common.cpp — option helpers shared by the CLI verbs (see cli_common.h).
+#include "train/cli_common.h"
+
+#include <cstdio>
+#include <cstring>
+
+namespace ctx::cli {
+
+void add_config_options(cxxopts::Options& o) {
+  o.add_options("model")("config", "model config JSON file (MODEL_SPEC §2)", cxxopts::value<std::string>())(
+      "preset", "built-in config: tiny | small | medium", cxxopts::value<std::string>())(
+      "posenc", "positional encoding, a type name or JSON, e.g. rope or '{\"type\":\"alibi\"}'",
+      cxxopts::value<std::string>());
+}
+
+std::pair<ModelConfig, std::string> config_from_options(const cxxopts::ParseResult& r) {
+  CTX_CHECK(!(r.count("config") && r.count("preset")), "give --config or --preset, not both");
+  ModelConfig cfg;
+  std::string source;
+  if (r.count("config")) {
+    source = r["config"].as<std::string>();
+    cfg = load_config_file(source);
+  } else {
+    std::string p = r.count("preset") ? r["preset"].as<std::string>() : "small";
+    source = "preset " + p;
+    cfg = preset_config(p);
+  }
+  if (r.count("posenc")) {
+    std::string s = r["posenc"].as<std::string>();
+    nlohmann::json j;
+    if (!s.empty() && s[0] == '{') {
+      try {
+        j = nlohmann::json::parse(s);
+      } catch (const std::exception& e) {
+        throw Error(str("--posenc: not valid JSON: ", e.what()));
+      }
+    } else {
+      j = {{"type", s}};
+    }
+    nlohmann::json full = config_to_json(cfg);
+    full["posenc"] = j;
+    source += " with --posenc";
+    cfg = config_from_json(full, source);
+  }
+  return {cfg, source};
+}
+
+std::optional<cxxopts::ParseResult> parse_or_help(cxxopts::Options& o, int argc, char** argv) {
+  try {
+    auto r = o.parse(argc, argv);
+    if (r.count("help")) {
+      std::printf("%s\n", o.help().c_str());
+      return std::nullopt;
+    }
+    if (!r.unmatched().empty())
+      throw Error(str("unexpected argument '", r.unmatched()[0], "' (see --help)"));
+    return r;
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw Error(str(e.what(), " (see --help)"));
+  }
+}
+
+void require(const cxxopts::ParseResult& r, const char* name, const cxxopts::Options&) {
+  CTX_CHECK(r.count(name), "missing required option --", name, " (see --help)");
+}
+
+std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all) {
+  const int64_t B = all.size(0), T1 = all.size(1), T = T1 - 1;
+  Tensor in = Tensor::empty({B, T}, DType::I64), tg = Tensor::empty({B, T}, DType::I64);
+  int64_t* ip = in.data<int64_t>();
+  int64_t* tp = tg.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      ip[b * T + t] = (int64_t)all.at(b * T1 + t);
+      tp[b * T + t] = (int64_t)all.at(b * T1 + t + 1);
+    }
+  return {in, tg};
+}
+
+}  // namespace ctx::cli

@@ -1,0 +1,25 @@
+// train/cli_common.h — option helpers shared by the CLI verbs: --config/--preset/--posenc,
+// parse-or-print-help, required options, and splitting a [B, T+1] token batch.
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <cxxopts.hpp>
+
+#include "core/tensor.h"
+#include "train/config.h"
+
+namespace ctx::cli {
+
+void add_config_options(cxxopts::Options& o);
+// The config selected by --config FILE or --preset NAME (default "small"), with --posenc JSON
+// (e.g. '{"type":"rope"}' or just rope) replacing config.posenc. Returns (config, source).
+std::pair<ModelConfig, std::string> config_from_options(const cxxopts::ParseResult& r);
+// Parses; prints help and returns nullopt on --help; throws ctx::Error on bad options.
+std::optional<cxxopts::ParseResult> parse_or_help(cxxopts::Options& o, int argc, char** argv);
+void require(const cxxopts::ParseResult& r, const char* name, const cxxopts::Options& o);
+// all [B, T+1] -> (inputs [B, T], targets [B, T])
+std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all);
+
+}  // namespace ctx::cli
