@@ -100,7 +100,7 @@ Variable matmul(const Variable& a, const Variable& b, bool ta, bool tb) {
     const int64_t M = ta ? ad.size(-1) : ad.size(-2);
     const int64_t K = ta ? ad.size(-2) : ad.size(-1);
     const int64_t N = tb ? bd.size(-2) : bd.size(-1);
-    const int64_t batch = shape_numel(p.out_shape) / (M * N);
+    const int64_t batch = shape_numel(Shape(p.out_shape.begin(), p.out_shape.end() - 2));
     const int64_t sa = p.a_shared ? 0 : M * K, sb = p.b_shared ? 0 : K * N, sc = M * N;
     if (a.requires_grad()) {
       Tensor da = Tensor::empty(ad.shape(), ad.dtype(), ad.device());

@@ -112,7 +112,7 @@ void Variable::backward(const Tensor& seed, bool retain_graph) {
         v->node->backward = nullptr;  // releases saved tensors
         v->node->inputs.clear();
       }
-    p_->graph_freed = true;
+    if (p_->node) p_->graph_freed = true;  // a leaf has no graph: backward on it may repeat
   }
 }
 

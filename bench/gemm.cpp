@@ -4,9 +4,7 @@
 // (shape, threads); "overhead" is ctxlab's time over the raw call of the same library.
 //   bench_gemm [--repeats 30] [--threads 1,2] [--shape qkv]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <functional>
 #include <map>
 #include <random>
 #include <sstream>
@@ -18,10 +16,13 @@
 #include "core/backend.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/threading.h"
+#include "bench/timing.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace {
 
+using bench::Candidates;
+using bench::median;
 using ctx::GemmDesc;
 using ctx::Tensor;
 namespace cpu = ctx::cpu;
@@ -49,20 +50,8 @@ const std::vector<Shape> kShapes = {
     {"lm_head", "X[2048,256] E^T (E [256,256])", desc(2048, 256, 256, false, true)},
     {"attn_qk", "64 x Q[256,32] K^T (K [256,32])", desc(256, 256, 32, false, true, 64)},
     {"attn_pv", "64 x P[256,256] V[256,32]", desc(256, 32, 256, false, false, 64)},
+    {"call16", "16x16x16: the fixed cost of one call", desc(16, 16, 16, false, false)},
 };
-
-double median_ms(const std::function<void()>& f, int repeats) {
-  for (int i = 0; i < 3; ++i) f();  // warm-up: primitive creation, caches, page faults
-  std::vector<double> t;
-  for (int i = 0; i < repeats; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                    .count());
-  }
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
-}
 
 // The raw oneDNN matmul: plain layouts by format tag, created once, memories created once.
 struct RawMatmul {
@@ -95,14 +84,16 @@ struct RawMatmul {
 struct Row {
   std::string shape;
   int threads;
-  std::map<std::string, double> ms;
+  std::map<std::string, double> ms;  // median per candidate
+  double ovh_dnnl = 0, ovh_blas = 0;  // % over the raw call
+  double us_dnnl = 0, us_blas = 0;    // the same in microseconds per call
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
   cxxopts::Options opts("bench_gemm", "ctxlab CPU GEMM vs raw oneDNN / OpenBLAS");
-  opts.add_options()("repeats", "timed calls per measurement (median)",
+  opts.add_options()("repeats", "timed rounds per measurement (median)",
                      cxxopts::value<int>()->default_value("30"))(
       "threads", "thread counts", cxxopts::value<std::vector<int>>()->default_value("1,2"))(
       "shape", "only this shape", cxxopts::value<std::string>()->default_value(""))("h,help",
@@ -142,37 +133,52 @@ int main(int argc, char** argv) {
     const char ta = g.trans_a ? 'T' : 'N', tb = g.trans_b ? 'T' : 'N';
     const int64_t lda = g.trans_a ? g.M : g.K, ldb = g.trans_b ? g.K : g.N;
 
+    const auto cblas = [&] {
+      for (int64_t i = 0; i < g.batch; ++i)
+        blas.sgemm(101, g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, (int)g.M, (int)g.N,
+                   (int)g.K, 1.f, a + i * g.stride_a, (int)lda, b + i * g.stride_b, (int)ldb, 0.f,
+                   c + i * g.stride_c, (int)g.N);
+    };
+    const auto ctx_with = [&](cpu::GemmImpl impl) {
+      return [&, impl] {
+        cpu::set_gemm_impl(impl);
+        be.gemm(g, A, B, C);
+      };
+    };
+
     for (int t : args["threads"].as<std::vector<int>>()) {
       cpu::set_num_threads(t);
-      Row r{s.name, t, {}};
       RawMatmul raw(g, a, b, c);  // created under t threads, like ctxlab's cached primitives
-      r.ms["dnnl_matmul"] = median_ms(raw, repeats);
-      r.ms["dnnl_sgemm"] = median_ms(
-          [&] {
-            for (int64_t i = 0; i < g.batch; ++i)
-              dnnl_sgemm(ta, tb, g.M, g.N, g.K, 1.f, a + i * g.stride_a, lda, b + i * g.stride_b,
-                         ldb, 0.f, c + i * g.stride_c, g.N);
-          },
-          repeats);
-      for (auto impl : {cpu::GemmImpl::OneDNN, cpu::GemmImpl::OpenBLAS}) {
-        if (impl == cpu::GemmImpl::OpenBLAS && !have_blas) continue;
-        cpu::set_gemm_impl(impl);
-        r.ms[std::string("ctx_") + cpu::gemm_impl_name(impl)] =
-            median_ms([&] { be.gemm(g, A, B, C); }, repeats);
-      }
-      if (have_blas) {  // OpenBLAS's own threading: its pool, while ours sits idle
+      Candidates omp_pool = {  // everything that runs on the OpenMP pool, interleaved
+          {"ctx_onednn", ctx_with(cpu::GemmImpl::OneDNN)},
+          {"dnnl_matmul", [&] { raw(); }},
+          {"dnnl_sgemm", [&] {
+             for (int64_t i = 0; i < g.batch; ++i)
+               dnnl_sgemm(ta, tb, g.M, g.N, g.K, 1.f, a + i * g.stride_a, lda,
+                          b + i * g.stride_b, ldb, 0.f, c + i * g.stride_c, g.N);
+           }}};
+      if (have_blas) omp_pool.push_back({"ctx_openblas", ctx_with(cpu::GemmImpl::OpenBLAS)});
+      // One-threaded OpenBLAS joins the interleaved rounds; with its own pool (t > 1) it runs
+      // alone afterwards, so that its spinning threads never meet OpenMP's.
+      if (have_blas && t == 1) omp_pool.push_back({"cblas_sgemm", cblas});
+      auto times = bench::time_rounds(omp_pool, repeats);
+      if (have_blas && t > 1) {
         blas.set_num_threads(t);
-        r.ms["cblas_sgemm"] = median_ms(
-            [&] {
-              for (int64_t i = 0; i < g.batch; ++i)
-                blas.sgemm(101, g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, (int)g.M, (int)g.N,
-                           (int)g.K, 1.f, a + i * g.stride_a, (int)lda, b + i * g.stride_b,
-                           (int)ldb, 0.f, c + i * g.stride_c, (int)g.N);
-            },
-            repeats);
+        times["cblas_sgemm"] = bench::time_rounds({{"cblas_sgemm", cblas}}, repeats)["cblas_sgemm"];
         blas.set_num_threads(1);
       }
-      if (t == 1) std::printf("# %s: %s; oneDNN matmul impl: %s\n", s.name, s.what, raw.impl.c_str());
+
+      Row r{s.name, t, {}};
+      for (const auto& [name, v] : times) r.ms[name] = median(v);
+      r.ovh_dnnl = bench::slower_pct(times, "ctx_onednn", "dnnl_matmul");
+      r.us_dnnl = 1e3 * (r.ms["ctx_onednn"] - r.ms["dnnl_matmul"]);
+      if (have_blas) {
+        r.ovh_blas = t == 1 ? bench::slower_pct(times, "ctx_openblas", "cblas_sgemm")
+                            : 100.0 * (r.ms["ctx_openblas"] / r.ms["cblas_sgemm"] - 1.0);
+        r.us_blas = 1e3 * (r.ms["ctx_openblas"] - r.ms["cblas_sgemm"]);
+      }
+      if (t == args["threads"].as<std::vector<int>>().front())
+        std::printf("# %-8s %s; oneDNN matmul impl: %s\n", s.name, s.what, raw.impl.c_str());
       rows.push_back(r);
     }
   }
@@ -185,28 +191,26 @@ int main(int argc, char** argv) {
     auto it = r.ms.find(col);
     return it == r.ms.end() ? 0.0 : flop / (it->second * 1e-3) / 1e9;
   };
-  auto overhead = [&](const Row& r, const char* ours, const char* raw) {
-    auto o = r.ms.find(ours), w = r.ms.find(raw);
-    return o == r.ms.end() || w == r.ms.end() ? 0.0 : 100.0 * (o->second / w->second - 1.0);
-  };
   std::printf("\n%-9s %3s", "shape", "thr");
   for (const auto& col : cols) std::printf(" %12s", col.c_str());
-  std::printf(" %10s %10s   (GFLOP/s; overhead = ctx time / raw time - 1)\n", "ovh_dnnl%",
-              "ovh_blas%");
+  std::printf(" %9s %9s %9s %9s\n", "ovh_dnnl%", "(us)", "ovh_blas%", "(us)");
   for (const Row& r : rows) {
     std::printf("%-9s %3d", r.shape.c_str(), r.threads);
     for (const auto& col : cols) std::printf(" %12.1f", gflops(r, col));
-    std::printf(" %10.1f %10.1f\n", overhead(r, "ctx_onednn", "dnnl_matmul"),
-                overhead(r, "ctx_openblas", "cblas_sgemm"));
+    std::printf(" %9.1f %9.1f %9.1f %9.1f\n", r.ovh_dnnl, r.us_dnnl, r.ovh_blas, r.us_blas);
   }
-  std::printf("\n");
+  std::printf("(GFLOP/s, median of %d interleaved rounds; ovh = ctxlab over the raw call of the "
+              "same library, median of per-round ratios; at >1 thread cblas_sgemm uses OpenBLAS's "
+              "own pool, measured alone)\n\n",
+              repeats);
   for (const Row& r : rows) {
     std::ostringstream js;
     js << "{\"bench\":\"gemm\",\"shape\":\"" << r.shape << "\",\"threads\":" << r.threads;
     for (const auto& [col, ms] : r.ms)
       js << ",\"" << col << "_ms\":" << ms << ",\"" << col << "_gflops\":" << gflops(r, col);
-    js << ",\"overhead_onednn_pct\":" << overhead(r, "ctx_onednn", "dnnl_matmul")
-       << ",\"overhead_openblas_pct\":" << overhead(r, "ctx_openblas", "cblas_sgemm") << "}";
+    js << ",\"overhead_onednn_pct\":" << r.ovh_dnnl << ",\"overhead_onednn_us\":" << r.us_dnnl
+       << ",\"overhead_openblas_pct\":" << r.ovh_blas << ",\"overhead_openblas_us\":" << r.us_blas
+       << "}";
     std::printf("%s\n", js.str().c_str());
   }
   return 0;

@@ -350,6 +350,12 @@ TEST(SafetensorsTest, ErrorNamesAreQuotedOnOneLine) {
   expect_error([&] { load_safetensors(p); }, {p, "tensor 'bad\\nname'"});
 }
 
+TEST(SafetensorsTest, ErrorDeeplyNestedHeader) {
+  std::string deep = "{\"w\": " + std::string(5000, '[') + std::string(5000, ']') + "}";
+  std::string p = st_file("deep.safetensors", deep, "");
+  expect_error([&] { load_safetensors(p); }, {p, "nested deeper than 64"});
+}
+
 // ======================= atomic writes =======================
 
 TEST(IOAtomicTest, StaleTmpFromKilledWriterLeavesPreviousFileLoadable) {
@@ -665,6 +671,12 @@ TEST(ConfigTest, ErrorFileUnreadableOrMalformed) {
   const std::string r = d + "types.json";
   write_bytes(r, R"({"d_model": "64"})");
   expect_error([&] { load_config_file(r); }, {r, "'d_model'", "integer"});
+}
+
+TEST(ConfigTest, ErrorDeeplyNestedPosenc) {
+  std::string text = "{\"posenc\": {\"type\": \"rope\", \"x\": " + std::string(1000, '[') +
+                     std::string(1000, ']') + "}}";
+  expect_error([&] { config_from_string(text, "deep.json"); }, {"deep.json", "nested deeper than 64"});
 }
 
 TEST(ConfigTest, Presets) {

@@ -441,7 +441,8 @@ TEST(GradcheckOps, Slice) {
   EXPECT_EQ(s0.data().storage(), x2.storage());
   Variable s1 = slice(Variable(x2), 1, 1, 3);
   EXPECT_NE(s1.data().storage(), x2.storage());
-  GRADCHECK([](const Vars& v) { return add(slice(v[0], 0, 1, 3), slice(v[0], 1, 0, 2)); }, {uniform(r, {3, 3})});
+  GRADCHECK([](const Vars& v) { return add(slice(v[0], 0, 1, 3), transpose(slice(v[0], 1, 0, 2), 0, 1)); },
+            {uniform(r, {3, 3})});
 }
 
 TEST(GradcheckOps, Concat) {
@@ -843,6 +844,43 @@ TEST(Autograd, RetainGraphTwiceDoublesGrad) {
   y.backward();  // a third, freeing
   for (int64_t i = 0; i < x.numel(); ++i) EXPECT_NEAR(xv.grad().at(i), 3 * once.at(i), 1e-12);
   EXPECT_THROW(y.backward(), Error);
+}
+
+TEST(Autograd, LeafBackwardTwiceAccumulates) {
+  // a leaf has no graph to free: calling backward on it again just accumulates
+  Tensor x = Tensor::full({2, 2}, 3.0, DType::F64);
+  Variable xv(x, true);
+  Tensor seed = Tensor::full({2, 2}, 0.5, DType::F64);
+  xv.backward(seed);
+  xv.backward(seed);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(xv.grad().at(i), 1.0);
+  // the same through an op that returns its input (dropout in eval mode)
+  Rng rng(1);
+  Variable y = dropout(xv, 0.5, false, rng);
+  y.backward(seed);
+  sum(xv).backward();
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(xv.grad().at(i), 2.5);
+}
+
+TEST(Autograd, EmptyTensorsDoNotCrash) {
+  // zero-sized operands: forward and backward run (gradients are zero-sized or zero)
+  Variable a(Tensor::zeros({0, 3}, DType::F64), true), b(Tensor::zeros({3, 2}, DType::F64), true);
+  Variable y = matmul(a, b);
+  EXPECT_EQ(y.shape(), (Shape{0, 2}));
+  sum(y).backward();
+  EXPECT_EQ(a.grad().shape(), (Shape{0, 3}));
+  ASSERT_EQ(b.grad().shape(), (Shape{3, 2}));
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(b.grad().at(i), 0.0);
+  Variable c(Tensor::zeros({2, 0}, DType::F64), true), d(Tensor::zeros({0, 4}, DType::F64), true);
+  Variable z = matmul(c, d);  // inner dim 0: a [2, 4] of zeros
+  EXPECT_EQ(z.shape(), (Shape{2, 4}));
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(z.data().at(i), 0.0);
+  sum(z).backward();
+  EXPECT_EQ(c.grad().shape(), (Shape{2, 0}));
+  Variable e(Tensor::zeros({0, 5}, DType::F64), true);
+  sum(softmax(e)).backward();
+  sum(layer_norm(e, Variable(Tensor::full({5}, 1.0, DType::F64), true), Variable(), 1e-5)).backward();
+  EXPECT_EQ(e.grad().shape(), (Shape{0, 5}));
 }
 
 TEST(Autograd, NonScalarBackwardNeedsSeed) {

@@ -7,16 +7,16 @@
 namespace ctx::cli {
 
 int run_grads(int argc, char** argv);  // cli_model.cpp
+int run_train(int argc, char** argv);  // cli_train.cpp
 int run_init(int argc, char** argv);   // cli_model.cpp
+int run_eval(int argc, char** argv);   // cli_eval.cpp
+int run_sample(int argc, char** argv); // cli_eval.cpp
 
 static int not_yet(const char* verb) {
   std::fprintf(stderr, "ctxlab %s: not yet implemented in this build\n", verb);
   return 3;
 }
-static int run_train(int, char**) { return not_yet("train"); }
-static int run_eval(int, char**) { return not_yet("eval"); }
 static int run_finetune(int, char**) { return not_yet("finetune"); }
-static int run_sample(int, char**) { return not_yet("sample"); }
 static int run_gradcheck(int, char**) { return not_yet("gradcheck"); }
 
 const std::vector<Verb>& verbs() {

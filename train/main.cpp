@@ -1,9 +1,11 @@
 // train/main.cpp — the `ctxlab` binary: parses the verb and hands over to train/cli_*.cpp.
 // Verbs are those of MODEL_SPEC §6. Every error is one line on stderr and a non-zero exit.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <unistd.h>
 
 #include "train/cli.h"
 
@@ -30,9 +32,22 @@ void print_help() {
       "  CTXLAB_GEMM      onednn | openblas | reference (default: onednn, measured faster)\n");
 }
 
+// libgomp reads its wait policy when it loads, before main. Its default (spin ~300k
+// iterations at every barrier) made steps up to 10x slower whenever another process shares the
+// two cores, so unless the user chose a policy we restart once with OMP_WAIT_POLICY=PASSIVE
+// (PyTorch's best setting here too). See docs/threading.md.
+void ensure_thread_env(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT") || std::getenv("CTXLAB_NO_REEXEC"))
+    return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  setenv("CTXLAB_NO_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);  // only returns on failure: then carry on as we are
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  ensure_thread_env(argv);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     print_help();

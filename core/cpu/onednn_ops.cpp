@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/cpu/onednn_util.h"
@@ -22,49 +21,48 @@ using dnnl::prop_kind;
 
 enum OpTag : int64_t { kSoftmax = 1, kSoftmaxBwd, kLayerNorm, kLayerNormBwd, kGelu, kGeluBwd };
 
-struct OpPrim {
-  bool ok = false;  // false: oneDNN has no implementation for this case
-  dnnl::primitive prim;
-};
-
-onednn::PrimitiveCache<OpPrim>& cache() {
-  static onednn::PrimitiveCache<OpPrim> c;
+onednn::PrimitiveCache<onednn::Prim>& cache() {
+  static onednn::PrimitiveCache<onednn::Prim> c;
   return c;
 }
 
-// Plain row-major f32 descriptor: [n] or [N, C].
-memory::desc plain(const memory::dims& d) {
-  return memory::desc(d, memory::data_type::f32,
-                      d.size() == 1 ? memory::format_tag::a : memory::format_tag::ab);
+// A plain row-major f32 shape: [n] (c == 0) or [n, c]. No allocation to describe an argument.
+struct Dims {
+  int64_t n, c = 0;
+};
+memory::desc plain(Dims d) {
+  return d.c == 0 ? memory::desc({d.n}, memory::data_type::f32, memory::format_tag::a)
+                  : memory::desc({d.n, d.c}, memory::data_type::f32, memory::format_tag::ab);
 }
 
 constexpr int kNoArg = -1;  // an optional argument left out
 struct Arg {
   int id;  // DNNL_ARG_*, or kNoArg
-  memory::dims dims;
+  Dims dims;
   const void* data;
 };
 
-// Runs the primitive cached under `key` (made by `make` on first use) on the caller's buffers.
+// Runs the primitive cached under `key` (made by `make` on first use) on the caller's buffers;
+// false when oneDNN has no implementation for the case.
 template <class Make>
 bool run(const onednn::Key& key, Make make, std::initializer_list<Arg> args) {
-  const OpPrim& p = cache().get(key, [&] {
-    OpPrim r;
+  const onednn::Prim& p = cache().get(key, [&] {
+    onednn::Prim r;
     try {
       r.prim = make();
+      for (const Arg& a : args)
+        if (a.id != kNoArg) r.args.emplace_back(a.id, plain(a.dims));
       r.ok = true;
     } catch (const dnnl::error&) {
-      r.ok = false;
     }
     return r;
   });
   if (!p.ok) return false;
-  std::unordered_map<int, memory> m;
+  const void* ptrs[16];
+  size_t n = 0;
   for (const Arg& a : args)
-    if (a.id != kNoArg)
-      m.emplace(a.id, memory(plain(a.dims), onednn::engine(), const_cast<void*>(a.data)));
-  p.prim.execute(onednn::stream(), m);
-  onednn::stream().wait();
+    if (a.id != kNoArg && n < 16) ptrs[n++] = a.data;
+  onednn::execute(p, ptrs, n);
   return true;
 }
 

@@ -29,6 +29,7 @@ reference dtype. Trigonometric functions of those (float32) angles are evaluated
 
 import ctypes
 import ctypes.util
+import functools
 import json
 import math
 from collections import namedtuple
@@ -70,6 +71,7 @@ def _load_libm():
 _LIBM = _load_libm()
 
 
+@functools.lru_cache(maxsize=None)
 def powf(x, y):
     """C ``powf`` on float32 arguments."""
     if _LIBM is None:
@@ -77,6 +79,7 @@ def powf(x, y):
     return f32(_LIBM.powf(float(f32(x)), float(f32(y))))
 
 
+@functools.lru_cache(maxsize=None)
 def logf(x):
     """C ``logf`` on a float32 argument."""
     if _LIBM is None:
@@ -86,7 +89,7 @@ def logf(x):
 
 def inv_freqs(base, dim, ks):
     """``1 / powf(base, (2k)/dim)`` in float32 for each k in ``ks`` (the RoPE form)."""
-    return np.array([f32(1) / powf(base, f32(2 * k) / f32(dim)) for k in ks], dtype=f32)
+    return np.array([f32(1) / powf(f32(base), f32(2 * k) / f32(dim)) for k in ks], dtype=f32)
 
 
 def angles(positions, freqs):
@@ -94,6 +97,7 @@ def angles(positions, freqs):
     return np.multiply.outer(np.asarray(positions, dtype=f32), np.asarray(freqs, dtype=f32))
 
 
+@functools.lru_cache(maxsize=None)
 def t5_bucket(n, num_buckets, max_distance):
     """Causal T5 bucket of distance n >= 0 (POSENC_SPEC §3, float32 logf, truncation)."""
     me = num_buckets // 2
@@ -103,6 +107,7 @@ def t5_bucket(n, num_buckets, max_distance):
     return min(num_buckets - 1, me + int(v))
 
 
+@functools.lru_cache(maxsize=None)
 def deberta_bucket(x, position_buckets, max_relative_positions):
     """DeBERTa-v2 log bucket of a signed relative position x (float32)."""
     mid = position_buckets // 2

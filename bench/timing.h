@@ -1,0 +1,47 @@
+// bench/timing.h — how the benchmarks time things: every candidate once per round, rounds
+// interleaved (so a loaded machine's slow moments spread over all candidates), medians.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace bench {
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+using Candidates = std::vector<std::pair<std::string, std::function<void()>>>;
+using Times = std::map<std::string, std::vector<double>>;  // ms per round, by candidate
+
+// One warm-up round (primitive creation, caches, page faults), then `repeats` timed rounds.
+inline Times time_rounds(const Candidates& cands, int repeats) {
+  Times t;
+  for (int r = -1; r < repeats; ++r)
+    for (const auto& [name, f] : cands) {
+      const auto t0 = std::chrono::steady_clock::now();
+      f();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (r >= 0) t[name].push_back(ms);
+    }
+  return t;
+}
+
+// How much slower `a` is than `b`, in %: median over rounds of (a / b - 1).
+inline double slower_pct(const Times& t, const std::string& a, const std::string& b) {
+  auto x = t.find(a), y = t.find(b);
+  if (x == t.end() || y == t.end()) return 0.0;
+  std::vector<double> ratio;
+  for (size_t i = 0; i < x->second.size() && i < y->second.size(); ++i)
+    ratio.push_back(x->second[i] / y->second[i]);
+  return 100.0 * (median(ratio) - 1.0);
+}
+
+}  // namespace bench

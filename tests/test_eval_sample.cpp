@@ -1,0 +1,249 @@
+// tests/test_eval_sample.cpp — windowed evaluation (train/eval.h) and sampling (train/sample.h)
+// on tiny random models: evaluate() equals a hand computation with GPT::loss on the same
+// windows; sampling is deterministic in the seed, greedy is the argmax, top-k = 1 is greedy;
+// bad inputs (text too short, learned positions beyond L, out-of-range options) are one-line
+// errors naming what is wrong.
+#include <cmath>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "autograd/variable.h"
+#include "core/rng.h"
+#include "nn/gpt.h"
+#include "train/eval.h"
+#include "train/sample.h"
+
+using namespace ctx;
+
+namespace {
+
+constexpr int64_t kContext = 16;
+
+ModelConfig tiny_config(bool hierarchical = false) {
+  ModelConfig c;
+  c.vocab_size = 256;
+  c.d_model = 16;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.d_ff = 32;
+  c.context = kContext;
+  c.posenc = {{"type", "learned"}};
+  if (hierarchical) c.posenc["hierarchical"] = true;
+  return c;
+}
+
+// A tiny model with larger-than-default weights so that its predictions are far from uniform
+// (greedy and sampled text then depend on the context).
+std::unique_ptr<nn::GPT> tiny_model(uint64_t seed = 1, bool hierarchical = false) {
+  auto m = std::make_unique<nn::GPT>(tiny_config(hierarchical));
+  m->init_weights(seed);
+  Rng rng(seed + 100);
+  for (auto& [name, p] : m->named_parameters())
+    if (name.find("norm") == std::string::npos) rng.fill_normal(p.data(), 0.0, 0.5);
+  return m;
+}
+
+std::vector<int32_t> random_tokens(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = (int32_t)rng.below(256);
+  return t;
+}
+
+// Runs fn, which must throw ctx::Error whose one-line message contains every needle.
+void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> needles) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.find('\n'), std::string::npos) << "message is not one line: " << m;
+    for (const auto& n : needles) EXPECT_NE(m.find(n), std::string::npos) << "'" << n << "' not in: " << m;
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected ctx::Error, got another exception: " << e.what();
+    return;
+  }
+  ADD_FAILURE() << "expected ctx::Error, nothing was thrown";
+}
+
+// Mean of model.loss over windows w = 0..nw-1 of length+1 tokens, one window at a time.
+double hand_loss(nn::GPT& model, const std::vector<int32_t>& tok, int64_t length, int64_t nw) {
+  NoGradGuard g;
+  model.eval();
+  double s = 0;
+  for (int64_t w = 0; w < nw; ++w) {
+    Tensor in = Tensor::empty({1, length}, DType::I64), tg = Tensor::empty({1, length}, DType::I64);
+    for (int64_t t = 0; t < length; ++t) {
+      in.set(t, tok[(size_t)(w * (length + 1) + t)]);
+      tg.set(t, tok[(size_t)(w * (length + 1) + t + 1)]);
+    }
+    s += model.loss(in, tg).data().item();
+  }
+  return s / (double)nw;
+}
+
+// Greedy continuation computed step by step from the logits.
+std::vector<int32_t> hand_greedy(nn::GPT& model, std::vector<int32_t> seq, int64_t n) {
+  NoGradGuard g;
+  model.eval();
+  std::vector<int32_t> out;
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t T = std::min<int64_t>((int64_t)seq.size(), kContext);
+    Tensor in = Tensor::empty({1, T}, DType::I64);
+    for (int64_t t = 0; t < T; ++t) in.set(t, seq[seq.size() - (size_t)T + (size_t)t]);
+    Tensor logits = model.forward(in).data();
+    int32_t best = 0;
+    for (int32_t v = 1; v < 256; ++v)
+      if (logits.at((T - 1) * 256 + v) > logits.at((T - 1) * 256 + best)) best = v;
+    seq.push_back(best);
+    out.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(EvalTest, MatchesHandComputedLoss) {
+  auto m = tiny_model();
+  const int64_t length = 8;
+  auto tok = random_tokens(3 * (length + 1) + 5, 7);  // 3 windows and a partial one (unused)
+  EvalResult r = evaluate(*m, tok, length, /*batch=*/2, /*max_windows=*/0, "tok");
+  EXPECT_EQ(r.length, length);
+  EXPECT_EQ(r.windows, 3);
+  EXPECT_EQ(r.tokens, 3 * length);
+  const double ref = hand_loss(*m, tok, length, 3);
+  EXPECT_NEAR(r.loss, ref, 1e-5 * std::abs(ref));
+  EXPECT_DOUBLE_EQ(r.ppl, std::exp(r.loss));
+  EXPECT_DOUBLE_EQ(r.bpb, r.loss / std::log(2.0));
+
+  // max_windows takes the first windows only.
+  EvalResult r2 = evaluate(*m, tok, length, 4, 2, "tok");
+  EXPECT_EQ(r2.windows, 2);
+  EXPECT_EQ(r2.tokens, 2 * length);
+  const double ref2 = hand_loss(*m, tok, length, 2);
+  EXPECT_NEAR(r2.loss, ref2, 1e-5 * std::abs(ref2));
+
+  // A full-context window.
+  EvalResult r3 = evaluate(*m, tok, kContext, 1, 0, "tok");
+  EXPECT_EQ(r3.windows, 1);
+  const double ref3 = hand_loss(*m, tok, kContext, 1);
+  EXPECT_NEAR(r3.loss, ref3, 1e-5 * std::abs(ref3));
+}
+
+TEST(EvalTest, DeterministicAndBatchIndependent) {
+  auto m = tiny_model();
+  auto tok = random_tokens(500, 3);
+  EvalResult a = evaluate(*m, tok, 12, 4, 0, "tok");
+  EvalResult b = evaluate(*m, tok, 12, 4, 0, "tok");
+  EXPECT_EQ(a.loss, b.loss);  // bit-identical
+  EvalResult c = evaluate(*m, tok, 12, 1, 0, "tok");
+  EXPECT_NEAR(a.loss, c.loss, 1e-5 * a.loss);
+  EXPECT_EQ(a.windows, 500 / 13);
+  // The model's train/eval state is restored.
+  EXPECT_TRUE(m->is_training());
+}
+
+TEST(EvalTest, TextTooShortIsAnError) {
+  auto m = tiny_model();
+  auto tok = random_tokens(8, 1);  // one window at length 8 needs 9 tokens
+  expect_error([&] { evaluate(*m, tok, 8, 1, 0, "short.txt"); }, {"short.txt", "8 tokens", "length 8", "9"});
+  expect_error([&] { evaluate(*m, {}, 4, 1, 0, "empty.txt"); }, {"empty.txt", "0 tokens", "length 4"});
+  expect_error([&] { evaluate(*m, tok, 0, 1, 0, "x"); }, {"length must be >= 1"});
+  expect_error([&] { evaluate(*m, tok, 4, 0, 0, "x"); }, {"batch must be >= 1"});
+}
+
+TEST(EvalTest, LearnedBeyondContextNeedsHierarchical) {
+  auto m = tiny_model();
+  auto tok = random_tokens(200, 2);
+  expect_error([&] { evaluate(*m, tok, 2 * kContext, 1, 0, "tok"); },
+               {"length 32", "learned", "hierarchical"});
+  // The same weights with the hierarchical extension evaluate beyond L, and agree with the plain
+  // model up to L (the decomposition reproduces wpe[t] for t < L).
+  auto h = tiny_model(1, /*hierarchical=*/true);
+  EvalResult r = evaluate(*h, tok, 2 * kContext, 2, 0, "tok");
+  EXPECT_EQ(r.windows, 200 / 33);
+  EXPECT_TRUE(std::isfinite(r.loss));
+  EXPECT_NEAR(evaluate(*h, tok, kContext, 2, 0, "tok").loss, evaluate(*m, tok, kContext, 2, 0, "tok").loss, 1e-5);
+}
+
+TEST(SampleTest, SeedDeterminesOutput) {
+  auto m = tiny_model();
+  auto prompt = random_tokens(5, 9);
+  SampleOptions o;
+  o.max_tokens = 24;
+  o.temperature = 1.0;
+  o.top_k = 0;
+  o.seed = 42;
+  auto a = sample(*m, prompt, o), b = sample(*m, prompt, o);
+  ASSERT_EQ(a.size(), 24u);
+  EXPECT_EQ(a, b);
+  o.seed = 43;
+  EXPECT_NE(sample(*m, prompt, o), a);
+  // Streaming callback sees the same tokens.
+  o.seed = 42;
+  std::vector<int32_t> streamed;
+  sample(*m, prompt, o, [&](int32_t t) { streamed.push_back(t); });
+  EXPECT_EQ(streamed, a);
+  o.max_tokens = 0;
+  EXPECT_TRUE(sample(*m, prompt, o).empty());
+}
+
+TEST(SampleTest, GreedyIsArgmaxAndTopKOneIsGreedy) {
+  auto m = tiny_model();
+  auto prompt = random_tokens(6, 11);
+  SampleOptions o;
+  o.max_tokens = 20;  // runs past the context of 16: the window slides
+  o.temperature = 0;
+  auto greedy = sample(*m, prompt, o);
+  EXPECT_EQ(greedy, hand_greedy(*m, prompt, 20));
+  o.temperature = 0.8;
+  o.top_k = 1;
+  for (uint64_t seed : {0, 1, 2}) {
+    o.seed = seed;
+    EXPECT_EQ(sample(*m, prompt, o), greedy) << "seed " << seed;
+  }
+}
+
+TEST(SampleTest, SampleNextTopKAndTemperature) {
+  std::vector<float> l = {0.f, 3.f, 1.f, 3.f, 2.f, -1.f};
+  Rng rng(5);
+  EXPECT_EQ(sample_next(l.data(), 6, 0.0, 0, rng), 1);  // argmax, lowest index on ties
+  EXPECT_EQ(sample_next(l.data(), 6, 1.0, 1, rng), 1);  // top-1 = greedy
+  // top-k = 3 keeps {1, 3, 4}; all of them are drawn, nothing else.
+  int count[6] = {0};
+  for (int i = 0; i < 3000; ++i) count[sample_next(l.data(), 6, 1.0, 3, rng)]++;
+  EXPECT_EQ(count[0] + count[2] + count[5], 0);
+  EXPECT_GT(count[1], 0);
+  EXPECT_GT(count[3], 0);
+  EXPECT_GT(count[4], 0);
+  // Softmax at temperature 1: logits {0, ln 3} -> P(1) = 0.75.
+  std::vector<float> two = {0.f, (float)std::log(3.0)};
+  int ones = 0;
+  for (int i = 0; i < 4000; ++i) ones += sample_next(two.data(), 2, 1.0, 0, rng);
+  EXPECT_NEAR(ones / 4000.0, 0.75, 0.03);
+  // A low temperature sharpens it: P(1) = 3^10 / (1 + 3^10) at T = 0.1.
+  ones = 0;
+  for (int i = 0; i < 1000; ++i) ones += sample_next(two.data(), 2, 0.1, 0, rng);
+  EXPECT_GT(ones, 990);
+}
+
+TEST(SampleTest, BadOptionsAreErrors) {
+  auto m = tiny_model();
+  std::vector<int32_t> p = {1, 2, 3};
+  SampleOptions o;
+  o.temperature = -0.5;
+  expect_error([&] { sample(*m, p, o); }, {"--temperature", ">= 0", "-0.5"});
+  o = SampleOptions();
+  o.top_k = -1;
+  expect_error([&] { sample(*m, p, o); }, {"--top-k", ">= 0", "-1"});
+  o = SampleOptions();
+  o.max_tokens = -3;
+  expect_error([&] { sample(*m, p, o); }, {"--max-tokens", ">= 0", "-3"});
+  o = SampleOptions();
+  expect_error([&] { sample(*m, {}, o); }, {"prompt", "at least one token"});
+  expect_error([&] { sample(*m, {1, 300}, o); }, {"prompt token 300", "position 1", "vocab_size 256"});
+}

@@ -1,0 +1,122 @@
+// train/cli_train.cpp — `ctxlab train`: train from a config or preset on a text corpus, or
+// `--resume DIR` to continue a run exactly where its last checkpoint left it.
+#include <cstdio>
+
+#include <cxxopts.hpp>
+
+#include "core/cpu/gemm.h"
+#include "core/cpu/threading.h"
+#include "train/checkpoint.h"
+#include "train/cli.h"
+#include "train/cli_common.h"
+#include "train/data.h"
+#include "train/safetensors.h"
+#include "train/trainer.h"
+
+namespace ctx::cli {
+
+int run_train(int argc, char** argv) {
+  TrainOptions d;
+  cxxopts::Options o("ctxlab train",
+                     "Train a GPT (MODEL_SPEC) on a text corpus, byte-level tokens.\n"
+                     "  ctxlab train --preset small --out runs/small            # the README's main job\n"
+                     "  ctxlab train --preset tiny --posenc alibi --steps 300 --out runs/tiny-alibi\n"
+                     "  ctxlab train --resume runs/small                        # continue the same run\n"
+                     "Writes <out>/model.safetensors (+ .optim.safetensors), metrics.jsonl, train.csv,\n"
+                     "val.csv and loss.png.");
+  add_config_options(o);
+  auto s = [](auto v) { return std::to_string(v); };
+  o.add_options("data")("data", "training text file (default: the shipped data/pride_and_prejudice.txt)",
+                        cxxopts::value<std::string>())(
+      "val-fraction", "last fraction of the corpus held out for validation",
+      cxxopts::value<double>()->default_value("0.1"))(
+      "context", "training sequence length (default: the config's context)", cxxopts::value<int64_t>());
+  o.add_options("optimisation")("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value(s(d.steps)))(
+      "batch", "sequences per micro-batch", cxxopts::value<int64_t>()->default_value(s(d.batch)))(
+      "accum", "micro-batches per step (gradient accumulation)", cxxopts::value<int64_t>()->default_value("1"))(
+      "optimizer", "adamw | sgd", cxxopts::value<std::string>()->default_value(d.optimizer))(
+      "lr", "peak learning rate", cxxopts::value<double>()->default_value("1e-3"))(
+      "min-lr", "learning rate at the end of the cosine", cxxopts::value<double>()->default_value("1e-4"))(
+      "warmup", "linear warmup steps", cxxopts::value<int64_t>()->default_value(s(d.warmup)))(
+      "weight-decay", "decoupled weight decay (matrices only)", cxxopts::value<double>()->default_value("0.1"))(
+      "beta1", "AdamW beta1", cxxopts::value<double>()->default_value("0.9"))(
+      "beta2", "AdamW beta2", cxxopts::value<double>()->default_value("0.99"))(
+      "momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))(
+      "grad-clip", "global grad-norm clip (0 = off)", cxxopts::value<double>()->default_value("1.0"))(
+      "seed", "seed of init, batches and dropout", cxxopts::value<uint64_t>()->default_value(s(d.seed)));
+  o.add_options("output")("out", "run directory", cxxopts::value<std::string>()->default_value(d.out))(
+      "log-interval", "steps between progress lines", cxxopts::value<int64_t>()->default_value(s(d.log_interval)))(
+      "eval-interval", "steps between validation losses", cxxopts::value<int64_t>()->default_value(s(d.eval_interval)))(
+      "eval-batches", "validation batches per evaluation", cxxopts::value<int64_t>()->default_value(s(d.eval_batches)))(
+      "ckpt-interval", "steps between checkpoints", cxxopts::value<int64_t>()->default_value(s(d.ckpt_interval)))(
+      "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
+      "resume", "continue the run saved in this directory", cxxopts::value<std::string>())(
+      "stop-after", "stop (with a checkpoint) after this many steps, as an interruption would",
+      cxxopts::value<int64_t>()->default_value("-1"))(
+      "h,help", "this help");
+  auto r = parse_or_help(o, argc, argv);
+  if (!r) return 0;
+  const auto& a = *r;
+
+  if (a.count("resume")) {
+    std::string dir = a["resume"].as<std::string>();
+    std::string mp = dir + "/model.safetensors";
+    LoadedModel lm = load_checkpoint(mp);
+    auto it = lm.metadata.find("train_options");
+    CTX_CHECK(it != lm.metadata.end(), mp, ": __metadata__.train_options missing (not written by ctxlab train)");
+    TrainOptions opt = train_options_from_json(nlohmann::json::parse(it->second), mp + " (train_options)");
+    opt.out = dir;
+    if (a.count("steps")) opt.steps = a["steps"].as<int64_t>();
+    SafetensorsFile of = load_safetensors(dir + "/model.optim.safetensors");
+    CTX_CHECK(of.metadata.count("step") && of.metadata["step"] == std::to_string(lm.step), dir,
+              "/model.optim.safetensors: step ", of.metadata.count("step") ? of.metadata["step"] : "?",
+              " does not match model.safetensors step ", lm.step);
+    CTX_CHECK(lm.step < opt.steps, mp, ": run already finished (step ", lm.step, " of ", opt.steps,
+              "); pass --steps N to extend it");
+    std::printf("resume: %s at step %lld of %lld\n", dir.c_str(), (long long)lm.step, (long long)opt.steps);
+    train(*lm.model, opt, lm.step, dir, a["stop-after"].as<int64_t>());
+    return 0;
+  }
+
+  auto [cfg, source] = config_from_options(a);
+  TrainOptions opt;
+  if (a.count("data")) opt.data = a["data"].as<std::string>();
+  opt.val_fraction = a["val-fraction"].as<double>();
+  if (a.count("context")) opt.context = a["context"].as<int64_t>();
+  opt.steps = a["steps"].as<int64_t>();
+  opt.batch = a["batch"].as<int64_t>();
+  opt.accum = a["accum"].as<int64_t>();
+  opt.optimizer = a["optimizer"].as<std::string>();
+  opt.lr = a["lr"].as<double>();
+  opt.min_lr = a["min-lr"].as<double>();
+  opt.warmup = a["warmup"].as<int64_t>();
+  opt.weight_decay = a["weight-decay"].as<double>();
+  opt.beta1 = a["beta1"].as<double>();
+  opt.beta2 = a["beta2"].as<double>();
+  opt.momentum = a["momentum"].as<double>();
+  opt.grad_clip = a["grad-clip"].as<double>();
+  opt.seed = a["seed"].as<uint64_t>();
+  opt.out = a["out"].as<std::string>();
+  opt.log_interval = a["log-interval"].as<int64_t>();
+  opt.eval_interval = a["eval-interval"].as<int64_t>();
+  opt.eval_batches = a["eval-batches"].as<int64_t>();
+  opt.ckpt_interval = a["ckpt-interval"].as<int64_t>();
+  opt.plot = !a.count("no-plot");
+  opt.quiet = a.count("quiet") > 0;
+  CTX_CHECK(opt.log_interval > 0, "--log-interval must be positive");
+
+  nn::GPT model(cfg, DType::F32, source);
+  model.init_weights(opt.seed);
+  int64_t nparams = 0;
+  for (auto& p : model.named_parameters()) nparams += p.second.data().numel();
+  if (!opt.quiet)
+    std::printf("model: %s, %lld parameters, d_model %lld, %lld layers, %lld heads, context %lld, posenc %s\n"
+                "threads: %d, gemm: %s\n",
+                source.c_str(), (long long)nparams, (long long)cfg.d_model, (long long)cfg.n_layers,
+                (long long)cfg.n_heads, (long long)cfg.context, model.pe->type().c_str(), cpu::num_threads(),
+                cpu::gemm_impl_name(cpu::current_gemm_impl()));
+  train(model, opt, 0, "", a["stop-after"].as<int64_t>());
+  return 0;
+}
+
+}  // namespace ctx::cli

@@ -1,0 +1,64 @@
+// train/data.cpp — corpus loading, the split and batches (see data.h).
+#include "train/data.h"
+
+#include "train/tokenizer.h"
+
+namespace ctx {
+
+std::string default_corpus_path() {
+#ifdef CTXLAB_SOURCE_DIR
+  return std::string(CTXLAB_SOURCE_DIR) + "/data/pride_and_prejudice.txt";
+#else
+  return "data/pride_and_prejudice.txt";
+#endif
+}
+
+Corpus load_corpus(const std::string& path, double val_fraction, int64_t min_window) {
+  CTX_CHECK(val_fraction > 0 && val_fraction < 1, "data: val_fraction must be in (0, 1), got ", val_fraction);
+  std::vector<int32_t> all = load_text_tokens(path);
+  const int64_t n = (int64_t)all.size();
+  const int64_t nval = (int64_t)((double)n * val_fraction);
+  CTX_CHECK(n - nval > min_window + 1 && nval > min_window + 1, path, ": corpus of ", n,
+            " bytes is too short for windows of ", min_window + 1, " tokens in both the train split and the ",
+            val_fraction * 100, "% validation split");
+  Corpus c;
+  c.source = path;
+  c.train.assign(all.begin(), all.end() - nval);
+  c.val.assign(all.end() - nval, all.end());
+  return c;
+}
+
+std::pair<Tensor, Tensor> BatchSampler::next(int64_t B, int64_t T) {
+  const int64_t n = (int64_t)tokens_->size();
+  CTX_CHECK(n > T + 1, "data: ", n, " tokens cannot hold a window of ", T + 1);
+  Tensor x = Tensor::empty({B, T}, DType::I64), y = Tensor::empty({B, T}, DType::I64);
+  int64_t* xp = x.data<int64_t>();
+  int64_t* yp = y.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t s = (int64_t)rng_.below((uint64_t)(n - T - 1));
+    for (int64_t t = 0; t < T; ++t) {
+      xp[b * T + t] = (*tokens_)[s + t];
+      yp[b * T + t] = (*tokens_)[s + t + 1];
+    }
+  }
+  return {x, y};
+}
+
+std::pair<Tensor, Tensor> sequential_batch(const std::vector<int32_t>& tokens, int64_t first_window,
+                                           int64_t B, int64_t T) {
+  Tensor x = Tensor::empty({B, T}, DType::I64), y = Tensor::empty({B, T}, DType::I64);
+  int64_t* xp = x.data<int64_t>();
+  int64_t* yp = y.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t s = (first_window + b) * T;
+    CTX_CHECK(s + T + 1 <= (int64_t)tokens.size(), "data: window ", first_window + b, " of ", T,
+              " tokens runs past the end of ", tokens.size(), " tokens");
+    for (int64_t t = 0; t < T; ++t) {
+      xp[b * T + t] = tokens[s + t];
+      yp[b * T + t] = tokens[s + t + 1];
+    }
+  }
+  return {x, y};
+}
+
+}  // namespace ctx

@@ -1,0 +1,41 @@
+// train/data.h — the training corpus as byte tokens: a deterministic train/validation split
+// (the last `val_fraction` of the bytes is validation) and seeded random batches whose RNG state
+// can be saved and restored (resume continues the same batches).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/tensor.h"
+
+namespace ctx {
+
+// data/pride_and_prejudice.txt in the source tree (the corpus shipped with ctxlab).
+std::string default_corpus_path();
+
+struct Corpus {
+  std::string source;
+  std::vector<int32_t> train, val;
+};
+// Errors: unreadable file; too short to hold one window of `min_window` tokens in each split.
+Corpus load_corpus(const std::string& path, double val_fraction, int64_t min_window);
+
+// Random windows of T+1 tokens from `tokens`: (inputs [B, T], targets [B, T]) as i64.
+class BatchSampler {
+ public:
+  BatchSampler(const std::vector<int32_t>* tokens, uint64_t seed) : tokens_(tokens), rng_(seed) {}
+  std::pair<Tensor, Tensor> next(int64_t B, int64_t T);
+  Rng& rng() { return rng_; }
+
+ private:
+  const std::vector<int32_t>* tokens_;
+  Rng rng_;
+};
+
+// Consecutive, non-overlapping windows (validation): window i starts at i*T.
+std::pair<Tensor, Tensor> sequential_batch(const std::vector<int32_t>& tokens, int64_t first_window,
+                                           int64_t B, int64_t T);
+
+}  // namespace ctx

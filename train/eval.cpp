@@ -1,0 +1,70 @@
+// train/eval.cpp — windowed perplexity evaluation (see eval.h).
+#include "train/eval.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/variable.h"
+
+namespace ctx {
+
+int64_t eval_window_count(int64_t n_tokens, int64_t length, int64_t max_windows) {
+  CTX_CHECK(length >= 1, "evaluate: length must be >= 1, got ", length);
+  CTX_CHECK(max_windows >= 0, "evaluate: max_windows must be >= 0 (0 = all), got ", max_windows);
+  int64_t n = n_tokens / (length + 1);
+  return max_windows > 0 ? std::min(n, max_windows) : n;
+}
+
+void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, const std::string& source) {
+  CTX_CHECK(length >= 1, "evaluate: length must be >= 1, got ", length);
+  CTX_CHECK(n_tokens >= length + 1, "evaluate: ", source, " has ", n_tokens,
+            " tokens, fewer than one window at length ", length, " (needs length+1 = ", length + 1,
+            " tokens); use a longer text or a shorter length");
+  try {
+    model.pe->check_length(length);
+  } catch (const Error& e) {
+    throw Error(str("evaluate: length ", length, ": ", e.what()));
+  }
+}
+
+EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
+                    int64_t max_windows, const std::string& source) {
+  CTX_CHECK(batch >= 1, "evaluate: batch must be >= 1, got ", batch);
+  check_eval_length(model, (int64_t)tokens.size(), length, source);
+  const int64_t V = model.cfg.vocab_size;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    CTX_CHECK(tokens[i] >= 0 && tokens[i] < V, "evaluate: ", source, ": token id ", tokens[i],
+              " at position ", i, " is out of range for vocab_size ", V);
+
+  EvalResult r;
+  r.length = length;
+  r.windows = eval_window_count((int64_t)tokens.size(), length, max_windows);
+  r.tokens = r.windows * length;
+
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  double total = 0;  // sum of per-token losses, nats
+  for (int64_t w0 = 0; w0 < r.windows; w0 += batch) {
+    const int64_t b = std::min(batch, r.windows - w0);
+    Tensor in = Tensor::empty({b, length}, DType::I64), tg = Tensor::empty({b, length}, DType::I64);
+    int64_t* ip = in.data<int64_t>();
+    int64_t* tp = tg.data<int64_t>();
+    for (int64_t i = 0; i < b; ++i) {
+      const int32_t* win = tokens.data() + (w0 + i) * (length + 1);
+      for (int64_t t = 0; t < length; ++t) {
+        ip[i * length + t] = win[t];
+        tp[i * length + t] = win[t + 1];
+      }
+    }
+    Variable loss = model.loss(in, tg);  // mean over b * length tokens
+    total += loss.data().item() * (double)(b * length);
+  }
+  if (was_training) model.train();
+  r.loss = total / (double)r.tokens;
+  r.ppl = std::exp(r.loss);
+  r.bpb = r.loss / std::log(2.0);
+  return r;
+}
+
+}  // namespace ctx

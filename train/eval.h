@@ -1,0 +1,40 @@
+// train/eval.h — perplexity of a model on a token stream at a given context length.
+// The text is cut into non-overlapping windows of length+1 tokens; in each window the first
+// `length` tokens are the inputs (positions 0..length-1, no state carried between windows) and
+// the last `length` the targets. The result is the mean cross-entropy over every predicted
+// token, in nats, with perplexity and bits per byte (the byte tokenizer: one token = one byte).
+// Evaluation runs in eval mode with no autograd graph and is deterministic.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nn/gpt.h"
+
+namespace ctx {
+
+struct EvalResult {
+  int64_t length = 0;   // context length evaluated
+  int64_t windows = 0;  // windows of length+1 tokens used
+  int64_t tokens = 0;   // predicted tokens (windows * length)
+  double loss = 0;      // mean cross-entropy, nats per token
+  double ppl = 0;       // exp(loss)
+  double bpb = 0;       // bits per byte = loss / ln 2 (byte tokenizer)
+};
+
+// Windows of `length`+1 tokens available in `n_tokens` tokens, capped by max_windows (> 0).
+int64_t eval_window_count(int64_t n_tokens, int64_t length, int64_t max_windows);
+
+// Checks, before any compute, that `model` can be evaluated at `length` on `n_tokens` tokens:
+// length >= 1, at least one window of length+1 tokens (the error names `source`, the length and
+// the token count), and the encoding accepts `length` positions (its own error, prefixed with
+// the length).
+void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, const std::string& source);
+
+// Evaluates `model` at `length` on `tokens` (ids in [0, vocab)). `batch`: windows per forward
+// (>= 1); `max_windows`: use at most the first this-many windows (0 = all). `source` names the
+// text in errors (a file name). Runs in eval mode (the train/eval state is restored after).
+EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
+                    int64_t max_windows, const std::string& source = "text");
+
+}  // namespace ctx

@@ -1,0 +1,38 @@
+// train/sample.h — autoregressive sampling from a GPT. Each step recomputes the full forward
+// over the last `context` tokens (no KV cache) and draws the next token from the last position's
+// logits: greedy argmax at temperature 0, otherwise softmax(logits / temperature) restricted to
+// the top-k logits (k = 0: no restriction), drawn with a seeded ctx::Rng — deterministic for a
+// given model, prompt and seed.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/rng.h"
+#include "nn/gpt.h"
+
+namespace ctx {
+
+struct SampleOptions {
+  int64_t max_tokens = 200;   // tokens to generate (>= 0)
+  double temperature = 0.8;   // >= 0; 0 = greedy argmax
+  int64_t top_k = 40;         // >= 0; 0 = keep the whole vocabulary
+  uint64_t seed = 0;          // seeds the Rng that draws the tokens
+};
+
+// Throws ctx::Error naming the option and the expected value when an option is out of range.
+void check_sample_options(const SampleOptions& opt);
+
+// Picks the next token from one row of logits (V values). temperature 0: the argmax (lowest
+// index on ties). Otherwise the top_k largest logits (ties broken by lower index; top_k = 0 or
+// >= V keeps all) are softmaxed at `temperature` in double precision and one is drawn with a
+// single rng.uniform(). top_k = 1 therefore equals greedy.
+int32_t sample_next(const float* logits, int64_t V, double temperature, int64_t top_k, Rng& rng);
+
+// Generates opt.max_tokens tokens after `prompt` (at least one token, ids in [0, vocab)) and
+// returns them (the continuation only). on_token, when set, is called with each new token as it
+// is generated (streaming output). Runs in eval mode with no autograd graph.
+std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                            const std::function<void(int32_t)>& on_token = nullptr);
+
+}  // namespace ctx

@@ -1,0 +1,242 @@
+// train/trainer.cpp — the training loop (see trainer.h).
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/optim.h"
+#include "train/safetensors.h"
+
+namespace ctx {
+
+nlohmann::json train_options_to_json(const TrainOptions& o) {
+  return {{"data", o.data}, {"out", o.out}, {"steps", o.steps}, {"batch", o.batch}, {"accum", o.accum},
+          {"context", o.context}, {"optimizer", o.optimizer}, {"lr", o.lr}, {"min_lr", o.min_lr},
+          {"warmup", o.warmup}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps},
+          {"weight_decay", o.weight_decay}, {"momentum", o.momentum}, {"grad_clip", o.grad_clip},
+          {"val_fraction", o.val_fraction}, {"log_interval", o.log_interval},
+          {"eval_interval", o.eval_interval}, {"eval_batches", o.eval_batches},
+          {"ckpt_interval", o.ckpt_interval}, {"seed", o.seed}, {"plot", o.plot}, {"quiet", o.quiet}};
+}
+
+TrainOptions train_options_from_json(const nlohmann::json& j, const std::string& source) {
+  TrainOptions o;
+  nlohmann::json ref = train_options_to_json(o);
+  CTX_CHECK(j.is_object(), source, ": train options must be a JSON object");
+  for (auto& kv : j.items()) {
+    CTX_CHECK(ref.contains(kv.key()), source, ": unknown train option '", kv.key(), "'");
+    CTX_CHECK(std::string(ref[kv.key()].type_name()) == kv.value().type_name() ||
+                  (ref[kv.key()].is_number() && kv.value().is_number()),
+              source, ": train option '", kv.key(), "' must be ", ref[kv.key()].type_name(), ", got ",
+              kv.value().dump());
+    ref[kv.key()] = kv.value();
+  }
+  o.data = ref["data"]; o.out = ref["out"]; o.steps = ref["steps"]; o.batch = ref["batch"];
+  o.accum = ref["accum"]; o.context = ref["context"]; o.optimizer = ref["optimizer"]; o.lr = ref["lr"];
+  o.min_lr = ref["min_lr"]; o.warmup = ref["warmup"]; o.beta1 = ref["beta1"]; o.beta2 = ref["beta2"];
+  o.eps = ref["eps"]; o.weight_decay = ref["weight_decay"]; o.momentum = ref["momentum"];
+  o.grad_clip = ref["grad_clip"]; o.val_fraction = ref["val_fraction"]; o.log_interval = ref["log_interval"];
+  o.eval_interval = ref["eval_interval"]; o.eval_batches = ref["eval_batches"];
+  o.ckpt_interval = ref["ckpt_interval"]; o.seed = ref["seed"]; o.plot = ref["plot"]; o.quiet = ref["quiet"];
+  return o;
+}
+
+namespace {
+
+std::string rng_to_string(const Rng& r) {
+  auto s = r.state();
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %d %a", s.s[0], s.s[1],
+                s.s[2], s.s[3], s.has_cached ? 1 : 0, s.cached);
+  return buf;
+}
+
+void rng_from_string(Rng& r, const std::string& str_, const std::string& source) {
+  Rng::State s{};
+  int cached = 0;
+  char tail[64] = {0};
+  int n = std::sscanf(str_.c_str(), "%" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %d %63s", &s.s[0],
+                      &s.s[1], &s.s[2], &s.s[3], &cached, tail);
+  CTX_CHECK(n == 6, source, ": malformed RNG state \"", str_, "\"");
+  s.has_cached = cached != 0;
+  s.cached = std::strtod(tail, nullptr);
+  r.set_state(s);
+}
+
+std::string fmt_duration(double sec) {
+  char b[32];
+  if (sec < 0 || !std::isfinite(sec)) return "?";
+  int64_t s = (int64_t)sec;
+  if (s >= 3600) std::snprintf(b, sizeof b, "%" PRId64 "h%02" PRId64 "m", s / 3600, (s / 60) % 60);
+  else std::snprintf(b, sizeof b, "%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
+  return b;
+}
+
+double validation_loss(nn::GPT& model, const Corpus& c, int64_t B, int64_t T, int64_t batches) {
+  NoGradGuard ng;
+  bool was = model.is_training();
+  model.eval();
+  int64_t windows = ((int64_t)c.val.size() - 1) / T;
+  int64_t nb = std::min(batches, windows / B);
+  if (nb == 0) { B = std::max<int64_t>(1, windows); nb = 1; }
+  double total = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    auto [x, y] = sequential_batch(c.val, i * B, B, T);
+    total += model.loss(x, y).data().item();
+  }
+  model.train(was);
+  return total / (double)nb;
+}
+
+void plot(const std::string& out) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::printf("plot: gnuplot not found; skipping %s/loss.png (install gnuplot-nox)\n", out.c_str());
+    return;
+  }
+  std::string script = std::string(CTXLAB_SOURCE_DIR) + "/scripts/plot_loss.gp";
+  std::string cmd = "gnuplot -e \"dir='" + out + "'\" '" + script + "' 2>/dev/null";
+  if (std::system(cmd.c_str()) == 0) std::printf("plot: wrote %s/loss.png\n", out.c_str());
+  else std::printf("plot: gnuplot failed; see %s\n", script.c_str());
+}
+
+}  // namespace
+
+TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, const std::string& resume_dir,
+                  int64_t stop_after) {
+  CTX_CHECK(opt.steps > 0 && opt.batch > 0 && opt.accum > 0, "train: steps, batch and accum must be positive");
+  CTX_CHECK(opt.optimizer == "adamw" || opt.optimizer == "sgd", "train: optimizer must be adamw or sgd, got '",
+            opt.optimizer, "'");
+  const int64_t T = opt.context > 0 ? opt.context : model.cfg.context;
+  model.pe->check_length(T);
+  std::string data_path = opt.data.empty() ? default_corpus_path() : opt.data;
+  Corpus corpus = load_corpus(data_path, opt.val_fraction, T);
+  std::error_code ec;
+  std::filesystem::create_directories(opt.out, ec);
+  CTX_CHECK(!ec, "train: cannot create the run directory ", opt.out, ": ", ec.message());
+
+  BatchSampler sampler(&corpus.train, opt.seed);
+  model.dropout_rng.seed_with(opt.seed ^ 0x5DEECE66DULL);
+  nn::NamedParams params = model.named_parameters();
+  std::unique_ptr<Optimizer> optim;
+  if (opt.optimizer == "adamw")
+    optim = std::make_unique<AdamW>(params, AdamWOptions{opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay});
+  else
+    optim = std::make_unique<SGD>(params, opt.momentum, opt.weight_decay);
+
+  if (start_step > 0) {
+    std::string op = resume_dir + "/model.optim.safetensors";
+    SafetensorsFile f = load_safetensors(op);
+    optim->load_state(f.tensors, op);
+    auto get = [&](const char* k) {
+      auto it = f.metadata.find(k);
+      CTX_CHECK(it != f.metadata.end(), op, ": __metadata__.", k, " missing");
+      return it->second;
+    };
+    optim->steps = std::stoll(get("optimizer_steps"));
+    rng_from_string(sampler.rng(), get("data_rng"), op);
+    rng_from_string(model.dropout_rng, get("dropout_rng"), op);
+  }
+
+  auto save = [&](int64_t step) {
+    std::map<std::string, std::string> meta{{"step", std::to_string(step)},
+                                            {"optimizer_steps", std::to_string(optim->steps)},
+                                            {"data_rng", rng_to_string(sampler.rng())},
+                                            {"dropout_rng", rng_to_string(model.dropout_rng)},
+                                            {"train_options", train_options_to_json(opt).dump()}};
+    // Optimizer state first, then the model: a crash between the two leaves a model that is
+    // one interval older than its optimizer state; resume reads the model's step and refuses
+    // a mismatch (see cli_train.cpp).
+    save_safetensors(opt.out + "/model.optim.safetensors", optim->state(), meta);
+    save_checkpoint(opt.out + "/model.safetensors", model, step,
+                    {{"train_options", train_options_to_json(opt).dump()}});
+  };
+
+  std::ofstream jsonl(opt.out + "/metrics.jsonl", start_step > 0 ? std::ios::app : std::ios::trunc);
+  std::ofstream tcsv(opt.out + "/train.csv", start_step > 0 ? std::ios::app : std::ios::trunc);
+  std::ofstream vcsv(opt.out + "/val.csv", start_step > 0 ? std::ios::app : std::ios::trunc);
+  if (start_step == 0) {
+    tcsv << "step,loss,lr,grad_norm,ms,tok_s\n";
+    vcsv << "step,val_loss\n";
+  }
+
+  model.train();
+  TrainResult res;
+  auto t_start = std::chrono::steady_clock::now();
+  double window_ms = 0, window_tokens = 0, last_loss = 0;
+  int64_t timed_steps = 0;
+  for (int64_t step = start_step; step < opt.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    double lr = lr_warmup_cosine(step, opt.warmup, opt.steps, opt.lr, opt.min_lr);
+    double loss_sum = 0;
+    for (int64_t a = 0; a < opt.accum; ++a) {
+      auto [x, y] = sampler.next(opt.batch, T);
+      Variable loss = model.loss(x, y);
+      loss_sum += loss.data().item();
+      if (opt.accum > 1) loss = scale(loss, 1.0 / (double)opt.accum);
+      loss.backward();
+    }
+    double gnorm = clip_grad_norm(params, opt.grad_clip);
+    optim->step(lr);
+    model.zero_grad();
+    auto t1 = std::chrono::steady_clock::now();
+    double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    double loss = loss_sum / (double)opt.accum;
+    CTX_CHECK(std::isfinite(loss), "train: loss became ", loss, " at step ", step + 1,
+              " (lower --lr or enable --grad-clip)");
+    last_loss = loss;
+    double tokens = (double)(opt.batch * opt.accum * T);
+    if (step > start_step) { window_ms += ms; window_tokens += tokens; ++timed_steps; }  // skip warm-up step
+    double tok_s = tokens / (ms / 1000.0);
+    tcsv << step + 1 << "," << loss << "," << lr << "," << gnorm << "," << ms << "," << tok_s << "\n";
+    jsonl << nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
+                            {"ms", ms}, {"tok_s", tok_s}}.dump() << "\n";
+    bool last = step + 1 == opt.steps;
+    if (!opt.quiet && ((step + 1) % opt.log_interval == 0 || last || step == start_step)) {
+      double avg_ms = timed_steps ? window_ms / timed_steps : ms;
+      double avg_tok = timed_steps ? window_tokens / (window_ms / 1000.0) : tok_s;
+      std::printf("step %5" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | norm %.2f | %.0f ms | %.0f tok/s | ETA %s\n",
+                  step + 1, opt.steps, loss, lr, gnorm, avg_ms, avg_tok,
+                  fmt_duration(avg_ms / 1000.0 * (double)(opt.steps - step - 1)).c_str());
+      std::fflush(stdout);
+    }
+    if ((opt.eval_interval > 0 && (step + 1) % opt.eval_interval == 0) || last) {
+      double vl = validation_loss(model, corpus, opt.batch, T, opt.eval_batches);
+      res.final_val_loss = vl;
+      vcsv << step + 1 << "," << vl << "\n";
+      jsonl << nlohmann::json{{"step", step + 1}, {"val_loss", vl}}.dump() << "\n";
+      if (!opt.quiet)
+        std::printf("step %5" PRId64 " | val loss %.4f | ppl %.2f | %.3f bits/byte\n", step + 1, vl,
+                    std::exp(vl), vl / std::log(2.0));
+    }
+    jsonl.flush();
+    tcsv.flush();
+    vcsv.flush();
+    bool stop = stop_after > 0 && step + 1 == stop_after && !last;
+    if ((opt.ckpt_interval > 0 && (step + 1) % opt.ckpt_interval == 0) || last || stop) save(step + 1);
+    if (stop) {
+      if (!opt.quiet) std::printf("stopping after step %lld (--stop-after); continue with --resume %s\n",
+                                  (long long)(step + 1), opt.out.c_str());
+      res.steps = step + 1;
+      res.final_train_loss = last_loss;
+      return res;
+    }
+  }
+  res.steps = opt.steps;
+  res.final_train_loss = last_loss;
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  if (!opt.quiet)
+    std::printf("done: %" PRId64 " steps in %s; checkpoint %s/model.safetensors\n", opt.steps,
+                fmt_duration(res.seconds).c_str(), opt.out.c_str());
+  if (opt.plot) plot(opt.out);
+  return res;
+}
+
+}  // namespace ctx

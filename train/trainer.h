@@ -1,0 +1,49 @@
+// train/trainer.h — the training loop: batches, forward/backward with gradient accumulation,
+// clipping, optimizer, warmup + cosine schedule, a progress line, periodic validation, metrics
+// (JSONL + CSV), atomic checkpoints with optimizer state, and exact resume.
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/gpt.h"
+
+namespace ctx {
+
+struct TrainOptions {
+  std::string data;          // corpus (text); "" = the shipped corpus
+  std::string out = "runs/run";
+  int64_t steps = 1000;
+  int64_t batch = 8;
+  int64_t accum = 1;         // micro-batches per optimizer step
+  int64_t context = -1;      // training sequence length (-1: config.context)
+  std::string optimizer = "adamw";  // adamw | sgd
+  double lr = 1e-3, min_lr = 1e-4;
+  int64_t warmup = 100;
+  double beta1 = 0.9, beta2 = 0.99, eps = 1e-8, weight_decay = 0.1, momentum = 0.9;
+  double grad_clip = 1.0;    // 0 = off
+  double val_fraction = 0.1;
+  int64_t log_interval = 10, eval_interval = 200, eval_batches = 8, ckpt_interval = 500;
+  uint64_t seed = 1337;
+  bool plot = true;
+  bool quiet = false;
+};
+
+nlohmann::json train_options_to_json(const TrainOptions& o);
+TrainOptions train_options_from_json(const nlohmann::json& j, const std::string& source);
+
+struct TrainResult {
+  int64_t steps = 0;
+  double final_train_loss = 0, final_val_loss = 0;
+  double seconds = 0;
+};
+
+// Trains `model` (already initialised or loaded). start_step > 0 with `resume_dir` restores the
+// optimizer and RNG states saved there. Writes <out>/model.safetensors (+ .optim.safetensors),
+// <out>/metrics.jsonl, <out>/train.csv, <out>/val.csv and <out>/loss.png (gnuplot).
+// stop_after > 0 ends the run (with a checkpoint) after that many optimizer steps in total,
+// as an interruption would; `--resume` then continues it.
+TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step = 0,
+                  const std::string& resume_dir = "", int64_t stop_after = -1);
+
+}  // namespace ctx
