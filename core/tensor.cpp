@@ -6,6 +6,9 @@
 
 #include "core/allocator.h"
 #include "core/backend.h"
+#ifdef CTXLAB_WITH_CUDA
+#include "core/cuda/cuda_runtime.h"
+#endif
 
 namespace ctx {
 
@@ -42,6 +45,9 @@ Storage::Storage(size_t nbytes, Device dev) : bytes(nbytes), device(dev) {
   if (dev == Device::CPU) {
     data = BufferPool::host().alloc(nbytes);
   } else {
+#ifdef CTXLAB_WITH_CUDA
+    cuda::ensure_allocator();
+#endif
     CTX_CHECK(g_cuda_alloc.alloc, "Tensor: CUDA device requested but this build has no CUDA "
               "backend (configure with -DCTXLAB_WITH_CUDA=ON on a machine with nvcc)");
     data = g_cuda_alloc.alloc(nbytes);

@@ -271,8 +271,11 @@ void check_matmul(const Shape& abatch, const Shape& bbatch, uint64_t seed) {
           ASSERT_NEAR(out.data().at((q * M + i) * N + j), s, 1e-12);
         }
     GRADCHECK([ta, tb](const Vars& v) { return matmul(v[0], v[1], ta, tb); }, {a, b}, {"a", "b"});
-    GRADCHECK([ta, tb](const Vars& v) { return matmul(v[0], v[1], ta, tb); }, {a, b}, {"a", "-"});
-    GRADCHECK([ta, tb](const Vars& v) { return matmul(v[0], v[1], ta, tb); }, {a, b}, {"-", "b"});
+    // only one side requiring grad takes other branches of the backward; spot-check those
+    GradcheckOptions few;
+    few.max_elements = 5;
+    GRADCHECK([ta, tb](const Vars& v) { return matmul(v[0], v[1], ta, tb); }, {a, b}, {"a", "-"}, few);
+    GRADCHECK([ta, tb](const Vars& v) { return matmul(v[0], v[1], ta, tb); }, {a, b}, {"-", "b"}, few);
   }
 }
 
@@ -323,7 +326,7 @@ TEST(GradcheckOps, Linear) {
 TEST(GradcheckOps, SumAndMean) {
   Rng r(100);
   for (int trial = 0; trial < 2; ++trial) {
-    Shape s = {odd_dim(r), odd_dim(r), odd_dim(r)};
+    Shape s = {odd_dim(r), small_dim(r), odd_dim(r)};
     if (trial == 0) s = {3, 1, 5};
     Tensor x = uniform(r, s);
     SCOPED_TRACE(S(s));
@@ -411,8 +414,8 @@ TEST(GradcheckOps, Transpose) {
 
 TEST(GradcheckOps, Slice) {
   Rng r(140);
-  for (int trial = 0; trial < 3; ++trial) {
-    Shape s = {odd_dim(r) + 2, odd_dim(r) + 2, odd_dim(r) + 2};  // >= 3: room for a window
+  for (int trial = 0; trial < 2; ++trial) {
+    Shape s = {odd_dim(r) + 2, small_dim(r) + 2, odd_dim(r) + 2};  // >= 3: room for a window
     Tensor x = uniform(r, s);
     for (int64_t dim : {0, 1, 2, -1}) {
       int64_t n = s[dim < 0 ? dim + 3 : dim];
@@ -448,7 +451,7 @@ TEST(GradcheckOps, Slice) {
 TEST(GradcheckOps, Concat) {
   Rng r(150);
   for (int trial = 0; trial < 2; ++trial) {
-    Shape base = {odd_dim(r), odd_dim(r), odd_dim(r)};
+    Shape base = {odd_dim(r), small_dim(r), odd_dim(r)};
     for (int64_t dim : {0, 1, 2, -1, -3}) {
       int64_t d = dim < 0 ? dim + 3 : dim;
       std::vector<Tensor> xs;
@@ -459,7 +462,9 @@ TEST(GradcheckOps, Concat) {
       }
       SCOPED_TRACE(S(xs[0].shape()) + S(xs[1].shape()) + S(xs[2].shape()) + " dim " + std::to_string(dim));
       GRADCHECK([=](const Vars& v) { return concat({v[0], v[1], v[2]}, dim); }, xs, {"x0", "x1", "x2"});
-      GRADCHECK([=](const Vars& v) { return concat({v[0], v[1], v[2]}, dim); }, xs, {"x0", "-", "x2"});
+      GradcheckOptions few;
+      few.max_elements = 5;
+      GRADCHECK([=](const Vars& v) { return concat({v[0], v[1], v[2]}, dim); }, xs, {"x0", "-", "x2"}, few);
       Variable y = concat({Variable(xs[0]), Variable(xs[1]), Variable(xs[2])}, dim);
       EXPECT_EQ(y.size(d), xs[0].size(d) + xs[1].size(d) + xs[2].size(d));
     }

@@ -181,7 +181,7 @@ void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
                         T* dw, T* db, int64_t N, int64_t C) {
-#pragma omp parallel
+#pragma omp parallel if (N * C > 16384)
   {
     std::vector<T> ldw(C, T(0)), ldb(C, T(0));
 #pragma omp for schedule(static)
@@ -231,7 +231,7 @@ void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C)
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw, int64_t N,
                       int64_t C) {
-#pragma omp parallel
+#pragma omp parallel if (N * C > 16384)
   {
     std::vector<T> ldw(C, T(0));
 #pragma omp for schedule(static)

@@ -11,7 +11,8 @@ length T in {16, 24 where the encoding allows T > context}) on a tiny model (d_m
      (token and position tables std 0.5, attention logits O(1), non-trivial norm weights
      and biases) and writes DIR/<case>/ckpt.safetensors with __metadata__
      {"format": "ctxlab/1", "config": <json>, "step": "0"};
-  2. writes DIR/<case>/tokens.npy, int32 [B, T+1] with values in [0, 256);
+  2. writes DIR/<case>/tokens.npy, int32 [B, T+1] with values in [0, 256) (int64 for the
+     `defaults` case, whose config gives only the five size keys);
   3. runs `ctxlab grads --checkpoint ckpt.safetensors --tokens tokens.npy --out g.safetensors`;
   4. checks, against torch_ref in float64 on the same checkpoint: the loss in the output's
      __metadata__ "loss" has relative error < 1e-5; the output holds exactly one F32 tensor
@@ -27,7 +28,6 @@ case passes, 1 otherwise, 77 (ctest's skip) when torch is not importable, 2 on b
 """
 
 import argparse
-import json
 import math
 import os
 import re
@@ -99,8 +99,10 @@ REJECT_CASES = {
 # The minimal config: every other key takes its default (posenc none, layernorm, tied, d_ff 4D).
 DEFAULTS_CASE = {"vocab_size": 256, "d_model": 32, "n_layers": 2, "n_heads": 4, "context": 16}
 
-DEFAULT_CASES = ["defaults", "none", "learned", "sinusoidal",
-                 "reject-learned-long", "reject-unknown-key", "reject-unknown-posenc-key"]
+# What ctxlab supports now; widen as encodings land (or run with --cases all).
+DEFAULT_CASES = ["defaults", "none", "learned", "learned-hier", "sinusoidal",
+                 "reject-learned-long", "reject-learned-hier-long", "reject-unknown-key",
+                 "reject-unknown-posenc-key", "reject-bad-heads"]
 ALL_CASES = ["defaults"] + list(ENCODING_CASES) + list(REJECT_CASES)
 
 
@@ -155,9 +157,9 @@ def random_params(ref, cfg, seed):
     return params
 
 
-def write_inputs(ref, st_io, case_dir, cfg, T, seed, tensors_cfg=None):
+def write_inputs(ref, st_io, case_dir, cfg, T, seed, tensors_cfg=None, token_dtype="<i4"):
     """Write ckpt.safetensors (config cfg, tensors drawn for tensors_cfg or cfg) and
-    tokens.npy; returns their paths."""
+    tokens.npy (token_dtype); returns their paths."""
     import numpy as np
     os.makedirs(case_dir, exist_ok=True)
     ckpt = os.path.join(case_dir, "ckpt.safetensors")
@@ -165,7 +167,7 @@ def write_inputs(ref, st_io, case_dir, cfg, T, seed, tensors_cfg=None):
     params = random_params(ref, tensors_cfg or cfg, seed)
     ref.save_checkpoint(ckpt, cfg, params, step=0)
     rng = np.random.default_rng(seed)
-    st_io.save_npy(tokens, rng.integers(0, cfg["vocab_size"], size=(BATCH, T + 1)).astype(np.int32))
+    st_io.save_npy(tokens, rng.integers(0, cfg["vocab_size"], size=(BATCH, T + 1)).astype(token_dtype))
     return ckpt, tokens
 
 
@@ -295,7 +297,9 @@ def main(argv=None):
         for label, cfg, T, must_reject, tensors_cfg in expand(name):
             case_dir = os.path.join(args.workdir, re.sub(r"[^A-Za-z0-9_.-]", "_", label))
             try:
-                ckpt, tokens = write_inputs(ref, st_io, case_dir, cfg, T, seed_of(label), tensors_cfg)
+                token_dtype = "<i8" if name == "defaults" else "<i4"   # both are allowed
+                ckpt, tokens = write_inputs(ref, st_io, case_dir, cfg, T, seed_of(label),
+                                            tensors_cfg, token_dtype)
                 out = os.path.join(case_dir, "g.safetensors")
                 if must_reject:
                     ok, detail = check_reject(ctxlab, ckpt, tokens, out)

@@ -23,8 +23,10 @@ power), sandwich, t5, shaw, xl (no memory), deberta, tupe.
 
 Float32 tables: frequencies, slopes, buckets and similar tables are computed in float32
 with the operation order POSENC_SPEC gives, calling the C library's ``powf``/``logf`` (via
-ctypes) so that they match a C++ implementation bit for bit; they are then cast to the
-reference dtype. Trigonometric functions of those (float32) angles are evaluated in float64.
+ctypes), as a C++ implementation using those functions would; they are then cast to the
+reference dtype. Angles are float32 products ``float(t) * w_k``; their sin/cos are
+evaluated in float64. Every ``w_k = b^(-2k/n)`` (sinusoidal, XL, Sandwich, RoPE) uses the
+form POSENC_SPEC gives for RoPE, ``1 / powf(b, (2k)/n)``.
 """
 
 import ctypes
