@@ -13,10 +13,10 @@
 
 #include <cxxopts.hpp>
 
+#include "bench/timing.h"
 #include "core/backend.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/threading.h"
-#include "bench/timing.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace {
@@ -73,7 +73,9 @@ struct RawMatmul {
     dnnl::matmul::primitive_desc pd({a, b, c}, eng);
     impl = pd.impl_info_str();
     prim = dnnl::matmul(pd);
-    args = {{DNNL_ARG_SRC, {a, eng, A}}, {DNNL_ARG_WEIGHTS, {b, eng, B}}, {DNNL_ARG_DST, {c, eng, C}}};
+    args = {{DNNL_ARG_SRC, {a, eng, A}},
+            {DNNL_ARG_WEIGHTS, {b, eng, B}},
+            {DNNL_ARG_DST, {c, eng, C}}};
   }
   void operator()() {
     prim.execute(strm, args);
@@ -93,11 +95,11 @@ struct Row {
 
 int main(int argc, char** argv) {
   cxxopts::Options opts("bench_gemm", "ctxlab CPU GEMM vs raw oneDNN / OpenBLAS");
-  opts.add_options()("repeats", "timed rounds per measurement (median)",
-                     cxxopts::value<int>()->default_value("30"))(
-      "threads", "thread counts", cxxopts::value<std::vector<int>>()->default_value("1,2"))(
-      "shape", "only this shape", cxxopts::value<std::string>()->default_value(""))("h,help",
-                                                                                   "help");
+  opts.add_options()  // (each call adds one option)
+      ("repeats", "timed rounds (median)", cxxopts::value<int>()->default_value("30"))  //
+      ("threads", "thread counts", cxxopts::value<std::vector<int>>()->default_value("1,2"))  //
+      ("shape", "only this shape", cxxopts::value<std::string>()->default_value(""))  //
+      ("h,help", "help");
   const auto args = opts.parse(argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", opts.help().c_str());
@@ -164,18 +166,20 @@ int main(int argc, char** argv) {
       auto times = bench::time_rounds(omp_pool, repeats);
       if (have_blas && t > 1) {
         blas.set_num_threads(t);
-        times["cblas_sgemm"] = bench::time_rounds({{"cblas_sgemm", cblas}}, repeats)["cblas_sgemm"];
+        times["cblas_sgemm"] =
+            bench::time_rounds({{"cblas_sgemm", cblas}}, repeats)["cblas_sgemm"];
         blas.set_num_threads(1);
       }
 
       Row r{s.name, t, {}};
       for (const auto& [name, v] : times) r.ms[name] = median(v);
       r.ovh_dnnl = bench::slower_pct(times, "ctx_onednn", "dnnl_matmul");
-      r.us_dnnl = 1e3 * (r.ms["ctx_onednn"] - r.ms["dnnl_matmul"]);
+      r.us_dnnl = 1e3 * bench::diff_ms(times, "ctx_onednn", "dnnl_matmul");
       if (have_blas) {
         r.ovh_blas = t == 1 ? bench::slower_pct(times, "ctx_openblas", "cblas_sgemm")
                             : 100.0 * (r.ms["ctx_openblas"] / r.ms["cblas_sgemm"] - 1.0);
-        r.us_blas = 1e3 * (r.ms["ctx_openblas"] - r.ms["cblas_sgemm"]);
+        r.us_blas = 1e3 * (t == 1 ? bench::diff_ms(times, "ctx_openblas", "cblas_sgemm")
+                                  : r.ms["ctx_openblas"] - r.ms["cblas_sgemm"]);
       }
       if (t == args["threads"].as<std::vector<int>>().front())
         std::printf("# %-8s %s; oneDNN matmul impl: %s\n", s.name, s.what, raw.impl.c_str());

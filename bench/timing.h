@@ -34,14 +34,25 @@ inline Times time_rounds(const Candidates& cands, int repeats) {
   return t;
 }
 
-// How much slower `a` is than `b`, in %: median over rounds of (a / b - 1).
-inline double slower_pct(const Times& t, const std::string& a, const std::string& b) {
+// Median over rounds of f(time of a, time of b); 0 when either is missing.
+template <class F>
+double paired_median(const Times& t, const std::string& a, const std::string& b, F f) {
   auto x = t.find(a), y = t.find(b);
   if (x == t.end() || y == t.end()) return 0.0;
-  std::vector<double> ratio;
+  std::vector<double> v;
   for (size_t i = 0; i < x->second.size() && i < y->second.size(); ++i)
-    ratio.push_back(x->second[i] / y->second[i]);
-  return 100.0 * (median(ratio) - 1.0);
+    v.push_back(f(x->second[i], y->second[i]));
+  return median(v);
+}
+
+// How much slower `a` is than `b`, in %: median over rounds of (a / b - 1).
+inline double slower_pct(const Times& t, const std::string& a, const std::string& b) {
+  return 100.0 * paired_median(t, a, b, [](double x, double y) { return x / y - 1.0; });
+}
+
+// How much longer `a` takes than `b`, in ms: median over rounds of (a - b).
+inline double diff_ms(const Times& t, const std::string& a, const std::string& b) {
+  return paired_median(t, a, b, [](double x, double y) { return x - y; });
 }
 
 }  // namespace bench

@@ -40,6 +40,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 // A JSON value for an error message: short and on one line.
 std::string shown(const json& v) {
+  if (v.is_null()) return "null";
   std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace);
   if (s.size() > 60) s = s.substr(0, 60) + "...";
   return std::string(v.type_name()) + " " + s;

@@ -54,15 +54,19 @@ constexpr int kMaxJsonDepth = 64;
 // duplicate keys in any object (nlohmann would silently keep the last) and nesting deeper than
 // kMaxJsonDepth. Errors are one-line
 // ctx::Error "<where>: JSON parse error at line L, column C: ..." / "<where>: duplicate key ...".
+// When `top_level_keys` is given, it receives the keys of the top-level object in file order
+// (nlohmann::json sorts them; ordered_json keeps order but inserts in linear time per key).
 template <class J>
-J parse_json_strict(const char* begin, const char* end, const std::string& where);
+J parse_json_strict(const char* begin, const char* end, const std::string& where,
+                    std::vector<std::string>* top_level_keys = nullptr);
 
 // The parser's message without nlohmann's "[json.exception.parse_error.101] " prefix.
 std::string json_error_text(const std::exception& e);
 
 // ---- template definition ----
 template <class J>
-J parse_json_strict(const char* begin, const char* end, const std::string& where) {
+J parse_json_strict(const char* begin, const char* end, const std::string& where,
+                    std::vector<std::string>* top_level_keys) {
   std::vector<std::set<std::string>> keys;  // keys seen, one list per open object
   std::string dup;                           // first duplicate key found
   int dup_depth = -1;
@@ -77,6 +81,7 @@ J parse_json_strict(const char* begin, const char* end, const std::string& where
       if (!keys.empty()) keys.pop_back();
     } else if (ev == E::key && !keys.empty() && dup_depth < 0) {
       std::string k = parsed.template get<std::string>();
+      if (depth == 1 && top_level_keys) top_level_keys->push_back(k);
       if (!keys.back().insert(k).second) {
         dup = std::move(k);
         dup_depth = depth;

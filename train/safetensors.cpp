@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <set>
 
 #include "train/fileio.h"
 
@@ -20,7 +21,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 namespace ctx {
 namespace {
 
-using ojson = nlohmann::ordered_json;
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;  // for writing: keeps the given tensor order
 
 // dtypes as stored in the file; F16/BF16 are converted to F32 when read.
 enum class FileType { F32, F64, I32, I64, F16, BF16 };
@@ -97,13 +99,13 @@ float bf16_to_float(uint16_t b) {
 // Parses and validates the JSON header. `data_len` is the size of the data section.
 Header parse_header(const char* text, size_t n, uint64_t data_len, const std::string& file) {
   const std::string where = "safetensors " + file;
-  ojson j = parse_json_strict<ojson>(text, text + n, where + ": header");
+  std::vector<std::string> order;  // header keys in file order
+  const json j = parse_json_strict<json>(text, text + n, where + ": header", &order);
   CTX_CHECK(j.is_object(), where, ": header must be a JSON object mapping tensor names to "
             "entries (got ", j.type_name(), ")");
   Header h;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& key = it.key();
-    const ojson& v = it.value();
+  for (const std::string& key : order) {
+    const json& v = j.at(key);
     if (key == "__metadata__") {
       CTX_CHECK(v.is_object(), where, ": field '__metadata__' must be an object of strings (got ",
                 v.type_name(), ")");
@@ -142,7 +144,7 @@ Header parse_header(const char* text, size_t n, uint64_t data_len, const std::st
               "integers (got ", s->type_name(), ")");
     uint64_t numel = 1;
     for (size_t i = 0; i < s->size(); ++i) {
-      const ojson& x = (*s)[i];
+      const json& x = (*s)[i];
       CTX_CHECK(x.is_number_unsigned() &&
                     x.get<uint64_t>() <= (uint64_t)std::numeric_limits<int64_t>::max(),
                 where, ": ", t, ": shape[", i, "] must be a non-negative integer (got ",
@@ -304,13 +306,15 @@ std::string safetensors_header(const std::vector<std::pair<std::string, Tensor>>
     h["__metadata__"] = std::move(m);
   }
   uint64_t offset = 0;
+  std::set<std::string> seen;
   for (const auto& nt : tensors) {
     const std::string& name = nt.first;
     const Tensor& t = nt.second;
     CTX_CHECK(!name.empty(), "save_safetensors: empty tensor name");
     CTX_CHECK(name != "__metadata__", "save_safetensors: '__metadata__' is reserved, not a tensor "
               "name");
-    CTX_CHECK(!h.contains(name), "save_safetensors: duplicate tensor name ", quoted_str(name));
+    CTX_CHECK(seen.insert(name).second, "save_safetensors: duplicate tensor name ",
+              quoted_str(name));
     CTX_CHECK(t.defined(), "save_safetensors: tensor ", quoted_str(name), " is undefined");
     const uint64_t bytes = t.nbytes();
     ojson e = ojson::object();

@@ -183,7 +183,6 @@ class CpuBackend final : public Backend {
     const Shape& os = out.shape();
     auto sa = broadcast_strides(a.shape(), os, nm, b.shape());
     auto sb = broadcast_strides(b.shape(), os, nm, a.shape());
-    const int64_t n = out.numel();
     CTX_DISPATCH_FLOAT(a.dtype(), nm,
                        ref::binary<T>(op, a.data<T>(), sa, b.data<T>(), sb, out.data<T>(), os,
                                       a.numel(), b.numel()));
@@ -243,7 +242,7 @@ class CpuBackend final : public Backend {
     check_cpu(x, "causal_mask", "x");
     CTX_CHECK(x.dim() >= 2, "causal_mask: needs [..., T, S], got ", x.str());
     const int64_t T_ = x.size(-2), S = x.size(-1);
-    const int64_t N = T_ * S ? x.numel() / (T_ * S) : 0;
+    const int64_t N = (T_ > 0 && S > 0) ? x.numel() / (T_ * S) : 0;
     CTX_DISPATCH_FLOAT(x.dtype(), "causal_mask",
                        ref::causal_fill<T>(x.data<T>(), N, T_, S, (T)value, diag));
   }

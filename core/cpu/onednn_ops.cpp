@@ -42,8 +42,16 @@ struct Arg {
   const void* data;
 };
 
-// Runs the primitive cached under `key` (made by `make` on first use) on the caller's buffers;
-// false when oneDNN has no implementation for the case.
+// oneDNN's name for the implementation it chose, e.g. "jit:avx2" or "ref:any".
+std::string impl_name(const dnnl::primitive& p) {
+  const char* info = nullptr;
+  dnnl_primitive_desc_query(p.get_primitive_desc(), dnnl_query_impl_info_str, 0, &info);
+  return info ? info : "";
+}
+
+// Runs the primitive cached under `key` (made by `make` on first use) on the caller's buffers.
+// False when oneDNN has no implementation for the case, or only its reference one ("ref:*",
+// plain loops far slower than ours: softmax backward on AVX2 machines, measured 10x slower).
 template <class Make>
 bool run(const onednn::Key& key, Make make, std::initializer_list<Arg> args) {
   const onednn::Prim& p = cache().get(key, [&] {
@@ -52,7 +60,7 @@ bool run(const onednn::Key& key, Make make, std::initializer_list<Arg> args) {
       r.prim = make();
       for (const Arg& a : args)
         if (a.id != kNoArg) r.args.emplace_back(a.id, plain(a.dims));
-      r.ok = true;
+      r.ok = impl_name(r.prim).rfind("ref", 0) != 0;
     } catch (const dnnl::error&) {
     }
     return r;
@@ -72,7 +80,9 @@ onednn::Key key_of(std::initializer_list<int64_t> v) {
   return k;
 }
 
-algorithm softmax_alg(bool log) { return log ? algorithm::softmax_log : algorithm::softmax_accurate; }
+algorithm softmax_alg(bool log) {
+  return log ? algorithm::softmax_log : algorithm::softmax_accurate;
+}
 
 dnnl::softmax_v2_forward::primitive_desc softmax_pd(const memory::desc& md, bool log) {
   return {{prop_kind::forward_training, softmax_alg(log), md, md, 1}, onednn::engine()};
@@ -201,16 +211,18 @@ bool onednn_gelu_tanh_backward_f32(const float* x, const float* dy, float* dx, i
 size_t onednn_ops_cache_size() { return cache().size(); }
 
 namespace {
-// The measured policy (bench/onednn_ops on this machine, docs/threading.md): true where oneDNN
-// beat our OpenMP loops on the model's shapes.
+// The measured policy (bench/onednn_ops, docs/threading.md): oneDNN where it beat plain OpenMP
+// loops on the model's shapes. Softmax backward: oneDNN 2.6 has no AVX2 kernel for it (its
+// "ref:any" ran 10x slower than loops; the functions decline it anyway). Layer-norm backward:
+// oneDNN's kernel is not JIT and lost to SIMD-reduction loops (0.7x).
 struct OpPolicy {
   const char* op;
   bool use_onednn;
 };
 constexpr OpPolicy kPolicy[] = {
-    {"softmax", true},   {"softmax_backward", true},   {"log_softmax", true},
-    {"log_softmax_backward", true}, {"layernorm", true}, {"layernorm_backward", true},
-    {"gelu_tanh", true}, {"gelu_tanh_backward", true},
+    {"softmax", true},    {"softmax_backward", false},   {"log_softmax", true},
+    {"log_softmax_backward", false}, {"layernorm", true}, {"layernorm_backward", false},
+    {"gelu_tanh", true},  {"gelu_tanh_backward", true},
 };
 
 enum class Override { Measured, All, None };

@@ -1,8 +1,10 @@
 // core/cpu/onednn_ops.h — oneDNN fast paths (f32) for softmax, layer norm and tanh-GELU,
 // forward and backward, with the same meaning as the reference kernels (core/cpu/ref_kernels.h).
-// Each returns false (and does nothing) when oneDNN cannot take the case, so the caller falls
-// back to its own kernel. Primitives are cached by shape. Whether a fast path is worth calling
-// here is onednn_op_enabled(op): measured by bench/onednn_ops (docs/threading.md).
+// Each returns false (and does nothing) when oneDNN cannot take the case, or would only run its
+// slow reference implementation on this CPU ("ref:any"; e.g. softmax backward without
+// AVX-512), so the caller falls back to its own kernel. Primitives are cached by shape and
+// thread count. Whether a fast path is worth calling here is onednn_op_enabled(op), measured by
+// bench/onednn_ops (docs/threading.md).
 #pragma once
 #include <cstddef>
 #include <cstdint>

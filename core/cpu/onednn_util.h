@@ -112,8 +112,8 @@ inline void execute(const Prim& p, const void* const* ptrs, size_t n) {
   CTX_CHECK(p.ok && n == p.args.size() && n <= 16, "onednn::execute: primitive/argument mismatch");
   thread_local std::unordered_map<const Prim*, std::vector<dnnl::memory>> bound;
   std::vector<dnnl::memory>& mem = bound[&p];
-  if (mem.empty())
-    for (const auto& a : p.args) mem.emplace_back(a.second, engine(), static_cast<void*>(DNNL_MEMORY_NONE));
+  if (mem.empty())  // made once for this thread and primitive; no buffer until set below
+    for (const auto& a : p.args) mem.emplace_back(a.second, engine(), static_cast<void*>(nullptr));
   dnnl_exec_arg_t args[16];
   for (size_t i = 0; i < n; ++i) {
     mem[i].set_data_handle(const_cast<void*>(ptrs[i]));
