@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "core/cpu/gemm.h"
+#include "core/cpu/onednn_ops.h"
 #include "core/cpu/ref_kernels.h"
 #include "core/cpu/threading.h"
 
@@ -158,6 +159,9 @@ class CpuBackend final : public Backend {
   void unary(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
     check_cpu(x, unary_name(op), "x");
     check_same(x, y, unary_name(op));
+    if (op == UnaryOp::GeluTanh && x.dtype() == DType::F32 && onednn_op_enabled("gelu_tanh") &&
+        onednn_gelu_tanh_f32(x.data<float>(), y.data<float>(), x.numel()))
+      return;
     CTX_DISPATCH_FLOAT(x.dtype(), unary_name(op),
                        ref::unary<T>(op, x.data<T>(), y.data<T>(), x.numel(), (T)a, (T)b));
   }
@@ -168,6 +172,10 @@ class CpuBackend final : public Backend {
     check_same(dy, dx, unary_name(op));
     if (x.defined()) check_same(x, dy, unary_name(op));
     if (y.defined()) check_same(y, dy, unary_name(op));
+    if (op == UnaryOp::GeluTanh && dy.dtype() == DType::F32 && x.defined() &&
+        onednn_op_enabled("gelu_tanh_backward") &&
+        onednn_gelu_tanh_backward_f32(x.data<float>(), dy.data<float>(), dx.data<float>(), dy.numel()))
+      return;
     CTX_DISPATCH_FLOAT(dy.dtype(), unary_name(op),
                        ref::unary_backward<T>(op, x.defined() ? x.data<T>() : nullptr,
                                               y.defined() ? y.data<T>() : nullptr, dy.data<T>(),
@@ -283,6 +291,9 @@ class CpuBackend final : public Backend {
     check_same(x, y, "softmax");
     if (x.numel() == 0) return;
     const int64_t C = x.size(-1), N = x.numel() / C;
+    if (x.dtype() == DType::F32 && onednn_op_enabled(log ? "log_softmax" : "softmax") &&
+        onednn_softmax_f32(x.data<float>(), y.data<float>(), N, C, log))
+      return;
     CTX_DISPATCH_FLOAT(x.dtype(), "softmax", ref::softmax<T>(x.data<T>(), y.data<T>(), N, C, log));
   }
 
@@ -292,6 +303,9 @@ class CpuBackend final : public Backend {
     check_same(y, dx, "softmax_backward");
     if (y.numel() == 0) return;
     const int64_t C = y.size(-1), N = y.numel() / C;
+    if (y.dtype() == DType::F32 && onednn_op_enabled(log ? "log_softmax_backward" : "softmax_backward") &&
+        onednn_softmax_backward_f32(y.data<float>(), dy.data<float>(), dx.data<float>(), N, C, log))
+      return;
     CTX_DISPATCH_FLOAT(y.dtype(), "softmax_backward",
                        ref::softmax_backward<T>(y.data<T>(), dy.data<T>(), dx.data<T>(), N, C, log));
   }
@@ -315,6 +329,10 @@ class CpuBackend final : public Backend {
     check_same(x, y, "layer_norm");
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     CTX_CHECK(mean.numel() == N && rstd.numel() == N, "layer_norm: mean/rstd need ", N, " elements");
+    if (x.dtype() == DType::F32 && onednn_op_enabled("layernorm") &&
+        onednn_layernorm_f32(x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
+                             (float)eps, y.data<float>(), mean.data<float>(), rstd.data<float>(), N, C))
+      return;
     CTX_DISPATCH_FLOAT(x.dtype(), "layer_norm",
                        ref::layernorm<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr,
                                          (T)eps, y.data<T>(), mean.data<T>(), rstd.data<T>(), N, C));
@@ -327,6 +345,11 @@ class CpuBackend final : public Backend {
     check_same(x, dx, "layer_norm_backward");
     check_same(w, dw, "layer_norm_backward");
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+    if (x.dtype() == DType::F32 && onednn_op_enabled("layernorm_backward") &&
+        onednn_layernorm_backward_f32(dy.data<float>(), x.data<float>(), w.data<float>(), mean.data<float>(),
+                                      rstd.data<float>(), dx.data<float>(), dw.data<float>(),
+                                      db.defined() ? db.data<float>() : nullptr, N, C))
+      return;
     CTX_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward",
                        ref::layernorm_backward<T>(dy.data<T>(), x.data<T>(), w.data<T>(), mean.data<T>(),
                                                   rstd.data<T>(), dx.data<T>(), dw.data<T>(),
