@@ -62,6 +62,11 @@ int run_grads(int argc, char** argv) {
   CTX_CHECK(all.dim() == 2 && all.size(1) >= 2, tok_path, ": token array has shape ",
             shape_str(all.shape()), ", expected [B, T+1] with T >= 1");
   model.check_tokens(all, tok_path);
+  try {  // the encoding's own message does not know which file the sequence came from
+    model.pe->check_length(all.size(1) - 1);
+  } catch (const Error& e) {
+    throw Error(str(tok_path, ": token array has shape ", shape_str(all.shape()), ": ", e.what()));
+  }
   auto [inputs, targets] = split_inputs_targets(all);
   Variable loss = model.loss(inputs, targets);
   loss.backward();

@@ -1,6 +1,8 @@
 // train/cli_train.cpp — `ctxlab train`: train from a config or preset on a text corpus, or
 // `--resume DIR` to continue a run exactly where its last checkpoint left it.
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 
 #include <cxxopts.hpp>
 
@@ -67,10 +69,25 @@ int run_train(int argc, char** argv) {
     TrainOptions opt = train_options_from_json(nlohmann::json::parse(it->second), mp + " (train_options)");
     opt.out = dir;
     if (a.count("steps")) opt.steps = a["steps"].as<int64_t>();
-    SafetensorsFile of = load_safetensors(dir + "/model.optim.safetensors");
-    CTX_CHECK(of.metadata.count("step") && of.metadata["step"] == std::to_string(lm.step), dir,
-              "/model.optim.safetensors: step ", of.metadata.count("step") ? of.metadata["step"] : "?",
-              " does not match model.safetensors step ", lm.step);
+    // The optimizer state must belong to the model's step. A run killed between the two writes
+    // of a checkpoint has it in model.optim.prev.safetensors (see save() in trainer.cpp).
+    const std::string op = dir + "/model.optim.safetensors", pp = dir + "/model.optim.prev.safetensors";
+    const std::string want = std::to_string(lm.step);
+    auto step_in = [](const std::string& p) {
+      SafetensorsFile f = load_safetensors(p);
+      auto st = f.metadata.find("step");
+      return st == f.metadata.end() ? std::string("?") : st->second;
+    };
+    auto matches = [&](const std::string& p) { return std::filesystem::exists(p) && step_in(p) == want; };
+    if (!matches(op) && matches(pp)) {
+      std::error_code ec;
+      std::filesystem::rename(pp, op, ec);
+      CTX_CHECK(!ec, "cannot rename ", pp, " to ", op, ": ", ec.message());
+      std::printf("resume: the run was interrupted while checkpointing; using the optimizer state of "
+                  "step %s kept in %s\n", want.c_str(), pp.c_str());
+    }
+    const std::string ostep = step_in(op);
+    CTX_CHECK(ostep == want, op, ": step ", ostep, " does not match model.safetensors step ", lm.step);
     CTX_CHECK(lm.step < opt.steps, mp, ": run already finished (step ", lm.step, " of ", opt.steps,
               "); pass --steps N to extend it");
     std::printf("resume: %s at step %lld of %lld\n", dir.c_str(), (long long)lm.step, (long long)opt.steps);

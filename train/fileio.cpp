@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 namespace ctx {
 
@@ -123,6 +124,76 @@ std::string json_error_text(const std::exception& e) {
     if (c == '\n' || c == '\r') c = ' ';
   if (m.size() > 300) m = m.substr(0, 300) + "...";
   return m;
+}
+
+}  // namespace ctx
+
+namespace ctx {
+namespace {
+
+// SAX handler for check_json_strict. Returning false stops the parse; `error` says why.
+struct StrictJsonSax {
+  using json = nlohmann::json;
+  std::vector<std::set<std::string>> keys;  // keys seen, one set per open object
+  std::vector<std::string>* top_level_keys = nullptr;
+  int depth = 0;
+  std::string error;
+
+  bool value() { return true; }
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const json::string_t&) { return true; }
+  bool string(json::string_t&) { return true; }
+  bool binary(json::binary_t&) { return true; }
+  bool open() {
+    if (++depth <= kMaxJsonDepth) return true;
+    error = str("JSON nested deeper than ", kMaxJsonDepth, " levels");
+    return false;
+  }
+  bool start_object(std::size_t) {
+    keys.emplace_back();
+    return open();
+  }
+  bool key(json::string_t& k) {
+    if (depth == 1 && top_level_keys) top_level_keys->push_back(k);
+    if (keys.back().insert(k).second) return true;
+    error = str("duplicate key ", quoted_str(k),
+                depth == 1 ? " at the top level" : " in a nested object", " (each key may appear once)");
+    return false;
+  }
+  bool end_object() {
+    keys.pop_back();
+    --depth;
+    return true;
+  }
+  bool start_array(std::size_t) { return open(); }
+  bool end_array() {
+    --depth;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& e) {
+    error = "JSON parse error: " + json_error_text(e);
+    return false;
+  }
+};
+
+}  // namespace
+
+void check_json_strict(const char* begin, const char* end, const std::string& where,
+                       std::vector<std::string>* top_level_keys) {
+  StrictJsonSax sax;
+  sax.top_level_keys = top_level_keys;
+  if (top_level_keys) top_level_keys->clear();
+  bool ok = false;
+  try {
+    ok = nlohmann::json::sax_parse(begin, end, &sax, nlohmann::json::input_format_t::json,
+                                   /*strict=*/true, /*ignore_comments=*/false);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str(where, ": JSON parse error: ", json_error_text(e)));
+  }
+  if (!ok) throw Error(str(where, ": ", sax.error.empty() ? "JSON parse error" : sax.error));
 }
 
 }  // namespace ctx

@@ -5,7 +5,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -50,12 +49,15 @@ inline bool add_ok(uint64_t a, uint64_t b, uint64_t* out) {
 
 constexpr int kMaxJsonDepth = 64;
 
-// Parses JSON text with nlohmann (J = nlohmann::json or nlohmann::ordered_json), rejecting
-// duplicate keys in any object (nlohmann would silently keep the last) and nesting deeper than
-// kMaxJsonDepth. Errors are one-line
-// ctx::Error "<where>: JSON parse error at line L, column C: ..." / "<where>: duplicate key ...".
-// When `top_level_keys` is given, it receives the keys of the top-level object in file order
-// (nlohmann::json sorts them; ordered_json keeps order but inserts in linear time per key).
+// Checks JSON text in one SAX pass (no DOM): syntax, no duplicate key in any object (nlohmann
+// would silently keep the last), nesting at most kMaxJsonDepth (copying, dumping and comparing
+// nlohmann values recurse). When `top_level_keys` is given it receives the keys of the top-level
+// object in file order. Throws one-line ctx::Error "<where>: JSON parse error at line L, column
+// C: ..." / "<where>: duplicate key 'k' ..." / "<where>: JSON nested deeper than 64 levels".
+void check_json_strict(const char* begin, const char* end, const std::string& where,
+                       std::vector<std::string>* top_level_keys = nullptr);
+
+// check_json_strict, then parse into J (nlohmann::json or nlohmann::ordered_json).
 template <class J>
 J parse_json_strict(const char* begin, const char* end, const std::string& where,
                     std::vector<std::string>* top_level_keys = nullptr);
@@ -67,39 +69,12 @@ std::string json_error_text(const std::exception& e);
 template <class J>
 J parse_json_strict(const char* begin, const char* end, const std::string& where,
                     std::vector<std::string>* top_level_keys) {
-  std::vector<std::set<std::string>> keys;  // keys seen, one list per open object
-  std::string dup;                           // first duplicate key found
-  int dup_depth = -1;
-  auto cb = [&](int depth, typename J::parse_event_t ev, J& parsed) -> bool {
-    using E = typename J::parse_event_t;
-    // Bounded nesting: copying, dumping and comparing nlohmann values recurse.
-    if ((ev == E::object_start || ev == E::array_start) && depth >= kMaxJsonDepth)
-      throw Error(str(where, ": JSON nested deeper than ", kMaxJsonDepth, " levels"));
-    if (ev == E::object_start) {
-      keys.emplace_back();
-    } else if (ev == E::object_end) {
-      if (!keys.empty()) keys.pop_back();
-    } else if (ev == E::key && !keys.empty() && dup_depth < 0) {
-      std::string k = parsed.template get<std::string>();
-      if (depth == 1 && top_level_keys) top_level_keys->push_back(k);
-      if (!keys.back().insert(k).second) {
-        dup = std::move(k);
-        dup_depth = depth;
-      }
-    }
-    return true;
-  };
-  J j;
+  check_json_strict(begin, end, where, top_level_keys);
   try {
-    j = J::parse(begin, end, cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const nlohmann::json::exception& e) {
+    return J::parse(begin, end);
+  } catch (const nlohmann::json::exception& e) {  // not expected after the check
     throw Error(str(where, ": JSON parse error: ", json_error_text(e)));
   }
-  if (dup_depth >= 0)
-    throw Error(str(where, ": duplicate key ", quoted_str(dup),
-                    dup_depth <= 1 ? " at the top level" : " in a nested object",
-                    " (each key may appear once)"));
-  return j;
 }
 
 }  // namespace ctx

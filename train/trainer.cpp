@@ -8,10 +8,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
+#include <system_error>
 
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/fileio.h"
 #include "train/optim.h"
 #include "train/safetensors.h"
 
@@ -151,13 +154,53 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
                                             {"data_rng", rng_to_string(sampler.rng())},
                                             {"dropout_rng", rng_to_string(model.dropout_rng)},
                                             {"train_options", train_options_to_json(opt).dump()}};
-    // Optimizer state first, then the model: a crash between the two leaves a model that is
-    // one interval older than its optimizer state; resume reads the model's step and refuses
-    // a mismatch (see cli_train.cpp).
-    save_safetensors(opt.out + "/model.optim.safetensors", optim->state(), meta);
+    // Two files cannot be replaced in one atomic step. The optimizer state that matches the
+    // model on disk is therefore kept as model.optim.prev.safetensors until the new model is in
+    // place: a crash at any point leaves model.safetensors with a matching optimizer file,
+    // model.optim.safetensors or the .prev one, and --resume picks it (see cli_train.cpp).
+    const std::string op = opt.out + "/model.optim.safetensors";
+    const std::string pp = opt.out + "/model.optim.prev.safetensors";
+    std::error_code rec;
+    std::filesystem::rename(op, pp, rec);  // no such file at a run's first save
+    CTX_CHECK(!rec || rec == std::errc::no_such_file_or_directory, "train: cannot rename ", op, " to ",
+              pp, ": ", rec.message());
+    save_safetensors(op, optim->state(), meta);
     save_checkpoint(opt.out + "/model.safetensors", model, step,
                     {{"train_options", train_options_to_json(opt).dump()}});
+    std::filesystem::remove(pp, rec);
   };
+
+  // A run killed after its last checkpoint has logged steps past it; the resumed run logs them
+  // again, so drop those rows (and a line cut short by the kill) first.
+  if (start_step > 0) {
+    auto keep_upto = [&](const std::string& path, bool jsonl) {
+      std::ifstream in(path);
+      if (!in) return;
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), kept;
+      in.close();
+      size_t pos = 0;
+      for (size_t nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+        std::string line = text.substr(pos, nl - pos);
+        long long st = -1;
+        if (jsonl) {
+          auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+          if (j.is_object() && j.contains("step") && j["step"].is_number_integer())
+            st = j["step"].get<long long>();
+        } else if (pos == 0) {
+          st = 0;  // the header
+        } else {
+          char* end = nullptr;
+          st = std::strtoll(line.c_str(), &end, 10);
+          if (end == line.c_str() || *end != ',') st = -1;
+        }
+        if (st >= 0 && st <= start_step) kept += line + "\n";
+      }
+      if (kept.size() != text.size()) write_file_atomic(path, {{kept.data(), kept.size()}}, "train: log");
+    };
+    keep_upto(opt.out + "/metrics.jsonl", true);
+    keep_upto(opt.out + "/train.csv", false);
+    keep_upto(opt.out + "/val.csv", false);
+  }
 
   std::ofstream jsonl(opt.out + "/metrics.jsonl", start_step > 0 ? std::ios::app : std::ios::trunc);
   std::ofstream tcsv(opt.out + "/train.csv", start_step > 0 ? std::ios::app : std::ios::trunc);

@@ -1,0 +1,622 @@
+#!/usr/bin/env python3
+"""End-to-end checks of `ctxlab train` (and the checkpoint readers it shares with `grads`).
+
+    train_checks.py SUBCOMMAND --bin path/to/ctxlab --work scratch/dir
+
+Subcommands (one ctest each, see tests/cli/train_checks.cmake):
+
+  resume          a run interrupted with --stop-after and continued with --resume ends bit for
+                  bit where the uninterrupted run does (model, optimizer state, train/val losses);
+                  AdamW and SGD; gradient accumulation (--accum) matches the big batch.
+  kill9           SIGKILL a run that checkpoints every step, at random moments, many times: the
+                  checkpoint on disk is always loadable and the run always resumes.
+  badinput        malformed configs, checkpoints, token files and options: non-zero exit, one
+                  line on stderr naming the file and the field/tensor, no crash output, and the
+                  files already at the --out location untouched.
+  main_job_smoke  the README's main job in miniature: every output file is written and the loss
+                  goes down.
+
+Each subcommand prints one line per check, then "N passed, N failed", and exits 1 on failure.
+Only NumPy and tests/python/st_io.py are needed.
+"""
+
+import argparse
+import copy
+import csv
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st_io  # noqa: E402
+
+BIN = None
+WORK = None
+PASSED = 0
+FAILED = 0
+# A tiny run: fast, and still a real model (learned positions, context 64).
+TINY = ["train", "--preset", "tiny", "--quiet", "--no-plot"]
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+def check(name, ok, detail=""):
+    global PASSED, FAILED
+    if ok:
+        PASSED += 1
+        print(f"PASS {name}")
+    else:
+        FAILED += 1
+        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
+    sys.stdout.flush()
+    return ok
+
+
+def run(args, timeout=120, check_rc=None):
+    """Runs ctxlab with `args`; returns the CompletedProcess (text mode)."""
+    cmd = [BIN] + [str(a) for a in args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
+    if check_rc is not None and p.returncode != check_rc:
+        print(f"  command: {' '.join(cmd)}\n  rc {p.returncode}\n  stdout: {p.stdout[-2000:]}\n"
+              f"  stderr: {p.stderr[-2000:]}")
+    return p
+
+
+def must_run(name, args, timeout=120):
+    p = run(args, timeout=timeout, check_rc=0)
+    check(name, p.returncode == 0, f"rc {p.returncode}: {p.stderr.strip()[-500:]}")
+    return p
+
+
+def fresh_dir(name):
+    d = os.path.join(WORK, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def dir_hashes(d):
+    return {n: sha(os.path.join(d, n)) for n in sorted(os.listdir(d))
+            if os.path.isfile(os.path.join(d, n))}
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def tensors_equal(a_path, b_path):
+    """Bit-for-bit comparison of every tensor; returns a list of differences (empty: equal)."""
+    ta, _ = st_io.read_safetensors(a_path)
+    tb, _ = st_io.read_safetensors(b_path)
+    diffs = []
+    if sorted(ta) != sorted(tb):
+        diffs.append(f"names differ: {sorted(set(ta) ^ set(tb))}")
+    for k in sorted(set(ta) & set(tb)):
+        x, y = ta[k], tb[k]
+        if x.dtype != y.dtype or x.shape != y.shape:
+            diffs.append(f"{k}: {x.dtype}{x.shape} vs {y.dtype}{y.shape}")
+        elif not np.array_equal(x.view(np.uint8), y.view(np.uint8)):
+            diffs.append(f"{k}: max |diff| {np.max(np.abs(x.astype(np.float64) - y)):.3g}")
+    return diffs
+
+
+def write_tokens(path, shape, seed=0, dtype=np.int32, high=256):
+    rng = np.random.default_rng(seed)
+    st_io.save_npy(path, rng.integers(0, high, size=shape).astype(dtype))
+
+
+# Raw safetensors surgery (st_io only writes valid files).
+
+def split_st(path):
+    """Returns (header dict in file order, data bytes)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + n].decode()), raw[8 + n:]
+
+
+def join_st(path, header, data):
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+# ---------------------------------------------------------------------------------------------
+# resume
+
+def cmd_resume():
+    d = fresh_dir("resume")
+    A, B = os.path.join(d, "A"), os.path.join(d, "B")
+    base = TINY + ["--steps", 20, "--batch", 4, "--eval-interval", 7]
+    must_run("resume: uninterrupted run A (20 steps)", base + ["--out", A])
+    p = must_run("resume: run B stopped after 10 steps", base + ["--out", B, "--stop-after", 10])
+    _, mb = st_io.read_safetensors(os.path.join(B, "model.safetensors"))
+    check("resume: B's checkpoint is at step 10", mb.get("step") == "10", f"step {mb.get('step')}")
+    p = must_run("resume: --resume B runs to step 20", ["train", "--resume", B, "--quiet"])
+    check("resume: --resume says where it starts", "at step 10 of 20" in p.stdout, p.stdout[:300])
+
+    for f in ("model.safetensors", "model.optim.safetensors"):
+        diffs = tensors_equal(os.path.join(A, f), os.path.join(B, f))
+        check(f"resume: every tensor of {f} equal bit for bit", not diffs, "; ".join(diffs[:5]))
+    _, oa = st_io.read_safetensors(os.path.join(A, "model.optim.safetensors"))
+    _, ob = st_io.read_safetensors(os.path.join(B, "model.optim.safetensors"))
+    for k in ("step", "optimizer_steps", "data_rng", "dropout_rng"):
+        check(f"resume: optimizer metadata '{k}' equal", oa.get(k) == ob.get(k),
+              f"{oa.get(k)!r} vs {ob.get(k)!r}")
+
+    ra, rb = read_csv(os.path.join(A, "train.csv")), read_csv(os.path.join(B, "train.csv"))
+    check("resume: train.csv has one row per step in both runs",
+          [r["step"] for r in ra] == [str(i) for i in range(1, 21)] and
+          [r["step"] for r in rb] == [str(i) for i in range(1, 21)],
+          f"A steps {[r['step'] for r in ra]}, B steps {[r['step'] for r in rb]}")
+    for col in ("loss", "lr", "grad_norm"):
+        ca, cb = [r[col] for r in ra], [r[col] for r in rb]
+        bad = [i + 1 for i, (x, y) in enumerate(zip(ca, cb)) if x != y]
+        check(f"resume: train.csv column '{col}' identical", ca == cb and not bad,
+              f"first differing steps {bad[:5]}")
+    with open(os.path.join(A, "val.csv")) as fa, open(os.path.join(B, "val.csv")) as fb:
+        va, vb = fa.read(), fb.read()
+    check("resume: val.csv identical (steps 7, 14, 20)", va == vb and va.count("\n") == 4,
+          f"A {va!r} B {vb!r}")
+
+    def jsonl_no_timing(path):
+        out = []
+        with open(path) as f:
+            for line in f:
+                j = json.loads(line)
+                j.pop("ms", None)
+                j.pop("tok_s", None)
+                out.append(j)
+        return out
+    check("resume: metrics.jsonl identical but for timings",
+          jsonl_no_timing(os.path.join(A, "metrics.jsonl")) ==
+          jsonl_no_timing(os.path.join(B, "metrics.jsonl")))
+
+    # Resuming a finished run is refused with a hint.
+    p = run(["train", "--resume", A, "--quiet"])
+    check("resume: a finished run is refused, pointing at --steps",
+          p.returncode != 0 and "--steps" in p.stderr, f"rc {p.returncode}: {p.stderr.strip()}")
+
+    # SGD: runs, and resumes exactly too (the momentum buffers are saved).
+    S1, S2 = os.path.join(d, "S1"), os.path.join(d, "S2")
+    sgd = TINY + ["--steps", 6, "--batch", 2, "--eval-interval", 0, "--optimizer", "sgd", "--lr", "0.05"]
+    must_run("resume: --optimizer sgd runs", sgd + ["--out", S1])
+    losses = [float(r["loss"]) for r in read_csv(os.path.join(S1, "train.csv"))]
+    check("resume: sgd losses finite", len(losses) == 6 and all(map(math.isfinite, losses)), str(losses))
+    ts, _ = st_io.read_safetensors(os.path.join(S1, "model.optim.safetensors"))
+    check("resume: sgd state is momentum buffers",
+          ts and all(k.startswith("momentum_buffer.") for k in ts), str(sorted(ts)[:3]))
+    must_run("resume: sgd stopped after 3", sgd + ["--out", S2, "--stop-after", 3])
+    must_run("resume: sgd --resume", ["train", "--resume", S2, "--quiet"])
+    for f in ("model.safetensors", "model.optim.safetensors"):
+        diffs = tensors_equal(os.path.join(S1, f), os.path.join(S2, f))
+        check(f"resume: sgd {f} equal bit for bit after resume", not diffs, "; ".join(diffs[:5]))
+
+    # Gradient accumulation: --batch 4 --accum 2 draws the same 8 windows as --batch 8 (the
+    # sampler draws window starts in order), so losses agree to float rounding.
+    G1, G2 = os.path.join(d, "G1"), os.path.join(d, "G2")
+    acc = TINY + ["--steps", 3, "--eval-interval", 0]
+    must_run("resume: --batch 4 --accum 2 runs", acc + ["--batch", 4, "--accum", 2, "--out", G1])
+    must_run("resume: --batch 8 reference runs", acc + ["--batch", 8, "--out", G2])
+    l1 = [float(r["loss"]) for r in read_csv(os.path.join(G1, "train.csv"))]
+    l2 = [float(r["loss"]) for r in read_csv(os.path.join(G2, "train.csv"))]
+    check("resume: accum losses finite", len(l1) == 3 and all(map(math.isfinite, l1)), str(l1))
+    check("resume: accum 2 x batch 4 losses match batch 8 (rel 1e-4)",
+          len(l1) == len(l2) and all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(l1, l2)),
+          f"{l1} vs {l2}")
+    gn1 = [float(r["grad_norm"]) for r in read_csv(os.path.join(G1, "train.csv"))]
+    gn2 = [float(r["grad_norm"]) for r in read_csv(os.path.join(G2, "train.csv"))]
+    check("resume: accum grad norms match batch 8 (rel 1e-3)",
+          all(abs(a - b) <= 1e-3 * abs(b) for a, b in zip(gn1, gn2)), f"{gn1} vs {gn2}")
+
+
+# ---------------------------------------------------------------------------------------------
+# kill9
+
+def cmd_kill9(rounds=15):
+    d = fresh_dir("kill9")
+    K = os.path.join(d, "K")
+    ckpt = os.path.join(K, "model.safetensors")
+    optf = os.path.join(K, "model.optim.safetensors")
+    toks = os.path.join(d, "t.npy")
+    write_tokens(toks, (2, 65), seed=1)
+    rng = random.Random(int(os.environ.get("TRAIN_CHECKS_SEED", "12345")))
+    log = open(os.path.join(d, "train.log"), "ab")
+    # A constant learning rate (no warmup, min-lr = lr) makes the schedule independent of
+    # --steps, so the run, however often killed and extended, must end bit for bit where one
+    # uninterrupted run of the same length does.
+    same = ["--eval-interval", 0, "--batch", 2, "--lr", "1e-3", "--min-lr", "1e-3", "--warmup", 0]
+    long_run = TINY + same + ["--steps", 100000, "--ckpt-interval", 1, "--out", K]
+
+    def start(args):
+        return subprocess.Popen([BIN] + [str(a) for a in args], stdout=log, stderr=log)
+
+    def step_of(path):
+        try:
+            _, m = st_io.read_safetensors(path)
+            return int(m.get("step", "-1"))
+        except Exception:  # noqa: BLE001 — only for the report
+            return None
+
+    proc = start(long_run)
+    deadline = time.time() + 30
+    while not os.path.exists(ckpt) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    if not check("kill9: the run writes its first checkpoint", os.path.exists(ckpt),
+                 f"rc {proc.poll()}"):
+        proc.kill()
+        return
+    mismatches = []
+    for r in range(rounds):
+        # Let the (re)started run get going: wait for a new checkpoint, then a random moment.
+        m0 = os.stat(ckpt).st_mtime_ns
+        deadline = time.time() + 30
+        while os.stat(ckpt).st_mtime_ns == m0 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.3))
+        still_running = proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        check(f"kill9[{r}]: the run was still training when killed", still_running,
+              f"exited early with rc {proc.returncode}; see {d}/train.log")
+        # The checkpoint: readable by the strict reference reader, finite, complete.
+        try:
+            ts, meta = st_io.read_safetensors(ckpt)
+            ok = bool(ts) and all(np.isfinite(t).all() for t in ts.values()) and "config" in meta
+            detail = "" if ok else "empty, non-finite or without config"
+        except Exception as e:  # noqa: BLE001
+            ok, detail, meta = False, str(e), {}
+        check(f"kill9[{r}]: model.safetensors readable and finite", ok, detail)
+        mstep, ostep = step_of(ckpt), step_of(optf)
+        print(f"  round {r}: model step {mstep}, optimizer step {ostep}, "
+              f"tmp files {sorted(n for n in os.listdir(K) if n.endswith('.tmp'))}")
+        g = run(["grads", "--checkpoint", ckpt, "--tokens", toks, "--out", os.path.join(d, "g.safetensors")])
+        check(f"kill9[{r}]: grads on the checkpoint exits 0", g.returncode == 0, g.stderr.strip())
+        # Continue the run for 3 steps past the checkpoint.
+        target = (mstep or 0) + 3
+        p = run(["train", "--resume", K, "--steps", target, "--quiet"], timeout=60)
+        if p.returncode != 0 and "does not match" in p.stderr:
+            mismatches.append((r, mstep, ostep, p.stderr.strip()))
+        check(f"kill9[{r}]: --resume --steps {target} works", p.returncode == 0,
+              f"model step {mstep}, optimizer step {ostep}: {p.stderr.strip()}")
+        if p.returncode == 0:
+            check(f"kill9[{r}]: resumed run reached step {target}", step_of(ckpt) == target and
+                  step_of(optf) == target, f"model {step_of(ckpt)}, optimizer {step_of(optf)}")
+            if "interrupted while checkpointing" in p.stdout:
+                print(f"  round {r}: resume used the optimizer state kept beside the model")
+            # Steps logged after the checkpoint by the killed run are not logged twice.
+            steps = [int(x["step"]) for x in read_csv(os.path.join(K, "train.csv"))]
+            with open(os.path.join(K, "metrics.jsonl")) as f:
+                jsteps = [j["step"] for j in map(json.loads, f) if "loss" in j]
+            vsteps = [int(x["step"]) for x in read_csv(os.path.join(K, "val.csv"))]
+            check(f"kill9[{r}]: train.csv and metrics.jsonl hold steps 1..{target} once each",
+                  steps == list(range(1, target + 1)) and jsteps == steps and
+                  vsteps == sorted(set(vsteps)) and vsteps[-1:] == [target],
+                  f"train.csv steps ..{steps[-8:]}, metrics.jsonl steps ..{jsteps[-8:]}, val.csv steps {vsteps}")
+            proc = start(["train", "--resume", K, "--steps", 100000])
+        else:  # cannot continue this run: start a fresh one in its place
+            shutil.rmtree(K, ignore_errors=True)
+            proc = start(long_run)
+            deadline = time.time() + 30
+            while not os.path.exists(ckpt) and time.time() < deadline:
+                time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    log.close()
+    # The last kill, recovered, against an uninterrupted reference run.
+    end = (step_of(ckpt) or 0) + 3
+    p = run(["train", "--resume", K, "--steps", end, "--quiet"], timeout=60)
+    if check(f"kill9: final --resume --steps {end} works", p.returncode == 0, p.stderr.strip()):
+        ref = os.path.join(d, "ref")
+        must_run(f"kill9: uninterrupted reference run of {end} steps",
+                 TINY + same + ["--steps", end, "--ckpt-interval", 0, "--out", ref])
+        for f in ("model.safetensors", "model.optim.safetensors"):
+            diffs = tensors_equal(os.path.join(ref, f), os.path.join(K, f))
+            check(f"kill9: after {rounds} kills, {f} equals the uninterrupted run's bit for bit",
+                  not diffs, "; ".join(diffs[:5]))
+        la = [r["loss"] for r in read_csv(os.path.join(ref, "train.csv"))]
+        lb = [r["loss"] for r in read_csv(os.path.join(K, "train.csv"))]
+        check("kill9: train.csv losses equal the uninterrupted run's", la == lb,
+              f"{len(la)} vs {len(lb)} rows")
+    if mismatches:
+        print("  kill9: resume refused after these kills (killed between the optimizer and the "
+              "model write):")
+        for m in mismatches:
+            print(f"    round {m[0]}: model step {m[1]}, optimizer step {m[2]}: {m[3]}")
+
+
+# ---------------------------------------------------------------------------------------------
+# badinput
+
+CRASH_MARKERS = ("Traceback", "terminate called", "what():", "Segmentation", "Aborted", "core dumped",
+                 "AddressSanitizer", "runtime error:", "libc++abi", "std::")
+
+
+def expect_failure(name, args, substrings, guard_dir=None, guard_files=()):
+    """Runs ctxlab `args`; asserts a clean one-line failure that contains every substring, and
+    that every file in `guard_dir` (and each of `guard_files`) is byte-identical afterwards."""
+    before = dir_hashes(guard_dir) if guard_dir else {}
+    before_f = {f: sha(f) for f in guard_files}
+    p = run(args, timeout=60)
+    err = p.stderr
+    lines = [ln for ln in err.split("\n") if ln.strip()]
+    problems = []
+    if p.returncode == 0:
+        problems.append("exit status 0")
+    elif p.returncode < 0 or p.returncode > 125:
+        problems.append(f"died of a signal / abnormal rc {p.returncode}")
+    if len(lines) != 1 or not err.endswith("\n"):
+        problems.append(f"{len(lines)} lines on stderr")
+    for s in substrings:
+        if s not in err:
+            problems.append(f"missing {s!r}")
+    for m in CRASH_MARKERS:
+        if m in err or m in p.stdout:
+            problems.append(f"crash output {m!r}")
+    if guard_dir is not None:
+        after = dir_hashes(guard_dir)
+        if after != before:
+            changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+            problems.append(f"files changed in {guard_dir}: {changed}")
+    for f, h in before_f.items():
+        if not os.path.exists(f) or sha(f) != h:
+            problems.append(f"{f} changed")
+        if os.path.exists(f + ".tmp"):
+            problems.append(f"{f}.tmp left behind")
+    if check(f"badinput: {name}", not problems, "; ".join(problems) + f" | stderr: {err.strip()[:400]}"):
+        print(f"  stderr: {err.strip()[:300]}")
+
+
+def cmd_badinput():
+    d = fresh_dir("badinput")
+    P = lambda n: os.path.join(d, n)  # noqa: E731
+    good = P("good.safetensors")
+    must_run("badinput: init a good tiny checkpoint", ["init", "--preset", "tiny", "--seed", 1, "--out", good])
+    toks = P("t.npy")
+    write_tokens(toks, (2, 65), seed=2)
+    # A finished run whose files must survive every failing command aimed at it.
+    R = P("run")
+    must_run("badinput: a good 2-step run", TINY + ["--steps", 2, "--batch", 2, "--eval-interval", 0, "--out", R])
+    gout = P("grads_out.safetensors")  # an existing --out of grads: must stay as it is
+    must_run("badinput: grads on the good checkpoint", ["grads", "--checkpoint", good, "--tokens", toks,
+                                                        "--out", gout])
+
+    def grads(ckpt, tokens=toks):
+        return ["grads", "--checkpoint", ckpt, "--tokens", tokens, "--out", gout]
+
+    # ---- configs: `train --config` into the good run dir, `init --config` over the good checkpoint
+    base_cfg = {"vocab_size": 256, "d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64,
+                "posenc": {"type": "learned"}}
+    cfg_cases = [
+        ("config with an unknown key", "cfg_unknown.json", dict(base_cfg, n_layrs=2), ["n_layrs"]),
+        ("config field of the wrong type", "cfg_type.json", dict(base_cfg, d_model="256"), ["d_model"]),
+        ("d_model not divisible by n_heads", "cfg_div.json", dict(base_cfg, d_model=66),
+         ["d_model", "n_heads"]),
+    ]
+    for name, fn, cfg, subs in cfg_cases:
+        with open(P(fn), "w") as f:
+            json.dump(cfg, f)
+        expect_failure(f"train: {name}", ["train", "--config", P(fn), "--steps", 2, "--quiet", "--no-plot",
+                                          "--out", R], [P(fn)] + subs, guard_dir=R)
+        expect_failure(f"init: {name}", ["init", "--config", P(fn), "--out", good], [P(fn)] + subs,
+                       guard_files=[good])
+
+    # ---- checkpoints (read by `grads`, whose existing --out must survive)
+    with open(good, "rb") as f:
+        raw = f.read()
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    header, data = split_st(good)
+    meta = header["__metadata__"]
+    names = [k for k in header if k != "__metadata__"]
+
+    bad = P("trunc_data.safetensors")
+    cut = len(raw) - 1000
+    with open(bad, "wb") as f:
+        f.write(raw[:cut])
+    beyond = [n for n in names if 8 + hlen + header[n]["data_offsets"][1] > cut]
+    expect_failure("checkpoint truncated in the data section", grads(bad), [bad, "tensor", "data_offsets"],
+                   guard_files=[gout])
+    p = run(grads(bad))
+    check("badinput: truncation names a tensor that no longer fits",
+          any(f"'{n}'" in p.stderr for n in beyond), f"{beyond} / {p.stderr.strip()}")
+
+    bad = P("trunc_header.safetensors")
+    with open(bad, "wb") as f:
+        f.write(raw[:8 + hlen // 2])
+    expect_failure("checkpoint truncated inside the header", grads(bad), [bad, "header length"],
+                   guard_files=[gout])
+
+    bad = P("hlen.safetensors")
+    with open(bad, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw[8:])
+    expect_failure("header length beyond the file", grads(bad), [bad, "header length"], guard_files=[gout])
+
+    # Overlap: point one tensor at another's bytes (same size, so the span is consistent).
+    h = copy.deepcopy(header)
+    a, b = "blocks.0.attn.proj.weight", "blocks.1.attn.proj.weight"
+    h[b]["data_offsets"] = list(h[a]["data_offsets"])
+    bad = P("overlap.safetensors")
+    join_st(bad, h, data)
+    expect_failure("overlapping data_offsets", grads(bad), [bad, "overlap", "blocks.", "attn.proj.weight"],
+                   guard_files=[gout])
+
+    h = copy.deepcopy(header)
+    b0, e0 = h["norm_f.bias"]["data_offsets"]
+    h["norm_f.bias"]["data_offsets"] = [len(data) + 64, len(data) + 64 + (e0 - b0)]
+    bad = P("oob.safetensors")
+    join_st(bad, h, data)
+    expect_failure("out-of-bounds data_offsets", grads(bad), [bad, "norm_f.bias", "data_offsets"],
+                   guard_files=[gout])
+
+    ts, _ = st_io.read_safetensors(good)
+
+    def variant(fn, change):
+        t2 = dict(ts)
+        m2 = dict(meta)
+        change(t2, m2)
+        st_io.write_safetensors(P(fn), t2, m2)
+        return P(fn)
+
+    bad = variant("i32.safetensors", lambda t, m: t.__setitem__(
+        "blocks.0.mlp.fc.weight", t["blocks.0.mlp.fc.weight"].astype(np.int32)))
+    expect_failure("I32 tensor for a weight", grads(bad), [bad, "blocks.0.mlp.fc.weight", "dtype"],
+                   guard_files=[gout])
+    bad = variant("shape.safetensors", lambda t, m: t.__setitem__(
+        "blocks.0.mlp.fc.weight", np.ascontiguousarray(t["blocks.0.mlp.fc.weight"].T)))
+    expect_failure("wrong shape for the config", grads(bad), [bad, "blocks.0.mlp.fc.weight", "shape"],
+                   guard_files=[gout])
+    bad = variant("missing.safetensors", lambda t, m: t.pop("norm_f.bias"))
+    expect_failure("missing tensor", grads(bad), [bad, "norm_f.bias", "missing"], guard_files=[gout])
+    bad = variant("extra.safetensors", lambda t, m: t.__setitem__("extra.weight", np.zeros((3,), np.float32)))
+    expect_failure("unknown extra tensor", grads(bad), [bad, "extra.weight"], guard_files=[gout])
+    bad = variant("nocfg.safetensors", lambda t, m: m.pop("config"))
+    expect_failure("metadata config missing", grads(bad), [bad, "config"], guard_files=[gout])
+
+    # A damaged checkpoint in a run directory: --resume fails and leaves the run's files alone.
+    R2 = P("run_damaged")
+    shutil.copytree(R, R2)
+    with open(os.path.join(R2, "model.safetensors"), "r+b") as f:
+        f.truncate(os.path.getsize(os.path.join(R2, "model.safetensors")) - 1000)
+    expect_failure("train --resume of a truncated checkpoint", ["train", "--resume", R2, "--quiet"],
+                   [os.path.join(R2, "model.safetensors"), "tensor"], guard_dir=R2)
+    R3 = P("run_bad_optim")
+    shutil.copytree(R, R3)
+    oh, od = split_st(os.path.join(R3, "model.optim.safetensors"))
+    oh.pop("exp_avg.norm_f.bias")
+    join_st(os.path.join(R3, "model.optim.safetensors"), oh, od)
+    expect_failure("train --resume with an optimizer tensor missing",
+                   ["train", "--resume", R3, "--steps", 4, "--quiet"],
+                   [os.path.join(R3, "model.optim.safetensors"), "exp_avg.norm_f.bias"], guard_dir=R3)
+
+    # ---- token files
+    t = P("t_vocab.npy")
+    arr = np.random.default_rng(3).integers(0, 256, size=(2, 65)).astype(np.int32)
+    arr[1, 7] = 256
+    st_io.save_npy(t, arr)
+    expect_failure("token ids >= vocab", grads(good, t), [t, "256", "vocab"], guard_files=[gout])
+    t = P("t_f32.npy")
+    write_tokens(t, (2, 65), dtype=np.float32)
+    expect_failure("token file of float32", grads(good, t), [t, "dtype"], guard_files=[gout])
+    t = P("t_i16.npy")
+    write_tokens(t, (2, 65), dtype=np.int16)
+    expect_failure("token file of int16", grads(good, t), [t, "<i2"], guard_files=[gout])
+    t = P("t_1d.npy")
+    write_tokens(t, (65,))
+    expect_failure("token file 1-D", grads(good, t), [t, "shape"], guard_files=[gout])
+    t = P("t_long.npy")
+    write_tokens(t, (2, 66))  # T = 65 > context 64 of a learned table
+    expect_failure("sequence longer than the learned table", grads(good, t), [t, "65", "64"],
+                   guard_files=[gout])
+
+    # ---- train options (the run dir R must not be touched)
+    expect_failure("train --posenc bogus", ["train", "--preset", "tiny", "--posenc", "bogus", "--steps", 2,
+                                            "--quiet", "--no-plot", "--out", R], ["bogus", "posenc"], guard_dir=R)
+    expect_failure("train --preset nope", ["train", "--preset", "nope", "--steps", 2, "--quiet", "--no-plot",
+                                           "--out", R], ["'nope'", "preset"], guard_dir=R)
+    expect_failure("train --data /nonexistent", ["train", "--preset", "tiny", "--data", "/nonexistent",
+                                                 "--steps", 2, "--quiet", "--no-plot", "--out", R],
+                   ["/nonexistent"], guard_dir=R)
+
+
+# ---------------------------------------------------------------------------------------------
+# main_job_smoke
+
+def cmd_main_job_smoke():
+    d = fresh_dir("smoke")
+    S = os.path.join(d, "S")
+    p = must_run("smoke: train --preset tiny --steps 30", ["train", "--preset", "tiny", "--steps", 30, "--out", S])
+    check("smoke: progress lines with loss and tok/s", "loss" in p.stdout and "tok/s" in p.stdout,
+          p.stdout[:300])
+    for f in ("model.safetensors", "model.optim.safetensors", "metrics.jsonl", "train.csv", "val.csv"):
+        check(f"smoke: wrote {f}", os.path.isfile(os.path.join(S, f)) and os.path.getsize(os.path.join(S, f)) > 0)
+    leftovers = [n for n in os.listdir(S) if n.endswith(".tmp") or ".prev." in n]
+    check("smoke: no temporary or .prev files left in the run directory", not leftovers, str(leftovers))
+    ts, meta = st_io.read_safetensors(os.path.join(S, "model.safetensors"))
+    check("smoke: checkpoint metadata (format, config, step 30)",
+          meta.get("format") == "ctxlab/1" and meta.get("step") == "30" and "config" in meta, str(meta)[:300])
+    train_rows, val_rows, bad = {}, [], []
+    with open(os.path.join(S, "metrics.jsonl")) as f:
+        for i, line in enumerate(f):
+            try:
+                j = json.loads(line)
+            except ValueError as e:
+                bad.append(f"line {i + 1}: {e}")
+                continue
+            if "loss" in j and isinstance(j.get("step"), int):
+                train_rows[j["step"]] = j["loss"]
+            elif "val_loss" in j and isinstance(j.get("step"), int):
+                val_rows.append(j)
+            else:
+                bad.append(f"line {i + 1}: {line.strip()[:100]}")
+    check("smoke: metrics.jsonl lines are JSON with step/loss or step/val_loss", not bad, "; ".join(bad[:3]))
+    check("smoke: metrics.jsonl has steps 1..30 and a final val_loss",
+          sorted(train_rows) == list(range(1, 31)) and val_rows and val_rows[-1]["step"] == 30,
+          f"{sorted(train_rows)[:3]}.., val {val_rows}")
+    rows = read_csv(os.path.join(S, "train.csv"))
+    check("smoke: train.csv has 30 rows", [int(r["step"]) for r in rows] == list(range(1, 31)))
+    vrows = read_csv(os.path.join(S, "val.csv"))
+    check("smoke: val.csv has the step-30 validation loss",
+          vrows and vrows[-1]["step"] == "30" and math.isfinite(float(vrows[-1]["val_loss"])), str(vrows))
+    if train_rows:
+        l1, l30 = train_rows.get(1, math.nan), train_rows.get(30, math.nan)
+        check(f"smoke: loss at step 30 ({l30:.4f}) < loss at step 1 ({l1:.4f})", l30 < l1)
+    if shutil.which("gnuplot"):
+        png = os.path.join(S, "loss.png")
+        ok = os.path.isfile(png)
+        if ok:
+            with open(png, "rb") as f:
+                ok = f.read(8) == b"\x89PNG\r\n\x1a\n"
+        check("smoke: loss.png written (gnuplot installed)", ok, p.stdout[-300:])
+    else:
+        print("SKIP smoke: loss.png (gnuplot not installed)")
+
+
+def main():
+    global BIN, WORK
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["resume", "kill9", "badinput", "main_job_smoke"])
+    ap.add_argument("--bin", required=True, help="the ctxlab binary")
+    ap.add_argument("--work", required=True, help="scratch directory")
+    ap.add_argument("--rounds", type=int, default=15, help="kill9: kills")
+    a = ap.parse_args()
+    BIN = os.path.abspath(a.bin)
+    WORK = os.path.abspath(a.work)
+    os.makedirs(WORK, exist_ok=True)
+    t0 = time.time()
+    try:
+        if a.command == "resume":
+            cmd_resume()
+        elif a.command == "kill9":
+            cmd_kill9(a.rounds)
+        elif a.command == "badinput":
+            cmd_badinput()
+        else:
+            cmd_main_job_smoke()
+    except Exception as e:  # noqa: BLE001 — count it, still print the summary
+        import traceback
+        traceback.print_exc()
+        check(f"{a.command}: ran to the end", False, repr(e))
+    print(f"{a.command}: {PASSED} passed, {FAILED} failed ({time.time() - t0:.1f} s)")
+    return 1 if FAILED or not PASSED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
