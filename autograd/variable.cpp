@@ -37,7 +37,12 @@ void accumulate_grad(VarImpl& v, const Tensor& g) {
   CTX_CHECK(g.shape() == v.data.shape(), "autograd: gradient ", g.str(),
             " does not match variable ", v.data.str(), (v.node ? " made by " + v.node->name : ""));
   if (!v.grad.defined()) {
-    v.grad = g.clone();
+    // A gradient nobody else holds (a backward closure's fresh result) is adopted as it is;
+    // one that may be shared (the incoming gradient passed through, a view) is copied, since
+    // later accumulation writes into it.
+    const auto& st = g.storage();
+    bool sole = st.use_count() == 1 && g.offset() == 0 && g.nbytes() == st->bytes;
+    v.grad = sole ? g : g.clone();
   } else {
     backend_of(v.grad).binary(BinaryOp::Add, v.grad, g, v.grad);
   }

@@ -22,7 +22,6 @@
 namespace {
 
 using bench::Candidates;
-using bench::median;
 using ctx::GemmDesc;
 using ctx::Tensor;
 namespace cpu = ctx::cpu;
@@ -84,11 +83,26 @@ struct RawMatmul {
 };
 
 struct Row {
-  std::string shape;
+  const Shape* shape;
   int threads;
-  std::map<std::string, double> ms;  // median per candidate
-  double ovh_dnnl = 0, ovh_blas = 0;  // % over the raw call
-  double us_dnnl = 0, us_blas = 0;    // the same in microseconds per call
+  bench::Times times;  // ms per round, by candidate
+
+  double gflops(const std::string& col, bool best) const {
+    auto it = times.find(col);
+    if (it == times.end()) return 0.0;
+    const double ms = best ? bench::best(it->second) : bench::median(it->second);
+    return 2.0 * shape->g.batch * shape->g.M * shape->g.N * shape->g.K / (ms * 1e-3) / 1e9;
+  }
+  // ctxlab's overhead over the raw call of the same library, in % and in us per call, best round
+  // against best round (on a shared machine interference only adds time).
+  double ovh_pct(const char* ours, const char* raw) const {
+    return bench::best_slower_pct(times, ours, raw);
+  }
+  double ovh_us(const char* ours, const char* raw) const {
+    auto o = times.find(ours), w = times.find(raw);
+    if (o == times.end() || w == times.end()) return 0.0;
+    return 1e3 * (bench::best(o->second) - bench::best(w->second));
+  }
 };
 
 }  // namespace
@@ -113,7 +127,9 @@ int main(int argc, char** argv) {
   const bool have_blas = cpu::openblas_available();
   const cpu::OpenBlasApi& blas = cpu::openblas_api();
   std::printf("# openblas: %s\n", cpu::openblas_config().c_str());
-  std::printf("# default CTXLAB_GEMM: %s\n", cpu::gemm_impl_name(cpu::default_gemm_impl()));
+  std::printf("# default CTXLAB_GEMM: %s; OMP_WAIT_POLICY=%s\n",
+              cpu::gemm_impl_name(cpu::default_gemm_impl()),
+              bench::env_or("OMP_WAIT_POLICY", "(unset)"));
 
   const std::vector<std::string> cols = {"ctx_onednn", "dnnl_matmul", "dnnl_sgemm", "ctx_openblas",
                                          "cblas_sgemm"};
@@ -171,50 +187,43 @@ int main(int argc, char** argv) {
         blas.set_num_threads(1);
       }
 
-      Row r{s.name, t, {}};
-      for (const auto& [name, v] : times) r.ms[name] = median(v);
-      r.ovh_dnnl = bench::slower_pct(times, "ctx_onednn", "dnnl_matmul");
-      r.us_dnnl = 1e3 * bench::diff_ms(times, "ctx_onednn", "dnnl_matmul");
-      if (have_blas) {
-        r.ovh_blas = t == 1 ? bench::slower_pct(times, "ctx_openblas", "cblas_sgemm")
-                            : 100.0 * (r.ms["ctx_openblas"] / r.ms["cblas_sgemm"] - 1.0);
-        r.us_blas = 1e3 * (t == 1 ? bench::diff_ms(times, "ctx_openblas", "cblas_sgemm")
-                                  : r.ms["ctx_openblas"] - r.ms["cblas_sgemm"]);
-      }
       if (t == args["threads"].as<std::vector<int>>().front())
         std::printf("# %-8s %s; oneDNN matmul impl: %s\n", s.name, s.what, raw.impl.c_str());
-      rows.push_back(r);
+      rows.push_back({&s, t, std::move(times)});
     }
   }
 
-  // Table: GFLOP/s per column, then ctxlab's overhead over the same library's raw call.
-  auto gflops = [&](const Row& r, const std::string& col) {
-    const Shape& s = *std::find_if(kShapes.begin(), kShapes.end(),
-                                   [&](const Shape& x) { return r.shape == x.name; });
-    const double flop = 2.0 * s.g.batch * s.g.M * s.g.N * s.g.K;
-    auto it = r.ms.find(col);
-    return it == r.ms.end() ? 0.0 : flop / (it->second * 1e-3) / 1e9;
-  };
-  std::printf("\n%-9s %3s", "shape", "thr");
-  for (const auto& col : cols) std::printf(" %12s", col.c_str());
-  std::printf(" %9s %9s %9s %9s\n", "ovh_dnnl%", "(us)", "ovh_blas%", "(us)");
-  for (const Row& r : rows) {
-    std::printf("%-9s %3d", r.shape.c_str(), r.threads);
-    for (const auto& col : cols) std::printf(" %12.1f", gflops(r, col));
-    std::printf(" %9.1f %9.1f %9.1f %9.1f\n", r.ovh_dnnl, r.us_dnnl, r.ovh_blas, r.us_blas);
+  for (bool best : {false, true}) {
+    std::printf("\n%s GFLOP/s of %d rounds%s\n%-9s %3s", best ? "best" : "median", repeats,
+                best ? "; overhead = ctxlab vs the same library's raw call, best vs best" : "",
+                "shape", "thr");
+    for (const auto& col : cols) std::printf(" %12s", col.c_str());
+    if (best) std::printf(" %9s %6s %9s %6s", "ovh_dnnl%", "us", "ovh_blas%", "us");
+    std::printf("\n");
+    for (const Row& r : rows) {
+      std::printf("%-9s %3d", r.shape->name, r.threads);
+      for (const auto& col : cols) std::printf(" %12.1f", r.gflops(col, best));
+      if (best)
+        std::printf(" %9.1f %6.1f %9.1f %6.1f", r.ovh_pct("ctx_onednn", "dnnl_matmul"),
+                    r.ovh_us("ctx_onednn", "dnnl_matmul"), r.ovh_pct("ctx_openblas", "cblas_sgemm"),
+                    r.ovh_us("ctx_openblas", "cblas_sgemm"));
+      std::printf("\n");
+    }
   }
-  std::printf("(GFLOP/s, median of %d interleaved rounds; ovh = ctxlab over the raw call of the "
-              "same library, median of per-round ratios; at >1 thread cblas_sgemm uses OpenBLAS's "
-              "own pool, measured alone)\n\n",
-              repeats);
+  std::printf("(at >1 thread cblas_sgemm runs on OpenBLAS's own pool, timed alone; ctx_openblas "
+              "splits the GEMM over OpenMP threads with one-threaded OpenBLAS calls)\n\n");
   for (const Row& r : rows) {
     std::ostringstream js;
-    js << "{\"bench\":\"gemm\",\"shape\":\"" << r.shape << "\",\"threads\":" << r.threads;
-    for (const auto& [col, ms] : r.ms)
-      js << ",\"" << col << "_ms\":" << ms << ",\"" << col << "_gflops\":" << gflops(r, col);
-    js << ",\"overhead_onednn_pct\":" << r.ovh_dnnl << ",\"overhead_onednn_us\":" << r.us_dnnl
-       << ",\"overhead_openblas_pct\":" << r.ovh_blas << ",\"overhead_openblas_us\":" << r.us_blas
-       << "}";
+    js << "{\"bench\":\"gemm\",\"shape\":\"" << r.shape->name << "\",\"threads\":" << r.threads
+       << ",\"repeats\":" << repeats;
+    for (const auto& [col, v] : r.times)
+      js << ",\"" << col << "_median_ms\":" << bench::median(v) << ",\"" << col
+         << "_best_ms\":" << bench::best(v) << ",\"" << col
+         << "_gflops\":" << r.gflops(col, false);
+    js << ",\"overhead_onednn_pct\":" << r.ovh_pct("ctx_onednn", "dnnl_matmul")
+       << ",\"overhead_onednn_us\":" << r.ovh_us("ctx_onednn", "dnnl_matmul")
+       << ",\"overhead_openblas_pct\":" << r.ovh_pct("ctx_openblas", "cblas_sgemm")
+       << ",\"overhead_openblas_us\":" << r.ovh_us("ctx_openblas", "cblas_sgemm") << "}";
     std::printf("%s\n", js.str().c_str());
   }
   return 0;

@@ -218,6 +218,7 @@ int main(int argc, char** argv) {
   }
   const int repeats = args["repeats"].as<int>();
   ctx::cpu::init_threading();
+  std::printf("# OMP_WAIT_POLICY=%s\n", bench::env_or("OMP_WAIT_POLICY", "(unset)"));
 
   Buffers att(64 * 256, 256), lm(2048, 256), ln(2048, 256), mlp(2048, 1024);
   const std::vector<OpCase> cases = make_cases(att, lm, ln, mlp);

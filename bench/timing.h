@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
@@ -10,6 +11,11 @@
 #include <vector>
 
 namespace bench {
+
+inline const char* env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
 
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -21,10 +27,14 @@ using Candidates = std::vector<std::pair<std::string, std::function<void()>>>;
 using Times = std::map<std::string, std::vector<double>>;  // ms per round, by candidate
 
 // One warm-up round (primitive creation, caches, page faults), then `repeats` timed rounds.
+// Round r starts at candidate r mod n, so that every candidate follows every other equally
+// often (what the previous call leaves in the caches is not always the same one's).
 inline Times time_rounds(const Candidates& cands, int repeats) {
   Times t;
+  const size_t n = cands.size();
   for (int r = -1; r < repeats; ++r)
-    for (const auto& [name, f] : cands) {
+    for (size_t i = 0; i < n; ++i) {
+      const auto& [name, f] = cands[(i + (size_t)(r + 1)) % n];
       const auto t0 = std::chrono::steady_clock::now();
       f();
       const double ms =
@@ -32,6 +42,18 @@ inline Times time_rounds(const Candidates& cands, int repeats) {
       if (r >= 0) t[name].push_back(ms);
     }
   return t;
+}
+
+inline double best(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
+}
+
+// How much slower `a` is than `b` in %, from their best times: on a shared machine interference
+// only ever adds time, so the best of many rounds is the cleanest view of the code itself.
+inline double best_slower_pct(const Times& t, const std::string& a, const std::string& b) {
+  auto x = t.find(a), y = t.find(b);
+  if (x == t.end() || y == t.end()) return 0.0;
+  return 100.0 * (best(x->second) / best(y->second) - 1.0);
 }
 
 // Median over rounds of f(time of a, time of b); 0 when either is missing.
@@ -50,9 +72,5 @@ inline double slower_pct(const Times& t, const std::string& a, const std::string
   return 100.0 * paired_median(t, a, b, [](double x, double y) { return x / y - 1.0; });
 }
 
-// How much longer `a` takes than `b`, in ms: median over rounds of (a - b).
-inline double diff_ms(const Times& t, const std::string& a, const std::string& b) {
-  return paired_median(t, a, b, [](double x, double y) { return x - y; });
-}
 
 }  // namespace bench

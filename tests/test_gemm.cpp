@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "core/backend.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/threading.h"
@@ -211,6 +213,23 @@ TEST(GemmOpenBLAS, ConfigSaysWhatWasChosen) {
   }
   EXPECT_NE(cfg.find("core type asked"), std::string::npos) << cfg;
   EXPECT_EQ(openblas_api().get_num_threads ? openblas_api().get_num_threads() : 1, 1);
+}
+
+TEST(GemmThreading, SetNumThreadsDrivesTheOpenMPPoolAndCachesPerThreadCount) {
+  init_threading();
+  const int n = num_threads();
+  EXPECT_GE(n, 1);
+  EXPECT_THROW(set_num_threads(0), Error);
+  // A primitive made for one thread count is not reused for another: results stay right.
+  const Case c = make_case(96, 80, 64, false, false, 1.f, 0.f);
+  for (int t : {1, 2, n}) {
+    set_num_threads(t);
+    EXPECT_EQ(num_threads(), t);
+    EXPECT_EQ(omp_get_max_threads(), t);
+    check_case(gemm_onednn, c, 500 + t);
+    if (openblas_available()) check_case(gemm_openblas, c, 600 + t);
+  }
+  set_num_threads(n);
 }
 
 TEST(GemmBackend, EveryImplThroughBackendGemmMatchesTheReference) {

@@ -4,6 +4,7 @@
 // single-threaded inside our own OpenMP partition (core/cpu/gemm_openblas.cpp).
 #include "core/cpu/threading.h"
 
+#include <dlfcn.h>  // dlopen(RTLD_NOLOAD): is OpenBLAS already in the process?
 #include <sched.h>  // sched_getaffinity, CPU_COUNT
 
 #include <cstdlib>  // getenv, strtol
@@ -11,6 +12,7 @@
 
 #include <omp.h>
 
+#include "core/cpu/gemm.h"  // openblas_api
 #include "core/error.h"
 
 namespace ctx::cpu {
@@ -51,8 +53,13 @@ void init_threading() {
     if (n == 0) n = cores_available();
     g_threads = n;
     omp_set_num_threads(n);
-    // OpenBLAS is not touched here: it is loaded lazily (only when the openblas GEMM is used)
-    // and set to one thread as it loads, see openblas_config().
+    // OpenBLAS is loaded lazily (only when the openblas GEMM is used) and set to one thread
+    // as it loads (gemm_openblas.cpp). If something else already brought it into the process,
+    // pin it to one thread now, so that its pool never runs beside ours.
+    if (void* h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD)) {
+      openblas_api();
+      dlclose(h);
+    }
   });
 }
 
