@@ -30,6 +30,7 @@ struct Shape {
   const char* name;
   const char* what;
   GemmDesc g;
+  int per_step;  // how many times one training step of the default model runs it
 };
 
 GemmDesc desc(int64_t M, int64_t N, int64_t K, bool ta, bool tb, int64_t batch = 1) {
@@ -39,17 +40,27 @@ GemmDesc desc(int64_t M, int64_t N, int64_t K, bool ta, bool tb, int64_t batch =
   return g;
 }
 
-// The GEMMs of one training step of the model (B*T = 2048 tokens, C = 256, 8 heads of 32).
+// Every GEMM of one training step of the default model (MODEL_SPEC: D 256, 6 layers, 8 heads of
+// 32, F 1024, V 256 tied, batch 8 x 256 tokens = 2048 rows). Linear weights are [out, in], so a
+// forward is X W^T (NT), its input gradient dY W (NN), its weight gradient dY^T X (TN).
+// Attention runs per (batch, head): 64 items.
 const std::vector<Shape> kShapes = {
-    {"qkv", "X[2048,256] W[256,768]", desc(2048, 768, 256, false, false)},
-    {"qkv_dx", "dY[2048,768] W^T (W [256,768])", desc(2048, 256, 768, false, true)},
-    {"qkv_dw", "X^T dY (X [2048,256], dY [2048,768])", desc(256, 768, 2048, true, false)},
-    {"mlp_up", "X[2048,256] W[256,1024]", desc(2048, 1024, 256, false, false)},
-    {"mlp_down", "H[2048,1024] W[1024,256]", desc(2048, 256, 1024, false, false)},
-    {"lm_head", "X[2048,256] E^T (E [256,256])", desc(2048, 256, 256, false, true)},
-    {"attn_qk", "64 x Q[256,32] K^T (K [256,32])", desc(256, 256, 32, false, true, 64)},
-    {"attn_pv", "64 x P[256,256] V[256,32]", desc(256, 32, 256, false, false, 64)},
-    {"call16", "16x16x16: the fixed cost of one call", desc(16, 16, 16, false, false)},
+    {"qkv", "X[2048,256] W^T, W [768,256]", desc(2048, 768, 256, false, true), 6},
+    {"qkv_dx", "dY[2048,768] W[768,256]", desc(2048, 256, 768, false, false), 6},
+    {"qkv_dw", "dY^T X: dY [2048,768], X [2048,256]", desc(768, 256, 2048, true, false), 6},
+    {"dxd", "X[2048,256] W^T, W [256,256] (proj, LM head)", desc(2048, 256, 256, false, true), 7},
+    {"dxd_dx", "dY[2048,256] W[256,256]", desc(2048, 256, 256, false, false), 7},
+    {"dxd_dw", "dY^T X: dY, X [2048,256]", desc(256, 256, 2048, true, false), 7},
+    {"fc", "X[2048,256] W^T, W [1024,256]", desc(2048, 1024, 256, false, true), 6},
+    {"fc_dx", "dH[2048,1024] W[1024,256]", desc(2048, 256, 1024, false, false), 6},
+    {"fc_dw", "dH^T X: dH [2048,1024], X [2048,256]", desc(1024, 256, 2048, true, false), 6},
+    {"mproj", "H[2048,1024] W^T, W [256,1024]", desc(2048, 256, 1024, false, true), 6},
+    {"mproj_dx", "dY[2048,256] W[256,1024]", desc(2048, 1024, 256, false, false), 6},
+    {"mproj_dw", "dY^T H: dY [2048,256], H [2048,1024]", desc(256, 1024, 2048, true, false), 6},
+    {"att_nt", "64 x Q[256,32] K^T; dO V^T", desc(256, 256, 32, false, true, 64), 12},
+    {"att_nn", "64 x P[256,256] V[256,32]; dS K", desc(256, 32, 256, false, false, 64), 12},
+    {"att_tn", "64 x P^T dO; dS^T Q", desc(256, 32, 256, true, false, 64), 12},
+    {"call16", "16x16x16: the fixed cost of one call", desc(16, 16, 16, false, false), 0},
 };
 
 // The raw oneDNN matmul: plain layouts by format tag, created once, memories created once.
@@ -127,8 +138,8 @@ int main(int argc, char** argv) {
   const bool have_blas = cpu::openblas_available();
   const cpu::OpenBlasApi& blas = cpu::openblas_api();
   std::printf("# openblas: %s\n", cpu::openblas_config().c_str());
-  std::printf("# default CTXLAB_GEMM: %s; OMP_WAIT_POLICY=%s\n",
-              cpu::gemm_impl_name(cpu::default_gemm_impl()),
+  std::printf("# CTXLAB_GEMM=%s; OMP_WAIT_POLICY=%s\n",
+              bench::env_or("CTXLAB_GEMM", "(unset: built-in per-shape choice)"),
               bench::env_or("OMP_WAIT_POLICY", "(unset)"));
 
   const std::vector<std::string> cols = {"ctx_onednn", "dnnl_matmul", "dnnl_sgemm", "ctx_openblas",
@@ -212,6 +223,37 @@ int main(int argc, char** argv) {
   }
   std::printf("(at >1 thread cblas_sgemm runs on OpenBLAS's own pool, timed alone; ctx_openblas "
               "splits the GEMM over OpenMP threads with one-threaded OpenBLAS calls)\n\n");
+
+  // What the choice of implementation means for a whole training step.
+  cpu::reset_gemm_impl();  // the built-in (or CTXLAB_GEMM) choice again
+  for (int t : args["threads"].as<std::vector<int>>()) {
+    // [onednn, openblas, the built-in per-shape choice, the faster of the two][median, best]
+    double ms[4][2] = {};
+    bool complete = true;
+    for (const Row& r : rows) {
+      if (r.threads != t || r.shape->per_step == 0) continue;
+      if (!r.times.count("ctx_openblas")) complete = false;
+      for (int k = 0; k < 2; ++k) {
+        auto pick = [&](const char* col) {
+          auto it = r.times.find(col);
+          return it == r.times.end() ? 0.0
+                                     : (k ? bench::best(it->second) : bench::median(it->second));
+        };
+        const double d = pick("ctx_onednn"), o = pick("ctx_openblas");
+        const bool builtin_blas = cpu::current_gemm_impl(r.shape->g) == cpu::GemmImpl::OpenBLAS;
+        ms[0][k] += r.shape->per_step * d;
+        ms[1][k] += r.shape->per_step * o;
+        ms[2][k] += r.shape->per_step * (builtin_blas ? o : d);
+        ms[3][k] += r.shape->per_step * (o > 0 ? std::min(d, o) : d);
+      }
+    }
+    if (!only.empty() || !complete) continue;  // a partial list says nothing about a step
+    std::printf("one training step's GEMMs, %d thread(s), ms (median | best): onednn %.0f | %.0f, "
+                "openblas %.0f | %.0f, built-in per-shape choice %.0f | %.0f, faster of the two "
+                "per shape %.0f | %.0f\n",
+                t, ms[0][0], ms[0][1], ms[1][0], ms[1][1], ms[2][0], ms[2][1], ms[3][0], ms[3][1]);
+  }
+  std::printf("\n");
   for (const Row& r : rows) {
     std::ostringstream js;
     js << "{\"bench\":\"gemm\",\"shape\":\"" << r.shape->name << "\",\"threads\":" << r.threads

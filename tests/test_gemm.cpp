@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -193,12 +194,29 @@ TEST(GemmSelect, NamesRoundTripAndUnknownNamesThrow) {
   }
 }
 
-TEST(GemmSelect, SetOverridesTheDefault) {
-  const GemmImpl saved = current_gemm_impl();
+TEST(GemmSelect, SetOverridesTheDefaultForEveryShape) {
+  GemmDesc nn = make_case(2048, 256, 768, false, false, 1.f, 0.f).g;
+  GemmDesc dw = make_case(768, 256, 2048, true, false, 1.f, 0.f).g;  // dY^T X
   set_gemm_impl(GemmImpl::Reference);
   EXPECT_EQ(current_gemm_impl(), GemmImpl::Reference);
-  set_gemm_impl(saved);
-  EXPECT_EQ(current_gemm_impl(), saved);
+  EXPECT_EQ(current_gemm_impl(nn), GemmImpl::Reference);
+  EXPECT_EQ(current_gemm_impl(dw), GemmImpl::Reference);
+  reset_gemm_impl();
+  EXPECT_EQ(current_gemm_impl(), default_gemm_impl());
+}
+
+TEST(GemmSelect, BuiltInChoiceIsPerShape) {
+  if (std::getenv("CTXLAB_GEMM")) GTEST_SKIP() << "CTXLAB_GEMM set: one implementation for all";
+  reset_gemm_impl();
+  EXPECT_EQ(default_gemm_impl(), GemmImpl::OneDNN);
+  const GemmDesc nn = make_case(2048, 256, 768, false, false, 1.f, 0.f).g;
+  const GemmDesc attn = make_case(256, 32, 256, true, false, 1.f, 0.f, 64).g;  // short K
+  const GemmDesc dw = make_case(768, 256, 2048, true, false, 1.f, 0.f).g;     // weight gradient
+  EXPECT_EQ(current_gemm_impl(nn), GemmImpl::OneDNN);
+  EXPECT_EQ(current_gemm_impl(attn), GemmImpl::OneDNN);
+  const bool avx2_only = !__builtin_cpu_supports("avx512f");
+  EXPECT_EQ(current_gemm_impl(dw), avx2_only && openblas_available() ? GemmImpl::OpenBLAS
+                                                                      : GemmImpl::OneDNN);
 }
 
 TEST(GemmOpenBLAS, ConfigSaysWhatWasChosen) {
@@ -239,7 +257,6 @@ TEST(GemmBackend, EveryImplThroughBackendGemmMatchesTheReference) {
   GemmDesc g;
   g.M = 33, g.N = 18, g.K = 20, g.batch = 2, g.trans_b = true;
   g.stride_a = 33 * 20, g.stride_b = 0, g.stride_c = 33 * 18;
-  const GemmImpl saved = current_gemm_impl();
   std::vector<float> want;
   for (GemmImpl impl : {GemmImpl::Reference, GemmImpl::OneDNN, GemmImpl::OpenBLAS}) {
     if (impl == GemmImpl::OpenBLAS && !openblas_available()) continue;
@@ -251,7 +268,7 @@ TEST(GemmBackend, EveryImplThroughBackendGemmMatchesTheReference) {
     for (size_t i = 0; i < got.size(); ++i)
       ASSERT_NEAR(got[i], want[i], 1e-5) << gemm_impl_name(impl) << " element " << i;
   }
-  set_gemm_impl(saved);
+  reset_gemm_impl();
 }
 
 }  // namespace

@@ -279,7 +279,7 @@ class CpuBackend final : public Backend {
       return;
     }
     CTX_CHECK(A.dtype() == DType::F32, "gemm: expected f32 or f64, got ", A.str());
-    switch (current_gemm_impl()) {
+    switch (current_gemm_impl(g)) {
       case GemmImpl::Reference: gemm_reference<float>(g, A.data<float>(), B.data<float>(), C.data<float>()); break;
       case GemmImpl::OneDNN: gemm_onednn(g, A.data<float>(), B.data<float>(), C.data<float>()); break;
       case GemmImpl::OpenBLAS: gemm_openblas(g, A.data<float>(), B.data<float>(), C.data<float>()); break;

@@ -2,8 +2,9 @@
 //   reference : plain loops, f32 and f64 (the ground truth of the tests)
 //   onednn    : oneDNN matmul primitive, cached per shape (f32)
 //   openblas  : cblas_sgemm (f32), OpenBLAS loaded with a deliberate core type (see docs)
-// CTXLAB_GEMM=onednn|openblas|reference picks one; default: the faster one here (measured,
-// see docs/threading.md and bench/gemm).
+// CTXLAB_GEMM=onednn|openblas|reference picks one for every GEMM. Default: chosen per shape
+// from measurements (docs/threading.md, bench/gemm): oneDNN, except the weight-gradient shape
+// (A transposed, long K) on CPUs without AVX-512, where OpenBLAS is 2x faster.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,7 +18,11 @@ const char* gemm_impl_name(GemmImpl g);
 GemmImpl gemm_impl_from_string(const std::string& s);  // throws on unknown names
 GemmImpl default_gemm_impl();  // from CTXLAB_GEMM or the built-in choice
 void set_gemm_impl(GemmImpl g);  // override (tests, benchmarks)
+void reset_gemm_impl();          // back to CTXLAB_GEMM or the built-in choice
 GemmImpl current_gemm_impl();
+// The implementation for this GEMM: the one chosen (CTXLAB_GEMM or set_gemm_impl) if any, else
+// the built-in per-shape choice. Backend::gemm should dispatch on this one.
+GemmImpl current_gemm_impl(const GemmDesc& g);
 
 // All implementations: row-major, g.batch items with element strides g.stride_{a,b,c}.
 template <class T>
@@ -28,7 +33,7 @@ void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C);
 // there is nothing to multiply (empty C; or K == 0, after setting C = beta * C).
 bool gemm_prologue(const char* op, const GemmDesc& g, float* C);
 
-bool openblas_available();  // false if libopenblas could not be loaded (message in the error)
+bool openblas_available();  // false if libopenblas could not be loaded (openblas_config says why)
 
 // oneDNN matmul primitives created so far (one per shape, transposes, strides, alpha, beta and
 // thread count; a shape seen before never creates another).

@@ -66,8 +66,16 @@ Loaded load() {
     const char* env = std::getenv("OPENBLAS_CORETYPE");
     std::optional<std::string> coretype;
     if (want && *want) {
-      coretype = want;
-      core_choice = str(want, " (from CTXLAB_OPENBLAS_CORETYPE)");
+      // OpenBLAS accepts any name it knows; AVX-512 kernels on a CPU without it would crash.
+      const std::string w = want;
+      const bool needs_avx512 = w == "SkylakeX" || w == "Cooperlake" || w == "SapphireRapids";
+      if (needs_avx512 && !__builtin_cpu_supports("avx512f")) {
+        L.config = str("OpenBLAS unavailable: CTXLAB_OPENBLAS_CORETYPE=", w,
+                       " needs AVX-512, which this CPU lacks");
+        return L;
+      }
+      coretype = w;
+      core_choice = str(w, " (from CTXLAB_OPENBLAS_CORETYPE)");
     } else if (__builtin_cpu_supports("avx512f")) {
       core_choice = env ? str("autodetect (CPU has AVX-512F: ignored OPENBLAS_CORETYPE=", env, ")")
                         : std::string("autodetect (CPU has AVX-512F)");
@@ -78,6 +86,8 @@ Loaded load() {
       core_choice = "autodetect";
     }
     // Only while the library initialises: the caller's environment is restored afterwards.
+    // (setenv is not thread-safe: the first OpenBLAS GEMM must not overlap other threads'
+    // getenv calls, which ctxlab only makes at start-up.)
     ScopedEnv core("OPENBLAS_CORETYPE", coretype);
     ScopedEnv threads("OPENBLAS_NUM_THREADS", std::string("1"));  // no pthread pool to start
     handle = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
@@ -110,7 +120,7 @@ const Loaded& loaded() {
   return L;
 }
 
-// One cblas call on rows [i0, i1) x columns [j0, j1) of C for batch item b.
+// One cblas call on rows [i0, i1) x columns [j0, j1) of C for one batch item.
 void sgemm_block(const OpenBlasApi& api, const GemmDesc& g, const float* A, const float* B,
                  float* C, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   // op(A) row i starts at A + i (stored [K, M]) or A + i*K; op(B) column j at B + j*K or B + j.

@@ -1,6 +1,6 @@
-// core/cpu/gemm_select.cpp — which CPU GEMM implementation Backend::gemm uses, by name, from
-// CTXLAB_GEMM or the measured default (onednn: see docs/threading.md), and the checks and
-// K == 0 case every implementation shares.
+// core/cpu/gemm_select.cpp — which CPU GEMM implementation Backend::gemm uses: by name, from
+// CTXLAB_GEMM or set_gemm_impl, else the measured per-shape default (docs/threading.md); and the
+// checks and K == 0 case every implementation shares.
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -13,9 +13,33 @@ namespace ctx::cpu {
 
 namespace {
 constexpr GemmImpl kAll[] = {GemmImpl::Reference, GemmImpl::OneDNN, GemmImpl::OpenBLAS};
-// Measured on the model's shapes (bench/gemm, docs/threading.md): oneDNN matmul is faster.
-constexpr GemmImpl kBuiltInDefault = GemmImpl::OneDNN;
-std::atomic<int> g_override{-1};  // -1: no set_gemm_impl yet
+constexpr int kNotSet = -1;
+std::atomic<int> g_override{kNotSet};  // set_gemm_impl
+
+// CTXLAB_GEMM, read once; kNotSet when unset.
+int env_choice() {
+  static const int c = [] {
+    const char* e = std::getenv("CTXLAB_GEMM");
+    if (!e || !*e) return kNotSet;
+    try {
+      return (int)gemm_impl_from_string(e);
+    } catch (const Error& err) {
+      throw Error(str("CTXLAB_GEMM: ", err.what()));
+    }
+  }();
+  return c;
+}
+
+// The built-in choice, measured with bench/gemm on the model's shapes (docs/threading.md):
+// oneDNN's matmul wins or ties everywhere (by 35-50% on the per-head attention GEMMs) except on
+// the weight gradients dY^T X (A transposed, K = the 2048 rows of a batch): there oneDNN 2.6's
+// AVX2 kernels reach half of OpenBLAS's speed. With AVX-512 oneDNN runs other (brgemm) kernels,
+// so the exception is limited to CPUs without it.
+constexpr int64_t kLongK = 1024;
+bool openblas_is_faster(const GemmDesc& g) {
+  static const bool avx2_only = !__builtin_cpu_supports("avx512f");
+  return avx2_only && g.trans_a && !g.trans_b && g.K >= kLongK && openblas_available();
+}
 }  // namespace
 
 const char* gemm_impl_name(GemmImpl g) {
@@ -40,23 +64,24 @@ GemmImpl gemm_impl_from_string(const std::string& s) {
 }
 
 GemmImpl default_gemm_impl() {
-  static const GemmImpl d = [] {
-    const char* e = std::getenv("CTXLAB_GEMM");
-    if (!e || !*e) return kBuiltInDefault;
-    try {
-      return gemm_impl_from_string(e);
-    } catch (const Error& err) {
-      throw Error(str("CTXLAB_GEMM: ", err.what()));
-    }
-  }();
-  return d;
+  const int e = env_choice();
+  return e == kNotSet ? GemmImpl::OneDNN : (GemmImpl)e;
 }
 
 void set_gemm_impl(GemmImpl g) { g_override.store((int)g); }
+void reset_gemm_impl() { g_override.store(kNotSet); }
 
 GemmImpl current_gemm_impl() {
   const int o = g_override.load();
-  return o < 0 ? default_gemm_impl() : (GemmImpl)o;
+  return o == kNotSet ? default_gemm_impl() : (GemmImpl)o;
+}
+
+GemmImpl current_gemm_impl(const GemmDesc& g) {
+  const int o = g_override.load();
+  if (o != kNotSet) return (GemmImpl)o;
+  const int e = env_choice();
+  if (e != kNotSet) return (GemmImpl)e;
+  return openblas_is_faster(g) ? GemmImpl::OpenBLAS : GemmImpl::OneDNN;
 }
 
 bool gemm_prologue(const char* op, const GemmDesc& g, float* C) {

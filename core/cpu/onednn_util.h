@@ -78,6 +78,8 @@ inline int64_t float_bits(float f) {
 template <class Value>
 class PrimitiveCache {
  public:
+  // The engine is made first, so that it outlives the primitives at exit.
+  PrimitiveCache() { engine(); }
   const Value& get(Key key, const std::function<Value()>& create) {
     const int nthr = threads_here();
     key.v[15] = nthr;

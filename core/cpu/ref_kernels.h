@@ -120,19 +120,27 @@ void softmax(const T* x, T* y, int64_t N, int64_t C, bool log) {
     const T* xr = x + n * C;
     T* yr = y + n * C;
     T mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
     for (int64_t c = 0; c < C; ++c) mx = std::max(mx, xr[c]);
     if (mx == -INFINITY) {  // fully masked row: define softmax as 0 (log: -inf)
       for (int64_t c = 0; c < C; ++c) yr[c] = log ? -INFINITY : T(0);
       continue;
     }
     T s = 0;
-    for (int64_t c = 0; c < C; ++c) s += std::exp(xr[c] - mx);
     if (log) {
-      T ls = std::log(s) + mx;
+#pragma omp simd reduction(+ : s)
+      for (int64_t c = 0; c < C; ++c) s += std::exp(xr[c] - mx);
+      const T ls = std::log(s) + mx;
+#pragma omp simd
       for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] - ls;
-    } else {
-      T inv = T(1) / s;
-      for (int64_t c = 0; c < C; ++c) yr[c] = std::exp(xr[c] - mx) * inv;
+    } else {  // exp once, stored, then scaled
+      for (int64_t c = 0; c < C; ++c) {
+        yr[c] = std::exp(xr[c] - mx);
+        s += yr[c];
+      }
+      const T inv = T(1) / s;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) yr[c] *= inv;
     }
   }
 }
@@ -146,11 +154,14 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C, bool
     T* dr = dx + n * C;
     if (log) {  // dx = dy - softmax * sum(dy)
       T s = 0;
+#pragma omp simd reduction(+ : s)
       for (int64_t c = 0; c < C; ++c) s += gr[c];
       for (int64_t c = 0; c < C; ++c) dr[c] = gr[c] - std::exp(yr[c]) * s;
     } else {  // dx = y * (dy - sum(dy * y))
       T s = 0;
+#pragma omp simd reduction(+ : s)
       for (int64_t c = 0; c < C; ++c) s += gr[c] * yr[c];
+#pragma omp simd
       for (int64_t c = 0; c < C; ++c) dr[c] = yr[c] * (gr[c] - s);
     }
   }
@@ -165,13 +176,21 @@ void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd
     const T* xr = x + n * C;
     T* yr = y + n * C;
     T m = 0;
+#pragma omp simd reduction(+ : m)
     for (int64_t c = 0; c < C; ++c) m += xr[c];
     m /= T(C);
     T v = 0;
+#pragma omp simd reduction(+ : v)
     for (int64_t c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
     v /= T(C);
     T r = T(1) / std::sqrt(v + eps);
-    for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c] + (b ? b[c] : T(0));
+    if (b) {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c] + b[c];
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c];
+    }
     mean[n] = m;
     rstd[n] = r;
   }
@@ -191,16 +210,20 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, cons
       T* d = dx + n * C;
       T m = mean[n], r = rstd[n];
       T sg = 0, sgx = 0;
+      T* lw = ldw.data();
+      T* lb = ldb.data();
+#pragma omp simd reduction(+ : sg, sgx)
       for (int64_t c = 0; c < C; ++c) {
         T xh = (xr[c] - m) * r;
         T gw = g[c] * w[c];
         sg += gw;
         sgx += gw * xh;
-        ldw[c] += g[c] * xh;
-        ldb[c] += g[c];
+        lw[c] += g[c] * xh;
+        lb[c] += g[c];
       }
       sg /= T(C);
       sgx /= T(C);
+#pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         T xh = (xr[c] - m) * r;
         d[c] = r * (g[c] * w[c] - sg - xh * sgx);
@@ -221,6 +244,7 @@ void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C)
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     T s = 0;
+#pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < C; ++c) s += xr[c] * xr[c];
     T r = T(1) / std::sqrt(s / T(C) + eps);
     for (int64_t c = 0; c < C; ++c) y[n * C + c] = xr[c] * r * w[c];

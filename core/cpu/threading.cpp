@@ -7,6 +7,7 @@
 #include <dlfcn.h>  // dlopen(RTLD_NOLOAD): is OpenBLAS already in the process?
 #include <sched.h>  // sched_getaffinity, CPU_COUNT
 
+#include <atomic>
 #include <cstdlib>  // getenv, strtol
 #include <mutex>
 
@@ -41,7 +42,7 @@ int cores_available() {
   return omp_get_num_procs();
 }
 
-int g_threads = 0;  // 0 until init_threading has run
+std::atomic<int> g_threads{0};  // 0 until init_threading has run
 std::once_flag g_init_once;
 
 }  // namespace
