@@ -17,10 +17,16 @@ PosencRegistrar::PosencRegistrar(const char* type, PosencFactory f) { registry()
 // Each encoding family file defines one of these (static libraries drop unreferenced objects,
 // so the registry names them explicitly).
 void posenc_register_absolute();
+void posenc_register_rotary();  // posenc/rotary.cpp
+void posenc_register_bias();    // posenc/bias.cpp
+void posenc_register_content();
 
 static void ensure_registered() {
   static bool done = [] {
     posenc_register_absolute();
+    posenc_register_rotary();
+    posenc_register_bias();
+    posenc_register_content();
     return true;
   }();
   (void)done;

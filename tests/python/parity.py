@@ -101,8 +101,12 @@ DEFAULTS_CASE = {"vocab_size": 256, "d_model": 32, "n_layers": 2, "n_heads": 4, 
 
 # What ctxlab supports now; widen as encodings land (or run with --cases all).
 DEFAULT_CASES = ["defaults", "none", "learned", "learned-hier", "sinusoidal",
-                 "reject-learned-long", "reject-learned-hier-long", "reject-unknown-key",
-                 "reject-unknown-posenc-key", "reject-bad-heads"]
+                 "rope", "rope-interleaved", "rope-pi", "rope-ntk", "rope-dynamic-ntk", "rope-yarn",
+                 "rope-rerope", "rope-leaky-rerope", "rope-logn", "xpos", "xpos-gamma8",
+                 "alibi", "alibi-h6", "kerple", "kerple-power", "sandwich", "t5", "t5-small",
+                 "shaw", "shaw-k16", "xl", "deberta", "deberta-small", "tupe",
+                 "reject-learned-long", "reject-learned-hier-long", "reject-tupe-long",
+                 "reject-unknown-key", "reject-unknown-posenc-key", "reject-bad-heads"]
 ALL_CASES = ["defaults"] + list(ENCODING_CASES) + list(REJECT_CASES)
 
 

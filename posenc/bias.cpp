@@ -1,0 +1,259 @@
+// posenc/bias.cpp — additive causal biases (POSENC_SPEC §3): `alibi`, `kerple` (log / power),
+// `sandwich` and `t5`. One mechanism serves all four: each encoding gives a per-head table over
+// the distances delta = 0..n-1 ([H, n], a Variable, trainable or not), and distance_bias()
+// gathers it by the distance index of every (i, j) with index_select, so trainable tables get
+// their scatter-add backward for free.
+#include <cmath>
+
+#include "core/rng.h"
+#include "posenc/posenc.h"
+
+namespace ctx {
+
+// Causal T5 bucket of a distance n >= 0 (float32 logf, truncation; POSENC_SPEC §3).
+int64_t posenc_t5_bucket(int64_t n, int64_t num_buckets, int64_t max_distance) {
+  const int64_t me = num_buckets / 2;
+  if (n < me) return n;
+  const float v = std::log((float)n / (float)me) / std::log((float)max_distance / (float)me) *
+                  (float)(num_buckets - me);
+  return std::min(num_buckets - 1, me + (int64_t)v);
+}
+
+// ALiBi slopes (float32): 2^(-8 h1 / H), non-powers of two interleaved as the paper's code.
+std::vector<float> posenc_alibi_slopes(int64_t H) {
+  auto pow2 = [](int64_t n) {
+    std::vector<float> s;
+    for (int64_t h1 = 1; h1 <= n; ++h1) s.push_back(std::pow(2.0f, (float)(-8 * h1) / (float)n));
+    return s;
+  };
+  if ((H & (H - 1)) == 0) return pow2(H);
+  int64_t c = 1;
+  while (c * 2 <= H) c *= 2;
+  std::vector<float> s = pow2(c), s2 = pow2(2 * c);
+  for (int64_t i = 0; (int64_t)s.size() < H; i += 2) s.push_back(s2[(size_t)i]);
+  return s;
+}
+
+namespace {
+
+// B[h, i, j] = table[h, max(q_pos0 + i - j, 0)]: [1, H, T, S] from table [H, n], n >= q_pos0 + T
+// (masked entries j > i read distance 0; the causal mask removes them).
+Variable distance_bias(const Variable& table, const AttnState& st) {
+  const int64_t H = table.size(0);
+  Tensor idx = Tensor::empty({st.T * st.S}, DType::I64);
+  int64_t* ip = idx.data<int64_t>();
+  for (int64_t i = 0; i < st.T; ++i)
+    for (int64_t j = 0; j < st.S; ++j) ip[i * st.S + j] = std::max<int64_t>(st.q_pos0 + i - j, 0);
+  if (table.device() != Device::CPU) idx = idx.to(table.device());
+  return reshape(index_select(table, 1, idx), {1, H, st.T, st.S});
+}
+
+// Number of distances a forward reaches: 0 .. q_pos0 + T - 1.
+int64_t n_distances(const AttnState& st) { return std::max<int64_t>(st.q_pos0 + st.T, 1); }
+
+// A constant [H, n] table (double values) in the model's dtype and device.
+Variable const_table(const std::vector<double>& v, int64_t H, int64_t n, const Variable& like) {
+  Tensor t = Tensor::empty({H, n}, DType::F64);
+  std::copy(v.begin(), v.end(), t.data<double>());
+  if (like.dtype() != DType::F64) t = t.to(like.dtype());
+  if (like.device() != Device::CPU) t = t.to(like.device());
+  return Variable(t, false);
+}
+
+// Base of the four: bias(st) = distance_bias(table(n, st), st); fixed tables are cached per
+// (n, dtype, device) since every layer of a forward asks for the same one.
+class DistanceBias : public PositionalEncoding {
+ public:
+  explicit DistanceBias(const ModelConfig& c) : H_(c.n_heads), d_(c.head_dim()) {}
+  Variable bias(AttnState& st) override {
+    const int64_t n = n_distances(st);
+    Variable tab;
+    if (fixed()) {
+      if (!cache_.defined() || cache_n_ != n || cache_.dtype() != st.q.dtype() || cache_.device() != st.q.device()) {
+        cache_ = table(n, st);
+        cache_n_ = n;
+      }
+      tab = cache_;
+    } else {
+      tab = table(n, st);
+    }
+    return distance_bias(tab, st);
+  }
+
+ protected:
+  virtual bool fixed() const { return true; }
+  // [H, n]: the bias of each head at distances 0..n-1.
+  virtual Variable table(int64_t n, const AttnState& st) = 0;
+  int64_t H_, d_;
+
+ private:
+  Variable cache_;
+  int64_t cache_n_ = -1;
+};
+
+// alibi: B = -m_h * delta
+class Alibi final : public DistanceBias {
+ public:
+  using DistanceBias::DistanceBias;
+  std::string type() const override { return "alibi"; }
+  Variable table(int64_t n, const AttnState& st) override {
+    std::vector<float> m = posenc_alibi_slopes(H_);
+    std::vector<double> v((size_t)(H_ * n));
+    for (int64_t h = 0; h < H_; ++h)
+      for (int64_t t = 0; t < n; ++t) v[(size_t)(h * n + t)] = -(double)m[(size_t)h] * (double)t;
+    return const_table(v, H_, n, st.q);
+  }
+};
+
+// sandwich: B = (sum_{k=1..d/2} cos(delta w_k) - d/2) * H / (8 h1), w_k = 1 / powf(10000, 2k/d)
+class Sandwich final : public DistanceBias {
+ public:
+  using DistanceBias::DistanceBias;
+  std::string type() const override { return "sandwich"; }
+  Variable table(int64_t n, const AttnState& st) override {
+    std::vector<float> w;
+    for (int64_t k = 1; k <= d_ / 2; ++k) w.push_back(1.0f / std::pow(10000.0f, (float)(2 * k) / (float)d_));
+    std::vector<double> per(n);
+    for (int64_t t = 0; t < n; ++t) {
+      double s = 0;
+      for (float wk : w) s += std::cos((double)((float)t * wk));
+      per[(size_t)t] = s - (double)d_ / 2;
+    }
+    std::vector<double> v((size_t)(H_ * n));
+    for (int64_t h = 0; h < H_; ++h)
+      for (int64_t t = 0; t < n; ++t) v[(size_t)(h * n + t)] = per[(size_t)t] * ((double)H_ / (8.0 * (double)(h + 1)));
+    return const_table(v, H_, n, st.q);
+  }
+};
+
+// t5: B[h, i, j] = W[b(i - j), h], W = pe.rel_bias.weight [num_buckets, H]
+class T5 final : public DistanceBias {
+ public:
+  T5(const ModelConfig& c, int64_t nb, int64_t md) : DistanceBias(c), nb_(nb), md_(md) {
+    mod_ = std::make_shared<nn::Module>();
+    w_ = mod_->register_parameter("rel_bias.weight", Tensor::zeros({nb_, H_}));
+  }
+  std::string type() const override { return "t5"; }
+  std::shared_ptr<nn::Module> shared_module() override { return mod_; }
+  void init_parameters(Rng& rng) override { rng.fill_normal(w_.data(), 0.0, 0.02); }
+  bool fixed() const override { return false; }
+  Variable table(int64_t n, const AttnState&) override {
+    Tensor b = Tensor::empty({n}, DType::I64);
+    for (int64_t t = 0; t < n; ++t) b.data<int64_t>()[t] = posenc_t5_bucket(t, nb_, md_);
+    if (w_.device() != Device::CPU) b = b.to(w_.device());
+    return transpose(index_select(w_, 0, b), 0, 1);  // [n, H] -> [H, n]
+  }
+
+ private:
+  int64_t nb_, md_;
+  std::shared_ptr<nn::Module> mod_;
+  Variable w_;
+};
+
+// kerple: log B = -r1 ln(1 + r2 delta); power B = -r1 delta^r2 (d/dr2 = 0 at delta = 0).
+// r1, r2 = pe.r1, pe.r2 [H]; projected in place (clamped) before each forward.
+class Kerple final : public DistanceBias {
+ public:
+  Kerple(const ModelConfig& c, bool power) : DistanceBias(c), power_(power) {
+    mod_ = std::make_shared<nn::Module>();
+    r1_ = mod_->register_parameter("r1", Tensor::zeros({H_}));
+    r2_ = mod_->register_parameter("r2", Tensor::zeros({H_}));
+  }
+  std::string type() const override { return "kerple"; }
+  std::shared_ptr<nn::Module> shared_module() override { return mod_; }
+  void init_parameters(Rng& rng) override {
+    rng.fill_uniform(r1_.data(), 0.0, power_ ? 1.0 : 2.0);
+    rng.fill_uniform(r2_.data(), 0.0, power_ ? 2.0 : 1.0);
+  }
+  bool fixed() const override { return false; }
+
+  // In place, like the reference code's param.data.clamp_ (idempotent; every layer calls it).
+  void project() {
+    Tensor& a = r1_.data();
+    Tensor& b = r2_.data();
+    backend_of(a).unary(UnaryOp::Clamp, a, a, 0.01, INFINITY);
+    backend_of(b).unary(UnaryOp::Clamp, b, b, 0.01, power_ ? 2.0 : INFINITY);
+  }
+
+  Variable table(int64_t n, const AttnState& st) override {
+    project();
+    const DType dt = r1_.dtype();
+    Variable r1 = reshape(r1_, {H_, 1}), r2 = reshape(r2_, {H_, 1});
+    Tensor dl = Tensor::empty({1, n}, DType::F64);
+    if (!power_) {  // -r1 * ln(1 + r2 * delta)
+      for (int64_t t = 0; t < n; ++t) dl.data<double>()[t] = (double)t;
+      Variable delta(to_like(dl, dt, st), false);
+      return neg(mul(r1, log(add_scalar(mul(r2, delta), 1.0))));
+    }
+    // -r1 * [delta > 0] * exp(r2 * ln(delta)), with ln(0) read as 0 so nothing is NaN
+    Tensor keep = Tensor::empty({1, n}, DType::F64);
+    for (int64_t t = 0; t < n; ++t) {
+      dl.data<double>()[t] = t > 0 ? std::log((double)t) : 0.0;
+      keep.data<double>()[t] = t > 0 ? 1.0 : 0.0;
+    }
+    Variable lnd(to_like(dl, dt, st), false), k(to_like(keep, dt, st), false);
+    return neg(mul(r1, mul(exp(mul(r2, lnd)), k)));
+  }
+
+ private:
+  static Tensor to_like(Tensor t, DType dt, const AttnState& st) {
+    if (dt != DType::F64) t = t.to(dt);
+    if (st.q.device() != Device::CPU) t = t.to(st.q.device());
+    return t;
+  }
+  bool power_;
+  std::shared_ptr<nn::Module> mod_;
+  Variable r1_, r2_;
+};
+
+std::unique_ptr<PositionalEncoding> make_alibi(const ModelConfig& c, const nlohmann::json& p,
+                                               const std::string& src) {
+  posenc_check_keys(p, {}, src);
+  return std::make_unique<Alibi>(c);
+}
+
+std::unique_ptr<PositionalEncoding> make_sandwich(const ModelConfig& c, const nlohmann::json& p,
+                                                  const std::string& src) {
+  posenc_check_keys(p, {}, src);
+  CTX_CHECK(c.head_dim() % 2 == 0, src, ": posenc sandwich needs an even head_dim (d_model / n_heads = ",
+            c.head_dim(), ")");
+  return std::make_unique<Sandwich>(c);
+}
+
+std::unique_ptr<PositionalEncoding> make_kerple(const ModelConfig& c, const nlohmann::json& p,
+                                                const std::string& src) {
+  posenc_check_keys(p, {"variant"}, src);
+  std::string v = posenc_string(p, "variant", "log", src);
+  CTX_CHECK(v == "log" || v == "power", src, ": field 'posenc.variant' must be \"log\" or \"power\", got \"",
+            v, "\"");
+  return std::make_unique<Kerple>(c, v == "power");
+}
+
+int64_t t5_int(const nlohmann::json& p, const char* key, int64_t def, const std::string& src) {
+  if (!p.contains(key)) return def;
+  const auto& v = p[key];
+  CTX_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, src, ": field 'posenc.", key,
+            "' must be a positive integer, got ", v.dump());
+  return v.get<int64_t>();
+}
+
+std::unique_ptr<PositionalEncoding> make_t5(const ModelConfig& c, const nlohmann::json& p,
+                                            const std::string& src) {
+  posenc_check_keys(p, {"num_buckets", "max_distance"}, src);
+  int64_t nb = t5_int(p, "num_buckets", 32, src), md = t5_int(p, "max_distance", 128, src);
+  CTX_CHECK(nb % 2 == 0 && nb >= 2, src, ": field 'posenc.num_buckets' must be an even positive integer, got ", nb);
+  CTX_CHECK(md > nb / 2, src, ": field 'posenc.max_distance' must exceed num_buckets / 2 = ", nb / 2, ", got ", md);
+  return std::make_unique<T5>(c, nb, md);
+}
+
+}  // namespace
+
+// Called by posenc/registry.cpp (ensure_registered).
+void posenc_register_bias() {
+  static PosencRegistrar r1("alibi", make_alibi);
+  static PosencRegistrar r2("kerple", make_kerple);
+  static PosencRegistrar r3("sandwich", make_sandwich);
+  static PosencRegistrar r4("t5", make_t5);
+}
+
+}  // namespace ctx

@@ -1,0 +1,391 @@
+// posenc/content.cpp — content-position encodings (POSENC_SPEC §4), each owning the logits hook:
+//   shaw     per-layer relative key / value tables rel_k, rel_v [2K+1, d] (also the output hook)
+//   xl       Transformer-XL: shared u, v [H, d], per-layer r_net [D, D] over concatenated sinusoids
+//   deberta  DeBERTa-v2 disentangled c2p + p2c over a shared, LayerNormed log-bucket table
+//   tupe     TUPE-R: untied LayerNormed position projections plus a T5 relative bias
+// Relative terms are computed once per relative index r (x @ table^T: [B, H, N, R]) and then
+// gathered into [B, H, T, S] by an i64 index tensor; the gather's backward is a scatter-add into
+// the R rows, so rows no (i, j) reaches get exactly zero gradient.
+// Positions: query row i sits at qi = q_pos0 + i, key j at j (S = q_pos0 + T with memory).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "core/rng.h"
+#include "posenc/posenc.h"
+
+namespace ctx {
+
+namespace posenc_detail {
+// DeBERTa-v2 log bucket of a signed relative position x (float32, POSENC_SPEC §4); exposed for
+// tests/test_posenc_content.cpp.
+int64_t deberta_bucket(int64_t x, int64_t position_buckets, int64_t max_relative_positions) {
+  const int64_t mid = position_buckets / 2;
+  const int64_t ax = x < 0 ? -x : x;
+  if (ax <= mid) return x;
+  const float r = (float)ax / (float)mid;
+  const float v =
+      logf(r) / logf((float)(max_relative_positions - 1) / (float)mid) * (float)(mid - 1);
+  const int64_t b = mid + (int64_t)std::ceil(v);
+  return x < 0 ? -b : b;
+}
+}  // namespace posenc_detail
+
+namespace {
+
+// Causal T5 bucket of a distance n >= 0 (POSENC_SPEC §3: float32 divisions, truncation).
+// TODO(merge): the same helper lives with the t5 encoding (posenc/bias.cpp); share one.
+int64_t t5_causal_bucket(int64_t n, int64_t num_buckets, int64_t max_distance) {
+  const int64_t me = num_buckets / 2;
+  if (n < me) return n;
+  const float v = logf((float)n / (float)me) / logf((float)max_distance / (float)me) *
+                  (float)(num_buckets - me);
+  return std::min<int64_t>(num_buckets - 1, me + (int64_t)v);
+}
+
+// ---- parameters --------------------------------------------------------------------------
+
+// An integer parameter >= lo (error names posenc.<key>).
+int64_t param_int(const nlohmann::json& p, const char* key, int64_t def, int64_t lo,
+                  const std::string& src, const char* type) {
+  double v = posenc_number(p, key, (double)def, src);
+  CTX_CHECK(v == std::floor(v) && v >= (double)lo && v < 1e15, src, ": field 'posenc.", key,
+            "' of posenc type '", type, "' must be an integer >= ", lo, ", got ",
+            p.contains(key) ? p[key].dump() : std::to_string(v));
+  return (int64_t)v;
+}
+
+// Registers a child module `name` under m holding one parameter per (name, shape) pair.
+std::shared_ptr<nn::Module> add_child(nn::Module& m, const std::string& name) {
+  return m.register_module(name, std::make_shared<nn::Module>());
+}
+Variable param(nn::Module& m, const std::string& name, const Shape& shape) {
+  return m.register_parameter(name, Tensor::zeros(shape, DType::F32));
+}
+void fill_const(Variable& v, double x) { backend_of(v.data()).fill(v.data(), x); }
+
+// ---- index tables and gathers ---------------------------------------------------------------
+
+// i64 [T, S] with idx[i, j] = fn(i, j) for query row i and key j, cached per (T, S, q_pos0):
+// every layer of one forward reuses the table.
+class IndexCache {
+ public:
+  const Tensor& get(const AttnState& st, const std::function<int64_t(int64_t, int64_t)>& fn) {
+    if (!t_.defined() || T_ != st.T || S_ != st.S || p0_ != st.q_pos0) {
+      t_ = Tensor::empty({st.T, st.S}, DType::I64);
+      int64_t* ip = t_.data<int64_t>();
+      for (int64_t i = 0; i < st.T; ++i)
+        for (int64_t j = 0; j < st.S; ++j) ip[i * st.S + j] = fn(i, j);
+      T_ = st.T, S_ = st.S, p0_ = st.q_pos0;
+    }
+    return t_;
+  }
+
+ private:
+  Tensor t_;
+  int64_t T_ = -1, S_ = -1, p0_ = -1;
+};
+
+// x: [..., M] -> out[..., i, j] = x[..., idx[i, j]]; idx [T, S]. Backward: scatter-add over M.
+Variable take_last(const Variable& x, const Tensor& idx) {
+  Shape out(x.shape().begin(), x.shape().end() - 1);
+  out.push_back(idx.size(0));
+  out.push_back(idx.size(1));
+  return reshape(index_select(x, x.dim() - 1, idx.view({idx.numel()})), out);
+}
+
+// Relative scores x: [B, H, N, R] (one column per relative index) -> [B, H, T, S] with
+// out[b, h, i, j] = x[b, h, n, r] where flat[i, j] = n * R + r.
+Variable gather_rel(const Variable& x, const Tensor& flat) {
+  return take_last(reshape(x, {x.size(0), x.size(1), x.size(2) * x.size(3)}), flat);
+}
+
+// The transpose of gather_rel for probabilities: p [B, H, T, S] -> [B, H, N, R] with
+// out[b, h, n, r] = sum of p[b, h, i, j] over flat[i, j] = n * R + r.
+Variable scatter_rel(const Variable& p, const Tensor& flat, int64_t N, int64_t R) {
+  const int64_t B = p.size(0), H = p.size(1);
+  Variable zeros(Tensor::zeros({B, H, N * R}, p.dtype(), p.device()), false);
+  Variable src = reshape(p, {B, H, p.size(2) * p.size(3)});
+  return reshape(scatter_add(zeros, 2, flat.view({flat.numel()}), src), {B, H, N, R});
+}
+
+// A projected table t: [R, H*d] -> per head [B, H, R, d] (B = 1: no expansion).
+Variable split_heads(const Variable& t, int64_t B, int64_t H) {
+  const int64_t R = t.size(0), d = t.size(1) / H;
+  Variable h = reshape(permute(reshape(t, {R, H, d}), {1, 0, 2}), {1, H, R, d});
+  return B == 1 ? h : expand(h, {B, H, R, d});
+}
+
+// A fixed float32 table converted to the model's dtype.
+Variable fixed_table(const Tensor& f32, DType dt) {
+  return Variable(dt == DType::F32 ? f32 : f32.to(dt), false);
+}
+
+// ---- shaw ------------------------------------------------------------------------------------
+class Shaw final : public PositionalEncoding {
+ public:
+  Shaw(const ModelConfig& c, int64_t K) : K_(K) {
+    for (int l = 0; l < c.n_layers; ++l) {
+      Layer L;
+      L.mod = std::make_shared<nn::Module>();
+      L.rel_k = param(*L.mod, "rel_k", {2 * K + 1, c.head_dim()});
+      L.rel_v = param(*L.mod, "rel_v", {2 * K + 1, c.head_dim()});
+      layers_.push_back(L);
+    }
+  }
+  std::string type() const override { return "shaw"; }
+  std::shared_ptr<nn::Module> layer_module(int l) override { return layers_.at(l).mod; }
+  void init_parameters(Rng& rng) override {
+    for (auto& L : layers_) {
+      rng.fill_normal(L.rel_k.data(), 0.0, 0.02);
+      rng.fill_normal(L.rel_v.data(), 0.0, 0.02);
+    }
+  }
+
+  Variable logits(AttnState& st) override {
+    const Layer& L = layers_.at(st.layer);
+    Variable qr = matmul(st.q, L.rel_k, false, true);                             // [B, H, T, 2K+1]
+    Variable s = add(matmul(st.q, st.k, false, true), gather_rel(qr, flat(st)));  // [B, H, T, S]
+    return scale(s, st.scale);
+  }
+
+  Variable output(AttnState& st, const Variable& p) override {
+    const Layer& L = layers_.at(st.layer);
+    Variable pr = scatter_rel(p, flat(st), st.T, 2 * K_ + 1);  // [B, H, T, 2K+1]
+    return add(matmul(p, st.v), matmul(pr, L.rel_v));          // [B, H, T, Dh]
+  }
+
+ private:
+  struct Layer {
+    std::shared_ptr<nn::Module> mod;
+    Variable rel_k, rel_v;  // [2K+1, Dh]
+  };
+  // flat[i, j] = i * (2K+1) + clip(j - qi, -K, K) + K   (key minus query)
+  const Tensor& flat(const AttnState& st) {
+    const int64_t K = K_, R = 2 * K_ + 1, p0 = st.q_pos0;
+    return idx_.get(st, [=](int64_t i, int64_t j) {
+      return i * R + std::min(std::max(j - (p0 + i), -K), K) + K;
+    });
+  }
+  int64_t K_;
+  std::vector<Layer> layers_;
+  IndexCache idx_;
+};
+
+// ---- xl ---------------------------------------------------------------------------------------
+class XL final : public PositionalEncoding {
+ public:
+  explicit XL(const ModelConfig& c) : H_(c.n_heads), D_(c.d_model) {
+    shared_ = std::make_shared<nn::Module>();
+    u_ = param(*shared_, "r_w_bias", {H_, c.head_dim()});
+    v_ = param(*shared_, "r_r_bias", {H_, c.head_dim()});
+    for (int l = 0; l < c.n_layers; ++l) {
+      auto m = std::make_shared<nn::Module>();
+      r_net_.push_back(param(*add_child(*m, "r_net"), "weight", {D_, D_}));
+      layers_.push_back(m);
+    }
+  }
+  std::string type() const override { return "xl"; }
+  std::shared_ptr<nn::Module> shared_module() override { return shared_; }
+  std::shared_ptr<nn::Module> layer_module(int l) override { return layers_.at(l); }
+  void init_parameters(Rng& rng) override {
+    rng.fill_normal(u_.data(), 0.0, 0.02);
+    rng.fill_normal(v_.data(), 0.0, 0.02);
+    for (auto& w : r_net_) rng.fill_normal(w.data(), 0.0, 0.02);
+  }
+
+  Variable logits(AttnState& st) override {
+    const int64_t B = st.B, H = st.H, Dh = st.Dh, nR = st.q_pos0 + st.T;  // distances 0..nR-1
+    Variable u = reshape(u_, {1, H, 1, Dh}), v = reshape(v_, {1, H, 1, Dh});
+    Variable ac = matmul(add(st.q, u), st.k, false, true);  // [B, H, T, S]
+    Variable wr = matmul(fixed_table(sinusoids(nR), st.q.dtype()), r_net_.at(st.layer), false,
+                         true);                                                // [nR, D] = R W^T
+    Variable bd_r = matmul(add(st.q, v), split_heads(wr, B, H), false, true);  // [B, H, T, nR]
+    const int64_t p0 = st.q_pos0;
+    const Tensor& flat = idx_.get(st, [=](int64_t i, int64_t j) {
+      return i * nR + std::max<int64_t>(p0 + i - j, 0);  // masked (j > qi) entries use r = 0
+    });
+    return scale(add(ac, gather_rel(bd_r, flat)), st.scale);
+  }
+
+ private:
+  // R [n, D] (float32): [sin(r w_0..w_{D/2-1}), cos(r w_0..)], w_k = 1 / 10000^(2k/D)
+  Tensor sinusoids(int64_t n) const {
+    Tensor t = Tensor::empty({n, D_}, DType::F32);
+    float* p = t.data<float>();
+    const int64_t half = D_ / 2;
+    for (int64_t k = 0; k < half; ++k) {
+      const float w = 1.0f / powf(10000.0f, (float)(2 * k) / (float)D_);
+      for (int64_t r = 0; r < n; ++r) {
+        const float ang = (float)r * w;
+        p[r * D_ + k] = (float)std::sin((double)ang);
+        p[r * D_ + half + k] = (float)std::cos((double)ang);
+      }
+    }
+    return t;
+  }
+  int64_t H_, D_;
+  std::shared_ptr<nn::Module> shared_;
+  Variable u_, v_;  // [H, Dh]
+  std::vector<std::shared_ptr<nn::Module>> layers_;
+  std::vector<Variable> r_net_;  // [D, D] per layer
+  IndexCache idx_;
+};
+
+// ---- deberta ----------------------------------------------------------------------------------
+class DeBERTa final : public PositionalEncoding {
+ public:
+  DeBERTa(const ModelConfig& c, int64_t A, int64_t M)
+      : A_(A), M_(M), D_(c.d_model), eps_(c.norm_eps) {
+    shared_ = std::make_shared<nn::Module>();
+    emb_ = param(*add_child(*shared_, "rel_embeddings"), "weight", {2 * A, D_});
+    auto norm = add_child(*shared_, "rel_norm");
+    norm_w_ = param(*norm, "weight", {D_});
+    norm_b_ = param(*norm, "bias", {D_});
+  }
+  std::string type() const override { return "deberta"; }
+  std::shared_ptr<nn::Module> shared_module() override { return shared_; }
+  void init_parameters(Rng& rng) override {
+    rng.fill_normal(emb_.data(), 0.0, 0.02);
+    fill_const(norm_w_, 1.0);
+    fill_const(norm_b_, 0.0);
+  }
+
+  Variable logits(AttnState& st) override {
+    CTX_CHECK(st.qkv_weight.defined(), "posenc deberta: attention did not pass its qkv projection");
+    const int64_t B = st.B, H = st.H, D = D_, R = 2 * A_;
+    Variable rel = layer_norm(emb_, norm_w_, norm_b_, eps_);  // [2A, D]
+    auto project = [&](int64_t part) {  // rows part*D.. of attn.qkv (weight and bias)
+      Variable w = slice(st.qkv_weight, 0, part * D, (part + 1) * D);
+      Variable b =
+          st.qkv_bias.defined() ? slice(st.qkv_bias, 0, part * D, (part + 1) * D) : Variable();
+      return split_heads(linear(rel, w, b), B, H);  // [B, H, 2A, Dh]
+    };
+    Variable qr = project(0), kr = project(1);
+    const int64_t A = A_, M = M_, p0 = st.q_pos0;
+    auto delta_idx = [=](int64_t i, int64_t j) {
+      return std::min(std::max(posenc_detail::deberta_bucket(p0 + i - j, A, M) + A, int64_t(0)),
+                      R - 1);
+    };
+    const Tensor& by_q =
+        idx_q_.get(st, [&](int64_t i, int64_t j) { return i * R + delta_idx(i, j); });
+    const Tensor& by_k =
+        idx_k_.get(st, [&](int64_t i, int64_t j) { return j * R + delta_idx(i, j); });
+    Variable c2p =
+        gather_rel(matmul(st.q, kr, false, true), by_q);  // q_i . Kr[delta]: [B, H, T, S]
+    Variable p2c =
+        gather_rel(matmul(st.k, qr, false, true), by_k);  // k_j . Qr[delta]: [B, H, T, S]
+    Variable s = add(add(matmul(st.q, st.k, false, true), c2p), p2c);
+    return scale(s, 1.0 / std::sqrt(3.0 * (double)st.Dh));
+  }
+
+ private:
+  int64_t A_, M_, D_;
+  double eps_;
+  std::shared_ptr<nn::Module> shared_;
+  Variable emb_, norm_w_, norm_b_;  // [2A, D], [D], [D]
+  IndexCache idx_q_, idx_k_;
+};
+
+// ---- tupe -------------------------------------------------------------------------------------
+class TUPE final : public PositionalEncoding {
+ public:
+  static constexpr int64_t kBuckets = 32, kMaxDistance = 128;
+  explicit TUPE(const ModelConfig& c) : L_(c.context), D_(c.d_model), eps_(c.norm_eps) {
+    shared_ = std::make_shared<nn::Module>();
+    pos_emb_ = param(*add_child(*shared_, "pos_emb"), "weight", {L_, D_});
+    auto norm = add_child(*shared_, "pos_norm");
+    norm_w_ = param(*norm, "weight", {D_});
+    norm_b_ = param(*norm, "bias", {D_});
+    auto proj = add_child(*shared_, "pos_proj");
+    proj_w_ = param(*proj, "weight", {2 * D_, D_});
+    proj_b_ = param(*proj, "bias", {2 * D_});
+    rel_bias_ = param(*add_child(*shared_, "rel_bias"), "weight", {kBuckets, c.n_heads});
+  }
+  std::string type() const override { return "tupe"; }
+  std::shared_ptr<nn::Module> shared_module() override { return shared_; }
+  void init_parameters(Rng& rng) override {
+    rng.fill_normal(pos_emb_.data(), 0.0, 0.02);
+    fill_const(norm_w_, 1.0);
+    fill_const(norm_b_, 0.0);
+    rng.fill_normal(proj_w_.data(), 0.0, 0.02);
+    fill_const(proj_b_, 0.0);
+    rng.fill_normal(rel_bias_.data(), 0.0, 0.02);
+  }
+  void check_length(int64_t n) const override {
+    CTX_CHECK(n <= L_, "posenc tupe: sequence of ", n,
+              " positions is longer than the position "
+              "table (context L = ",
+              L_, "); tupe cannot encode positions beyond L");
+  }
+
+  Variable logits(AttnState& st) override {
+    check_length(st.S);
+    const int64_t H = st.H, D = D_, T = st.T, S = st.S, p0 = st.q_pos0;
+    Variable p = layer_norm(slice(pos_emb_, 0, 0, S), norm_w_, norm_b_, eps_);  // [S, D]
+    Variable u = linear(p, proj_w_, proj_b_);                                   // [S, 2D]
+    Variable uq = split_heads(slice(slice(u, 0, p0, p0 + T), 1, 0, D), 1, H);   // [1, H, T, Dh]
+    Variable uk = split_heads(slice(u, 1, D, 2 * D), 1, H);                     // [1, H, S, Dh]
+    Variable s = add(matmul(st.q, st.k, false, true), matmul(uq, uk, false, true));  // [B, H, T, S]
+    const Tensor& bucket = idx_.get(st, [=](int64_t i, int64_t j) {
+      return t5_causal_bucket(std::max<int64_t>(p0 + i - j, 0), kBuckets, kMaxDistance);
+    });
+    Variable rel = take_last(transpose(rel_bias_, 0, 1), bucket);  // [H, T, S]
+    return add(scale(s, 1.0 / std::sqrt(2.0 * (double)st.Dh)), rel);
+  }
+
+ private:
+  int64_t L_, D_;
+  double eps_;
+  std::shared_ptr<nn::Module> shared_;
+  Variable pos_emb_, norm_w_, norm_b_, proj_w_, proj_b_, rel_bias_;
+  IndexCache idx_;
+};
+
+// ---- factories --------------------------------------------------------------------------------
+std::unique_ptr<PositionalEncoding> make_shaw(const ModelConfig& c, const nlohmann::json& p,
+                                              const std::string& src) {
+  posenc_check_keys(p, {"max_relative_position"}, src);
+  return std::make_unique<Shaw>(c, param_int(p, "max_relative_position", 16, 1, src, "shaw"));
+}
+
+std::unique_ptr<PositionalEncoding> make_xl(const ModelConfig& c, const nlohmann::json& p,
+                                            const std::string& src) {
+  posenc_check_keys(p, {"mem_len"}, src);
+  int64_t mem = param_int(p, "mem_len", 0, 0, src, "xl");
+  CTX_CHECK(mem == 0, src, ": field 'posenc.mem_len' = ", mem,
+            ": xl segment memory is not "
+            "supported yet (attention keeps no memory); use 0");
+  CTX_CHECK(c.d_model % 2 == 0, src, ": posenc xl needs an even d_model, got ", c.d_model);
+  return std::make_unique<XL>(c);
+}
+
+std::unique_ptr<PositionalEncoding> make_deberta(const ModelConfig& c, const nlohmann::json& p,
+                                                 const std::string& src) {
+  posenc_check_keys(p, {"position_buckets", "max_relative_positions"}, src);
+  int64_t A = param_int(p, "position_buckets", 32, 4, src, "deberta");
+  int64_t M = param_int(p, "max_relative_positions", 128, 1, src, "deberta");
+  CTX_CHECK(A % 2 == 0, src, ": field 'posenc.position_buckets' must be even, got ", A);
+  CTX_CHECK(M - 1 > A / 2, src, ": field 'posenc.max_relative_positions' (", M,
+            ") must exceed position_buckets / 2 + 1 (", A / 2 + 1, ")");
+  return std::make_unique<DeBERTa>(c, A, M);
+}
+
+std::unique_ptr<PositionalEncoding> make_tupe(const ModelConfig& c, const nlohmann::json& p,
+                                              const std::string& src) {
+  posenc_check_keys(p, {}, src);
+  return std::make_unique<TUPE>(c);
+}
+
+}  // namespace
+
+// Called by posenc/registry.cpp (ensure_registered).
+void posenc_register_content() {
+  static PosencRegistrar r1("shaw", make_shaw);
+  static PosencRegistrar r2("xl", make_xl);
+  static PosencRegistrar r3("deberta", make_deberta);
+  static PosencRegistrar r4("tupe", make_tupe);
+}
+
+}  // namespace ctx
