@@ -6,6 +6,7 @@
 //   out = merge_heads(o) Wp^T + bp            // [B, T, D]
 #include "nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ctx::nn {
@@ -19,19 +20,27 @@ Attention::Attention(const ModelConfig& cfg, int layer, PositionalEncoding* pe, 
 
 Variable Attention::forward(const Variable& x, Rng* rng) const {
   const int64_t B = x.size(0), T = x.size(1);
-  Variable qkv_out = qkv->forward(x);                                   // [B, T, 3D]
-  Variable heads = permute(reshape(qkv_out, {B, T, 3, H_, Dh_}), {2, 0, 3, 1, 4});  // [3, B, H, T, Dh]
+  // Keys and values see [memory; x] when the encoding keeps segment memory (Transformer-XL);
+  // queries are the last T rows. Memory is detached: no gradient flows into past segments.
+  const int64_t mem_len = pe_->memory_length();
+  Variable kv_in = x;
+  if (mem_len > 0 && mem_.defined() && mem_.size(0) == B) kv_in = concat({Variable(mem_, false), x}, 1);
+  const int64_t S = kv_in.size(1), M = S - T;
+  Variable qkv_out = qkv->forward(kv_in);                               // [B, S, 3D]
+  Variable heads = permute(reshape(qkv_out, {B, S, 3, H_, Dh_}), {2, 0, 3, 1, 4});  // [3, B, H, S, Dh]
   AttnState st;
   st.layer = layer_;
   st.B = B;
   st.H = H_;
   st.T = T;
-  st.S = T;
+  st.S = S;
   st.Dh = Dh_;
+  st.q_pos0 = M;
   st.scale = 1.0 / std::sqrt((double)Dh_);
-  st.q = reshape(slice(heads, 0, 0, 1), {B, H_, T, Dh_});
-  st.k = reshape(slice(heads, 0, 1, 2), {B, H_, T, Dh_});
-  st.v = reshape(slice(heads, 0, 2, 3), {B, H_, T, Dh_});
+  st.q = reshape(slice(heads, 0, 0, 1), {B, H_, S, Dh_});
+  if (M > 0) st.q = slice(st.q, 2, M, S);                                // [B, H, T, Dh]
+  st.k = reshape(slice(heads, 0, 1, 2), {B, H_, S, Dh_});
+  st.v = reshape(slice(heads, 0, 2, 3), {B, H_, S, Dh_});
   st.qkv_weight = qkv->weight;
   st.qkv_bias = qkv->bias;
   pe_->rotate(st);
@@ -40,6 +49,10 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   if (rng && dropout_ > 0) p = dropout(p, dropout_, is_training(), *rng);
   Variable o = pe_->output(st, p);                                      // [B, H, T, Dh]
   Variable merged = reshape(permute(o, {0, 2, 1, 3}), {B, T, D_});       // [B, T, D]
+  if (mem_len > 0) {  // keep the last mem_len inputs for the next segment
+    const int64_t keep = std::min(mem_len, S);
+    mem_ = slice(kv_in, 1, S - keep, S).data().clone();
+  }
   return proj->forward(merged);
 }
 

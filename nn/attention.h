@@ -12,8 +12,13 @@ class Attention : public Module {
   // x: [B, T, D] -> [B, T, D]
   Variable forward(const Variable& x, Rng* dropout_rng) const;
   std::shared_ptr<Linear> qkv, proj;
+  // Segment memory (posenc memory_length() > 0): the last inputs of the previous segment,
+  // detached; [B, M, D]. Cleared by reset_memory().
+  void reset_memory() const { mem_ = Tensor(); }
+  const Tensor& memory() const { return mem_; }
 
  private:
+  mutable Tensor mem_;
   int layer_;
   int64_t H_, Dh_, D_;
   double dropout_;

@@ -73,8 +73,13 @@ void GPT::check_tokens(const Tensor& tokens, const std::string& what) const {
   }
 }
 
-Variable GPT::forward(const Tensor& tokens, int64_t pos0) {
+void GPT::reset_memory() {
+  for (auto& b : blocks) b->attn->reset_memory();
+}
+
+Variable GPT::forward(const Tensor& tokens, int64_t pos0, bool use_memory) {
   check_tokens(tokens, "forward");
+  if (!use_memory) reset_memory();
   const int64_t B = tokens.size(0), T = tokens.size(1);
   pe->check_length(pos0 + T);
   Rng* rng = (is_training() && cfg.dropout > 0) ? &dropout_rng : nullptr;

@@ -29,11 +29,16 @@ class GPT : public Module {
   // MODEL_SPEC §4 default init, deterministic in `seed`.
   void init_weights(uint64_t seed);
   // tokens [B, T] (i32/i64) -> logits [B, T, V]. Positions start at pos0.
-  Variable forward(const Tensor& tokens, int64_t pos0 = 0);
+  // use_memory: continue from the previous call's segment memory (Transformer-XL with mem_len;
+  // the caller feeds consecutive segments). Otherwise memory is cleared first, so every call
+  // stands alone.
+  Variable forward(const Tensor& tokens, int64_t pos0 = 0, bool use_memory = false);
   // mean cross-entropy of forward(inputs) against targets [B, T]
   Variable loss(const Tensor& inputs, const Tensor& targets);
   // Checks ids in [0, vocab) and the sequence length against the encoding (clear errors).
   void check_tokens(const Tensor& tokens, const std::string& what) const;
+  // Forget the segment memory of every layer (Transformer-XL; no-op for other encodings).
+  void reset_memory();
 
   ModelConfig cfg;
   DType dtype;

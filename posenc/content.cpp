@@ -176,7 +176,7 @@ class Shaw final : public PositionalEncoding {
 // ---- xl ---------------------------------------------------------------------------------------
 class XL final : public PositionalEncoding {
  public:
-  explicit XL(const ModelConfig& c) : H_(c.n_heads), D_(c.d_model) {
+  XL(const ModelConfig& c, int64_t mem_len) : H_(c.n_heads), D_(c.d_model), mem_len_(mem_len) {
     shared_ = std::make_shared<nn::Module>();
     u_ = param(*shared_, "r_w_bias", {H_, c.head_dim()});
     v_ = param(*shared_, "r_r_bias", {H_, c.head_dim()});
@@ -187,6 +187,7 @@ class XL final : public PositionalEncoding {
     }
   }
   std::string type() const override { return "xl"; }
+  int64_t memory_length() const override { return mem_len_; }
   std::shared_ptr<nn::Module> shared_module() override { return shared_; }
   std::shared_ptr<nn::Module> layer_module(int l) override { return layers_.at(l); }
   void init_parameters(Rng& rng) override {
@@ -231,6 +232,7 @@ class XL final : public PositionalEncoding {
   std::vector<std::shared_ptr<nn::Module>> layers_;
   std::vector<Variable> r_net_;  // [D, D] per layer
   IndexCache idx_;
+  int64_t mem_len_ = 0;
 };
 
 // ---- deberta ----------------------------------------------------------------------------------
@@ -354,11 +356,8 @@ std::unique_ptr<PositionalEncoding> make_xl(const ModelConfig& c, const nlohmann
                                             const std::string& src) {
   posenc_check_keys(p, {"mem_len"}, src);
   int64_t mem = param_int(p, "mem_len", 0, 0, src, "xl");
-  CTX_CHECK(mem == 0, src, ": field 'posenc.mem_len' = ", mem,
-            ": xl segment memory is not "
-            "supported yet (attention keeps no memory); use 0");
   CTX_CHECK(c.d_model % 2 == 0, src, ": posenc xl needs an even d_model, got ", c.d_model);
-  return std::make_unique<XL>(c);
+  return std::make_unique<XL>(c, mem);
 }
 
 std::unique_ptr<PositionalEncoding> make_deberta(const ModelConfig& c, const nlohmann::json& p,

@@ -38,6 +38,9 @@ class PositionalEncoding {
   virtual std::string type() const = 0;
   // Checks that sequences of `total_len` positions can be encoded (learned / tupe reject > L).
   virtual void check_length(int64_t total_len) const { (void)total_len; }
+  // Segment memory (Transformer-XL): how many past positions each layer keeps, detached, as
+  // extra keys/values for the next segment. 0 for every other encoding.
+  virtual int64_t memory_length() const { return 0; }
 
   // Parameter modules (null when the encoding has none).
   virtual std::string shared_prefix() const { return "pe"; }
