@@ -11,13 +11,13 @@ int run_train(int argc, char** argv);  // cli_train.cpp
 int run_init(int argc, char** argv);   // cli_model.cpp
 int run_eval(int argc, char** argv);   // cli_eval.cpp
 int run_sample(int argc, char** argv); // cli_eval.cpp
+int run_gradcheck(int argc, char** argv);  // cli_gradcheck.cpp
 
 static int not_yet(const char* verb) {
   std::fprintf(stderr, "ctxlab %s: not yet implemented in this build\n", verb);
   return 3;
 }
 static int run_finetune(int, char**) { return not_yet("finetune"); }
-static int run_gradcheck(int, char**) { return not_yet("gradcheck"); }
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> v = {
@@ -27,7 +27,7 @@ const std::vector<Verb>& verbs() {
       {"sample", "generate text from a prompt (temperature, top-k, seed)", run_sample},
       {"grads", "one forward/backward on a token batch; write d(loss)/d(param) as safetensors", run_grads},
       {"init", "write a freshly initialised checkpoint for a config", run_init},
-      {"gradcheck", "finite-difference check of an encoding's attention or an op", run_gradcheck},
+      {"gradcheck", "finite-difference check of an encoding's gradients through a tiny f64 model", run_gradcheck},
   };
   return v;
 }
