@@ -34,16 +34,6 @@ int64_t deberta_bucket(int64_t x, int64_t position_buckets, int64_t max_relative
 
 namespace {
 
-// Causal T5 bucket of a distance n >= 0 (POSENC_SPEC §3: float32 divisions, truncation).
-// TODO(merge): the same helper lives with the t5 encoding (posenc/bias.cpp); share one.
-int64_t t5_causal_bucket(int64_t n, int64_t num_buckets, int64_t max_distance) {
-  const int64_t me = num_buckets / 2;
-  if (n < me) return n;
-  const float v = logf((float)n / (float)me) / logf((float)max_distance / (float)me) *
-                  (float)(num_buckets - me);
-  return std::min<int64_t>(num_buckets - 1, me + (int64_t)v);
-}
-
 // ---- parameters --------------------------------------------------------------------------
 
 // An integer parameter >= lo (error names posenc.<key>).
@@ -331,7 +321,7 @@ class TUPE final : public PositionalEncoding {
     Variable uk = split_heads(slice(u, 1, D, 2 * D), 1, H);                     // [1, H, S, Dh]
     Variable s = add(matmul(st.q, st.k, false, true), matmul(uq, uk, false, true));  // [B, H, T, S]
     const Tensor& bucket = idx_.get(st, [=](int64_t i, int64_t j) {
-      return t5_causal_bucket(std::max<int64_t>(p0 + i - j, 0), kBuckets, kMaxDistance);
+      return posenc_t5_bucket(std::max<int64_t>(p0 + i - j, 0), kBuckets, kMaxDistance);
     });
     Variable rel = take_last(transpose(rel_bias_, 0, 1), bucket);  // [H, T, S]
     return add(scale(s, 1.0 / std::sqrt(2.0 * (double)st.Dh)), rel);

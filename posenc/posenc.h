@@ -13,6 +13,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -74,6 +75,10 @@ double posenc_number(const nlohmann::json& p, const char* key, double def, const
 bool posenc_bool(const nlohmann::json& p, const char* key, bool def, const std::string& source);
 std::string posenc_string(const nlohmann::json& p, const char* key, const std::string& def,
                           const std::string& source);
+// Tables shared by several encodings (posenc/bias.cpp): the causal T5 bucket of a distance
+// n >= 0 (t5, tupe) and the ALiBi slopes (float32, POSENC_SPEC §3).
+int64_t posenc_t5_bucket(int64_t n, int64_t num_buckets, int64_t max_distance);
+std::vector<float> posenc_alibi_slopes(int64_t H);
 // Errors if p has a key not in `allowed` (besides "type").
 void posenc_check_keys(const nlohmann::json& p, const std::vector<std::string>& allowed,
                        const std::string& source);
