@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
 #include "autograd/variable.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
@@ -54,21 +55,7 @@ std::vector<int32_t> random_tokens(size_t n, uint64_t seed) {
   return t;
 }
 
-// Runs fn, which must throw ctx::Error whose one-line message contains every needle.
-void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> needles) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_EQ(m.find('\n'), std::string::npos) << "message is not one line: " << m;
-    for (const auto& n : needles) EXPECT_NE(m.find(n), std::string::npos) << "'" << n << "' not in: " << m;
-    return;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected ctx::Error, got another exception: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "expected ctx::Error, nothing was thrown";
-}
+using ctx::testing_util::expect_error;
 
 // Mean of model.loss over windows w = 0..nw-1 of length+1 tokens, one window at a time.
 double hand_loss(nn::GPT& model, const std::vector<int32_t>& tok, int64_t length, int64_t nw) {

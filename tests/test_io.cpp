@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/test_util.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "train/config.h"
@@ -56,21 +57,7 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-// Runs fn, which must throw ctx::Error whose one-line message contains every needle.
-void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> needles) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_EQ(m.find('\n'), std::string::npos) << "message is not one line: " << m;
-    for (const auto& n : needles) EXPECT_NE(m.find(n), std::string::npos) << "'" << n << "' not in: " << m;
-    return;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected ctx::Error, got another exception: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "expected ctx::Error, nothing was thrown";
-}
+using ctx::testing_util::expect_error;
 
 std::string le64(uint64_t n) {
   std::string s(8, '\0');

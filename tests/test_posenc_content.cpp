@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_util.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "core/cpu/threading.h"
@@ -109,19 +110,7 @@ void expect_gradcheck(const nlohmann::json& posenc, int64_t n_layers, int64_t T,
   }
 }
 
-// fn must throw ctx::Error with a one-line message containing every needle.
-void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> needles) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_EQ(m.find('\n'), std::string::npos) << "message is not one line: " << m;
-    for (const auto& n : needles)
-      EXPECT_NE(m.find(n), std::string::npos) << "'" << n << "' not in: " << m;
-    return;
-  }
-  ADD_FAILURE() << "expected ctx::Error, nothing was thrown";
-}
+using ctx::testing_util::expect_error;
 
 }  // namespace
 
