@@ -69,8 +69,9 @@ Variable scatter_add(const Variable& x, int64_t dim, const Tensor& idx, const Va
 Variable where(const Tensor& mask, const Variable& a, const Variable& b);  // mask != 0 ? a : b
 Variable masked_fill(const Variable& x, const Tensor& mask, double value);
 // scores [..., T, S]: entries with j > i + diag become -inf (diag = S - T aligns the last query
-// with the last key, as with a memory prefix)
-Variable causal_mask(const Variable& scores, int64_t diag = 0);
+// with the last key, as with a memory prefix). window > 0 also masks j <= i + diag - window:
+// sliding-window (local) attention where each query sees its last `window` keys.
+Variable causal_mask(const Variable& scores, int64_t diag = 0, int64_t window = 0);
 
 // ---- neural-net ops (ops_nn.cpp), all over the last dim ----
 Variable softmax(const Variable& x);

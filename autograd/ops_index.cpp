@@ -109,12 +109,13 @@ Variable masked_fill(const Variable& x, const Tensor& mask, double value) {
   });
 }
 
-Variable causal_mask(const Variable& scores, int64_t diag) {
+Variable causal_mask(const Variable& scores, int64_t diag, int64_t window) {
+  CTX_CHECK(window >= 0, "causal_mask: window must be >= 0 (0 = no window), got ", window);
   Tensor out = scores.data().clone();
-  backend_of(out).causal_fill(out, -INFINITY, diag);
-  return make_result(out, "causal_mask", {scores}, [scores, diag](const Tensor& g) {
+  backend_of(out).causal_fill(out, -INFINITY, diag, window);
+  return make_result(out, "causal_mask", {scores}, [scores, diag, window](const Tensor& g) {
     Tensor dx = g.clone();
-    backend_of(dx).causal_fill(dx, 0.0, diag);
+    backend_of(dx).causal_fill(dx, 0.0, diag, window);
     acc(scores, dx);
   });
 }

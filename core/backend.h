@@ -70,8 +70,9 @@ class Backend {
   // y = where(mask != 0, a, b_scalar)  (masked fill), mask broadcast like binary
   virtual void where_scalar(const Tensor& mask, const Tensor& a, double b, Tensor& y) = 0;
   virtual void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y) = 0;
-  // x[..., i, j] = value where j > i + diag, x viewed as [N, T, S]
-  virtual void causal_fill(Tensor& x, double value, int64_t diag) = 0;
+  // x[..., i, j] = value where j > i + diag, x viewed as [N, T, S]; window > 0 also fills
+  // j <= i + diag - window (sliding-window attention of width `window`)
+  virtual void causal_fill(Tensor& x, double value, int64_t diag, int64_t window = 0) = 0;
 
   // --- linear algebra ---
   virtual void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) = 0;

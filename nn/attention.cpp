@@ -45,7 +45,7 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   st.qkv_bias = qkv->bias;
   pe_->rotate(st);
   Variable s = pe_->logits(st);                                         // [B, H, T, S]
-  Variable p = softmax(causal_mask(s, st.S - st.T));
+  Variable p = softmax(causal_mask(s, st.S - st.T, window_));
   if (rng && dropout_ > 0) p = dropout(p, dropout_, is_training(), *rng);
   Variable o = pe_->output(st, p);                                      // [B, H, T, Dh]
   Variable merged = reshape(permute(o, {0, 2, 1, 3}), {B, T, D_});       // [B, T, D]

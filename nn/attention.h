@@ -16,13 +16,27 @@ class Attention : public Module {
   // detached; [B, M, D]. Cleared by reset_memory().
   void reset_memory() const { mem_ = Tensor(); }
   const Tensor& memory() const { return mem_; }
+  void set_memory(const Tensor& m) const { mem_ = m; }
+  // Sliding-window (local) attention: each query sees only its last `w` keys (0 = all, the
+  // default). An evaluation baseline (ctxlab eval --window W).
+  void set_window(int64_t w) { window_ = w; }
+  int64_t window() const { return window_; }
 
  private:
   mutable Tensor mem_;
+  int64_t window_ = 0;
   int layer_;
   int64_t H_, Dh_, D_;
   double dropout_;
   PositionalEncoding* pe_;
 };
+
+// Fused attention (autograd/ops_attention.h) for encodings with the default logits and output
+// (PositionalEncoding::fused_attention_ok) while dropout is inactive. On unless the environment
+// sets CTXLAB_FUSED_ATTENTION=0 (read once); set_fused_attention() overrides that (tests,
+// benchmarks), reset_fused_attention() returns to it.
+bool fused_attention_enabled();
+void set_fused_attention(bool on);
+void reset_fused_attention();
 
 }  // namespace ctx::nn

@@ -77,6 +77,22 @@ void GPT::reset_memory() {
   for (auto& b : blocks) b->attn->reset_memory();
 }
 
+std::vector<Tensor> GPT::memory_state() const {
+  std::vector<Tensor> m;
+  for (auto& b : blocks) m.push_back(b->attn->memory());
+  return m;
+}
+
+void GPT::set_memory_state(const std::vector<Tensor>& m) {
+  CTX_CHECK(m.size() == blocks.size(), "set_memory_state: ", m.size(), " tensors for ", blocks.size(), " layers");
+  for (size_t l = 0; l < blocks.size(); ++l) blocks[l]->attn->set_memory(m[l]);
+}
+
+void GPT::set_attention_window(int64_t w) {
+  CTX_CHECK(w >= 0, "attention window must be >= 0 (0 = full causal attention), got ", w);
+  for (auto& b : blocks) b->attn->set_window(w);
+}
+
 Variable GPT::forward(const Tensor& tokens, int64_t pos0, bool use_memory) {
   check_tokens(tokens, "forward");
   if (!use_memory) reset_memory();
@@ -94,10 +110,10 @@ Variable GPT::forward(const Tensor& tokens, int64_t pos0, bool use_memory) {
   return logits;
 }
 
-Variable GPT::loss(const Tensor& inputs, const Tensor& targets) {
+Variable GPT::loss(const Tensor& inputs, const Tensor& targets, bool use_memory) {
   CTX_CHECK(inputs.shape() == targets.shape(), "loss: inputs ", inputs.str(), " and targets ",
             targets.str(), " differ in shape");
-  Variable logits = forward(inputs);
+  Variable logits = forward(inputs, 0, use_memory);
   const int64_t N = inputs.numel();
   return cross_entropy(reshape(logits, {N, cfg.vocab_size}), targets.view({N}));
 }

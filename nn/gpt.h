@@ -33,12 +33,18 @@ class GPT : public Module {
   // the caller feeds consecutive segments). Otherwise memory is cleared first, so every call
   // stands alone.
   Variable forward(const Tensor& tokens, int64_t pos0 = 0, bool use_memory = false);
-  // mean cross-entropy of forward(inputs) against targets [B, T]
-  Variable loss(const Tensor& inputs, const Tensor& targets);
+  // mean cross-entropy of forward(inputs, 0, use_memory) against targets [B, T]
+  Variable loss(const Tensor& inputs, const Tensor& targets, bool use_memory = false);
   // Checks ids in [0, vocab) and the sequence length against the encoding (clear errors).
   void check_tokens(const Tensor& tokens, const std::string& what) const;
   // Forget the segment memory of every layer (Transformer-XL; no-op for other encodings).
   void reset_memory();
+  // The segment memory of every layer (empty tensors when none), to set aside and restore
+  // around an evaluation that must not disturb training's memory.
+  std::vector<Tensor> memory_state() const;
+  void set_memory_state(const std::vector<Tensor>& m);
+  // Sliding-window (local) attention of width w in every layer (0 = full causal attention).
+  void set_attention_window(int64_t w);
 
   ModelConfig cfg;
   DType dtype;

@@ -234,3 +234,70 @@ TEST(SampleTest, BadOptionsAreErrors) {
   expect_error([&] { sample(*m, {}, o); }, {"prompt", "at least one token"});
   expect_error([&] { sample(*m, {1, 300}, o); }, {"prompt token 300", "position 1", "vocab_size 256"});
 }
+
+// --segmented: every window is cut into chunks of `segment` tokens evaluated on their own; the
+// result equals the token-weighted mean of GPT::loss over exactly those chunks.
+TEST(EvalTest, SegmentedEqualsIndependentChunks) {
+  auto m = tiny_model(4);
+  auto tok = random_tokens(400, 5);
+  const int64_t length = 2 * kContext + 5, seg = kContext;  // two full chunks and one of 5
+  EvalMode mode;
+  mode.segment = seg;
+  EvalResult r = evaluate(*m, tok, length, 3, 0, "tok", mode);
+  ASSERT_EQ(r.windows, 400 / (length + 1));
+  NoGradGuard g;
+  double total = 0;
+  for (int64_t w = 0; w < r.windows; ++w)
+    for (int64_t c0 = 0; c0 < length; c0 += seg) {
+      const int64_t len = std::min(seg, length - c0);
+      Tensor in = Tensor::empty({1, len}, DType::I64), tg = Tensor::empty({1, len}, DType::I64);
+      for (int64_t t = 0; t < len; ++t) {
+        in.set(t, tok[(size_t)(w * (length + 1) + c0 + t)]);
+        tg.set(t, tok[(size_t)(w * (length + 1) + c0 + t + 1)]);
+      }
+      total += m->loss(in, tg).data().item() * (double)len;
+    }
+  EXPECT_NEAR(r.loss, total / (double)r.tokens, 1e-5);
+  // A learned model needs no --hierarchical when segmented: only chunks of L positions are encoded.
+  EXPECT_NO_THROW(check_eval_length(*m, 400, 4 * kContext, "tok", mode));
+  // Segment length >= length is plain evaluation.
+  mode.segment = 2 * kContext;
+  EXPECT_NEAR(evaluate(*m, tok, kContext, 2, 0, "tok", mode).loss, hand_loss(*m, tok, kContext, 400 / (kContext + 1)), 1e-5);
+}
+
+// --window: sliding-window attention. A window covering the whole sequence is full attention;
+// a shorter one changes the result; a window of 1 makes every position see only itself, so the
+// loss is the same whatever the earlier tokens are.
+TEST(EvalTest, SlidingWindow) {
+  auto m = tiny_model(6);
+  auto tok = random_tokens(300, 7);
+  const int64_t length = kContext;
+  EvalMode full, wide, narrow;
+  wide.window = length;
+  narrow.window = 3;
+  const double l_full = evaluate(*m, tok, length, 4, 0, "tok", full).loss;
+  EXPECT_NEAR(evaluate(*m, tok, length, 4, 0, "tok", wide).loss, l_full, 1e-6);
+  const double l_narrow = evaluate(*m, tok, length, 4, 0, "tok", narrow).loss;
+  EXPECT_TRUE(std::isfinite(l_narrow));
+  EXPECT_GT(std::fabs(l_narrow - l_full), 1e-4);
+  // The model's window is reset afterwards: a plain evaluation is unchanged.
+  EXPECT_NEAR(evaluate(*m, tok, length, 4, 0, "tok").loss, l_full, 1e-6);
+  // window 1: logits at position t depend on token t and t's position only.
+  {
+    NoGradGuard g;
+    m->eval();
+    m->set_attention_window(1);
+    Tensor a = Tensor::empty({1, 6}, DType::I64), b = Tensor::empty({1, 6}, DType::I64);
+    for (int64_t t = 0; t < 6; ++t) {
+      a.set(t, t + 10);
+      b.set(t, t < 5 ? 200 - t : 15);  // same last token, different history
+    }
+    Tensor la = m->forward(a).data(), lb = m->forward(b).data();
+    for (int64_t v = 0; v < 256; ++v) EXPECT_NEAR(la.at(5 * 256 + v), lb.at(5 * 256 + v), 1e-5);
+    m->set_attention_window(0);
+  }
+  EvalMode both;
+  both.window = 4;
+  both.segment = 8;
+  expect_error([&] { evaluate(*m, tok, length, 4, 0, "tok", both); }, {"window", "segments"});
+}

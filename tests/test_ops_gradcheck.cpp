@@ -648,6 +648,39 @@ TEST(GradcheckOps, CausalMask) {
   }
 }
 
+// Sliding-window mask: row i keeps keys j in (i + diag - window, i + diag]; gradients only there.
+TEST(GradcheckOps, CausalMaskWindow) {
+  Rng r(221);
+  struct Case { int64_t B, T, S, diag, window; };
+  const std::vector<Case> cases = {{2, 5, 5, 0, 1}, {1, 7, 7, 0, 3}, {2, 4, 9, 5, 2}, {1, 6, 6, 0, 6}, {1, 3, 3, 0, 10}};
+  for (auto& c : cases) {
+    SCOPED_TRACE("T " + std::to_string(c.T) + " S " + std::to_string(c.S) + " window " + std::to_string(c.window));
+    Tensor x = uniform(r, {c.B, c.T, c.S}, -2, 2);
+    const int64_t diag = c.diag, w = c.window;
+    GRADCHECK([diag, w](const Vars& v) { return softmax(causal_mask(v[0], diag, w)); }, {x});
+    Variable xv(x, true);
+    Variable m = causal_mask(xv, diag, w);
+    sum(m * Variable(uniform(r, m.shape()), false)).backward();
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t i = 0; i < c.T; ++i) {
+        int64_t kept = 0;
+        for (int64_t j = 0; j < c.S; ++j) {
+          int64_t k = (b * c.T + i) * c.S + j;
+          bool visible = j <= i + diag && j > i + diag - w;
+          kept += visible;
+          if (visible) {
+            EXPECT_EQ(m.data().at(k), x.at(k));
+          } else {
+            EXPECT_TRUE(std::isinf(m.data().at(k))) << "position " << k;
+            EXPECT_EQ(xv.grad().at(k), 0.0);
+          }
+        }
+        EXPECT_EQ(kept, std::min(w, i + diag + 1));
+      }
+  }
+  EXPECT_THROW(causal_mask(Variable(uniform(r, {2, 2}), false), 0, -1), Error);
+}
+
 // -------------------------------------------------------------------------- nn ops ----
 
 TEST(GradcheckOps, Softmax) {

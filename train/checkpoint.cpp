@@ -21,7 +21,8 @@ void save_checkpoint(const std::string& path, nn::GPT& model, int64_t step,
   save_safetensors(path, ts, meta);
 }
 
-LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::json& posenc_override) {
+LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::json& posenc_override,
+                            int64_t context_override) {
   SafetensorsFile f = load_safetensors(path);
   auto fmt = f.metadata.find("format");
   CTX_CHECK(fmt != f.metadata.end(), path, ": __metadata__.format missing (expected \"ctxlab/1\")");
@@ -32,6 +33,10 @@ LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::j
   ModelConfig cfg = config_from_string(cj->second, path + " (__metadata__.config)");
   if (!posenc_override.is_null())
     for (auto& kv : posenc_override.items()) cfg.posenc[kv.key()] = kv.value();
+  if (context_override > 0) {
+    cfg.context = context_override;
+    validate_config(cfg, path + " (__metadata__.config with context " + std::to_string(context_override) + ")");
+  }
   LoadedModel out;
   auto st = f.metadata.find("step");
   if (st != f.metadata.end()) {

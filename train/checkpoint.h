@@ -20,8 +20,10 @@ struct LoadedModel {
 void save_checkpoint(const std::string& path, nn::GPT& model, int64_t step,
                      const std::map<std::string, std::string>& extra_metadata = {});
 // posenc_override: merged into config.posenc before the model is built (eval-time options such
-// as "hierarchical" or RoPE scaling). dt: the model's compute dtype.
+// as "hierarchical" or RoPE scaling). context_override > 0 replaces config.context (finetune at a
+// longer context). dt: the model's compute dtype.
 LoadedModel load_checkpoint(const std::string& path, DType dt = DType::F32,
-                            const nlohmann::json& posenc_override = nlohmann::json());
+                            const nlohmann::json& posenc_override = nlohmann::json(),
+                            int64_t context_override = -1);
 
 }  // namespace ctx

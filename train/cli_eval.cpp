@@ -1,6 +1,7 @@
 // train/cli_eval.cpp — the verbs that use a trained model without changing it:
 //   ctxlab eval    --checkpoint C [--data F] --lengths 128,256,512 [--hierarchical]
-//                  [--rope-scaling TYPE --factor S [--original-context L]] [--csv F] [--json F]
+//                  [--rope-scaling TYPE --factor S [--original-context L]] [--window W | --segmented]
+//                  [--csv F] [--json F]
 //   ctxlab sample  --checkpoint C [--prompt TEXT] [--max-tokens N] [--temperature T] [--top-k K] [--seed S]
 // (MODEL_SPEC §6; evaluation in train/eval.h, sampling in train/sample.h.)
 #include <sys/stat.h>
@@ -118,7 +119,9 @@ int run_eval(int argc, char** argv) {
       "examples:\n"
       "  ctxlab eval --checkpoint runs/small/model.safetensors --lengths 128,256,512\n"
       "  ctxlab eval --checkpoint learned.safetensors --lengths 256,1024 --hierarchical --csv out.csv\n"
-      "  ctxlab eval --checkpoint rope.safetensors --lengths 1024 --rope-scaling pi --factor 4");
+      "  ctxlab eval --checkpoint rope.safetensors --lengths 1024 --rope-scaling pi --factor 4\n"
+      "  ctxlab eval --checkpoint alibi.safetensors --lengths 256,1024 --window 256   # local attention\n"
+      "  ctxlab eval --checkpoint learned.safetensors --lengths 1024 --segmented     # chunks of L");
   o.add_options()("checkpoint", "model checkpoint to evaluate (.safetensors), e.g. runs/small/model.safetensors",
                   cxxopts::value<std::string>())(
       "data", "text file to evaluate on, all of it (default: the last 10% of data/pride_and_prejudice.txt)",
@@ -141,6 +144,11 @@ int run_eval(int argc, char** argv) {
       "original-context", "with --rope-scaling: the pretraining context L (default: the value the "
       "checkpoint recorded, else its context), e.g. 256",
       cxxopts::value<int64_t>());
+  o.add_options("baselines")(
+      "window", "sliding-window (local) attention: each token attends to its last W positions only, "
+      "e.g. --window 256 (the model's context is the usual choice)", cxxopts::value<int64_t>())(
+      "segmented", "evaluate each window in independent chunks of the model's context L (positions "
+      "restart at 0 in every chunk, no attention across chunks)");
   o.add_options("output")("csv", "also write the table as CSV (length,windows,tokens,loss,ppl,bits_per_byte), "
                           "e.g. results.csv", cxxopts::value<std::string>())(
       "json", "also write the results as JSON, e.g. results.json", cxxopts::value<std::string>());
@@ -162,6 +170,16 @@ int run_eval(int argc, char** argv) {
     throw Error(str(e.what(), " (with the override posenc ", ov.dump(), " from --hierarchical / --rope-scaling)"));
   }
   nn::GPT& model = *lm.model;
+  EvalMode mode;
+  if (r->count("window")) {
+    mode.window = (*r)["window"].as<int64_t>();
+    CTX_CHECK(mode.window >= 1, "--window must be a positive number of positions (e.g. ", model.cfg.context,
+              "), got ", mode.window);
+  }
+  if (r->count("segmented")) {
+    CTX_CHECK(mode.window == 0, "--window and --segmented are two different baselines; give one of them");
+    mode.segment = model.cfg.context;
+  }
 
   std::string data, split;
   std::vector<int32_t> tokens;
@@ -184,22 +202,26 @@ int run_eval(int argc, char** argv) {
   const bool learned_plain = model.pe->type() == "learned" && !model.cfg.posenc.value("hierarchical", false);
   for (int64_t len : lengths) {
     try {
-      check_eval_length(model, (int64_t)tokens.size(), len, data);
+      check_eval_length(model, (int64_t)tokens.size(), len, data, mode);
     } catch (const Error& e) {
       if (learned_plain && len > model.cfg.context)
-        throw Error(str(e.what(), " (ctxlab eval: pass --hierarchical to evaluate beyond L)"));
+        throw Error(str(e.what(), " (ctxlab eval: pass --hierarchical, or --segmented, to evaluate beyond L)"));
       throw;
     }
   }
 
-  std::printf("eval %s (posenc %s, context %lld) on %s: %zu tokens\n", ckpt.c_str(), model.cfg.posenc.dump().c_str(),
-              (long long)model.cfg.context, data.c_str(), tokens.size());
+  const std::string mode_name = mode.window > 0    ? str("sliding window ", mode.window)
+                                : mode.segment > 0 ? str("segmented, chunks of ", mode.segment)
+                                                   : std::string("full causal attention");
+  std::printf("eval %s (posenc %s, context %lld) on %s: %zu tokens, %s\n", ckpt.c_str(),
+              model.cfg.posenc.dump().c_str(), (long long)model.cfg.context, data.c_str(), tokens.size(),
+              mode_name.c_str());
   std::printf("%8s %8s %10s %10s %12s %10s\n", "length", "windows", "tokens", "loss", "ppl", "bits/byte");
   std::fflush(stdout);
   std::vector<EvalResult> results;
   for (int64_t len : lengths) {
     const int64_t batch = batch_opt > 0 ? batch_opt : std::max<int64_t>(1, 8192 / len);
-    EvalResult e = evaluate(model, tokens, len, batch, max_windows, data);
+    EvalResult e = evaluate(model, tokens, len, batch, max_windows, data, mode);
     std::printf("%8lld %8lld %10lld %10.4f %12.4f %10.4f\n", (long long)e.length, (long long)e.windows,
                 (long long)e.tokens, e.loss, e.ppl, e.bpb);
     std::fflush(stdout);
@@ -225,6 +247,9 @@ int run_eval(int argc, char** argv) {
                         {"posenc", model.cfg.posenc},
                         {"context", model.cfg.context},
                         {"step", lm.step},
+                        {"mode", mode_name},
+                        {"window", mode.window},
+                        {"segment", mode.segment},
                         {"results", nlohmann::json::array()}};
     for (auto& e : results)
       j["results"].push_back({{"length", e.length},

@@ -1,7 +1,4 @@
-// train/cli_verbs.cpp — the verb table of the CLI. Verbs whose issue has not landed yet say so
-// and exit non-zero.
-#include <cstdio>
-
+// train/cli_verbs.cpp — the verb table of the CLI.
 #include "train/cli.h"
 
 namespace ctx::cli {
@@ -12,12 +9,7 @@ int run_init(int argc, char** argv);   // cli_model.cpp
 int run_eval(int argc, char** argv);   // cli_eval.cpp
 int run_sample(int argc, char** argv); // cli_eval.cpp
 int run_gradcheck(int argc, char** argv);  // cli_gradcheck.cpp
-
-static int not_yet(const char* verb) {
-  std::fprintf(stderr, "ctxlab %s: not yet implemented in this build\n", verb);
-  return 3;
-}
-static int run_finetune(int, char**) { return not_yet("finetune"); }
+int run_finetune(int argc, char** argv);  // cli_finetune.cpp
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> v = {

@@ -44,6 +44,32 @@ std::pair<Tensor, Tensor> BatchSampler::next(int64_t B, int64_t T) {
   return {x, y};
 }
 
+SegmentSampler::SegmentSampler(const std::vector<int32_t>* tokens, int64_t B, int64_t T)
+    : tokens_(tokens), B_(B), T_(T) {
+  CTX_CHECK(B >= 1 && T >= 1, "data: segments need B >= 1 and T >= 1, got B ", B, ", T ", T);
+  len_ = (int64_t)tokens->size() / B;
+  segs_ = (len_ - 1) / T;
+  CTX_CHECK(segs_ >= 1, "data: ", tokens->size(), " tokens cannot hold ", B, " streams of one segment of ",
+            T + 1, " tokens (use a smaller --batch or --context)");
+}
+
+std::pair<Tensor, Tensor> SegmentSampler::get(int64_t n, bool* starts_over) const {
+  CTX_CHECK(n >= 0, "data: segment index must be >= 0, got ", n);
+  const int64_t k = n % segs_;
+  if (starts_over) *starts_over = k == 0;
+  Tensor x = Tensor::empty({B_, T_}, DType::I64), y = Tensor::empty({B_, T_}, DType::I64);
+  int64_t* xp = x.data<int64_t>();
+  int64_t* yp = y.data<int64_t>();
+  for (int64_t b = 0; b < B_; ++b) {
+    const int32_t* s = tokens_->data() + b * len_ + k * T_;
+    for (int64_t t = 0; t < T_; ++t) {
+      xp[b * T_ + t] = s[t];
+      yp[b * T_ + t] = s[t + 1];
+    }
+  }
+  return {x, y};
+}
+
 std::pair<Tensor, Tensor> sequential_batch(const std::vector<int32_t>& tokens, int64_t first_window,
                                            int64_t B, int64_t T) {
   Tensor x = Tensor::empty({B, T}, DType::I64), y = Tensor::empty({B, T}, DType::I64);

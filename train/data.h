@@ -34,6 +34,22 @@ class BatchSampler {
   Rng rng_;
 };
 
+// Consecutive segments for encodings with segment memory (Transformer-XL): the tokens are cut
+// into B equal streams; micro-batch number n takes segment k = n mod segments() of every stream
+// (row b = tokens [b*len + k*T, b*len + k*T + T] of stream b), so that row b of a batch continues
+// row b of the previous one. A batch with k == 0 starts the streams over: the caller clears the
+// memory then (`starts_over`). Deterministic in n, so resuming needs only the step count.
+class SegmentSampler {
+ public:
+  SegmentSampler(const std::vector<int32_t>* tokens, int64_t B, int64_t T);
+  std::pair<Tensor, Tensor> get(int64_t n, bool* starts_over) const;
+  int64_t segments() const { return segs_; }
+
+ private:
+  const std::vector<int32_t>* tokens_;
+  int64_t B_, T_, len_, segs_;
+};
+
 // Consecutive, non-overlapping windows (validation): window i starts at i*T.
 std::pair<Tensor, Tensor> sequential_batch(const std::vector<int32_t>& tokens, int64_t first_window,
                                            int64_t B, int64_t T);

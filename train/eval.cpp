@@ -15,22 +15,26 @@ int64_t eval_window_count(int64_t n_tokens, int64_t length, int64_t max_windows)
   return max_windows > 0 ? std::min(n, max_windows) : n;
 }
 
-void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, const std::string& source) {
+void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, const std::string& source,
+                       const EvalMode& mode) {
   CTX_CHECK(length >= 1, "evaluate: length must be >= 1, got ", length);
+  CTX_CHECK(mode.window >= 0, "evaluate: window must be >= 0 (0 = full attention), got ", mode.window);
+  CTX_CHECK(mode.segment >= 0, "evaluate: segment must be >= 0 (0 = not segmented), got ", mode.segment);
+  CTX_CHECK(!(mode.window > 0 && mode.segment > 0), "evaluate: choose a sliding window or segments, not both");
   CTX_CHECK(n_tokens >= length + 1, "evaluate: ", source, " has ", n_tokens,
             " tokens, fewer than one window at length ", length, " (needs length+1 = ", length + 1,
             " tokens); use a longer text or a shorter length");
   try {
-    model.pe->check_length(length);
+    model.pe->check_length(mode.segment > 0 ? std::min(length, mode.segment) : length);
   } catch (const Error& e) {
     throw Error(str("evaluate: length ", length, ": ", e.what()));
   }
 }
 
 EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
-                    int64_t max_windows, const std::string& source) {
+                    int64_t max_windows, const std::string& source, const EvalMode& mode) {
   CTX_CHECK(batch >= 1, "evaluate: batch must be >= 1, got ", batch);
-  check_eval_length(model, (int64_t)tokens.size(), length, source);
+  check_eval_length(model, (int64_t)tokens.size(), length, source, mode);
   const int64_t V = model.cfg.vocab_size;
   for (size_t i = 0; i < tokens.size(); ++i)
     CTX_CHECK(tokens[i] >= 0 && tokens[i] < V, "evaluate: ", source, ": token id ", tokens[i],
@@ -44,22 +48,42 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
+  model.set_attention_window(mode.window);
+  // Chunks evaluated independently: `seg` tokens each (the whole window when not segmented),
+  // then a shorter last chunk of `rem` tokens.
+  const int64_t seg = mode.segment > 0 ? std::min(mode.segment, length) : length;
+  const int64_t n_full = length / seg, rem = length % seg;
   double total = 0;  // sum of per-token losses, nats
-  for (int64_t w0 = 0; w0 < r.windows; w0 += batch) {
-    const int64_t b = std::min(batch, r.windows - w0);
-    Tensor in = Tensor::empty({b, length}, DType::I64), tg = Tensor::empty({b, length}, DType::I64);
-    int64_t* ip = in.data<int64_t>();
-    int64_t* tp = tg.data<int64_t>();
-    for (int64_t i = 0; i < b; ++i) {
-      const int32_t* win = tokens.data() + (w0 + i) * (length + 1);
-      for (int64_t t = 0; t < length; ++t) {
-        ip[i * length + t] = win[t];
-        tp[i * length + t] = win[t + 1];
-      }
+  try {
+    for (int64_t w0 = 0; w0 < r.windows; w0 += batch) {
+      const int64_t b = std::min(batch, r.windows - w0);
+      // rows of the batch: (window i, chunk c) of `len` tokens starting at offset `off`
+      auto run = [&](int64_t rows_per_window, int64_t len, auto offset_of) {
+        const int64_t n = b * rows_per_window;
+        Tensor in = Tensor::empty({n, len}, DType::I64), tg = Tensor::empty({n, len}, DType::I64);
+        int64_t* ip = in.data<int64_t>();
+        int64_t* tp = tg.data<int64_t>();
+        for (int64_t i = 0; i < b; ++i)
+          for (int64_t c = 0; c < rows_per_window; ++c) {
+            const int32_t* src = tokens.data() + (w0 + i) * (length + 1) + offset_of(c);
+            const int64_t row = i * rows_per_window + c;
+            for (int64_t t = 0; t < len; ++t) {
+              ip[row * len + t] = src[t];
+              tp[row * len + t] = src[t + 1];
+            }
+          }
+        Variable loss = model.loss(in, tg);  // mean over n * len tokens
+        total += loss.data().item() * (double)(n * len);
+      };
+      run(n_full, seg, [&](int64_t c) { return c * seg; });
+      if (rem > 0) run(1, rem, [&](int64_t) { return n_full * seg; });
     }
-    Variable loss = model.loss(in, tg);  // mean over b * length tokens
-    total += loss.data().item() * (double)(b * length);
+  } catch (...) {
+    model.set_attention_window(0);
+    if (was_training) model.train();
+    throw;
   }
+  model.set_attention_window(0);
   if (was_training) model.train();
   r.loss = total / (double)r.tokens;
   r.ppl = std::exp(r.loss);

@@ -22,6 +22,16 @@ struct EvalResult {
   double bpb = 0;       // bits per byte = loss / ln 2 (byte tokenizer)
 };
 
+// The two baselines the length-extrapolation literature compares against (both 0 = off):
+//   window > 0:   sliding-window (local) attention: each query attends to its last `window`
+//                 positions only (the window itself still has `length` positions).
+//   segment > 0:  each window is cut into chunks of `segment` tokens (the last one may be shorter)
+//                 evaluated independently, positions restarting at 0 (no cross-chunk attention).
+struct EvalMode {
+  int64_t window = 0;
+  int64_t segment = 0;
+};
+
 // Windows of `length`+1 tokens available in `n_tokens` tokens, capped by max_windows (> 0).
 int64_t eval_window_count(int64_t n_tokens, int64_t length, int64_t max_windows);
 
@@ -29,12 +39,14 @@ int64_t eval_window_count(int64_t n_tokens, int64_t length, int64_t max_windows)
 // length >= 1, at least one window of length+1 tokens (the error names `source`, the length and
 // the token count), and the encoding accepts `length` positions (its own error, prefixed with
 // the length).
-void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, const std::string& source);
+// With mode.segment > 0 the encoding only has to accept min(length, segment) positions.
+void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, const std::string& source,
+                       const EvalMode& mode = {});
 
 // Evaluates `model` at `length` on `tokens` (ids in [0, vocab)). `batch`: windows per forward
 // (>= 1); `max_windows`: use at most the first this-many windows (0 = all). `source` names the
 // text in errors (a file name). Runs in eval mode (the train/eval state is restored after).
 EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
-                    int64_t max_windows, const std::string& source = "text");
+                    int64_t max_windows, const std::string& source = "text", const EvalMode& mode = {});
 
 }  // namespace ctx

@@ -11,6 +11,8 @@
 #include <iterator>
 #include <memory>
 #include <system_error>
+#include <tuple>
+#include <vector>
 
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -126,6 +128,11 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   CTX_CHECK(!ec, "train: cannot create the run directory ", opt.out, ": ", ec.message());
 
   BatchSampler sampler(&corpus.train, opt.seed);
+  // Encodings with segment memory (xl with mem_len > 0) train on consecutive segments, each
+  // batch row continuing the previous batch's row, with the memory carried over (detached).
+  const bool segments = model.pe->memory_length() > 0;
+  std::unique_ptr<SegmentSampler> seg;
+  if (segments) seg = std::make_unique<SegmentSampler>(&corpus.train, opt.batch, T);
   model.dropout_rng.seed_with(opt.seed ^ 0x5DEECE66DULL);
   nn::NamedParams params = model.named_parameters();
   std::unique_ptr<Optimizer> optim;
@@ -211,6 +218,12 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   }
 
   model.train();
+  model.reset_memory();
+  if (segments && !opt.quiet)
+    std::printf("segments: %s keeps %lld positions of memory; training on %lld consecutive segments of %lld "
+                "tokens per stream%s\n", model.pe->type().c_str(), (long long)model.pe->memory_length(),
+                (long long)seg->segments(), (long long)T,
+                start_step > 0 ? " (resumed: the first segment starts without memory)" : "");
   TrainResult res;
   auto t_start = std::chrono::steady_clock::now();
   double window_ms = 0, window_tokens = 0, last_loss = 0;
@@ -220,8 +233,15 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     double lr = lr_warmup_cosine(step, opt.warmup, opt.steps, opt.lr, opt.min_lr);
     double loss_sum = 0;
     for (int64_t a = 0; a < opt.accum; ++a) {
-      auto [x, y] = sampler.next(opt.batch, T);
-      Variable loss = model.loss(x, y);
+      Tensor x, y;
+      if (segments) {
+        bool starts_over = false;
+        std::tie(x, y) = seg->get(step * opt.accum + a, &starts_over);
+        if (starts_over) model.reset_memory();
+      } else {
+        std::tie(x, y) = sampler.next(opt.batch, T);
+      }
+      Variable loss = model.loss(x, y, /*use_memory=*/segments);
       loss_sum += loss.data().item();
       if (opt.accum > 1) loss = scale(loss, 1.0 / (double)opt.accum);
       loss.backward();
@@ -251,7 +271,9 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
       std::fflush(stdout);
     }
     if ((opt.eval_interval > 0 && (step + 1) % opt.eval_interval == 0) || last) {
+      std::vector<Tensor> mem = model.memory_state();  // validation windows stand alone
       double vl = validation_loss(model, corpus, opt.batch, T, opt.eval_batches);
+      model.set_memory_state(mem);
       res.final_val_loss = vl;
       vcsv << step + 1 << "," << vl << "\n";
       jsonl << nlohmann::json{{"step", step + 1}, {"val_loss", vl}}.dump() << "\n";

@@ -246,13 +246,13 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void causal_fill(Tensor& x, double value, int64_t diag) override {
+  void causal_fill(Tensor& x, double value, int64_t diag, int64_t window) override {
     check_cpu(x, "causal_mask", "x");
     CTX_CHECK(x.dim() >= 2, "causal_mask: needs [..., T, S], got ", x.str());
     const int64_t T_ = x.size(-2), S = x.size(-1);
     const int64_t N = (T_ > 0 && S > 0) ? x.numel() / (T_ * S) : 0;
     CTX_DISPATCH_FLOAT(x.dtype(), "causal_mask",
-                       ref::causal_fill<T>(x.data<T>(), N, T_, S, (T)value, diag));
+                       ref::causal_fill<T>(x.data<T>(), N, T_, S, (T)value, diag, window));
   }
 
   void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {

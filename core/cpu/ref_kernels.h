@@ -403,14 +403,17 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
   }
 }
 
-// ---- causal fill: x [N, T, S], x[n, i, j] = v for j > i + diag ----
+// ---- causal fill: x [N, T, S], x[n, i, j] = v for j > i + diag; with window > 0 also for
+// j <= i + diag - window (sliding-window attention: each row keeps at most `window` keys) ----
 template <class T>
-void causal_fill(T* p, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag) {
+void causal_fill(T* p, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag, int64_t window) {
 #pragma omp parallel for schedule(static) if (N * Tq * S > 65536)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < Tq; ++i) {
       T* row = p + (n * Tq + i) * S;
       for (int64_t j = std::max<int64_t>(0, i + diag + 1); j < S; ++j) row[j] = v;
+      if (window > 0)
+        for (int64_t j = 0, e = std::min<int64_t>(S, i + diag - window + 1); j < e; ++j) row[j] = v;
     }
 }
 

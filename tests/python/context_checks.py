@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""End-to-end checks of the context-extension verbs (issue: RoPE scaling, PI fine-tuning).
+
+    context_checks.py --bin path/to/ctxlab --work scratch/dir
+
+  finetune   `ctxlab finetune --rope-scaling pi` writes the longer context and the scaling (with
+             original_context = the pretraining L) into the new checkpoint, changes the weights,
+             and `ctxlab eval` then needs no flags; an eval-time override keeps original_context;
+             the run resumes with `ctxlab train --resume`; alibi fine-tunes without a scaling;
+             learned beyond its table, --rope-scaling on a non-rope model, a missing --context
+             are one-line errors.
+  baselines  `ctxlab eval --window W` / `--segmented`: full-width window == plain eval, segmented
+             learned model runs beyond L without --hierarchical, the two together are an error.
+  xl         `ctxlab train` with xl + mem_len trains on consecutive segments (memory carried over)
+             and the loss goes down.
+
+Prints one line per check, then "N passed, N failed"; exits 1 on failure. NumPy + st_io only.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st_io  # noqa: E402
+import train_checks as tc  # noqa: E402  (check / run / must_run / fresh_dir helpers)
+
+check, run, must_run = tc.check, tc.run, tc.must_run
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "pride_and_prejudice.txt")
+
+
+def meta(path):
+    return st_io.read_header(path)[1]
+
+
+def eval_json(ckpt, extra, name):
+    out = os.path.join(tc.WORK, name + ".json")
+    p = run(["eval", "--checkpoint", ckpt, "--data", DATA, "--max-windows", 3, "--json", out] + extra, check_rc=0)
+    if p.returncode != 0:
+        return None, p
+    with open(out) as f:
+        return json.load(f), p
+
+
+def fails_with(name, args, substrings):
+    p = run(args)
+    err = p.stderr.strip()
+    ok = p.returncode != 0 and all(s in err for s in substrings) and "Traceback" not in err
+    check(name, ok, f"rc {p.returncode}, stderr: {err[-400:]}")
+
+
+def cmd_finetune():
+    d = tc.fresh_dir("finetune")
+    base = os.path.join(d, "rope.safetensors")
+    must_run("init a tiny rope model (context 64)", ["init", "--preset", "tiny", "--posenc", "rope", "--seed", 2,
+                                                     "--out", base])
+    out = os.path.join(d, "pi128")
+    must_run("finetune --context 128 --rope-scaling pi", [
+        "finetune", "--checkpoint", base, "--context", 128, "--rope-scaling", "pi", "--steps", 6, "--batch", 2,
+        "--eval-interval", 3, "--out", out, "--quiet", "--no-plot"])
+    ck = os.path.join(out, "model.safetensors")
+    cfg = json.loads(meta(ck)["config"])
+    check("finetune: config.context is the new context", cfg["context"] == 128, cfg)
+    sc = cfg["posenc"].get("scaling", {})
+    check("finetune: scaling written (pi, factor 128/64, original_context 64)",
+          sc == {"type": "pi", "factor": 2.0, "original_context": 64}, sc)
+    topt = json.loads(meta(ck)["train_options"])
+    check("finetune: PI recipe defaults (AdamW 0.9/0.95, no weight decay, constant lr after warmup)",
+          topt["beta2"] == 0.95 and topt["weight_decay"] == 0 and topt["min_lr"] == topt["lr"], topt)
+    a, b = st_io.read_safetensors(base)[0], st_io.read_safetensors(ck)[0]
+    changed = sum(not np.array_equal(a[k], b[k]) for k in a)
+    check("finetune: the weights were trained", changed >= len(a) - 1, f"{changed} of {len(a)} changed")
+    j, p = eval_json(ck, ["--lengths", "64,128"], "ft_eval")
+    check("eval of the fine-tuned checkpoint needs no flags",
+          j is not None and j["posenc"].get("scaling", {}).get("type") == "pi" and len(j["results"]) == 2,
+          p.stderr[-300:])
+    j, p = eval_json(ck, ["--lengths", "256", "--rope-scaling", "yarn", "--factor", 4], "ft_yarn")
+    check("eval override of a fine-tuned model keeps original_context 64",
+          j is not None and j["posenc"]["scaling"] == {"type": "yarn", "factor": 4.0, "original_context": 64},
+          j and j["posenc"])
+    must_run("the fine-tune run resumes with train --resume", ["train", "--resume", out, "--steps", 8, "--quiet",
+                                                               "--no-plot"])
+    cfg2 = json.loads(meta(ck)["config"])
+    check("resumed fine-tune keeps context and scaling", cfg2 == cfg, cfg2)
+    # A second fine-tune further out keeps the pretraining L.
+    out2 = os.path.join(d, "pi256")
+    must_run("second finetune to 256", ["finetune", "--checkpoint", ck, "--context", 256, "--rope-scaling", "pi",
+                                        "--steps", 2, "--batch", 1, "--out", out2, "--quiet", "--no-plot"])
+    sc2 = json.loads(meta(os.path.join(out2, "model.safetensors"))["config"])["posenc"]["scaling"]
+    check("second finetune: factor 256/64 against the original L", sc2["original_context"] == 64 and sc2["factor"] == 4.0,
+          sc2)
+
+    alibi = os.path.join(d, "alibi.safetensors")
+    must_run("init a tiny alibi model", ["init", "--preset", "tiny", "--posenc", "alibi", "--out", alibi])
+    must_run("alibi fine-tunes at 128 without a scaling", [
+        "finetune", "--checkpoint", alibi, "--context", 128, "--steps", 2, "--batch", 1,
+        "--out", os.path.join(d, "alibi128"), "--quiet", "--no-plot"])
+    learned = os.path.join(d, "learned.safetensors")
+    must_run("init a tiny learned model", ["init", "--preset", "tiny", "--out", learned])
+    fails_with("learned cannot be fine-tuned beyond its table", [
+        "finetune", "--checkpoint", learned, "--context", 128, "--out", os.path.join(d, "bad1")],
+        ["learned", "64", "--context 128"])
+    fails_with("--rope-scaling on a non-rope model", [
+        "finetune", "--checkpoint", alibi, "--context", 128, "--rope-scaling", "pi", "--out", os.path.join(d, "bad2")],
+        ["rope", "alibi"])
+    fails_with("finetune without --context", ["finetune", "--checkpoint", base], ["--context"])
+    fails_with("finetune with a bad scaling type", [
+        "finetune", "--checkpoint", base, "--context", 128, "--rope-scaling", "linear", "--out", os.path.join(d, "bad3")],
+        ["linear"])
+
+
+def cmd_baselines():
+    d = tc.fresh_dir("baselines")
+    learned = os.path.join(d, "learned.safetensors")
+    must_run("init a tiny learned model", ["init", "--preset", "tiny", "--seed", 4, "--out", learned])
+    plain, _ = eval_json(learned, ["--lengths", "64"], "plain")
+    wide, _ = eval_json(learned, ["--lengths", "64", "--window", 64], "wide")
+    narrow, _ = eval_json(learned, ["--lengths", "64", "--window", 8], "narrow")
+    ok = plain and wide and narrow
+    check("--window L at length L equals full attention",
+          ok and abs(plain["results"][0]["loss"] - wide["results"][0]["loss"]) < 1e-6)
+    check("--window 8 differs and is reported in the JSON",
+          ok and narrow["window"] == 8 and abs(plain["results"][0]["loss"] - narrow["results"][0]["loss"]) > 1e-5)
+    seg, p = eval_json(learned, ["--lengths", "64,256", "--segmented"], "seg")
+    check("--segmented runs a learned model at 4L without --hierarchical",
+          seg is not None and seg["segment"] == 64 and len(seg["results"]) == 2, p.stderr[-300:])
+    fails_with("--window with --segmented", ["eval", "--checkpoint", learned, "--window", 8, "--segmented"],
+               ["--window", "--segmented"])
+    fails_with("--window 0", ["eval", "--checkpoint", learned, "--window", 0], ["--window"])
+    fails_with("learned beyond L names both fixes", ["eval", "--checkpoint", learned, "--lengths", 128],
+               ["--hierarchical", "--segmented"])
+
+
+def cmd_xl():
+    d = tc.fresh_dir("xl")
+    p = must_run("train xl with mem_len on consecutive segments", [
+        "train", "--preset", "tiny", "--posenc", '{"type":"xl","mem_len":64}', "--steps", 40, "--lr", 3e-3,
+        "--warmup", 5, "--eval-interval", 40, "--out", os.path.join(d, "run"), "--no-plot", "--log-interval", 40])
+    check("xl: the trainer says it feeds consecutive segments", "consecutive segments" in p.stdout, p.stdout[:300])
+    rows = tc.read_csv(os.path.join(d, "run", "train.csv"))
+    first, last = float(rows[0]["loss"]), float(rows[-1]["loss"])
+    check("xl: loss goes down over 40 steps", last < first - 1.0, f"{first} -> {last}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["finetune", "baselines", "xl"])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    tc.BIN = os.path.abspath(a.bin)
+    tc.WORK = os.path.abspath(a.work)
+    os.makedirs(tc.WORK, exist_ok=True)
+    t0 = time.time()
+    try:
+        {"finetune": cmd_finetune, "baselines": cmd_baselines, "xl": cmd_xl}[a.command]()
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        check(f"{a.command}: ran to the end", False, repr(e))
+    print(f"{a.command}: {tc.PASSED} passed, {tc.FAILED} failed ({time.time() - t0:.1f} s)")
+    return 1 if tc.FAILED or not tc.PASSED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
