@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# examples/extrapolation_study.sh — the length-extrapolation study in one command: train the same
+# small model with each positional encoding at a short context L on the shipped corpus, evaluate
+# each at L, 2L, 4L, 8L; evaluate the RoPE model with every context-extension method without
+# training; fine-tune it with Position Interpolation at 4L and evaluate again. Writes CSVs, gnuplot
+# PNGs and a Markdown report (examples/extrapolation_report.py).
+#
+#   examples/extrapolation_study.sh            # full study (~30 min on 2 idle cores), report in docs/results/
+#   examples/extrapolation_study.sh --quick    # smoke run (~1 min), report in <out>/extrapolation.md
+#
+# Options: --quick, --out DIR (default runs/extrapolation[-quick]), --bin PATH (default build/ctxlab),
+#          --doc FILE (report path; default docs/results/extrapolation.md, or <out>/extrapolation.md
+#          with --quick), --steps N (pretraining steps per encoding), --ft-steps N, --fresh (retrain
+#          even when a finished run exists in <out>).
+# A finished run (its checkpoint at the final step) is reused, so an interrupted study continues.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+quick=0; out=""; bin="$root/build/ctxlab"; doc=""; steps=""; ft_steps=""; fresh=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --out) out="$2"; shift ;;
+    --bin) bin="$2"; shift ;;
+    --doc) doc="$2"; shift ;;
+    --steps) steps="$2"; shift ;;
+    --ft-steps) ft_steps="$2"; shift ;;
+    --fresh) fresh=1 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "extrapolation_study.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -x "$bin" ] || { echo "extrapolation_study.sh: no ctxlab binary at $bin (build first, or pass --bin)" >&2; exit 2; }
+
+# Sizes. Full: d=128, 4 layers, 4 heads, L=128, 8 x 128 tokens per step (~0.1 s/step on 2 cores).
+if [ "$quick" = 1 ]; then
+  D=64; LAYERS=2; HEADS=4; L=32; B=8; STEPS=${steps:-150}; FT_STEPS=${ft_steps:-20}; MAXW=16
+  LR=3e-3; WARMUP=10; FT_LR=3e-4; FT_EVAL=5
+  out=${out:-$root/runs/extrapolation-quick}; doc=${doc:-$out/extrapolation.md}
+else
+  D=128; LAYERS=4; HEADS=4; L=128; B=8; STEPS=${steps:-1200}; FT_STEPS=${ft_steps:-300}; MAXW=0
+  LR=2e-3; WARMUP=100; FT_LR=3e-4; FT_EVAL=25
+  out=${out:-$root/runs/extrapolation}; doc=${doc:-$root/docs/results/extrapolation.md}
+fi
+ENCODINGS="learned sinusoidal rope alibi kerple t5 xpos sandwich"
+L2=$((2 * L)); L4=$((4 * L)); L8=$((8 * L)); LENGTHS="$L,$L2,$L4,$L8"
+mkdir -p "$out/eval"
+export OMP_WAIT_POLICY=PASSIVE
+t_start=$(date +%s)
+log() { printf '[%5ds] %s\n' $(( $(date +%s) - t_start )) "$*"; }
+timing="$out/timing.csv"
+echo "stage,seconds" > "$timing"
+stage() {  # stage NAME CMD...: runs CMD, records its wall time
+  local name="$1"; shift
+  local t0; t0=$(date +%s)
+  "$@"
+  echo "$name,$(( $(date +%s) - t0 ))" >> "$timing"
+}
+evalq() { "$bin" eval --max-windows "$MAXW" "$@" > /dev/null; }
+
+# Has <dir> finished its run of <steps> steps? (the checkpoint's __metadata__.step)
+finished() {
+  [ -f "$1/model.safetensors" ] || return 1
+  python3 - "$1/model.safetensors" "$2" <<'EOF'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    meta = json.loads(f.read(n)).get("__metadata__", {})
+sys.exit(0 if meta.get("step") == sys.argv[2] else 1)
+EOF
+}
+
+cat > "$out/study.json" <<EOF
+{"quick": $quick, "d_model": $D, "n_layers": $LAYERS, "n_heads": $HEADS, "context": $L, "batch": $B,
+ "steps": $STEPS, "lr": $LR, "warmup": $WARMUP, "ft_steps": $FT_STEPS, "ft_lr": $FT_LR,
+ "ft_context": $L4, "max_windows": $MAXW, "encodings": "$ENCODINGS", "bin": "$bin"}
+EOF
+
+# ---- 1. pretrain every encoding at L, evaluate at L..8L ----
+for enc in $ENCODINGS; do
+  run="$out/$enc"
+  if [ "$fresh" = 0 ] && finished "$run" "$STEPS"; then
+    log "$enc: reusing the finished run in $run"
+  else
+    rm -rf "$run"; mkdir -p "$run"
+    cat > "$run/config.json" <<EOF
+{"vocab_size": 256, "d_model": $D, "n_layers": $LAYERS, "n_heads": $HEADS, "context": $L,
+ "norm": "layernorm", "tie_embeddings": true, "posenc": {"type": "$enc"}}
+EOF
+    log "$enc: training $STEPS steps at L=$L"
+    stage "train_$enc" "$bin" train --config "$run/config.json" --steps "$STEPS" --batch "$B" --lr "$LR" \
+      --min-lr "$(python3 -c "print($LR/10)")" --warmup "$WARMUP" --eval-interval $((STEPS / 6)) \
+      --ckpt-interval "$STEPS" --log-interval $((STEPS / 4)) --out "$run" --no-plot > "$run/train.log"
+    tail -n 2 "$run/train.log" | head -n 1
+  fi
+  extra=""
+  [ "$enc" = learned ] && extra="--hierarchical"  # learned positions beyond L: Su's hierarchical extension
+  log "$enc: evaluating at $LENGTHS"
+  stage "eval_$enc" evalq --checkpoint "$run/model.safetensors" --lengths "$LENGTHS" $extra --csv "$out/eval/$enc.csv"
+done
+
+# ---- 2. the two baselines: segmented (chunks of L) and sliding-window attention ----
+log "baselines: learned --segmented, rope --window $L"
+stage eval_learned_segmented evalq --checkpoint "$out/learned/model.safetensors" --lengths "$LENGTHS" --segmented \
+  --csv "$out/eval/learned_segmented.csv"
+stage eval_rope_window evalq --checkpoint "$out/rope/model.safetensors" --lengths "$LENGTHS" --window "$L" \
+  --csv "$out/eval/rope_window.csv"
+
+# ---- 3. RoPE context extension without training ----
+rope="$out/rope/model.safetensors"
+for method in pi ntk yarn; do  # factor s = length / L at each length
+  log "rope + $method (s = length / L)"
+  rm -f "$out/eval/rope_$method.csv"
+  for len in $L2 $L4 $L8; do
+    evalq --checkpoint "$rope" --lengths "$len" --rope-scaling "$method" --factor $((len / L)) \
+      --csv "$out/eval/rope_${method}_$len.csv"
+    if [ -f "$out/eval/rope_$method.csv" ]; then tail -n +2 "$out/eval/rope_${method}_$len.csv" >> "$out/eval/rope_$method.csv"
+    else cp "$out/eval/rope_${method}_$len.csv" "$out/eval/rope_$method.csv"; fi
+    rm -f "$out/eval/rope_${method}_$len.csv"
+  done
+done
+log "rope + dynamic-ntk (factor 1: the base grows with the sequence), rerope and leaky-rerope (window L/2)"
+evalq --checkpoint "$rope" --lengths "$LENGTHS" --rope-scaling dynamic-ntk --factor 1 --csv "$out/eval/rope_dynamic-ntk.csv"
+evalq --checkpoint "$rope" --lengths "$LENGTHS" --rope-scaling rerope --csv "$out/eval/rope_rerope.csv"
+evalq --checkpoint "$rope" --lengths "$LENGTHS" --rope-scaling leaky-rerope --factor 16 --csv "$out/eval/rope_leaky-rerope.csv"
+
+# ---- 4. Position Interpolation fine-tune of the RoPE model at 4L ----
+ft="$out/rope_pi_ft"
+if [ "$fresh" = 0 ] && finished "$ft" "$FT_STEPS"; then
+  log "PI fine-tune: reusing $ft"
+else
+  rm -rf "$ft"
+  log "PI fine-tune: rope at context $L4, factor 4, $FT_STEPS steps"
+  stage finetune_pi "$bin" finetune --checkpoint "$rope" --context "$L4" --rope-scaling pi --factor 4 \
+    --steps "$FT_STEPS" --batch $((B * L / L4 > 0 ? B * L / L4 : 1)) --lr "$FT_LR" --warmup $((FT_STEPS / 15 + 1)) \
+    --eval-interval "$FT_EVAL" --eval-batches 1000 --log-interval $((FT_STEPS / 4)) --out "$ft" --no-plot > "$out/finetune.log"
+fi
+stage eval_rope_pi_ft evalq --checkpoint "$ft/model.safetensors" --lengths "$LENGTHS" --csv "$out/eval/rope_pi_ft.csv"
+# The fine-tune's validation curve at 4L starts from the un-tuned PI model: its loss at step 0.
+evalq --checkpoint "$rope" --lengths "$L4" --rope-scaling pi --factor 4 --csv "$out/eval/rope_pi_ft_step0.csv"
+# Same budget at 4L without scaling (plain RoPE fine-tuned at the longer context), the PI paper's
+# "direct fine-tuning" comparison.
+ftd="$out/rope_direct_ft"
+if [ "$fresh" = 0 ] && finished "$ftd" "$FT_STEPS"; then
+  log "direct fine-tune: reusing $ftd"
+else
+  rm -rf "$ftd"
+  log "direct fine-tune (no scaling): rope at context $L4, $FT_STEPS steps"
+  stage finetune_direct "$bin" finetune --checkpoint "$rope" --context "$L4" --steps "$FT_STEPS" \
+    --batch $((B * L / L4 > 0 ? B * L / L4 : 1)) --lr "$FT_LR" --warmup $((FT_STEPS / 15 + 1)) \
+    --eval-interval "$FT_EVAL" --eval-batches 1000 --log-interval $((FT_STEPS / 4)) --out "$ftd" --no-plot > "$out/finetune_direct.log"
+fi
+evalq --checkpoint "$ftd/model.safetensors" --lengths "$LENGTHS" --csv "$out/eval/rope_direct_ft.csv"
+
+total=$(( $(date +%s) - t_start ))
+echo "total,$total" >> "$timing"
+log "study done in $((total / 60)) min $((total % 60)) s; writing the report"
+python3 "$here/extrapolation_report.py" --out "$out" --doc "$doc"

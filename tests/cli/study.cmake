@@ -1,0 +1,15 @@
+# tests/cli/study.cmake — the extrapolation study's --quick mode (examples/extrapolation_study.sh):
+# tiny models of every encoding trained for a few steps, evaluated at L..8L, RoPE scalings, PI and
+# direct fine-tunes, and the report with its tables and plots. About a minute on 2 cores.
+add_test(NAME extrapolation_study_quick
+         COMMAND sh -c "rm -rf '${CMAKE_BINARY_DIR}/study_quick' && \
+'${CMAKE_SOURCE_DIR}/examples/extrapolation_study.sh' --quick --bin '$<TARGET_FILE:ctxlab>' \
+  --out '${CMAKE_BINARY_DIR}/study_quick' && \
+r='${CMAKE_BINARY_DIR}/study_quick/extrapolation.md' && \
+grep -q '^| ALiBi |' \"$r\" && grep -q '^| PI (s = len/L) |' \"$r\" && grep -q 'PI s = 4 + 20 fine-tune steps' \"$r\" && \
+grep -q 'expected shape' \"$r\" && \
+for f in eval/alibi.csv eval/rope_yarn.csv eval/rope_pi_ft.csv rope_pi_ft/model.safetensors; do \
+  test -s '${CMAKE_BINARY_DIR}/study_quick/'$f || { echo missing $f; exit 1; }; done && \
+if command -v gnuplot >/dev/null; then test -s '${CMAKE_BINARY_DIR}/study_quick/extrapolation.png'; fi")
+set_tests_properties(extrapolation_study_quick PROPERTIES
+                     ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE" TIMEOUT 600)
