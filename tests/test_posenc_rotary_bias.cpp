@@ -392,3 +392,38 @@ TEST(PosencRotaryBias, ParameterErrorsNameTheKey) {
 }
 
 }  // namespace
+
+// Hierarchical learned positions (POSENC_SPEC §1): for t < L the decomposition gives back wpe[t];
+// for t = q*L + r >= L it is alpha*u[q] + (1-alpha)*u[r] with u = (wpe - alpha*wpe[0])/(1-alpha).
+TEST(PosencAbsolute, HierarchicalLearnedEqualsWpeBelowL) {
+  ModelConfig c;
+  c.vocab_size = 11;
+  c.d_model = 8;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.context = 6;
+  c.posenc = {{"type", "learned"}, {"hierarchical", true}};
+  nn::GPT m(c, DType::F64);
+  m.init_weights(1);
+  Tensor wpe;
+  for (auto& [name, p] : m.named_parameters())
+    if (name == "wpe.weight") wpe = p.data();
+  ASSERT_TRUE(wpe.defined());
+  Rng r(5);
+  r.fill_normal(wpe, 0.0, 1.0);
+  const int64_t L = 6, D = 8, T = 2 * L + 3;
+  Variable x(Tensor::zeros({1, T, D}, DType::F64), false);
+  Tensor e = m.pe->embed(x, 0).data();  // [1, T, D] = the position vectors
+  const double alpha = 0.4;
+  auto u = [&](int64_t i, int64_t d) { return (wpe.at(i * D + d) - alpha * wpe.at(d)) / (1 - alpha); };
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < D; ++d) {
+      const double want = t < L ? wpe.at(t * D + d) : alpha * u(t / L, d) + (1 - alpha) * u(t % L, d);
+      EXPECT_NEAR(e.at(t * D + d), want, 1e-12) << "t " << t << " d " << d;
+    }
+  // With an offset pos0 the same rows come out.
+  Variable x2(Tensor::zeros({1, 3, D}, DType::F64), false);
+  Tensor e2 = m.pe->embed(x2, L - 1).data();
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t d = 0; d < D; ++d) EXPECT_NEAR(e2.at(t * D + d), e.at((L - 1 + t) * D + d), 1e-12);
+}
