@@ -1,8 +1,10 @@
 // autograd/variable.cpp — Variable, graph recording, backward() and the no-grad guard.
 #include "autograd/variable.h"
 
+#include <chrono>
 #include <unordered_set>
 
+#include "autograd/profiler.h"
 #include "core/backend.h"
 
 namespace ctx {
@@ -36,7 +38,10 @@ Variable Variable::detach() const { return Variable(data(), false); }
 void accumulate_grad(VarImpl& v, const Tensor& g) {
   CTX_CHECK(g.shape() == v.data.shape(), "autograd: gradient ", g.str(),
             " does not match variable ", v.data.str(), (v.node ? " made by " + v.node->name : ""));
-  if (!v.grad.defined()) {
+  if (!v.grad.defined() && v.grad_slot.defined()) {
+    v.grad_slot.copy_from(g);  // the slot's old contents are stale: overwrite, do not add
+    v.grad = v.grad_slot;
+  } else if (!v.grad.defined()) {
     // A gradient nobody else holds (a backward closure's fresh result) is adopted as it is;
     // one that may be shared (the incoming gradient passed through, a view) is copied, since
     // later accumulation writes into it.
@@ -50,6 +55,7 @@ void accumulate_grad(VarImpl& v, const Tensor& g) {
 
 Variable make_result(Tensor out, const std::string& name, std::vector<Variable> inputs,
                      std::function<void(const Tensor&)> backward_fn) {
+  if (prof::enabled()) prof::forward_op(name);
   Variable r(std::move(out), false);
   if (!t_grad_enabled) return r;
   bool any = false;
@@ -107,7 +113,14 @@ void Variable::backward(const Tensor& seed, bool retain_graph) {
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     VarImpl* v = *it;
     if (!v->node || !v->grad.defined()) continue;
-    v->node->backward(v->grad);
+    if (prof::enabled()) {
+      auto t0 = std::chrono::steady_clock::now();
+      v->node->backward(v->grad);
+      prof::add("backward", v->node->name,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    } else {
+      v->node->backward(v->grad);
+    }
     if (v != p_.get()) v->grad = Tensor();  // free intermediate gradients as we go
   }
   if (!retain_graph) {

@@ -62,9 +62,14 @@ struct VarImpl {
   bool requires_grad = false;
   std::shared_ptr<Node> node;       // null for leaves
   bool graph_freed = false;         // set on the output of a backward that freed its graph
+  // Where this leaf's gradient lives, when preassigned (a view of a flat gradient buffer, see
+  // FlatParams in train/optim.h): the first accumulation after zero_grad() copies into it and
+  // later ones add to it, instead of adopting the incoming tensor. zero_grad() keeps it.
+  Tensor grad_slot;
 };
 
-// grad(v) += g (allocating on first use). g must have v's shape.
+// grad(v) += g (on first use: into v.grad_slot if set, else adopting or copying g).
+// g must have v's shape.
 void accumulate_grad(VarImpl& v, const Tensor& g);
 
 // Record `node` as the producer of `out` if grad mode is on and some input requires grad.

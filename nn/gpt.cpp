@@ -1,6 +1,8 @@
 // nn/gpt.cpp — Block and GPT (see gpt.h).
 #include "nn/gpt.h"
 
+#include "autograd/profiler.h"
+
 #include <cmath>
 
 namespace ctx::nn {
@@ -95,6 +97,7 @@ void GPT::set_attention_window(int64_t w) {
 
 Variable GPT::forward(const Tensor& tokens, int64_t pos0, bool use_memory) {
   check_tokens(tokens, "forward");
+  if (prof::enabled()) prof::mark();
   if (!use_memory) reset_memory();
   const int64_t B = tokens.size(0), T = tokens.size(1);
   pe->check_length(pos0 + T);

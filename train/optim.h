@@ -2,8 +2,12 @@
 // decoupled weight decay, no decay on biases / norms / embeddings by default) and SGD with
 // momentum; global grad-norm clipping. State tensors are exposed by name for checkpoints
 // (MODEL_SPEC §5: exp_avg.<param>, exp_avg_sq.<param>).
+// The fused AdamW (the default on CPU) keeps parameters, gradients and both moments in flat
+// buffers (FlatParams): every parameter and state tensor is a view into them, and a step (grad-norm
+// clip folded in) is two OpenMP loops over the buffers that allocate nothing.
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,33 +17,105 @@ namespace ctx {
 
 struct AdamWOptions {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+  // true: the fused step over flat buffers (parameters become views of one buffer), when the
+  // parameters allow it (FlatParams::supported); false: the per-tensor reference, one backend
+  // adamw call per parameter. Both give the same update bit for bit from the same gradients and
+  // clip factor; the fused clip_and_step sums the grad norm in f64 (clip_grad_norm: f32 per
+  // tensor), so a clipped step's factor may differ from the reference's by its f32 rounding.
+  bool fused = true;
 };
 
 // True for parameters that take weight decay: matrices of Linear layers. Biases, norm weights,
 // embeddings (wte, wpe, lm_head tied or not) and encoding tables are excluded by default.
 bool default_decays(const std::string& name, const Tensor& t);
 
+// One flat buffer for the values and one for the gradients of a list of parameters (CPU, one
+// float dtype, each Variable once): every parameter's data becomes a view of its range of
+// `values`, and its gradient slot (VarImpl::grad_slot) the same range of `grads`, so backward
+// lands gradients in the flat buffer (copied on the first accumulation, added after). Names,
+// order, shapes and values are unchanged. Ranges start on 64-byte boundaries; the padding
+// between them is zero in both buffers and stays zero.
+class FlatParams {
+ public:
+  struct Range {
+    std::string name;
+    VarPtr var;
+    int64_t offset = 0, numel = 0;  // elements, into values / grads
+  };
+  // Whether the parameters can share one buffer; if not, `why` says which one cannot.
+  static bool supported(const nn::NamedParams& params, std::string* why = nullptr);
+  explicit FlatParams(const nn::NamedParams& params);
+  ~FlatParams();  // the parameters keep their views; the gradient slots are released
+  FlatParams(const FlatParams&) = delete;
+  FlatParams& operator=(const FlatParams&) = delete;
+
+  // Re-establishes the views where something replaced them: a parameter whose data was
+  // reassigned (same shape and dtype) has its values copied in and becomes a view again; a
+  // gradient that is not its slot is copied into the slot. Pointer compares when nothing changed.
+  void sync();
+  bool is_view(size_t i) const;       // parameter i's data is its range of `values`
+  bool grad_is_view(size_t i) const;  // parameter i's grad is defined and its range of `grads`
+  Tensor range_of(const Tensor& flat, size_t i) const;  // range i of a flat buffer, shaped
+
+  DType dtype = DType::F32;
+  int64_t total = 0;  // elements of each flat buffer, padding included
+  Tensor values, grads;
+  std::vector<Range> ranges;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual void step(double lr) = 0;  // uses each parameter's .grad(); undefined grad = skip
+  // clip_grad_norm(params, max_norm) then step(lr); returns the norm before clipping. The fused
+  // AdamW folds the clip scale into its update and leaves the gradients as they are.
+  virtual double clip_and_step(double lr, double max_norm);
+  void zero_grad();  // drops every parameter's gradient (no allocation, no memset)
   virtual std::vector<std::pair<std::string, Tensor>> state() = 0;  // for checkpoints
   virtual void load_state(const std::map<std::string, Tensor>& s, const std::string& source) = 0;
   int64_t steps = 0;
+
+ protected:
+  explicit Optimizer(const nn::NamedParams& params) : params_(params) {}
+  nn::NamedParams params_;
 };
 
 class AdamW final : public Optimizer {
  public:
   AdamW(const nn::NamedParams& params, const AdamWOptions& opt);
   void step(double lr) override;
+  double clip_and_step(double lr, double max_norm) override;
+  // step(lr) on gradients read as grad_scale * g (rounded to the dtype, as clip_grad_norm's
+  // in-place scale leaves them); the gradients themselves are not changed by the fused path.
+  void step_scaled(double lr, double grad_scale);
   std::vector<std::pair<std::string, Tensor>> state() override;
   void load_state(const std::map<std::string, Tensor>& s, const std::string& source) override;
+  bool fused() const { return flat_ != nullptr; }
+  const FlatParams* flat() const { return flat_.get(); }
+
+  // A piece of the flat buffers updated with one decay setting: chunks never straddle a
+  // parameter without a gradient or a change of decay, and hold at most kChunk elements.
+  struct Chunk {
+    int64_t begin, end;
+    bool decay;
+  };
+  static constexpr int64_t kChunk = 16384;
 
  private:
-  nn::NamedParams params_;
-  std::vector<Tensor> m_, v_;
+  void prepare_fused();         // sync the views; rebuild chunks_ when the set of gradients changed
+  double fused_grad_sq_sum();   // sum of squared gradients over chunks_ (f64, fixed order)
+  void fused_update(double lr, double grad_scale);  // ++steps, one AdamW pass over chunks_
+
+  std::vector<Tensor> m_, v_;  // per parameter (views of m_flat_ / v_flat_ when fused)
   std::vector<bool> decay_;
   AdamWOptions opt_;
+  // fused state
+  std::unique_ptr<FlatParams> flat_;
+  Tensor m_flat_, v_flat_;
+  std::vector<char> active_;    // per parameter: had a gradient when chunks_ was built
+  std::vector<Chunk> chunks_;   // capacity reserved up front: rebuilding never allocates
+  std::vector<double> partial_;  // per chunk, for the grad norm
+  bool chunks_valid_ = false;
 };
 
 class SGD final : public Optimizer {
@@ -50,7 +126,6 @@ class SGD final : public Optimizer {
   void load_state(const std::map<std::string, Tensor>& s, const std::string& source) override;
 
  private:
-  nn::NamedParams params_;
   std::vector<Tensor> buf_;
   std::vector<bool> decay_;
   double momentum_, wd_;

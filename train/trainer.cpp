@@ -246,9 +246,8 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
       if (opt.accum > 1) loss = scale(loss, 1.0 / (double)opt.accum);
       loss.backward();
     }
-    double gnorm = clip_grad_norm(params, opt.grad_clip);
-    optim->step(lr);
-    model.zero_grad();
+    double gnorm = optim->clip_and_step(lr, opt.grad_clip);  // clip_grad_norm + step (fused for AdamW)
+    optim->zero_grad();
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     double loss = loss_sum / (double)opt.accum;
