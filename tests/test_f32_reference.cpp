@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "core/rng.h"
+#include "core/cpu/threading.h"
 
 using namespace ctx;
 
@@ -142,3 +144,32 @@ TEST(F32Reference, GeluTanh) {
 }
 
 }  // namespace
+
+// Gradients reduced over rows (norm weights, biases) combine per-thread partial sums in thread
+// order: the same bits on every run at any thread count (an `omp critical` add is not, from 3
+// threads on). Large enough to take the parallel paths.
+TEST(Determinism, RowReductionsRepeatBitForBitAtThreeThreads) {
+  const int saved = cpu::num_threads();
+  cpu::set_num_threads(3);
+  Rng r(77);
+  const int64_t N = 4099, C = 64;
+  Tensor x = Tensor::empty({N, C});
+  r.fill_normal(x, 0.0, 1.0);
+  Tensor w = Tensor::empty({C}), seed = Tensor::empty({N, C});
+  r.fill_normal(w, 1.0, 0.1);
+  r.fill_normal(seed, 0.0, 1.0);
+  auto grads = [&] {
+    Variable xv(x, true), wv(w, true), bv(Tensor::zeros({C}), true);
+    Variable y = layer_norm(xv, wv, bv, 1e-5) + rms_norm(xv, wv, 1e-5);
+    Variable s = sum(xv * Variable(seed, false), {0});  // [N, C] -> [C]
+    (sum(y * Variable(seed, false)) + sum(s * s)).backward();
+    return std::vector<Tensor>{wv.grad().clone(), bv.grad().clone(), xv.grad().clone()};
+  };
+  auto a = grads();
+  for (int rep = 0; rep < 5; ++rep) {
+    auto b = grads();
+    for (size_t k = 0; k < a.size(); ++k)
+      ASSERT_EQ(0, std::memcmp(a[k].data<float>(), b[k].data<float>(), a[k].numel() * sizeof(float))) << k;
+  }
+  cpu::set_num_threads(saved);
+}

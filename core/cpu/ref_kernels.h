@@ -2,6 +2,7 @@
 // (float, double), OpenMP over rows where it pays. These define what every primitive means;
 // fast paths (oneDNN, OpenBLAS, CUDA) are tested against them.
 #pragma once
+#include <omp.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -196,13 +197,37 @@ void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd
   }
 }
 
+// Per-thread partial sums combined in thread order after the parallel region, so that a
+// reduction gives the same bits for a given thread count whatever order the threads finish in
+// (an `omp critical` accumulation does not: (a+b)+c != (a+c)+b).
+template <class T>
+struct ThreadPartials {
+  explicit ThreadPartials(int64_t n) : n_(n), parts_((size_t)omp_get_max_threads()) {}
+  T* mine() {  // inside the parallel region: this thread's zeroed buffer
+    auto& v = parts_[(size_t)omp_get_thread_num()];
+    v.assign((size_t)n_, T(0));
+    return v.data();
+  }
+  void add_to(T* out) const {  // after the region: out += sum of the buffers, thread 0 first
+    for (auto& v : parts_)
+      if (!v.empty())
+        for (int64_t i = 0; i < n_; ++i) out[i] += v[(size_t)i];
+  }
+
+ private:
+  int64_t n_;
+  std::vector<std::vector<T>> parts_;
+};
+
 // dx overwritten; dw, db accumulated. Parallel over rows for dx; dw/db reduced per thread.
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
                         T* dw, T* db, int64_t N, int64_t C) {
+  ThreadPartials<T> pw(C), pb(C);
 #pragma omp parallel if (N * C > 16384)
   {
-    std::vector<T> ldw(C, T(0)), ldb(C, T(0));
+    T* lw = pw.mine();
+    T* lb = pb.mine();
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       const T* g = dy + n * C;
@@ -210,8 +235,6 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, cons
       T* d = dx + n * C;
       T m = mean[n], r = rstd[n];
       T sg = 0, sgx = 0;
-      T* lw = ldw.data();
-      T* lb = ldb.data();
 #pragma omp simd reduction(+ : sg, sgx)
       for (int64_t c = 0; c < C; ++c) {
         T xh = (xr[c] - m) * r;
@@ -229,12 +252,9 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, cons
         d[c] = r * (g[c] * w[c] - sg - xh * sgx);
       }
     }
-#pragma omp critical
-    for (int64_t c = 0; c < C; ++c) {
-      dw[c] += ldw[c];
-      if (db) db[c] += ldb[c];
-    }
   }
+  pw.add_to(dw);
+  if (db) pb.add_to(db);
 }
 
 // ---- RMS norm: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
@@ -255,9 +275,10 @@ void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C)
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw, int64_t N,
                       int64_t C) {
+  ThreadPartials<T> pw(C);
 #pragma omp parallel if (N * C > 16384)
   {
-    std::vector<T> ldw(C, T(0));
+    T* ldw = pw.mine();
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       const T* g = dy + n * C;
@@ -271,9 +292,8 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx,
       T k = s * r * r * r / T(C);
       for (int64_t c = 0; c < C; ++c) dx[n * C + c] = g[c] * w[c] * r - xr[c] * k;
     }
-#pragma omp critical
-    for (int64_t c = 0; c < C; ++c) dw[c] += ldw[c];
   }
+  pw.add_to(dw);
 }
 
 // ---- cross entropy: logits [N, V], targets [N] ----
@@ -381,15 +401,15 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
   }
   if (nd >= 1 && no == xs[nd - 1] && so[nd - 1] == 1) {  // [R, C] -> [C] (bias gradients)
     const int64_t C = xs[nd - 1], R = n / C;
+    ThreadPartials<T> parts(C);
 #pragma omp parallel if (n > 65536)
     {
-      std::vector<T> acc(C, T(0));
+      T* acc = parts.mine();
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < R; ++r)
         for (int64_t c = 0; c < C; ++c) acc[c] += xp[r * C + c];
-#pragma omp critical
-      for (int64_t c = 0; c < C; ++c) out[c] += acc[c];
     }
+    parts.add_to(out);
     return;
   }
   for (int64_t i = 0; i < n; ++i) {  // generic walk, any pattern
