@@ -3,13 +3,34 @@
 //   q, k, v                                   // [B, H, T, Dh]  (head h = cols h*Dh..)
 //   rotate (rotary encodings), logits = scale q k^T + bias   // [B, H, T, S]
 //   causal mask, softmax, o = p v (+ value terms)            // [B, H, T, Dh]
+//     (one fused op, autograd/ops_attention.h, when the encoding keeps the default logits and
+//      output and dropout is off; CTXLAB_FUSED_ATTENTION=0 or set_fused_attention(false): never)
 //   out = merge_heads(o) Wp^T + bp            // [B, T, D]
 #include "nn/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "autograd/ops_attention.h"
 
 namespace ctx::nn {
+
+// The fused path: CTXLAB_FUSED_ATTENTION=0 turns it off (read once); set_fused_attention()
+// overrides the environment until reset_fused_attention().
+static std::atomic<int> g_fused_override{-1};  // -1: from the environment
+bool fused_attention_enabled() {
+  static const bool env_on = [] {
+    const char* e = std::getenv("CTXLAB_FUSED_ATTENTION");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  const int o = g_fused_override.load();
+  return o < 0 ? env_on : o == 1;
+}
+void set_fused_attention(bool on) { g_fused_override = on ? 1 : 0; }
+void reset_fused_attention() { g_fused_override = -1; }
 
 Attention::Attention(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt)
     : layer_(layer), H_(cfg.n_heads), Dh_(cfg.head_dim()), D_(cfg.d_model), dropout_(cfg.dropout), pe_(pe) {
@@ -44,10 +65,19 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   st.qkv_weight = qkv->weight;
   st.qkv_bias = qkv->bias;
   pe_->rotate(st);
-  Variable s = pe_->logits(st);                                         // [B, H, T, S]
-  Variable p = softmax(causal_mask(s, st.S - st.T, window_));
-  if (rng && dropout_ > 0) p = dropout(p, dropout_, is_training(), *rng);
-  Variable o = pe_->output(st, p);                                      // [B, H, T, Dh]
+  Variable o;                                                           // [B, H, T, Dh]
+  const bool drop = rng && dropout_ > 0 && is_training();
+  if (!drop && fused_attention_enabled() && st.q.device() == Device::CPU && pe_->fused_attention_ok(st)) {
+    // default logits and output: one fused op (a per-batch [B, H, T, S] bias falls through)
+    Variable b = pe_->bias(st);                                         // [1, H, T, S] or undefined
+    if (!b.defined() || b.size(0) == 1) o = fused_causal_attention(st.q, st.k, st.v, b, st.scale, window_);
+  }
+  if (!o.defined()) {
+    Variable s = pe_->logits(st);                                       // [B, H, T, S]
+    Variable p = softmax(causal_mask(s, st.S - st.T, window_));
+    if (rng && dropout_ > 0) p = dropout(p, dropout_, is_training(), *rng);
+    o = pe_->output(st, p);                                             // [B, H, T, Dh]
+  }
   Variable merged = reshape(permute(o, {0, 2, 1, 3}), {B, T, D_});       // [B, T, D]
   if (mem_len > 0) {  // keep the last mem_len inputs for the next segment
     const int64_t keep = std::min(mem_len, S);

@@ -12,6 +12,7 @@ namespace {
 class NoPos final : public PositionalEncoding {
  public:
   std::string type() const override { return "none"; }
+  bool fused_attention_ok(const AttnState&) const override { return true; }
 };
 
 // x [B, T, D] + table [T, D] (broadcast over the batch)
@@ -24,6 +25,7 @@ class Learned final : public PositionalEncoding {
     wpe_ = mod_->register_parameter("weight", Tensor::zeros({L_, D_}));
   }
   std::string type() const override { return "learned"; }
+  bool fused_attention_ok(const AttnState&) const override { return true; }
   std::string shared_prefix() const override { return "wpe"; }
   std::shared_ptr<nn::Module> shared_module() override { return mod_; }
   void init_parameters(Rng& rng) override { rng.fill_normal(wpe_.data(), 0.0, 0.02); }
@@ -70,6 +72,7 @@ class Sinusoidal final : public PositionalEncoding {
  public:
   explicit Sinusoidal(const ModelConfig& c) : D_(c.d_model) {}
   std::string type() const override { return "sinusoidal"; }
+  bool fused_attention_ok(const AttnState&) const override { return true; }
   Variable embed(const Variable& x, int64_t pos0) override {
     const int64_t T = x.size(1);
     // PE[t, 2k] = sin(t w_k), PE[t, 2k+1] = cos(t w_k), w_k = 10000^(-2k/D), in float32

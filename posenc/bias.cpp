@@ -65,6 +65,8 @@ Variable const_table(const std::vector<double>& v, int64_t H, int64_t n, const V
 class DistanceBias : public PositionalEncoding {
  public:
   explicit DistanceBias(const ModelConfig& c) : H_(c.n_heads), d_(c.head_dim()) {}
+  // default logits + bias [1, H, T, S] (distance_bias): the fused attention takes it as is
+  bool fused_attention_ok(const AttnState&) const override { return true; }
   Variable bias(AttnState& st) override {
     const int64_t n = n_distances(st);
     Variable tab;

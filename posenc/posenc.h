@@ -8,6 +8,8 @@
 //                       content-position encodings (shaw, xl, deberta, tupe) override it
 //   bias(st)            additive logit terms [1 or B, H, T, S] (alibi, kerple, t5, sandwich)
 //   output(st, p)       o = p @ v (+ value terms: shaw)
+//   fused_attention_ok  true when logits and output are the defaults: attention then runs
+//                       logits, mask, softmax and output as one fused op
 // Parameters: a shared module registered on the model (under shared_prefix(), e.g. "wpe" or
 // "pe") and per-layer modules registered on each attention as "pe".
 #pragma once
@@ -55,6 +57,10 @@ class PositionalEncoding {
   virtual Variable bias(AttnState& st) { (void)st; return Variable(); }
   virtual Variable logits(AttnState& st);
   virtual Variable output(AttnState& st, const Variable& p) { return matmul(p, st.v); }
+  // True when this encoding keeps the default logits (scale * q.k^T + bias(st)) and output
+  // (p @ v), so that attention may run them as one fused kernel (autograd/ops_attention.h).
+  // Encodings opt in (none, learned, sinusoidal, rope except rerope, xpos, the biases).
+  virtual bool fused_attention_ok(const AttnState& st) const { (void)st; return false; }
 };
 
 // Builds the encoding named by config.posenc["type"], validating its parameters (unknown key or

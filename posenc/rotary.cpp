@@ -136,6 +136,7 @@ class Rope final : public PositionalEncoding {
   Rope(const ModelConfig& c, double base, RopePairing pairing, Scaling sc)
       : d_(c.head_dim()), base_(base), pairing_(pairing), sc_(std::move(sc)) {}
   std::string type() const override { return "rope"; }
+  bool fused_attention_ok(const AttnState&) const override { return !is_rerope(); }  // rerope: own logits
 
   // theta_k' [d/2] (float32) for a forward whose largest position is n - 1, and the cos/sin
   // factor m (YaRN's attention factor; 1 otherwise).
@@ -253,6 +254,7 @@ class XPos final : public PositionalEncoding {
  public:
   XPos(const ModelConfig& c, double base, double gamma) : d_(c.head_dim()), base_(base), gamma_(gamma) {}
   std::string type() const override { return "xpos"; }
+  bool fused_attention_ok(const AttnState&) const override { return true; }
 
   void rotate(AttnState& st) override {
     // q: [B, H, T, Dh], k: [B, H, S, Dh]; s[t, k] = zeta_k ^ ((t + c) / gamma), c = floor(-S / 2)

@@ -1,0 +1,33 @@
+// core/cpu/flash_attention.h — fused causal attention on the CPU (FlashAttention-2 style), f32
+// and f64: o = softmax(scale * q k^T + bias, causal [+ window] mask) v without materialising the
+// [T, S] probabilities. The forward tiles over keys with an online softmax and keeps only o and
+// the per-row logsumexp; the backward recomputes the probabilities tile by tile from it.
+// The autograd op around these kernels is autograd/ops_attention.h.
+#pragma once
+#include <cstdint>
+
+namespace ctx::cpu {
+
+// Sizes of one call. Query i (0 <= i < T) is at key position i + (S - T) (queries are the last T
+// positions) and sees key j iff j <= i + (S - T) and, when window > 0, j > i + (S - T) - window.
+struct FlashAttnDims {
+  int64_t B = 0, H = 0, T = 0, S = 0, Dh = 0;
+  int64_t window = 0;  // 0: full causal attention
+  double scale = 1.0;
+};
+
+// q: [B, H, T, Dh]; k, v: [B, H, S, Dh]; bias: [H, T, S] shared over the batch, or null.
+// Writes o: [B, H, T, Dh] and lse: [B, H, T] (logsumexp of each row's masked logits; +inf for
+// a row that sees no key with a finite logit, whose output is then 0).
+template <class F>
+void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, const F* v,
+                             const F* bias, F* o, F* lse);
+
+// Given do = dL/do: dq [B, H, T, Dh], dk, dv [B, H, S, Dh] are overwritten; dbias [H, T, S]
+// (summed over the batch) is overwritten when not null. o and lse are the forward's outputs.
+template <class F>
+void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, const F* v,
+                              const F* bias, const F* o, const F* lse, const F* dout, F* dq, F* dk,
+                              F* dv, F* dbias);
+
+}  // namespace ctx::cpu

@@ -1,0 +1,388 @@
+// tests/test_fused_attention.cpp — the fused causal attention op (autograd/ops_attention.h):
+// forward and the gradients of q, k, v and bias against the unfused composition (matmul /
+// causal_mask / softmax; relative 1e-5 in f32, 1e-10 in f64) over shapes with T = 1, odd T and
+// Dh, a memory prefix (S > T), several tiles, with and without a bias, windows 0 / 1 / 3 / >= S;
+// f64 gradchecks; argument errors; and the model level: a tiny GPT per encoding gives the same
+// loss and parameter gradients with the fused path on and off (nn::set_fused_attention).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "autograd/ops_attention.h"
+#include "core/cpu/threading.h"
+#include "core/rng.h"
+#include "nn/attention.h"
+#include "nn/gpt.h"
+#include "posenc/posenc.h"
+#include "tests/test_util.h"
+
+using namespace ctx;
+using ctx::testing_util::expect_error;
+
+namespace {
+
+Tensor uniform(Rng& r, const Shape& s, DType dt, double lo = -1.0, double hi = 1.0) {
+  Tensor t = Tensor::empty(s, DType::F64);
+  r.fill_uniform(t, lo, hi);
+  return dt == DType::F64 ? t : t.to(dt);
+}
+
+// max |a - b| / max |b|: the error relative to the size of the reference tensor
+double rel_err(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(shape_str(a.shape()), shape_str(b.shape()));
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    num = std::max(num, std::fabs(a.at(i) - b.at(i)));
+    den = std::max(den, std::fabs(b.at(i)));
+  }
+  return den > 0 ? num / den : num;
+}
+
+enum class BiasKind { None, HTS, OneHTS };  // undefined, [H, T, S], [1, H, T, S]
+
+struct Case {
+  int64_t B, H, T, S, Dh;
+  BiasKind bias;
+  int64_t window;
+  std::string str() const {
+    return "B" + std::to_string(B) + " H" + std::to_string(H) + " T" + std::to_string(T) + " S" +
+           std::to_string(S) + " Dh" + std::to_string(Dh) + " bias " +
+           (bias == BiasKind::None ? "none" : bias == BiasKind::HTS ? "[H,T,S]" : "[1,H,T,S]") +
+           " window " + std::to_string(window);
+  }
+};
+
+// Fused vs composed: output and every gradient (seeded with a random dL/do).
+void compare_with_composed(const Case& c, DType dt, double tol, uint64_t seed) {
+  SCOPED_TRACE(c.str() + (dt == DType::F32 ? " f32" : " f64"));
+  Rng r(seed);
+  const Tensor q = uniform(r, {c.B, c.H, c.T, c.Dh}, dt, -1.5, 1.5);
+  const Tensor k = uniform(r, {c.B, c.H, c.S, c.Dh}, dt, -1.5, 1.5);
+  const Tensor v = uniform(r, {c.B, c.H, c.S, c.Dh}, dt);
+  Tensor bias;
+  if (c.bias == BiasKind::HTS) bias = uniform(r, {c.H, c.T, c.S}, dt, -2.0, 2.0);
+  if (c.bias == BiasKind::OneHTS) bias = uniform(r, {1, c.H, c.T, c.S}, dt, -2.0, 2.0);
+  const Tensor seed_grad = uniform(r, {c.B, c.H, c.T, c.Dh}, dt);
+  const double scale = 1.0 / std::sqrt((double)c.Dh);
+
+  struct Run {
+    Variable q, k, v, b, o;
+  };
+  auto run = [&](bool fused) {
+    Run x{Variable(q.clone(), true), Variable(k.clone(), true), Variable(v.clone(), true),
+          bias.defined() ? Variable(bias.clone(), true) : Variable(), Variable()};
+    x.o = fused ? fused_causal_attention(x.q, x.k, x.v, x.b, scale, c.window)
+                : causal_attention_composed(x.q, x.k, x.v, x.b, scale, c.window);
+    x.o.backward(seed_grad);
+    return x;
+  };
+  Run f = run(true), u = run(false);
+  EXPECT_EQ(f.o.op_name(), "fused_causal_attention");
+  EXPECT_LE(rel_err(f.o.data(), u.o.data()), tol) << "output";
+  EXPECT_LE(rel_err(f.q.grad(), u.q.grad()), tol) << "dq";
+  EXPECT_LE(rel_err(f.k.grad(), u.k.grad()), tol) << "dk";
+  EXPECT_LE(rel_err(f.v.grad(), u.v.grad()), tol) << "dv";
+  if (bias.defined()) {
+    EXPECT_LE(rel_err(f.b.grad(), u.b.grad()), tol) << "dbias";
+  }
+}
+
+// Shapes: T = 1, odd T and Dh, memory (S > T), T and S spanning several 64-key tiles and not
+// multiples of them, a memory offset that is not a multiple of the tile.
+std::vector<Case> all_cases() {
+  const std::vector<std::array<int64_t, 5>> shapes = {
+      {1, 1, 1, 1, 4},   {2, 3, 1, 6, 5},   {2, 2, 7, 7, 3},    {1, 3, 5, 12, 7},
+      {2, 2, 9, 9, 16},  {1, 2, 70, 70, 8}, {2, 1, 67, 131, 5}, {1, 2, 130, 130, 33},
+  };
+  std::vector<Case> cases;
+  for (auto& s : shapes)
+    for (BiasKind b : {BiasKind::None, BiasKind::HTS, BiasKind::OneHTS})
+      for (int64_t w : {int64_t(0), int64_t(1), int64_t(3), s[3] + 2}) {
+        if (b == BiasKind::OneHTS && w != 0) continue;  // the two bias layouts are one kernel path
+        cases.push_back({s[0], s[1], s[2], s[3], s[4], b, w});
+      }
+  return cases;
+}
+
+TEST(FusedAttention, MatchesComposedF32) {
+  uint64_t seed = 1;
+  for (const Case& c : all_cases()) compare_with_composed(c, DType::F32, 1e-5, seed++);
+}
+
+TEST(FusedAttention, MatchesComposedF64) {
+  uint64_t seed = 1000;
+  for (const Case& c : all_cases()) compare_with_composed(c, DType::F64, 1e-10, seed++);
+}
+
+TEST(FusedAttention, BiasGradientWithMoreThreadsThanHeads) {
+  // the backward then splits the batch into groups with their own bias-gradient buffers
+  const int prev = cpu::num_threads();
+  for (int threads : {1, 3, 4}) {
+    cpu::set_num_threads(threads);
+    compare_with_composed({5, 1, 9, 13, 4, BiasKind::HTS, 0}, DType::F64, 1e-10, 40 + threads);
+    compare_with_composed({3, 2, 70, 70, 8, BiasKind::OneHTS, 6}, DType::F32, 1e-5, 50 + threads);
+  }
+  cpu::set_num_threads(prev);
+}
+
+TEST(FusedAttention, LargeLogitsAndPartialGradients) {
+  // peaky softmax (large scale, bias with -inf-free but big values); only some inputs need grads
+  Rng r(7);
+  const int64_t B = 2, H = 2, T = 66, S = 80, Dh = 6;
+  Tensor q = uniform(r, {B, H, T, Dh}, DType::F32, -3, 3), k = uniform(r, {B, H, S, Dh}, DType::F32, -3, 3);
+  Tensor v = uniform(r, {B, H, S, Dh}, DType::F32), b = uniform(r, {H, T, S}, DType::F32, -20, 20);
+  for (bool grad_q : {true, false}) {
+    Variable qf(q, grad_q), kf(k, !grad_q), vf(v, true), bf(b, false);
+    Variable qc(q, grad_q), kc(k, !grad_q), vc(v, true), bc(b, false);
+    Variable of = fused_causal_attention(qf, kf, vf, bf, 2.0, 5), oc = causal_attention_composed(qc, kc, vc, bc, 2.0, 5);
+    EXPECT_LE(rel_err(of.data(), oc.data()), 1e-5);
+    sum(square(of)).backward();
+    sum(square(oc)).backward();
+    EXPECT_LE(rel_err(vf.grad(), vc.grad()), 1e-5);
+    const Tensor& gf = grad_q ? qf.grad() : kf.grad();
+    const Tensor& gc = grad_q ? qc.grad() : kc.grad();
+    EXPECT_LE(rel_err(gf, gc), 1e-5);
+  }
+}
+
+TEST(FusedAttention, NoGradModeAndEveryRowFinite) {
+  Rng r(8);
+  Tensor q = uniform(r, {1, 2, 65, 4}, DType::F32), k = uniform(r, {1, 2, 65, 4}, DType::F32),
+         v = uniform(r, {1, 2, 65, 4}, DType::F32);
+  NoGradGuard ng;
+  Variable o = fused_causal_attention(Variable(q, true), Variable(k, true), Variable(v, true), Variable(), 0.5, 1);
+  EXPECT_FALSE(o.requires_grad());
+  // window 1: each query sees only its own key, so o = v
+  for (int64_t i = 0; i < o.data().numel(); ++i) {
+    ASSERT_TRUE(std::isfinite(o.data().at(i)));
+    EXPECT_NEAR(o.data().at(i), v.at(i), 1e-6);
+  }
+}
+
+// ---------------------------------------------------------------------------- gradcheck ----
+
+TEST(FusedAttention, GradcheckF64) {
+  Rng r(11);
+  struct G {
+    int64_t B, H, T, S, Dh, window;
+    bool bias;
+  };
+  for (G c : std::vector<G>{{2, 2, 3, 5, 3, 0, true}, {1, 2, 4, 4, 5, 2, true}, {2, 1, 1, 3, 2, 0, false},
+                            {1, 1, 5, 5, 4, 3, false}}) {
+    SCOPED_TRACE("B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " T" + std::to_string(c.T) +
+                 " S" + std::to_string(c.S) + " window " + std::to_string(c.window));
+    std::vector<Tensor> in = {uniform(r, {c.B, c.H, c.T, c.Dh}, DType::F64), uniform(r, {c.B, c.H, c.S, c.Dh}, DType::F64),
+                              uniform(r, {c.B, c.H, c.S, c.Dh}, DType::F64)};
+    std::vector<std::string> names = {"q", "k", "v"};
+    if (c.bias) {
+      in.push_back(uniform(r, {c.H, c.T, c.S}, DType::F64));
+      names.push_back("bias");
+    }
+    const int64_t w = c.window;
+    GradcheckResult res = gradcheck(
+        [w](const std::vector<Variable>& x) {
+          return fused_causal_attention(x[0], x[1], x[2], x.size() > 3 ? x[3] : Variable(), 0.8, w);
+        },
+        in, names);
+    EXPECT_TRUE(res.pass) << res.summary();
+  }
+}
+
+TEST(FusedAttention, GradcheckF64SeveralTiles) {
+  // T and S beyond one 64-wide tile, memory offset 9; a subset of the elements
+  Rng r(12);
+  const int64_t B = 1, H = 2, T = 70, S = 79, Dh = 3;
+  std::vector<Tensor> in = {uniform(r, {B, H, T, Dh}, DType::F64), uniform(r, {B, H, S, Dh}, DType::F64),
+                            uniform(r, {B, H, S, Dh}, DType::F64), uniform(r, {1, H, T, S}, DType::F64)};
+  GradcheckOptions opt;
+  opt.max_elements = 120;
+  for (int64_t w : {int64_t(0), int64_t(20)}) {
+    GradcheckResult res = gradcheck(
+        [w](const std::vector<Variable>& x) { return fused_causal_attention(x[0], x[1], x[2], x[3], 0.6, w); },
+        in, {"q", "k", "v", "bias"}, opt);
+    EXPECT_TRUE(res.pass) << "window " << w << ": " << res.summary();
+  }
+}
+
+// ------------------------------------------------------------------------------- errors ----
+
+TEST(FusedAttention, ShapeErrorsNameTheOpAndShapes) {
+  auto var = [](const Shape& s, DType dt = DType::F32) { return Variable(Tensor::zeros(s, dt), true); };
+  const Variable q = var({2, 3, 4, 5}), k = var({2, 3, 6, 5}), v = var({2, 3, 6, 5});
+  const std::string op = "fused_causal_attention";
+  expect_error([&] { fused_causal_attention(var({3, 4, 5}), k, v, Variable(), 1.0); },
+               {op, "q must be [B, H, T, Dh]", "f32[3, 4, 5]"});
+  expect_error([&] { fused_causal_attention(q, var({2, 3, 6}), v, Variable(), 1.0); },
+               {op, "k and v must be [B, H, S, Dh]", "f32[2, 3, 6]"});
+  expect_error([&] { fused_causal_attention(q, k, var({2, 3, 7, 5}), Variable(), 1.0); },
+               {op, "f32[2, 3, 6, 5]", "f32[2, 3, 7, 5]"});
+  expect_error([&] { fused_causal_attention(q, var({2, 3, 6, 4}), var({2, 3, 6, 4}), Variable(), 1.0); },
+               {op, "f32[2, 3, 6, 4]", "f32[2, 3, 4, 5]"});
+  expect_error([&] { fused_causal_attention(q, var({1, 3, 6, 5}), var({1, 3, 6, 5}), Variable(), 1.0); },
+               {op, "f32[1, 3, 6, 5]", "f32[2, 3, 4, 5]"});
+  expect_error([&] { fused_causal_attention(q, var({2, 3, 3, 5}), var({2, 3, 3, 5}), Variable(), 1.0); },
+               {op, "S must be >= T", "f32[2, 3, 3, 5]", "f32[2, 3, 4, 5]"});
+  expect_error([&] { fused_causal_attention(q, k, v, var({3, 4, 7}), 1.0); },
+               {op, "bias must be [H, T, S] = [3, 4, 6]", "f32[3, 4, 7]"});
+  expect_error([&] { fused_causal_attention(q, k, v, var({2, 3, 4, 6}), 1.0); },
+               {op, "bias", "f32[2, 3, 4, 6]"});
+  expect_error([&] { fused_causal_attention(q, k, v, var({3, 4, 6}, DType::F64), 1.0); }, {op, "f64[3, 4, 6]"});
+  expect_error([&] { fused_causal_attention(q, var({2, 3, 6, 5}, DType::F64), v, Variable(), 1.0); },
+               {op, "f64[2, 3, 6, 5]"});
+  expect_error([&] { fused_causal_attention(q, k, v, Variable(), 1.0, -1); }, {op, "window must be >= 0", "-1"});
+  expect_error([&] { fused_causal_attention(var({2, 3, 4, 5}, DType::I32), k, v, Variable(), 1.0); },
+               {op, "f32 or f64", "i32[2, 3, 4, 5]"});
+  expect_error([&] { causal_attention_composed(q, k, v, var({3, 4, 7}), 1.0); },
+               {"causal_attention_composed", "f32[3, 4, 7]"});
+}
+
+// -------------------------------------------------------------------------- model level ----
+
+using json = nlohmann::json;
+
+ModelConfig tiny_cfg(const json& posenc) {
+  ModelConfig c;
+  c.vocab_size = 17;
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_ff = 32;
+  c.context = 24;
+  c.posenc = posenc;
+  return c;
+}
+
+// Does the graph of v contain an op named `name`?
+bool graph_has_op(const Variable& v, const std::string& name) {
+  std::set<const VarImpl*> seen;
+  std::vector<const VarImpl*> todo = {v.impl().get()};
+  while (!todo.empty()) {
+    const VarImpl* x = todo.back();
+    todo.pop_back();
+    if (!x || !seen.insert(x).second || !x->node) continue;
+    if (x->node->name == name) return true;
+    for (const auto& in : x->node->inputs) todo.push_back(in.get());
+  }
+  return false;
+}
+
+// RAII: the fused path forced on or off, restored afterwards.
+struct FusedGuard {
+  explicit FusedGuard(bool on) : prev(nn::fused_attention_enabled()) { nn::set_fused_attention(on); }
+  ~FusedGuard() { nn::set_fused_attention(prev); }
+  bool prev;
+};
+
+struct LossGrads {
+  double loss;
+  bool fused_in_graph;
+  std::vector<std::pair<std::string, Tensor>> grads;
+};
+
+LossGrads loss_and_grads(nn::GPT& m, const Tensor& in, const Tensor& tg, bool fused) {
+  FusedGuard guard(fused);
+  m.zero_grad();
+  Variable loss = m.loss(in, tg);
+  LossGrads r{loss.data().item(), graph_has_op(loss, "fused_causal_attention"), {}};
+  loss.backward();
+  for (auto& [name, p] : m.named_parameters()) r.grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : Tensor());
+  return r;
+}
+
+void check_model(const json& posenc, int64_t window, uint64_t seed) {
+  SCOPED_TRACE(posenc.dump() + " window " + std::to_string(window));
+  nn::GPT m(tiny_cfg(posenc));
+  m.init_weights(seed);
+  Rng r(seed + 1);
+  for (auto& [name, p] : m.named_parameters())  // larger weights: attention far from uniform
+    if (name.find("norm") == std::string::npos && name != "pe.r1" && name != "pe.r2")
+      r.fill_normal(p.data(), 0.0, 0.3);
+  if (window > 0) m.set_attention_window(window);
+  const int64_t B = 3, T = 21;
+  Tensor in = Tensor::empty({B, T}, DType::I64), tg = Tensor::empty({B, T}, DType::I64);
+  for (int64_t i = 0; i < B * T; ++i) {
+    in.set(i, (double)r.below(17));
+    tg.set(i, (double)r.below(17));
+  }
+  LossGrads u = loss_and_grads(m, in, tg, false), f = loss_and_grads(m, in, tg, true);
+  EXPECT_FALSE(u.fused_in_graph);
+  EXPECT_TRUE(f.fused_in_graph) << "the fused path was not taken";
+  EXPECT_LE(std::fabs(f.loss - u.loss), 1e-5 * std::fabs(u.loss));
+  ASSERT_EQ(f.grads.size(), u.grads.size());
+  for (size_t i = 0; i < u.grads.size(); ++i) {
+    SCOPED_TRACE(u.grads[i].first);
+    ASSERT_TRUE(u.grads[i].second.defined());
+    ASSERT_TRUE(f.grads[i].second.defined());
+    EXPECT_LE(rel_err(f.grads[i].second, u.grads[i].second), 1e-5);
+  }
+}
+
+const std::vector<json>& fused_encodings() {
+  static const std::vector<json> e = {
+      {{"type", "none"}},  {{"type", "learned"}}, {{"type", "sinusoidal"}}, {{"type", "rope"}},
+      {{"type", "xpos"}},  {{"type", "alibi"}},   {{"type", "kerple"}},     {{"type", "sandwich"}},
+      {{"type", "t5"}, {"num_buckets", 8}, {"max_distance", 16}},
+      {{"type", "rope"}, {"scaling", {{"type", "yarn"}, {"factor", 2.0}}}},
+      {{"type", "kerple"}, {"variant", "power"}},
+  };
+  return e;
+}
+
+TEST(FusedAttentionModel, LossAndGradsEqualUnfusedPerEncoding) {
+  uint64_t seed = 50;
+  for (const json& pe : fused_encodings()) check_model(pe, 0, seed++);
+}
+
+TEST(FusedAttentionModel, SlidingWindow) {
+  uint64_t seed = 80;
+  for (const json& pe : {json{{"type", "rope"}}, json{{"type", "t5"}}, json{{"type", "alibi"}}})
+    check_model(pe, 5, seed++);
+}
+
+TEST(FusedAttentionModel, WhichEncodingsTakeTheFusedPath) {
+  const std::vector<std::pair<json, bool>> cases = {
+      {{{"type", "none"}}, true},
+      {{{"type", "rope"}, {"scaling", {{"type", "pi"}, {"factor", 2.0}}}}, true},
+      {{{"type", "rope"}, {"scaling", {{"type", "rerope"}}}}, false},
+      {{{"type", "rope"}, {"scaling", {{"type", "leaky-rerope"}, {"factor", 4.0}}}}, false},
+      {{{"type", "shaw"}}, false},
+      {{{"type", "xl"}}, false},
+      {{{"type", "deberta"}}, false},
+      {{{"type", "tupe"}}, false},
+  };
+  for (auto& [pe, expect] : cases) {
+    SCOPED_TRACE(pe.dump());
+    nn::GPT m(tiny_cfg(pe));
+    m.init_weights(3);
+    AttnState st;
+    EXPECT_EQ(m.pe->fused_attention_ok(st), expect);
+    FusedGuard guard(true);
+    Tensor in = Tensor::zeros({1, 5}, DType::I64);
+    EXPECT_EQ(graph_has_op(m.loss(in, in), "fused_causal_attention"), expect);
+  }
+}
+
+TEST(FusedAttentionModel, DropoutInTrainingTakesTheUnfusedPath) {
+  ModelConfig c = tiny_cfg({{"type", "rope"}});
+  c.dropout = 0.1;
+  nn::GPT m(c);
+  m.init_weights(4);
+  FusedGuard guard(true);
+  Tensor in = Tensor::zeros({1, 6}, DType::I64);
+  m.train();
+  EXPECT_FALSE(graph_has_op(m.loss(in, in), "fused_causal_attention"));
+  m.eval();
+  EXPECT_TRUE(graph_has_op(m.loss(in, in), "fused_causal_attention"));
+  nn::set_fused_attention(false);
+  EXPECT_FALSE(graph_has_op(m.loss(in, in), "fused_causal_attention"));
+}
+
+}  // namespace
