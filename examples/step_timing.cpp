@@ -1,9 +1,11 @@
 // examples/step_timing.cpp — times forward+backward of a preset on random tokens (a quick
-// health check of speed; the full benchmark is `ctxlab bench`).
+// health check of speed; the full benchmark is `ctxlab bench`). CTXLAB_PROFILE=1 adds the
+// per-op profile of the warm steps:  CTXLAB_PROFILE=1 build/example_step_timing small 8
 #include <chrono>
 #include <cstdio>
 #include <string>
 
+#include "autograd/profiler.h"
 #include "core/allocator.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
@@ -23,7 +25,9 @@ int main(int argc, char** argv) {
     x.data<int64_t>()[i] = (int64_t)rng.below(256);
     y.data<int64_t>()[i] = (int64_t)rng.below(256);
   }
-  for (int it = 0; it < 6; ++it) {
+  const int steps = 6, warm = 2;
+  for (int it = 0; it < steps; ++it) {
+    if (it == warm && prof::enabled()) prof::reset();  // profile the warm steps only
     auto t0 = std::chrono::steady_clock::now();
     Variable loss = model.loss(x, y);
     auto t1 = std::chrono::steady_clock::now();
@@ -37,4 +41,7 @@ int main(int argc, char** argv) {
                 loss.data().item(), f, b, B * T / ((f + b) / 1000), (unsigned long long)st.system_allocs,
                 st.peak_in_use / 1e6);
   }
+  if (prof::enabled())
+    std::printf("\nper-op profile (CTXLAB_PROFILE=1), mean of %d warm steps:\n%s", steps - warm,
+                prof::table(steps - warm, 30).c_str());
 }
