@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "autograd/ops_attention.h"
+#include "autograd/ops_heads.h"
 
 namespace ctx::nn {
 
@@ -48,7 +49,7 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   if (mem_len > 0 && mem_.defined() && mem_.size(0) == B) kv_in = concat({Variable(mem_, false), x}, 1);
   const int64_t S = kv_in.size(1), M = S - T;
   Variable qkv_out = qkv->forward(kv_in);                               // [B, S, 3D]
-  Variable heads = permute(reshape(qkv_out, {B, S, 3, H_, Dh_}), {2, 0, 3, 1, 4});  // [3, B, H, S, Dh]
+  std::array<Variable, 3> heads = split_heads(qkv_out, H_, M);          // q [B, H, T, Dh]; k, v [B, H, S, Dh]
   AttnState st;
   st.layer = layer_;
   st.B = B;
@@ -58,10 +59,9 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   st.Dh = Dh_;
   st.q_pos0 = M;
   st.scale = 1.0 / std::sqrt((double)Dh_);
-  st.q = reshape(slice(heads, 0, 0, 1), {B, H_, S, Dh_});
-  if (M > 0) st.q = slice(st.q, 2, M, S);                                // [B, H, T, Dh]
-  st.k = reshape(slice(heads, 0, 1, 2), {B, H_, S, Dh_});
-  st.v = reshape(slice(heads, 0, 2, 3), {B, H_, S, Dh_});
+  st.q = heads[0];  // the last T of S rows
+  st.k = heads[1];
+  st.v = heads[2];
   st.qkv_weight = qkv->weight;
   st.qkv_bias = qkv->bias;
   pe_->rotate(st);
@@ -78,7 +78,7 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
     if (rng && dropout_ > 0) p = dropout(p, dropout_, is_training(), *rng);
     o = pe_->output(st, p);                                             // [B, H, T, Dh]
   }
-  Variable merged = reshape(permute(o, {0, 2, 1, 3}), {B, T, D_});       // [B, T, D]
+  Variable merged = merge_heads(o);                                     // [B, T, D]
   if (mem_len > 0) {  // keep the last mem_len inputs for the next segment
     const int64_t keep = std::min(mem_len, S);
     mem_ = slice(kv_in, 1, S - keep, S).data().clone();
