@@ -1,4 +1,4 @@
-// autograd/ops_linalg.cpp — matmul / batched matmul with transposes, and Linear.
+// autograd/ops_linalg.cpp — matmul / batched matmul with transposes (Linear: ops_linear.cpp).
 // Backward of C = op(A) op(B):  d op(A) = dC op(B)^T,  d op(B) = op(A)^T dC, each expressed as
 // one GEMM with the right transpose flags so nothing is materialised.
 #include "autograd/ops.h"
@@ -128,17 +128,6 @@ Variable matmul(const Variable& a, const Variable& b, bool ta, bool tb) {
   });
 }
 
-Variable linear(const Variable& x, const Variable& w, const Variable& bias) {
-  CTX_CHECK(w.dim() == 2, "linear: weight must be [out, in], got ", w.data().str());
-  CTX_CHECK(x.size(-1) == w.size(1), "linear: input ", x.data().str(), " does not match weight ",
-            w.data().str(), " (in_features ", w.size(1), ")");
-  Variable y = matmul(x, w, false, true);
-  if (bias.defined()) {
-    CTX_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias ", bias.data().str(),
-              " does not match weight ", w.data().str());
-    y = add(y, bias);
-  }
-  return y;
-}
+// linear(): autograd/ops_linear.cpp (one node with the bias folded into the GEMM).
 
 }  // namespace ctx

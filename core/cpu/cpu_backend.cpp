@@ -1,10 +1,11 @@
 // core/cpu/cpu_backend.cpp — the CPU implementation of core/backend.h.
 // Dispatches on dtype to the reference kernels (ref_kernels.h) and, for f32, to the fast paths
-// (GEMM through oneDNN or OpenBLAS, see gemm.h). Validates shapes and index ranges so that
-// library code never reads out of bounds.
+// (GEMM through oneDNN or OpenBLAS, see gemm.h; GELU: gelu_fast.h). Validates shapes and index
+// ranges so that library code never reads out of bounds.
 #include <cstring>
 
 #include "core/backend.h"
+#include "core/cpu/gelu_fast.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/onednn_ops.h"
 #include "core/cpu/ref_kernels.h"
@@ -159,9 +160,15 @@ class CpuBackend final : public Backend {
   void unary(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
     check_cpu(x, unary_name(op), "x");
     check_same(x, y, unary_name(op));
-    if (op == UnaryOp::GeluTanh && x.dtype() == DType::F32 && onednn_op_enabled("gelu_tanh") &&
-        onednn_gelu_tanh_f32(x.data<float>(), y.data<float>(), x.numel()))
-      return;
+    if (op == UnaryOp::GeluTanh && x.dtype() == DType::F32) {
+      const GeluImpl gi = gelu_impl(false);
+      if (gi == GeluImpl::OneDNN && onednn_gelu_tanh_f32(x.data<float>(), y.data<float>(), x.numel()))
+        return;
+      if (gi != GeluImpl::Reference) {  // fast, or oneDNN declined
+        gelu_tanh_fast_f32(x.data<float>(), y.data<float>(), x.numel());
+        return;
+      }
+    }
     CTX_DISPATCH_FLOAT(x.dtype(), unary_name(op),
                        ref::unary<T>(op, x.data<T>(), y.data<T>(), x.numel(), (T)a, (T)b));
   }
@@ -172,10 +179,16 @@ class CpuBackend final : public Backend {
     check_same(dy, dx, unary_name(op));
     if (x.defined()) check_same(x, dy, unary_name(op));
     if (y.defined()) check_same(y, dy, unary_name(op));
-    if (op == UnaryOp::GeluTanh && dy.dtype() == DType::F32 && x.defined() &&
-        onednn_op_enabled("gelu_tanh_backward") &&
-        onednn_gelu_tanh_backward_f32(x.data<float>(), dy.data<float>(), dx.data<float>(), dy.numel()))
-      return;
+    if (op == UnaryOp::GeluTanh && dy.dtype() == DType::F32 && x.defined()) {
+      const GeluImpl gi = gelu_impl(true);
+      if (gi == GeluImpl::OneDNN &&
+          onednn_gelu_tanh_backward_f32(x.data<float>(), dy.data<float>(), dx.data<float>(), dy.numel()))
+        return;
+      if (gi != GeluImpl::Reference) {
+        gelu_tanh_backward_fast_f32(x.data<float>(), dy.data<float>(), dx.data<float>(), dy.numel());
+        return;
+      }
+    }
     CTX_DISPATCH_FLOAT(dy.dtype(), unary_name(op),
                        ref::unary_backward<T>(op, x.defined() ? x.data<T>() : nullptr,
                                               y.defined() ? y.data<T>() : nullptr, dy.data<T>(),

@@ -29,6 +29,10 @@ template <class T>
 void gemm_reference(const GemmDesc& g, const T* A, const T* B, T* C);
 void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C);
 void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C);
+// C = op(A) op(B) + bias (bias [N] added to every row, inside the matmul primitive): the Linear
+// forward. g.batch must be 1 and g.beta 0.
+void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const float* bias,
+                      float* C);
 // Shared by the implementations: checks g's sizes (throws naming `op`); returns false when
 // there is nothing to multiply (empty C; or K == 0, after setting C = beta * C).
 bool gemm_prologue(const char* op, const GemmDesc& g, float* C);

@@ -1,7 +1,8 @@
 // core/cpu/gemm_onednn.cpp — GEMM through the oneDNN matmul primitive (f32, row-major).
 // Transposes and batch strides are memory-descriptor strides (no copies); a batch stride of 0
 // is a broadcast batch dim of 1; alpha is the output scale, beta a sum post-op. One primitive
-// per (shape, transposes, strides, alpha, beta, threads), created on first use, never again.
+// per (shape, transposes, strides, alpha, beta, bias, threads), created on first use, never
+// again. gemm_onednn_bias adds a bias row to every row of C in the matmul itself (Linear).
 #include "core/cpu/gemm.h"
 #include "core/cpu/onednn_util.h"
 #include "core/error.h"
@@ -27,7 +28,7 @@ memory::desc operand_desc(int64_t batch, int64_t rows, int64_t cols, bool trans,
   return memory::desc({b, rows, cols}, memory::data_type::f32, {sb, inner[0], inner[1]});
 }
 
-onednn::Prim create(const GemmDesc& g) {
+onednn::Prim create(const GemmDesc& g, bool bias = false) {
   // A: op(A) [M, K]; B: op(B) [K, N]; C: [M, N]; each [batch, ...] when batched.
   const memory::desc a = operand_desc(g.batch, g.M, g.K, g.trans_a, g.stride_a);
   const memory::desc b = operand_desc(g.batch, g.K, g.N, g.trans_b, g.stride_b);
@@ -41,8 +42,14 @@ onednn::Prim create(const GemmDesc& g) {
   }
   onednn::Prim p;
   try {
-    p.prim = dnnl::matmul(dnnl::matmul::primitive_desc({a, b, c}, attr, onednn::engine()));
-    p.args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    if (bias) {  // batch 1: bias [1, N] broadcast over the rows, added in the kernel's epilogue
+      const memory::desc bd({1, g.N}, memory::data_type::f32, memory::format_tag::ab);
+      p.prim = dnnl::matmul(dnnl::matmul::primitive_desc({a, b, bd, c}, attr, onednn::engine()));
+      p.args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_BIAS, bd}, {DNNL_ARG_DST, c}};
+    } else {
+      p.prim = dnnl::matmul(dnnl::matmul::primitive_desc({a, b, c}, attr, onednn::engine()));
+      p.args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    }
     p.ok = true;
   } catch (const dnnl::error& e) {
     // Both operands broadcast, or strides oneDNN does not take: one primitive per item.
@@ -69,6 +76,23 @@ void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C) {
   one.batch = 1;
   for (int64_t b = 0; b < g.batch; ++b)
     gemm_onednn(one, A + b * g.stride_a, B + b * g.stride_b, C + b * g.stride_c);
+}
+
+void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const float* bias,
+                      float* C) {
+  CTX_CHECK(g.batch == 1 && g.beta == 0.f, "gemm_onednn_bias: needs batch 1 and beta 0, got batch ",
+            g.batch, " beta ", g.beta);
+  if (!gemm_prologue("gemm_onednn_bias", g, C)) {  // K == 0: C = bias
+    for (int64_t i = 0; i < g.M; ++i)
+      for (int64_t j = 0; j < g.N; ++j) C[i * g.N + j] = bias[j];
+    return;
+  }
+  onednn::Key key;
+  key.v = {g.M, g.N, g.K, g.batch, g.trans_a, g.trans_b, g.stride_a, g.stride_b, g.stride_c,
+           onednn::float_bits(g.alpha), onednn::float_bits(g.beta), /*bias*/ 1};
+  const onednn::Prim& p = cache().get(key, [&] { return create(g, true); });
+  CTX_CHECK(p.ok, "gemm_onednn_bias: oneDNN matmul rejected M=", g.M, " N=", g.N, " K=", g.K);
+  onednn::execute(p, {A, B, bias, C});
 }
 
 size_t onednn_gemm_cache_size() { return cache().size(); }

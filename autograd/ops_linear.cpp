@@ -1,0 +1,107 @@
+// autograd/ops_linear.cpp — Linear, y = x w^T + b (w [out, in], b [out]), as one node.
+// Forward: one GEMM [R, in] x [out, in]^T with the bias folded in (oneDNN: a bias argument of
+// the matmul; other GEMMs / devices: C pre-filled with the broadcast bias, then beta = 1).
+// Backward: dx = dy w (NN), dw = dy^T x (TN), db = column sums of dy (one pass over dy).
+// Without a bias, or with CTXLAB_FUSED_LINEAR=0 (ops_linear.h), it is matmul (+ add).
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "autograd/ops.h"
+#include "autograd/ops_linear.h"
+#include "autograd/ops_util.h"
+#include "core/cpu/gemm.h"
+
+namespace ctx {
+using namespace detail;
+
+static std::atomic<int> g_fused_linear{-1};  // -1: from the environment
+bool fused_linear_enabled() {
+  static const bool env_on = [] {
+    const char* e = std::getenv("CTXLAB_FUSED_LINEAR");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  const int o = g_fused_linear.load();
+  return o < 0 ? env_on : o == 1;
+}
+void set_fused_linear(bool on) { g_fused_linear = on ? 1 : 0; }
+void reset_fused_linear() { g_fused_linear = -1; }
+
+namespace {
+
+// ---- reference: the composition of two nodes ----
+Variable linear_unfused(const Variable& x, const Variable& w, const Variable& bias) {
+  Variable y = matmul(x, w, false, true);
+  return bias.defined() ? add(y, bias) : y;
+}
+
+// y [R, N] = x [R, K] w^T + b, w [N, K]
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, int64_t R, Tensor& y) {
+  GemmDesc g;
+  g.trans_b = true;
+  g.M = R;
+  g.N = w.size(0);
+  g.K = w.size(1);
+  if (x.device() == Device::CPU && x.dtype() == DType::F32 &&
+      cpu::current_gemm_impl(g) == cpu::GemmImpl::OneDNN) {
+    cpu::gemm_onednn_bias(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>());
+    return;
+  }
+  // Any backend: y = broadcast(b), then y += x w^T.
+  Strided s, d;
+  s.strides = {0, 1};
+  d.strides = {g.N, 1};
+  backend_of(x).copy_strided(b, s, y, d, {g.M, g.N}, false);
+  g.beta = 1.f;
+  backend_of(x).gemm(g, x, w, y);
+}
+
+}  // namespace
+
+// ---- fast: one node ----
+Variable linear(const Variable& x, const Variable& w, const Variable& bias) {
+  CTX_CHECK(w.dim() == 2, "linear: weight must be [out, in], got ", w.data().str());
+  CTX_CHECK(x.size(-1) == w.size(1), "linear: input ", x.data().str(), " does not match weight ",
+            w.data().str(), " (in_features ", w.size(1), ")");
+  if (bias.defined())
+    CTX_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias ", bias.data().str(),
+              " does not match weight ", w.data().str());
+  if (!bias.defined() || x.dim() < 2 || !fused_linear_enabled()) return linear_unfused(x, w, bias);
+
+  const Tensor xd = x.data(), wd = w.data(), bd = bias.data();
+  check_compatible(xd, wd, "linear");
+  check_compatible(xd, bd, "linear");
+  CTX_CHECK(is_float(xd.dtype()), "linear: expected float tensors, got ", xd.str());
+  const int64_t N = wd.size(0), K = wd.size(1);
+  const int64_t R = shape_numel(Shape(xd.shape().begin(), xd.shape().end() - 1));  // rows
+  Shape ys = xd.shape();
+  ys.back() = N;
+  Tensor y = Tensor::empty(ys, xd.dtype(), xd.device());
+  linear_forward(xd, wd, bd, R, y);
+
+  return make_result(y, "linear", {x, w, bias}, [x, w, bias, xd, wd, N, K, R](const Tensor& dy) {
+    Backend& be = backend_of(dy);
+    if (x.requires_grad()) {  // dx [R, K] = dy [R, N] w [N, K]
+      Tensor dx = Tensor::empty(xd.shape(), xd.dtype(), xd.device());
+      GemmDesc g;
+      g.M = R; g.N = K; g.K = N;
+      be.gemm(g, dy, wd, dx);
+      acc(x, dx);
+    }
+    if (w.requires_grad()) {  // dw [N, K] = dy^T [N, R] x [R, K]
+      Tensor dw = Tensor::empty(wd.shape(), wd.dtype(), wd.device());
+      GemmDesc g;
+      g.trans_a = true;
+      g.M = N; g.N = K; g.K = R;
+      be.gemm(g, dy, xd, dw);
+      acc(w, dw);
+    }
+    if (bias.requires_grad()) {  // db [N] = sum over rows of dy
+      Tensor db = Tensor::empty({N}, dy.dtype(), dy.device());
+      be.reduce_sum(dy, db);
+      acc(bias, db);
+    }
+  });
+}
+
+}  // namespace ctx

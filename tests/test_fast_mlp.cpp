@@ -1,0 +1,217 @@
+// tests/test_fast_mlp.cpp — the MLP fast paths: the vectorised tanh-GELU (core/cpu/gelu_fast.h)
+// against the double-precision formula and the reference kernel, and the fused Linear node
+// (autograd/ops_linear.cpp): f64 gradcheck, f32 fused == matmul + add on every GEMM.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "autograd/ops_linear.h"
+#include "core/cpu/gelu_fast.h"
+#include "core/cpu/gemm.h"
+#include "core/cpu/ref_kernels.h"
+#include "core/cpu/threading.h"
+#include "core/rng.h"
+
+namespace ctx {
+namespace {
+
+// ---- GELU ----
+// The formula in double, written without the cancellation of 1 + tanh(u) and 1 - tanh(u)^2 for
+// u << 0 (tanh rounds to -1 there even in double): 0.5 (1 + tanh u) = s = 1 / (1 + e),
+// 0.5 (1 - tanh^2 u) = 2 s (1 - s), e = exp(-2u), 1 - s = e s.
+double gelu_d(double x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return x / (1 + std::exp(-2 * u));
+}
+double gelu_grad_d(double x) {
+  const double k = 0.7978845608028654, u = k * (x + 0.044715 * x * x * x);
+  const double e = std::exp(-2 * u), s = 1 / (1 + e), oms = std::isinf(e) ? 1.0 : e * s;
+  return s + 2 * x * s * oms * k * (1 + 3 * 0.044715 * x * x);
+}
+double gelu_half_one_plus_tanh(double x) {  // the first term of gelu', s
+  return 1 / (1 + std::exp(-2 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// A float computation of u = c (x + a x^3) is off by ~|u| ulp, which moves e^(-2u) (hence the
+// negative tail, y ~ x e^(-2u)) by ~|2u| ulp relative: the tolerance grows with |u|. Values
+// below 1e-30 are compared absolutely (the f32 reference itself returns 0 there).
+double gelu_tol(double x, double ref) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  const double u = std::fabs(0.7978845608028654 * (x + 0.044715 * x * x * x));
+  return 4 * eps * (1 + 2 * std::min(u, 100.0)) * std::fabs(ref) + 1e-30;
+}
+
+std::vector<float> gelu_inputs() {
+  std::vector<float> x;
+  for (int i = -200000; i <= 200000; ++i) x.push_back((float)(i * 1e-4));  // [-20, 20]
+  for (int e = -40; e <= 38; ++e)  // tiny and large magnitudes
+    for (float m : {1.f, 1.5f, 3.3f}) {
+      x.push_back(m * std::pow(10.f, (float)e));
+      x.push_back(-m * std::pow(10.f, (float)e));
+    }
+  Rng r(7);
+  for (int i = 0; i < 10001; ++i) x.push_back((float)(3 * r.normal()));  // odd n: a tail of 8
+  return x;
+}
+
+TEST(FastGelu, MatchesTheDoubleFormula) {
+  cpu::init_threading();
+  const std::vector<float> x = gelu_inputs();
+  const int64_t n = (int64_t)x.size();
+  std::vector<float> y(n), dy(n, 1.f), dx(n);
+  cpu::gelu_tanh_fast_f32(x.data(), y.data(), n);
+  cpu::gelu_tanh_backward_fast_f32(x.data(), dy.data(), dx.data(), n);
+  double worst_y = 0, worst_g = 0, max_rel_core = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double xi = x[i], yr = gelu_d(xi), gr = gelu_grad_d(xi);
+    if (!std::isfinite(yr)) continue;
+    const double ey = std::fabs(y[i] - yr), eg = std::fabs(dx[i] - gr);
+    ASSERT_LE(ey, gelu_tol(xi, yr)) << "gelu(" << xi << ") = " << y[i] << ", expected " << yr;
+    // The derivative crosses 0 near x = -0.75: there compare with the size of its two terms.
+    const double gscale = gelu_half_one_plus_tanh(xi) + std::fabs(gr);
+    ASSERT_LE(eg, gelu_tol(xi, gscale) + 1e-30)
+        << "gelu'(" << xi << ") = " << dx[i] << ", expected " << gr;
+    worst_y = std::max(worst_y, ey / std::max(std::fabs(yr), 1e-30));
+    worst_g = std::max(worst_g, eg / std::max(gscale, 1e-30));
+    if (std::fabs(xi) <= 3 && std::fabs(xi) > 1e-30)
+      max_rel_core = std::max(max_rel_core, std::max(ey / std::fabs(yr), eg / gscale));
+  }
+  // Where the model's activations live, the relative error is ~1 ulp (documented: 1e-6).
+  EXPECT_LT(max_rel_core, 1e-6);
+  std::printf("fast gelu (%s): max rel err y %.2e, y' %.2e; |x| <= 3: %.2e\n", cpu::gelu_fast_isa(),
+              worst_y, worst_g, max_rel_core);
+}
+
+TEST(FastGelu, MatchesTheReferenceKernelAndSpecialValues) {
+  const std::vector<float> x = gelu_inputs();
+  const int64_t n = (int64_t)x.size();
+  Rng r(8);
+  std::vector<float> dy(n);
+  for (auto& v : dy) v = (float)r.normal();
+  std::vector<float> y(n), yr(n), dx(n), dxr(n);
+  cpu::gelu_tanh_fast_f32(x.data(), y.data(), n);
+  cpu::gelu_tanh_backward_fast_f32(x.data(), dy.data(), dx.data(), n);
+  cpu::ref::unary<float>(UnaryOp::GeluTanh, x.data(), yr.data(), n, 0.f, 0.f);
+  cpu::ref::unary_backward<float>(UnaryOp::GeluTanh, x.data(), nullptr, dy.data(), dxr.data(), n, 0.f, 0.f);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(yr[i]) || std::fabs(x[i]) > 1e4) continue;  // the reference overflows x^3
+    // The f32 reference cancels in 1 + tanh(u) for x < 0: absolute error ~eps there.
+    ASSERT_NEAR(y[i], yr[i], 1e-6 * std::max(1.f, std::fabs(yr[i]))) << "x = " << x[i];
+    ASSERT_NEAR(dx[i], dxr[i], 2e-6 * std::max(1.f, std::fabs(dy[i]))) << "x = " << x[i];
+  }
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  const std::vector<float> s = {0.f, -0.f, 1e30f, -1e30f, 3e38f, -3e38f, inf, nan, 1e-40f, -1e-40f};
+  std::vector<float> sy(s.size()), sd(s.size()), ones(s.size(), 1.f);
+  cpu::gelu_tanh_fast_f32(s.data(), sy.data(), (int64_t)s.size());
+  cpu::gelu_tanh_backward_fast_f32(s.data(), ones.data(), sd.data(), (int64_t)s.size());
+  EXPECT_EQ(sy[0], 0.f);
+  EXPECT_EQ(sd[0], 0.5f);
+  EXPECT_EQ(sy[1], 0.f);
+  EXPECT_EQ(sy[2], 1e30f);   // gelu(large) = x
+  EXPECT_EQ(sd[2], 1.f);
+  EXPECT_EQ(sy[3], 0.f);     // gelu(-large) = -0
+  EXPECT_TRUE(std::signbit(sy[3]));
+  EXPECT_EQ(sd[3], 0.f);
+  EXPECT_EQ(sy[4], 3e38f);
+  EXPECT_EQ(sy[5], 0.f);
+  EXPECT_EQ(sy[6], inf);
+  EXPECT_EQ(sd[6], 1.f);
+  EXPECT_TRUE(std::isnan(sy[7]));  // NaN passes through, forward and backward
+  EXPECT_TRUE(std::isnan(sd[7]));
+  EXPECT_FLOAT_EQ(sy[8], 0.5f * 1e-40f);
+  EXPECT_EQ(sd[8], 0.5f);
+}
+
+TEST(FastGelu, BackendUsesTheChosenImplementationAndTheTailIsSame) {
+  // Every length 0..40 (all tail sizes), through the backend: equal to the fast kernel or oneDNN.
+  for (int64_t n = 1; n <= 40; ++n) {
+    Tensor x = Tensor::empty({n});
+    Rng r((uint64_t)n);
+    r.fill_normal(x, 0, 3);
+    Variable y = gelu_tanh(Variable(x));
+    std::vector<float> ref(n);
+    cpu::ref::unary<float>(UnaryOp::GeluTanh, x.data<float>(), ref.data(), n, 0.f, 0.f);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(y.data().at(i), ref[i], 1e-6 * std::max(1.f, std::fabs(ref[i]))) << n << " " << i;
+  }
+}
+
+// ---- fused Linear ----
+TEST(FusedLinear, GradcheckF64) {
+  set_fused_linear(true);
+  Rng r(11);
+  for (const Shape& xs : {Shape{5, 4}, Shape{2, 3, 4}}) {
+    Tensor x = Tensor::empty(xs, DType::F64), w = Tensor::empty({6, 4}, DType::F64),
+           b = Tensor::empty({6}, DType::F64);
+    r.fill_normal(x, 0, 1);
+    r.fill_normal(w, 0, 1);
+    r.fill_normal(b, 0, 1);
+    auto res = gradcheck(
+        [](const std::vector<Variable>& v) { return linear(v[0], v[1], v[2]); },
+        {x, w, b}, {"x", "weight", "bias"});
+    EXPECT_TRUE(res.pass) << res.summary();
+    EXPECT_EQ(linear(Variable(x, true), Variable(w), Variable(b)).op_name(), "linear");
+  }
+  reset_fused_linear();
+}
+
+struct LinearOut {
+  Tensor y, dx, dw, db;
+};
+LinearOut run_linear(bool fused, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& g) {
+  set_fused_linear(fused);
+  Variable xv(x.clone(), true), wv(w.clone(), true), bv(b.clone(), true);
+  Variable y = linear(xv, wv, bv);
+  EXPECT_EQ(y.op_name(), fused ? "linear" : "add");
+  Variable l = sum(mul(y, Variable(g)));
+  l.backward();
+  reset_fused_linear();
+  return {y.data(), xv.grad(), wv.grad(), bv.grad()};
+}
+
+void expect_close(const Tensor& a, const Tensor& b, double tol, const char* what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    ASSERT_NEAR(a.at(i), b.at(i), tol * (1 + std::fabs(b.at(i)))) << what << " at " << i;
+}
+
+TEST(FusedLinear, F32FusedEqualsMatmulPlusAddOnEveryGemm) {
+  Rng r(12);
+  for (auto impl : {cpu::GemmImpl::OneDNN, cpu::GemmImpl::OpenBLAS, cpu::GemmImpl::Reference}) {
+    if (impl == cpu::GemmImpl::OpenBLAS && !cpu::openblas_available()) continue;
+    cpu::set_gemm_impl(impl);
+    for (const Shape& xs : {Shape{1, 3}, Shape{37, 65}, Shape{4, 64, 96}, Shape{0, 8}}) {
+      SCOPED_TRACE(testing::Message() << cpu::gemm_impl_name(impl) << " " << shape_str(xs));
+      const int64_t K = xs.back(), N = 2 * K + 1;
+      Tensor x = Tensor::empty(xs), w = Tensor::empty({N, K}), b = Tensor::empty({N});
+      r.fill_normal(x, 0, 1);
+      r.fill_normal(w, 0, 0.2);
+      r.fill_normal(b, 0, 1);
+      Shape ys = xs;
+      ys.back() = N;
+      Tensor g = Tensor::empty(ys);
+      r.fill_normal(g, 0, 1);
+      LinearOut f = run_linear(true, x, w, b, g), u = run_linear(false, x, w, b, g);
+      expect_close(f.y, u.y, 1e-5, "y");
+      if (x.numel() == 0) continue;
+      expect_close(f.dx, u.dx, 1e-5, "dx");
+      expect_close(f.dw, u.dw, 1e-4, "dw");
+      expect_close(f.db, u.db, 1e-4, "db");
+    }
+  }
+  cpu::reset_gemm_impl();
+}
+
+TEST(FusedLinear, WithoutBiasIsMatmulAndShapeErrorsAreReported) {
+  Tensor x = Tensor::zeros({2, 3}), w = Tensor::zeros({4, 3}), b = Tensor::zeros({5});
+  EXPECT_EQ(linear(Variable(x, true), Variable(w)).op_name(), "matmul");
+  EXPECT_THROW(linear(Variable(x, true), Variable(w), Variable(b)), Error);
+  EXPECT_THROW(linear(Variable(x, true), Variable(Tensor::zeros({4, 2})), Variable()), Error);
+}
+
+}  // namespace
+}  // namespace ctx
