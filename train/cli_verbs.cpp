@@ -9,6 +9,7 @@ int run_init(int argc, char** argv);   // cli_model.cpp
 int run_eval(int argc, char** argv);   // cli_eval.cpp
 int run_sample(int argc, char** argv); // cli_eval.cpp
 int run_gradcheck(int argc, char** argv);  // cli_gradcheck.cpp
+int run_bench(int argc, char** argv);  // cli_bench.cpp
 int run_finetune(int argc, char** argv);  // cli_finetune.cpp
 
 const std::vector<Verb>& verbs() {
@@ -20,6 +21,7 @@ const std::vector<Verb>& verbs() {
       {"grads", "one forward/backward on a token batch; write d(loss)/d(param) as safetensors", run_grads},
       {"init", "write a freshly initialised checkpoint for a config", run_init},
       {"gradcheck", "finite-difference check of an encoding's gradients through a tiny f64 model", run_gradcheck},
+      {"bench", "time training steps; tokens/s, ms split, peak RSS, GFLOP/s, MFU as JSON", run_bench},
   };
   return v;
 }

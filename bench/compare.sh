@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# bench/compare.sh — ctxlab vs PyTorch on the same model: runs `ctxlab bench` and
+# bench/torch_peer.py alternately (A B A B ...) with the same preset, encoding, batch, context,
+# threads and steps, and prints each pair's tokens/s, the ratio ctxlab/pytorch, the median ratio
+# and both peak RSS. The FMA peak for MFU is measured with `ctxlab bench --peak-only` (the same
+# value for both). See bench/README.md ("ctxlab bench and the PyTorch peer").
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: bench/compare.sh [options] [-- args for both benchmarks, e.g. --steps 5 --batch 4]
+
+  --rounds N              pairs of runs, ctxlab then pytorch each round (default 3)
+  --preset NAME           tiny | small | medium (default small)
+  --posenc X              type name or JSON (default: the preset's, learned)
+  --torch-settings S      best: PyTorch with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE=$CORETYPE
+                          (default Haswell, see bench/README.md); installed: PyTorch as installed
+                          (OMP_WAIT_POLICY, GOMP_SPINCOUNT, OPENBLAS_CORETYPE removed from its
+                          environment). Default best.
+  --attention A           manual | fast (the PyTorch peer's attention; default manual)
+  --threads N             threads for both (default 2)
+  --peak-gflops G         peak for MFU (default: ctxlab bench --peak-only, 3 times before the
+                          rounds and once after each; the highest is used)
+  --csv FILE              also write one row per pair to FILE
+  --json-dir DIR          keep every run's JSON there
+  --ctxlab PATH           the ctxlab binary (default: build-bench/ctxlab, else build/ctxlab)
+  --python PATH           python with torch (default /usr/bin/python3)
+
+examples:
+  bench/compare.sh --rounds 3 --preset small --posenc rope
+  bench/compare.sh --preset tiny --rounds 2 --csv /tmp/tiny.csv -- --steps 5
+  bench/compare.sh --torch-settings installed --posenc alibi --attention fast
+EOF
+}
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROUNDS=3 PRESET=small POSENC="" SETTINGS=best ATTENTION=manual THREADS=2 PEAK="" CSV="" JSONDIR=""
+CTXLAB="" PY=/usr/bin/python3
+CORETYPE="${COMPARE_OPENBLAS_CORETYPE:-Haswell}"
+EXTRA=()
+die() { echo "compare.sh: $*" >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rounds) ROUNDS="${2:?}"; shift 2 ;;
+    --preset) PRESET="${2:?}"; shift 2 ;;
+    --posenc) POSENC="${2:?}"; shift 2 ;;
+    --torch-settings) SETTINGS="${2:?}"; shift 2 ;;
+    --attention) ATTENTION="${2:?}"; shift 2 ;;
+    --threads) THREADS="${2:?}"; shift 2 ;;
+    --peak-gflops) PEAK="${2:?}"; shift 2 ;;
+    --csv) CSV="${2:?}"; shift 2 ;;
+    --json-dir) JSONDIR="${2:?}"; shift 2 ;;
+    --ctxlab) CTXLAB="${2:?}"; shift 2 ;;
+    --python) PY="${2:?}"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) usage >&2; die "unknown option '$1'" ;;
+  esac
+done
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer, got '$ROUNDS'"
+[[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || die "--threads must be a positive integer, got '$THREADS'"
+[[ "$SETTINGS" == best || "$SETTINGS" == installed ]] || die "--torch-settings must be best or installed"
+[[ "$ATTENTION" == manual || "$ATTENTION" == fast ]] || die "--attention must be manual or fast"
+if [[ -z "$CTXLAB" ]]; then
+  for c in "$ROOT/build-bench/ctxlab" "$ROOT/build/ctxlab"; do [[ -x "$c" ]] && { CTXLAB="$c"; break; }; done
+fi
+[[ -n "$CTXLAB" && -x "$CTXLAB" ]] || die "no ctxlab binary (build it, or pass --ctxlab PATH)"
+PEER="$ROOT/bench/torch_peer.py"
+
+# JSON field reader: jq when installed, else python3.
+jget() {  # FILE PATH (jq syntax without the leading dot, e.g. ms_per_step.median)
+  if command -v jq >/dev/null 2>&1; then jq -r ".$2" "$1"
+  else "$PY" -c 'import json,sys; v=json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."): v=v[k]
+print(v)' "$1" "$2"; fi
+}
+
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+[[ -n "$JSONDIR" ]] && mkdir -p "$JSONDIR"
+
+COMMON=(--preset "$PRESET")
+[[ -n "$POSENC" ]] && COMMON+=(--posenc "$POSENC")
+COMMON+=("${EXTRA[@]}")
+
+# ctxlab always runs as its CLI does (OMP_WAIT_POLICY=PASSIVE, docs/threading.md).
+run_ctxlab() { env OMP_WAIT_POLICY=PASSIVE CTXLAB_THREADS="$THREADS" "$CTXLAB" bench "$@"; }
+run_torch() {
+  if [[ "$SETTINGS" == best ]]; then
+    env OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE="$CORETYPE" "$PY" "$PEER" "$@"
+  else
+    env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_CORETYPE "$PY" "$PEER" "$@"
+  fi
+}
+
+# The FMA peak for MFU. On a shared machine interference only lowers a measurement, so it is
+# measured 3 times before the rounds and once after each, and MFU is reported against the highest.
+PEAK_GIVEN=1
+measure_peak() {
+  run_ctxlab --peak-only --threads "$THREADS" >"$TMP/peak.json" 2>/dev/null || die "ctxlab bench --peak-only failed"
+  PEAK="$("$PY" -c 'import sys; print(max(float(x) for x in sys.argv[1:] if x))' "$(jget "$TMP/peak.json" peak_gflops)" ${PEAK:+"$PEAK"})"
+}
+if [[ -z "$PEAK" ]]; then
+  PEAK_GIVEN=0
+  for i in 1 2 3; do measure_peak; done
+  PEAK_START="$PEAK"
+  PEAK_NOTE="measured: ctxlab FMA loop, $(jget "$TMP/peak.json" peak_isa), $THREADS threads, best of 3"
+else
+  PEAK_NOTE="given"
+fi
+
+echo "compare: preset $PRESET, posenc ${POSENC:-(preset default)}, threads $THREADS, torch settings $SETTINGS$(
+  [[ $SETTINGS == best ]] && echo " (OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=$CORETYPE)"), attention $ATTENTION,"
+echo "         extra args: ${EXTRA[*]:-(none)}; peak $PEAK GFLOP/s ($PEAK_NOTE); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-5s %12s %12s %7s %10s %10s %9s %9s %6s\n' round ctxlab_tok/s torch_tok/s ratio ctx_ms torch_ms ctx_RSS torch_RSS load1
+RATIOS=() ROWS=() GA=() GB=()
+for ((r = 1; r <= ROUNDS; r++)); do
+  A="$TMP/ctxlab$r.json" B="$TMP/torch$r.json"
+  run_ctxlab "${COMMON[@]}" --peak-gflops "$PEAK" --json "$A" >/dev/null 2>"$TMP/ctxlab$r.err" ||
+    { cat "$TMP/ctxlab$r.err" >&2; die "ctxlab bench failed in round $r"; }
+  run_torch "${COMMON[@]}" --threads "$THREADS" --attention "$ATTENTION" --peak-gflops "$PEAK" --json "$B" \
+    >/dev/null 2>"$TMP/torch$r.err" || { cat "$TMP/torch$r.err" >&2; die "torch_peer.py failed in round $r"; }
+  load1="$(cut -d' ' -f1 /proc/loadavg)"
+  [[ -n "$JSONDIR" ]] && cp "$A" "$JSONDIR/ctxlab-$PRESET-r$r.json" && cp "$B" "$JSONDIR/pytorch-$PRESET-r$r.json"
+  ta="$(jget "$A" tokens_per_s)" tb="$(jget "$B" tokens_per_s)"
+  ratio="$("$PY" -c 'import sys; print("%.3f" % (float(sys.argv[1]) / float(sys.argv[2])))' "$ta" "$tb")"
+  RATIOS+=("$ratio")
+  printf '%-5s %12s %12s %7s %10s %10s %9s %9s %6s\n' "$r" "$ta" "$tb" "$ratio" "$(jget "$A" ms_per_step.median)" \
+    "$(jget "$B" ms_per_step.median)" "$(jget "$A" peak_rss_mb)MB" "$(jget "$B" peak_rss_mb)MB" "$load1"
+  ROWS+=("$r,$PRESET,$(jget "$A" posenc),$(jget "$A" batch),$(jget "$A" context),$THREADS,$SETTINGS,$ATTENTION,$ta,$tb,$ratio,$(
+    jget "$A" ms_per_step.median),$(jget "$B" ms_per_step.median),$(jget "$A" forward_ms),$(jget "$A" backward_ms),$(
+    jget "$A" optimizer_ms),$(jget "$B" forward_ms),$(jget "$B" backward_ms),$(jget "$B" optimizer_ms),$(
+    jget "$A" peak_rss_mb),$(jget "$B" peak_rss_mb),$(jget "$A" achieved_gflops),$(jget "$B" achieved_gflops),$load1")
+  GA+=("$(jget "$A" achieved_gflops)") GB+=("$(jget "$B" achieved_gflops)")
+  [[ $PEAK_GIVEN == 0 ]] && measure_peak
+done
+last_a="$TMP/ctxlab$ROUNDS.json" last_b="$TMP/torch$ROUNDS.json"
+echo "median ratio ctxlab/pytorch: $("$PY" -c 'import statistics,sys; print("%.3f" % statistics.median(map(float, sys.argv[1:])))' "${RATIOS[@]}") over $ROUNDS rounds"
+med() { "$PY" -c 'import statistics,sys; print("%.4g" % statistics.median(map(float, sys.argv[1:])))' "$@"; }
+MFU_A="$("$PY" -c 'import sys; print("%.4f" % (float(sys.argv[1]) / float(sys.argv[2])))' "$(med "${GA[@]}")" "$PEAK")"
+MFU_B="$("$PY" -c 'import sys; print("%.4f" % (float(sys.argv[1]) / float(sys.argv[2])))' "$(med "${GB[@]}")" "$PEAK")"
+echo "last round: ctxlab forward/backward/optimizer $(jget "$last_a" forward_ms)/$(jget "$last_a" backward_ms)/$(jget "$last_a" optimizer_ms) ms; pytorch $(jget "$last_b" forward_ms)/$(jget "$last_b" backward_ms)/$(jget "$last_b" optimizer_ms) ms"
+if [[ $PEAK_GIVEN == 0 ]]; then
+  echo "peak: $PEAK_START GFLOP/s before the rounds, $PEAK highest of $((3 + ROUNDS)) measurements (MFU below uses it; each JSON's mfu used the highest measured before its round)"
+fi
+echo "median achieved GFLOP/s: ctxlab $(med "${GA[@]}"), pytorch $(med "${GB[@]}"); MFU vs $PEAK GFLOP/s: ctxlab $MFU_A, pytorch $MFU_B"
+echo "peak RSS (last round): ctxlab $(jget "$last_a" peak_rss_mb) MB, pytorch $(jget "$last_b" peak_rss_mb) MB (includes the Python interpreter and torch libraries)"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [[ -n "$CSV" ]]; then
+  echo "round,preset,posenc,batch,context,threads,torch_settings,attention,ctxlab_tok_s,pytorch_tok_s,ratio,ctxlab_ms,pytorch_ms,ctxlab_fwd_ms,ctxlab_bwd_ms,ctxlab_opt_ms,pytorch_fwd_ms,pytorch_bwd_ms,pytorch_opt_ms,ctxlab_rss_mb,pytorch_rss_mb,ctxlab_gflops,pytorch_gflops,load1,peak_gflops" >"$CSV"
+  for row in "${ROWS[@]}"; do echo "$row,$PEAK" >>"$CSV"; done
+  echo "rows written to $CSV"
+fi
+exit 0
