@@ -15,21 +15,15 @@
 #include <cstring>
 
 #include "autograd/ops_util.h"
+#include "core/switch.h"
 
 namespace ctx {
 using namespace detail;
 
-static std::atomic<int> g_heads_override{-1};  // -1: from the environment
-bool fused_heads_enabled() {
-  static const bool env_on = [] {
-    const char* e = std::getenv("CTXLAB_FUSED_HEADS");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  const int o = g_heads_override.load();
-  return o < 0 ? env_on : o == 1;
-}
-void set_fused_heads(bool on) { g_heads_override = on ? 1 : 0; }
-void reset_fused_heads() { g_heads_override = -1; }
+static FastPathSwitch g_fused_heads("CTXLAB_FUSED_HEADS");
+bool fused_heads_enabled() { return g_fused_heads.enabled(); }
+void set_fused_heads(bool on) { g_fused_heads.set(on); }
+void reset_fused_heads() { g_fused_heads.reset(); }
 
 namespace {
 

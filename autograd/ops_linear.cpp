@@ -10,22 +10,16 @@
 #include "autograd/ops.h"
 #include "autograd/ops_linear.h"
 #include "autograd/ops_util.h"
+#include "core/switch.h"
 #include "core/cpu/gemm.h"
 
 namespace ctx {
 using namespace detail;
 
-static std::atomic<int> g_fused_linear{-1};  // -1: from the environment
-bool fused_linear_enabled() {
-  static const bool env_on = [] {
-    const char* e = std::getenv("CTXLAB_FUSED_LINEAR");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  const int o = g_fused_linear.load();
-  return o < 0 ? env_on : o == 1;
-}
-void set_fused_linear(bool on) { g_fused_linear = on ? 1 : 0; }
-void reset_fused_linear() { g_fused_linear = -1; }
+static FastPathSwitch g_fused_linear("CTXLAB_FUSED_LINEAR");
+bool fused_linear_enabled() { return g_fused_linear.enabled(); }
+void set_fused_linear(bool on) { g_fused_linear.set(on); }
+void reset_fused_linear() { g_fused_linear.reset(); }
 
 namespace {
 

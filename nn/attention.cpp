@@ -16,22 +16,16 @@
 
 #include "autograd/ops_attention.h"
 #include "autograd/ops_heads.h"
+#include "core/switch.h"
 
 namespace ctx::nn {
 
 // The fused path: CTXLAB_FUSED_ATTENTION=0 turns it off (read once); set_fused_attention()
 // overrides the environment until reset_fused_attention().
-static std::atomic<int> g_fused_override{-1};  // -1: from the environment
-bool fused_attention_enabled() {
-  static const bool env_on = [] {
-    const char* e = std::getenv("CTXLAB_FUSED_ATTENTION");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  const int o = g_fused_override.load();
-  return o < 0 ? env_on : o == 1;
-}
-void set_fused_attention(bool on) { g_fused_override = on ? 1 : 0; }
-void reset_fused_attention() { g_fused_override = -1; }
+static FastPathSwitch g_fused_attention("CTXLAB_FUSED_ATTENTION");
+bool fused_attention_enabled() { return g_fused_attention.enabled(); }
+void set_fused_attention(bool on) { g_fused_attention.set(on); }
+void reset_fused_attention() { g_fused_attention.reset(); }
 
 Attention::Attention(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt)
     : layer_(layer), H_(cfg.n_heads), Dh_(cfg.head_dim()), D_(cfg.d_model), dropout_(cfg.dropout), pe_(pe) {
