@@ -1,6 +1,6 @@
 // examples/step_timing.cpp — times forward+backward of a preset on random tokens (a quick
 // health check of speed; the full benchmark is `ctxlab bench`). CTXLAB_PROFILE=1 adds the
-// per-op profile of the warm steps:  CTXLAB_PROFILE=1 build/example_step_timing small 8
+// per-op profile of the warm steps:  CTXLAB_PROFILE=1 build/example_step_timing small 8 ['{"type":"shaw"}']
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   std::string preset = argc > 1 ? argv[1] : "small";
   int64_t B = argc > 2 ? std::stoll(argv[2]) : 8;
   ModelConfig cfg = preset_config(preset);
+  if (argc > 3) cfg.posenc = nlohmann::json::parse(argv[3]);  // e.g. '{"type":"shaw"}'
   nn::GPT model(cfg);
   model.init_weights(0);
   Rng rng(1);
