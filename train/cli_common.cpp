@@ -77,4 +77,27 @@ std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all) {
   return {in, tg};
 }
 
+void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt) {
+  if (a.count("data")) opt.data = a["data"].as<std::string>();
+  opt.val_fraction = a["val-fraction"].as<double>();
+  opt.steps = a["steps"].as<int64_t>();
+  opt.batch = a["batch"].as<int64_t>();
+  opt.accum = a["accum"].as<int64_t>();
+  opt.lr = a["lr"].as<double>();
+  opt.warmup = a["warmup"].as<int64_t>();
+  opt.weight_decay = a["weight-decay"].as<double>();
+  opt.beta1 = a["beta1"].as<double>();
+  opt.beta2 = a["beta2"].as<double>();
+  opt.grad_clip = a["grad-clip"].as<double>();
+  opt.seed = a["seed"].as<uint64_t>();
+  opt.out = a["out"].as<std::string>();
+  opt.log_interval = a["log-interval"].as<int64_t>();
+  opt.eval_interval = a["eval-interval"].as<int64_t>();
+  opt.eval_batches = a["eval-batches"].as<int64_t>();
+  opt.ckpt_interval = a["ckpt-interval"].as<int64_t>();
+  opt.plot = !a.count("no-plot");
+  opt.quiet = a.count("quiet") > 0;
+  CTX_CHECK(opt.log_interval > 0, "--log-interval must be positive, got ", opt.log_interval);
+}
+
 }  // namespace ctx::cli

@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "train/config.h"
+#include "train/trainer.h"
 
 namespace ctx::cli {
 
@@ -19,6 +20,10 @@ std::pair<ModelConfig, std::string> config_from_options(const cxxopts::ParseResu
 // Parses; prints help and returns nullopt on --help; throws ctx::Error on bad options.
 std::optional<cxxopts::ParseResult> parse_or_help(cxxopts::Options& o, int argc, char** argv);
 void require(const cxxopts::ParseResult& r, const char* name, const cxxopts::Options& o);
+// The training options `train` and `finetune` share (data, val-fraction, steps, batch, accum, lr,
+// warmup, weight-decay, beta1, beta2, grad-clip, seed, out, log/eval/ckpt intervals, eval-batches,
+// no-plot, quiet), read into `opt`; each verb sets the rest (context, optimizer, min-lr, ...).
+void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt);
 // all [B, T+1] -> (inputs [B, T], targets [B, T])
 std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all);
 

@@ -130,29 +130,10 @@ int run_finetune(int argc, char** argv) {
   model.pe->check_length(context);
 
   TrainOptions opt;
-  if (a.count("data")) opt.data = a["data"].as<std::string>();
-  opt.val_fraction = a["val-fraction"].as<double>();
+  read_train_options(a, opt);
   opt.context = context;
-  opt.steps = a["steps"].as<int64_t>();
-  opt.batch = a["batch"].as<int64_t>();
-  opt.accum = a["accum"].as<int64_t>();
   opt.optimizer = "adamw";
-  opt.lr = a["lr"].as<double>();
   opt.min_lr = a.count("min-lr") ? a["min-lr"].as<double>() : opt.lr;
-  opt.warmup = a["warmup"].as<int64_t>();
-  opt.weight_decay = a["weight-decay"].as<double>();
-  opt.beta1 = a["beta1"].as<double>();
-  opt.beta2 = a["beta2"].as<double>();
-  opt.grad_clip = a["grad-clip"].as<double>();
-  opt.seed = a["seed"].as<uint64_t>();
-  opt.out = a["out"].as<std::string>();
-  opt.log_interval = a["log-interval"].as<int64_t>();
-  opt.eval_interval = a["eval-interval"].as<int64_t>();
-  opt.eval_batches = a["eval-batches"].as<int64_t>();
-  opt.ckpt_interval = a["ckpt-interval"].as<int64_t>();
-  opt.plot = !a.count("no-plot");
-  opt.quiet = a.count("quiet") > 0;
-  CTX_CHECK(opt.log_interval > 0, "--log-interval must be positive");
   CTX_CHECK(opt.lr > 0 && opt.min_lr >= 0 && opt.min_lr <= opt.lr, "--lr must be > 0 and 0 <= --min-lr <= --lr, got ",
             opt.lr, " and ", opt.min_lr);
   if (!opt.quiet)

@@ -97,30 +97,11 @@ int run_train(int argc, char** argv) {
 
   auto [cfg, source] = config_from_options(a);
   TrainOptions opt;
-  if (a.count("data")) opt.data = a["data"].as<std::string>();
-  opt.val_fraction = a["val-fraction"].as<double>();
+  read_train_options(a, opt);
   if (a.count("context")) opt.context = a["context"].as<int64_t>();
-  opt.steps = a["steps"].as<int64_t>();
-  opt.batch = a["batch"].as<int64_t>();
-  opt.accum = a["accum"].as<int64_t>();
   opt.optimizer = a["optimizer"].as<std::string>();
-  opt.lr = a["lr"].as<double>();
   opt.min_lr = a["min-lr"].as<double>();
-  opt.warmup = a["warmup"].as<int64_t>();
-  opt.weight_decay = a["weight-decay"].as<double>();
-  opt.beta1 = a["beta1"].as<double>();
-  opt.beta2 = a["beta2"].as<double>();
   opt.momentum = a["momentum"].as<double>();
-  opt.grad_clip = a["grad-clip"].as<double>();
-  opt.seed = a["seed"].as<uint64_t>();
-  opt.out = a["out"].as<std::string>();
-  opt.log_interval = a["log-interval"].as<int64_t>();
-  opt.eval_interval = a["eval-interval"].as<int64_t>();
-  opt.eval_batches = a["eval-batches"].as<int64_t>();
-  opt.ckpt_interval = a["ckpt-interval"].as<int64_t>();
-  opt.plot = !a.count("no-plot");
-  opt.quiet = a.count("quiet") > 0;
-  CTX_CHECK(opt.log_interval > 0, "--log-interval must be positive");
 
   nn::GPT model(cfg, DType::F32, source);
   model.init_weights(opt.seed);
