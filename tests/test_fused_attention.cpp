@@ -26,6 +26,8 @@
 
 using namespace ctx;
 using ctx::testing_util::expect_error;
+using ctx::testing_util::graph_has_op;
+using ctx::testing_util::tiny_cfg;
 
 namespace {
 
@@ -247,32 +249,6 @@ TEST(FusedAttention, ShapeErrorsNameTheOpAndShapes) {
 // -------------------------------------------------------------------------- model level ----
 
 using json = nlohmann::json;
-
-ModelConfig tiny_cfg(const json& posenc) {
-  ModelConfig c;
-  c.vocab_size = 17;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 32;
-  c.context = 24;
-  c.posenc = posenc;
-  return c;
-}
-
-// Does the graph of v contain an op named `name`?
-bool graph_has_op(const Variable& v, const std::string& name) {
-  std::set<const VarImpl*> seen;
-  std::vector<const VarImpl*> todo = {v.impl().get()};
-  while (!todo.empty()) {
-    const VarImpl* x = todo.back();
-    todo.pop_back();
-    if (!x || !seen.insert(x).second || !x->node) continue;
-    if (x->node->name == name) return true;
-    for (const auto& in : x->node->inputs) todo.push_back(in.get());
-  }
-  return false;
-}
 
 // RAII: the fused path forced on or off, restored afterwards.
 struct FusedGuard {

@@ -23,6 +23,8 @@
 
 using namespace ctx;
 using ctx::testing_util::expect_error;
+using ctx::testing_util::graph_has_op;
+using ctx::testing_util::tiny_cfg;
 
 namespace {
 
@@ -228,32 +230,6 @@ TEST(MergeHeads, EqualsCompositionAndGradcheck) {
 // -------------------------------------------------------------------------- model level ----
 
 using json = nlohmann::json;
-
-ModelConfig tiny_cfg(const json& posenc) {
-  ModelConfig c;
-  c.vocab_size = 17;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 32;
-  c.context = 24;
-  c.posenc = posenc;
-  return c;
-}
-
-// Does the graph of v contain an op named `name`?
-bool graph_has_op(const Variable& v, const std::string& name) {
-  std::vector<const VarImpl*> todo = {v.impl().get()}, seen;
-  while (!todo.empty()) {
-    const VarImpl* x = todo.back();
-    todo.pop_back();
-    if (!x || !x->node || std::find(seen.begin(), seen.end(), x) != seen.end()) continue;
-    seen.push_back(x);
-    if (x->node->name == name) return true;
-    for (const auto& in : x->node->inputs) todo.push_back(in.get());
-  }
-  return false;
-}
 
 struct LossGrads {
   double loss;
