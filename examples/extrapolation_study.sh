@@ -126,33 +126,28 @@ evalq --checkpoint "$rope" --lengths "$LENGTHS" --rope-scaling dynamic-ntk --fac
 evalq --checkpoint "$rope" --lengths "$LENGTHS" --rope-scaling rerope --csv "$out/eval/rope_rerope.csv"
 evalq --checkpoint "$rope" --lengths "$LENGTHS" --rope-scaling leaky-rerope --factor 16 --csv "$out/eval/rope_leaky-rerope.csv"
 
-# ---- 4. Position Interpolation fine-tune of the RoPE model at 4L ----
-ft="$out/rope_pi_ft"
-if [ "$fresh" = 0 ] && finished "$ft" "$FT_STEPS"; then
-  log "PI fine-tune: reusing $ft"
-else
-  rm -rf "$ft"
-  log "PI fine-tune: rope at context $L4, factor 4, $FT_STEPS steps"
-  stage finetune_pi "$bin" finetune --checkpoint "$rope" --context "$L4" --rope-scaling pi --factor 4 \
-    --steps "$FT_STEPS" --batch $((B * L / L4 > 0 ? B * L / L4 : 1)) --lr "$FT_LR" --warmup $((FT_STEPS / 15 + 1)) \
-    --eval-interval "$FT_EVAL" --eval-batches 1000 --log-interval $((FT_STEPS / 4)) --out "$ft" --no-plot > "$out/finetune.log"
-fi
-stage eval_rope_pi_ft evalq --checkpoint "$ft/model.safetensors" --lengths "$LENGTHS" --csv "$out/eval/rope_pi_ft.csv"
+# ---- 4. fine-tunes of the RoPE model at 4L: with Position Interpolation, and without scaling ----
+# finetune NAME LABEL [scaling args...]: the same budget and recipe for both; reuses a finished run.
+finetune() {
+  local name="$1" label="$2"; shift 2
+  local dir="$out/$name"
+  if [ "$fresh" = 0 ] && finished "$dir" "$FT_STEPS"; then
+    log "$label: reusing $dir"
+  else
+    rm -rf "$dir"
+    log "$label: rope at context $L4, $FT_STEPS steps"
+    stage "$name" "$bin" finetune --checkpoint "$rope" --context "$L4" "$@" --steps "$FT_STEPS" \
+      --batch $((B * L / L4 > 0 ? B * L / L4 : 1)) --lr "$FT_LR" --warmup $((FT_STEPS / 15 + 1)) \
+      --eval-interval "$FT_EVAL" --eval-batches 1000 --log-interval $((FT_STEPS / 4)) --out "$dir" --no-plot \
+      > "$out/$name.log"
+  fi
+  evalq --checkpoint "$dir/model.safetensors" --lengths "$LENGTHS" --csv "$out/eval/$name.csv"
+}
+finetune rope_pi_ft "PI fine-tune (factor 4)" --rope-scaling pi --factor 4
 # The fine-tune's validation curve at 4L starts from the un-tuned PI model: its loss at step 0.
 evalq --checkpoint "$rope" --lengths "$L4" --rope-scaling pi --factor 4 --csv "$out/eval/rope_pi_ft_step0.csv"
-# Same budget at 4L without scaling (plain RoPE fine-tuned at the longer context), the PI paper's
-# "direct fine-tuning" comparison.
-ftd="$out/rope_direct_ft"
-if [ "$fresh" = 0 ] && finished "$ftd" "$FT_STEPS"; then
-  log "direct fine-tune: reusing $ftd"
-else
-  rm -rf "$ftd"
-  log "direct fine-tune (no scaling): rope at context $L4, $FT_STEPS steps"
-  stage finetune_direct "$bin" finetune --checkpoint "$rope" --context "$L4" --steps "$FT_STEPS" \
-    --batch $((B * L / L4 > 0 ? B * L / L4 : 1)) --lr "$FT_LR" --warmup $((FT_STEPS / 15 + 1)) \
-    --eval-interval "$FT_EVAL" --eval-batches 1000 --log-interval $((FT_STEPS / 4)) --out "$ftd" --no-plot > "$out/finetune_direct.log"
-fi
-evalq --checkpoint "$ftd/model.safetensors" --lengths "$LENGTHS" --csv "$out/eval/rope_direct_ft.csv"
+# Same budget without scaling: the PI paper's "direct fine-tuning" comparison.
+finetune rope_direct_ft "direct fine-tune (no scaling)"
 
 total=$(( $(date +%s) - t_start ))
 echo "total,$total" >> "$timing"
