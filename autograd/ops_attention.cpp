@@ -1,9 +1,10 @@
 // autograd/ops_attention.cpp — fused_causal_attention (see ops_attention.h): argument checks,
 // the fused CPU kernels (core/cpu/flash_attention.cpp) with their backward, and the composed
-// version of the same attention.
+// version of the same attention, relative (content-position) terms included.
 #include "autograd/ops_attention.h"
 
 #include <cmath>
+#include <utility>
 
 #include "autograd/ops_util.h"
 #include "core/cpu/flash_attention.h"
@@ -46,6 +47,62 @@ cpu::FlashAttnDims check_args(const char* op, const Variable& q, const Variable&
   return d;
 }
 
+// Checks rel against the call's sizes; returns {Rq, Rk} (0 for an absent side). Errors name the
+// op, the RelTerms field and the expected shape; index values are checked against their range.
+std::pair<int64_t, int64_t> check_rel(const char* op, const RelTerms& rel, const Tensor& qd,
+                                      int64_t B, int64_t H, int64_t T, int64_t S, int64_t Dh) {
+  if (rel.empty()) return {0, 0};
+  auto check_idx = [&](const Tensor& idx, const char* name, int64_t R) {
+    CTX_CHECK(idx.defined(), op, ": RelTerms.", name, " (i32 [T, S]) is required by its terms");
+    CTX_CHECK(idx.dtype() == DType::I32 && idx.device() == Device::CPU && (idx.shape() == Shape{T, S}),
+              op, ": RelTerms.", name, " must be a CPU i32 [T, S] = [", T, ", ", S, "] tensor, got ",
+              idx.str());
+    const int32_t* ip = idx.data<int32_t>();
+    for (int64_t x = 0; x < T * S; ++x)
+      CTX_CHECK(ip[x] >= 0 && ip[x] < R, op, ": RelTerms.", name, "[", x / S, ", ", x % S, "] = ", ip[x],
+                " is outside [0, ", R, ")");
+  };
+  auto check_var = [&](const Variable& x, const char* name, const Shape& want) {
+    check_compatible(qd, x.data(), op);
+    CTX_CHECK(x.shape() == want, op, ": RelTerms.", name, " must be ", dtype_name(qd.dtype()), shape_str(want),
+              ", got ", x.data().str());
+  };
+  int64_t Rq = 0, Rk = 0;
+  if (rel.qrel.defined() || rel.vrel.defined()) {
+    Rq = rel.qrel.defined() ? rel.qrel.size(-1) : rel.vrel.size(0);
+    if (rel.qrel.defined()) check_var(rel.qrel, "qrel", {B, H, T, Rq});
+    if (rel.vrel.defined()) check_var(rel.vrel, "vrel", {Rq, Dh});
+    check_idx(rel.qidx, "qidx", Rq);
+  }
+  if (rel.krel.defined()) {
+    Rk = rel.krel.size(-1);
+    check_var(rel.krel, "krel", {B, H, S, Rk});
+    check_idx(rel.kidx, "kidx", Rk);
+  }
+  return {Rq, Rk};
+}
+
+// i64 [T * S] flat index into a [.., N, R] table seen as [.., N * R]: row(i, j) * R + idx[i, j],
+// with row = i (by query) or j (by key).
+Tensor flat_index(const Tensor& idx, int64_t R, bool by_key) {
+  const int64_t T = idx.size(0), S = idx.size(1);
+  Tensor f = Tensor::empty({T * S}, DType::I64);
+  const int32_t* ip = idx.data<int32_t>();
+  int64_t* fp = f.data<int64_t>();
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < S; ++j) fp[i * S + j] = (by_key ? j : i) * R + ip[i * S + j];
+  return f;
+}
+
+// x [B, H, N, R] -> [B, H, T, S]: out[b, h, i, j] = x[b, h, row(i, j), idx[i, j]].
+Variable gather_rel(const Variable& x, const Tensor& idx, bool by_key) {
+  const int64_t B = x.size(0), H = x.size(1), R = x.size(3), T = idx.size(0), S = idx.size(1);
+  Variable flat = reshape(x, {B, H, x.size(2) * R});
+  Tensor fi = flat_index(idx, R, by_key);
+  if (x.device() != Device::CPU) fi = fi.to(x.device());
+  return reshape(index_select(flat, 2, fi), {B, H, T, S});
+}
+
 // [T, S] mask (q's dtype and device): 1 where j <= i + (S - T) - window (outside the window).
 Tensor window_mask(const cpu::FlashAttnDims& d, const Tensor& like) {
   Tensor m = Tensor::zeros({d.T, d.S}, like.dtype());
@@ -57,53 +114,125 @@ Tensor window_mask(const cpu::FlashAttnDims& d, const Tensor& like) {
 
 }  // namespace
 
-Variable causal_attention_composed(const Variable& q, const Variable& k, const Variable& v,
-                                   const Variable& bias, double scale_, int64_t window) {
-  const cpu::FlashAttnDims d = check_args("causal_attention_composed", q, k, v, bias, scale_, window);
-  Variable s = scale(matmul(q, k, false, true), scale_);  // [B, H, T, S]
-  if (bias.defined()) s = add(s, bias);                   // [H, T, S] broadcasts over B
-  s = causal_mask(s, d.S - d.T);
-  if (window > 0 && window < d.S) s = masked_fill(s, window_mask(d, q.data()), -INFINITY);
-  return matmul(softmax(s), v);                            // [B, H, T, Dh]
+Variable relative_logits(const Variable& q, const Variable& k, const Variable& bias, double scale_,
+                         const RelTerms& rel) {
+  const char* op = "relative_logits";
+  CTX_CHECK(q.defined() && k.defined() && q.dim() == 4 && k.dim() == 4, op,
+            ": q and k must be defined [B, H, T, Dh] / [B, H, S, Dh] tensors");
+  check_rel(op, rel, q.data(), q.size(0), q.size(1), q.size(2), k.size(2), q.size(3));
+  Variable s = matmul(q, k, false, true);                                 // [B, H, T, S]
+  if (rel.qrel.defined()) s = add(s, gather_rel(rel.qrel, rel.qidx, false));
+  if (rel.krel.defined()) s = add(s, gather_rel(rel.krel, rel.kidx, true));
+  s = scale(s, scale_);
+  return bias.defined() ? add(s, bias) : s;  // [H, T, S] / [1, H, T, S] broadcast over B
 }
 
+Variable relative_output(const Variable& p, const Variable& v, const RelTerms& rel) {
+  const char* op = "relative_output";
+  CTX_CHECK(p.defined() && v.defined() && p.dim() == 4 && v.dim() == 4, op,
+            ": p and v must be defined [B, H, T, S] / [B, H, S, Dh] tensors");
+  Variable o = matmul(p, v);  // [B, H, T, Dh]
+  if (!rel.vrel.defined()) return o;
+  const int64_t B = p.size(0), H = p.size(1), T = p.size(2), S = p.size(3), Dh = v.size(3);
+  RelTerms values;  // only the value term: checked against p's sizes
+  values.qidx = rel.qidx;
+  values.vrel = rel.vrel;
+  const int64_t Rq = check_rel(op, values, p.data(), B, H, T, S, Dh).first;
+  // prel[b, h, i, r] = sum of p[b, h, i, j] over qidx[i, j] = r: the transpose of the gather
+  Tensor fi = flat_index(rel.qidx, Rq, false);
+  if (p.device() != Device::CPU) fi = fi.to(p.device());
+  Variable zeros(Tensor::zeros({B, H, T * Rq}, p.dtype(), p.device()), false);
+  Variable prel = reshape(scatter_add(zeros, 2, fi, reshape(p, {B, H, T * S})), {B, H, T, Rq});
+  return add(o, matmul(prel, rel.vrel));
+}
+
+Variable causal_attention_composed(const Variable& q, const Variable& k, const Variable& v,
+                                   const Variable& bias, double scale_, int64_t window,
+                                   const RelTerms& rel) {
+  const char* op = "causal_attention_composed";
+  const cpu::FlashAttnDims d = check_args(op, q, k, v, bias, scale_, window);
+  check_rel(op, rel, q.data(), d.B, d.H, d.T, d.S, d.Dh);
+  Variable s = relative_logits(q, k, bias, scale_, rel);  // [B, H, T, S]
+  s = causal_mask(s, d.S - d.T);
+  if (window > 0 && window < d.S) s = masked_fill(s, window_mask(d, q.data()), -INFINITY);
+  return relative_output(softmax(s), v, rel);              // [B, H, T, Dh]
+}
+
+namespace {
+
+// The kernels' view of rel (and of the relative gradients to write, when defined) for type F.
+template <class F>
+cpu::FlashRel<F> flash_rel(const RelTerms& rel, int64_t Rq, int64_t Rk, Tensor dqrel, Tensor dkrel,
+                           Tensor dvrel) {
+  cpu::FlashRel<F> fr;
+  fr.Rq = Rq, fr.Rk = Rk;
+  if (rel.qidx.defined()) fr.qidx = rel.qidx.data<int32_t>();
+  if (rel.kidx.defined()) fr.kidx = rel.kidx.data<int32_t>();
+  if (rel.qrel.defined()) fr.qrel = rel.qrel.data().data<F>();
+  if (rel.krel.defined()) fr.krel = rel.krel.data().data<F>();
+  if (rel.vrel.defined()) fr.vrel = rel.vrel.data().data<F>();
+  if (dqrel.defined()) fr.dqrel = dqrel.data<F>();
+  if (dkrel.defined()) fr.dkrel = dkrel.data<F>();
+  if (dvrel.defined()) fr.dvrel = dvrel.data<F>();
+  return fr;
+}
+
+template <class F>
+const F* ptr(const Tensor& t) {
+  return t.defined() ? t.data<F>() : nullptr;
+}
+template <class F>
+F* mptr(Tensor& t) {
+  return t.defined() ? t.data<F>() : nullptr;
+}
+
+}  // namespace
+
 Variable fused_causal_attention(const Variable& q, const Variable& k, const Variable& v,
-                                const Variable& bias, double scale, int64_t window) {
+                                const Variable& bias, double scale, int64_t window,
+                                const RelTerms& rel) {
   const char* op = "fused_causal_attention";
   const cpu::FlashAttnDims d = check_args(op, q, k, v, bias, scale, window);
   const Tensor qd = q.data(), kd = k.data(), vd = v.data();
-  if (qd.device() != Device::CPU) return causal_attention_composed(q, k, v, bias, scale, window);
+  if (qd.device() != Device::CPU) return causal_attention_composed(q, k, v, bias, scale, window, rel);
+  const auto [Rq, Rk] = check_rel(op, rel, qd, d.B, d.H, d.T, d.S, d.Dh);
   const Tensor bd = bias.defined() ? bias.data() : Tensor();
   Tensor out = empty_like(qd);                                            // [B, H, T, Dh]
   Tensor lse = Tensor::empty({d.B, d.H, d.T}, qd.dtype(), qd.device());  // [B, H, T]
-  if (qd.dtype() == DType::F32)
-    cpu::flash_attention_forward<float>(d, qd.data<float>(), kd.data<float>(), vd.data<float>(),
-                                        bd.defined() ? bd.data<float>() : nullptr, out.data<float>(),
-                                        lse.data<float>());
-  else
-    cpu::flash_attention_forward<double>(d, qd.data<double>(), kd.data<double>(), vd.data<double>(),
-                                         bd.defined() ? bd.data<double>() : nullptr,
-                                         out.data<double>(), lse.data<double>());
+  const Tensor none;
+  auto forward = [&](auto tag) {
+    using F = decltype(tag);
+    cpu::flash_attention_forward<F>(d, qd.data<F>(), kd.data<F>(), vd.data<F>(), ptr<F>(bd), out.data<F>(),
+                                    lse.data<F>(), flash_rel<F>(rel, Rq, Rk, none, none, none));
+  };
+  if (qd.dtype() == DType::F32) forward(float());
+  else forward(double());
   std::vector<Variable> inputs = {q, k, v};
-  if (bias.defined()) inputs.push_back(bias);
-  return make_result(out, op, inputs, [q, k, v, bias, qd, kd, vd, bd, out, lse, d](const Tensor& g) {
-    // g = dL/do [B, H, T, Dh]; dbias [H, T, S] only when the bias takes part in the graph
-    Tensor dq = empty_like(qd), dk = empty_like(kd), dv = empty_like(vd), db;
+  for (const Variable* x : {&bias, &rel.qrel, &rel.krel, &rel.vrel})
+    if (x->defined()) inputs.push_back(*x);
+  return make_result(out, op, inputs, [q, k, v, bias, rel, Rq, Rk, qd, kd, vd, bd, out, lse, d](const Tensor& g) {
+    // g = dL/do [B, H, T, Dh]; dbias [H, T, S] and the relative gradients only for inputs that
+    // take part in the graph
+    Tensor dq = empty_like(qd), dk = empty_like(kd), dv = empty_like(vd), db, dqr, dkr, dvr;
     if (bias.defined() && bias.requires_grad()) db = Tensor::empty({d.H, d.T, d.S}, qd.dtype());
-    if (qd.dtype() == DType::F32)
-      cpu::flash_attention_backward<float>(
-          d, qd.data<float>(), kd.data<float>(), vd.data<float>(), bd.defined() ? bd.data<float>() : nullptr,
-          out.data<float>(), lse.data<float>(), g.data<float>(), dq.data<float>(), dk.data<float>(),
-          dv.data<float>(), db.defined() ? db.data<float>() : nullptr);
-    else
-      cpu::flash_attention_backward<double>(
-          d, qd.data<double>(), kd.data<double>(), vd.data<double>(), bd.defined() ? bd.data<double>() : nullptr,
-          out.data<double>(), lse.data<double>(), g.data<double>(), dq.data<double>(), dk.data<double>(),
-          dv.data<double>(), db.defined() ? db.data<double>() : nullptr);
+    if (rel.qrel.defined() && rel.qrel.requires_grad()) dqr = empty_like(rel.qrel.data());
+    if (rel.krel.defined() && rel.krel.requires_grad()) dkr = empty_like(rel.krel.data());
+    if (rel.vrel.defined() && rel.vrel.requires_grad()) dvr = empty_like(rel.vrel.data());
+    auto backward = [&](auto tag) {
+      using F = decltype(tag);
+      cpu::flash_attention_backward<F>(d, qd.data<F>(), kd.data<F>(), vd.data<F>(), ptr<F>(bd), out.data<F>(),
+                                       lse.data<F>(), g.data<F>(), dq.data<F>(), dk.data<F>(), dv.data<F>(),
+                                       mptr<F>(db), flash_rel<F>(rel, Rq, Rk, dqr, dkr, dvr));
+    };
+    if (qd.dtype() == DType::F32) backward(float());
+    else backward(double());
     acc(q, dq);
     acc(k, dk);
     acc(v, dv);
     if (db.defined()) acc(bias, db.view(bias.shape()));
+    if (dqr.defined()) acc(rel.qrel, dqr);
+    if (dkr.defined()) acc(rel.krel, dkr);
+    if (dvr.defined()) acc(rel.vrel, dvr);
   });
 }
 

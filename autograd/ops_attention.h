@@ -7,6 +7,21 @@
 
 namespace ctx {
 
+// Content-position terms of attention (shaw, xl, deberta, tupe), each optional. Per (b, h):
+//   logits_ij = scale * (q_i . k_j + qrel[i, qidx[i, j]] + krel[j, kidx[i, j]]) + bias_ij
+//   o_i       = sum_j p_ij (v_j + vrel[qidx[i, j]])
+// qrel / krel hold one column per relative index (a small GEMM against a table), gathered per
+// (i, j) by the index tables; the fused kernel gathers inside its tiles, the composed version
+// through index_select / scatter_add.
+struct RelTerms {
+  Tensor qidx;    // i32 [T, S], values in [0, Rq): indexes qrel and vrel
+  Variable qrel;  // [B, H, T, Rq] or undefined
+  Variable vrel;  // [Rq, Dh] (shared by the batch and the heads) or undefined
+  Tensor kidx;    // i32 [T, S], values in [0, Rk)
+  Variable krel;  // [B, H, S, Rk] or undefined
+  bool empty() const { return !qrel.defined() && !vrel.defined() && !krel.defined(); }
+};
+
 // q: [B, H, T, Dh]; k, v: [B, H, S, Dh] with S >= T. Queries are the last T positions: query i
 // sees key j iff j <= i + (S - T) (causal_mask(s, S - T)) and, when window > 0, also
 // j > i + (S - T) - window (sliding window: at most `window` keys, the query's own included).
@@ -14,12 +29,23 @@ namespace ctx {
 // require grad; its gradient is summed over the batch).
 // Returns o = softmax(scale * q k^T + bias, masked) v: [B, H, T, Dh]. The [T, S] probabilities
 // are never stored: backward recomputes them from o and the per-row logsumexp.
+// rel: content-position terms (see RelTerms); their gradients flow to qrel, krel and vrel.
 Variable fused_causal_attention(const Variable& q, const Variable& k, const Variable& v,
-                                const Variable& bias, double scale, int64_t window = 0);
+                                const Variable& bias, double scale, int64_t window = 0,
+                                const RelTerms& rel = {});
 
 // The same attention from matmul / scale / add / causal_mask / masked_fill / softmax / matmul
 // (same arguments, same checks).
 Variable causal_attention_composed(const Variable& q, const Variable& k, const Variable& v,
-                                   const Variable& bias, double scale, int64_t window = 0);
+                                   const Variable& bias, double scale, int64_t window = 0,
+                                   const RelTerms& rel = {});
+
+// The two halves of the composed version, for the general path (nn/attention.cpp runs the mask,
+// softmax and dropout between them). relative_logits: the unmasked logits [B, H, T, S] of
+// RelTerms (bias may be [B or 1, H, T, S] or [H, T, S]); relative_output: p v plus the value
+// term. Both check rel against q / k / p (errors name the field and the expected shape).
+Variable relative_logits(const Variable& q, const Variable& k, const Variable& bias, double scale,
+                         const RelTerms& rel);
+Variable relative_output(const Variable& p, const Variable& v, const RelTerms& rel);
 
 }  // namespace ctx

@@ -61,11 +61,8 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   pe_->rotate(st);
   Variable o;                                                           // [B, H, T, Dh]
   const bool drop = rng && dropout_ > 0 && is_training();
-  if (!drop && fused_attention_enabled() && st.q.device() == Device::CPU && pe_->fused_attention_ok(st)) {
-    // default logits and output: one fused op (a per-batch [B, H, T, S] bias falls through)
-    Variable b = pe_->bias(st);                                         // [1, H, T, S] or undefined
-    if (!b.defined() || b.size(0) == 1) o = fused_causal_attention(st.q, st.k, st.v, b, st.scale, window_);
-  }
+  if (!drop && fused_attention_enabled() && st.q.device() == Device::CPU)
+    o = pe_->fused_attention(st, window_);  // undefined when the encoding cannot take it
   if (!o.defined()) {
     Variable s = pe_->logits(st);                                       // [B, H, T, S]
     Variable p = softmax(causal_mask(s, st.S - st.T, window_));

@@ -1,11 +1,12 @@
-// posenc/content.cpp — content-position encodings (POSENC_SPEC §4), each owning the logits hook:
-//   shaw     per-layer relative key / value tables rel_k, rel_v [2K+1, d] (also the output hook)
+// posenc/content.cpp — content-position encodings (POSENC_SPEC §4), each owning the terms hook:
+//   shaw     per-layer relative key / value tables rel_k, rel_v [2K+1, d]
 //   xl       Transformer-XL: shared u, v [H, d], per-layer r_net [D, D] over concatenated sinusoids
 //   deberta  DeBERTa-v2 disentangled c2p + p2c over a shared, LayerNormed log-bucket table
 //   tupe     TUPE-R: untied LayerNormed position projections plus a T5 relative bias
-// Relative terms are computed once per relative index r (x @ table^T: [B, H, N, R]) and then
-// gathered into [B, H, T, S] by an i64 index tensor; the gather's backward is a scatter-add into
-// the R rows, so rows no (i, j) reaches get exactly zero gradient.
+// Relative terms are computed once per relative index r (x @ table^T: [B, H, N, R]) and handed
+// to attention as RelTerms with an i32 [T, S] index table (autograd/ops_attention.h): the fused
+// kernel gathers from them inside its tiles, the general path through index_select. Their
+// backward scatters into the R columns, so indices no (i, j) reaches get exactly zero gradient.
 // Positions: query row i sits at qi = q_pos0 + i, key j at j (S = q_pos0 + T with memory).
 #include <algorithm>
 #include <cmath>
@@ -55,18 +56,18 @@ Variable param(nn::Module& m, const std::string& name, const Shape& shape) {
 }
 void fill_const(Variable& v, double x) { backend_of(v.data()).fill(v.data(), x); }
 
-// ---- index tables and gathers ---------------------------------------------------------------
+// ---- index tables ----------------------------------------------------------------------------
 
-// i64 [T, S] with idx[i, j] = fn(i, j) for query row i and key j, cached per (T, S, q_pos0):
+// i32 [T, S] with idx[i, j] = fn(i, j) for query row i and key j, cached per (T, S, q_pos0):
 // every layer of one forward reuses the table.
 class IndexCache {
  public:
   const Tensor& get(const AttnState& st, const std::function<int64_t(int64_t, int64_t)>& fn) {
     if (!t_.defined() || T_ != st.T || S_ != st.S || p0_ != st.q_pos0) {
-      t_ = Tensor::empty({st.T, st.S}, DType::I64);
-      int64_t* ip = t_.data<int64_t>();
+      t_ = Tensor::empty({st.T, st.S}, DType::I32);
+      int32_t* ip = t_.data<int32_t>();
       for (int64_t i = 0; i < st.T; ++i)
-        for (int64_t j = 0; j < st.S; ++j) ip[i * st.S + j] = fn(i, j);
+        for (int64_t j = 0; j < st.S; ++j) ip[i * st.S + j] = (int32_t)fn(i, j);
       T_ = st.T, S_ = st.S, p0_ = st.q_pos0;
     }
     return t_;
@@ -76,29 +77,6 @@ class IndexCache {
   Tensor t_;
   int64_t T_ = -1, S_ = -1, p0_ = -1;
 };
-
-// x: [..., M] -> out[..., i, j] = x[..., idx[i, j]]; idx [T, S]. Backward: scatter-add over M.
-Variable take_last(const Variable& x, const Tensor& idx) {
-  Shape out(x.shape().begin(), x.shape().end() - 1);
-  out.push_back(idx.size(0));
-  out.push_back(idx.size(1));
-  return reshape(index_select(x, x.dim() - 1, idx.view({idx.numel()})), out);
-}
-
-// Relative scores x: [B, H, N, R] (one column per relative index) -> [B, H, T, S] with
-// out[b, h, i, j] = x[b, h, n, r] where flat[i, j] = n * R + r.
-Variable gather_rel(const Variable& x, const Tensor& flat) {
-  return take_last(reshape(x, {x.size(0), x.size(1), x.size(2) * x.size(3)}), flat);
-}
-
-// The transpose of gather_rel for probabilities: p [B, H, T, S] -> [B, H, N, R] with
-// out[b, h, n, r] = sum of p[b, h, i, j] over flat[i, j] = n * R + r.
-Variable scatter_rel(const Variable& p, const Tensor& flat, int64_t N, int64_t R) {
-  const int64_t B = p.size(0), H = p.size(1);
-  Variable zeros(Tensor::zeros({B, H, N * R}, p.dtype(), p.device()), false);
-  Variable src = reshape(p, {B, H, p.size(2) * p.size(3)});
-  return reshape(scatter_add(zeros, 2, flat.view({flat.numel()}), src), {B, H, N, R});
-}
 
 // A projected table t: [R, H*d] -> per head [B, H, R, d] (B = 1: no expansion).
 Variable split_heads(const Variable& t, int64_t B, int64_t H) {
@@ -113,6 +91,8 @@ Variable fixed_table(const Tensor& f32, DType dt) {
 }
 
 // ---- shaw ------------------------------------------------------------------------------------
+// logits_ij = scale (q_i . k_j + q_i . rel_k[r]);  o_i = sum_j p_ij (v_j + rel_v[r]),
+// r = clip(j - qi, -K, K) + K
 class Shaw final : public PositionalEncoding {
  public:
   Shaw(const ModelConfig& c, int64_t K) : K_(K) {
@@ -132,18 +112,18 @@ class Shaw final : public PositionalEncoding {
       rng.fill_normal(L.rel_v.data(), 0.0, 0.02);
     }
   }
+  bool fused_attention_ok(const AttnState&) const override { return true; }
 
-  Variable logits(AttnState& st) override {
+  ScoreTerms terms(AttnState& st) override {
     const Layer& L = layers_.at(st.layer);
-    Variable qr = matmul(st.q, L.rel_k, false, true);                             // [B, H, T, 2K+1]
-    Variable s = add(matmul(st.q, st.k, false, true), gather_rel(qr, flat(st)));  // [B, H, T, S]
-    return scale(s, st.scale);
-  }
-
-  Variable output(AttnState& st, const Variable& p) override {
-    const Layer& L = layers_.at(st.layer);
-    Variable pr = scatter_rel(p, flat(st), st.T, 2 * K_ + 1);  // [B, H, T, 2K+1]
-    return add(matmul(p, st.v), matmul(pr, L.rel_v));          // [B, H, T, Dh]
+    ScoreTerms t = PositionalEncoding::terms(st);
+    const int64_t K = K_, p0 = st.q_pos0;
+    t.rel.qidx = idx_.get(st, [=](int64_t i, int64_t j) {  // key minus query, clipped
+      return std::min(std::max(j - (p0 + i), -K), K) + K;
+    });
+    t.rel.qrel = matmul(st.q, L.rel_k, false, true);  // [B, H, T, 2K+1]
+    t.rel.vrel = L.rel_v;                             // [2K+1, Dh]
+    return t;
   }
 
  private:
@@ -151,19 +131,14 @@ class Shaw final : public PositionalEncoding {
     std::shared_ptr<nn::Module> mod;
     Variable rel_k, rel_v;  // [2K+1, Dh]
   };
-  // flat[i, j] = i * (2K+1) + clip(j - qi, -K, K) + K   (key minus query)
-  const Tensor& flat(const AttnState& st) {
-    const int64_t K = K_, R = 2 * K_ + 1, p0 = st.q_pos0;
-    return idx_.get(st, [=](int64_t i, int64_t j) {
-      return i * R + std::min(std::max(j - (p0 + i), -K), K) + K;
-    });
-  }
   int64_t K_;
   std::vector<Layer> layers_;
   IndexCache idx_;
 };
 
 // ---- xl ---------------------------------------------------------------------------------------
+// logits_ij = scale ((q_i + u) . k_j + (q_i + v) . W_R R[qi - j]) (per head); masked entries
+// (j > qi) read distance 0
 class XL final : public PositionalEncoding {
  public:
   XL(const ModelConfig& c, int64_t mem_len) : H_(c.n_heads), D_(c.d_model), mem_len_(mem_len) {
@@ -185,19 +160,19 @@ class XL final : public PositionalEncoding {
     rng.fill_normal(v_.data(), 0.0, 0.02);
     for (auto& w : r_net_) rng.fill_normal(w.data(), 0.0, 0.02);
   }
+  bool fused_attention_ok(const AttnState&) const override { return true; }
 
-  Variable logits(AttnState& st) override {
+  ScoreTerms terms(AttnState& st) override {
     const int64_t B = st.B, H = st.H, Dh = st.Dh, nR = st.q_pos0 + st.T;  // distances 0..nR-1
-    Variable u = reshape(u_, {1, H, 1, Dh}), v = reshape(v_, {1, H, 1, Dh});
-    Variable ac = matmul(add(st.q, u), st.k, false, true);  // [B, H, T, S]
+    ScoreTerms t = PositionalEncoding::terms(st);
+    t.q = add(st.q, reshape(u_, {1, H, 1, Dh}));  // content query q + u
     Variable wr = matmul(fixed_table(sinusoids(nR), st.q.dtype()), r_net_.at(st.layer), false,
-                         true);                                                // [nR, D] = R W^T
-    Variable bd_r = matmul(add(st.q, v), split_heads(wr, B, H), false, true);  // [B, H, T, nR]
+                         true);  // [nR, D] = R W^T
+    t.rel.qrel = matmul(add(st.q, reshape(v_, {1, H, 1, Dh})), split_heads(wr, B, H), false,
+                        true);  // [B, H, T, nR]
     const int64_t p0 = st.q_pos0;
-    const Tensor& flat = idx_.get(st, [=](int64_t i, int64_t j) {
-      return i * nR + std::max<int64_t>(p0 + i - j, 0);  // masked (j > qi) entries use r = 0
-    });
-    return scale(add(ac, gather_rel(bd_r, flat)), st.scale);
+    t.rel.qidx = idx_.get(st, [=](int64_t i, int64_t j) { return std::max<int64_t>(p0 + i - j, 0); });
+    return t;
   }
 
  private:
@@ -226,6 +201,8 @@ class XL final : public PositionalEncoding {
 };
 
 // ---- deberta ----------------------------------------------------------------------------------
+// logits_ij = (q_i . k_j + q_i . Kr[delta] + k_j . Qr[delta]) / sqrt(3 Dh), delta the bucketed
+// qi - j; Qr, Kr: the LayerNormed table projected by the layer's own q / k weights
 class DeBERTa final : public PositionalEncoding {
  public:
   DeBERTa(const ModelConfig& c, int64_t A, int64_t M)
@@ -243,8 +220,9 @@ class DeBERTa final : public PositionalEncoding {
     fill_const(norm_w_, 1.0);
     fill_const(norm_b_, 0.0);
   }
+  bool fused_attention_ok(const AttnState&) const override { return true; }
 
-  Variable logits(AttnState& st) override {
+  ScoreTerms terms(AttnState& st) override {
     CTX_CHECK(st.qkv_weight.defined(), "posenc deberta: attention did not pass its qkv projection");
     const int64_t B = st.B, H = st.H, D = D_, R = 2 * A_;
     Variable rel = layer_norm(emb_, norm_w_, norm_b_, eps_);  // [2A, D]
@@ -256,20 +234,16 @@ class DeBERTa final : public PositionalEncoding {
     };
     Variable qr = project(0), kr = project(1);
     const int64_t A = A_, M = M_, p0 = st.q_pos0;
-    auto delta_idx = [=](int64_t i, int64_t j) {
+    ScoreTerms t = PositionalEncoding::terms(st);
+    t.scale = 1.0 / std::sqrt(3.0 * (double)st.Dh);
+    t.rel.qidx = idx_.get(st, [=](int64_t i, int64_t j) {
       return std::min(std::max(posenc_detail::deberta_bucket(p0 + i - j, A, M) + A, int64_t(0)),
                       R - 1);
-    };
-    const Tensor& by_q =
-        idx_q_.get(st, [&](int64_t i, int64_t j) { return i * R + delta_idx(i, j); });
-    const Tensor& by_k =
-        idx_k_.get(st, [&](int64_t i, int64_t j) { return j * R + delta_idx(i, j); });
-    Variable c2p =
-        gather_rel(matmul(st.q, kr, false, true), by_q);  // q_i . Kr[delta]: [B, H, T, S]
-    Variable p2c =
-        gather_rel(matmul(st.k, qr, false, true), by_k);  // k_j . Qr[delta]: [B, H, T, S]
-    Variable s = add(add(matmul(st.q, st.k, false, true), c2p), p2c);
-    return scale(s, 1.0 / std::sqrt(3.0 * (double)st.Dh));
+    });
+    t.rel.kidx = t.rel.qidx;
+    t.rel.qrel = matmul(st.q, kr, false, true);  // c2p: q_i . Kr[delta]  [B, H, T, 2A]
+    t.rel.krel = matmul(st.k, qr, false, true);  // p2c: k_j . Qr[delta]  [B, H, S, 2A]
+    return t;
   }
 
  private:
@@ -277,10 +251,12 @@ class DeBERTa final : public PositionalEncoding {
   double eps_;
   std::shared_ptr<nn::Module> shared_;
   Variable emb_, norm_w_, norm_b_;  // [2A, D], [D], [D]
-  IndexCache idx_q_, idx_k_;
+  IndexCache idx_;
 };
 
 // ---- tupe -------------------------------------------------------------------------------------
+// logits_ij = (q_i . k_j + uq_i . uk_j) / sqrt(2 Dh) + rel_bias[bucket(qi - j), h]: the position
+// part is shared by the batch, so it is one [1, H, T, S] bias
 class TUPE final : public PositionalEncoding {
  public:
   static constexpr int64_t kBuckets = 32, kMaxDistance = 128;
@@ -311,20 +287,24 @@ class TUPE final : public PositionalEncoding {
               "table (context L = ",
               L_, "); tupe cannot encode positions beyond L");
   }
+  bool fused_attention_ok(const AttnState&) const override { return true; }
 
-  Variable logits(AttnState& st) override {
+  ScoreTerms terms(AttnState& st) override {
     check_length(st.S);
     const int64_t H = st.H, D = D_, T = st.T, S = st.S, p0 = st.q_pos0;
     Variable p = layer_norm(slice(pos_emb_, 0, 0, S), norm_w_, norm_b_, eps_);  // [S, D]
     Variable u = linear(p, proj_w_, proj_b_);                                   // [S, 2D]
     Variable uq = split_heads(slice(slice(u, 0, p0, p0 + T), 1, 0, D), 1, H);   // [1, H, T, Dh]
     Variable uk = split_heads(slice(u, 1, D, 2 * D), 1, H);                     // [1, H, S, Dh]
-    Variable s = add(matmul(st.q, st.k, false, true), matmul(uq, uk, false, true));  // [B, H, T, S]
     const Tensor& bucket = idx_.get(st, [=](int64_t i, int64_t j) {
       return posenc_t5_bucket(std::max<int64_t>(p0 + i - j, 0), kBuckets, kMaxDistance);
     });
-    Variable rel = take_last(transpose(rel_bias_, 0, 1), bucket);  // [H, T, S]
-    return add(scale(s, 1.0 / std::sqrt(2.0 * (double)st.Dh)), rel);
+    Variable rel = reshape(index_select(transpose(rel_bias_, 0, 1), 1, bucket.view({T * S})),
+                           {1, H, T, S});  // rel_bias[bucket, h]
+    ScoreTerms t = PositionalEncoding::terms(st);
+    t.scale = 1.0 / std::sqrt(2.0 * (double)st.Dh);
+    t.bias = add(scale(matmul(uq, uk, false, true), t.scale), rel);  // [1, H, T, S]
+    return t;
   }
 
  private:

@@ -4,26 +4,39 @@
 // Hooks, in the order attention calls them:
 //   embed(x, pos0)      absolute encodings add to the token embeddings (learned, sinusoidal)
 //   rotate(st)          rotary encodings rotate st.q / st.k (rope, xpos, scaling family)
-//   logits(st)          the pre-mask scores [B, H, T, S]; default scale * q.k^T + bias(st);
-//                       content-position encodings (shaw, xl, deberta, tupe) override it
 //   bias(st)            additive logit terms [1 or B, H, T, S] (alibi, kerple, t5, sandwich)
-//   output(st, p)       o = p @ v (+ value terms: shaw)
+//   terms(st)           what the default logits / output compute (ScoreTerms): the query,
+//                       scale and bias, plus the relative terms of the content-position
+//                       encodings (shaw, xl, deberta, tupe), which override this hook only
+//   logits(st)          the pre-mask scores [B, H, T, S] of terms(st) (rerope overrides it)
+//   output(st, p)       o = p @ v (+ the value term of terms(st): shaw)
 //   fused_attention_ok  true when logits and output are the defaults: attention then runs
-//                       logits, mask, softmax and output as one fused op
+//                       logits, mask, softmax and output as one fused op (fused_attention)
 // Parameters: a shared module registered on the model (under shared_prefix(), e.g. "wpe" or
 // "pe") and per-layer modules registered on each attention as "pe".
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "autograd/ops.h"
+#include "autograd/ops_attention.h"
 #include "nn/module.h"
 #include "train/config.h"
 
 namespace ctx {
+
+// The terms of one attention call (autograd/ops_attention.h):
+//   logits = scale * (q k^T + relative terms) + bias;  o = p v (+ value term)
+struct ScoreTerms {
+  Variable q;          // the content query: st.q, or the encoding's own (xl: q + u)
+  double scale = 1.0;
+  Variable bias;       // [1 or B, H, T, S] or undefined
+  RelTerms rel;        // content-position terms; empty for the other encodings
+};
 
 // What an encoding sees of one attention call.
 struct AttnState {
@@ -33,6 +46,9 @@ struct AttnState {
   double scale = 1.0;   // 1/sqrt(Dh) unless the encoding says otherwise
   Variable q, k, v;     // q [B, H, T, Dh]; k, v [B, H, S, Dh]
   Variable qkv_weight, qkv_bias;  // the layer's projection (DeBERTa projects its table with it)
+  // terms(st) of this call, computed on first use by PositionalEncoding::score_terms (so that
+  // logits and output share them); a copy of the state made after that carries them along.
+  std::optional<ScoreTerms> terms;
 };
 
 class PositionalEncoding {
@@ -55,12 +71,20 @@ class PositionalEncoding {
   virtual Variable embed(const Variable& x, int64_t pos0) { (void)pos0; return x; }
   virtual void rotate(AttnState& st) { (void)st; }
   virtual Variable bias(AttnState& st) { (void)st; return Variable(); }
-  virtual Variable logits(AttnState& st);
-  virtual Variable output(AttnState& st, const Variable& p) { return matmul(p, st.v); }
-  // True when this encoding keeps the default logits (scale * q.k^T + bias(st)) and output
-  // (p @ v), so that attention may run them as one fused kernel (autograd/ops_attention.h).
-  // Encodings opt in (none, learned, sinusoidal, rope except rerope, xpos, the biases).
+  // Default: {st.q, st.scale, bias(st), no relative terms}.
+  virtual ScoreTerms terms(AttnState& st);
+  virtual Variable logits(AttnState& st);  // relative_logits of score_terms(st)
+  virtual Variable output(AttnState& st, const Variable& p);  // relative_output of score_terms(st)
+  // True when this encoding keeps the default logits and output, so that attention may run them
+  // as one fused kernel (autograd/ops_attention.h). Encodings opt in (all but rerope).
   virtual bool fused_attention_ok(const AttnState& st) const { (void)st; return false; }
+
+  // terms(st), computed once per attention call (kept in st.terms).
+  const ScoreTerms& score_terms(AttnState& st);
+  // Logits, causal mask (with a sliding window when window > 0), softmax and output as one
+  // fused op when fused_attention_ok(st) and the bias (if any) is shared over the batch; else
+  // undefined (the caller composes logits / softmax / output).
+  Variable fused_attention(AttnState& st, int64_t window);
 };
 
 // Builds the encoding named by config.posenc["type"], validating its parameters (unknown key or

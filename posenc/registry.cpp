@@ -91,11 +91,33 @@ std::string posenc_string(const nlohmann::json& p, const char* key, const std::s
   return p[key].get<std::string>();
 }
 
+ScoreTerms PositionalEncoding::terms(AttnState& st) {
+  ScoreTerms t;
+  t.q = st.q;
+  t.scale = st.scale;
+  t.bias = bias(st);
+  return t;
+}
+
+const ScoreTerms& PositionalEncoding::score_terms(AttnState& st) {
+  if (!st.terms) st.terms = terms(st);
+  return *st.terms;
+}
+
 Variable PositionalEncoding::logits(AttnState& st) {
-  // scores = scale * q k^T (+ bias): [B, H, T, S]
-  Variable s = scale(matmul(st.q, st.k, false, true), st.scale);
-  Variable b = bias(st);
-  return b.defined() ? add(s, b) : s;
+  const ScoreTerms& t = score_terms(st);
+  return relative_logits(t.q, st.k, t.bias, t.scale, t.rel);  // [B, H, T, S]
+}
+
+Variable PositionalEncoding::output(AttnState& st, const Variable& p) {
+  return relative_output(p, st.v, score_terms(st).rel);  // [B, H, T, Dh]
+}
+
+Variable PositionalEncoding::fused_attention(AttnState& st, int64_t window) {
+  if (!fused_attention_ok(st)) return Variable();
+  const ScoreTerms& t = score_terms(st);
+  if (t.bias.defined() && t.bias.dim() == 4 && t.bias.size(0) != 1) return Variable();  // per-batch bias
+  return fused_causal_attention(t.q, st.k, st.v, t.bias, t.scale, window, t.rel);  // [B, H, T, Dh]
 }
 
 }  // namespace ctx

@@ -308,6 +308,9 @@ const std::vector<json>& fused_encodings() {
       {{"type", "t5"}, {"num_buckets", 8}, {"max_distance", 16}},
       {{"type", "rope"}, {"scaling", {{"type", "yarn"}, {"factor", 2.0}}}},
       {{"type", "kerple"}, {"variant", "power"}},
+      // content-position encodings: relative terms inside the kernel (RelTerms)
+      {{"type", "shaw"}, {"max_relative_position", 4}}, {{"type", "xl"}},
+      {{"type", "deberta"}, {"position_buckets", 8}, {"max_relative_positions", 16}}, {{"type", "tupe"}},
   };
   return e;
 }
@@ -319,7 +322,8 @@ TEST(FusedAttentionModel, LossAndGradsEqualUnfusedPerEncoding) {
 
 TEST(FusedAttentionModel, SlidingWindow) {
   uint64_t seed = 80;
-  for (const json& pe : {json{{"type", "rope"}}, json{{"type", "t5"}}, json{{"type", "alibi"}}})
+  for (const json& pe : {json{{"type", "rope"}}, json{{"type", "t5"}}, json{{"type", "alibi"}},
+                         json{{"type", "shaw"}, {"max_relative_position", 3}}})
     check_model(pe, 5, seed++);
 }
 
@@ -329,10 +333,10 @@ TEST(FusedAttentionModel, WhichEncodingsTakeTheFusedPath) {
       {{{"type", "rope"}, {"scaling", {{"type", "pi"}, {"factor", 2.0}}}}, true},
       {{{"type", "rope"}, {"scaling", {{"type", "rerope"}}}}, false},
       {{{"type", "rope"}, {"scaling", {{"type", "leaky-rerope"}, {"factor", 4.0}}}}, false},
-      {{{"type", "shaw"}}, false},
-      {{{"type", "xl"}}, false},
-      {{{"type", "deberta"}}, false},
-      {{{"type", "tupe"}}, false},
+      {{{"type", "shaw"}}, true},
+      {{{"type", "xl"}}, true},
+      {{{"type", "deberta"}}, true},
+      {{{"type", "tupe"}}, true},
   };
   for (auto& [pe, expect] : cases) {
     SCOPED_TRACE(pe.dump());

@@ -20,6 +20,12 @@
 // and dq of one (b, h) belong to one thread. A bias gradient is shared by the batch: then the
 // work items are (h, group of batch rows) and each group adds into its own [H, T, S] buffer,
 // with as few groups as keep every thread busy (one when H >= threads).
+//
+// Content-position terms (FlashRel): the logits gain scale * (qrel[i, qidx] + krel[j, kidx]),
+// gathered per visible element before scaling; the value term bins p_ij by qidx into prel [Rq]
+// per row (rescaled with o by the online softmax) and adds prel vrel at the end. Backward:
+// dp_ij += do_i . vrel[qidx] (precomputed per row), D_i = do_i . o_i still holds with o the full
+// output, dqrel / dkrel gather scale * ds (owned by the (b, h) item), dvrel = sum prel^T do.
 #include "core/cpu/flash_attention.h"
 
 #include "core/allocator.h"
@@ -273,12 +279,36 @@ F logits_row(F* row, const F* brow, F sc, ColRange cr) {
   return mx;
 }
 
+// Relative logit terms of query i on the key tile starting at j0: row[c] += qrel[i, qidx[i, j]]
+// + krel[j, kidx[i, j]] (j = j0 + c) for the visible columns [cl, ch), before scaling.
+// qrel_bh, krel_bh: the (b, h) slices of qrel [T, Rq] and krel [S, Rk].
+template <class F>
+void add_rel_row(F* row, const FlashRel<F>& rel, const F* qrel_bh, const F* krel_bh, int64_t S,
+                 int64_t i, int64_t j0, ColRange cr) {
+  if (rel.qrel) {
+    const F* qr = qrel_bh + i * rel.Rq;
+    const int32_t* ix = rel.qidx + i * S + j0;
+    for (int64_t c = cr.cl; c < cr.ch; ++c) row[c] += qr[ix[c]];
+  }
+  if (rel.krel) {
+    const F* kr = krel_bh + j0 * rel.Rk;
+    const int32_t* ix = rel.kidx + i * S + j0;
+    for (int64_t c = cr.cl; c < cr.ch; ++c) row[c] += kr[c * rel.Rk + ix[c]];
+  }
+}
+
+// bins[qidx[i, j0 + c]] += p[c] for the visible columns [cl, ch) (the value term's weights).
+template <class F>
+void bin_row(F* bins, const F* p, const int32_t* ix, ColRange cr) {
+  for (int64_t c = cr.cl; c < cr.ch; ++c) bins[ix[c]] += p[c];
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------- forward ----
 template <class F>
 void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, const F* v,
-                             const F* bias, F* o, F* lse) {
+                             const F* bias, F* o, F* lse, const FlashRel<F>& rel) {
   const Geom g(d);
   const int64_t T = d.T, S = d.S, Dh = d.Dh, H = d.H, Dp = g.Dp, nkb = g.nkb;
   if (g.BH == 0 || T == 0) return;
@@ -294,7 +324,8 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
       pack_tiles_t(k + bh * S * Dh, S, Dh, nkb, Dp, kt.data() + bh * g.Sp * Dp);
       rows_dp(v + bh * S * Dh, S, Dh, Dp, vp.data() + bh * S * Dp);
     }
-    Scratch<F> qbuf(BR * Dp), st(BR * BC), ot(BR * Dp), m(BR), l(BR);
+    // prel: the value term's weights of each query row, sum_j p_ij over qidx[i, j] = r [BR, Rq]
+    Scratch<F> qbuf(BR * Dp), st(BR * BC), ot(BR * Dp), m(BR), l(BR), prel(rel.vrel ? BR * rel.Rq : 0);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < ntask; ++t) {
       const int64_t qb = g.nqb - 1 - t / g.BH, bh = t % g.BH;  // longest blocks first
@@ -303,6 +334,9 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
       std::fill(ot.data(), ot.data() + rows * Dp, F(0));
       std::fill(m.data(), m.data() + rows, ninf);
       std::fill(l.data(), l.data() + rows, F(0));
+      if (rel.vrel) std::fill(prel.data(), prel.data() + rows * rel.Rq, F(0));
+      const F* qrel_bh = rel.qrel ? rel.qrel + bh * T * rel.Rq : nullptr;
+      const F* krel_bh = rel.krel ? rel.krel + bh * S * rel.Rk : nullptr;
       const int64_t jlo = d.window > 0 ? std::max<int64_t>(0, i0 + g.off - d.window + 1) : 0;
       const int64_t jhi = std::min(S, i0 + rows + g.off);  // exclusive
       for (int64_t kb = jlo / BC; kb * BC < jhi; ++kb) {
@@ -319,8 +353,10 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
           F* srow = st.data() + r * BC;
           const ColRange cr = cols_seen(i0, r, r + 1, j0, nb, g, d.window);
           F mx = ninf;
-          if (cr.cl < cr.ch)
+          if (cr.cl < cr.ch) {
+            if (rel.logit_terms()) add_rel_row(srow, rel, qrel_bh, krel_bh, S, i, j0, cr);
             mx = logits_row(srow, bias ? bias + (h * T + i) * S + j0 : nullptr, sc, cr);
+          }
           if (!(mx > ninf)) {  // nothing visible here (or only -inf logits): p = 0
             std::fill(srow, srow + BC, F(0));
             continue;
@@ -332,7 +368,10 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
           if (alpha != F(1)) {
             F* orow = ot.data() + r * Dp;
             for (int64_t c = 0; c < Dp; ++c) orow[c] *= alpha;
+            if (rel.vrel)
+              for (int64_t x = 0; x < rel.Rq; ++x) prel[r * rel.Rq + x] *= alpha;
           }
+          if (rel.vrel) bin_row(prel.data() + r * rel.Rq, srow, rel.qidx + i * S + j0, cr);
           m[r] = mnew;
         }
         tile_mm<F, true>(rows, Dp, nb, st.data(), BC, 1, vtile, Dp, ot.data(), Dp, [&](int64_t m0, int64_t m1) {
@@ -345,6 +384,15 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
         F* orow = o + row * Dh;
         if (l[r] > F(0)) {
           const F inv = F(1) / l[r];
+          if (rel.vrel) {  // o += prel vrel (unnormalised, like ot)
+            F* orow_t = ot.data() + r * Dp;
+            for (int64_t x = 0; x < rel.Rq; ++x) {
+              const F w = prel[r * rel.Rq + x];
+              if (w == F(0)) continue;
+              const F* vr = rel.vrel + x * Dh;
+              for (int64_t c = 0; c < Dh; ++c) orow_t[c] += w * vr[c];
+            }
+          }
           for (int64_t c = 0; c < Dh; ++c) orow[c] = ot[r * Dp + c] * inv;
           lse[row] = m[r] + std::log(l[r]);
         } else {  // no visible key with a finite logit (cannot happen with the diagonal key)
@@ -360,13 +408,15 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
 template <class F>
 void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, const F* v,
                               const F* bias, const F* o, const F* lse, const F* dout, F* dq, F* dk,
-                              F* dv, F* dbias) {
+                              F* dv, F* dbias, const FlashRel<F>& rel) {
   const Geom g(d);
   const int64_t B = d.B, H = d.H, T = d.T, S = d.S, Dh = d.Dh, Dp = g.Dp, nkb = g.nkb;
   const int64_t HTS = H * T * S;
   if (dbias) std::fill(dbias, dbias + HTS, F(0));
+  if (rel.vrel && rel.dvrel) std::fill(rel.dvrel, rel.dvrel + rel.Rq * Dh, F(0));
   if (g.BH == 0) return;
   if (T == 0) {
+    if (rel.krel && rel.dkrel) std::fill(rel.dkrel, rel.dkrel + g.BH * S * rel.Rk, F(0));
     std::fill(dk, dk + g.BH * S * Dh, F(0));
     std::fill(dv, dv + g.BH * S * Dh, F(0));
     return;
@@ -377,10 +427,18 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
   Scratch<F> extra(dbias && G > 1 ? (G - 1) * HTS : 0);
   if (dbias && G > 1) std::fill(extra.data(), extra.data() + (G - 1) * HTS, F(0));
   const int64_t nitems = H * G;
+  const int64_t Rq = rel.Rq, Rk = rel.Rk;
+  // dvrel: each work item sums prel^T do into its own [Rq, Dh] part, added up in item order
+  // afterwards (deterministic whatever thread ran the item)
+  const bool want_dvrel = rel.vrel && rel.dvrel;
+  Scratch<F> dvrel_parts(want_dvrel ? nitems * Rq * Dh : 0);
 #pragma omp parallel if (nitems > 1)
   {
     Scratch<F> qp(g.Tp * Dp), dop(g.Tp * Dp), kp(g.Sp * Dp), ktt(g.Sp * Dp), vtt(g.Sp * Dp),
         dqa(g.Tp * Dp), dka(BC * Dp), dva(BC * Dp), p(BR * BC), ds(BR * BC), D(T);
+    // the value term: G[i, r] = do_i . vrel[r] (its part of dp) and prel[i, r] = sum_j p_ij
+    // over qidx[i, j] = r, recomputed here (both [T, Rq])
+    Scratch<F> Gv(rel.vrel ? T * Rq : 0), prel(want_dvrel ? T * Rq : 0);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < nitems; ++it) {
       const int64_t h = it / G, grp = it % G;
@@ -391,6 +449,21 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
         const F* ob = o + bh * T * Dh;
         const F* gb = dout + bh * T * Dh;
         const F* lb = lse + bh * T;
+        const F* qrel_bh = rel.qrel ? rel.qrel + bh * T * Rq : nullptr;
+        const F* krel_bh = rel.krel ? rel.krel + bh * S * Rk : nullptr;
+        F* dqrel_bh = rel.qrel && rel.dqrel ? rel.dqrel + bh * T * Rq : nullptr;
+        F* dkrel_bh = rel.krel && rel.dkrel ? rel.dkrel + bh * S * Rk : nullptr;
+        if (dqrel_bh) std::fill(dqrel_bh, dqrel_bh + T * Rq, F(0));
+        if (dkrel_bh) std::fill(dkrel_bh, dkrel_bh + S * Rk, F(0));
+        if (rel.vrel) {
+          for (int64_t i = 0; i < T; ++i)
+            for (int64_t x = 0; x < Rq; ++x) {
+              F s = 0;
+              for (int64_t c = 0; c < Dh; ++c) s += gb[i * Dh + c] * rel.vrel[x * Dh + c];
+              Gv[i * Rq + x] = s;
+            }
+          if (want_dvrel) std::fill(prel.data(), prel.data() + T * Rq, F(0));
+        }
         const F* qr = rows_dp(qb_, T, Dh, Dp, qp.data());              // [T, Dp]
         const F* gr = rows_dp(gb, T, Dh, Dp, dop.data());              // [T, Dp]
         const F* kr = rows_dp(k + bh * S * Dh, S, Dh, Dp, kp.data());  // [S, Dp]
@@ -440,13 +513,30 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
                 continue;
               }
               const F* brow = bias ? bias + (h * T + i) * S + j0 : nullptr;
+              if (rel.logit_terms()) add_rel_row(prow, rel, qrel_bh, krel_bh, S, i, j0, cr);
               logits_row(prow, brow, sc, cr);
               exp_sub_row(prow, BC, L);  // p = e^(s - lse)
+              if (rel.vrel) {  // dp_ij += do_i . vrel[qidx[i, j]]
+                const int32_t* ix = rel.qidx + i * S + j0;
+                const F* gv = Gv.data() + i * Rq;
+                for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] += gv[ix[c]];
+                if (want_dvrel) bin_row(prel.data() + i * Rq, prow, ix, cr);
+              }
               const F Di = D[i];  // ds = p (dp - D) where visible, else 0 (dp is not computed there)
               std::fill(drow, drow + cr.cl, F(0));
 #pragma omp simd
               for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] = prow[c] * (drow[c] - Di);
               std::fill(drow + cr.ch, drow + BC, F(0));
+              if (dqrel_bh) {  // dqrel[i, qidx[i, j]] += scale ds_ij
+                const int32_t* ix = rel.qidx + i * S + j0;
+                F* dqr = dqrel_bh + i * Rq;
+                for (int64_t c = cr.cl; c < cr.ch; ++c) dqr[ix[c]] += sc * drow[c];
+              }
+              if (dkrel_bh) {  // dkrel[j, kidx[i, j]] += scale ds_ij
+                const int32_t* ix = rel.kidx + i * S + j0;
+                F* dkr = dkrel_bh + j0 * Rk;
+                for (int64_t c = cr.cl; c < cr.ch; ++c) dkr[c * Rk + ix[c]] += sc * drow[c];
+              }
               if (db) {
                 F* dbr = db + i * S + j0;
 #pragma omp simd
@@ -469,8 +559,23 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
         F* dqb = dq + bh * T * Dh;
         for (int64_t i = 0; i < T; ++i)
           for (int64_t c = 0; c < Dh; ++c) dqb[i * Dh + c] = sc * dqa[i * Dp + c];
+        if (want_dvrel) {  // dvrel += prel^T do
+          F* part = dvrel_parts.data() + it * Rq * Dh;
+          if (b == grp) std::fill(part, part + Rq * Dh, F(0));
+          for (int64_t i = 0; i < T; ++i)
+            for (int64_t x = 0; x < Rq; ++x) {
+              const F w = prel[i * Rq + x];
+              if (w == F(0)) continue;
+              for (int64_t c = 0; c < Dh; ++c) part[x * Dh + c] += w * gb[i * Dh + c];
+            }
+        }
       }
     }
+  }
+  if (want_dvrel) {
+    std::fill(rel.dvrel, rel.dvrel + Rq * Dh, F(0));
+    for (int64_t it = 0; it < nitems; ++it)
+      for (int64_t x = 0; x < Rq * Dh; ++x) rel.dvrel[x] += dvrel_parts[it * Rq * Dh + x];
   }
   if (G > 1 && dbias) {
 #pragma omp parallel for schedule(static) if (HTS > 65536)
@@ -480,16 +585,18 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
 }
 
 template void flash_attention_forward<float>(const FlashAttnDims&, const float*, const float*,
-                                             const float*, const float*, float*, float*);
+                                             const float*, const float*, float*, float*,
+                                             const FlashRel<float>&);
 template void flash_attention_forward<double>(const FlashAttnDims&, const double*, const double*,
-                                              const double*, const double*, double*, double*);
+                                              const double*, const double*, double*, double*,
+                                              const FlashRel<double>&);
 template void flash_attention_backward<float>(const FlashAttnDims&, const float*, const float*,
                                               const float*, const float*, const float*,
                                               const float*, const float*, float*, float*, float*,
-                                              float*);
+                                              float*, const FlashRel<float>&);
 template void flash_attention_backward<double>(const FlashAttnDims&, const double*, const double*,
                                                const double*, const double*, const double*,
                                                const double*, const double*, double*, double*,
-                                               double*, double*);
+                                               double*, double*, const FlashRel<double>&);
 
 }  // namespace ctx::cpu

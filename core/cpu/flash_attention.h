@@ -16,18 +16,39 @@ struct FlashAttnDims {
   double scale = 1.0;
 };
 
+// Content-position terms (shaw, xl, deberta, tupe), each optional (null: absent). Per (b, h):
+//   logit_ij = scale * (q_i . k_j + qrel[i, qidx[i, j]] + krel[j, kidx[i, j]]) + bias[i, j]
+//   o_i      = sum_j p_ij (v_j + vrel[qidx[i, j]])
+// The relative scores are small per-row tables (one column per relative index, computed by a
+// GEMM outside) that the kernels gather from inside their tiles, so no [T, S] term is built.
+template <class F>
+struct FlashRel {
+  int64_t Rq = 0, Rk = 0;         // columns of qrel (= rows of vrel) and of krel
+  const int32_t* qidx = nullptr;  // [T, S], values in [0, Rq): needed by qrel and vrel
+  const F* qrel = nullptr;        // [B, H, T, Rq]
+  const F* vrel = nullptr;        // [Rq, Dh], shared by the batch and the heads
+  const int32_t* kidx = nullptr;  // [T, S], values in [0, Rk)
+  const F* krel = nullptr;        // [B, H, S, Rk]
+  // backward outputs, overwritten when not null (only for the terms present)
+  F* dqrel = nullptr;  // [B, H, T, Rq]
+  F* dkrel = nullptr;  // [B, H, S, Rk]
+  F* dvrel = nullptr;  // [Rq, Dh]
+  bool logit_terms() const { return qrel || krel; }
+};
+
 // q: [B, H, T, Dh]; k, v: [B, H, S, Dh]; bias: [H, T, S] shared over the batch, or null.
 // Writes o: [B, H, T, Dh] and lse: [B, H, T] (logsumexp of each row's masked logits; +inf for
 // a row that sees no key with a finite logit, whose output is then 0).
 template <class F>
 void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, const F* v,
-                             const F* bias, F* o, F* lse);
+                             const F* bias, F* o, F* lse, const FlashRel<F>& rel = {});
 
 // Given do = dL/do: dq [B, H, T, Dh], dk, dv [B, H, S, Dh] are overwritten; dbias [H, T, S]
-// (summed over the batch) is overwritten when not null. o and lse are the forward's outputs.
+// (summed over the batch) is overwritten when not null, and so are rel's gradients. o and lse
+// are the forward's outputs (o including the vrel term).
 template <class F>
 void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, const F* v,
                               const F* bias, const F* o, const F* lse, const F* dout, F* dq, F* dk,
-                              F* dv, F* dbias);
+                              F* dv, F* dbias, const FlashRel<F>& rel = {});
 
 }  // namespace ctx::cpu
