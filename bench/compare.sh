@@ -14,7 +14,8 @@ usage: bench/compare.sh [options] [-- args for both benchmarks, e.g. --steps 5 -
   --preset NAME           tiny | small | medium (default small)
   --posenc X              type name or JSON (default: the preset's, learned)
   --torch-settings S      best: PyTorch with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE=$CORETYPE
-                          (default Haswell, see bench/README.md); installed: PyTorch as installed
+                          (default Cooperlake on an AVX-512 CPU, else Haswell; see
+                          bench/README.md); installed: PyTorch as installed
                           (OMP_WAIT_POLICY, GOMP_SPINCOUNT, OPENBLAS_CORETYPE removed from its
                           environment). Default best.
   --attention A           manual | fast (the PyTorch peer's attention; default manual)
@@ -36,7 +37,10 @@ EOF
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ROUNDS=3 PRESET=small POSENC="" SETTINGS=best ATTENTION=manual THREADS=2 PEAK="" CSV="" JSONDIR=""
 CTXLAB="" PY=/usr/bin/python3
-CORETYPE="${COMPARE_OPENBLAS_CORETYPE:-Haswell}"
+# PyTorch's best OpenBLAS core type: Cooperlake on an AVX-512 CPU (the machines export Haswell,
+# which halves OpenBLAS there), Haswell on an AVX2-only one (bench/README.md measures both)
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then DEFAULT_CORETYPE=Cooperlake; else DEFAULT_CORETYPE=Haswell; fi
+CORETYPE="${COMPARE_OPENBLAS_CORETYPE:-$DEFAULT_CORETYPE}"
 EXTRA=()
 die() { echo "compare.sh: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do

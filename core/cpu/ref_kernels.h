@@ -412,15 +412,74 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
     parts.add_to(out);
     return;
   }
-  for (int64_t i = 0; i < n; ++i) {  // generic walk, any pattern
-    int64_t rem = i, po = 0;
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      int64_t idx = rem % xs[d];
-      rem /= xs[d];
-      po += idx * so[d];
+  // Any other pattern (e.g. [B, H, T, D] -> [1, H, 1, D]): the dims, size-1 ones dropped, are
+  // merged into alternating runs of reduced (out stride 0) and kept dims; x is walked in rows of
+  // the innermost run (summed to one value, or added to a contiguous run of out), the outer
+  // position advanced like an odometer (no division per element). Rows are split over threads,
+  // each summing into its own copy of out (ThreadPartials: deterministic for a thread count).
+  struct Run {
+    int64_t n, so;  // size, stride in out (0: reduced)
+  };
+  std::vector<Run> runs;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (xs[d] == 1) continue;
+    const Run cur{xs[d], so[d]};
+    if (!runs.empty()) {
+      Run& b = runs.back();
+      if ((b.so == 0 && cur.so == 0) || (b.so != 0 && cur.so != 0 && b.so == cur.so * cur.n)) {
+        b.n *= cur.n;
+        b.so = cur.so;
+        continue;
+      }
     }
-    out[po] += xp[i];
+    runs.push_back(cur);
   }
+  if (runs.empty()) {  // every dim has size 1
+    out[0] += xp[0];
+    return;
+  }
+  const Run inner = runs.back();  // inner.so is 0 (reduced) or 1 (kept: out is contiguous)
+  const int64_t L = inner.n, rows = n / L, k = (int64_t)runs.size() - 1;
+  auto walk = [&](int64_t r0, int64_t r1, T* acc) {
+    std::vector<int64_t> idx((size_t)k);
+    int64_t rem = r0, po = 0;
+    for (int64_t d = k - 1; d >= 0; --d) {
+      idx[(size_t)d] = rem % runs[(size_t)d].n;
+      rem /= runs[(size_t)d].n;
+      po += idx[(size_t)d] * runs[(size_t)d].so;
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = xp + r * L;
+      if (inner.so == 0) {
+        T sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t c = 0; c < L; ++c) sum += xr[c];
+        acc[po] += sum;
+      } else {
+        T* o = acc + po;
+#pragma omp simd
+        for (int64_t c = 0; c < L; ++c) o[c] += xr[c];
+      }
+      for (int64_t d = k - 1; d >= 0; --d) {  // next row's output offset
+        po += runs[(size_t)d].so;
+        if (++idx[(size_t)d] < runs[(size_t)d].n) break;
+        po -= runs[(size_t)d].so * runs[(size_t)d].n;
+        idx[(size_t)d] = 0;
+      }
+    }
+  };
+  if (n <= 65536 || rows < 2) {
+    walk(0, rows, out);
+    return;
+  }
+  ThreadPartials<T> parts(no);
+#pragma omp parallel
+  {
+    T* acc = parts.mine();
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    walk(rows * t / nt, rows * (t + 1) / nt, acc);
+  }
+  parts.add_to(out);
 }
 
 // ---- causal fill: x [N, T, S], x[n, i, j] = v for j > i + diag; with window > 0 also for
