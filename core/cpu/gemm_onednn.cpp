@@ -33,7 +33,7 @@ onednn::Prim create(const GemmDesc& g, bool bias = false) {
   const memory::desc a = operand_desc(g.batch, g.M, g.K, g.trans_a, g.stride_a);
   const memory::desc b = operand_desc(g.batch, g.K, g.N, g.trans_b, g.stride_b);
   const memory::desc c = operand_desc(g.batch, g.M, g.N, false, g.stride_c);
-  dnnl::primitive_attr attr;
+  dnnl::primitive_attr attr = onednn::attr();
   if (g.alpha != 1.f) attr.set_output_scales(0, {g.alpha});
   if (g.beta != 0.f) {
     dnnl::post_ops po;
@@ -50,6 +50,7 @@ onednn::Prim create(const GemmDesc& g, bool bias = false) {
       p.prim = dnnl::matmul(dnnl::matmul::primitive_desc({a, b, c}, attr, onednn::engine()));
       p.args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
     }
+    onednn::bind_scratchpad(p);
     p.ok = true;
   } catch (const dnnl::error& e) {
     // Both operands broadcast, or strides oneDNN does not take: one primitive per item.

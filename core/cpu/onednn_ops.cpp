@@ -60,6 +60,7 @@ bool run(const onednn::Key& key, Make make, std::initializer_list<Arg> args) {
       r.prim = make();
       for (const Arg& a : args)
         if (a.id != kNoArg) r.args.emplace_back(a.id, plain(a.dims));
+      onednn::bind_scratchpad(r);
       r.ok = impl_name(r.prim).rfind("ref", 0) != 0;
     } catch (const dnnl::error&) {
     }
@@ -85,7 +86,7 @@ algorithm softmax_alg(bool log) {
 }
 
 dnnl::softmax_v2_forward::primitive_desc softmax_pd(const memory::desc& md, bool log) {
-  return {{prop_kind::forward_training, softmax_alg(log), md, md, 1}, onednn::engine()};
+  return {{prop_kind::forward_training, softmax_alg(log), md, md, 1}, onednn::attr(), onednn::engine()};
 }
 
 dnnl::normalization_flags ln_flags(bool shift) {
@@ -96,11 +97,11 @@ dnnl::normalization_flags ln_flags(bool shift) {
 dnnl::layer_normalization_forward::primitive_desc layernorm_pd(int64_t N, int64_t C, float eps,
                                                                bool shift) {
   return {{prop_kind::forward_training, plain({N, C}), plain({N}), eps, ln_flags(shift)},
-          onednn::engine()};
+          onednn::attr(), onednn::engine()};
 }
 
 dnnl::eltwise_forward::primitive_desc gelu_pd(int64_t n) {
-  return {{prop_kind::forward_training, algorithm::eltwise_gelu_tanh, plain({n})},
+  return {{prop_kind::forward_training, algorithm::eltwise_gelu_tanh, plain({n})}, onednn::attr(),
           onednn::engine()};
 }
 
@@ -126,7 +127,7 @@ bool onednn_softmax_backward_f32(const float* y, const float* dy, float* dx, int
              [&] {
                const memory::desc md = plain({N, C});
                return dnnl::softmax_v2_backward(
-                   {{softmax_alg(log), md, md, md, 1}, onednn::engine(), softmax_pd(md, log)});
+                   {{softmax_alg(log), md, md, md, 1}, onednn::attr(), onednn::engine(), softmax_pd(md, log)});
              },
              {{DNNL_ARG_DST, {N, C}, y},
               {DNNL_ARG_DIFF_DST, {N, C}, dy},
@@ -172,8 +173,8 @@ bool onednn_layernorm_backward_f32(const float* dy, const float* x, const float*
       [&] {
         const memory::desc md = plain({N, C});
         return dnnl::layer_normalization_backward(
-            {{prop_kind::backward, md, md, plain({N}), 0.f, ln_flags(shift)}, onednn::engine(),
-             layernorm_pd(N, C, 0.f, shift)});
+            {{prop_kind::backward, md, md, plain({N}), 0.f, ln_flags(shift)}, onednn::attr(),
+             onednn::engine(), layernorm_pd(N, C, 0.f, shift)});
       },
       {{DNNL_ARG_SRC, {N, C}, x},
        {DNNL_ARG_MEAN, {N}, mean},
@@ -203,7 +204,7 @@ bool onednn_gelu_tanh_backward_f32(const float* x, const float* dy, float* dx, i
              [&] {
                const memory::desc md = plain({n});
                return dnnl::eltwise_backward(
-                   {{algorithm::eltwise_gelu_tanh, md, md}, onednn::engine(), gelu_pd(n)});
+                   {{algorithm::eltwise_gelu_tanh, md, md}, onednn::attr(), onednn::engine(), gelu_pd(n)});
              },
              {{DNNL_ARG_SRC, {n}, x}, {DNNL_ARG_DIFF_DST, {n}, dy}, {DNNL_ARG_DIFF_SRC, {n}, dx}});
 }

@@ -107,21 +107,49 @@ struct Prim {
   bool ok = false;
   dnnl::primitive prim;
   std::vector<std::pair<int, dnnl::memory::desc>> args;
+  size_t scratch_bytes = 0;  // > 0: the last entry of args is DNNL_ARG_SCRATCHPAD (see attr())
 };
 
+// The attributes every primitive here is created with: a user-managed scratchpad. oneDNN's
+// default (library mode; Debian builds without DNNL_ENABLE_CONCURRENT_EXEC) ties a primitive's
+// scratchpad to the thread that created it, so a cached primitive run from two threads at once
+// (GEMMs issued inside our own parallel regions) shares it: measured as wrong GEMM results on
+// an AVX-512 machine (tests/test_gemm.cpp, CalledFromInsideAParallelRegion). execute() gives each
+// thread its own scratchpad buffer instead.
+inline dnnl::primitive_attr attr() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+// After p.prim and p.args are set: appends the scratchpad argument when the primitive needs one.
+inline void bind_scratchpad(Prim& p) {
+  const dnnl_memory_desc_t* md =
+      dnnl_primitive_desc_query_md(p.prim.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
+  if (!md) return;
+  dnnl::memory::desc d(*md);
+  if (d.get_size() == 0) return;
+  p.scratch_bytes = d.get_size();
+  p.args.emplace_back(DNNL_ARG_SCRATCHPAD, d);
+}
+
 // Runs p on the caller's buffers, ptrs[i] for p.args[i], on this thread's stream.
+// The scratchpad (when p has one) is this thread's own buffer, grown to the largest need seen.
 inline void execute(const Prim& p, const void* const* ptrs, size_t n) {
-  CTX_CHECK(p.ok && n == p.args.size() && n <= 16, "onednn::execute: primitive/argument mismatch");
+  const size_t total = n + (p.scratch_bytes > 0 ? 1 : 0);
+  CTX_CHECK(p.ok && total == p.args.size() && total <= 16, "onednn::execute: primitive/argument mismatch");
   thread_local std::unordered_map<const Prim*, std::vector<dnnl::memory>> bound;
+  thread_local std::vector<char> scratch;
   std::vector<dnnl::memory>& mem = bound[&p];
   if (mem.empty())  // made once for this thread and primitive; no buffer until set below
     for (const auto& a : p.args) mem.emplace_back(a.second, engine(), static_cast<void*>(nullptr));
+  if (scratch.size() < p.scratch_bytes) scratch.resize(p.scratch_bytes);
   dnnl_exec_arg_t args[16];
-  for (size_t i = 0; i < n; ++i) {
-    mem[i].set_data_handle(const_cast<void*>(ptrs[i]));
+  for (size_t i = 0; i < total; ++i) {
+    mem[i].set_data_handle(i < n ? const_cast<void*>(ptrs[i]) : static_cast<void*>(scratch.data()));
     args[i] = {p.args[i].first, mem[i].get()};
   }
-  const dnnl_status_t st = dnnl_primitive_execute(p.prim.get(), stream().get(), (int)n, args);
+  const dnnl_status_t st = dnnl_primitive_execute(p.prim.get(), stream().get(), (int)total, args);
   CTX_CHECK(st == dnnl_success, "oneDNN primitive execution failed (status ", (int)st, ")");
   stream().wait();
 }
