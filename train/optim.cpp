@@ -237,7 +237,9 @@ double AdamW::fused_grad_sq_sum() {
 static void sqrt_n(const float* x, float* y, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_sqrt_ps(_mm512_loadu_ps(x + i)));
+  // maskz with a full mask: the same instruction; the unmasked intrinsic trips GCC 12's
+  // -Wmaybe-uninitialized inside its own header (_mm512_undefined_ps)
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_maskz_sqrt_ps(0xFFFF, _mm512_loadu_ps(x + i)));
 #elif defined(__AVX__)
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
 #elif defined(__SSE2__)
@@ -248,7 +250,7 @@ static void sqrt_n(const float* x, float* y, int64_t n) {
 static void sqrt_n(const double* x, double* y, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
-  for (; i + 8 <= n; i += 8) _mm512_storeu_pd(y + i, _mm512_sqrt_pd(_mm512_loadu_pd(x + i)));
+  for (; i + 8 <= n; i += 8) _mm512_storeu_pd(y + i, _mm512_maskz_sqrt_pd(0xFF, _mm512_loadu_pd(x + i)));
 #elif defined(__AVX__)
   for (; i + 4 <= n; i += 4) _mm256_storeu_pd(y + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
 #elif defined(__SSE2__)
