@@ -25,28 +25,14 @@
 #include "tests/test_util.h"
 
 using namespace ctx;
+using ctx::testing_util::rel_err;
+using ctx::testing_util::uniform_tensor;
 using ctx::testing_util::expect_error;
 using ctx::testing_util::graph_has_op;
 using ctx::testing_util::tiny_cfg;
 
 namespace {
 
-Tensor uniform(Rng& r, const Shape& s, DType dt, double lo = -1.0, double hi = 1.0) {
-  Tensor t = Tensor::empty(s, DType::F64);
-  r.fill_uniform(t, lo, hi);
-  return dt == DType::F64 ? t : t.to(dt);
-}
-
-// max |a - b| / max |b|: the error relative to the size of the reference tensor
-double rel_err(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(shape_str(a.shape()), shape_str(b.shape()));
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    num = std::max(num, std::fabs(a.at(i) - b.at(i)));
-    den = std::max(den, std::fabs(b.at(i)));
-  }
-  return den > 0 ? num / den : num;
-}
 
 enum class BiasKind { None, HTS, OneHTS };  // undefined, [H, T, S], [1, H, T, S]
 
@@ -66,13 +52,13 @@ struct Case {
 void compare_with_composed(const Case& c, DType dt, double tol, uint64_t seed) {
   SCOPED_TRACE(c.str() + (dt == DType::F32 ? " f32" : " f64"));
   Rng r(seed);
-  const Tensor q = uniform(r, {c.B, c.H, c.T, c.Dh}, dt, -1.5, 1.5);
-  const Tensor k = uniform(r, {c.B, c.H, c.S, c.Dh}, dt, -1.5, 1.5);
-  const Tensor v = uniform(r, {c.B, c.H, c.S, c.Dh}, dt);
+  const Tensor q = uniform_tensor(r, {c.B, c.H, c.T, c.Dh}, dt, -1.5, 1.5);
+  const Tensor k = uniform_tensor(r, {c.B, c.H, c.S, c.Dh}, dt, -1.5, 1.5);
+  const Tensor v = uniform_tensor(r, {c.B, c.H, c.S, c.Dh}, dt);
   Tensor bias;
-  if (c.bias == BiasKind::HTS) bias = uniform(r, {c.H, c.T, c.S}, dt, -2.0, 2.0);
-  if (c.bias == BiasKind::OneHTS) bias = uniform(r, {1, c.H, c.T, c.S}, dt, -2.0, 2.0);
-  const Tensor seed_grad = uniform(r, {c.B, c.H, c.T, c.Dh}, dt);
+  if (c.bias == BiasKind::HTS) bias = uniform_tensor(r, {c.H, c.T, c.S}, dt, -2.0, 2.0);
+  if (c.bias == BiasKind::OneHTS) bias = uniform_tensor(r, {1, c.H, c.T, c.S}, dt, -2.0, 2.0);
+  const Tensor seed_grad = uniform_tensor(r, {c.B, c.H, c.T, c.Dh}, dt);
   const double scale = 1.0 / std::sqrt((double)c.Dh);
 
   struct Run {
@@ -139,8 +125,8 @@ TEST(FusedAttention, LargeLogitsAndPartialGradients) {
   // peaky softmax (large scale, bias with -inf-free but big values); only some inputs need grads
   Rng r(7);
   const int64_t B = 2, H = 2, T = 66, S = 80, Dh = 6;
-  Tensor q = uniform(r, {B, H, T, Dh}, DType::F32, -3, 3), k = uniform(r, {B, H, S, Dh}, DType::F32, -3, 3);
-  Tensor v = uniform(r, {B, H, S, Dh}, DType::F32), b = uniform(r, {H, T, S}, DType::F32, -20, 20);
+  Tensor q = uniform_tensor(r, {B, H, T, Dh}, DType::F32, -3, 3), k = uniform_tensor(r, {B, H, S, Dh}, DType::F32, -3, 3);
+  Tensor v = uniform_tensor(r, {B, H, S, Dh}, DType::F32), b = uniform_tensor(r, {H, T, S}, DType::F32, -20, 20);
   for (bool grad_q : {true, false}) {
     Variable qf(q, grad_q), kf(k, !grad_q), vf(v, true), bf(b, false);
     Variable qc(q, grad_q), kc(k, !grad_q), vc(v, true), bc(b, false);
@@ -157,8 +143,8 @@ TEST(FusedAttention, LargeLogitsAndPartialGradients) {
 
 TEST(FusedAttention, NoGradModeAndEveryRowFinite) {
   Rng r(8);
-  Tensor q = uniform(r, {1, 2, 65, 4}, DType::F32), k = uniform(r, {1, 2, 65, 4}, DType::F32),
-         v = uniform(r, {1, 2, 65, 4}, DType::F32);
+  Tensor q = uniform_tensor(r, {1, 2, 65, 4}, DType::F32), k = uniform_tensor(r, {1, 2, 65, 4}, DType::F32),
+         v = uniform_tensor(r, {1, 2, 65, 4}, DType::F32);
   NoGradGuard ng;
   Variable o = fused_causal_attention(Variable(q, true), Variable(k, true), Variable(v, true), Variable(), 0.5, 1);
   EXPECT_FALSE(o.requires_grad());
@@ -181,11 +167,11 @@ TEST(FusedAttention, GradcheckF64) {
                             {1, 1, 5, 5, 4, 3, false}}) {
     SCOPED_TRACE("B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " T" + std::to_string(c.T) +
                  " S" + std::to_string(c.S) + " window " + std::to_string(c.window));
-    std::vector<Tensor> in = {uniform(r, {c.B, c.H, c.T, c.Dh}, DType::F64), uniform(r, {c.B, c.H, c.S, c.Dh}, DType::F64),
-                              uniform(r, {c.B, c.H, c.S, c.Dh}, DType::F64)};
+    std::vector<Tensor> in = {uniform_tensor(r, {c.B, c.H, c.T, c.Dh}, DType::F64), uniform_tensor(r, {c.B, c.H, c.S, c.Dh}, DType::F64),
+                              uniform_tensor(r, {c.B, c.H, c.S, c.Dh}, DType::F64)};
     std::vector<std::string> names = {"q", "k", "v"};
     if (c.bias) {
-      in.push_back(uniform(r, {c.H, c.T, c.S}, DType::F64));
+      in.push_back(uniform_tensor(r, {c.H, c.T, c.S}, DType::F64));
       names.push_back("bias");
     }
     const int64_t w = c.window;
@@ -202,8 +188,8 @@ TEST(FusedAttention, GradcheckF64SeveralTiles) {
   // T and S beyond one 64-wide tile, memory offset 9; a subset of the elements
   Rng r(12);
   const int64_t B = 1, H = 2, T = 70, S = 79, Dh = 3;
-  std::vector<Tensor> in = {uniform(r, {B, H, T, Dh}, DType::F64), uniform(r, {B, H, S, Dh}, DType::F64),
-                            uniform(r, {B, H, S, Dh}, DType::F64), uniform(r, {1, H, T, S}, DType::F64)};
+  std::vector<Tensor> in = {uniform_tensor(r, {B, H, T, Dh}, DType::F64), uniform_tensor(r, {B, H, S, Dh}, DType::F64),
+                            uniform_tensor(r, {B, H, S, Dh}, DType::F64), uniform_tensor(r, {1, H, T, S}, DType::F64)};
   GradcheckOptions opt;
   opt.max_elements = 120;
   for (int64_t w : {int64_t(0), int64_t(20)}) {

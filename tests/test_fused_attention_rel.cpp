@@ -18,25 +18,12 @@
 #include "tests/test_util.h"
 
 using namespace ctx;
+using ctx::testing_util::rel_err;
+using ctx::testing_util::uniform_tensor;
 using ctx::testing_util::expect_error;
 
 namespace {
 
-Tensor uniform(Rng& r, const Shape& s, DType dt, double lo = -1.0, double hi = 1.0) {
-  Tensor t = Tensor::empty(s, DType::F64);
-  r.fill_uniform(t, lo, hi);
-  return dt == DType::F64 ? t : t.to(dt);
-}
-
-double rel_err(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(shape_str(a.shape()), shape_str(b.shape()));
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    num = std::max(num, std::fabs(a.at(i) - b.at(i)));
-    den = std::max(den, std::fabs(b.at(i)));
-  }
-  return den > 0 ? num / den : num;
-}
 
 // i32 [T, S] index tables as the encodings build them (query i at position i + S - T):
 // a clipped relative distance (shaw-like, R = 2K + 1) or the bare distance (xl-like, R = S).
@@ -77,16 +64,16 @@ struct Inputs {
 
 Inputs make_inputs(const Case& c, DType dt, Rng& r) {
   Inputs x;
-  x.q = uniform(r, {c.B, c.H, c.T, c.Dh}, dt, -1.5, 1.5);
-  x.k = uniform(r, {c.B, c.H, c.S, c.Dh}, dt, -1.5, 1.5);
-  x.v = uniform(r, {c.B, c.H, c.S, c.Dh}, dt);
+  x.q = uniform_tensor(r, {c.B, c.H, c.T, c.Dh}, dt, -1.5, 1.5);
+  x.k = uniform_tensor(r, {c.B, c.H, c.S, c.Dh}, dt, -1.5, 1.5);
+  x.v = uniform_tensor(r, {c.B, c.H, c.S, c.Dh}, dt);
   x.qidx = c.terms.distance ? distance_index(c.T, c.S) : clipped_index(c.T, c.S, c.K);
   const int64_t Rq = c.terms.distance ? c.S : 2 * c.K + 1, Rk = 2 * c.K + 1;
   x.kidx = clipped_index(c.T, c.S, c.K);
-  if (c.terms.qrel) x.qrel = uniform(r, {c.B, c.H, c.T, Rq}, dt, -2.0, 2.0);
-  if (c.terms.krel) x.krel = uniform(r, {c.B, c.H, c.S, Rk}, dt, -2.0, 2.0);
-  if (c.terms.vrel) x.vrel = uniform(r, {Rq, c.Dh}, dt);
-  if (c.terms.bias) x.bias = uniform(r, {c.H, c.T, c.S}, dt, -1.0, 1.0);
+  if (c.terms.qrel) x.qrel = uniform_tensor(r, {c.B, c.H, c.T, Rq}, dt, -2.0, 2.0);
+  if (c.terms.krel) x.krel = uniform_tensor(r, {c.B, c.H, c.S, Rk}, dt, -2.0, 2.0);
+  if (c.terms.vrel) x.vrel = uniform_tensor(r, {Rq, c.Dh}, dt);
+  if (c.terms.bias) x.bias = uniform_tensor(r, {c.H, c.T, c.S}, dt, -1.0, 1.0);
   return x;
 }
 
@@ -114,7 +101,7 @@ void compare_with_composed(const Case& c, DType dt, double tol, uint64_t seed) {
   SCOPED_TRACE(c.str() + (dt == DType::F32 ? " f32" : " f64"));
   Rng r(seed);
   const Inputs in = make_inputs(c, dt, r);
-  const Tensor g = uniform(r, {c.B, c.H, c.T, c.Dh}, dt);
+  const Tensor g = uniform_tensor(r, {c.B, c.H, c.T, c.Dh}, dt);
   Outcome f = run(in, c, g, true), u = run(in, c, g, false);
   EXPECT_EQ(f.o.op_name(), "fused_causal_attention");
   EXPECT_LE(rel_err(f.o.data(), u.o.data()), tol) << "output";
@@ -209,7 +196,7 @@ TEST(FusedAttentionRel, UnreachedIndicesGetZeroGradient) {
   const Case c{1, 2, 4, 4, 3, 6, 0, {true, false, true, false, false}};
   Rng r(5);
   const Inputs in = make_inputs(c, DType::F32, r);
-  Outcome f = run(in, c, uniform(r, {1, 2, 4, 3}, DType::F32), true);
+  Outcome f = run(in, c, uniform_tensor(r, {1, 2, 4, 3}, DType::F32), true);
   const Tensor dq = f.rel.qrel.grad(), dv = f.rel.vrel.grad();
   for (int64_t x = 0; x < dq.numel(); ++x)
     if (x % 13 > 6) {

@@ -22,17 +22,12 @@
 #include "tests/test_util.h"
 
 using namespace ctx;
+using ctx::testing_util::uniform_tensor;
 using ctx::testing_util::expect_error;
 using ctx::testing_util::graph_has_op;
 using ctx::testing_util::tiny_cfg;
 
 namespace {
-
-Tensor uniform(Rng& r, const Shape& s, DType dt) {
-  Tensor t = Tensor::empty(s, DType::F64);
-  r.fill_uniform(t, -1.0, 1.0);
-  return dt == DType::F64 ? t : t.to(dt);
-}
 
 // Same shape, dtype and bytes (+0 and -0 compare equal, as values).
 void expect_same(const Tensor& a, const Tensor& b) {
@@ -91,7 +86,7 @@ void check_split(const SplitCase& c, DType dt) {
   HeadsGuard guard(true);
   Rng r(c.B * 1000 + c.S * 10 + c.Dh);
   const int64_t D = c.H * c.Dh;
-  Tensor x = uniform(r, {c.B, c.S, 3 * D}, dt);
+  Tensor x = uniform_tensor(r, {c.B, c.S, 3 * D}, dt);
   auto fused = split_heads(Variable(x, true), c.H, c.q0);
   auto ref = composed_split(Variable(x, true), c.H, c.q0);
   for (int i = 0; i < 3; ++i) {
@@ -99,7 +94,7 @@ void check_split(const SplitCase& c, DType dt) {
     EXPECT_EQ(fused[i].op_name(), "split_heads.out");
   }
   std::array<Tensor, 3> seeds;
-  for (int i = 0; i < 3; ++i) seeds[i] = uniform(r, ref[i].shape(), dt);
+  for (int i = 0; i < 3; ++i) seeds[i] = uniform_tensor(r, ref[i].shape(), dt);
   auto fused_fn = [&](const Variable& v) { return split_heads(v, c.H, c.q0); };
   auto ref_fn = [&](const Variable& v) { return composed_split(v, c.H, c.q0); };
   for (int mask = 1; mask < 8; ++mask) {  // every non-empty subset of {q, k, v}
@@ -119,7 +114,7 @@ TEST(SplitHeads, EqualsCompositionF64) {
 TEST(SplitHeads, FallbackIsTheComposition) {
   HeadsGuard guard(false);
   Rng r(5);
-  Tensor x = uniform(r, {2, 4, 12}, DType::F32);
+  Tensor x = uniform_tensor(r, {2, 4, 12}, DType::F32);
   auto a = split_heads(Variable(x, true), 2, 1);
   auto b = composed_split(Variable(x, true), 2, 1);
   for (int i = 0; i < 3; ++i) {
@@ -135,7 +130,7 @@ void gradcheck_split(int64_t B, int64_t S, int64_t H, int64_t Dh, int64_t q0,
   SCOPED_TRACE(what + " q0 " + std::to_string(q0));
   HeadsGuard guard(true);
   Rng r(77 + q0);
-  Tensor x = uniform(r, {B, S, 3 * H * Dh}, DType::F64);
+  Tensor x = uniform_tensor(r, {B, S, 3 * H * Dh}, DType::F64);
   auto res = gradcheck([&](const std::vector<Variable>& in) { return combine(split_heads(in[0], H, q0)); }, {x}, {"qkv"});
   EXPECT_TRUE(res.pass) << res.summary();
 }
@@ -159,7 +154,7 @@ TEST(SplitHeads, GradcheckF64) {
 TEST(SplitHeads, NoGradModeAndConstantInput) {
   HeadsGuard guard(true);
   Rng r(9);
-  Tensor x = uniform(r, {2, 3, 12}, DType::F32);
+  Tensor x = uniform_tensor(r, {2, 3, 12}, DType::F32);
   auto ref = composed_split(Variable(x), 2, 1);
   {
     NoGradGuard ng;
@@ -176,7 +171,7 @@ TEST(SplitHeads, NoGradModeAndConstantInput) {
 TEST(SplitHeads, RetainedGraphTwiceAndPartialSecondPass) {
   HeadsGuard guard(true);
   Rng r(10);
-  Tensor x = uniform(r, {2, 4, 12}, DType::F64);
+  Tensor x = uniform_tensor(r, {2, 4, 12}, DType::F64);
   Variable xv(x, true);
   auto o = split_heads(xv, 2, 0);
   Variable lq = sum(square(o[0])), lall = add(lq, sum(mul(o[1], o[2])));
@@ -211,7 +206,7 @@ TEST(MergeHeads, EqualsCompositionAndGradcheck) {
     SCOPED_TRACE(shape_str(s));
     for (DType dt : {DType::F32, DType::F64}) {
       Rng r(s[2]);
-      Tensor o = uniform(r, s, dt), seed = uniform(r, {s[0], s[2], s[1] * s[3]}, dt);
+      Tensor o = uniform_tensor(r, s, dt), seed = uniform_tensor(r, {s[0], s[2], s[1] * s[3]}, dt);
       Variable a(o.clone(), true), b(o.clone(), true);
       Variable ma = merge_heads(a), mb = reshape(permute(b, {0, 2, 1, 3}), {s[0], s[2], s[1] * s[3]});
       EXPECT_EQ(ma.op_name(), "merge_heads");
@@ -223,7 +218,7 @@ TEST(MergeHeads, EqualsCompositionAndGradcheck) {
   }
   Rng r(3);
   auto res = gradcheck([](const std::vector<Variable>& in) { return square(merge_heads(in[0])); },
-                       {uniform(r, {2, 3, 4, 5}, DType::F64)}, {"o"});
+                       {uniform_tensor(r, {2, 3, 4, 5}, DType::F64)}, {"o"});
   EXPECT_TRUE(res.pass) << res.summary();
 }
 

@@ -2,6 +2,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "autograd/variable.h"
+#include "core/rng.h"
 #include "core/error.h"
 #include "train/config.h"
 
@@ -26,6 +29,25 @@ inline ModelConfig tiny_cfg(const nlohmann::json& posenc) {
   c.context = 24;
   c.posenc = posenc;
   return c;
+}
+
+// Uniform values in [lo, hi), drawn in f64 and converted to dt (so f32 and f64 runs of one seed
+// see the same numbers up to rounding).
+inline Tensor uniform_tensor(Rng& r, const Shape& s, DType dt, double lo = -1.0, double hi = 1.0) {
+  Tensor t = Tensor::empty(s, DType::F64);
+  r.fill_uniform(t, lo, hi);
+  return dt == DType::F64 ? t : t.to(dt);
+}
+
+// max |a - b| / max |b|: the error relative to the size of the reference tensor b.
+inline double rel_err(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(shape_str(a.shape()), shape_str(b.shape()));
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    num = std::max(num, std::fabs(a.at(i) - b.at(i)));
+    den = std::max(den, std::fabs(b.at(i)));
+  }
+  return den > 0 ? num / den : num;
 }
 
 // Does the autograd graph of v contain an op named `name` (which fast path ran)?
