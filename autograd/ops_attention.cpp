@@ -195,7 +195,8 @@ Variable fused_causal_attention(const Variable& q, const Variable& k, const Vari
   const cpu::FlashAttnDims d = check_args(op, q, k, v, bias, scale, window);
   const Tensor qd = q.data(), kd = k.data(), vd = v.data();
   if (qd.device() != Device::CPU) return causal_attention_composed(q, k, v, bias, scale, window, rel);
-  const auto [Rq, Rk] = check_rel(op, rel, qd, d.B, d.H, d.T, d.S, d.Dh);
+  const std::pair<int64_t, int64_t> R = check_rel(op, rel, qd, d.B, d.H, d.T, d.S, d.Dh);
+  const int64_t Rq = R.first, Rk = R.second;  // (not a structured binding: lambdas capture them)
   const Tensor bd = bias.defined() ? bias.data() : Tensor();
   Tensor out = empty_like(qd);                                            // [B, H, T, Dh]
   Tensor lse = Tensor::empty({d.B, d.H, d.T}, qd.dtype(), qd.device());  // [B, H, T]
