@@ -63,10 +63,16 @@ std::pair<int64_t, int64_t> check_rel(const char* op, const RelTerms& rel, const
                 " is outside [0, ", R, ")");
   };
   auto check_var = [&](const Variable& x, const char* name, const Shape& want) {
-    check_compatible(qd, x.data(), op);
-    CTX_CHECK(x.shape() == want, op, ": RelTerms.", name, " must be ", dtype_name(qd.dtype()), shape_str(want),
-              ", got ", x.data().str());
+    CTX_CHECK(x.dtype() == qd.dtype() && x.device() == qd.device() && x.shape() == want, op, ": RelTerms.", name,
+              " must be ", device_name(qd.device()), " ", dtype_name(qd.dtype()), shape_str(want), ", got ",
+              device_name(x.device()), " ", x.data().str());
   };
+  auto check_rank = [&](const Variable& x, const char* name, int64_t rank, const char* layout) {
+    CTX_CHECK(x.dim() == rank, op, ": RelTerms.", name, " must be ", layout, ", got ", x.data().str());
+  };
+  if (rel.qrel.defined()) check_rank(rel.qrel, "qrel", 4, "[B, H, T, Rq]");
+  if (rel.vrel.defined()) check_rank(rel.vrel, "vrel", 2, "[Rq, Dh]");
+  if (rel.krel.defined()) check_rank(rel.krel, "krel", 4, "[B, H, S, Rk]");
   int64_t Rq = 0, Rk = 0;
   if (rel.qrel.defined() || rel.vrel.defined()) {
     Rq = rel.qrel.defined() ? rel.qrel.size(-1) : rel.vrel.size(0);

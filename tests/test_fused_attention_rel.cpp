@@ -228,16 +228,18 @@ TEST(FusedAttentionRel, ErrorsNameTheFieldAndExpectedShape) {
   expect_error([&] { call(a); }, {op, "RelTerms.qidx[1, 2] = -1"});
   a.qidx.data<int32_t>()[1 * 6 + 2] = 0;
   a.qrel = var({2, 3, 6, 7});
-  expect_error([&] { call(a); }, {op, "RelTerms.qrel must be f32[2, 3, 4, 7]", "f32[2, 3, 6, 7]"});
+  expect_error([&] { call(a); }, {op, "RelTerms.qrel must be cpu f32[2, 3, 4, 7]", "f32[2, 3, 6, 7]"});
+  a.qrel = var({4, 7});
+  expect_error([&] { call(a); }, {op, "RelTerms.qrel must be [B, H, T, Rq]", "f32[4, 7]"});
   a.qrel = var({2, 3, 4, 7});
   a.vrel = var({7, 4});
-  expect_error([&] { call(a); }, {op, "RelTerms.vrel must be f32[7, 5]", "f32[7, 4]"});
+  expect_error([&] { call(a); }, {op, "RelTerms.vrel must be cpu f32[7, 5]", "f32[7, 4]"});
   a.vrel = var({7, 5}, DType::F64);
-  expect_error([&] { call(a); }, {op, "f64[7, 5]"});
+  expect_error([&] { call(a); }, {op, "RelTerms.vrel must be cpu f32[7, 5]", "got cpu f64[7, 5]"});
   RelTerms b;
   b.krel = var({2, 3, 4, 3});
   b.kidx = Tensor::zeros({4, 6}, DType::I32);
-  expect_error([&] { call(b); }, {op, "RelTerms.krel must be f32[2, 3, 6, 3]", "f32[2, 3, 4, 3]"});
+  expect_error([&] { call(b); }, {op, "RelTerms.krel must be cpu f32[2, 3, 6, 3]", "f32[2, 3, 4, 3]"});
   // the composed halves check the same fields
   expect_error([&] { relative_logits(q, k, Variable(), 1.0, a); }, {"relative_logits", "f64[7, 5]"});
   RelTerms c;

@@ -126,7 +126,8 @@ TEST(Rng, DeterministicAndKnownValues) {
 TEST(ReduceSum, EveryPatternMatchesNaiveSum) {
   Rng rng(21);
   const std::vector<Shape> shapes = {{7},          {5, 3},        {4, 3, 5},      {2, 3, 4, 5},
-                                     {8, 8, 64, 32}, {3, 1, 70, 9}, {2, 3, 1, 4, 5}, {300, 300}};
+                                     {8, 8, 64, 32}, {3, 1, 70, 9}, {2, 3, 1, 4, 5}, {300, 300},
+                                     {3, 40000}};  // few rows, a long kept run: split by columns
   for (const Shape& xs : shapes) {
     const int64_t nd = (int64_t)xs.size();
     for (int64_t mask = 0; mask < (int64_t(1) << nd); ++mask) {  // bit d set: dim d reduced

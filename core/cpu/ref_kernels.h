@@ -415,8 +415,10 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
   // Any other pattern (e.g. [B, H, T, D] -> [1, H, 1, D]): the dims, size-1 ones dropped, are
   // merged into alternating runs of reduced (out stride 0) and kept dims; x is walked in rows of
   // the innermost run (summed to one value, or added to a contiguous run of out), the outer
-  // position advanced like an odometer (no division per element). Rows are split over threads,
-  // each summing into its own copy of out (ThreadPartials: deterministic for a thread count).
+  // position advanced like an odometer (no division per element). Threads: a kept inner run is
+  // split by columns (each thread owns its slice of out: no extra memory, the same sums at any
+  // thread count); a reduced one by rows, each thread summing into its own copy of out
+  // (ThreadPartials, deterministic for a thread count), only when out is small next to x.
   struct Run {
     int64_t n, so;  // size, stride in out (0: reduced)
   };
@@ -440,7 +442,8 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
   }
   const Run inner = runs.back();  // inner.so is 0 (reduced) or 1 (kept: out is contiguous)
   const int64_t L = inner.n, rows = n / L, k = (int64_t)runs.size() - 1;
-  auto walk = [&](int64_t r0, int64_t r1, T* acc) {
+  // rows [r0, r1), inner columns [c0, c1) (kept inner run) into acc
+  auto walk = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, T* acc) {
     std::vector<int64_t> idx((size_t)k);
     int64_t rem = r0, po = 0;
     for (int64_t d = k - 1; d >= 0; --d) {
@@ -458,7 +461,7 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
       } else {
         T* o = acc + po;
 #pragma omp simd
-        for (int64_t c = 0; c < L; ++c) o[c] += xr[c];
+        for (int64_t c = c0; c < c1; ++c) o[c] += xr[c];
       }
       for (int64_t d = k - 1; d >= 0; --d) {  // next row's output offset
         po += runs[(size_t)d].so;
@@ -468,18 +471,27 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
       }
     }
   };
-  if (n <= 65536 || rows < 2) {
-    walk(0, rows, out);
-    return;
+  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (n <= 65536 || nt < 2 || rows < 2) {
+    walk(0, rows, 0, L, out);
+  } else if (inner.so != 0) {
+#pragma omp parallel num_threads(nt)
+    {
+      const int64_t t = omp_get_thread_num(), m = omp_get_num_threads();
+      walk(0, rows, L * t / m, L * (t + 1) / m, out);
+    }
+  } else if (no * nt <= n) {
+    ThreadPartials<T> parts(no);
+#pragma omp parallel num_threads(nt)
+    {
+      T* acc = parts.mine();
+      const int64_t t = omp_get_thread_num(), m = omp_get_num_threads();
+      walk(rows * t / m, rows * (t + 1) / m, 0, L, acc);
+    }
+    parts.add_to(out);
+  } else {
+    walk(0, rows, 0, L, out);
   }
-  ThreadPartials<T> parts(no);
-#pragma omp parallel
-  {
-    T* acc = parts.mine();
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    walk(rows * t / nt, rows * (t + 1) / nt, acc);
-  }
-  parts.add_to(out);
 }
 
 // ---- causal fill: x [N, T, S], x[n, i, j] = v for j > i + diag; with window > 0 also for
