@@ -22,7 +22,8 @@
 // with as few groups as keep every thread busy (one when H >= threads).
 //
 // Content-position terms (FlashRel): the logits gain scale * (qrel[i, qidx] + krel[j, kidx]),
-// gathered per visible element before scaling; the value term bins p_ij by qidx into prel [Rq]
+// gathered per visible element before scaling (one scalar per row where qidx is constant on a
+// tile: const_index_rows); the value term bins p_ij by qidx into prel [Rq]
 // per row (rescaled with o by the online softmax) and adds prel vrel at the end. Backward:
 // dp_ij += do_i . vrel[qidx] (precomputed per row), D_i = do_i . o_i still holds with o the full
 // output, dqrel / dkrel gather scale * ds (owned by the (b, h) item), dvrel = sum prel^T do.
@@ -282,13 +283,20 @@ F logits_row(F* row, const F* brow, F sc, ColRange cr) {
 // Relative logit terms of query i on the key tile starting at j0: row[c] += qrel[i, qidx[i, j]]
 // + krel[j, kidx[i, j]] (j = j0 + c) for the visible columns [cl, ch), before scaling.
 // qrel_bh, krel_bh: the (b, h) slices of qrel [T, Rq] and krel [S, Rk].
+// qc: the row's constant qidx on this tile (const_index_rows), or -1.
 template <class F>
 void add_rel_row(F* row, const FlashRel<F>& rel, const F* qrel_bh, const F* krel_bh, int64_t S,
-                 int64_t i, int64_t j0, ColRange cr) {
+                 int64_t i, int64_t j0, ColRange cr, int32_t qc) {
   if (rel.qrel) {
     const F* qr = qrel_bh + i * rel.Rq;
-    const int32_t* ix = rel.qidx + i * S + j0;
-    for (int64_t c = cr.cl; c < cr.ch; ++c) row[c] += qr[ix[c]];
+    if (qc >= 0) {
+      const F a = qr[qc];
+#pragma omp simd
+      for (int64_t c = cr.cl; c < cr.ch; ++c) row[c] += a;
+    } else {
+      const int32_t* ix = rel.qidx + i * S + j0;
+      for (int64_t c = cr.cl; c < cr.ch; ++c) row[c] += qr[ix[c]];
+    }
   }
   if (rel.krel) {
     const F* kr = krel_bh + j0 * rel.Rk;
@@ -297,10 +305,40 @@ void add_rel_row(F* row, const FlashRel<F>& rel, const F* qrel_bh, const F* krel
   }
 }
 
-// bins[qidx[i, j0 + c]] += p[c] for the visible columns [cl, ch) (the value term's weights).
+// bins[qidx[i, j0 + c]] += p[c] for the visible columns [cl, ch) (the value term's weights);
+// with a constant index qc >= 0, one bin gets the row's sum.
 template <class F>
-void bin_row(F* bins, const F* p, const int32_t* ix, ColRange cr) {
+void bin_row(F* bins, const F* p, const int32_t* ix, ColRange cr, int32_t qc) {
+  if (qc >= 0) {
+    F sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = cr.cl; c < cr.ch; ++c) sum += p[c];
+    bins[qc] += sum;
+    return;
+  }
   for (int64_t c = cr.cl; c < cr.ch; ++c) bins[ix[c]] += p[c];
+}
+
+// out[i * nkb + kb] = the value qidx[i, j] takes on every key j of tile kb that query i sees,
+// when that is one value, else -1 (also when it sees none there). Shaw's clipped index is
+// constant beyond the clip distance, DeBERTa's where its log buckets saturate: there the kernels
+// add and bin one scalar per row instead of gathering per element.
+inline void const_index_rows(const int32_t* idx, const Geom& g, int64_t T, int64_t S, int64_t window,
+                             int32_t* out) {
+#pragma omp parallel for schedule(static) if (T * S > 65536)
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t kb = 0; kb < g.nkb; ++kb) {
+      const int64_t j0 = kb * BC, nb = std::min(BC, S - j0);
+      const ColRange cr = cols_seen(i, 0, 1, j0, nb, g, window);
+      int32_t v = -1;
+      if (cr.cl < cr.ch) {
+        const int32_t* ix = idx + i * S + j0;
+        v = ix[cr.cl];
+        for (int64_t c = cr.cl + 1; c < cr.ch && v >= 0; ++c)
+          if (ix[c] != v) v = -1;
+      }
+      out[i * g.nkb + kb] = v;
+    }
 }
 
 }  // namespace
@@ -317,6 +355,8 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
   // keys of (b, h): K^T tiles [nkb][Dp][BC]; V as rows of Dp ([S, Dp]: v itself when Dh == Dp)
   Scratch<F> kt(g.BH * g.Sp * Dp), vp(Dh == Dp ? 0 : g.BH * S * Dp);
   const int64_t ntask = g.BH * g.nqb;
+  Scratch<int32_t> qconst(rel.qidx ? T * nkb : 0);  // constant qidx per (row, key tile), or -1
+  if (rel.qidx) const_index_rows(rel.qidx, g, T, S, d.window, qconst.data());
 #pragma omp parallel if (ntask > 1)
   {
 #pragma omp for schedule(static)
@@ -354,7 +394,8 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
           const ColRange cr = cols_seen(i0, r, r + 1, j0, nb, g, d.window);
           F mx = ninf;
           if (cr.cl < cr.ch) {
-            if (rel.logit_terms()) add_rel_row(srow, rel, qrel_bh, krel_bh, S, i, j0, cr);
+            if (rel.logit_terms())
+              add_rel_row(srow, rel, qrel_bh, krel_bh, S, i, j0, cr, rel.qidx ? qconst[i * nkb + kb] : -1);
             mx = logits_row(srow, bias ? bias + (h * T + i) * S + j0 : nullptr, sc, cr);
           }
           if (!(mx > ninf)) {  // nothing visible here (or only -inf logits): p = 0
@@ -371,7 +412,7 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
             if (rel.vrel)
               for (int64_t x = 0; x < rel.Rq; ++x) prel[r * rel.Rq + x] *= alpha;
           }
-          if (rel.vrel) bin_row(prel.data() + r * rel.Rq, srow, rel.qidx + i * S + j0, cr);
+          if (rel.vrel) bin_row(prel.data() + r * rel.Rq, srow, rel.qidx + i * S + j0, cr, qconst[i * nkb + kb]);
           m[r] = mnew;
         }
         tile_mm<F, true>(rows, Dp, nb, st.data(), BC, 1, vtile, Dp, ot.data(), Dp, [&](int64_t m0, int64_t m1) {
@@ -432,6 +473,8 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
   // afterwards (deterministic whatever thread ran the item)
   const bool want_dvrel = rel.vrel && rel.dvrel;
   Scratch<F> dvrel_parts(want_dvrel ? nitems * Rq * Dh : 0);
+  Scratch<int32_t> qconst(rel.qidx ? T * nkb : 0);  // as in the forward
+  if (rel.qidx) const_index_rows(rel.qidx, g, T, S, d.window, qconst.data());
 #pragma omp parallel if (nitems > 1)
   {
     Scratch<F> qp(g.Tp * Dp), dop(g.Tp * Dp), kp(g.Sp * Dp), ktt(g.Sp * Dp), vtt(g.Sp * Dp),
@@ -513,14 +556,21 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
                 continue;
               }
               const F* brow = bias ? bias + (h * T + i) * S + j0 : nullptr;
-              if (rel.logit_terms()) add_rel_row(prow, rel, qrel_bh, krel_bh, S, i, j0, cr);
+              const int32_t qc = rel.qidx ? qconst[i * nkb + kb] : -1;
+              if (rel.logit_terms()) add_rel_row(prow, rel, qrel_bh, krel_bh, S, i, j0, cr, qc);
               logits_row(prow, brow, sc, cr);
               exp_sub_row(prow, BC, L);  // p = e^(s - lse)
               if (rel.vrel) {  // dp_ij += do_i . vrel[qidx[i, j]]
                 const int32_t* ix = rel.qidx + i * S + j0;
                 const F* gv = Gv.data() + i * Rq;
-                for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] += gv[ix[c]];
-                if (want_dvrel) bin_row(prel.data() + i * Rq, prow, ix, cr);
+                if (qc >= 0) {
+                  const F a = gv[qc];
+#pragma omp simd
+                  for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] += a;
+                } else {
+                  for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] += gv[ix[c]];
+                }
+                if (want_dvrel) bin_row(prel.data() + i * Rq, prow, ix, cr, qc);
               }
               const F Di = D[i];  // ds = p (dp - D) where visible, else 0 (dp is not computed there)
               std::fill(drow, drow + cr.cl, F(0));
@@ -530,7 +580,14 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
               if (dqrel_bh) {  // dqrel[i, qidx[i, j]] += scale ds_ij
                 const int32_t* ix = rel.qidx + i * S + j0;
                 F* dqr = dqrel_bh + i * Rq;
-                for (int64_t c = cr.cl; c < cr.ch; ++c) dqr[ix[c]] += sc * drow[c];
+                if (qc >= 0) {
+                  F sum = 0;
+#pragma omp simd reduction(+ : sum)
+                  for (int64_t c = cr.cl; c < cr.ch; ++c) sum += drow[c];
+                  dqr[qc] += sc * sum;
+                } else {
+                  for (int64_t c = cr.cl; c < cr.ch; ++c) dqr[ix[c]] += sc * drow[c];
+                }
               }
               if (dkrel_bh) {  // dkrel[j, kidx[i, j]] += scale ds_ij
                 const int32_t* ix = rel.kidx + i * S + j0;
