@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "autograd/ops_attention.h"
 #include "autograd/ops_heads.h"
 #include "core/switch.h"
 
