@@ -21,9 +21,12 @@ std::string shape_str(const Shape& s);  // "[2, 3, 4]"
 Shape contiguous_strides(const Shape& s);  // in elements
 
 // Device memory hooks: the CUDA backend registers these when it is compiled in.
+// copy moves `bytes` between host and device or within the device (synchronous); dst_dev and
+// src_dev say which side each pointer is on.
 struct DeviceAllocator {
   void* (*alloc)(size_t bytes) = nullptr;
   void (*free)(void* p, size_t bytes) = nullptr;
+  void (*copy)(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) = nullptr;
 };
 void register_device_allocator(Device d, DeviceAllocator a);
 

@@ -68,6 +68,13 @@ void dev_free(void* p, size_t bytes) {
   pool().free[BufferPool::size_class(bytes)].push_back(p);
 }
 
+void dev_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {
+  const cudaMemcpyKind kind = dst_dev == Device::CPU
+                                  ? (src_dev == Device::CPU ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
+                                  : (src_dev == Device::CPU ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
+  CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+}
+
 __global__ void fill_kernel(float* dst, size_t n, float v) {
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i < n) dst[i] = v;
@@ -76,7 +83,7 @@ __global__ void fill_kernel(float* dst, size_t n, float v) {
 
 void ensure_allocator() {
   static std::once_flag once;
-  std::call_once(once, [] { register_device_allocator(Device::CUDA, DeviceAllocator{dev_alloc, dev_free}); });
+  std::call_once(once, [] { register_device_allocator(Device::CUDA, DeviceAllocator{dev_alloc, dev_free, dev_copy}); });
 }
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
