@@ -124,7 +124,8 @@ inline int __all_sync(unsigned mask, int pred, const char* file = __builtin_FILE
   using namespace cuemu::detail;
   return (int)warp_op(WarpOp::All, mask, pred != 0, 0, warpSize, file, line);
 }
-// The lanes of the caller's warp that have not exited (the emulator has no divergence to track).
+// The lanes of the caller's warp that had not exited when the warp last synchronised (a warp op
+// completing, a barrier releasing, or the block's start): deterministic under every schedule.
 inline unsigned __activemask() { return cuemu::detail::activemask(); }
 
 // ---- atomics (real atomics: blocks run on several OS threads) ----

@@ -116,6 +116,7 @@ class Executor {
   [[noreturn]] void fault_here(const char* kind, const std::string& what, const char* file, int line);
   unsigned char* smem() const { return smem_; }
   unsigned live_lanes_mask(int warp) const;
+  unsigned active_mask(int warp) const { return warp_active_[warp]; }
 
  private:
   void run_block(uint64_t b);
@@ -137,6 +138,7 @@ class Executor {
   std::vector<CudaThread> threads_;
   std::vector<int> ready_;
   std::vector<int> warp_waiting_;  // lanes of each warp waiting at a warp op
+  std::vector<unsigned> warp_active_;  // __activemask(): lanes alive when the warp last synchronised
   LaunchRun* run_ = nullptr;
   CudaThread* current_ = nullptr;
   uint3 block_{0, 0, 0};
@@ -161,6 +163,7 @@ void Executor::run_blocks(LaunchRun& run) {
   const LaunchSpec& s = *run.spec;
   if (threads_.size() < run.nthreads) threads_.resize(run.nthreads);
   warp_waiting_.assign((run.nthreads + 31) / 32, 0);
+  warp_active_.assign((run.nthreads + 31) / 32, 0);
   // Exactly the requested bytes (at least 1), so that ASan sees an overrun of dynamic shared memory.
   free_smem();
   smem_bytes_ = s.smem_bytes;
@@ -194,6 +197,10 @@ void Executor::run_block(uint64_t b) {
     t.state = TState::NotStarted;
   }
   std::fill(warp_waiting_.begin(), warp_waiting_.end(), 0);
+  for (size_t w = 0; w < warp_active_.size(); ++w) {
+    const unsigned lanes = std::min(32u, n - (unsigned)w * 32u);
+    warp_active_[w] = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
+  }
   alive_ = n;
   round_ = 0;
   faulted_ = false;
@@ -398,6 +405,7 @@ void Executor::complete_warp_group(int warp, unsigned mask) {
     ready_.push_back(base + (int)l);
   }
   warp_waiting_[warp] -= __builtin_popcount(mask);
+  warp_active_[warp] = live_lanes_mask(warp);
 }
 
 void Executor::resolve_warps() {
@@ -487,6 +495,7 @@ void Executor::resolve_barrier_or_fault() {
       t.state = TState::Ready;
       ready_.push_back(i);
     }
+    for (size_t w = 0; w < warp_active_.size(); ++w) warp_active_[w] = live_lanes_mask((int)w);
     return;
   }
   // A warp operation cannot complete: name what its mask's lanes are doing.
@@ -599,7 +608,7 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, c
 unsigned activemask() {
   Executor& ex = t_executor;
   if (!ex.current()) device_trap("__activemask() outside a kernel", "?", 0);
-  return ex.live_lanes_mask(ex.current()->linear / 32);
+  return ex.active_mask(ex.current()->linear / 32);
 }
 unsigned char* dynamic_shared_base() {
   Executor& ex = t_executor;
