@@ -1,6 +1,8 @@
 // core/cuda/emu/scheduler.cpp — runs a launch: validates the configuration, spreads the blocks
 // over a small pool of OS threads, and runs each block's CUDA threads as fibers on one OS thread.
-// A fiber runs until it reaches a barrier or a warp operation, or exits. When no fiber can run,
+// A fiber runs until it reaches a barrier or a warp operation, or exits; a fiber whose CUDA thread
+// returned goes on with the next never-started thread of the same round (so a kernel without
+// barriers costs one fiber start per block and round, not one per thread). When no fiber can run,
 // pending warp operations whose mask lanes have all arrived complete; when only barrier waiters
 // remain, the barrier releases (all at one call site) or a divergent barrier is reported; anything
 // else is a deadlock, reported with each waiter's call site. Runnable threads are taken in the
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,7 +32,7 @@ namespace {
 enum class TState : unsigned char { NotStarted, Ready, AtBarrier, AtWarp, Exited };
 
 struct CudaThread {
-  Fiber fiber;
+  Fiber* fiber = nullptr;  // the fiber running this thread (null before it starts and after it ends)
   uint3 tid;
   int linear = 0;
   TState state = TState::NotStarted;
@@ -120,7 +123,9 @@ class Executor {
 
  private:
   void run_block(uint64_t b);
-  void run_thread(CudaThread& t);
+  void run_round();
+  Fiber* take_fiber();
+  void drop_fiber(Fiber* f, bool abandoned);
   void resolve_warps();
   void complete_warp_group(int warp, unsigned mask);
   void resolve_barrier_or_fault();
@@ -135,8 +140,12 @@ class Executor {
 
   FiberHost host_;
   StackPool stacks_;
+  std::deque<Fiber> fibers_;         // every fiber object this OS thread made (stable addresses)
+  std::vector<Fiber*> idle_fibers_;  // of those, the ones not running a CUDA thread
   std::vector<CudaThread> threads_;
   std::vector<int> ready_;
+  std::vector<int> batch_;  // the round being run, in schedule order
+  size_t batch_pos_ = 0;    // next entry of batch_ to run
   std::vector<int> warp_waiting_;  // lanes of each warp waiting at a warp op
   std::vector<unsigned> warp_active_;  // __activemask(): lanes alive when the warp last synchronised
   LaunchRun* run_ = nullptr;
@@ -170,6 +179,12 @@ void Executor::run_blocks(LaunchRun& run) {
   smem_ = static_cast<unsigned char*>(::operator new(std::max<size_t>(smem_bytes_, 1), std::align_val_t(128)));
   ::blockDim = s.block;
   ::gridDim = s.grid;
+  for (unsigned i = 0; i < run.nthreads; ++i) {  // thread indices are the same in every block
+    CudaThread& t = threads_[i];
+    t.tid = uint3{i % s.block.x, (i / s.block.x) % s.block.y, i / (s.block.x * s.block.y)};
+    t.linear = (int)i;
+    t.fiber = nullptr;
+  }
   while (!run.abort.load(std::memory_order_relaxed)) {
     uint64_t b = run.next_block.fetch_add(1);
     if (b >= run.nblocks) break;
@@ -190,12 +205,7 @@ void Executor::run_block(uint64_t b) {
   ::gridDim = s.grid;
   if (smem_bytes_) std::memset(smem_, kNanByte, smem_bytes_);
   const unsigned n = run_->nthreads;
-  for (unsigned i = 0; i < n; ++i) {
-    CudaThread& t = threads_[i];
-    t.tid = uint3{i % s.block.x, (i / s.block.x) % s.block.y, i / (s.block.x * s.block.y)};
-    t.linear = (int)i;
-    t.state = TState::NotStarted;
-  }
+  for (unsigned i = 0; i < n; ++i) threads_[i].state = TState::NotStarted;
   std::fill(warp_waiting_.begin(), warp_waiting_.end(), 0);
   for (size_t w = 0; w < warp_active_.size(); ++w) {
     const unsigned lanes = std::min(32u, n - (unsigned)w * 32u);
@@ -207,14 +217,11 @@ void Executor::run_block(uint64_t b) {
   ready_.resize(n);
   for (unsigned i = 0; i < n; ++i) ready_[i] = (int)i;
   order(ready_);
-  std::vector<int> batch;
   for (;;) {
-    batch.swap(ready_);
+    batch_.swap(ready_);
     ready_.clear();
-    for (int i : batch) {
-      run_thread(threads_[i]);
-      if (faulted_) return abandon_block();
-    }
+    run_round();
+    if (faulted_) return abandon_block();
     resolve_warps();
     if (faulted_) return abandon_block();
     if (ready_.empty()) {
@@ -226,35 +233,78 @@ void Executor::run_block(uint64_t b) {
   }
 }
 
-void Executor::run_thread(CudaThread& t) {
-  if (t.state == TState::NotStarted) {
-    t.fiber = Fiber{};
-    t.fiber.fn = &Executor::thread_main;
-    t.fiber.arg = this;
-    t.fiber.stack = stacks_.acquire();
+Fiber* Executor::take_fiber() {
+  Fiber* f;
+  if (!idle_fibers_.empty()) {
+    f = idle_fibers_.back();
+    idle_fibers_.pop_back();
+  } else {
+    fibers_.emplace_back();
+    f = &fibers_.back();
   }
-  t.state = TState::Ready;
-  current_ = &t;
-  ::threadIdx = t.tid;
-  const bool finished = host_.resume(t.fiber);
-  current_ = nullptr;
-  if (finished) {
-    t.state = TState::Exited;
-    stacks_.release(t.fiber.stack, false);
-    --alive_;
+  const Stack s = stacks_.acquire();
+  *f = Fiber{};
+  f->fn = &Executor::thread_main;
+  f->arg = this;
+  f->stack = s;
+  return f;
+}
+
+void Executor::drop_fiber(Fiber* f, bool abandoned) {
+  stacks_.release(f->stack, abandoned);
+  idle_fibers_.push_back(f);
+}
+
+// Runs batch_ in order. A thread that never ran gets a fiber; a fiber whose thread returns picks
+// up the following never-started threads itself (thread_main), advancing batch_pos_.
+void Executor::run_round() {
+  batch_pos_ = 0;
+  while (batch_pos_ < batch_.size()) {
+    CudaThread& t = threads_[batch_[batch_pos_++]];
+    if (t.state == TState::NotStarted) t.fiber = take_fiber();
+    t.state = TState::Ready;
+    current_ = &t;
+    ::threadIdx = t.tid;
+    Fiber* f = t.fiber;
+    const bool finished = host_.resume(*f);
+    CudaThread* last = current_;  // the fiber may have run several threads
+    current_ = nullptr;
+    if (faulted_) return;
+    if (finished) {
+      last->state = TState::Exited;
+      last->fiber = nullptr;
+      --alive_;
+      drop_fiber(f, false);
+    }
   }
 }
 
 void Executor::thread_main(void* arg) {
   Executor* self = static_cast<Executor*>(arg);
   const LaunchSpec& s = *self->run_->spec;
-  s.body(s.ctx);
+  for (;;) {
+    s.body(s.ctx);
+    // current_ returned. Go on with the next thread of the round if it never started.
+    if (self->batch_pos_ >= self->batch_.size()) return;
+    CudaThread& next = self->threads_[self->batch_[self->batch_pos_]];
+    if (next.state != TState::NotStarted) return;
+    ++self->batch_pos_;
+    CudaThread* done = self->current_;
+    next.fiber = done->fiber;
+    done->fiber = nullptr;
+    done->state = TState::Exited;
+    --self->alive_;
+    next.state = TState::Ready;
+    self->current_ = &next;
+    ::threadIdx = next.tid;
+  }
 }
 
 void Executor::abandon_block() {
   for (unsigned i = 0; i < run_->nthreads; ++i) {
     CudaThread& t = threads_[i];
-    if (t.state != TState::Exited && t.state != TState::NotStarted) stacks_.release(t.fiber.stack, true);
+    if (t.fiber) drop_fiber(t.fiber, true);
+    t.fiber = nullptr;
     t.state = TState::Exited;
   }
 }
@@ -262,10 +312,13 @@ void Executor::abandon_block() {
 void Executor::order(std::vector<int>& v) {
   switch (run_->schedule) {
     case Schedule::Forward:
-      std::sort(v.begin(), v.end());
+      if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
       break;
     case Schedule::Reverse:
-      std::sort(v.begin(), v.end(), [](int a, int b) { return a > b; });
+      if (std::is_sorted(v.begin(), v.end()))
+        std::reverse(v.begin(), v.end());
+      else
+        std::sort(v.begin(), v.end(), [](int a, int b) { return a > b; });
       break;
     case Schedule::Shuffle: {
       std::sort(v.begin(), v.end());
@@ -288,7 +341,7 @@ void Executor::wait_at_barrier(int kind, int pred, const char* file, int line) {
   t->pred = pred;
   t->file = file;
   t->line = line;
-  host_.yield(t->fiber);
+  host_.yield(*t->fiber);
 }
 
 unsigned Executor::live_lanes_mask(int warp) const {
@@ -326,7 +379,7 @@ uint64_t Executor::wait_at_warp_op(WarpOp op, unsigned mask, uint64_t value, int
   t->arg = arg;
   t->width = width;
   ++warp_waiting_[warp];
-  host_.yield(t->fiber);
+  host_.yield(*t->fiber);
   return t->result;
 }
 
@@ -336,7 +389,7 @@ void Executor::fault_here(const char* kind, const std::string& what, const char*
   os << what << " at " << file << ":" << line << " (thread (" << t->tid.x << "," << t->tid.y << "," << t->tid.z
      << "))";
   block_fault(kind, os.str());
-  host_.yield(t->fiber);  // never resumed: the block is abandoned
+  host_.yield(*t->fiber);  // never resumed: the block is abandoned
   std::abort();
 }
 
