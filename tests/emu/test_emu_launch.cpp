@@ -3,6 +3,7 @@
 // hardware launch limits (cudaErrorInvalidConfiguration / InvalidValue through cudaGetLastError),
 // cudaFuncSetAttribute, host pointers as arguments, the launch counters.
 #include <cmath>
+#include <stdexcept>
 
 #include "tests/emu/emu_test_util.h"
 
@@ -170,4 +171,26 @@ TEST_F(Emu, CountersSeeMallocsFreesAndLaunches) {
   EXPECT_EQ(s.mallocs, 2u);
   EXPECT_EQ(s.frees, 2u);
   EXPECT_EQ(s.launches, 2u);
+}
+
+__global__ void scale_in_place(float* p, float s) { p[threadIdx.x] *= s; }
+
+TEST_F(Emu, PinnedHostMemoryIsAcceptedAsAKernelArgument) {
+  float* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 8 * sizeof(float)), cudaSuccess);
+  for (int i = 0; i < 8; ++i) pinned[i] = (float)i;
+  CTX_LAUNCH(scale_in_place, 1, 8, 0, 0, pinned, 2.0f);  // mapped memory: legal on hardware too
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess) << cuemu::last_fault();
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(pinned[i], 2.0f * i);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+}
+
+__global__ void throws(float*) { throw std::runtime_error("boom"); }
+
+TEST_F(Emu, AnExceptionEscapingAKernelIsALaunchFailure) {
+  DeviceBuffer<float> x(1);
+  CTX_LAUNCH(throws, 2, 4, 0, 0, x.ptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  EXPECT_NE(cuemu::last_fault().find("boom"), std::string::npos) << cuemu::last_fault();
+  EXPECT_EQ(take_error(), cudaErrorLaunchFailure);
 }

@@ -29,14 +29,15 @@ struct LaunchSpec {
 };
 void launch(const LaunchSpec& spec);
 
-// Index of the first pointer argument that is neither null nor inside a device allocation.
+// Index of the first pointer argument that is neither null nor inside a device allocation (or
+// pinned host memory).
 template <class Tuple, size_t... I>
 int first_host_pointer(const Tuple& t, const void** bad, std::index_sequence<I...>) {
   int found = -1;
   auto check = [&](int index, const auto& v) {
     using V = std::decay_t<decltype(v)>;
     if constexpr (std::is_pointer<V>::value && !std::is_function<std::remove_pointer_t<V>>::value) {
-      if (found < 0 && v != nullptr && !is_device_pointer((const void*)v)) {
+      if (found < 0 && v != nullptr && !is_kernel_accessible((const void*)v)) {
         found = index;
         *bad = (const void*)v;
       }

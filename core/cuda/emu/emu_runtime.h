@@ -102,6 +102,8 @@ int worker_threads();
 bool is_device_range(const void* p, size_t bytes);
 // True when p points into (or one past the end of) a live cudaMalloc allocation.
 bool is_device_pointer(const void* p);
+// is_device_pointer, or inside pinned host memory from cudaMallocHost (mapped: kernels may use it).
+bool is_kernel_accessible(const void* p);
 
 namespace detail {
 // Records a fault found while running device work: sets the sticky error, prints to stderr.

@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <vector>
 
 #include "core/cuda/emu/emu_internal.h"
 #include "core/cuda/emu/emu_runtime.h"
@@ -67,7 +68,7 @@ struct Registry {
   std::mutex mu;
   std::map<uintptr_t, Alloc> live;
   std::set<uintptr_t> freed;   // bases freed and not reused since: a second free is a double free
-  std::set<uintptr_t> pinned;  // cudaMallocHost blocks
+  std::map<uintptr_t, size_t> pinned;  // cudaMallocHost blocks (kernels may read them: mapped memory)
   uint64_t serial = 0;
   uint64_t live_bytes = 0;
 };
@@ -193,8 +194,10 @@ std::string check_redzones(const char* kernel_name) {
   Registry& r = reg();
   std::lock_guard<std::mutex> lk(r.mu);
   std::string report;
+  static const std::vector<unsigned char> pattern(kRedzoneBytes + kAllocAlign, kRedzoneByte);
   for (auto& [base, a] : r.live) {
     unsigned char* p = reinterpret_cast<unsigned char*>(base);
+    if (std::memcmp(p + a.bytes, pattern.data(), a.total - a.bytes) == 0) continue;
     for (size_t i = a.bytes; i < a.total; ++i) {
       if (p[i] != kRedzoneByte) {
         std::ostringstream os;
@@ -284,6 +287,16 @@ bool is_device_pointer(const void* p) {
   Registry& r = reg();
   std::lock_guard<std::mutex> lk(r.mu);
   return find_alloc(r, p) != nullptr;
+}
+bool is_kernel_accessible(const void* p) {
+  Registry& r = reg();
+  std::lock_guard<std::mutex> lk(r.mu);
+  if (find_alloc(r, p)) return true;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = r.pinned.upper_bound(a);
+  if (it == r.pinned.begin()) return false;
+  --it;
+  return a <= it->first + it->second;
 }
 }  // namespace cuemu
 
@@ -541,7 +554,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
   if (!*ptr) return reject(cudaErrorMemoryAllocation, "cudaMallocHost: out of memory");
   Registry& r = reg();
   std::lock_guard<std::mutex> lk(r.mu);
-  r.pinned.insert(reinterpret_cast<uintptr_t>(*ptr));
+  r.pinned[reinterpret_cast<uintptr_t>(*ptr)] = bytes;
   return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* ptr) {

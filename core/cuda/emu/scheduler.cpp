@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +29,8 @@
 
 namespace cuemu::detail {
 namespace {
+
+struct FiberAbort {};  // unwinds a CUDA thread that faulted (never escapes thread_main)
 
 enum class TState : unsigned char { NotStarted, Ready, AtBarrier, AtWarp, Exited };
 
@@ -115,7 +118,8 @@ class Executor {
   CudaThread* current() const { return current_; }
   void wait_at_barrier(int kind, int pred, const char* file, int line);
   uint64_t wait_at_warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line);
-  // A fault found by the running CUDA thread itself: the block is abandoned, the fiber never resumes.
+  // A fault found by the running CUDA thread itself: records it and unwinds the thread's stack
+  // (throws FiberAbort, caught in thread_main) so that nothing it holds leaks; the block is abandoned.
   [[noreturn]] void fault_here(const char* kind, const std::string& what, const char* file, int line);
   unsigned char* smem() const { return smem_; }
   unsigned live_lanes_mask(int warp) const;
@@ -283,7 +287,17 @@ void Executor::thread_main(void* arg) {
   Executor* self = static_cast<Executor*>(arg);
   const LaunchSpec& s = *self->run_->spec;
   for (;;) {
-    s.body(s.ctx);
+    try {
+      s.body(s.ctx);
+    } catch (const FiberAbort&) {
+      return;  // the fault is recorded; the scheduler abandons the block
+    } catch (const std::exception& e) {
+      self->block_fault("exception in a kernel", std::string("an exception escaped the kernel: ") + e.what());
+      return;
+    } catch (...) {
+      self->block_fault("exception in a kernel", "an exception escaped the kernel");
+      return;
+    }
     // current_ returned. Go on with the next thread of the round if it never started.
     if (self->batch_pos_ >= self->batch_.size()) return;
     CudaThread& next = self->threads_[self->batch_[self->batch_pos_]];
@@ -389,8 +403,7 @@ void Executor::fault_here(const char* kind, const std::string& what, const char*
   os << what << " at " << file << ":" << line << " (thread (" << t->tid.x << "," << t->tid.y << "," << t->tid.z
      << "))";
   block_fault(kind, os.str());
-  host_.yield(*t->fiber);  // never resumed: the block is abandoned
-  std::abort();
+  throw FiberAbort{};
 }
 
 std::string Executor::where() const {
@@ -676,6 +689,10 @@ void device_trap(const char* what, const char* file, int line) {
 }
 
 void launch(const LaunchSpec& s) {
+  if (t_executor.current()) {
+    raise_fault(cudaErrorNotSupported, site(s) + ": launched from inside a kernel (dynamic parallelism is not emulated)");
+    t_executor.fault_here("unsupported launch", std::string("launch of ") + s.kernel_name, s.file, s.line);
+  }
   if (cudaError_t e = sticky_error(); e != cudaSuccess) {
     set_last_error(e);
     return;
