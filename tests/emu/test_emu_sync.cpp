@@ -3,6 +3,7 @@
 // everywhere), divergent barriers and deadlocks are reported with their call sites, exited
 // threads drop out of barriers, the reducing barriers, and the schedule orders themselves.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -173,4 +174,52 @@ TEST_F(Emu, ScheduleOrdersAreForwardReverseAndSeededShuffles) {
   std::vector<int> sorted = s1;
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(sorted, fwd) << "a shuffle runs every thread once";
+}
+
+TEST_F(Emu, ScheduleSpellingsOfTheEnvironmentVariable) {
+  cuemu::Schedule s;
+  uint64_t seed = 99;
+  EXPECT_TRUE(cuemu::parse_schedule("forward", &s, &seed));
+  EXPECT_EQ(s, cuemu::Schedule::Forward);
+  EXPECT_EQ(seed, 0u);
+  EXPECT_TRUE(cuemu::parse_schedule("reverse", &s, &seed));
+  EXPECT_EQ(s, cuemu::Schedule::Reverse);
+  EXPECT_TRUE(cuemu::parse_schedule("shuffle:12345", &s, &seed));
+  EXPECT_EQ(s, cuemu::Schedule::Shuffle);
+  EXPECT_EQ(seed, 12345u);
+  EXPECT_TRUE(cuemu::parse_schedule("shuffle", &s, &seed));
+  EXPECT_EQ(seed, 0u);
+  for (const char* bad : {"", "Forward", "forward:1", "shuffle:", "shuffle:-1", "shuffle:1x", "random"})
+    EXPECT_FALSE(cuemu::parse_schedule(bad, &s, &seed)) << bad;
+}
+
+TEST_F(Emu, ResultsDoNotDependOnTheNumberOfOsThreads) {
+  const int threads = 128, blocks = 16;
+  std::vector<float> x((size_t)threads * blocks);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin((float)i);
+  cuemu::set_worker_threads(1);
+  const auto one = run_block_sum(x, threads, 1, cuemu::Schedule::Shuffle, 5);
+  cuemu::set_worker_threads(3);
+  const auto three = run_block_sum(x, threads, 1, cuemu::Schedule::Shuffle, 5);
+  EXPECT_TRUE(bitwise_equal(one, three));
+}
+
+// Block 5 of 8 hits a divergent barrier while other blocks run on another OS thread.
+__global__ void one_bad_block(float* out) {
+  if (blockIdx.x == 5 && threadIdx.x == 0) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f;
+}
+
+TEST_F(Emu, AFaultInOneBlockNamesThatBlockAndStopsTheLaunch) {
+  DeviceBuffer<float> out(8 * 64);
+  CTX_LAUNCH(one_bad_block, 8, 64, 0, 0, out.ptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  const std::string m = cuemu::last_fault();
+  EXPECT_NE(m.find("block (5,0,0)"), std::string::npos) << m;
+  EXPECT_NE(m.find("thread 0 wait at __syncthreads()"), std::string::npos) << m;
+  EXPECT_EQ(take_error(), cudaErrorLaunchFailure);
 }

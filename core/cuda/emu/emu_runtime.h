@@ -92,6 +92,8 @@ void clear_faults();
 enum class Schedule { Forward, Reverse, Shuffle };
 // Set programmatically (tests) or from CTXLAB_EMU_SCHEDULE=forward|reverse|shuffle[:SEED].
 void set_schedule(Schedule s, uint64_t seed = 0);
+// Reads "forward", "reverse", "shuffle" or "shuffle:SEED" (decimal); false for anything else.
+bool parse_schedule(const std::string& text, Schedule* s, uint64_t* seed);
 Schedule schedule();
 // OS threads that run blocks (CTXLAB_EMU_THREADS, default 2); takes effect at the next launch.
 void set_worker_threads(int n);

@@ -102,25 +102,7 @@ void init_schedule() {
   Schedule s = Schedule::Forward;
   uint64_t seed = 0;
   if (const char* e = std::getenv("CTXLAB_EMU_SCHEDULE")) {
-    std::string v = e;
-    std::string mode = v.substr(0, v.find(':'));
-    bool ok = true;
-    if (mode == "forward") {
-      s = Schedule::Forward;
-    } else if (mode == "reverse") {
-      s = Schedule::Reverse;
-    } else if (mode == "shuffle") {
-      s = Schedule::Shuffle;
-      if (v.find(':') != std::string::npos) {
-        std::string n = v.substr(v.find(':') + 1);
-        char* end = nullptr;
-        seed = std::strtoull(n.c_str(), &end, 10);
-        ok = !n.empty() && *end == '\0';
-      }
-    } else {
-      ok = false;
-    }
-    if (!ok) {
+    if (!cuemu::parse_schedule(e, &s, &seed)) {
       std::fprintf(stderr,
                    "[cuda-emu] CTXLAB_EMU_SCHEDULE='%s' is not forward|reverse|shuffle[:SEED]; using forward\n", e);
       s = Schedule::Forward;
@@ -268,6 +250,23 @@ void clear_faults() {
   t_last_error = cudaSuccess;
   std::lock_guard<std::mutex> lk(g_msg_mu);
   g_last_message.clear();
+}
+bool parse_schedule(const std::string& text, Schedule* s, uint64_t* seed) {
+  *seed = 0;
+  if (text == "forward") {
+    *s = Schedule::Forward;
+  } else if (text == "reverse") {
+    *s = Schedule::Reverse;
+  } else if (text == "shuffle") {
+    *s = Schedule::Shuffle;
+  } else if (text.rfind("shuffle:", 0) == 0 && text.size() > 8 && text.size() <= 8 + 19 &&
+             text.find_first_not_of("0123456789", 8) == std::string::npos) {
+    *s = Schedule::Shuffle;
+    *seed = std::strtoull(text.c_str() + 8, nullptr, 10);
+  } else {
+    return false;
+  }
+  return true;
 }
 void set_schedule(Schedule s, uint64_t seed) {
   g_schedule = (int)s;
