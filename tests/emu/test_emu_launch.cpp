@@ -194,3 +194,15 @@ TEST_F(Emu, AnExceptionEscapingAKernelIsALaunchFailure) {
   EXPECT_NE(cuemu::last_fault().find("boom"), std::string::npos) << cuemu::last_fault();
   EXPECT_EQ(take_error(), cudaErrorLaunchFailure);
 }
+
+__global__ void child(float* p) { p[0] = 1.0f; }
+__global__ void parent(float* p) { CTX_LAUNCH(child, 1, 1, 0, 0, p); }
+
+TEST_F(Emu, LaunchingFromAKernelIsReportedAsUnsupported) {
+  DeviceBuffer<float> x(std::vector<float>{0.0f});
+  CTX_LAUNCH(parent, 1, 2, 0, 0, x.ptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorNotSupported);
+  EXPECT_NE(cuemu::last_fault().find("launch of child"), std::string::npos) << cuemu::last_fault();
+  EXPECT_EQ(take_error(), cudaErrorNotSupported);
+  EXPECT_EQ(x.download()[0], 0.0f);
+}

@@ -12,7 +12,8 @@ struct Stack {
   void* mapping = nullptr;  // whole mmap'd region; its lowest page is the PROT_NONE guard
   size_t mapping_bytes = 0;
   void* bottom = nullptr;   // lowest usable address (just above the guard page)
-  size_t usable = 0;        // usable bytes; the stack grows down from bottom + usable
+  size_t usable = 0;        // usable bytes
+  size_t color = 0;         // the stack starts at bottom + usable - color (see StackPool::acquire)
 };
 
 // Stacks of finished fibers are reused, so a kernel without barriers touches one stack.
@@ -28,6 +29,7 @@ class StackPool {
 
  private:
   std::vector<Stack> free_;
+  size_t made_ = 0;  // stacks mapped so far (gives each its colour)
 };
 
 size_t fiber_stack_bytes();  // CTXLAB_EMU_STACK_KB (default 256 KiB, at least 64 KiB)

@@ -150,6 +150,7 @@ class Executor {
   std::vector<int> ready_;
   std::vector<int> batch_;  // the round being run, in schedule order
   size_t batch_pos_ = 0;    // next entry of batch_ to run
+  std::vector<int> scratch_barrier_, scratch_warp_;  // resolve_barrier_or_fault's lists
   std::vector<int> warp_waiting_;  // lanes of each warp waiting at a warp op
   std::vector<unsigned> warp_active_;  // __activemask(): lanes alive when the warp last synchronised
   LaunchRun* run_ = nullptr;
@@ -164,6 +165,10 @@ class Executor {
 };
 
 thread_local Executor t_executor;
+// The executor running blocks on this OS thread (a plain pointer: no TLS init guard on the hot path).
+thread_local Executor* t_running = nullptr;
+// The executor whose CUDA thread is running here, or null outside a kernel.
+inline Executor* in_kernel() { return (t_running && t_running->current()) ? t_running : nullptr; }
 
 void Executor::free_smem() {
   if (smem_) ::operator delete(smem_, std::align_val_t(128));
@@ -173,6 +178,7 @@ void Executor::free_smem() {
 
 void Executor::run_blocks(LaunchRun& run) {
   run_ = &run;
+  t_running = this;
   const LaunchSpec& s = *run.spec;
   if (threads_.size() < run.nthreads) threads_.resize(run.nthreads);
   warp_waiting_.assign((run.nthreads + 31) / 32, 0);
@@ -197,6 +203,7 @@ void Executor::run_blocks(LaunchRun& run) {
   }
   free_smem();
   run_ = nullptr;
+  t_running = nullptr;
 }
 
 void Executor::run_block(uint64_t b) {
@@ -533,7 +540,10 @@ std::string Executor::summarize(const std::vector<int>& ids) const {
 }
 
 void Executor::resolve_barrier_or_fault() {
-  std::vector<int> at_barrier, at_warp;
+  std::vector<int>& at_barrier = scratch_barrier_;
+  std::vector<int>& at_warp = scratch_warp_;
+  at_barrier.clear();
+  at_warp.clear();
   for (unsigned i = 0; i < run_->nthreads; ++i) {
     const CudaThread& t = threads_[i];
     if (t.state == TState::AtBarrier) at_barrier.push_back((int)i);
@@ -656,42 +666,41 @@ std::mutex g_launch_mu;
 
 // ---- entry points used by the device header ----
 void syncthreads(const char* file, int line) {
-  Executor& ex = t_executor;
-  if (!ex.current()) device_trap("__syncthreads() outside a kernel", file, line);
-  ex.wait_at_barrier(-1, 0, file, line);
+  Executor* ex = in_kernel();
+  if (!ex) device_trap("__syncthreads() outside a kernel", file, line);
+  ex->wait_at_barrier(-1, 0, file, line);
 }
 int syncthreads_reduce(int kind, int pred, const char* file, int line) {
-  Executor& ex = t_executor;
-  if (!ex.current()) device_trap("__syncthreads_count/and/or outside a kernel", file, line);
-  ex.wait_at_barrier(kind, pred, file, line);
-  return (int)ex.current()->result;
+  Executor* ex = in_kernel();
+  if (!ex) device_trap("__syncthreads_count/and/or outside a kernel", file, line);
+  ex->wait_at_barrier(kind, pred, file, line);
+  return (int)ex->current()->result;
 }
 uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line) {
-  Executor& ex = t_executor;
-  if (!ex.current()) device_trap("a warp intrinsic outside a kernel", file, line);
-  return ex.wait_at_warp_op(op, mask, value, arg, width, file, line);
+  Executor* ex = in_kernel();
+  if (!ex) device_trap("a warp intrinsic outside a kernel", file, line);
+  return ex->wait_at_warp_op(op, mask, value, arg, width, file, line);
 }
 unsigned activemask() {
-  Executor& ex = t_executor;
-  if (!ex.current()) device_trap("__activemask() outside a kernel", "?", 0);
-  return ex.active_mask(ex.current()->linear / 32);
+  Executor* ex = in_kernel();
+  if (!ex) device_trap("__activemask() outside a kernel", "?", 0);
+  return ex->active_mask(ex->current()->linear / 32);
 }
 unsigned char* dynamic_shared_base() {
-  Executor& ex = t_executor;
-  if (!ex.current()) device_trap("dynamic shared memory outside a kernel", "?", 0);
-  return ex.smem();
+  Executor* ex = in_kernel();
+  if (!ex) device_trap("dynamic shared memory outside a kernel", "?", 0);
+  return ex->smem();
 }
 void device_trap(const char* what, const char* file, int line) {
-  Executor& ex = t_executor;
-  if (ex.current()) ex.fault_here("device trap", what, file, line);
+  if (Executor* ex = in_kernel()) ex->fault_here("device trap", what, file, line);
   std::fprintf(stderr, "[cuda-emu] %s at %s:%d\n", what, file, line);
   std::abort();
 }
 
 void launch(const LaunchSpec& s) {
-  if (t_executor.current()) {
+  if (Executor* ex = in_kernel()) {
     raise_fault(cudaErrorNotSupported, site(s) + ": launched from inside a kernel (dynamic parallelism is not emulated)");
-    t_executor.fault_here("unsupported launch", std::string("launch of ") + s.kernel_name, s.file, s.line);
+    ex->fault_here("unsupported launch", std::string("launch of ") + s.kernel_name, s.file, s.line);
   }
   if (cudaError_t e = sticky_error(); e != cudaSuccess) {
     set_last_error(e);
