@@ -184,3 +184,24 @@ TEST_F(Emu, DeviceResetFreesEverything) {
   EXPECT_EQ(cuemu::stats().live_allocations, 0u);
   EXPECT_FALSE(cuemu::is_device_pointer(p));
 }
+
+// Planted: a float4 load from an address that is 4-byte but not 16-byte aligned (faults on a GPU).
+__global__ void misaligned_float4(const float* x, float* out) {
+  const float4 v = *reinterpret_cast<const float4*>(x + 1);
+  out[0] = v.x + v.y + v.z + v.w;
+}
+
+#if defined(EMU_TEST_ASAN)  // the sanitizer build (CTXLAB_SANITIZE) has UBSan's alignment check too
+static void launch_misaligned_float4() {
+  float* x = nullptr;
+  float* out = nullptr;
+  cudaMalloc(&x, 8 * sizeof(float));
+  cudaMalloc(&out, sizeof(float));
+  CTX_LAUNCH(misaligned_float4, 1, 1, 0, 0, x, out);
+}
+
+TEST_F(Emu, MisalignedVectorLoadIsCaughtByUbsan) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(launch_misaligned_float4(), "misaligned address");
+}
+#endif

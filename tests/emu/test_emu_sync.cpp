@@ -113,12 +113,14 @@ __global__ void warp_vs_barrier(float* out) {
   out[threadIdx.x] = v;
 }
 
-TEST_F(Emu, DeadlockIsReportedWithTheWaitersCallSites) {
+TEST_F(Emu, AMaskNamingALaneThatWaitsElsewhereIsADeadlockWithCallSites) {
   DeviceBuffer<float> out(32);
   CTX_LAUNCH(warp_vs_barrier, 1, 32, 0, 0, out.ptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
   const std::string m = cuemu::last_fault();
+  EXPECT_NE(m.find("bad warp mask"), std::string::npos) << m;
   EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
+  EXPECT_NE(m.find("names lane 16 (thread 16), which waits at __syncthreads()"), std::string::npos) << m;
   EXPECT_NE(m.find("threads 0-15 wait at __shfl_sync(mask 0xffffffff)"), std::string::npos) << m;
   EXPECT_NE(m.find("threads 16-31 wait at __syncthreads()"), std::string::npos) << m;
   EXPECT_EQ(take_error(), cudaErrorLaunchFailure);

@@ -574,9 +574,9 @@ void Executor::resolve_barrier_or_fault() {
     for (size_t w = 0; w < warp_active_.size(); ++w) warp_active_[w] = live_lanes_mask((int)w);
     return;
   }
-  // A warp operation cannot complete: name what its mask's lanes are doing.
+  // A warp operation cannot complete: its mask names a lane that exited or waits elsewhere (at a
+  // barrier, or at another warp operation or mask). Name what each such lane is doing.
   std::ostringstream os;
-  bool exited_lane = false;
   for (int i : at_warp) {
     const CudaThread& t = threads_[i];
     const int base = (t.linear / 32) * 32;
@@ -584,7 +584,6 @@ void Executor::resolve_barrier_or_fault() {
       if (!(t.mask & (1u << k))) continue;
       const CudaThread& o = threads_[base + k];
       if (o.state == TState::AtWarp && o.mask == t.mask && o.op == t.op) continue;
-      if (o.state == TState::Exited) exited_lane = true;
       os << "; " << op_name(t.op) << "(mask " << hex32(t.mask) << ") at " << t.file << ":" << t.line << " by thread "
          << t.linear << " names lane " << k << " (thread " << base + (int)k << "), which "
          << (o.state == TState::Exited ? "exited" : "waits at " + describe_wait(o));
@@ -594,8 +593,7 @@ void Executor::resolve_barrier_or_fault() {
   std::vector<int> waiting = at_barrier;
   waiting.insert(waiting.end(), at_warp.begin(), at_warp.end());
   std::sort(waiting.begin(), waiting.end());
-  block_fault(exited_lane ? "bad warp mask" : "deadlock",
-              "no thread can proceed: " + summarize(waiting) + os.str());
+  block_fault("bad warp mask", "deadlock, no thread can proceed: " + summarize(waiting) + os.str());
 }
 
 // ---- the pool of OS threads ----
