@@ -77,3 +77,16 @@ TEST_F(Emu, AtomicIncWrapsAsCudaSpecifies) {
   EXPECT_EQ(high.download()[0], 0u);
   EXPECT_EQ(one.download()[0], 50u);
 }
+
+__global__ void dec_wraps(unsigned* counter, unsigned* olds, unsigned val) {
+  olds[threadIdx.x] = atomicDec(counter, val);
+}
+
+TEST_F(Emu, AtomicDecWrapsAsCudaSpecifies) {
+  // (old == 0 || old > val) ? val : old - 1, from 2 with val 4: 2, 1, 0, 4, 3, 2, ...
+  DeviceBuffer<unsigned> counter(std::vector<unsigned>{2}), olds(7);
+  CTX_LAUNCH(dec_wraps, 1, 7, 0, 0, counter.ptr, olds.ptr, 4u);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(olds.download(), (std::vector<unsigned>{2, 1, 0, 4, 3, 2, 1}));
+  EXPECT_EQ(counter.download()[0], 0u);
+}

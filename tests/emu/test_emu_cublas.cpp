@@ -3,8 +3,10 @@
 // leading dimensions, the row-major "out = in W^T" call (and a planted wrong leading dimension
 // that only a row-major reference catches), ld validation, beta = 0 with NaN in C, alpha = 0,
 // strided batches, double precision, TF32 only when asked, bad operands, cuBLASLt epilogues.
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "tests/emu/emu_test_util.h"
 
@@ -364,4 +366,92 @@ TEST_F(Cublas, LtBiasGradientOfBReducesOverK) {
   }
   expect_close(dD.download(), ref_gemm(false, false, m, n, k, 1.0f, A, m, B, k, 0.0f, std::vector<float>(m * n), m),
                1e-5f, "D unchanged by BGRADB");
+}
+
+TEST_F(Cublas, LtDgeluBiasGradientReluBiasAndBiasGradientOfA) {
+  const int m = 4, n = 5, k = 3;
+  const auto A = random_vec(m * k, 15), B = random_vec(k * n, 16), pre = random_vec(m * n, 17), b = random_vec(m, 18);
+  DeviceBuffer<float> dA(A), dB(B), dAux(pre), dD((size_t)m * n), dbias(m), dPlain((size_t)m * n), dRb(b);
+  LtCase c(m, n, k, false);
+  ASSERT_EQ(c.run(dA.ptr, dB.ptr, dPlain.ptr), CUBLAS_STATUS_SUCCESS);
+  const auto plain = dPlain.download();
+
+  c.epilogue(CUBLASLT_EPILOGUE_DGELU_BGRAD);  // D = AB * gelu'(aux); bias[i] = sum_j D(i, j)
+  c.aux(dAux.ptr, m);
+  c.bias(dbias.ptr);
+  ASSERT_EQ(c.run(dA.ptr, dB.ptr, dD.ptr), CUBLAS_STATUS_SUCCESS);
+  const auto D = dD.download();
+  const auto bias = dbias.download();
+  for (int i = 0; i < m; ++i) {
+    double s = 0.0;
+    for (int j = 0; j < n; ++j) {
+      EXPECT_NEAR(D[i + j * m], plain[i + j * m] * gelu_grad_ref(pre[i + j * m]), 2e-4f);
+      s += D[i + j * m];
+    }
+    EXPECT_NEAR(bias[i], s, 1e-5) << "row " << i;
+  }
+
+  c.epilogue(CUBLASLT_EPILOGUE_BGRADA);  // bias[i] = sum_p A(i, p)
+  ASSERT_EQ(c.run(dA.ptr, dB.ptr, dD.ptr), CUBLAS_STATUS_SUCCESS);
+  const auto ga = dbias.download();
+  for (int i = 0; i < m; ++i) {
+    double s = 0.0;
+    for (int p = 0; p < k; ++p) s += A[i + p * m];
+    EXPECT_NEAR(ga[i], s, 1e-5);
+  }
+
+  c.epilogue(CUBLASLT_EPILOGUE_RELU_BIAS);
+  c.bias(dRb.ptr);
+  ASSERT_EQ(c.run(dA.ptr, dB.ptr, dD.ptr), CUBLAS_STATUS_SUCCESS);
+  const auto R = dD.download();
+  for (int i = 0; i < m * n; ++i) EXPECT_FLOAT_EQ(R[i], std::max(0.0f, plain[i] + b[i % m]));
+
+  c.epilogue(CUBLASLT_EPILOGUE_BIAS);
+  c.bias(nullptr);
+  EXPECT_EQ(c.run(dA.ptr, dB.ptr, dD.ptr), CUBLAS_STATUS_INVALID_VALUE) << "BIAS without a bias pointer";
+}
+
+TEST_F(Cublas, LtBatchedLayoutsEqualSeparateProducts) {
+  const int m = 3, n = 2, k = 4, batch = 3;
+  const long long sA = m * k, sB = k * n, sD = m * n;
+  const auto A = random_vec(sA * batch, 19), B = random_vec(sB * batch, 20);
+  DeviceBuffer<float> dA(A), dB(B), dD(sD * batch), dRef(sD * batch);
+  LtCase c(m, n, k, false);
+  const int32_t count = batch;
+  for (auto [l, stride] : {std::pair{c.la, sA}, std::pair{c.lb, sB}, std::pair{c.lc, sD}}) {
+    ASSERT_EQ(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+              CUBLAS_STATUS_SUCCESS);
+    const int64_t s = stride;
+    ASSERT_EQ(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s),
+              CUBLAS_STATUS_SUCCESS);
+  }
+  ASSERT_EQ(c.run(dA.ptr, dB.ptr, dD.ptr), CUBLAS_STATUS_SUCCESS);
+  const float one = 1.0f, zero = 0.0f;
+  ASSERT_EQ(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, dA.ptr, CUDA_R_32F, m, sA, dB.ptr,
+                                       CUDA_R_32F, k, sB, &zero, dRef.ptr, CUDA_R_32F, m, sD, batch,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_TRUE(bitwise_equal(dD.download(), dRef.download()));
+  // One layout with another batch count: rejected.
+  const int32_t two = 2;
+  ASSERT_EQ(cublasLtMatrixLayoutSetAttribute(c.lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &two, sizeof two),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(c.run(dA.ptr, dB.ptr, dD.ptr), CUBLAS_STATUS_INVALID_VALUE);
+}
+
+TEST_F(Cublas, HandleStreamAndPointerMode) {
+  cudaStream_t s, got = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  EXPECT_EQ(cublasSetStream(h, s), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasGetStream(h, &got), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(got, s);
+  // Device pointer mode: alpha and beta live in device memory.
+  ASSERT_EQ(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE), CUBLAS_STATUS_SUCCESS);
+  DeviceBuffer<float> ab(std::vector<float>{2.0f, 0.0f}), a(std::vector<float>{3.0f}), b(std::vector<float>{4.0f}), c(1);
+  ASSERT_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, ab.ptr, a.ptr, 1, b.ptr, 1, ab.ptr + 1, c.ptr, 1),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(c.download()[0], 24.0f);
+  EXPECT_EQ(cublasSetStream(h, 0), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_STREQ(cublasGetStatusName(CUBLAS_STATUS_INVALID_VALUE), "CUBLAS_STATUS_INVALID_VALUE");
 }
