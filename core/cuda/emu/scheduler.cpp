@@ -5,16 +5,18 @@
 // barriers costs one fiber start per block and round, not one per thread). When no fiber can run,
 // pending warp operations whose mask lanes have all arrived complete; when only barrier waiters
 // remain, the barrier releases (all at one call site) or a divergent barrier is reported; anything
-// else is a deadlock, reported with each waiter's call site. Runnable threads are taken in the
-// schedule order (forward, reverse or a seeded shuffle) so that a missing barrier shows.
+// else is a warp mask naming a lane that exited or waits elsewhere: a deadlock, reported with each
+// waiter's call site. Faults unwind the faulting fiber and abandon the block. Runnable threads are
+// taken in the schedule order (forward, reverse or a seeded shuffle) so that a missing barrier
+// shows.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <deque>
-#include <exception>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <mutex>
 #include <new>
 #include <sstream>
