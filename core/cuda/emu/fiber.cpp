@@ -94,44 +94,60 @@ void StackPool::release(const Stack& s, bool abandoned) {
   free_.push_back(s);
 }
 
+// Every jump passes, as its data, the slot where the context of the fiber (or scheduler) that
+// jumps must be stored; whoever wakes up stores it there. So fibers may also switch to each other
+// directly, and every suspended context is kept by its owner.
+namespace {
+thread_local Fiber* t_starting = nullptr;  // the fiber resume() is starting (read by FiberEntry)
+inline void keep(const ctxd::transfer_t& t) { *static_cast<void**>(t.data) = t.fctx; }
+}  // namespace
+
 struct FiberEntry {
   static void run(ctxd::transfer_t t) {
-    Fiber* f = static_cast<Fiber*>(t.data);
+    Fiber* f = t_starting;
     FiberHost* h = f->host;
-    h->sched_ctx_ = t.fctx;
+    keep(t);  // fibers are started by the scheduler only: this is its context
     CUEMU_FINISH_SWITCH(nullptr, &h->sched_bottom_, &h->sched_size_);
     f->fn(f->arg);
     h->finish(*f);
   }
 };
 
-bool FiberHost::resume(Fiber& f) {
+void FiberHost::resume(Fiber& f) {
   if (!f.started) {
     f.started = true;
     f.finished = false;
     f.host = this;
     f.ctx = ctxd::make_fcontext(static_cast<char*>(f.stack.bottom) + f.stack.usable - f.stack.color,
                                 f.stack.usable - f.stack.color, &FiberEntry::run);
+    t_starting = &f;
   }
   void* fake = nullptr;
   CUEMU_START_SWITCH(&fake, f.stack.bottom, f.stack.usable);
-  ctxd::transfer_t t = ctxd::jump_fcontext(f.ctx, &f);
+  ctxd::transfer_t t = ctxd::jump_fcontext(f.ctx, &sched_ctx_);
   CUEMU_FINISH_SWITCH(fake, nullptr, nullptr);
-  f.ctx = t.fctx;
-  return f.finished;
+  keep(t);  // the fiber that came back (not necessarily f) keeps its context
 }
 
 void FiberHost::yield(Fiber& f) {
   CUEMU_START_SWITCH(&f.fake_stack, sched_bottom_, sched_size_);
-  ctxd::transfer_t t = ctxd::jump_fcontext(sched_ctx_, nullptr);
-  sched_ctx_ = t.fctx;
+  ctxd::transfer_t t = ctxd::jump_fcontext(sched_ctx_, &f.ctx);
+  keep(t);
   CUEMU_FINISH_SWITCH(f.fake_stack, nullptr, nullptr);
+}
+
+void FiberHost::switch_to(Fiber& from, Fiber& to) {
+  if (!to.started || to.finished) std::abort();  // only suspended fibers are switched to directly
+  CUEMU_START_SWITCH(&from.fake_stack, to.stack.bottom, to.stack.usable);
+  ctxd::transfer_t t = ctxd::jump_fcontext(to.ctx, &from.ctx);
+  keep(t);
+  CUEMU_FINISH_SWITCH(from.fake_stack, nullptr, nullptr);
 }
 
 void FiberHost::finish(Fiber& f) {
   f.finished = true;
   CUEMU_START_SWITCH(nullptr, sched_bottom_, sched_size_);  // nullptr: this fiber's fake stack dies
-  ctxd::jump_fcontext(sched_ctx_, nullptr);
+  ctxd::jump_fcontext(sched_ctx_, &f.ctx);
   std::abort();  // a finished fiber is never resumed
 }
 

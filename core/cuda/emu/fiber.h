@@ -1,5 +1,6 @@
 // core/cuda/emu/fiber.h — user-space fibers for the emulator's CUDA threads: guard-paged stacks
-// (reused through a per-OS-thread pool) and the switches between the scheduler and a fiber, on
+// (reused through a per-OS-thread pool) and the switches between the scheduler and the fibers and
+// from fiber to fiber, on
 // Boost.Context's fcontext primitives (make_fcontext / jump_fcontext: no syscall per switch).
 // Every switch is annotated for AddressSanitizer (__sanitizer_{start,finish}_switch_fiber).
 #pragma once
@@ -48,11 +49,13 @@ struct Fiber {
 // The scheduler side of one OS thread.
 class FiberHost {
  public:
-  // Runs f (starting it on its stack the first time) until it yields or finishes.
-  // Returns true when it finished.
-  bool resume(Fiber& f);
-  // From inside f: back to the scheduler; returns when the scheduler resumes f.
+  // Runs f (starting it on its stack the first time) until some fiber yields or finishes back to
+  // the scheduler (f, or one that f switched to).
+  void resume(Fiber& f);
+  // From inside f: back to the scheduler; returns when f is resumed (by the scheduler or a fiber).
   void yield(Fiber& f);
+  // From inside `from`: straight to the suspended fiber `to`; returns when `from` is resumed.
+  void switch_to(Fiber& from, Fiber& to);
   // From inside f, when its body returned: back to the scheduler for good.
   [[noreturn]] void finish(Fiber& f);
 

@@ -130,6 +130,7 @@ class Executor {
  private:
   void run_block(uint64_t b);
   void run_round();
+  void switch_out(CudaThread* t);
   Fiber* take_fiber();
   void drop_fiber(Fiber* f, bool abandoned);
   void resolve_warps();
@@ -278,16 +279,15 @@ void Executor::run_round() {
     t.state = TState::Ready;
     current_ = &t;
     ::threadIdx = t.tid;
-    Fiber* f = t.fiber;
-    const bool finished = host_.resume(*f);
-    CudaThread* last = current_;  // the fiber may have run several threads
+    host_.resume(*t.fiber);
+    CudaThread* last = current_;  // the thread whose fiber came back (fibers chain and switch)
     current_ = nullptr;
     if (faulted_) return;
-    if (finished) {
-      last->state = TState::Exited;
+    if (last->fiber->finished) {
+      drop_fiber(last->fiber, false);
       last->fiber = nullptr;
+      last->state = TState::Exited;
       --alive_;
-      drop_fiber(f, false);
     }
   }
 }
@@ -364,7 +364,7 @@ void Executor::wait_at_barrier(int kind, int pred, const char* file, int line) {
   t->pred = pred;
   t->file = file;
   t->line = line;
-  host_.yield(*t->fiber);
+  switch_out(t);
 }
 
 unsigned Executor::live_lanes_mask(int warp) const {
@@ -402,8 +402,25 @@ uint64_t Executor::wait_at_warp_op(WarpOp op, unsigned mask, uint64_t value, int
   t->arg = arg;
   t->width = width;
   ++warp_waiting_[warp];
-  host_.yield(*t->fiber);
+  switch_out(t);
   return t->result;
+}
+
+// t waits: run the round's next thread directly if it is suspended (one fiber switch instead of
+// two through the scheduler); the scheduler starts never-started threads and ends the round.
+void Executor::switch_out(CudaThread* t) {
+  if (batch_pos_ < batch_.size()) {
+    CudaThread& next = threads_[batch_[batch_pos_]];
+    if (next.state != TState::NotStarted) {
+      ++batch_pos_;
+      next.state = TState::Ready;
+      current_ = &next;
+      ::threadIdx = next.tid;
+      host_.switch_to(*t->fiber, *next.fiber);
+      return;  // t runs again: whoever resumed it set current_ and threadIdx
+    }
+  }
+  host_.yield(*t->fiber);
 }
 
 void Executor::fault_here(const char* kind, const std::string& what, const char* file, int line) {
