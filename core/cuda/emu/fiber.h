@@ -1,7 +1,7 @@
 // core/cuda/emu/fiber.h — user-space fibers for the emulator's CUDA threads: guard-paged stacks
 // (reused through a per-OS-thread pool) and the switches between the scheduler and the fibers and
-// from fiber to fiber, on
-// Boost.Context's fcontext primitives (make_fcontext / jump_fcontext: no syscall per switch).
+// from fiber to fiber, on Boost.Context's fcontext primitives (make_fcontext / jump_fcontext: no
+// syscall per switch).
 // Every switch is annotated for AddressSanitizer (__sanitizer_{start,finish}_switch_fiber).
 #pragma once
 #include <cstddef>
