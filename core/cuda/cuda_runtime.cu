@@ -1,12 +1,11 @@
 // core/cuda/cuda_runtime.cu — device discovery, CTX_CUDA_CHECK, caching allocator, fill kernel
 // (see cuda_runtime.h).
-#include <cuda_runtime.h>
-
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/cuda/compat.h"
 #include "core/cuda/cuda_runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -96,7 +95,7 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
 void fill_f32(float* dst, size_t n, float value) {
   if (n == 0) return;
   unsigned blocks = (unsigned)((n + 255) / 256);
-  fill_kernel<<<blocks, 256>>>(dst, n, value);
+  CTX_LAUNCH(fill_kernel, blocks, 256, 0, 0, dst, n, value);
   CTX_CUDA_CHECK(cudaGetLastError());
   CTX_CUDA_CHECK(cudaDeviceSynchronize());
 }
