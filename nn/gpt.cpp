@@ -116,6 +116,8 @@ Variable GPT::forward(const Tensor& tokens, int64_t pos0, bool use_memory) {
 Variable GPT::loss(const Tensor& inputs, const Tensor& targets, bool use_memory) {
   CTX_CHECK(inputs.shape() == targets.shape(), "loss: inputs ", inputs.str(), " and targets ",
             targets.str(), " differ in shape");
+  // Targets are token ids too: cross_entropy would silently ignore a -1 (its ignore index).
+  check_tokens(targets, "loss targets");
   Variable logits = forward(inputs, 0, use_memory);
   const int64_t N = inputs.numel();
   return cross_entropy(reshape(logits, {N, cfg.vocab_size}), targets.view({N}));

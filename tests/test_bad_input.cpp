@@ -120,7 +120,7 @@ TEST(BadInput, CudaNotCompiledIn) {
 #ifndef CTXLAB_WITH_CUDA
   EXPECT_CTX_ERROR(Tensor::empty({2, 3}, DType::F32, Device::CUDA), "CUDA");
   EXPECT_CTX_ERROR(Tensor::zeros({2}, DType::F64, Device::CUDA), "CUDA");
-  EXPECT_CTX_ERROR(Tensor::zeros({2}).to(Device::CUDA), "cuda");
+  EXPECT_CTX_ERROR(Tensor::zeros({2}).to(Device::CUDA), "CUDA");
   EXPECT_CTX_ERROR(backend(Device::CUDA), "CUDA");
 #else
   GTEST_SKIP() << "CUDA is compiled in";

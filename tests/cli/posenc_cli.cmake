@@ -9,10 +9,11 @@
 # buckets, Shaw clipping (K = 2 < T), kerple away from its clamp (the verb does that). Each
 # gradcheck takes well under a second, each smoke run a few seconds on 2 threads.
 
-# ---- script mode, gradcheck: cmake -DBIN=.. -DGRADCHECK_ARGS=<;-list> -P posenc_cli.cmake -----
+# ---- script mode, gradcheck: cmake -DBIN=.. -DGRADCHECK_ARGS=a@@b@@c -P posenc_cli.cmake -----
 # Passes only when `ctxlab gradcheck` exits 0 AND its summary says "N passed, 0 failed" with
 # N >= 1 (an exit status alone, or a pattern alone, could pass with nothing checked).
 if(CMAKE_SCRIPT_MODE_FILE AND DEFINED GRADCHECK_ARGS)
+  string(REPLACE "@@" ";" GRADCHECK_ARGS "${GRADCHECK_ARGS}")
   execute_process(COMMAND "${BIN}" gradcheck ${GRADCHECK_ARGS}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   message("${out}${err}")
@@ -96,10 +97,10 @@ foreach(_pc_case IN LISTS _pc_cases)
     list(GET _pc_f 2 _pc_smoke)
   endif()
   separate_arguments(_pc_gc_args UNIX_COMMAND "${_pc_gc}")
-  # the arguments travel as one cmake list; ';' inside a JSON value would split it (none does)
-  string(REPLACE ";" "\\;" _pc_gc_list "--encoding;${_pc_gc_args}")
+  # the arguments travel as one string joined by "@@" (script mode splits it again)
+  string(REPLACE ";" "@@" _pc_gc_joined "--encoding;${_pc_gc_args}")
   add_test(NAME posenc_gradcheck_${_pc_name}
-           COMMAND ${CMAKE_COMMAND} -DBIN=${_pc_bin} "-DGRADCHECK_ARGS=${_pc_gc_list}"
+           COMMAND ${CMAKE_COMMAND} -DBIN=${_pc_bin} "-DGRADCHECK_ARGS=${_pc_gc_joined}"
                    -P ${CMAKE_CURRENT_LIST_FILE})
   list(APPEND _pc_tests posenc_gradcheck_${_pc_name})
   if(NOT _pc_smoke STREQUAL "")

@@ -171,7 +171,7 @@ def schedule_by_hand(driver, work):
 
 
 ADAMW = {"optimizer": "adamw", "fused": False, "steps": 6, "accum": 2, "lr": 0.05, "min_lr": 0.005,
-         "warmup": 2, "max_norm": 1.0, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
+         "warmup": 2, "max_norm": 5.0, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
          "momentum": 0.0}
 SGD = dict(ADAMW, optimizer="sgd", momentum=0.9, weight_decay=0.05, lr=0.1, min_lr=0.01)
 
