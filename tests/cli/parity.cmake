@@ -33,3 +33,5 @@ else()
 endif()
 set_tests_properties(pytorch_parity pytorch_selftest_ref PROPERTIES
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_pp_env}" TIMEOUT 300 LABELS "parity")
+# the parity run also goes through the ASan/UBSan build of ctxlab in .ci/run (ctest -L asan_cli)
+set_property(TEST pytorch_parity APPEND PROPERTY LABELS asan_cli)

@@ -25,3 +25,6 @@ foreach(_tc_sub resume kill9 badinput checkpoints main_job_smoke)
                        ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
                        TIMEOUT 120)
 endforeach()
+# .ci/run runs these once more on the ASan/UBSan build (ctest -L asan_cli): the bad-input,
+# checkpoint, kill -9 and resume paths of the CLI under the sanitizers.
+set_property(TEST train_resume train_kill9 train_badinput train_checkpoints APPEND PROPERTY LABELS asan_cli)
