@@ -64,7 +64,8 @@ void GPT::init_weights(uint64_t seed) {
 }
 
 void GPT::check_tokens(const Tensor& tokens, const std::string& what) const {
-  CTX_CHECK(tokens.dim() == 2, what, ": tokens must be [B, T], got ", tokens.str());
+  CTX_CHECK(tokens.dim() == 2 && tokens.size(0) >= 1 && tokens.size(1) >= 1, what,
+            ": tokens must be [B, T] with B >= 1 and T >= 1, got ", tokens.str());
   CTX_CHECK(tokens.dtype() == DType::I32 || tokens.dtype() == DType::I64, what,
             ": tokens must be i32 or i64, got ", tokens.str());
   for (int64_t i = 0; i < tokens.numel(); ++i) {
