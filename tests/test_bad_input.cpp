@@ -119,16 +119,14 @@ TEST(BadInput, DtypeMismatch) {
   EXPECT_CTX_ERROR(embedding(var({4, 3}), Tensor::zeros({2}, DType::F32)), "embedding", "f32[2]");
 }
 
+#ifndef CTXLAB_WITH_CUDA  // a build without the backend only (nothing to skip in a CUDA build)
 TEST(BadInput, CudaNotCompiledIn) {
-#ifndef CTXLAB_WITH_CUDA
   EXPECT_CTX_ERROR(Tensor::empty({2, 3}, DType::F32, Device::CUDA), "CUDA");
   EXPECT_CTX_ERROR(Tensor::zeros({2}, DType::F64, Device::CUDA), "CUDA");
   EXPECT_CTX_ERROR(Tensor::zeros({2}).to(Device::CUDA), "CUDA");
   EXPECT_CTX_ERROR(backend(Device::CUDA), "CUDA");
-#else
-  GTEST_SKIP() << "CUDA is compiled in";
-#endif
 }
+#endif
 
 TEST(BadInput, EmbeddingIdsOutOfRange) {
   Variable w = var({5, 3});
