@@ -33,5 +33,6 @@ else()
 endif()
 set_tests_properties(pytorch_parity pytorch_selftest_ref PROPERTIES
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_pp_env}" TIMEOUT 300 LABELS "parity")
+set_tests_properties(pytorch_parity PROPERTIES TIMEOUT 600)  # ~15 s; several times that under ASan
 # the parity run also goes through the ASan/UBSan build of ctxlab in .ci/run (ctest -L asan_cli)
 set_property(TEST pytorch_parity APPEND PROPERTY LABELS asan_cli)
