@@ -23,7 +23,7 @@ foreach(_tc_sub resume kill9 badinput checkpoints main_job_smoke)
            COMMAND ${_tc_py} ${_tc_script} ${_tc_sub} --bin $<TARGET_FILE:ctxlab> --work ${_tc_work})
   set_tests_properties(train_${_tc_sub} PROPERTIES
                        ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
-                       TIMEOUT 120)
+                       TIMEOUT 300)  # seconds normally; several times that under ASan (asan_cli)
 endforeach()
 # .ci/run runs these once more on the ASan/UBSan build (ctest -L asan_cli): the bad-input,
 # checkpoint, kill -9 and resume paths of the CLI under the sanitizers.
