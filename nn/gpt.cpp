@@ -64,7 +64,8 @@ void GPT::init_weights(uint64_t seed) {
 }
 
 void GPT::check_tokens(const Tensor& tokens, const std::string& what) const {
-  CTX_CHECK(tokens.dim() == 2, what, ": tokens must be [B, T], got ", tokens.str());
+  CTX_CHECK(tokens.dim() == 2 && tokens.size(0) >= 1 && tokens.size(1) >= 1, what,
+            ": tokens must be [B, T] with B >= 1 and T >= 1, got ", tokens.str());
   CTX_CHECK(tokens.dtype() == DType::I32 || tokens.dtype() == DType::I64, what,
             ": tokens must be i32 or i64, got ", tokens.str());
   for (int64_t i = 0; i < tokens.numel(); ++i) {
@@ -116,6 +117,8 @@ Variable GPT::forward(const Tensor& tokens, int64_t pos0, bool use_memory) {
 Variable GPT::loss(const Tensor& inputs, const Tensor& targets, bool use_memory) {
   CTX_CHECK(inputs.shape() == targets.shape(), "loss: inputs ", inputs.str(), " and targets ",
             targets.str(), " differ in shape");
+  // Targets are token ids too: cross_entropy would silently ignore a -1 (its ignore index).
+  check_tokens(targets, "loss targets");
   Variable logits = forward(inputs, 0, use_memory);
   const int64_t N = inputs.numel();
   return cross_entropy(reshape(logits, {N, cfg.vocab_size}), targets.view({N}));

@@ -2,12 +2,15 @@
 // throw ctx::Error whose message names the op and the shapes involved.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "core/rng.h"
+#include "nn/gpt.h"
+#include "tests/test_util.h"
 
 using namespace ctx;
 
@@ -116,16 +119,14 @@ TEST(BadInput, DtypeMismatch) {
   EXPECT_CTX_ERROR(embedding(var({4, 3}), Tensor::zeros({2}, DType::F32)), "embedding", "f32[2]");
 }
 
+#ifndef CTXLAB_WITH_CUDA  // a build without the backend only (nothing to skip in a CUDA build)
 TEST(BadInput, CudaNotCompiledIn) {
-#ifndef CTXLAB_WITH_CUDA
   EXPECT_CTX_ERROR(Tensor::empty({2, 3}, DType::F32, Device::CUDA), "CUDA");
   EXPECT_CTX_ERROR(Tensor::zeros({2}, DType::F64, Device::CUDA), "CUDA");
-  EXPECT_CTX_ERROR(Tensor::zeros({2}).to(Device::CUDA), "cuda");
+  EXPECT_CTX_ERROR(Tensor::zeros({2}).to(Device::CUDA), "CUDA");
   EXPECT_CTX_ERROR(backend(Device::CUDA), "CUDA");
-#else
-  GTEST_SKIP() << "CUDA is compiled in";
-#endif
 }
+#endif
 
 TEST(BadInput, EmbeddingIdsOutOfRange) {
   Variable w = var({5, 3});
@@ -148,6 +149,24 @@ TEST(BadInput, IndexOpsOutOfRange) {
                    "4");
   EXPECT_CTX_ERROR(scatter_add(x, 0, ids<int64_t>({0, 1}, {2}), var({3, 3})), "scatter_add", "[4, 3]",
                    "[3, 3]");
+}
+
+// The model's token batches: empty ones (B = 0 or T = 0) and negative ids, as inputs or as targets
+// (cross_entropy's ignore index is -1: a -1 target must not be dropped silently by the model).
+TEST(BadInput, ModelTokenBatches) {
+  nn::GPT m(testing_util::tiny_cfg({{"type", "rope"}}));
+  m.init_weights(1);
+  auto tok = [](std::vector<int64_t> v, Shape s) { return ids<int64_t>(v, s); };
+  const Tensor ok = tok({1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_CTX_ERROR(m.loss(Tensor::zeros({2, 0}, DType::I64), Tensor::zeros({2, 0}, DType::I64)), "tokens",
+                   "i64[2, 0]", "T >= 1");
+  EXPECT_CTX_ERROR(m.loss(Tensor::zeros({0, 5}, DType::I64), Tensor::zeros({0, 5}, DType::I64)), "i64[0, 5]",
+                   "B >= 1");
+  EXPECT_CTX_ERROR(m.forward(Tensor::zeros({1, 0}, DType::I32)), "forward", "i32[1, 0]");
+  EXPECT_CTX_ERROR(m.loss(tok({1, -1, 3, 4, 5, 6}, {2, 3}), ok), "forward", "-1", "[0, 1]");
+  EXPECT_CTX_ERROR(m.loss(ok, tok({1, 2, 3, 4, 5, -1}, {2, 3})), "loss targets", "-1", "[1, 2]");
+  EXPECT_CTX_ERROR(m.loss(ok, tok({1, 2, 17, 4, 5, 6}, {2, 3})), "loss targets", "17", "vocab_size 17");
+  EXPECT_TRUE(std::isfinite(m.loss(ok, ok).data().item()));  // the valid batch next to them
 }
 
 TEST(BadInput, OtherShapeErrors) {

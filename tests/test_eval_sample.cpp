@@ -3,6 +3,7 @@
 // windows; sampling is deterministic in the seed, greedy is the argmax, top-k = 1 is greedy;
 // bad inputs (text too short, learned positions beyond L, out-of-range options) are one-line
 // errors naming what is wrong.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <initializer_list>
@@ -57,20 +58,27 @@ std::vector<int32_t> random_tokens(size_t n, uint64_t seed) {
 
 using ctx::testing_util::expect_error;
 
-// Mean of model.loss over windows w = 0..nw-1 of length+1 tokens, one window at a time.
+// The mean next-token cross-entropy over windows w = 0..nw-1 of length+1 tokens, one window at a
+// time, from the logits: log(sum_v exp(z_v)) - z_target in double per position (not model.loss,
+// which is what evaluate() itself calls).
 double hand_loss(nn::GPT& model, const std::vector<int32_t>& tok, int64_t length, int64_t nw) {
   NoGradGuard g;
   model.eval();
   double s = 0;
   for (int64_t w = 0; w < nw; ++w) {
-    Tensor in = Tensor::empty({1, length}, DType::I64), tg = Tensor::empty({1, length}, DType::I64);
+    Tensor in = Tensor::empty({1, length}, DType::I64);
+    for (int64_t t = 0; t < length; ++t) in.set(t, tok[(size_t)(w * (length + 1) + t)]);
+    const Tensor z = model.forward(in).data();  // [1, length, V]
+    const int64_t V = z.shape().back();
     for (int64_t t = 0; t < length; ++t) {
-      in.set(t, tok[(size_t)(w * (length + 1) + t)]);
-      tg.set(t, tok[(size_t)(w * (length + 1) + t + 1)]);
+      double mx = -INFINITY, se = 0;
+      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, z.at(t * V + v));
+      for (int64_t v = 0; v < V; ++v) se += std::exp(z.at(t * V + v) - mx);
+      const int32_t target = tok[(size_t)(w * (length + 1) + t + 1)];
+      s += mx + std::log(se) - z.at(t * V + target);
     }
-    s += model.loss(in, tg).data().item();
   }
-  return s / (double)nw;
+  return s / (double)(nw * length);
 }
 
 // Greedy continuation computed step by step from the logits.
@@ -119,6 +127,13 @@ TEST(EvalTest, MatchesHandComputedLoss) {
   EXPECT_EQ(r3.windows, 1);
   const double ref3 = hand_loss(*m, tok, kContext, 1);
   EXPECT_NEAR(r3.loss, ref3, 1e-5 * std::abs(ref3));
+
+  // A closed form: with every parameter zero the logits are all 0, the prediction is uniform
+  // over the 256 byte values and the loss is exactly log 256 (8 bits per byte).
+  for (auto& [name, p] : m->named_parameters()) p.data().copy_from(Tensor::zeros(p.shape()));
+  EvalResult z = evaluate(*m, tok, length, 2, 0, "tok");
+  EXPECT_NEAR(z.loss, std::log(256.0), 1e-6);
+  EXPECT_NEAR(z.bpb, 8.0, 1e-6);
 }
 
 TEST(EvalTest, DeterministicAndBatchIndependent) {

@@ -18,6 +18,7 @@
 #include "core/cpu/gemm.h"
 #include "core/cpu/threading.h"
 #include "core/error.h"
+#include "test_util.h"
 
 namespace ctx::cpu {
 namespace {
@@ -96,8 +97,7 @@ class GemmImplTest : public ::testing::TestWithParam<GemmImpl> {
  protected:
   void SetUp() override {
     init_threading();
-    if (GetParam() == GemmImpl::OpenBLAS && !openblas_available())
-      GTEST_SKIP() << openblas_config();
+    if (GetParam() == GemmImpl::OpenBLAS) CTX_REQUIRE_DEP("openblas", openblas_available(), openblas_config());
   }
   GemmFn fn() const { return gemm_fn(GetParam()); }
 };
@@ -213,35 +213,45 @@ TEST(GemmSelect, SetOverridesTheDefaultForEveryShape) {
 }
 
 TEST(GemmSelect, BuiltInChoiceIsPerShape) {
-  if (std::getenv("CTXLAB_GEMM")) GTEST_SKIP() << "CTXLAB_GEMM set: one implementation for all";
+  CTX_REQUIRE_DEP("openblas", openblas_available(), openblas_config());
   reset_gemm_impl();
-  EXPECT_EQ(default_gemm_impl(), GemmImpl::OneDNN);
   const GemmDesc nn = make_case(2048, 256, 768, false, false, 1.f, 0.f).g;
   const GemmDesc attn = make_case(256, 32, 256, true, false, 1.f, 0.f, 64).g;  // short K
   const GemmDesc dw = make_case(768, 256, 2048, true, false, 1.f, 0.f).g;     // weight gradient
+  if (const char* e = std::getenv("CTXLAB_GEMM"); e && *e) {
+    // The environment names one implementation: it is the choice for every shape.
+    const GemmImpl want = gemm_impl_from_string(e);
+    std::printf("CTXLAB_GEMM=%s: checking that it overrides the per-shape choice\n", e);
+    for (const GemmDesc& g : {nn, attn, dw}) EXPECT_EQ(current_gemm_impl(g), want);
+    EXPECT_EQ(default_gemm_impl(), want);
+    return;
+  }
+  EXPECT_EQ(default_gemm_impl(), GemmImpl::OneDNN);
   EXPECT_EQ(current_gemm_impl(nn), GemmImpl::OneDNN);
   EXPECT_EQ(current_gemm_impl(attn), GemmImpl::OneDNN);
   const bool avx2_only = !__builtin_cpu_supports("avx512f");
-  EXPECT_EQ(current_gemm_impl(dw), avx2_only && openblas_available() ? GemmImpl::OpenBLAS
+  EXPECT_EQ(current_gemm_impl(dw), avx2_only ? GemmImpl::OpenBLAS
                                                                       : GemmImpl::OneDNN);
 }
 
 TEST(GemmOpenBLAS, ConfigSaysWhatWasChosen) {
   const std::string cfg = openblas_config();
   if (!openblas_available()) {
+    // What a machine without the library sees: the reason, and a clear error from a call.
     EXPECT_NE(cfg.find("unavailable"), std::string::npos) << cfg;
     GemmDesc g;
     g.M = g.N = g.K = 1;
     float a = 1, b = 1, c = 0;
     EXPECT_THROW(gemm_openblas(g, &a, &b, &c), Error);
-    return;
   }
+  CTX_REQUIRE_DEP("openblas", openblas_available(), cfg);
   EXPECT_NE(cfg.find("core type asked"), std::string::npos) << cfg;
   EXPECT_EQ(openblas_api().get_num_threads ? openblas_api().get_num_threads() : 1, 1);
 }
 
 TEST(GemmThreading, SetNumThreadsDrivesTheOpenMPPoolAndCachesPerThreadCount) {
   init_threading();
+  CTX_REQUIRE_DEP("openblas", openblas_available(), openblas_config());
   const int n = num_threads();
   EXPECT_GE(n, 1);
   EXPECT_THROW(set_num_threads(0), Error);
@@ -252,7 +262,7 @@ TEST(GemmThreading, SetNumThreadsDrivesTheOpenMPPoolAndCachesPerThreadCount) {
     EXPECT_EQ(num_threads(), t);
     EXPECT_EQ(omp_get_max_threads(), t);
     check_case(gemm_onednn, c, 500 + t);
-    if (openblas_available()) check_case(gemm_openblas, c, 600 + t);
+    check_case(gemm_openblas, c, 600 + t);
   }
   set_num_threads(n);
 }
@@ -264,9 +274,9 @@ TEST(GemmBackend, EveryImplThroughBackendGemmMatchesTheReference) {
   GemmDesc g;
   g.M = 33, g.N = 18, g.K = 20, g.batch = 2, g.trans_b = true;
   g.stride_a = 33 * 20, g.stride_b = 0, g.stride_c = 33 * 18;
+  CTX_REQUIRE_DEP("openblas", openblas_available(), openblas_config());
   std::vector<float> want;
   for (GemmImpl impl : {GemmImpl::Reference, GemmImpl::OneDNN, GemmImpl::OpenBLAS}) {
-    if (impl == GemmImpl::OpenBLAS && !openblas_available()) continue;
     set_gemm_impl(impl);
     Tensor C = Tensor::empty({2, 33, 18});
     backend(Device::CPU).gemm(g, A, B, C);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <vector>
@@ -117,6 +118,18 @@ double gelu_grad_ref(double x) {
 
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
+// oneDNN's avx512_core ISA level (what its JIT softmax backward needs).
+bool avx512_core() {
+  static const bool has = [] {
+    const bool b = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    std::printf("CPU avx512_core: %s (oneDNN softmax backward %s)\n", b ? "yes" : "no",
+                b ? "must be taken" : "must decline");
+    return b;
+  }();
+  return has;
+}
+
 const int64_t kShapes[][2] = {{1, 1}, {3, 17}, {17, 65}, {65, 3}, {33, 256}, {130, 1000}};
 
 class OneDNNOps : public ::testing::Test {
@@ -134,11 +147,17 @@ TEST_F(OneDNNOps, SoftmaxAndLogSoftmaxForwardBackward) {
       std::vector<float> y(x.size()), dx(x.size());
       ASSERT_TRUE(onednn_softmax_f32(x.data(), y.data(), N, C, log));
       expect_close(y, softmax_ref(x, N, C, log), "y");
-      // The backward may be declined (no JIT kernel for this CPU, e.g. AVX2): then untouched.
-      if (onednn_softmax_backward_f32(y.data(), dy.data(), dx.data(), N, C, log))
+      // oneDNN 2.6 has a JIT softmax backward only for AVX-512 (avx512_core): there it must be
+      // taken and right; on a CPU without it the call declines (its "ref:any" loops are slower
+      // than ours) and leaves dx untouched.
+      const bool taken = onednn_softmax_backward_f32(y.data(), dy.data(), dx.data(), N, C, log);
+      if (avx512_core()) {
+        ASSERT_TRUE(taken) << "oneDNN declined softmax backward on an AVX-512 CPU";
         expect_close(dx, softmax_bwd_ref(y, dy, N, C, log), "dx");
-      else
+      } else {
+        ASSERT_FALSE(taken) << "oneDNN took softmax backward without AVX-512 (its ref:any path?)";
         for (float v : dx) ASSERT_EQ(v, 0.f);
+      }
     }
 }
 

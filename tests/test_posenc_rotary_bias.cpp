@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -191,6 +192,7 @@ TEST(PosencRotary, RopeRotateMatchesSpecFormula) {
 // ------------------------------------------------------------ attention-level gradchecks ----
 TEST(PosencRotaryBias, AttentionGradcheckEveryEncoding) {
   const int64_t B = 2, H = 2, T = 7, Dh = 4;
+  std::set<std::string> with_params;
   for (auto& c : all_cases()) {
     SCOPED_TRACE(c.name);
     ModelConfig cfg = tiny_cfg(c.posenc);
@@ -209,10 +211,13 @@ TEST(PosencRotaryBias, AttentionGradcheckEveryEncoding) {
     EXPECT_TRUE(res.pass) << res.summary();
     // the encoding's parameters by central differences
     auto m = pe->shared_module();
-    if (!m) continue;
+    if (!m) continue;  // no parameters of its own (rope, xpos, alibi, sandwich)
     Variable qv(q), kv(k), vv(v), wv(w);
     fd_check(m->named_parameters(), [&] { return sum(mul(attend(*pe, qv, kv, vv), wv)); }, c.name);
+    with_params.insert(c.name);
   }
+  // The encodings with learned parameters had them checked (a lost shared_module would skip them).
+  EXPECT_EQ(with_params, (std::set<std::string>{"kerple", "kerple-power", "t5"}));
 }
 
 // ---------------------------------------------------------- whole-model gradcheck (f64) ----

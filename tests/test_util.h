@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -15,6 +17,39 @@
 #include "core/rng.h"
 #include "core/error.h"
 #include "train/config.h"
+
+namespace ctx::testing_util {
+
+// ---- the required-dependency policy (docs/testing.md) ----
+// Everything scripts/setup.sh installs (OpenBLAS, torch, gnuplot) and every kernel this CPU can
+// run (the AVX2 GELU, oneDNN's AVX-512 kernels) is REQUIRED: a test that needs one and does not
+// find it fails. Only where CTXLAB_ALLOW_MISSING (comma-separated names, never set in CI) lists
+// the dependency does it skip instead, printing why. GPU tests skip without it: no test machine
+// has a GPU.
+
+// Whether CTXLAB_ALLOW_MISSING lists `dep` (or is "all").
+inline bool missing_allowed(const std::string& dep) {
+  const char* e = std::getenv("CTXLAB_ALLOW_MISSING");
+  if (!e) return false;
+  const std::string list = std::string(",") + e + ",";
+  return list.find("," + dep + ",") != std::string::npos || list.find(",all,") != std::string::npos;
+}
+
+}  // namespace ctx::testing_util
+
+// In a test body or SetUp: when `available` is false, FAIL naming the dependency and `why`, or
+// skip (printing the reason) where CTXLAB_ALLOW_MISSING lists `dep`.
+#define CTX_REQUIRE_DEP(dep, available, why)                                                      \
+  do {                                                                                            \
+    if (!(available)) {                                                                           \
+      if (::ctx::testing_util::missing_allowed(dep))                                              \
+        GTEST_SKIP() << "dependency '" << (dep) << "' missing, allowed by CTXLAB_ALLOW_MISSING: " \
+                     << why;                                                                      \
+      FAIL() << "required dependency '" << (dep) << "' missing: " << why                          \
+             << " (scripts/setup.sh installs it; set CTXLAB_ALLOW_MISSING=" << (dep)             \
+             << " only on a machine that cannot have it)";                                        \
+    }                                                                                             \
+  } while (0)
 
 namespace ctx::testing_util {
 

@@ -3,7 +3,10 @@
 // no gradient reaches the previous segment (memory is detached).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <vector>
 
 #include "core/rng.h"
 #include "nn/gpt.h"
@@ -58,16 +61,93 @@ TEST(XLMemory, SegmentsWithMemoryEqualTheConcatenatedSequence) {
   EXPECT_GT(diff, 1e-6);
 }
 
+// Gradients of `loss` w.r.t. every parameter (copies), after zeroing them.
+static std::vector<Tensor> grads_of(nn::GPT& m, const std::function<Variable()>& loss) {
+  for (auto& [name, p] : m.named_parameters()) p.zero_grad();
+  loss().backward();
+  std::vector<Tensor> g;
+  for (auto& [name, p] : m.named_parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : Tensor());
+  return g;
+}
+
 TEST(XLMemory, MemoryIsDetachedAndBounded) {
   nn::GPT m(xl_config(3), DType::F64);
   m.init_weights(1);
   Rng r(2);
-  m.forward(tokens(r, 1, 6));
+  for (auto& [name, p] : m.named_parameters()) r.fill_normal(p.data(), 0.0, 0.3);  // position terms matter
+  const Tensor s1 = tokens(r, 1, 6), x2 = tokens(r, 1, 4), y2 = tokens(r, 1, 4);
+  // Segment 1 with gradients on: its graph runs through every parameter.
+  Variable l1 = m.loss(s1, tokens(r, 1, 6));
+  ASSERT_TRUE(m.blocks[0]->attn->memory().defined());
   EXPECT_EQ(m.blocks[0]->attn->memory().size(1), 3);  // only the last mem_len inputs are kept
-  Variable loss = m.loss(tokens(r, 1, 4), tokens(r, 1, 4));  // loss() starts fresh (no memory)
-  EXPECT_FALSE(m.blocks[0]->attn->memory().storage() == nullptr);
-  loss.backward();  // a detached memory: backward works and touches only this segment's graph
-  SUCCEED();
+  const std::vector<Tensor> mem = m.memory_state();
+  std::vector<Tensor> mem_copy;
+  for (const Tensor& t : mem) mem_copy.push_back(t.defined() ? t.clone() : Tensor());
+
+  // Segment 2 with that memory: the gradients are those of the same loss with the memory given as
+  // constants to a model with no earlier graph. Had the memory carried segment 1's graph,
+  // backward would add d(loss2)/d(memory) d(memory)/d(params) and they would differ.
+  const std::vector<Tensor> g_after_seg1 = grads_of(m, [&] { return m.loss(x2, y2, true); });
+  m.set_memory_state(mem_copy);
+  const std::vector<Tensor> g_constant = grads_of(m, [&] { return m.loss(x2, y2, true); });
+  auto params = m.named_parameters();
+  ASSERT_EQ(g_after_seg1.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    ASSERT_TRUE(g_after_seg1[i].defined() && g_constant[i].defined()) << params[i].first;
+    for (int64_t k = 0; k < g_constant[i].numel(); ++k)
+      ASSERT_EQ(g_after_seg1[i].at(k), g_constant[i].at(k)) << params[i].first << " element " << k;
+  }
+  // Backward left the memory's values alone.
+  for (size_t l = 0; l < mem.size(); ++l)
+    for (int64_t k = 0; k < mem[l].numel(); ++k) ASSERT_EQ(mem[l].at(k), mem_copy[l].at(k));
+  // The memory matters to segment 2 (so the comparison above is not vacuous), and segment 1's
+  // own graph is still intact: its backward runs after segment 2's.
+  m.set_memory_state(mem_copy);
+  const double with_mem = m.loss(x2, y2, true).data().item();
+  EXPECT_GT(std::fabs(with_mem - m.loss(x2, y2).data().item()), 1e-6);
+  l1.backward();
+}
+
+// Finite differences over the current segment with the memory held fixed: the analytic gradient
+// of every parameter (a spread of elements each) through the memory-augmented attention.
+TEST(XLMemory, GradcheckWithMemoryOverTheCurrentSegment) {
+  nn::GPT m(xl_config(4), DType::F64);
+  m.init_weights(7);
+  Rng r(8);
+  for (auto& [name, p] : m.named_parameters()) r.fill_normal(p.data(), 0.0, 0.3);
+  const Tensor s1 = tokens(r, 2, 5), x2 = tokens(r, 2, 3), y2 = tokens(r, 2, 3);
+  {
+    NoGradGuard ng;
+    m.forward(s1);  // fills the memory: [2, 4, D] per layer
+  }
+  const std::vector<Tensor> mem = m.memory_state();
+  ASSERT_EQ(mem[0].size(1), 4);
+  auto loss_at = [&] {
+    m.set_memory_state(mem);  // every evaluation sees the same memory
+    return m.loss(x2, y2, true);
+  };
+  const std::vector<Tensor> g = grads_of(m, loss_at);
+  const double h = 1e-6;
+  int checked = 0;
+  auto params = m.named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor& w = params[i].second.data();
+    ASSERT_TRUE(g[i].defined()) << params[i].first;
+    const int64_t n = w.numel(), stride = std::max<int64_t>(1, n / 5);
+    for (int64_t k = 0; k < n; k += stride) {
+      NoGradGuard ng;
+      const double w0 = w.at(k);
+      w.set(k, w0 + h);
+      const double lp = loss_at().data().item();
+      w.set(k, w0 - h);
+      const double lm = loss_at().data().item();
+      w.set(k, w0);
+      const double fd = (lp - lm) / (2 * h);
+      EXPECT_NEAR(g[i].at(k), fd, 1e-6 + 1e-5 * std::fabs(fd)) << params[i].first << " element " << k;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 50);
 }
 
 // The trainer's segment order (train/data.h SegmentSampler): row b of batch n+1 continues row b

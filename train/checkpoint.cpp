@@ -1,6 +1,7 @@
 // train/checkpoint.cpp — save / load model checkpoints (see checkpoint.h).
 #include "train/checkpoint.h"
 
+#include <cmath>
 #include <set>
 
 #include "train/safetensors.h"
@@ -19,6 +20,23 @@ void save_checkpoint(const std::string& path, nn::GPT& model, int64_t step,
   meta["config"] = config_to_json(model.cfg).dump();
   meta["step"] = std::to_string(step);
   save_safetensors(path, ts, meta);
+}
+
+// A NaN or infinite weight makes every loss NaN: refuse the file, naming the first bad element
+// (MODEL_SPEC §5: "any violation is a clear error").
+// t: a tensor as read from the file (CPU, F32 or F64: F16/BF16 arrive as F32).
+template <class T>
+static int64_t first_non_finite(const T* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return i;
+  return -1;
+}
+static void check_finite(const Tensor& t, const std::string& path, const std::string& name) {
+  const int64_t i = t.dtype() == DType::F32 ? first_non_finite(t.data<float>(), t.numel())
+                    : t.dtype() == DType::F64 ? first_non_finite(t.data<double>(), t.numel())
+                                              : -1;
+  CTX_CHECK(i < 0, path, ": tensor '", name, "' holds a non-finite value (", t.at(i), ") at flat index ", i,
+            "; a checkpoint's parameters must be finite");
 }
 
 LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::json& posenc_override,
@@ -60,6 +78,7 @@ LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::j
     CTX_CHECK(t.shape() == p.shape(), path, ": tensor '", name, "' has shape ", shape_str(t.shape()),
               ", expected ", shape_str(p.shape()), " for this config");
     p.data().copy_from(t);
+    check_finite(t, path, name);
   }
   for (auto& n : f.names)
     CTX_CHECK(expected.count(n), path, ": unexpected tensor '", n, "' (not a parameter of this config)");

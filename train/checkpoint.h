@@ -1,7 +1,9 @@
 // train/checkpoint.h — model checkpoints (MODEL_SPEC §5): one safetensors file with every
 // parameter as F32 under its §4 name and __metadata__ {format: "ctxlab/1", config, step}.
 // Loading validates the file against the config it carries: every parameter present with the
-// right shape and a float dtype, no unknown tensors. Errors name the file and the tensor.
+// right shape and a float dtype (F64 / F16 / BF16 converted), every value finite (a NaN or inf
+// weight is an error naming the tensor and the element), no unknown tensors. Errors name the
+// file and the tensor.
 #pragma once
 #include <map>
 #include <memory>

@@ -59,8 +59,8 @@ int run_grads(int argc, char** argv) {
   Tensor all = load_npy(tok_path);
   CTX_CHECK(all.dtype() == DType::I32 || all.dtype() == DType::I64, tok_path,
             ": token array has dtype ", dtype_name(all.dtype()), ", expected int32 or int64 (<i4 / <i8)");
-  CTX_CHECK(all.dim() == 2 && all.size(1) >= 2, tok_path, ": token array has shape ",
-            shape_str(all.shape()), ", expected [B, T+1] with T >= 1");
+  CTX_CHECK(all.dim() == 2 && all.size(0) >= 1 && all.size(1) >= 2, tok_path, ": token array has shape ",
+            shape_str(all.shape()), ", expected [B, T+1] with B >= 1 and T >= 1");
   model.check_tokens(all, tok_path);
   try {  // the encoding's own message does not know which file the sequence came from
     model.pe->check_length(all.size(1) - 1);

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <system_error>
 #include <tuple>
 #include <vector>
@@ -150,7 +152,16 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
       CTX_CHECK(it != f.metadata.end(), op, ": __metadata__.", k, " missing");
       return it->second;
     };
-    optim->steps = std::stoll(get("optimizer_steps"));
+    const std::string os = get("optimizer_steps");
+    size_t used = 0;
+    int64_t n = -1;
+    try {
+      n = std::stoll(os, &used);
+    } catch (const std::logic_error&) {  // not a number, or out of range
+    }
+    CTX_CHECK(used == os.size() && n >= 0, op, ": __metadata__.optimizer_steps is \"", os,
+              "\", expected a non-negative integer");
+    optim->steps = n;
     rng_from_string(sampler.rng(), get("data_rng"), op);
     rng_from_string(model.dropout_rng, get("dropout_rng"), op);
   }

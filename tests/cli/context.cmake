@@ -19,3 +19,5 @@ foreach(_cc_sub finetune baselines xl)
                        ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
                        TIMEOUT 120)
 endforeach()
+# finetune writes and resumes checkpoints: also under ASan/UBSan in .ci/run (ctest -L asan_cli)
+set_property(TEST context_finetune APPEND PROPERTY LABELS asan_cli)

@@ -60,3 +60,6 @@ set_tests_properties(cli_eval_two_lengths_csv cli_eval_default_corpus cli_eval_l
                      cli_eval_learned_hierarchical cli_eval_rope_scaling_on_learned_fails cli_eval_bad_lengths
                      cli_sample_seed_repeatable cli_sample_bad_temperature
                      PROPERTIES FIXTURES_REQUIRED eval_sample_ckpt ENVIRONMENT "CTXLAB_THREADS=2" TIMEOUT 120)
+# the bad-input cases (and the checkpoint they read) also under ASan/UBSan in .ci/run
+set_property(TEST cli_eval_sample_init cli_eval_learned_beyond_context_fails cli_eval_rope_scaling_on_learned_fails
+             cli_eval_bad_lengths cli_sample_bad_temperature APPEND PROPERTY LABELS asan_cli)

@@ -5,6 +5,7 @@
 #   train_kill9           SIGKILL at random moments: the checkpoint stays loadable, the run resumes
 #   train_badinput        bad configs / checkpoints / token files / options: one-line errors naming
 #                         the file and field, existing outputs untouched
+#   train_checkpoints     F64 / F16 / BF16 checkpoint tensors converted (MODEL_SPEC §5)
 #   train_main_job_smoke  the main job in miniature: all outputs written, the loss goes down
 # Every test uses the tiny preset and a few steps; each takes 1-12 s on 2 idle cores
 # (kill9 the longest), well under a minute on 2 loaded ones.
@@ -17,10 +18,13 @@ endif()
 set(_tc_script ${CMAKE_SOURCE_DIR}/tests/python/train_checks.py)
 set(_tc_work ${CMAKE_BINARY_DIR}/cli_train_checks)
 
-foreach(_tc_sub resume kill9 badinput main_job_smoke)
+foreach(_tc_sub resume kill9 badinput checkpoints main_job_smoke)
   add_test(NAME train_${_tc_sub}
            COMMAND ${_tc_py} ${_tc_script} ${_tc_sub} --bin $<TARGET_FILE:ctxlab> --work ${_tc_work})
   set_tests_properties(train_${_tc_sub} PROPERTIES
                        ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
-                       TIMEOUT 120)
+                       TIMEOUT 300)  # seconds normally; several times that under ASan (asan_cli)
 endforeach()
+# .ci/run runs these once more on the ASan/UBSan build (ctest -L asan_cli): the bad-input,
+# checkpoint, kill -9 and resume paths of the CLI under the sanitizers.
+set_property(TEST train_resume train_kill9 train_badinput train_checkpoints APPEND PROPERTY LABELS asan_cli)

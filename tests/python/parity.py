@@ -24,7 +24,8 @@ and to write no output: a `learned` model given T > context, an unknown config k
 unknown posenc key, and so on.
 
 One line per case (PASS/FAIL with the errors), then a summary. Exit status 0 when every
-case passes, 1 otherwise, 77 (ctest's skip) when torch is not importable, 2 on bad usage.
+case passes, 1 otherwise (a torch that does not import included), 2 on bad usage; 77 (ctest's
+skip) only when torch is missing and CTXLAB_ALLOW_MISSING=torch (tests/python/deps.py).
 """
 
 import argparse
@@ -282,12 +283,8 @@ def main(argv=None):
     if unknown:
         print(f"parity: unknown case(s) {', '.join(unknown)} (see --list)", file=sys.stderr)
         return 2
-    try:
-        import numpy  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError:
-        print("SKIP: torch not available")
-        return 77
+    import deps
+    deps.require("torch", "numpy", "torch")  # exit 1 when missing (77 only where allowed)
     import st_io
     import torch_ref as ref
 

@@ -19,7 +19,8 @@ Checks, all in float64:
   * config parsing (defaults, unknown keys, bad values), length limits, init shapes and
     statistics, checkpoint and safetensors round trips and the reader's validation.
 
-Prints one line per test and exits non-zero if any fails (77 when torch is missing).
+Prints one line per test and exits non-zero if any fails; a missing torch fails too (77, skipped, only where
+CTXLAB_ALLOW_MISSING=torch: tests/python/deps.py).
 """
 
 import argparse
@@ -34,12 +35,11 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-try:
-    import numpy as np
-    import torch
-except ImportError:
-    print("SKIP: torch not available")
-    sys.exit(77)
+import deps  # noqa: E402
+
+deps.require("torch", "numpy", "torch")  # fails (exit 1) when missing, unless allowed: 77
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 import st_io
 import torch_ref as R
@@ -786,10 +786,11 @@ def main():
     ap.add_argument("-k", default="", help="run only tests whose name contains this")
     ap.add_argument("-v", action="store_true", help="print tracebacks of failures")
     args = ap.parse_args()
-    failed = 0
+    failed = ran = 0
     for fn in TESTS:
         if args.k not in fn.__name__:
             continue
+        ran += 1
         try:
             fn()
             print(f"ok   {fn.__name__}", flush=True)
@@ -798,8 +799,10 @@ def main():
             print(f"FAIL {fn.__name__}: {type(e).__name__}: {e}", flush=True)
             if args.v:
                 traceback.print_exc()
-    print(f"selftest_ref: {'all passed' if not failed else f'{failed} failed'}")
-    return 1 if failed else 0
+    print(f"selftest_ref: {ran - failed} passed, {failed} failed")
+    if ran == 0:
+        print(f"selftest_ref: no test name contains {args.k!r}")
+    return 1 if failed or ran == 0 else 0
 
 
 if __name__ == "__main__":
