@@ -197,8 +197,14 @@ double Tensor::item() const {
 static Backend* g_backends[2] = {nullptr, nullptr};
 void register_backend(Device d, Backend* b) { g_backends[(int)d] = b; }
 Backend& cpu_backend_instance();  // core/cpu/cpu_backend.cpp
+#ifdef CTXLAB_WITH_CUDA
+Backend& cuda_backend_instance();  // core/cuda/cuda_backend.cu
+#endif
 Backend& backend(Device d) {
   if (d == Device::CPU) return g_backends[0] ? *g_backends[0] : cpu_backend_instance();
+#ifdef CTXLAB_WITH_CUDA
+  if (!g_backends[1]) return cuda_backend_instance();
+#endif
   CTX_CHECK(g_backends[1], "backend: CUDA backend not available in this build");
   return *g_backends[1];
 }
