@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "core/backend.h"
@@ -421,6 +422,172 @@ class CudaBackend final : public Backend {
     CTX_CUDA_DISPATCH_FLOAT(out.dtype(), "index_add",
                             cuda::index_add<T>(ptr<T>(out), dplan.data<int64_t>(), U, ptr<T>(src), outer, n, m,
                                                inner));
+  }
+
+  // ======== fused methods (attention: not yet, the composed path runs) ========
+  bool has(Fused f) const override { return f != Fused::Attention; }
+
+  static void check_all_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts)
+      if (t->defined())
+        CTX_CHECK(t->device() == Device::CUDA, op, ": tensor ", t->str(), " is on ", device_name(t->device()),
+                  ", expected cuda");
+  }
+  static void check_part(const char* op, const char* name, const Tensor& t, DType dt, const Shape& want) {
+    CTX_CHECK(t.dtype() == dt && t.shape() == want, op, ": ", name, " must be ", dtype_name(dt), shape_str(want),
+              ", got ", t.str());
+  }
+
+  void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
+                   bool transpose) override {
+    check_all_cuda("rope_rotate", {&x, &C, &S, &out});
+    CTX_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0, "rope_rotate: x must be [..., T, d] with d even, got ", x.str());
+    const int64_t d = x.size(-1), T_ = x.size(-2);
+    for (const Tensor* t : {&C, &S})
+      CTX_CHECK(t->dtype() == x.dtype() && t->shape() == (Shape{T_, d / 2}), "rope_rotate: cos / sin must be ",
+                dtype_name(x.dtype()), "[", T_, ", ", d / 2, "] for x ", x.str(), ", got ", t->str());
+    CTX_CHECK(out.shape() == x.shape() && out.dtype() == x.dtype(), "rope_rotate: out ", out.str(),
+              " does not match x ", x.str());
+    CTX_CHECK(out.raw() != x.raw() || x.numel() == 0, "rope_rotate: out may not alias x");
+    if (x.numel() == 0) return;
+    const int64_t R = x.numel() / (T_ * d);
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rope_rotate",
+                            cuda::rope_rotate<T>(ptr<T>(x), ptr<T>(C), ptr<T>(S), ptr<T>(out), R, T_, d, interleaved,
+                                                 transpose));
+  }
+
+  // [B, S, 3 H Dh] -> (B, S, Dh); errors name the method
+  static void split_sizes(const char* op, const Tensor& qkv, int64_t H, int64_t q_begin, int64_t& B, int64_t& S,
+                          int64_t& Dh) {
+    CTX_CHECK(qkv.dim() == 3, op, ": qkv must be [B, S, 3D], got ", qkv.str());
+    CTX_CHECK(is_float(qkv.dtype()), op, ": expected f32 or f64, got ", dtype_name(qkv.dtype()));
+    CTX_CHECK(H > 0 && qkv.size(2) % (3 * H) == 0, op, ": last dim of ", shape_str(qkv.shape()),
+              " is not 3 * H * Dh for H = ", H);
+    CTX_CHECK(0 <= q_begin && q_begin < qkv.size(1), op, ": q_begin ", q_begin, " out of [0, ", qkv.size(1), ")");
+    B = qkv.size(0);
+    S = qkv.size(1);
+    Dh = qkv.size(2) / (3 * H);
+  }
+
+  void split_heads(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k, Tensor& v) override {
+    check_all_cuda("split_heads", {&qkv, &q, &k, &v});
+    int64_t B, S, Dh;
+    split_sizes("split_heads", qkv, H, q_begin, B, S, Dh);
+    check_part("split_heads", "q", q, qkv.dtype(), {B, H, S - q_begin, Dh});
+    check_part("split_heads", "k", k, qkv.dtype(), {B, H, S, Dh});
+    check_part("split_heads", "v", v, qkv.dtype(), {B, H, S, Dh});
+    CTX_CUDA_DISPATCH_FLOAT(qkv.dtype(), "split_heads",
+                            cuda::split_heads<T>(ptr<T>(qkv), ptr<T>(q), ptr<T>(k), ptr<T>(v), B, S, H, Dh, q_begin));
+  }
+
+  void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q_begin,
+                            Tensor& dqkv) override {
+    check_all_cuda("split_heads_backward", {&dq, &dk, &dv, &dqkv});
+    int64_t B, S, Dh;
+    split_sizes("split_heads_backward", dqkv, H, q_begin, B, S, Dh);
+    const DType dt = dqkv.dtype();
+    if (dq.defined()) check_part("split_heads_backward", "dq", dq, dt, {B, H, S - q_begin, Dh});
+    if (dk.defined()) check_part("split_heads_backward", "dk", dk, dt, {B, H, S, Dh});
+    if (dv.defined()) check_part("split_heads_backward", "dv", dv, dt, {B, H, S, Dh});
+    CTX_CUDA_DISPATCH_FLOAT(dt, "split_heads_backward",
+                            cuda::split_heads_backward<T>(ptr_or_null<T>(dq), ptr_or_null<T>(dk), ptr_or_null<T>(dv),
+                                                          ptr<T>(dqkv), B, S, H, Dh, q_begin));
+  }
+
+  void merge_heads(const Tensor& o, Tensor& out) override {
+    check_all_cuda("merge_heads", {&o, &out});
+    CTX_CHECK(o.dim() == 4, "merge_heads: o must be [B, H, T, Dh], got ", o.str());
+    const int64_t B = o.size(0), H = o.size(1), Tn = o.size(2), Dh = o.size(3);
+    check_part("merge_heads", "out", out, o.dtype(), {B, Tn, H * Dh});
+    CTX_CUDA_DISPATCH_FLOAT(o.dtype(), "merge_heads",
+                            cuda::merge_heads<T>(ptr<T>(o), ptr<T>(out), B, H, Tn, Dh, true));
+  }
+
+  void merge_heads_backward(const Tensor& dout, Tensor& d_o) override {
+    check_all_cuda("merge_heads_backward", {&dout, &d_o});
+    CTX_CHECK(d_o.dim() == 4, "merge_heads_backward: do must be [B, H, T, Dh], got ", d_o.str());
+    const int64_t B = d_o.size(0), H = d_o.size(1), Tn = d_o.size(2), Dh = d_o.size(3);
+    check_part("merge_heads_backward", "dout", dout, d_o.dtype(), {B, Tn, H * Dh});
+    CTX_CUDA_DISPATCH_FLOAT(d_o.dtype(), "merge_heads_backward",
+                            cuda::merge_heads<T>(ptr<T>(dout), ptr<T>(d_o), B, H, Tn, Dh, false));
+  }
+
+  // y = broadcast(b), then y += x w^T (gemm with beta = 1; cuBLAS adds the bias in the same rounding)
+  void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+    check_all_cuda("linear", {&x, &w, &b, &y});
+    CTX_CHECK(w.dim() == 2, "linear: weight must be [N, K], got ", w.str());
+    const int64_t N = w.size(0), K = w.size(1);
+    CTX_CHECK(x.dim() >= 1 && x.size(-1) == K, "linear: x ", x.str(), " does not match weight ", w.str());
+    CTX_CHECK(b.defined() && b.shape() == Shape{N}, "linear: bias must be [", N, "], got ",
+              b.defined() ? b.str() : std::string("undefined"));
+    const int64_t R = K ? x.numel() / K : shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+    CTX_CHECK(y.numel() == R * N && y.size(-1) == N, "linear: y ", y.str(), " should be [", R, ", ", N, "]");
+    CTX_CHECK(x.dtype() == w.dtype() && x.dtype() == b.dtype() && x.dtype() == y.dtype(), "linear: dtypes differ: x ",
+              x.str(), ", w ", w.str(), ", b ", b.str(), ", y ", y.str());
+    Strided s, d;
+    s.strides = {0, 1};
+    d.strides = {N, 1};
+    copy_strided(b, s, y, d, {R, N}, false);
+    GemmDesc g;
+    g.trans_b = true;
+    g.M = R;
+    g.N = N;
+    g.K = K;
+    g.beta = 1.f;
+    gemm(g, x, w, y);
+  }
+
+  // The tiles of kernels.h (begin, end, decay), at most kFlatTile elements each, in chunk order,
+  // uploaded as one i64 tensor (its size depends only on the chunks: the same pool block each step).
+  static Tensor upload_tiles(const char* op, const std::vector<FlatChunk>& chunks, const Tensor& x, int64_t& ntiles) {
+    std::vector<int64_t> t;
+    for (const FlatChunk& c : chunks) {
+      CTX_CHECK(0 <= c.begin && c.begin <= c.end && c.end <= x.numel(), op, ": chunk [", c.begin, ", ", c.end,
+                ") outside ", x.str());
+      for (int64_t b = c.begin; b < c.end; b += kFlatTile) {
+        t.push_back(b);
+        t.push_back(std::min(c.end, b + kFlatTile));
+        t.push_back(c.decay ? 1 : 0);
+      }
+    }
+    ntiles = (int64_t)t.size() / 3;
+    Tensor d = Tensor::empty({std::max<int64_t>(1, (int64_t)t.size())}, DType::I64, Device::CUDA);
+    if (!t.empty()) copy_to_device(d.raw(), t.data(), t.size() * sizeof(int64_t));
+    return d;
+  }
+
+  void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) override {
+    check_all_cuda("sum_squares", {&x, &out});
+    CTX_CHECK(out.numel() == 1 && out.dtype() == DType::F64, "sum_squares: out must be one f64 element, got ",
+              out.str());
+    CTX_CHECK(is_float(x.dtype()), "sum_squares: x must be f32 or f64, got ", x.str());
+    int64_t ntiles = 0;
+    Tensor tiles = upload_tiles("sum_squares", chunks, x, ntiles);
+    Tensor part = Tensor::empty({std::max<int64_t>(1, ntiles)}, DType::F64, Device::CUDA);
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "sum_squares",
+                            cuda::sum_squares_tiles<T>(ptr<T>(x), tiles.data<int64_t>(), ntiles, part.data<double>(),
+                                                       out.data<double>()));
+  }
+
+  void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
+                  const AdamWHyper& h, const Tensor& norm_sq) override {
+    check_all_cuda("adamw_flat", {&p, &g, &m, &v, &norm_sq});
+    for (const Tensor* t : {&g, (const Tensor*)&m, (const Tensor*)&v})
+      CTX_CHECK(t->shape() == p.shape() && t->dtype() == p.dtype(), "adamw_flat: ", t->str(),
+                " does not match the parameters ", p.str());
+    CTX_CHECK(p.dim() == 1, "adamw_flat: the buffers must be flat [n], got ", p.str());
+    CTX_CHECK(h.step >= 1, "adamw_flat: step must be >= 1, got ", h.step);
+    CTX_CHECK(is_float(p.dtype()), "adamw_flat: parameters must be f32 or f64, got ", p.str());
+    const bool clip = norm_sq.defined() && h.max_norm > 0;
+    if (clip)
+      CTX_CHECK(norm_sq.numel() == 1 && norm_sq.dtype() == DType::F64,
+                "adamw_flat: norm_sq must be one f64 element (sum_squares' output), got ", norm_sq.str());
+    int64_t ntiles = 0;
+    Tensor tiles = upload_tiles("adamw_flat", chunks, p, ntiles);
+    const double* ns = clip ? norm_sq.data<double>() : nullptr;
+    CTX_CUDA_DISPATCH_FLOAT(p.dtype(), "adamw_flat",
+                            cuda::adamw_tiles<T>(ptr<T>(p), ptr<T>(g), ptr<T>(m), ptr<T>(v), tiles.data<int64_t>(),
+                                                 ntiles, ns, h));
   }
 
   void adamw(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,

@@ -81,6 +81,29 @@ template <class T> void index_add(T* out, const int64_t* plan, int64_t U, const 
 template <class T> void adamw(T* p, const T* g, T* m, T* v, int64_t n, T decay, T b1, T b2,
                               T eps, T step_size, T bc2_sqrt);
 
+// --- rope_heads.cu --- (x, out [R, Tn, d]; C, S [Tn, d/2]; qkv [B, S, 3 H Dh]; q [B, H, S - q0, Dh];
+// k, v [B, H, S, Dh]; merged [B, Tn, H Dh], o [B, H, Tn, Dh])
+template <class T> void rope_rotate(const T* x, const T* C, const T* S, T* out, int64_t R, int64_t Tn, int64_t d,
+                                    bool interleaved, bool transpose);
+template <class T> void split_heads(const T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t H, int64_t Dh,
+                                    int64_t q0);
+// dq / dk / dv may be null (zeros)
+template <class T> void split_heads_backward(const T* dq, const T* dk, const T* dv, T* dqkv, int64_t B, int64_t S,
+                                             int64_t H, int64_t Dh, int64_t q0);
+// to_merged: src = o, dst = merged; else src = merged, dst = o
+template <class T> void merge_heads(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t Dh,
+                                    bool to_merged);
+
+// --- flat_adamw.cu --- tiles [ntiles, 3] = (begin, end, decay) of the flat buffers, each at most
+// kFlatTile elements of one chunk, in chunk order (built on the host by the backend)
+constexpr int64_t kFlatTile = 16384;
+// part [ntiles] f64 scratch; out [1] f64 = sum of x^2 over the tiles (fixed order)
+template <class T> void sum_squares_tiles(const T* x, const int64_t* tiles, int64_t ntiles, double* part,
+                                          double* out);
+// norm_sq: null or [1] f64 on the device (sum_squares' output) for clipping
+template <class T> void adamw_tiles(T* p, const T* g, T* m, T* v, const int64_t* tiles, int64_t ntiles,
+                                    const double* norm_sq, const AdamWHyper& h);
+
 // --- gemm.cu --- (row-major, see GemmDesc; the one row-major -> column-major translation)
 template <class T> void gemm(const GemmDesc& g, const T* A, const T* B, T* C);
 
