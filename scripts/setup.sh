@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — install every Debian package ctxlab needs (idempotent, non-interactive).
-#   build:   cmake, g++, oneDNN, OpenBLAS (pthread build), cxxopts, nlohmann-json, fmt, GoogleTest
+#   build:   cmake, g++, oneDNN, OpenBLAS (pthread build), cxxopts, nlohmann-json, fmt, GoogleTest,
+#            Boost.Context (fibers of the CUDA emulator, core/cuda/emu)
 #   tests:   python3-torch + numpy (PyTorch parity tests), clang + libclang-rt (fuzzers, sanitizers)
 #   tools:   gnuplot (loss / perplexity plots), bible-kjv (optional larger corpus)
 #   usage:   scripts/setup.sh [--kjv]
@@ -28,6 +29,7 @@ PKGS=(
   python3 python3-numpy python3-torch
   clang libclang-rt-14-dev
   gnuplot-nox
+  libboost-context-dev
 )
 
 missing=()

@@ -1,0 +1,462 @@
+// core/cuda/emu/cublaslt.cpp — the cuBLASLt stand-in: matmul descriptors, matrix layouts,
+// preferences, a one-answer heuristic, and cublasLtMatmul with its epilogues:
+//   D = epilogue(alpha op(A) op(B) + beta C), column-major, fp32, batched through the layouts.
+//   BIAS adds bias[i] (length m = rows of D) before the activation; GELU (tanh form) activates;
+//   GELU_AUX stores the pre-activation in aux (ld = EPILOGUE_AUX_LD); DGELU multiplies by
+//   gelu'(aux); DGELU_BGRAD also writes bias[i] = sum_j D(i, j); BGRADA writes
+//   bias[i] = sum_p op(A)(i, p) (length m); BGRADB writes bias[j] = sum_p op(B)(p, j) (length n).
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/cuda/emu/cublas_emu.h"
+#include "core/cuda/emu/emu_internal.h"
+#include "core/cuda/emu/gemm.h"
+
+struct cublasLtContext {
+  int unused = 0;
+};
+
+using namespace cuemu::detail;
+
+namespace {
+
+struct Desc {
+  cublasComputeType_t compute;
+  cudaDataType_t scale;
+  cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  long long bias_batch_stride = 0;
+  void* aux = nullptr;
+  long long aux_ld = 0;
+  long long aux_batch_stride = 0;
+  cudaDataType_t bias_type = CUDA_R_32F;
+};
+struct Layout {
+  cudaDataType_t type;
+  uint64_t rows, cols;
+  int64_t ld;
+  int order = CUBLASLT_ORDER_COL;
+  int batch = 1;
+  long long stride = 0;
+};
+struct Pref {
+  uint64_t max_workspace = 0;
+};
+
+std::mutex g_mu;
+std::set<const void*> g_live;  // every live handle / descriptor / layout / preference
+template <class T>
+T* make_obj() {
+  T* p = new T();
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_live.insert(p);
+  return p;
+}
+bool live(const void* p) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  return p && g_live.count(p);
+}
+template <class T>
+bool destroy_obj(T* p) {
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (!p || !g_live.erase(p)) return false;
+  }
+  delete p;
+  return true;
+}
+Desc* D_(cublasLtMatmulDesc_t d) { return reinterpret_cast<Desc*>(d); }
+Layout* L_(cublasLtMatrixLayout_t l) { return reinterpret_cast<Layout*>(l); }
+Pref* P_(cublasLtMatmulPreference_t p) { return reinterpret_cast<Pref*>(p); }
+
+template <class T>
+bool read_attr(T* out, const void* buf, size_t size) {
+  if (!buf || size != sizeof(T)) return false;
+  std::memcpy(out, buf, sizeof(T));
+  return true;
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+float gelu(float x) {
+  const float u = kGeluScale * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+float gelu_grad(float x) {
+  const float u = kGeluScale * (x + 0.044715f * x * x * x);
+  const float t = tanhf(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+bool has(cublasLtEpilogue_t e, int bit) { return ((int)e & bit) != 0; }
+bool known_epilogue(cublasLtEpilogue_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT:
+    case CUBLASLT_EPILOGUE_RELU:
+    case CUBLASLT_EPILOGUE_BIAS:
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU:
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+    case CUBLASLT_EPILOGUE_GELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_DGELU:
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+    case CUBLASLT_EPILOGUE_BGRADA:
+    case CUBLASLT_EPILOGUE_BGRADB:
+      return true;
+  }
+  return false;
+}
+
+// Shape/type validation shared by the heuristic and the matmul. m, n, k out.
+cublasStatus_t validate(const Desc& d, const Layout& a, const Layout& b, const Layout& c, const Layout& dl, long long* m,
+                        long long* n, long long* k, std::string* why) {
+  const bool f32 = a.type == CUDA_R_32F && b.type == CUDA_R_32F && c.type == CUDA_R_32F && dl.type == CUDA_R_32F;
+  const bool ct_ok = d.compute == CUBLAS_COMPUTE_32F || d.compute == CUBLAS_COMPUTE_32F_PEDANTIC ||
+                     d.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  if (!f32 || !ct_ok || d.scale != CUDA_R_32F) {
+    *why = "only CUDA_R_32F matrices with CUBLAS_COMPUTE_32F[_PEDANTIC|_FAST_TF32] and CUDA_R_32F scale are emulated";
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (a.order != CUBLASLT_ORDER_COL || b.order != CUBLASLT_ORDER_COL || c.order != CUBLASLT_ORDER_COL ||
+      dl.order != CUBLASLT_ORDER_COL) {
+    *why = "only CUBLASLT_ORDER_COL layouts are emulated";
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (!known_epilogue(d.epilogue)) {
+    *why = "epilogue " + std::to_string((int)d.epilogue) + " is not emulated";
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  *m = (long long)dl.rows;
+  *n = (long long)dl.cols;
+  const bool ta = d.transa != CUBLAS_OP_N, tb = d.transb != CUBLAS_OP_N;
+  *k = (long long)(ta ? a.rows : a.cols);
+  const long long am = (long long)(ta ? a.cols : a.rows);
+  const long long bk = (long long)(tb ? b.cols : b.rows), bn = (long long)(tb ? b.rows : b.cols);
+  if (am != *m || bk != *k || bn != *n || (long long)c.rows != *m || (long long)c.cols != *n) {
+    *why = "shapes disagree: op(A) is " + std::to_string(am) + "x" + std::to_string(*k) + ", op(B) " +
+           std::to_string(bk) + "x" + std::to_string(bn) + ", C " + std::to_string(c.rows) + "x" +
+           std::to_string(c.cols) + ", D " + std::to_string(*m) + "x" + std::to_string(*n);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const Layout* ls[4] = {&a, &b, &c, &dl};
+  const char* names[4] = {"A", "B", "C", "D"};
+  for (int i = 0; i < 4; ++i) {
+    if (ls[i]->ld < (int64_t)std::max<uint64_t>(1, ls[i]->rows)) {
+      *why = std::string("ld of ") + names[i] + " = " + std::to_string(ls[i]->ld) + " < max(1, rows = " +
+             std::to_string(ls[i]->rows) + ")";
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (ls[i]->batch != dl.batch) {
+      *why = std::string("batch count of ") + names[i] + " (" + std::to_string(ls[i]->batch) +
+             ") differs from D's (" + std::to_string(dl.batch) + ")";
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
+  const bool needs_bias = has(d.epilogue, CUBLASLT_EPILOGUE_BIAS) || d.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD ||
+                          d.epilogue == CUBLASLT_EPILOGUE_BGRADA || d.epilogue == CUBLASLT_EPILOGUE_BGRADB;
+  if (needs_bias && d.bias_type != CUDA_R_32F) {
+    *why = "bias data type must be CUDA_R_32F";
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  const bool needs_aux = has(d.epilogue, 128);
+  if (needs_aux && d.aux_ld < std::max<long long>(1, *m)) {
+    *why = "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = " + std::to_string(d.aux_ld) + " < max(1, m = " +
+           std::to_string(*m) + ")";
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+  if (!handle) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtCreate: null handle pointer");
+  *handle = make_obj<cublasLtContext>();
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+  return destroy_obj(handle) ? CUBLAS_STATUS_SUCCESS
+                             : blas_fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtDestroy: not a live handle");
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t computeType,
+                                        cudaDataType_t scaleType) {
+  if (!desc) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescCreate: null pointer");
+  Desc* d = make_obj<Desc>();
+  d->compute = computeType;
+  d->scale = scaleType;
+  *desc = reinterpret_cast<cublasLtMatmulDesc_t>(d);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  return destroy_obj(D_(desc)) ? CUBLAS_STATUS_SUCCESS
+                               : blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescDestroy: not a live descriptor");
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+  if (!live(D_(desc))) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescSetAttribute: not a live descriptor");
+  Desc& d = *D_(desc);
+  bool ok = false;
+  int32_t i32;
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: ok = read_attr(&i32, buf, size); if (ok) d.compute = (cublasComputeType_t)i32; break;
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: ok = read_attr(&i32, buf, size); if (ok) d.scale = (cudaDataType_t)i32; break;
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: ok = read_attr(&i32, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_TRANSA: ok = read_attr(&i32, buf, size); if (ok) d.transa = (cublasOperation_t)i32; break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: ok = read_attr(&i32, buf, size); if (ok) d.transb = (cublasOperation_t)i32; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+      uint32_t e;
+      ok = read_attr(&e, buf, size);
+      if (ok) d.epilogue = (cublasLtEpilogue_t)e;
+      break;
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: ok = read_attr(&d.bias, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: {
+      int64_t v;
+      ok = read_attr(&v, buf, size);
+      if (ok) d.bias_batch_stride = v;
+      break;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: ok = read_attr(&d.aux, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: {
+      int64_t v;
+      ok = read_attr(&v, buf, size);
+      if (ok) d.aux_ld = v;
+      break;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: {
+      int64_t v;
+      ok = read_attr(&v, buf, size);
+      if (ok) d.aux_batch_stride = v;
+      break;
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: ok = read_attr(&i32, buf, size); if (ok) d.bias_type = (cudaDataType_t)i32; break;
+    default:
+      return blas_fail(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulDescSetAttribute: attribute " +
+                                                        std::to_string((int)attr) + " is not emulated");
+  }
+  if (!ok)
+    return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescSetAttribute: attribute " +
+                                                      std::to_string((int)attr) + " given " + std::to_string(size) +
+                                                      " bytes (wrong size or null buffer)");
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, void* buf,
+                                              size_t size, size_t* written) {
+  if (!live(D_(desc))) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescGetAttribute: not a live descriptor");
+  const Desc& d = *D_(desc);
+  auto put = [&](const auto& v) {
+    if (written) *written = sizeof(v);
+    if (!buf || size < sizeof(v)) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescGetAttribute: buffer too small");
+    std::memcpy(buf, &v, sizeof(v));
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: return put((int32_t)d.compute);
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: return put((int32_t)d.scale);
+    case CUBLASLT_MATMUL_DESC_TRANSA: return put((int32_t)d.transa);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return put((int32_t)d.transb);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return put((uint32_t)d.epilogue);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return put(d.bias);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return put((const void*)d.aux);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return put((int64_t)d.aux_ld);
+    default:
+      return blas_fail(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulDescGetAttribute: attribute " +
+                                                        std::to_string((int)attr) + " is not emulated");
+  }
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+  if (!layout) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutCreate: null pointer");
+  Layout* l = make_obj<Layout>();
+  l->type = type;
+  l->rows = rows;
+  l->cols = cols;
+  l->ld = ld;
+  *layout = reinterpret_cast<cublasLtMatrixLayout_t>(l);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  return destroy_obj(L_(layout)) ? CUBLAS_STATUS_SUCCESS
+                                 : blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutDestroy: not a live layout");
+}
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t size) {
+  if (!live(L_(layout))) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutSetAttribute: not a live layout");
+  Layout& l = *L_(layout);
+  bool ok = false;
+  switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_TYPE: { uint32_t v; ok = read_attr(&v, buf, size); if (ok) l.type = (cudaDataType_t)v; break; }
+    case CUBLASLT_MATRIX_LAYOUT_ORDER: { int32_t v; ok = read_attr(&v, buf, size); if (ok) l.order = v; break; }
+    case CUBLASLT_MATRIX_LAYOUT_ROWS: ok = read_attr(&l.rows, buf, size); break;
+    case CUBLASLT_MATRIX_LAYOUT_COLS: ok = read_attr(&l.cols, buf, size); break;
+    case CUBLASLT_MATRIX_LAYOUT_LD: ok = read_attr(&l.ld, buf, size); break;
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: { int32_t v; ok = read_attr(&v, buf, size) && v >= 1; if (ok) l.batch = v; break; }
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: { int64_t v; ok = read_attr(&v, buf, size); if (ok) l.stride = v; break; }
+    default:
+      return blas_fail(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatrixLayoutSetAttribute: attribute " +
+                                                        std::to_string((int)attr) + " is not emulated");
+  }
+  if (!ok)
+    return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutSetAttribute: attribute " +
+                                                      std::to_string((int)attr) + ": wrong size, null buffer or bad value");
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  if (!pref) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceCreate: null pointer");
+  *pref = reinterpret_cast<cublasLtMatmulPreference_t>(make_obj<Pref>());
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  return destroy_obj(P_(pref)) ? CUBLAS_STATUS_SUCCESS
+                               : blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceDestroy: not a live preference");
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t size) {
+  if (!live(P_(pref))) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceSetAttribute: not a live preference");
+  if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
+    if (!read_attr(&P_(pref)->max_workspace, buf, size))
+      return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceSetAttribute: MAX_WORKSPACE_BYTES takes a uint64_t");
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (attr == CUBLASLT_MATMUL_PREF_SEARCH_MODE) return CUBLAS_STATUS_SUCCESS;
+  return blas_fail(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulPreferenceSetAttribute: attribute " +
+                                                    std::to_string((int)attr) + " is not emulated");
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t op,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned) {
+  if (!live(handle)) return blas_fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtMatmulAlgoGetHeuristic: not a live handle");
+  if (!live(D_(op)) || !live(L_(Adesc)) || !live(L_(Bdesc)) || !live(L_(Cdesc)) || !live(L_(Ddesc)) || !live(P_(pref)) ||
+      requested < 1 || !results || !returned)
+    return blas_fail(CUBLAS_STATUS_INVALID_VALUE,
+                     "cublasLtMatmulAlgoGetHeuristic: a descriptor is not live, or requestedAlgoCount < 1, or null output");
+  long long m, n, k;
+  std::string why;
+  *returned = 0;
+  cublasStatus_t st = validate(*D_(op), *L_(Adesc), *L_(Bdesc), *L_(Cdesc), *L_(Ddesc), &m, &n, &k, &why);
+  if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(st, "cublasLtMatmulAlgoGetHeuristic: " + why);
+  std::memset(&results[0], 0, sizeof(results[0]));
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].workspaceSize = 0;  // the emulator needs no workspace
+  results[0].wavesCount = 1.0f;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t*, void*, size_t,
+                              cudaStream_t stream) {
+  const char* fn = "cublasLtMatmul";
+  if (!live(handle)) return blas_fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtMatmul: not a live handle");
+  if (!live(D_(desc)) || !live(L_(Adesc)) || !live(L_(Bdesc)) || !live(L_(Cdesc)) || !live(L_(Ddesc)))
+    return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: a descriptor or layout is not live");
+  if (!alpha || !beta) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: null alpha or beta");
+  if (!valid_stream(stream)) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: unknown stream");
+  const Desc& d = *D_(desc);
+  const Layout &la = *L_(Adesc), &lb = *L_(Bdesc), &lc = *L_(Cdesc), &ld = *L_(Ddesc);
+  long long m, n, k;
+  std::string why;
+  cublasStatus_t st = validate(d, la, lb, lc, ld, &m, &n, &k, &why);
+  if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(st, std::string(fn) + ": " + why);
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  if (sticky_error() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+  const cublasLtEpilogue_t ep = d.epilogue;
+  const bool add_bias = has(ep, CUBLASLT_EPILOGUE_BIAS) && ep != CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  const bool gelu_fwd = has(ep, CUBLASLT_EPILOGUE_GELU);
+  const bool relu = has(ep, CUBLASLT_EPILOGUE_RELU);
+  const bool store_aux = gelu_fwd && has(ep, 128);
+  const bool dgelu = has(ep, 64);
+  const bool bgrad_d = ep == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  const bool bgrad_a = ep == CUBLASLT_EPILOGUE_BGRADA, bgrad_b = ep == CUBLASLT_EPILOGUE_BGRADB;
+  const bool uses_bias = add_bias || bgrad_d || bgrad_a || bgrad_b;
+  const bool uses_aux = store_aux || dgelu;
+  if (uses_bias && !d.bias)
+    return blas_fail(CUBLAS_STATUS_INVALID_VALUE, std::string(fn) + ": the epilogue needs CUBLASLT_MATMUL_DESC_BIAS_POINTER");
+  if (uses_aux && !d.aux)
+    return blas_fail(CUBLAS_STATUS_INVALID_VALUE, std::string(fn) + ": the epilogue needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
+
+  GemmCall<float> g;
+  g.transa = d.transa != CUBLAS_OP_N;
+  g.transb = d.transb != CUBLAS_OP_N;
+  g.m = (int)m;
+  g.n = (int)n;
+  g.k = (int)k;
+  g.alpha = *static_cast<const float*>(alpha);
+  g.beta = *static_cast<const float*>(beta);
+  g.lda = la.ld;
+  g.ldb = lb.ld;
+  g.ldc = lc.ld;
+  g.ldd = ld.ld;
+  g.tf32 = !tf32_override_off() && d.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  const bool reads_ab = g.alpha != 0.0f && k > 0;
+  const size_t ext_a = matrix_extent((long long)la.rows, (long long)la.cols, la.ld);
+  const size_t ext_b = matrix_extent((long long)lb.rows, (long long)lb.cols, lb.ld);
+  const size_t ext_c = matrix_extent(m, n, lc.ld), ext_d = matrix_extent(m, n, ld.ld);
+  const size_t ext_aux = matrix_extent(m, n, d.aux_ld);
+  const size_t bias_len = (size_t)(bgrad_b ? n : m);
+  for (int bt = 0; bt < ld.batch; ++bt) {
+    g.A = static_cast<const float*>(A) + bt * la.stride;
+    g.B = static_cast<const float*>(B) + bt * lb.stride;
+    g.C = static_cast<const float*>(C) + bt * lc.stride;
+    g.D = static_cast<float*>(D) + bt * ld.stride;
+    float* bias = uses_bias ? const_cast<float*>(static_cast<const float*>(d.bias)) + bt * d.bias_batch_stride : nullptr;
+    float* aux = uses_aux ? static_cast<float*>(d.aux) + bt * d.aux_batch_stride : nullptr;
+    const bool ok =
+        (!(reads_ab || bgrad_a) || check_device_operand(fn, "A", g.A, ext_a, 4, &why)) &&
+        (!(reads_ab || bgrad_b) || check_device_operand(fn, "B", g.B, ext_b, 4, &why)) &&
+        (g.beta == 0.0f || check_device_operand(fn, "C", g.C, ext_c, 4, &why)) &&
+        check_device_operand(fn, "D", g.D, ext_d, 4, &why) &&
+        (!uses_bias || check_device_operand(fn, "bias", bias, bias_len, 4, &why)) &&
+        (!uses_aux || check_device_operand(fn, "aux", aux, ext_aux, 4, &why));
+    if (!ok)
+      return blas_fail(CUBLAS_STATUS_EXECUTION_FAILED,
+                       why + (ld.batch > 1 ? " (batch entry " + std::to_string(bt) + ")" : std::string()));
+    // Bias gradients of the inputs are read before D is written (D may alias nothing, but be safe).
+    if (bgrad_a) {
+      for (long long i = 0; i < m; ++i) {
+        float s = 0.0f;
+        for (long long p = 0; p < k; ++p) s += g.transa ? g.A[p + i * la.ld] : g.A[i + p * la.ld];
+        bias[i] = s;
+      }
+    }
+    if (bgrad_b) {
+      for (long long j = 0; j < n; ++j) {
+        float s = 0.0f;
+        for (long long p = 0; p < k; ++p) s += g.transb ? g.B[j + p * lb.ld] : g.B[p + j * lb.ld];
+        bias[j] = s;
+      }
+    }
+    gemm_one(g);  // D = alpha op(A) op(B) + beta C
+    for (long long j = 0; j < n; ++j) {
+      float* dcol = g.D + j * ld.ld;
+      for (long long i = 0; i < m; ++i) {
+        float x = dcol[i];
+        if (add_bias) x += bias[i];
+        if (store_aux) aux[i + j * d.aux_ld] = x;
+        if (gelu_fwd) x = gelu(x);
+        if (relu) x = x > 0.0f ? x : 0.0f;
+        if (dgelu) x *= gelu_grad(aux[i + j * d.aux_ld]);
+        dcol[i] = x;
+      }
+    }
+    if (bgrad_d) {
+      for (long long i = 0; i < m; ++i) {
+        float s = 0.0f;
+        for (long long j = 0; j < n; ++j) s += g.D[i + j * ld.ld];
+        bias[i] = s;
+      }
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,53 @@
+// core/cuda/emu/gemm.h — the GEMM behind the cuBLAS/cuBLASLt stand-in: one column-major batch
+// entry, C = alpha op(A) op(B) + beta C with accumulation in T over k in ascending order (a fixed
+// order: bitwise reproducible), beta = 0 never reading C, alpha = 0 or k = 0 never reading A/B,
+// optional TF32 rounding of the inputs. Plus the argument checks cuBLAS documents.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "core/cuda/emu/cublas_emu.h"
+
+namespace cuemu::detail {
+
+template <class T>
+struct GemmCall {
+  bool transa = false, transb = false;
+  int m = 0, n = 0, k = 0;
+  T alpha = 1, beta = 0;
+  const T* A = nullptr;
+  long long lda = 0;
+  const T* B = nullptr;
+  long long ldb = 0;
+  const T* C = nullptr;  // input C (read only when beta != 0)
+  long long ldc = 0;
+  T* D = nullptr;        // output (may equal C)
+  long long ldd = 0;
+  bool tf32 = false;     // round A and B to TF32 (10-bit mantissa) before multiplying
+};
+
+// Runs one batch entry. Arguments must have been validated.
+template <class T>
+void gemm_one(const GemmCall<T>& g);
+
+// Stored extent of a column-major rows x cols matrix with leading dimension ld, in elements.
+inline size_t matrix_extent(long long rows, long long cols, long long ld) {
+  return (rows == 0 || cols == 0) ? 0 : (size_t)((cols - 1) * ld + rows);
+}
+
+// cuBLAS's checks: op codes, sizes >= 0, lda >= max(1, rows of stored A) etc.
+// Returns CUBLAS_STATUS_SUCCESS or the status, with *why filled.
+cublasStatus_t check_gemm_shape(int transa, int transb, long long m, long long n, long long k, long long lda,
+                                long long ldb, long long ldc, std::string* why);
+
+// True when [p, p + elems * elem_bytes) lies in one device allocation; else fills *why.
+bool check_device_operand(const char* fn, const char* name, const void* p, size_t elems, size_t elem_bytes,
+                          std::string* why);
+
+// Records a rejected BLAS call (message retrievable through cuemu::last_fault, printed to stderr).
+cublasStatus_t blas_fail(cublasStatus_t status, const std::string& message);
+
+float round_tf32(float x);
+bool tf32_override_off();  // NVIDIA_TF32_OVERRIDE=0
+
+}  // namespace cuemu::detail
