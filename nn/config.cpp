@@ -1,12 +1,11 @@
-// train/config.cpp — ModelConfig parsing, validation, serialisation and presets (see config.h).
-#include "train/config.h"
+// nn/config.cpp — ModelConfig from / to JSON, validation and presets (see config.h).
+#include "nn/config.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "core/error.h"
-#include "train/fileio.h"
+#include "core/error.h"  // CTX_CHECK, quoted_str
 
 namespace ctx {
 namespace {
@@ -149,11 +148,6 @@ ModelConfig config_from_json(const json& j, const std::string& source) {
   return c;
 }
 
-ModelConfig config_from_string(const std::string& text, const std::string& source) {
-  json j = parse_json_strict<json>(text.data(), text.data() + text.size(), "config " + source);
-  return config_from_json(j, source);
-}
-
 json config_to_json(const ModelConfig& c) {
   json j = json::object();
   j["vocab_size"] = c.vocab_size;
@@ -168,10 +162,6 @@ json config_to_json(const ModelConfig& c) {
   j["dropout"] = c.dropout;
   j["posenc"] = c.posenc;
   return j;
-}
-
-ModelConfig load_config_file(const std::string& path) {
-  return config_from_string(read_file(path, "config"), path);
 }
 
 const std::vector<std::string>& preset_names() {

@@ -1,6 +1,7 @@
-// train/config.h — the model configuration (MODEL_SPEC §2): JSON <-> ModelConfig with strict
+// nn/config.h — the model configuration (MODEL_SPEC §2): JSON <-> ModelConfig with strict
 // validation (unknown keys, wrong types and inconsistent sizes are one-line errors naming the
-// source and the field), config files, and the built-in presets (tiny, small, medium).
+// source and the field), and the built-in presets (tiny, small, medium). Reading configs from
+// text and files: train/config.h.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -33,15 +34,11 @@ const std::vector<std::string>& config_keys();
 // Builds and validates a config from JSON; missing keys take the defaults above. `source` (a
 // file name or e.g. "preset small") starts every error message.
 ModelConfig config_from_json(const nlohmann::json& j, const std::string& source);
-// Parses JSON text (duplicate keys are an error) and calls config_from_json.
-ModelConfig config_from_string(const std::string& text, const std::string& source);
 // Checks an already-built config (e.g. one assembled in code) with the same rules.
 void validate_config(const ModelConfig& c, const std::string& source);
 
 // Every field, d_ff resolved.
 nlohmann::json config_to_json(const ModelConfig& c);
-
-ModelConfig load_config_file(const std::string& path);
 
 // "tiny" (d 64, 2 layers, 4 heads, context 64), "small" (d 256, 6 layers, 8 heads, context 256),
 // "medium" (d 512, 8 layers, 8 heads, context 512); vocab 256, layernorm, tied, learned positions.
