@@ -67,8 +67,8 @@ void require(const cxxopts::ParseResult& r, const char* name, const cxxopts::Opt
 std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all) {
   const int64_t B = all.size(0), T1 = all.size(1), T = T1 - 1;
   Tensor in = Tensor::empty({B, T}, DType::I64), tg = Tensor::empty({B, T}, DType::I64);
-  int64_t* ip = in.data<int64_t>();
-  int64_t* tp = tg.data<int64_t>();
+  int64_t* ip = in.host<int64_t>();
+  int64_t* tp = tg.host<int64_t>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       ip[b * T + t] = (int64_t)all.at(b * T1 + t);

@@ -10,6 +10,7 @@
 
 #include "core/cpu/onednn_util.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace ctx::cpu {
 
@@ -240,8 +241,8 @@ constexpr OpPolicy kPolicy[] = {
 enum class Override { Measured, All, None };
 Override env_override() {
   static const Override o = [] {
-    const char* e = std::getenv("CTXLAB_ONEDNN_OPS");
-    if (!e || !*e) return Override::Measured;
+    const char* e = setting_env("CTXLAB_ONEDNN_OPS");
+    if (!e) return Override::Measured;
     const std::string s = e;
     if (s == "all") return Override::All;
     if (s == "none") return Override::None;
