@@ -28,6 +28,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #ifdef CTXLAB_WITH_CUDA
+#include "core/cuda/check.h"  // CTX_CUDA_CHECK, CTX_CUBLAS_CHECK (compat.h: CUDA's or the emulator's API)
 #include "core/cuda/cuda_runtime.h"
 #endif
 #ifdef CTXLAB_CUDA_EMULATOR
@@ -1142,6 +1143,36 @@ TEST(BackendOpsCuda, WarmStepMakesNoCudaMalloc) {
 #ifdef CTXLAB_CUDA_EMULATOR
   EXPECT_EQ(cuemu::stats().mallocs, 0u) << "the emulator counted cudaMalloc calls in a warm step";
   EXPECT_GT(cuemu::stats().launches, 15u);
+#endif
+}
+
+// A failing runtime or cuBLAS call is a ctx::Error naming the file, line and call (on a GPU, under
+// the emulator, and without a GPU, where every call fails).
+TEST(BackendOpsCuda, ErrorsNameTheCallSite) {
+  float h[4] = {1, 2, 3, 4};
+  void* not_device = reinterpret_cast<void*>(uintptr_t(64));  // no allocation lives there
+  try {
+    CTX_CUDA_CHECK(cudaMemcpy(not_device, h, sizeof(h), cudaMemcpyHostToDevice));
+    ADD_FAILURE() << "a copy to an invalid device pointer succeeded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("CUDA error at "), std::string::npos) << m;
+    EXPECT_NE(m.find("test_backend_ops.cpp:"), std::string::npos) << m;
+    EXPECT_NE(m.find("cudaMemcpy(not_device, h"), std::string::npos) << m;
+  }
+  try {
+    const float one = 1;
+    CTX_CUBLAS_CHECK(cublasSgemm(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, h, 1, h, 1, &one, h, 1));
+    ADD_FAILURE() << "cublasSgemm without a handle succeeded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cuBLAS error at "), std::string::npos) << m;
+    EXPECT_NE(m.find("test_backend_ops.cpp:"), std::string::npos) << m;
+    EXPECT_NE(m.find("cublasSgemm(nullptr"), std::string::npos) << m;
+    EXPECT_NE(m.find("CUBLAS_STATUS_"), std::string::npos) << m;
+  }
+#ifdef CTXLAB_CUDA_EMULATOR
+  cuemu::clear_faults();
 #endif
 }
 
