@@ -197,8 +197,7 @@ class Backend {
                                  const AttnRel& rel);
   // Given dout = dL/dout [B, H, T, Dh] and the forward's out and lse: overwrites dq
   // [B, H, T, Dh], dk, dv [B, H, S, Dh]; dbias [H, T, S] or [1, H, T, S] (summed over the batch)
-  // when defined;
-  // and drel's defined fields.
+  // when defined; and drel's defined fields.
   virtual void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& bias, const Tensor& out,
                                   const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
