@@ -187,7 +187,8 @@ class Backend {
 
   // --- causal attention (Fused::Attention), FlashAttention-2 style: the [T, S] probabilities
   // are never stored ---
-  // q [B, H, T, Dh]; k, v [B, H, S, Dh]; bias undefined or [H, T, S] (shared by the batch).
+  // q [B, H, T, Dh]; k, v [B, H, S, Dh]; bias undefined or [H, T, S] / [1, H, T, S] (shared by
+  // the batch).
   // Writes out [B, H, T, Dh] = softmax(scale * q k^T + rel terms + bias, masked) (v + rel.vrel)
   // and lse [B, H, T] (q's dtype): the logsumexp of each row's masked logits (+inf for a row
   // that sees no finite logit; its output is then 0).
@@ -195,8 +196,8 @@ class Backend {
                                  const Tensor& v, const Tensor& bias, Tensor& out, Tensor& lse,
                                  const AttnRel& rel);
   // Given dout = dL/dout [B, H, T, Dh] and the forward's out and lse: overwrites dq
-  // [B, H, T, Dh], dk, dv [B, H, S, Dh]; dbias [H, T, S] (summed over the batch) when defined;
-  // and drel's defined fields.
+  // [B, H, T, Dh], dk, dv [B, H, S, Dh]; dbias [H, T, S] or [1, H, T, S] (summed over the batch)
+  // when defined; and drel's defined fields.
   virtual void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& bias, const Tensor& out,
                                   const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,

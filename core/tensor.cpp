@@ -151,7 +151,7 @@ Tensor Tensor::to(Device dev) const {
   try {
     t = empty(shape_, dtype_, dev);  // registers the device allocator when compiled in
   } catch (const Error& e) {
-    throw Error(str("Tensor::to: transfer of ", str(), " ", device_name(device()), " -> ", device_name(dev), ": ",
+    throw Error(ctx::str("Tensor::to: transfer of ", str(), " ", device_name(device()), " -> ", device_name(dev), ": ",
                     e.what()));
   }
   CTX_CHECK(g_cuda_alloc.copy, "Tensor::to: transfer ", device_name(device()), " -> ",

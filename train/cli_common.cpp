@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/backend.h"  // backend(Device::CUDA) for --device cuda
+
 namespace ctx::cli {
 
 void add_config_options(cxxopts::Options& o) {
@@ -62,6 +64,18 @@ std::optional<cxxopts::ParseResult> parse_or_help(cxxopts::Options& o, int argc,
 
 void require(const cxxopts::ParseResult& r, const char* name, const cxxopts::Options&) {
   CTX_CHECK(r.count(name), "missing required option --", name, " (see --help)");
+}
+
+Device device_from_option(const std::string& s) {
+  if (s == "cpu") return Device::CPU;
+  CTX_CHECK(s == "cuda", "--device must be cpu or cuda, got ", quoted_str(s));
+#ifndef CTXLAB_WITH_CUDA
+  throw Error("--device cuda: this build has no CUDA backend (configure with -DCTXLAB_WITH_CUDA=ON on a "
+              "machine with nvcc)");
+#else
+  backend(Device::CUDA);  // throws when the CUDA backend cannot start
+  return Device::CUDA;
+#endif
 }
 
 std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all) {

@@ -242,7 +242,8 @@ static void load_into(Tensor& dst, const std::map<std::string, Tensor>& s, const
   CTX_CHECK(it != s.end(), source, ": optimizer state tensor '", key, "' is missing");
   CTX_CHECK(it->second.shape() == dst.shape(), source, ": optimizer state tensor '", key,
             "' has shape ", shape_str(it->second.shape()), ", expected ", shape_str(dst.shape()));
-  dst.copy_from(it->second);  // into the existing tensor: views of the flat buffers stay views
+  // into the existing tensor (views of the flat buffers stay views), on its device
+  dst.copy_from(dst.device() == it->second.device() ? it->second : to_device_like(it->second, dst));
 }
 
 void AdamW::load_state(const std::map<std::string, Tensor>& s, const std::string& source) {
