@@ -12,6 +12,7 @@
 // CI runs the emulated table under CTXLAB_EMU_SCHEDULE=forward and =shuffle:7 and compares.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -904,6 +905,110 @@ void large_cases(std::vector<Case>& cs) {
   cs.back().large = true;
 }
 
+// --- causal attention (Fused::Attention), no relative terms: the reference materialises each
+// row's probabilities. Query i sits at key position i + S - T; window > 0 keeps `window` keys. ---
+template <class T>
+void attention_reference(const AttnDims& d, const T* q, const T* k, const T* v, const T* bias, T* out, T* lse,
+                         const T* dout, T* dq, T* dk, T* dv, T* dbias) {
+  const int64_t H = d.H, Tn = d.T, Sn = d.S, Dh = d.Dh, off = Sn - Tn;
+  if (dout) {
+    std::fill(dq, dq + d.B * H * Tn * Dh, T(0));
+    std::fill(dk, dk + d.B * H * Sn * Dh, T(0));
+    std::fill(dv, dv + d.B * H * Sn * Dh, T(0));
+    if (dbias) std::fill(dbias, dbias + H * Tn * Sn, T(0));
+  }
+  std::vector<T> p((size_t)Sn);
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t bh = b * H + h;
+      for (int64_t i = 0; i < Tn; ++i) {
+        const T* qi = q + (bh * Tn + i) * Dh;
+        T mx = -INFINITY;
+        for (int64_t j = 0; j < Sn; ++j) {
+          const bool seen = j <= i + off && (d.window <= 0 || j > i + off - d.window);
+          T s = -INFINITY;
+          if (seen) {
+            T dot = 0;
+            for (int64_t c = 0; c < Dh; ++c) dot += qi[c] * k[(bh * Sn + j) * Dh + c];
+            s = (T)d.scale * dot + (bias ? bias[(h * Tn + i) * Sn + j] : T(0));
+          }
+          p[(size_t)j] = s;
+          mx = std::max(mx, s);
+        }
+        T* oi = out + (bh * Tn + i) * Dh;
+        if (mx == -INFINITY) {
+          std::fill(oi, oi + Dh, T(0));
+          lse[bh * Tn + i] = INFINITY;
+          continue;
+        }
+        T sum = 0;
+        for (int64_t j = 0; j < Sn; ++j) sum += std::exp(p[(size_t)j] - mx);
+        const T l = mx + std::log(sum);
+        lse[bh * Tn + i] = l;
+        std::fill(oi, oi + Dh, T(0));
+        for (int64_t j = 0; j < Sn; ++j) {
+          p[(size_t)j] = std::exp(p[(size_t)j] - l);
+          for (int64_t c = 0; c < Dh; ++c) oi[c] += p[(size_t)j] * v[(bh * Sn + j) * Dh + c];
+        }
+        if (!dout) continue;
+        const T* gi = dout + (bh * Tn + i) * Dh;
+        T Di = 0;
+        for (int64_t c = 0; c < Dh; ++c) Di += gi[c] * oi[c];
+        for (int64_t j = 0; j < Sn; ++j) {
+          if (p[(size_t)j] == T(0)) continue;
+          T dp = 0;
+          for (int64_t c = 0; c < Dh; ++c) dp += gi[c] * v[(bh * Sn + j) * Dh + c];
+          const T ds = p[(size_t)j] * (dp - Di);
+          for (int64_t c = 0; c < Dh; ++c) {
+            dq[(bh * Tn + i) * Dh + c] += (T)d.scale * ds * k[(bh * Sn + j) * Dh + c];
+            dk[(bh * Sn + j) * Dh + c] += (T)d.scale * ds * qi[c];
+            dv[(bh * Sn + j) * Dh + c] += p[(size_t)j] * gi[c];
+          }
+          if (dbias) dbias[(h * Tn + i) * Sn + j] += ds;
+        }
+      }
+    }
+}
+
+template <class T>
+void attention_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  struct AC { int64_t B, H, Tn, Sn, Dh, window; bool bias; };
+  for (const AC& a : {AC{1, 1, 1, 1, 1, 0, false}, AC{2, 3, 5, 5, 4, 0, true}, AC{1, 2, 3, 7, 8, 0, false},
+                      AC{2, 1, 6, 6, 3, 2, true}, AC{1, 2, 33, 33, 5, 0, true}}) {
+    AttnDims d;
+    d.B = a.B; d.H = a.H; d.T = a.Tn; d.S = a.Sn; d.Dh = a.Dh; d.window = a.window;
+    d.scale = 1.0 / std::sqrt((double)a.Dh);
+    const Shape qs{a.B, a.H, a.Tn, a.Dh}, ks{a.B, a.H, a.Sn, a.Dh}, ls{a.B, a.H, a.Tn}, bs{a.H, a.Tn, a.Sn};
+    const std::string nm = str(tn<T>(), " B", a.B, " H", a.H, " T", a.Tn, " S", a.Sn, " Dh", a.Dh, " window ", a.window,
+                               a.bias ? " bias" : "");
+    // forward and backward in one case: out, lse, dq, dk, dv (, dbias)
+    cs.push_back({"attention " + nm, dt, false, a.Sn * a.Dh + a.Sn, Fused::Attention,
+                  [=](const Dev& D) {
+                    Tensor q = D.in(rnd(qs, dt, 181, -2, 2)), k = D.in(rnd(ks, dt, 182, -2, 2)), v = D.in(rnd(ks, dt, 183));
+                    Tensor bias = a.bias ? D.in(rnd(bs, dt, 184)) : Tensor();
+                    Tensor out = D.out(qs, dt), lse = D.out(ls, dt);
+                    D.be().attention_forward(d, q, k, v, bias, out, lse, AttnRel());
+                    Tensor dout = D.in(rnd(qs, dt, 185)), dq = D.out(qs, dt), dk = D.out(ks, dt), dv = D.out(ks, dt);
+                    Tensor dbias = a.bias ? D.out(bs, dt) : Tensor();
+                    AttnRelGrad none;
+                    D.be().attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, AttnRel(), none);
+                    return a.bias ? hosts({out, lse, dq, dk, dv, dbias}) : hosts({out, lse, dq, dk, dv});
+                  },
+                  [=] {
+                    Tensor q = rnd(qs, dt, 181, -2, 2), k = rnd(ks, dt, 182, -2, 2), v = rnd(ks, dt, 183), bias = rnd(bs, dt, 184);
+                    Tensor out = Tensor::empty(qs, dt), lse = Tensor::empty(ls, dt), dout = rnd(qs, dt, 185);
+                    Tensor dq = Tensor::empty(qs, dt), dk = Tensor::empty(ks, dt), dv = Tensor::empty(ks, dt),
+                           dbias = Tensor::empty(bs, dt);
+                    attention_reference<T>(d, P<T>(q), P<T>(k), P<T>(v), a.bias ? P<T>(bias) : nullptr, P<T>(out),
+                                           P<T>(lse), P<T>(dout), P<T>(dq), P<T>(dk), P<T>(dv),
+                                           a.bias ? P<T>(dbias) : nullptr);
+                    return a.bias ? std::vector<Tensor>{out, lse, dq, dk, dv, dbias}
+                                  : std::vector<Tensor>{out, lse, dq, dk, dv};
+                  }});
+  }
+}
+
 const std::vector<Case>& table() {
   static const std::vector<Case> cs = [] {
     std::vector<Case> v;
@@ -922,6 +1027,8 @@ const std::vector<Case>& table() {
     adamw_cases<double>(v);
     fused_cases<float>(v);
     fused_cases<double>(v);
+    attention_cases<float>(v);
+    attention_cases<double>(v);
     random_cases<float>(v);
     random_cases<double>(v);
     large_cases(v);
