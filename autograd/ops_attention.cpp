@@ -1,13 +1,14 @@
 // autograd/ops_attention.cpp — fused_causal_attention (see ops_attention.h): argument checks,
-// the fused CPU kernels (core/cpu/flash_attention.cpp) with their backward, and the composed
-// version of the same attention, relative (content-position) terms included.
+// the graph around Backend::attention_forward / _backward (Fused::Attention), and the composed
+// version of the same attention, relative (content-position) terms included, which runs where
+// the backend has no fused attention.
 #include "autograd/ops_attention.h"
 
 #include <cmath>
 #include <utility>
 
 #include "autograd/ops_util.h"
-#include "core/cpu/flash_attention.h"
+#include "core/device_table.h"
 
 namespace ctx {
 using namespace detail;
@@ -15,7 +16,7 @@ using namespace detail;
 namespace {
 
 // Checks the arguments (errors name the op and the shapes); returns the sizes.
-cpu::FlashAttnDims check_args(const char* op, const Variable& q, const Variable& k, const Variable& v,
+AttnDims check_args(const char* op, const Variable& q, const Variable& k, const Variable& v,
                               const Variable& bias, double scale, int64_t window) {
   CTX_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
   const Tensor &qd = q.data(), &kd = k.data(), &vd = v.data();
@@ -28,7 +29,7 @@ cpu::FlashAttnDims check_args(const char* op, const Variable& q, const Variable&
   CTX_CHECK(kd.shape() == vd.shape(), op, ": k ", kd.str(), " and v ", vd.str(), " must have the same shape");
   CTX_CHECK(kd.size(0) == qd.size(0) && kd.size(1) == qd.size(1) && kd.size(3) == qd.size(3), op,
             ": k ", kd.str(), " does not match q ", qd.str(), " (q [B, H, T, Dh], k [B, H, S, Dh])");
-  cpu::FlashAttnDims d;
+  AttnDims d;
   d.B = qd.size(0), d.H = qd.size(1), d.T = qd.size(2), d.S = kd.size(2), d.Dh = qd.size(3);
   d.window = window;
   d.scale = scale;
@@ -54,10 +55,12 @@ std::pair<int64_t, int64_t> check_rel(const char* op, const RelTerms& rel, const
   if (rel.empty()) return {0, 0};
   auto check_idx = [&](const Tensor& idx, const char* name, int64_t R) {
     CTX_CHECK(idx.defined(), op, ": RelTerms.", name, " (i32 [T, S]) is required by its terms");
-    CTX_CHECK(idx.dtype() == DType::I32 && idx.device() == Device::CPU && (idx.shape() == Shape{T, S}),
-              op, ": RelTerms.", name, " must be a CPU i32 [T, S] = [", T, ", ", S, "] tensor, got ",
-              idx.str());
-    const int32_t* ip = idx.data<int32_t>();
+    CTX_CHECK(idx.dtype() == DType::I32 && (idx.shape() == Shape{T, S}), op, ": RelTerms.", name,
+              " must be an i32 [T, S] = [", T, ", ", S, "] tensor, got ", idx.str());
+    CTX_CHECK(idx.device() == Device::CPU || idx.device() == qd.device(), op, ": RelTerms.", name, " is on ",
+              device_name(idx.device()), ", q on ", device_name(qd.device()));
+    if (idx.device() != Device::CPU) return;  // device tables: checked on the host where built
+    const int32_t* ip = idx.host<int32_t>();
     for (int64_t x = 0; x < T * S; ++x)
       CTX_CHECK(ip[x] >= 0 && ip[x] < R, op, ": RelTerms.", name, "[", x / S, ", ", x % S, "] = ", ip[x],
                 " is outside [0, ", R, ")");
@@ -90,32 +93,33 @@ std::pair<int64_t, int64_t> check_rel(const char* op, const RelTerms& rel, const
 
 // i64 [T * S] flat index into a [.., N, R] table seen as [.., N * R]: row(i, j) * R + idx[i, j],
 // with row = i (by query) or j (by key).
-Tensor flat_index(const Tensor& idx, int64_t R, bool by_key) {
+// Built on the host (from a host copy of idx when idx is on a device), returned on like's device.
+Tensor flat_index(const Tensor& idx_any, int64_t R, bool by_key, const Tensor& like) {
+  const Tensor idx = to_host(idx_any);
   const int64_t T = idx.size(0), S = idx.size(1);
   Tensor f = Tensor::empty({T * S}, DType::I64);
-  const int32_t* ip = idx.data<int32_t>();
-  int64_t* fp = f.data<int64_t>();
+  const int32_t* ip = idx.host<int32_t>();
+  int64_t* fp = f.host<int64_t>();
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j < S; ++j) fp[i * S + j] = (by_key ? j : i) * R + ip[i * S + j];
-  return f;
+  return to_device_like(f, like);
 }
 
 // x [B, H, N, R] -> [B, H, T, S]: out[b, h, i, j] = x[b, h, row(i, j), idx[i, j]].
 Variable gather_rel(const Variable& x, const Tensor& idx, bool by_key) {
   const int64_t B = x.size(0), H = x.size(1), R = x.size(3), T = idx.size(0), S = idx.size(1);
   Variable flat = reshape(x, {B, H, x.size(2) * R});
-  Tensor fi = flat_index(idx, R, by_key);
-  if (x.device() != Device::CPU) fi = fi.to(x.device());
+  Tensor fi = flat_index(idx, R, by_key, x.data());
   return reshape(index_select(flat, 2, fi), {B, H, T, S});
 }
 
 // [T, S] mask (q's dtype and device): 1 where j <= i + (S - T) - window (outside the window).
-Tensor window_mask(const cpu::FlashAttnDims& d, const Tensor& like) {
+Tensor window_mask(const AttnDims& d, const Tensor& like) {
   Tensor m = Tensor::zeros({d.T, d.S}, like.dtype());
   const int64_t off = d.S - d.T;
   for (int64_t i = 0; i < d.T; ++i)
     for (int64_t j = 0; j < d.S && j <= i + off - d.window; ++j) m.set(i * d.S + j, 1.0);
-  return like.device() == Device::CPU ? m : m.to(like.device());
+  return to_device_like(m, like);
 }
 
 }  // namespace
@@ -145,8 +149,7 @@ Variable relative_output(const Variable& p, const Variable& v, const RelTerms& r
   values.vrel = rel.vrel;
   const int64_t Rq = check_rel(op, values, p.data(), B, H, T, S, Dh).first;
   // prel[b, h, i, r] = sum of p[b, h, i, j] over qidx[i, j] = r: the transpose of the gather
-  Tensor fi = flat_index(rel.qidx, Rq, false);
-  if (p.device() != Device::CPU) fi = fi.to(p.device());
+  Tensor fi = flat_index(rel.qidx, Rq, false, p.data());
   Variable zeros(Tensor::zeros({B, H, T * Rq}, p.dtype(), p.device()), false);
   Variable prel = reshape(scatter_add(zeros, 2, fi, reshape(p, {B, H, T * S})), {B, H, T, Rq});
   return add(o, matmul(prel, rel.vrel));
@@ -156,7 +159,7 @@ Variable causal_attention_composed(const Variable& q, const Variable& k, const V
                                    const Variable& bias, double scale_, int64_t window,
                                    const RelTerms& rel) {
   const char* op = "causal_attention_composed";
-  const cpu::FlashAttnDims d = check_args(op, q, k, v, bias, scale_, window);
+  const AttnDims d = check_args(op, q, k, v, bias, scale_, window);
   check_rel(op, rel, q.data(), d.B, d.H, d.T, d.S, d.Dh);
   Variable s = relative_logits(q, k, bias, scale_, rel);  // [B, H, T, S]
   s = causal_mask(s, d.S - d.T);
@@ -166,30 +169,17 @@ Variable causal_attention_composed(const Variable& q, const Variable& k, const V
 
 namespace {
 
-// The kernels' view of rel (and of the relative gradients to write, when defined) for type F.
-template <class F>
-cpu::FlashRel<F> flash_rel(const RelTerms& rel, int64_t Rq, int64_t Rk, Tensor dqrel, Tensor dkrel,
-                           Tensor dvrel) {
-  cpu::FlashRel<F> fr;
-  fr.Rq = Rq, fr.Rk = Rk;
-  if (rel.qidx.defined()) fr.qidx = rel.qidx.data<int32_t>();
-  if (rel.kidx.defined()) fr.kidx = rel.kidx.data<int32_t>();
-  if (rel.qrel.defined()) fr.qrel = rel.qrel.data().data<F>();
-  if (rel.krel.defined()) fr.krel = rel.krel.data().data<F>();
-  if (rel.vrel.defined()) fr.vrel = rel.vrel.data().data<F>();
-  if (dqrel.defined()) fr.dqrel = dqrel.data<F>();
-  if (dkrel.defined()) fr.dkrel = dkrel.data<F>();
-  if (dvrel.defined()) fr.dvrel = dvrel.data<F>();
-  return fr;
-}
-
-template <class F>
-const F* ptr(const Tensor& t) {
-  return t.defined() ? t.data<F>() : nullptr;
-}
-template <class F>
-F* mptr(Tensor& t) {
-  return t.defined() ? t.data<F>() : nullptr;
+// rel as the backend takes it: plain tensors on q's device (index tables moved there when
+// they were built on the host).
+AttnRel backend_rel(const RelTerms& rel, int64_t Rq, int64_t Rk, const Tensor& qd) {
+  AttnRel r;
+  r.Rq = Rq, r.Rk = Rk;
+  if (rel.qidx.defined() && Rq > 0) r.qidx = rel.qidx.device() == qd.device() ? rel.qidx : to_device_like(rel.qidx, qd);
+  if (rel.kidx.defined() && Rk > 0) r.kidx = rel.kidx.device() == qd.device() ? rel.kidx : to_device_like(rel.kidx, qd);
+  if (rel.qrel.defined()) r.qrel = rel.qrel.data();
+  if (rel.krel.defined()) r.krel = rel.krel.data();
+  if (rel.vrel.defined()) r.vrel = rel.vrel.data();
+  return r;
 }
 
 }  // namespace
@@ -198,48 +188,36 @@ Variable fused_causal_attention(const Variable& q, const Variable& k, const Vari
                                 const Variable& bias, double scale, int64_t window,
                                 const RelTerms& rel) {
   const char* op = "fused_causal_attention";
-  const cpu::FlashAttnDims d = check_args(op, q, k, v, bias, scale, window);
+  const AttnDims d = check_args(op, q, k, v, bias, scale, window);
   const Tensor qd = q.data(), kd = k.data(), vd = v.data();
-  if (qd.device() != Device::CPU) return causal_attention_composed(q, k, v, bias, scale, window, rel);
+  Backend& be = backend_of(qd);
+  if (!be.has(Fused::Attention)) return causal_attention_composed(q, k, v, bias, scale, window, rel);
   const std::pair<int64_t, int64_t> R = check_rel(op, rel, qd, d.B, d.H, d.T, d.S, d.Dh);
-  const int64_t Rq = R.first, Rk = R.second;  // (not a structured binding: lambdas capture them)
+  const AttnRel br = backend_rel(rel, R.first, R.second, qd);
   const Tensor bd = bias.defined() ? bias.data() : Tensor();
   Tensor out = empty_like(qd);                                            // [B, H, T, Dh]
   Tensor lse = Tensor::empty({d.B, d.H, d.T}, qd.dtype(), qd.device());  // [B, H, T]
-  const Tensor none;
-  auto forward = [&](auto tag) {
-    using F = decltype(tag);
-    cpu::flash_attention_forward<F>(d, qd.data<F>(), kd.data<F>(), vd.data<F>(), ptr<F>(bd), out.data<F>(),
-                                    lse.data<F>(), flash_rel<F>(rel, Rq, Rk, none, none, none));
-  };
-  if (qd.dtype() == DType::F32) forward(float());
-  else forward(double());
+  be.attention_forward(d, qd, kd, vd, bd, out, lse, br);
   std::vector<Variable> inputs = {q, k, v};
   for (const Variable* x : {&bias, &rel.qrel, &rel.krel, &rel.vrel})
     if (x->defined()) inputs.push_back(*x);
-  return make_result(out, op, inputs, [q, k, v, bias, rel, Rq, Rk, qd, kd, vd, bd, out, lse, d](const Tensor& g) {
+  return make_result(out, op, inputs, [q, k, v, bias, rel, br, qd, kd, vd, bd, out, lse, d](const Tensor& g) {
     // g = dL/do [B, H, T, Dh]; dbias [H, T, S] and the relative gradients only for inputs that
     // take part in the graph
-    Tensor dq = empty_like(qd), dk = empty_like(kd), dv = empty_like(vd), db, dqr, dkr, dvr;
-    if (bias.defined() && bias.requires_grad()) db = Tensor::empty({d.H, d.T, d.S}, qd.dtype());
-    if (rel.qrel.defined() && rel.qrel.requires_grad()) dqr = empty_like(rel.qrel.data());
-    if (rel.krel.defined() && rel.krel.requires_grad()) dkr = empty_like(rel.krel.data());
-    if (rel.vrel.defined() && rel.vrel.requires_grad()) dvr = empty_like(rel.vrel.data());
-    auto backward = [&](auto tag) {
-      using F = decltype(tag);
-      cpu::flash_attention_backward<F>(d, qd.data<F>(), kd.data<F>(), vd.data<F>(), ptr<F>(bd), out.data<F>(),
-                                       lse.data<F>(), g.data<F>(), dq.data<F>(), dk.data<F>(), dv.data<F>(),
-                                       mptr<F>(db), flash_rel<F>(rel, Rq, Rk, dqr, dkr, dvr));
-    };
-    if (qd.dtype() == DType::F32) backward(float());
-    else backward(double());
+    Tensor dq = empty_like(qd), dk = empty_like(kd), dv = empty_like(vd), db;
+    AttnRelGrad dr;
+    if (bias.defined() && bias.requires_grad()) db = Tensor::empty({d.H, d.T, d.S}, qd.dtype(), qd.device());
+    if (rel.qrel.defined() && rel.qrel.requires_grad()) dr.dqrel = empty_like(rel.qrel.data());
+    if (rel.krel.defined() && rel.krel.requires_grad()) dr.dkrel = empty_like(rel.krel.data());
+    if (rel.vrel.defined() && rel.vrel.requires_grad()) dr.dvrel = empty_like(rel.vrel.data());
+    backend_of(qd).attention_backward(d, qd, kd, vd, bd, out, lse, g, dq, dk, dv, db, br, dr);
     acc(q, dq);
     acc(k, dk);
     acc(v, dv);
     if (db.defined()) acc(bias, db.view(bias.shape()));
-    if (dqr.defined()) acc(rel.qrel, dqr);
-    if (dkr.defined()) acc(rel.krel, dkr);
-    if (dvr.defined()) acc(rel.vrel, dvr);
+    if (dr.dqrel.defined()) acc(rel.qrel, dr.dqrel);
+    if (dr.dkrel.defined()) acc(rel.krel, dr.dkrel);
+    if (dr.dvrel.defined()) acc(rel.vrel, dr.dvrel);
   });
 }
 

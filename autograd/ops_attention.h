@@ -1,7 +1,7 @@
-// autograd/ops_attention.h — fused causal attention as one autograd op: the CPU kernels of
-// core/cpu/flash_attention.h (tiled online softmax forward, recomputing backward) for f32 / f64,
-// and the same attention composed from unfused ops (the reference of the tests, and what runs on
-// other devices).
+// autograd/ops_attention.h — fused causal attention as one autograd op around
+// Backend::attention_forward / _backward (core/backend.h; on the CPU the tiled online-softmax
+// kernels of core/cpu/flash_attention.h, f32 / f64), and the same attention composed from unfused
+// ops (the reference of the tests, and what runs on a backend without Fused::Attention).
 #pragma once
 #include "autograd/ops.h"
 
@@ -14,6 +14,7 @@ namespace ctx {
 // (i, j) by the index tables; the fused kernel gathers inside its tiles, the composed version
 // through index_select / scatter_add.
 struct RelTerms {
+  // Index tables: on the CPU (values checked here) or already on q's device (checked where built).
   Tensor qidx;    // i32 [T, S], values in [0, Rq): indexes qrel and vrel
   Variable qrel;  // [B, H, T, Rq] or undefined
   Variable vrel;  // [Rq, Dh] (shared by the batch and the heads) or undefined

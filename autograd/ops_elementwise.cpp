@@ -94,10 +94,10 @@ Variable dropout(const Variable& x, double p, bool training, Rng& rng) {
   CTX_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p);
   if (!training || p == 0) return x;
   const Tensor& xd = x.data();
-  Tensor mask_h = Tensor::empty(xd.shape(), xd.dtype(), Device::CPU);
+  Tensor mask_h = Tensor::empty(xd.shape(), xd.dtype());  // built on the host
   const double keep = 1.0 / (1.0 - p);
   for (int64_t i = 0; i < mask_h.numel(); ++i) mask_h.set(i, rng.uniform() < p ? 0.0 : keep);
-  Tensor mask = xd.device() == Device::CPU ? mask_h : mask_h.to(xd.device());
+  Tensor mask = to_device_like(mask_h, xd);
   Tensor y = binary_fwd(BinaryOp::Mul, xd, mask);
   return make_result(y, "dropout", {x}, [x, mask](const Tensor& g) {
     acc(x, binary_fwd(BinaryOp::Mul, g, mask));

@@ -1,7 +1,8 @@
 // autograd/ops_heads.h — the head split and merge of multi-head attention as fused ops: one
 // pass over memory each way instead of reshape + permute (a copy) + slices (copies in backward
-// into zero-filled [3, B, H, S, Dh] gradients). CPU kernels for f32 / f64; other devices, or
-// set_fused_heads(false), run the reshape / permute / slice composition they replace.
+// into zero-filled [3, B, H, S, Dh] gradients), through Backend::split_heads / merge_heads
+// (Fused::Heads). A backend without them, or set_fused_heads(false), runs the reshape / permute /
+// slice composition they replace.
 #pragma once
 #include <array>
 

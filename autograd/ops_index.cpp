@@ -20,7 +20,7 @@ static void check_index_range(const Tensor& idx, int64_t n, const char* op, cons
                               const Tensor& x) {
   if (idx.device() != Device::CPU) return;
   for (int64_t i = 0; i < idx.numel(); ++i) {
-    int64_t v = idx.dtype() == DType::I32 ? (int64_t)idx.data<int32_t>()[i] : idx.data<int64_t>()[i];
+    int64_t v = idx.dtype() == DType::I32 ? (int64_t)idx.host<int32_t>()[i] : idx.host<int64_t>()[i];
     CTX_CHECK(v >= 0 && v < n, op, ": ", what, " ", v, " at position ", i, " out of range [0, ", n,
               ") for ", x.str(), " (", what, "s ", idx.str(), ")");
   }

@@ -1,17 +1,12 @@
 // autograd/ops_linear.cpp — Linear, y = x w^T + b (w [out, in], b [out]), as one node.
-// Forward: one GEMM [R, in] x [out, in]^T with the bias folded in (oneDNN: a bias argument of
-// the matmul; other GEMMs / devices: C pre-filled with the broadcast bias, then beta = 1).
-// Backward: dx = dy w (NN), dw = dy^T x (TN), db = column sums of dy (one pass over dy).
-// Without a bias, or with CTXLAB_FUSED_LINEAR=0 (ops_linear.h), it is matmul (+ add).
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
-
+// Forward: Backend::linear (Fused::Linear: one GEMM with the bias inside it; CPU:
+// core/cpu/linear.cpp). Backward: dx = dy w (NN), dw = dy^T x (TN), db = column sums of dy.
+// Without a bias, on a backend without Fused::Linear, or with CTXLAB_FUSED_LINEAR=0
+// (ops_linear.h), it is matmul (+ add).
 #include "autograd/ops.h"
 #include "autograd/ops_linear.h"
 #include "autograd/ops_util.h"
 #include "core/switch.h"
-#include "core/cpu/gemm.h"
 
 namespace ctx {
 using namespace detail;
@@ -29,27 +24,6 @@ Variable linear_unfused(const Variable& x, const Variable& w, const Variable& bi
   return bias.defined() ? add(y, bias) : y;
 }
 
-// y [R, N] = x [R, K] w^T + b, w [N, K]
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, int64_t R, Tensor& y) {
-  GemmDesc g;
-  g.trans_b = true;
-  g.M = R;
-  g.N = w.size(0);
-  g.K = w.size(1);
-  if (x.device() == Device::CPU && x.dtype() == DType::F32 &&
-      cpu::current_gemm_impl(g) == cpu::GemmImpl::OneDNN) {
-    cpu::gemm_onednn_bias(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>());
-    return;
-  }
-  // Any backend: y = broadcast(b), then y += x w^T.
-  Strided s, d;
-  s.strides = {0, 1};
-  d.strides = {g.N, 1};
-  backend_of(x).copy_strided(b, s, y, d, {g.M, g.N}, false);
-  g.beta = 1.f;
-  backend_of(x).gemm(g, x, w, y);
-}
-
 }  // namespace
 
 // ---- fast: one node ----
@@ -60,7 +34,8 @@ Variable linear(const Variable& x, const Variable& w, const Variable& bias) {
   if (bias.defined())
     CTX_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias ", bias.data().str(),
               " does not match weight ", w.data().str());
-  if (!bias.defined() || x.dim() < 2 || !fused_linear_enabled()) return linear_unfused(x, w, bias);
+  if (!bias.defined() || x.dim() < 2 || !fused_linear_enabled() || !backend_of(x.data()).has(Fused::Linear))
+    return linear_unfused(x, w, bias);
 
   const Tensor xd = x.data(), wd = w.data(), bd = bias.data();
   check_compatible(xd, wd, "linear");
@@ -71,7 +46,7 @@ Variable linear(const Variable& x, const Variable& w, const Variable& bias) {
   Shape ys = xd.shape();
   ys.back() = N;
   Tensor y = Tensor::empty(ys, xd.dtype(), xd.device());
-  linear_forward(xd, wd, bd, R, y);
+  backend_of(xd).linear(xd, wd, bd, y);
 
   return make_result(y, "linear", {x, w, bias}, [x, w, bias, xd, wd, N, K, R](const Tensor& dy) {
     Backend& be = backend_of(dy);

@@ -74,7 +74,7 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets) {
   backend_of(z).cross_entropy(z, tg, loss, lse);
   // mean over rows whose target is not ignored (-1)
   int64_t count = 0;
-  Tensor th = tg.device() == Device::CPU ? tg : tg.to(Device::CPU);
+  Tensor th = to_host(tg);
   for (int64_t i = 0; i < N; ++i) count += th.at(i) >= 0;
   CTX_CHECK(count > 0, "cross_entropy: every target is ignored");
   Tensor total = Tensor::empty({}, z.dtype(), z.device());
@@ -83,7 +83,7 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets) {
   backend_of(z).unary(UnaryOp::Scale, total, out, 1.0 / (double)count);
   return make_result(out, "cross_entropy", {logits}, [logits, z, tg, lse, count, N](const Tensor& g) {
     // dloss[n] = g / count for every row (ignored rows get zero inside the kernel)
-    Tensor gh = g.device() == Device::CPU ? g : g.to(Device::CPU);
+    Tensor gh = to_host(g);
     Tensor dl = Tensor::full({N}, gh.item() / (double)count, z.dtype(), z.device());
     Tensor dz = empty_like(z);
     backend_of(z).cross_entropy_backward(z, tg, lse, dl, dz);

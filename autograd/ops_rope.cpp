@@ -1,5 +1,6 @@
-// autograd/ops_rope.cpp — rope_rotate (see ops_rope.h): a fused CPU kernel for f32 / f64, and
-// a composition of existing ops (slice / mul / concat) for other devices.
+// autograd/ops_rope.cpp — rope_rotate (see ops_rope.h): one node around Backend::rope_rotate
+// (Fused::Rope; the CPU kernel is core/cpu/rope.cpp) whose backward is the transpose rotation,
+// and the same rotation composed from slice / mul / concat where the backend has no fused one.
 #include "autograd/ops_rope.h"
 
 #include "autograd/ops_util.h"
@@ -9,42 +10,7 @@ using namespace detail;
 
 namespace {
 
-// out[r, t, :] = rotation of x[r, t, :] by row t of (C, S); `transpose` rotates by -angle.
-// x, out: [R, T, d]; C, S: [T, d/2].
-template <class F>
-void rotate_kernel(const F* x, const F* C, const F* S, F* out, int64_t R, int64_t T, int64_t d,
-                   bool interleaved, bool transpose) {
-  const int64_t h = d / 2;
-  const F sgn = transpose ? F(-1) : F(1);
-#pragma omp parallel for schedule(static) if (R * T * d > 32768)
-  for (int64_t rt = 0; rt < R * T; ++rt) {
-    const int64_t t = rt % T;
-    const F* xr = x + rt * d;
-    F* o = out + rt * d;
-    const F* c = C + t * h;
-    const F* s = S + t * h;
-    for (int64_t k = 0; k < h; ++k) {
-      const int64_t ia = interleaved ? 2 * k : k, ib = interleaved ? 2 * k + 1 : k + h;
-      const F a = xr[ia], b = xr[ib], sk = sgn * s[k];
-      o[ia] = a * c[k] - b * sk;
-      o[ib] = b * c[k] + a * sk;
-    }
-  }
-}
-
-Tensor rotate_cpu(const Tensor& x, const Tensor& C, const Tensor& S, bool interleaved, bool transpose) {
-  const int64_t d = x.size(-1), T = x.size(-2), R = x.numel() / (T * d);
-  Tensor out = empty_like(x);
-  if (x.dtype() == DType::F32)
-    rotate_kernel(x.data<float>(), C.data<float>(), S.data<float>(), out.data<float>(), R, T, d,
-                  interleaved, transpose);
-  else
-    rotate_kernel(x.data<double>(), C.data<double>(), S.data<double>(), out.data<double>(), R, T, d,
-                  interleaved, transpose);
-  return out;
-}
-
-// The same rotation from differentiable primitives (devices without the fused kernel).
+// The same rotation from differentiable primitives (backends without Fused::Rope).
 Variable rotate_composed(const Variable& x, const Tensor& C, const Tensor& S, bool interleaved) {
   const int64_t d = x.size(-1), h = d / 2;
   Variable c(C, false), s(S, false);
@@ -82,11 +48,14 @@ Variable rope_rotate(const Variable& x, const Tensor& cos, const Tensor& sin, Ro
     check_compatible(xd, *t, "rope_rotate");
   }
   const bool inter = pairing == RopePairing::Interleaved;
-  if (xd.device() != Device::CPU || (xd.dtype() != DType::F32 && xd.dtype() != DType::F64))
-    return rotate_composed(x, cos, sin, inter);
-  Tensor out = rotate_cpu(xd, cos, sin, inter, false);
+  Backend& be = backend_of(xd);
+  if (!be.has(Fused::Rope)) return rotate_composed(x, cos, sin, inter);
+  Tensor out = empty_like(xd);
+  be.rope_rotate(xd, cos, sin, out, inter, false);
   return make_result(out, "rope_rotate", {x}, [x, cos, sin, inter](const Tensor& g) {
-    acc(x, rotate_cpu(g, cos, sin, inter, true));  // transpose rotation
+    Tensor dx = empty_like(g);
+    backend_of(g).rope_rotate(g, cos, sin, dx, inter, true);  // transpose rotation
+    acc(x, dx);
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include "autograd/variable.h"
 #include "core/backend.h"
+#include "core/device_table.h"  // to_device_like, to_host
 
 namespace ctx::detail {
 

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <vector>
 
+#include "core/settings.h"
+
 namespace ctx::prof {
 
 namespace {
@@ -40,7 +42,7 @@ std::atomic<int> g_enabled{-1};  // -1: not read from the environment yet
 bool enabled() {
   int e = g_enabled.load(std::memory_order_relaxed);
   if (e < 0) {
-    const char* v = std::getenv("CTXLAB_PROFILE");
+    const char* v = setting_env("CTXLAB_PROFILE");
     e = (v && std::strcmp(v, "0") != 0 && *v) ? 1 : 0;
     g_enabled.store(e);
   }

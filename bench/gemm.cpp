@@ -17,6 +17,7 @@
 #include "core/backend.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/threading.h"
+#include "core/settings.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace {
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
   const cpu::OpenBlasApi& blas = cpu::openblas_api();
   std::printf("# openblas: %s\n", cpu::openblas_config().c_str());
   std::printf("# CTXLAB_GEMM=%s; OMP_WAIT_POLICY=%s\n",
-              bench::env_or("CTXLAB_GEMM", "(unset: built-in per-shape choice)"),
+              [] { const char* v = ctx::setting_env("CTXLAB_GEMM"); return v ? v : "(unset: built-in per-shape choice)"; }(),
               bench::env_or("OMP_WAIT_POLICY", "(unset)"));
 
   const std::vector<std::string> cols = {"ctx_onednn", "dnnl_matmul", "dnnl_sgemm", "ctx_openblas",

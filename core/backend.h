@@ -1,7 +1,15 @@
-// core/backend.h — the typed backend interface: the few dozen primitives everything else is
-// built from. One implementation per device (core/cpu/, core/cuda/). All tensors passed in are
-// contiguous; outputs are allocated by the caller with the right shape and dtype.
-// Float primitives accept f32 and f64 (CPU); index tensors are i32 or i64.
+// core/backend.h — the typed backend interface: every kernel that autograd, nn, posenc and train
+// run goes through these methods. One implementation per device (core/cpu/, core/cuda/).
+// Two kinds of methods:
+//   primitives (pure virtual)  every backend has them; everything can be composed from them;
+//   fused methods (`Fused`)    one pass for what would otherwise be several primitives (attention,
+//                              rotary rotation, head split / merge, linear with its bias, flat
+//                              AdamW). A backend reports which it has with has(Fused); callers
+//                              check has() and otherwise run the composition of primitives. The
+//                              base-class versions throw "<method>: not supported by backend X".
+// All tensors passed in are contiguous and on the backend's device; outputs are allocated by the
+// caller with the right shape, dtype and device. Float methods accept f32 and f64 (the CUDA
+// backend may accept f32 only and say so); index tensors are i32 or i64.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -42,6 +50,69 @@ struct GemmDesc {
 struct Strided {
   int64_t offset = 0;
   std::vector<int64_t> strides;
+};
+
+// ---- argument types of the fused methods ----
+
+// The fused methods a backend may have (has(Fused)).
+enum class Fused {
+  Attention,  // attention_forward / attention_backward
+  Rope,       // rope_rotate
+  Heads,      // split_heads / split_heads_backward / merge_heads / merge_heads_backward
+  Linear,     // linear (the backward is gemm + reduce_sum)
+  FlatAdamW,  // sum_squares / adamw_flat
+};
+const char* fused_name(Fused f);  // "attention", "rope", "heads", "linear", "flat_adamw"
+
+// Sizes of one causal attention call. Query i (0 <= i < T) sits at key position i + (S - T)
+// (queries are the last T positions) and sees key j iff j <= i + (S - T) and, when window > 0,
+// also j > i + (S - T) - window (at most `window` keys, its own included).
+struct AttnDims {
+  int64_t B = 0, H = 0, T = 0, S = 0, Dh = 0;
+  int64_t window = 0;  // 0: full causal attention
+  double scale = 1.0;  // multiplies q . k (and the relative terms), not the bias
+};
+
+// Content-position terms of attention (shaw, xl, deberta, tupe), each optional (undefined:
+// absent). Per (b, h):
+//   logit_ij = scale * (q_i . k_j + qrel[i, qidx[i, j]] + krel[j, kidx[i, j]]) + bias[i, j]
+//   o_i      = sum_j p_ij (v_j + vrel[qidx[i, j]])
+// qrel / krel hold one column per relative index (a small GEMM against a table, computed by the
+// caller); the kernels gather from them inside their tiles, so no [T, S] term is built.
+// Index values are in range (the caller checks them where they are built, on the host).
+struct AttnRel {
+  int64_t Rq = 0, Rk = 0;  // columns of qrel (= rows of vrel) and of krel; 0 when absent
+  Tensor qidx;  // i32 [T, S], values in [0, Rq): needed by qrel and vrel
+  Tensor qrel;  // [B, H, T, Rq], q's dtype
+  Tensor vrel;  // [Rq, Dh], shared by the batch and the heads
+  Tensor kidx;  // i32 [T, S], values in [0, Rk)
+  Tensor krel;  // [B, H, S, Rk]
+  bool empty() const { return !qrel.defined() && !vrel.defined() && !krel.defined(); }
+};
+// The gradients of AttnRel's tensors that attention_backward writes (overwritten; undefined:
+// not wanted). Shapes as the matching AttnRel fields.
+struct AttnRelGrad {
+  Tensor dqrel;  // [B, H, T, Rq]
+  Tensor dkrel;  // [B, H, S, Rk]
+  Tensor dvrel;  // [Rq, Dh]
+};
+
+// One piece of a flat parameter buffer for sum_squares / adamw_flat: elements [begin, end)
+// updated with (decay) or without weight decay. Chunks do not overlap.
+struct FlatChunk {
+  int64_t begin = 0, end = 0;
+  bool decay = false;
+};
+
+// Hyper-parameters of one AdamW step (PyTorch AdamW semantics, decoupled weight decay).
+// The gradient is read as gs * g (rounded to the dtype), gs = grad_scale * clip, where
+// clip = max_norm / (sqrt(norm_sq) + 1e-6) when norm_sq (adamw_flat's argument) is defined,
+// max_norm > 0 and sqrt(norm_sq) > max_norm, else 1 (clip_grad_norm's factor).
+struct AdamWHyper {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+  int64_t step = 1;  // 1-based (bias corrections)
+  double grad_scale = 1.0;
+  double max_norm = 0.0;  // <= 0: no clipping
 };
 
 class Backend {
@@ -110,6 +181,66 @@ class Backend {
   virtual void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr,
                      double beta1, double beta2, double eps, double weight_decay,
                      int64_t step) = 0;
+
+  // ======== fused methods: call only when has() says so ========
+  virtual bool has(Fused f) const;  // base: none
+
+  // --- causal attention (Fused::Attention), FlashAttention-2 style: the [T, S] probabilities
+  // are never stored ---
+  // q [B, H, T, Dh]; k, v [B, H, S, Dh]; bias undefined or [H, T, S] / [1, H, T, S] (shared by
+  // the batch).
+  // Writes out [B, H, T, Dh] = softmax(scale * q k^T + rel terms + bias, masked) (v + rel.vrel)
+  // and lse [B, H, T] (q's dtype): the logsumexp of each row's masked logits (+inf for a row
+  // that sees no finite logit; its output is then 0).
+  virtual void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const Tensor& bias, Tensor& out, Tensor& lse,
+                                 const AttnRel& rel);
+  // Given dout = dL/dout [B, H, T, Dh] and the forward's out and lse: overwrites dq
+  // [B, H, T, Dh], dk, dv [B, H, S, Dh]; dbias [H, T, S] or [1, H, T, S] (summed over the batch)
+  // when defined; and drel's defined fields.
+  virtual void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& bias, const Tensor& out,
+                                  const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
+                                  Tensor& dv, Tensor& dbias, const AttnRel& rel,
+                                  AttnRelGrad& drel);
+
+  // --- rotary rotation (Fused::Rope) ---
+  // x, out [..., T, d] (d even; out may not alias x); C, S [T, d/2] (x's dtype). Each pair
+  // (a, b) of row t, pairs (k, k + d/2) or, when interleaved, (2k, 2k + 1):
+  //   a' = a C[t, k] - b S[t, k],  b' = b C[t, k] + a S[t, k]
+  // transpose: the inverse rotation (S negated), which is the backward of the forward.
+  virtual void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out,
+                           bool interleaved, bool transpose);
+
+  // --- attention head split / merge (Fused::Heads); D = H * Dh ---
+  // qkv [B, S, 3D] (q | k | v column blocks; head h = cols h*Dh.. of each) ->
+  //   q [B, H, S - q_begin, Dh] (rows q_begin..S-1), k, v [B, H, S, Dh]  (each overwritten)
+  virtual void split_heads(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k,
+                           Tensor& v);
+  // The transpose: dqkv [B, S, 3D] overwritten from dq, dk, dv (shapes as above; an undefined
+  // one reads as zeros, and so do the q columns of rows < q_begin).
+  virtual void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                    int64_t H, int64_t q_begin, Tensor& dqkv);
+  // o [B, H, T, Dh] -> out [B, T, H * Dh] (head h in cols h*Dh..).
+  virtual void merge_heads(const Tensor& o, Tensor& out);
+  // dout [B, T, H * Dh] -> do [B, H, T, Dh] (do's shape gives H).
+  virtual void merge_heads_backward(const Tensor& dout, Tensor& d_o);
+
+  // --- Linear forward with the bias inside the GEMM (Fused::Linear) ---
+  // x [R, K] (any leading shape, viewed as R rows), w [N, K], b [N] -> y [R, N] = x w^T + b.
+  // (The backward needs only gemm and reduce_sum: dx = dy w, dw = dy^T x, db = sum of dy rows.)
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+
+  // --- flat optimizer buffers (Fused::FlatAdamW) ---
+  // out (one element, f64, x's device) = sum over chunks of x[i]^2, accumulated in f64 in a
+  // fixed order (the same value for any thread count). The caller reads it only to log.
+  virtual void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out);
+  // One AdamW step (see AdamWHyper) on the flat buffers p, g, m, v (same shape [n], float)
+  // over `chunks`; elements outside them are not touched. weight_decay applies to chunks with
+  // decay set. norm_sq: undefined, or sum_squares' output for g (same device) for clipping.
+  virtual void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
+                          const std::vector<FlatChunk>& chunks, const AdamWHyper& h,
+                          const Tensor& norm_sq);
 };
 
 Backend& backend(Device d);  // the backend for a device (throws if not compiled in)

@@ -1,4 +1,5 @@
-// core/error.h — the one exception type of ctxlab and the CTX_CHECK macro.
+// core/error.h — the one exception type of ctxlab, the CTX_CHECK macro and quoting of untrusted
+// strings for messages.
 // Library code never aborts on bad input: it throws ctx::Error with a message that names
 // the op (or file / field) and the offending values.
 #pragma once
@@ -28,6 +29,10 @@ std::string str(const A&... a) {
   detail::concat_into(os, a...);
   return os.str();
 }
+
+// `s` quoted for an error message: printable ASCII kept, everything else escaped (\n, \xNN), and
+// cut after `max_len` characters, so that a malicious name cannot break the one-line message.
+std::string quoted_str(const std::string& s, size_t max_len = 120);
 
 }  // namespace ctx
 

@@ -1,10 +1,11 @@
 // core/switch.h — the on/off switch of a fast path (fused attention, fused Linear, fused head
-// split, ...): on unless its environment variable is "0" (read once, on first use), and
-// overridable at run time by tests and A/B benchmarks until reset().
+// split, ...): on unless its environment variable (a row of core/settings.h) is "0" (read once,
+// on first use), and overridable at run time by tests and A/B benchmarks until reset().
 #pragma once
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
+
+#include "core/settings.h"
 
 namespace ctx {
 
@@ -16,7 +17,7 @@ class FastPathSwitch {
     if (o >= 0) return o == 1;
     int e = env_on_.load(std::memory_order_relaxed);
     if (e < 0) {
-      const char* v = std::getenv(env_);
+      const char* v = setting_env(env_);
       e = (v && std::strcmp(v, "0") == 0) ? 0 : 1;
       env_on_.store(e, std::memory_order_relaxed);
     }

@@ -147,7 +147,13 @@ Tensor Tensor::to(DType dt) const {
 
 Tensor Tensor::to(Device dev) const {
   if (dev == device()) return clone();
-  Tensor t = empty(shape_, dtype_, dev);  // registers the device allocator when compiled in
+  Tensor t;
+  try {
+    t = empty(shape_, dtype_, dev);  // registers the device allocator when compiled in
+  } catch (const Error& e) {
+    throw Error(ctx::str("Tensor::to: transfer of ", str(), " ", device_name(device()), " -> ", device_name(dev), ": ",
+                    e.what()));
+  }
   CTX_CHECK(g_cuda_alloc.copy, "Tensor::to: transfer ", device_name(device()), " -> ",
             device_name(dev), " needs the CUDA backend (not compiled in)");
   if (nbytes() > 0) g_cuda_alloc.copy(t.raw(), dev, raw(), device(), nbytes());
@@ -165,8 +171,14 @@ void Tensor::copy_from(const Tensor& src) {
   }
 }
 
+void Tensor::check_host(const char* what) const {
+  CTX_CHECK(defined(), what, ": undefined tensor");
+  CTX_CHECK(device() == Device::CPU, what, ": tensor ", str(), " is on ", device_name(device()),
+            "; copy it with .to(Device::CPU) first");
+}
+
 double Tensor::at(int64_t i) const {
-  CTX_CHECK(device() == Device::CPU, "Tensor::at: tensor is on ", device_name(device()));
+  check_host("Tensor::at");
   CTX_CHECK(i >= 0 && i < numel(), "Tensor::at: index ", i, " out of range for ", str());
   switch (dtype_) {
     case DType::F32: return data<float>()[i];
@@ -178,7 +190,7 @@ double Tensor::at(int64_t i) const {
 }
 
 void Tensor::set(int64_t i, double v) {
-  CTX_CHECK(device() == Device::CPU, "Tensor::set: tensor is on ", device_name(device()));
+  check_host("Tensor::set");
   CTX_CHECK(i >= 0 && i < numel(), "Tensor::set: index ", i, " out of range for ", str());
   switch (dtype_) {
     case DType::F32: data<float>()[i] = (float)v; break;
@@ -189,6 +201,7 @@ void Tensor::set(int64_t i, double v) {
 }
 
 double Tensor::item() const {
+  check_host("Tensor::item");
   CTX_CHECK(numel() == 1, "Tensor::item: tensor ", str(), " has ", numel(), " elements");
   return at(0);
 }
@@ -197,8 +210,14 @@ double Tensor::item() const {
 static Backend* g_backends[2] = {nullptr, nullptr};
 void register_backend(Device d, Backend* b) { g_backends[(int)d] = b; }
 Backend& cpu_backend_instance();  // core/cpu/cpu_backend.cpp
+#ifdef CTXLAB_WITH_CUDA
+Backend& cuda_backend_instance();  // core/cuda/cuda_backend.cu
+#endif
 Backend& backend(Device d) {
   if (d == Device::CPU) return g_backends[0] ? *g_backends[0] : cpu_backend_instance();
+#ifdef CTXLAB_WITH_CUDA
+  if (!g_backends[1]) return cuda_backend_instance();
+#endif
   CTX_CHECK(g_backends[1], "backend: CUDA backend not available in this build");
   return *g_backends[1];
 }

@@ -64,9 +64,14 @@ class Tensor {
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   std::string str() const;  // "f32[2, 3]"
 
-  // Typed access (checks dtype). CPU only for host reads; device pointers for backends.
+  // Typed access (checks dtype). data<T>(): the pointer wherever the memory is (backends, which
+  // know their device). host<T>(): for host-only code (data, checkpoints, printing, sampling):
+  // throws "... is on cuda; copy it with .to(Device::CPU) first" for device memory.
   template <class T> T* data();
   template <class T> const T* data() const;
+  template <class T> T* host();
+  template <class T> const T* host() const;
+  void check_host(const char* what) const;  // the check of host(); `what` names the caller
   void* raw() { return (char*)storage_->data + offset_ * dtype_size(dtype_); }
   const void* raw() const { return (const char*)storage_->data + offset_ * dtype_size(dtype_); }
 
@@ -81,7 +86,7 @@ class Tensor {
   Tensor to(Device dev) const;   // device transfer
   void copy_from(const Tensor& src);  // same shape/numel, converts dtype on CPU
 
-  // Host helpers for tests and I/O (CPU tensors).
+  // Host helpers for tests and I/O (CPU tensors; the same check as host()).
   double item() const;                // one-element tensor
   double at(int64_t flat_index) const;  // element as double
   void set(int64_t flat_index, double v);
@@ -107,16 +112,24 @@ template <class T> const T* Tensor::data() const {
             str(), " but ", dtype_name(dtype_of<T>::value), " was requested");
   return reinterpret_cast<const T*>(raw());
 }
+template <class T> T* Tensor::host() {
+  check_host("Tensor::host");
+  return data<T>();
+}
+template <class T> const T* Tensor::host() const {
+  check_host("Tensor::host");
+  return data<T>();
+}
 template <class T> Tensor Tensor::from_vector(const std::vector<T>& v, const Shape& shape) {
   CTX_CHECK((int64_t)v.size() == shape_numel(shape), "Tensor::from_vector: ", v.size(),
             " values for shape ", shape_str(shape));
   Tensor t = empty(shape, dtype_of<T>::value);
-  T* p = t.data<T>();
+  T* p = t.host<T>();
   for (size_t i = 0; i < v.size(); ++i) p[i] = v[i];
   return t;
 }
 template <class T> std::vector<T> Tensor::to_vector() const {
-  CTX_CHECK(device() == Device::CPU, "Tensor::to_vector: tensor is on ", device_name(device()));
+  check_host("Tensor::to_vector");
   std::vector<T> out((size_t)numel());
   for (int64_t i = 0; i < numel(); ++i) out[(size_t)i] = (T)at(i);
   return out;

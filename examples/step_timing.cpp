@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
   int64_t T = cfg.context;
   Tensor x = Tensor::empty({B, T}, DType::I64), y = Tensor::empty({B, T}, DType::I64);
   for (int64_t i = 0; i < B * T; ++i) {
-    x.data<int64_t>()[i] = (int64_t)rng.below(256);
-    y.data<int64_t>()[i] = (int64_t)rng.below(256);
+    x.host<int64_t>()[i] = (int64_t)rng.below(256);
+    y.host<int64_t>()[i] = (int64_t)rng.below(256);
   }
   const int steps = 6, warm = 2;
   for (int it = 0; it < steps; ++it) {

@@ -3,16 +3,14 @@
 //   q, k, v                                   // [B, H, T, Dh]  (head h = cols h*Dh..)
 //   rotate (rotary encodings), logits = scale q k^T + bias   // [B, H, T, S]
 //   causal mask, softmax, o = p v (+ value terms)            // [B, H, T, Dh]
-//     (one fused op, autograd/ops_attention.h, when the encoding keeps the default logits and
-//      output and dropout is off; CTXLAB_FUSED_ATTENTION=0 or set_fused_attention(false): never)
+//     (one fused op, autograd/ops_attention.h, when the backend has Fused::Attention, the
+//      encoding keeps the default logits and output and dropout is off;
+//      CTXLAB_FUSED_ATTENTION=0 or set_fused_attention(false): never)
 //   out = merge_heads(o) Wp^T + bp            // [B, T, D]
 #include "nn/attention.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "autograd/ops_heads.h"
 #include "core/switch.h"
@@ -60,7 +58,7 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   pe_->rotate(st);
   Variable o;                                                           // [B, H, T, Dh]
   const bool drop = rng && dropout_ > 0 && is_training();
-  if (!drop && fused_attention_enabled() && st.q.device() == Device::CPU)
+  if (!drop && fused_attention_enabled() && backend_of(st.q.data()).has(Fused::Attention))
     o = pe_->fused_attention(st, window_);  // undefined when the encoding cannot take it
   if (!o.defined()) {
     Variable s = pe_->logits(st);                                       // [B, H, T, S]

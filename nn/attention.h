@@ -22,6 +22,11 @@ class Attention : public Module {
   void set_window(int64_t w) { window_ = w; }
   int64_t window() const { return window_; }
 
+ protected:
+  void move_state(Device dev) override {  // the segment memory follows the parameters
+    if (mem_.defined() && mem_.device() != dev) mem_ = mem_.to(dev);
+  }
+
  private:
   mutable Tensor mem_;
   int64_t window_ = 0;

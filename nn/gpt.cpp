@@ -2,6 +2,7 @@
 #include "nn/gpt.h"
 
 #include "autograd/profiler.h"
+#include "core/device_table.h"  // to_device_like, to_host
 
 #include <cmath>
 
@@ -68,8 +69,9 @@ void GPT::check_tokens(const Tensor& tokens, const std::string& what) const {
             ": tokens must be [B, T] with B >= 1 and T >= 1, got ", tokens.str());
   CTX_CHECK(tokens.dtype() == DType::I32 || tokens.dtype() == DType::I64, what,
             ": tokens must be i32 or i64, got ", tokens.str());
-  for (int64_t i = 0; i < tokens.numel(); ++i) {
-    double id = tokens.at(i);
+  const Tensor host = to_host(tokens);  // a small copy when the tokens are on a device
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    double id = host.at(i);
     CTX_CHECK(id >= 0 && id < cfg.vocab_size, what, ": token id ", (int64_t)id, " at [",
               i / tokens.size(1), ", ", i % tokens.size(1), "] is out of range for vocab_size ",
               cfg.vocab_size);
@@ -96,8 +98,10 @@ void GPT::set_attention_window(int64_t w) {
   for (auto& b : blocks) b->attn->set_window(w);
 }
 
-Variable GPT::forward(const Tensor& tokens, int64_t pos0, bool use_memory) {
-  check_tokens(tokens, "forward");
+Variable GPT::forward(const Tensor& tokens_in, int64_t pos0, bool use_memory) {
+  check_tokens(tokens_in, "forward");
+  // host tokens (the usual case: they come from the data loader) move to the model's device
+  const Tensor tokens = tokens_in.device() == Device::CPU ? to_device_like(tokens_in, wte->weight.data()) : tokens_in;
   if (prof::enabled()) prof::mark();
   if (!use_memory) reset_memory();
   const int64_t B = tokens.size(0), T = tokens.size(1);
@@ -121,7 +125,8 @@ Variable GPT::loss(const Tensor& inputs, const Tensor& targets, bool use_memory)
   check_tokens(targets, "loss targets");
   Variable logits = forward(inputs, 0, use_memory);
   const int64_t N = inputs.numel();
-  return cross_entropy(reshape(logits, {N, cfg.vocab_size}), targets.view({N}));
+  const Tensor tg = targets.device() == Device::CPU ? to_device_like(targets, logits.data()) : targets;
+  return cross_entropy(reshape(logits, {N, cfg.vocab_size}), tg.view({N}));
 }
 
 }  // namespace ctx::nn

@@ -1,6 +1,8 @@
 // nn/module.cpp — Module (see module.h).
 #include "nn/module.h"
 
+#include <unordered_set>
+
 namespace ctx::nn {
 
 Variable Module::register_parameter(const std::string& name, Tensor value, bool requires_grad) {
@@ -28,6 +30,23 @@ std::vector<Variable> Module::parameters() const {
 
 void Module::zero_grad() {
   for (auto& p : named_parameters()) p.second.zero_grad();
+}
+
+void Module::to(Device dev) {
+  std::unordered_set<const VarImpl*> seen;
+  for (auto& np : named_parameters()) {
+    VarImpl& v = *np.second.impl();
+    if (!seen.insert(&v).second) continue;
+    if (v.data.defined() && v.data.device() != dev) v.data = v.data.to(dev);
+    if (v.grad.defined() && v.grad.device() != dev) v.grad = v.grad.to(dev);
+    if (v.grad_slot.defined() && v.grad_slot.device() != dev) v.grad_slot = Tensor();  // an optimizer's slot
+  }
+  move_state_tree(dev);
+}
+
+void Module::move_state_tree(Device dev) {
+  move_state(dev);
+  for (auto& c : children_) c.second->move_state_tree(dev);
 }
 
 void Module::train(bool on) {

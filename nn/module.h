@@ -1,6 +1,6 @@
 // nn/module.h — Module: named parameters (registration order), child modules, train/eval.
 // Mirrors libtorch: register_parameter / register_module, named_parameters() with dotted
-// names ("blocks.0.attn.qkv.weight"), zero_grad(), train()/eval().
+// names ("blocks.0.attn.qkv.weight"), zero_grad(), train()/eval(), to(device).
 #pragma once
 #include <memory>
 #include <string>
@@ -30,8 +30,18 @@ class Module {
   virtual void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // Moves every parameter of the tree to `dev` (its data, and its gradient when defined; each
+  // Variable once, so tied weights stay tied; names and order kept), then each module's other
+  // state (move_state). Parameters already on `dev` are not copied. Build optimizers after the
+  // move: they hold the parameters' tensors.
+  void to(Device dev);
 
  protected:
+  // Moves state that is not a parameter (e.g. Attention's segment memory) to `dev`; called once
+  // for every module of the tree by to().
+  virtual void move_state(Device dev) { (void)dev; }
+  void move_state_tree(Device dev);
+
   NamedParams params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;

@@ -3,6 +3,7 @@
 // (fixed, interleaved sin/cos).
 #include <cmath>
 
+#include "core/device_table.h"  // to_device_like
 #include "core/rng.h"
 #include "posenc/posenc.h"
 
@@ -44,19 +45,21 @@ class Learned final : public PositionalEncoding {
     const int64_t T = x.size(1);
     check_length(pos0 + T);
     Tensor idx = Tensor::empty({T}, DType::I64);
-    int64_t* ip = idx.data<int64_t>();
+    int64_t* ip = idx.host<int64_t>();
     if (pos0 + T <= L_) {
       for (int64_t t = 0; t < T; ++t) ip[t] = pos0 + t;
-      return add_table(x, index_select(wpe_, 0, idx));
+      return add_table(x, index_select(wpe_, 0, to_device_like(idx, wpe_.data())));
     }
     // Hierarchical: u = (wpe - a wpe[0]) / (1 - a); p[q L + r] = a u[q] + (1 - a) u[r]
     const double a = 0.4;
     Variable u = scale(sub(wpe_, scale(slice(wpe_, 0, 0, 1), a)), 1.0 / (1.0 - a));
     Tensor qi = Tensor::empty({T}, DType::I64), ri = Tensor::empty({T}, DType::I64);
     for (int64_t t = 0; t < T; ++t) {
-      qi.data<int64_t>()[t] = (pos0 + t) / L_;
-      ri.data<int64_t>()[t] = (pos0 + t) % L_;
+      qi.host<int64_t>()[t] = (pos0 + t) / L_;
+      ri.host<int64_t>()[t] = (pos0 + t) % L_;
     }
+    qi = to_device_like(qi, wpe_.data());
+    ri = to_device_like(ri, wpe_.data());
     Variable p = add(scale(index_select(u, 0, qi), a), scale(index_select(u, 0, ri), 1.0 - a));
     return add_table(x, p);
   }
@@ -77,7 +80,7 @@ class Sinusoidal final : public PositionalEncoding {
     const int64_t T = x.size(1);
     // PE[t, 2k] = sin(t w_k), PE[t, 2k+1] = cos(t w_k), w_k = 10000^(-2k/D), in float32
     Tensor pe = Tensor::empty({T, D_}, DType::F32);
-    float* p = pe.data<float>();
+    float* p = pe.host<float>();
     for (int64_t t = 0; t < T; ++t)
       for (int64_t k = 0; 2 * k < D_; ++k) {
         float w = std::pow(10000.0f, -(float)(2 * k) / (float)D_);
@@ -85,7 +88,7 @@ class Sinusoidal final : public PositionalEncoding {
         p[t * D_ + 2 * k] = std::sin(ang);
         if (2 * k + 1 < D_) p[t * D_ + 2 * k + 1] = std::cos(ang);
       }
-    Tensor table = x.dtype() == DType::F32 ? pe : pe.to(x.dtype());
+    Tensor table = to_device_like(x.dtype() == DType::F32 ? pe : pe.to(x.dtype()), x.data());
     return add_table(x, Variable(table, false));
   }
 

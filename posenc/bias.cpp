@@ -5,6 +5,7 @@
 // their scatter-add backward for free.
 #include <cmath>
 
+#include "core/device_table.h"  // to_device_like
 #include "core/rng.h"
 #include "posenc/posenc.h"
 
@@ -41,11 +42,10 @@ namespace {
 Variable distance_bias(const Variable& table, const AttnState& st) {
   const int64_t H = table.size(0);
   Tensor idx = Tensor::empty({st.T * st.S}, DType::I64);
-  int64_t* ip = idx.data<int64_t>();
+  int64_t* ip = idx.host<int64_t>();
   for (int64_t i = 0; i < st.T; ++i)
     for (int64_t j = 0; j < st.S; ++j) ip[i * st.S + j] = std::max<int64_t>(st.q_pos0 + i - j, 0);
-  if (table.device() != Device::CPU) idx = idx.to(table.device());
-  return reshape(index_select(table, 1, idx), {1, H, st.T, st.S});
+  return reshape(index_select(table, 1, to_device_like(idx, table.data())), {1, H, st.T, st.S});
 }
 
 // Number of distances a forward reaches: 0 .. q_pos0 + T - 1.
@@ -54,10 +54,9 @@ int64_t n_distances(const AttnState& st) { return std::max<int64_t>(st.q_pos0 + 
 // A constant [H, n] table (double values) in the model's dtype and device.
 Variable const_table(const std::vector<double>& v, int64_t H, int64_t n, const Variable& like) {
   Tensor t = Tensor::empty({H, n}, DType::F64);
-  std::copy(v.begin(), v.end(), t.data<double>());
+  std::copy(v.begin(), v.end(), t.host<double>());
   if (like.dtype() != DType::F64) t = t.to(like.dtype());
-  if (like.device() != Device::CPU) t = t.to(like.device());
-  return Variable(t, false);
+  return Variable(to_device_like(t, like.data()), false);
 }
 
 // Base of the four: bias(st) = distance_bias(table(n, st), st); fixed tables are cached per
@@ -141,9 +140,8 @@ class T5 final : public DistanceBias {
   bool fixed() const override { return false; }
   Variable table(int64_t n, const AttnState&) override {
     Tensor b = Tensor::empty({n}, DType::I64);
-    for (int64_t t = 0; t < n; ++t) b.data<int64_t>()[t] = posenc_t5_bucket(t, nb_, md_);
-    if (w_.device() != Device::CPU) b = b.to(w_.device());
-    return transpose(index_select(w_, 0, b), 0, 1);  // [n, H] -> [H, n]
+    for (int64_t t = 0; t < n; ++t) b.host<int64_t>()[t] = posenc_t5_bucket(t, nb_, md_);
+    return transpose(index_select(w_, 0, to_device_like(b, w_.data())), 0, 1);  // [n, H] -> [H, n]
   }
 
  private:
@@ -183,15 +181,15 @@ class Kerple final : public DistanceBias {
     Variable r1 = reshape(r1_, {H_, 1}), r2 = reshape(r2_, {H_, 1});
     Tensor dl = Tensor::empty({1, n}, DType::F64);
     if (!power_) {  // -r1 * ln(1 + r2 * delta)
-      for (int64_t t = 0; t < n; ++t) dl.data<double>()[t] = (double)t;
+      for (int64_t t = 0; t < n; ++t) dl.host<double>()[t] = (double)t;
       Variable delta(to_like(dl, dt, st), false);
       return neg(mul(r1, log(add_scalar(mul(r2, delta), 1.0))));
     }
     // -r1 * [delta > 0] * exp(r2 * ln(delta)), with ln(0) read as 0 so nothing is NaN
     Tensor keep = Tensor::empty({1, n}, DType::F64);
     for (int64_t t = 0; t < n; ++t) {
-      dl.data<double>()[t] = t > 0 ? std::log((double)t) : 0.0;
-      keep.data<double>()[t] = t > 0 ? 1.0 : 0.0;
+      dl.host<double>()[t] = t > 0 ? std::log((double)t) : 0.0;
+      keep.host<double>()[t] = t > 0 ? 1.0 : 0.0;
     }
     Variable lnd(to_like(dl, dt, st), false), k(to_like(keep, dt, st), false);
     return neg(mul(r1, mul(exp(mul(r2, lnd)), k)));
@@ -200,8 +198,7 @@ class Kerple final : public DistanceBias {
  private:
   static Tensor to_like(Tensor t, DType dt, const AttnState& st) {
     if (dt != DType::F64) t = t.to(dt);
-    if (st.q.device() != Device::CPU) t = t.to(st.q.device());
-    return t;
+    return to_device_like(t, st.q.data());
   }
   bool power_;
   std::shared_ptr<nn::Module> mod_;

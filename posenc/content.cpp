@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/device_table.h"  // to_device_like
 #include "core/rng.h"
 #include "posenc/posenc.h"
 
@@ -58,16 +59,19 @@ void fill_const(Variable& v, double x) { backend_of(v.data()).fill(v.data(), x);
 
 // ---- index tables ----------------------------------------------------------------------------
 
-// i32 [T, S] with idx[i, j] = fn(i, j) for query row i and key j, cached per (T, S, q_pos0):
-// every layer of one forward reuses the table.
+// i32 [T, S] with idx[i, j] = fn(i, j) for query row i and key j, on q's device, cached per
+// (T, S, q_pos0, device): every layer of one forward reuses the table. Built on the host and
+// moved once (to_device_like).
 class IndexCache {
  public:
   const Tensor& get(const AttnState& st, const std::function<int64_t(int64_t, int64_t)>& fn) {
-    if (!t_.defined() || T_ != st.T || S_ != st.S || p0_ != st.q_pos0) {
-      t_ = Tensor::empty({st.T, st.S}, DType::I32);
-      int32_t* ip = t_.data<int32_t>();
+    const Device dev = st.q.device();
+    if (!t_.defined() || T_ != st.T || S_ != st.S || p0_ != st.q_pos0 || t_.device() != dev) {
+      Tensor h = Tensor::empty({st.T, st.S}, DType::I32);
+      int32_t* ip = h.host<int32_t>();
       for (int64_t i = 0; i < st.T; ++i)
         for (int64_t j = 0; j < st.S; ++j) ip[i * st.S + j] = (int32_t)fn(i, j);
+      t_ = to_device_like(h, st.q.data());
       T_ = st.T, S_ = st.S, p0_ = st.q_pos0;
     }
     return t_;
@@ -85,9 +89,9 @@ Variable split_heads(const Variable& t, int64_t B, int64_t H) {
   return B == 1 ? h : expand(h, {B, H, R, d});
 }
 
-// A fixed float32 table converted to the model's dtype.
-Variable fixed_table(const Tensor& f32, DType dt) {
-  return Variable(dt == DType::F32 ? f32 : f32.to(dt), false);
+// A fixed float32 table (built on the host) converted to like's dtype, on like's device.
+Variable fixed_table(const Tensor& f32, const Variable& like) {
+  return Variable(to_device_like(like.dtype() == DType::F32 ? f32 : f32.to(like.dtype()), like.data()), false);
 }
 
 // ---- shaw ------------------------------------------------------------------------------------
@@ -166,7 +170,7 @@ class XL final : public PositionalEncoding {
     const int64_t B = st.B, H = st.H, Dh = st.Dh, nR = st.q_pos0 + st.T;  // distances 0..nR-1
     ScoreTerms t = PositionalEncoding::terms(st);
     t.q = add(st.q, reshape(u_, {1, H, 1, Dh}));  // content query q + u
-    Variable wr = matmul(fixed_table(sinusoids(nR), st.q.dtype()), r_net_.at(st.layer), false,
+    Variable wr = matmul(fixed_table(sinusoids(nR), st.q), r_net_.at(st.layer), false,
                          true);  // [nR, D] = R W^T
     t.rel.qrel = matmul(add(st.q, reshape(v_, {1, H, 1, Dh})), split_heads(wr, B, H), false,
                         true);  // [B, H, T, nR]
@@ -179,7 +183,7 @@ class XL final : public PositionalEncoding {
   // R [n, D] (float32): [sin(r w_0..w_{D/2-1}), cos(r w_0..)], w_k = 1 / 10000^(2k/D)
   Tensor sinusoids(int64_t n) const {
     Tensor t = Tensor::empty({n, D_}, DType::F32);
-    float* p = t.data<float>();
+    float* p = t.host<float>();
     const int64_t half = D_ / 2;
     for (int64_t k = 0; k < half; ++k) {
       const float w = 1.0f / powf(10000.0f, (float)(2 * k) / (float)D_);

@@ -24,8 +24,8 @@
 
 #include "autograd/ops.h"
 #include "autograd/ops_attention.h"
+#include "nn/config.h"
 #include "nn/module.h"
-#include "train/config.h"
 
 namespace ctx {
 

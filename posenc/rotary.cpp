@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "autograd/ops_rope.h"
+#include "core/device_table.h"  // to_device_like
 #include "posenc/posenc.h"
 
 namespace ctx {
@@ -54,16 +55,15 @@ std::vector<float> inv_freqs(float base, int64_t d) {
 std::pair<Tensor, Tensor> trig_tables(const std::vector<double>& ang, int64_t rows, int64_t h,
                                       const std::vector<double>& mul, double m, const Variable& like) {
   Tensor C = Tensor::empty({rows, h}, DType::F64), S = Tensor::empty({rows, h}, DType::F64);
-  double* c = C.data<double>();
-  double* s = S.data<double>();
+  double* c = C.host<double>();
+  double* s = S.host<double>();
   for (int64_t i = 0; i < rows * h; ++i) {
     const double f = mul.empty() ? m : mul[(size_t)i];
     c[i] = std::cos(ang[(size_t)i]) * f;
     s[i] = std::sin(ang[(size_t)i]) * f;
   }
   if (like.dtype() != DType::F64) C = C.to(like.dtype()), S = S.to(like.dtype());
-  if (like.device() != Device::CPU) C = C.to(like.device()), S = S.to(like.device());
-  return {C, S};
+  return {to_device_like(C, like.data()), to_device_like(S, like.data())};
 }
 
 // float32 angles float(pos0 + t) * theta_k as doubles: [rows, d/2]
@@ -180,9 +180,8 @@ class Rope final : public PositionalEncoding {
       Tensor f = Tensor::empty({st.T, 1}, DType::F64);
       const float lnL = std::log((float)sc_.L);
       for (int64_t t = 0; t < st.T; ++t)
-        f.data<double>()[t] = (double)std::max(1.0f, std::log((float)(st.q_pos0 + t + 1)) / lnL);
-      Tensor ft = f.to(st.q.dtype());
-      if (st.q.device() != Device::CPU) ft = ft.to(st.q.device());
+        f.host<double>()[t] = (double)std::max(1.0f, std::log((float)(st.q_pos0 + t + 1)) / lnL);
+      Tensor ft = to_device_like(f.to(st.q.dtype()), st.q.data());
       st.q = mul(st.q, Variable(ft, false));
     }
     if (is_rerope()) return;  // logits() builds both branches
@@ -235,7 +234,7 @@ class Rope final : public PositionalEncoding {
     Tensor mask = Tensor::empty({st.T, st.S}, near.dtype());
     for (int64_t i = 0; i < st.T; ++i)
       for (int64_t j = 0; j < st.S; ++j) mask.set(i * st.S + j, (p0 + i) - j < w ? 1.0 : 0.0);
-    if (near.device() != Device::CPU) mask = mask.to(near.device());
+    mask = to_device_like(mask, near.data());
     Variable s = where(mask, near, far);
     Variable b = bias(st);
     return b.defined() ? add(s, b) : s;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <set>
 
+#include "core/device_table.h"  // to_host
+#include "train/config.h"  // config_from_string
 #include "train/safetensors.h"
 
 namespace ctx {
@@ -12,7 +14,7 @@ void save_checkpoint(const std::string& path, nn::GPT& model, int64_t step,
                      const std::map<std::string, std::string>& extra) {
   std::vector<std::pair<std::string, Tensor>> ts;
   for (auto& [name, p] : model.named_parameters()) {
-    Tensor t = p.data().device() == Device::CPU ? p.data() : p.data().to(Device::CPU);
+    Tensor t = to_host(p.data());
     ts.emplace_back(name, t.dtype() == DType::F32 ? t : t.to(DType::F32));
   }
   std::map<std::string, std::string> meta = extra;

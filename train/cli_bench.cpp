@@ -248,8 +248,8 @@ int run_bench(int argc, char** argv) {
   Rng rng(seed ^ 0x9E3779B97F4A7C15ULL);
   auto batch = [&]() {
     Tensor x = Tensor::empty({B, T}, DType::I64), y = Tensor::empty({B, T}, DType::I64);
-    int64_t* xp = x.data<int64_t>();
-    int64_t* yp = y.data<int64_t>();
+    int64_t* xp = x.host<int64_t>();
+    int64_t* yp = y.host<int64_t>();
     for (int64_t b = 0; b < B; ++b) {
       int64_t prev = (int64_t)rng.below((uint64_t)V);
       for (int64_t t = 0; t < T; ++t) {

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/backend.h"  // backend(Device::CUDA) for --device cuda
+
 namespace ctx::cli {
 
 void add_config_options(cxxopts::Options& o) {
@@ -64,11 +66,23 @@ void require(const cxxopts::ParseResult& r, const char* name, const cxxopts::Opt
   CTX_CHECK(r.count(name), "missing required option --", name, " (see --help)");
 }
 
+Device device_from_option(const std::string& s) {
+  if (s == "cpu") return Device::CPU;
+  CTX_CHECK(s == "cuda", "--device must be cpu or cuda, got ", quoted_str(s));
+#ifndef CTXLAB_WITH_CUDA
+  throw Error("--device cuda: this build has no CUDA backend (configure with -DCTXLAB_WITH_CUDA=ON on a "
+              "machine with nvcc)");
+#else
+  backend(Device::CUDA);  // throws when the CUDA backend cannot start
+  return Device::CUDA;
+#endif
+}
+
 std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all) {
   const int64_t B = all.size(0), T1 = all.size(1), T = T1 - 1;
   Tensor in = Tensor::empty({B, T}, DType::I64), tg = Tensor::empty({B, T}, DType::I64);
-  int64_t* ip = in.data<int64_t>();
-  int64_t* tp = tg.data<int64_t>();
+  int64_t* ip = in.host<int64_t>();
+  int64_t* tp = tg.host<int64_t>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       ip[b * T + t] = (int64_t)all.at(b * T1 + t);

@@ -1,5 +1,5 @@
 // train/cli_common.h — option helpers shared by the CLI verbs: --config/--preset/--posenc,
-// parse-or-print-help, required options, and splitting a [B, T+1] token batch.
+// parse-or-print-help, required options, --device, and splitting a [B, T+1] token batch.
 #pragma once
 #include <optional>
 #include <string>
@@ -24,6 +24,9 @@ void require(const cxxopts::ParseResult& r, const char* name, const cxxopts::Opt
 // warmup, weight-decay, beta1, beta2, grad-clip, seed, out, log/eval/ckpt intervals, eval-batches,
 // no-plot, quiet), read into `opt`; each verb sets the rest (context, optimizer, min-lr, ...).
 void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt);
+// --device cpu|cuda: the device named; throws one line when it is not "cpu" or "cuda", or when
+// this build has no CUDA backend.
+Device device_from_option(const std::string& s);
 // all [B, T+1] -> (inputs [B, T], targets [B, T])
 std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all);
 

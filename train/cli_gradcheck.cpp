@@ -79,7 +79,7 @@ std::vector<std::string> take_params(int& argc, char** argv) {
 
 Tensor random_tokens(int64_t B, int64_t T, int64_t V, Rng& rng) {
   Tensor t = Tensor::empty({B, T}, DType::I64);
-  for (int64_t i = 0; i < B * T; ++i) t.data<int64_t>()[i] = (int64_t)rng.below((uint64_t)V);
+  for (int64_t i = 0; i < B * T; ++i) t.host<int64_t>()[i] = (int64_t)rng.below((uint64_t)V);
   return t;
 }
 

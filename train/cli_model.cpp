@@ -5,6 +5,7 @@
 
 #include <cxxopts.hpp>
 
+#include "core/device_table.h"  // to_host
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/cli_common.h"
@@ -43,6 +44,7 @@ int run_grads(int argc, char** argv) {
       "tokens", "token batch (.npy, [B, T+1])", cxxopts::value<std::string>())(
       "out", "gradients to write (.safetensors)", cxxopts::value<std::string>())(
       "dtype", "compute dtype: f32 or f64", cxxopts::value<std::string>()->default_value("f32"))(
+      "device", "cpu | cuda: where the forward / backward run", cxxopts::value<std::string>()->default_value("cpu"))(
       "h,help", "this help");
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
@@ -52,9 +54,11 @@ int run_grads(int argc, char** argv) {
   std::string dts = (*r)["dtype"].as<std::string>();
   CTX_CHECK(dts == "f32" || dts == "f64", "--dtype must be f32 or f64, got '", dts, "'");
   DType dt = dts == "f32" ? DType::F32 : DType::F64;
+  const Device dev = device_from_option((*r)["device"].as<std::string>());
   std::string tok_path = (*r)["tokens"].as<std::string>();
   LoadedModel lm = load_checkpoint((*r)["checkpoint"].as<std::string>(), dt);
   nn::GPT& model = *lm.model;
+  model.to(dev);
   model.eval();
   Tensor all = load_npy(tok_path);
   CTX_CHECK(all.dtype() == DType::I32 || all.dtype() == DType::I64, tok_path,
@@ -68,7 +72,7 @@ int run_grads(int argc, char** argv) {
     throw Error(str(tok_path, ": token array has shape ", shape_str(all.shape()), ": ", e.what()));
   }
   auto [inputs, targets] = split_inputs_targets(all);
-  Variable loss = model.loss(inputs, targets);
+  Variable loss = model.loss(inputs.to(dev), targets.to(dev));
   loss.backward();
   std::vector<std::pair<std::string, Tensor>> grads;
   for (auto& [name, p] : model.named_parameters()) {
@@ -76,7 +80,7 @@ int run_grads(int argc, char** argv) {
     grads.emplace_back(name, g.dtype() == DType::F32 ? g : g.to(DType::F32));
   }
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", loss.data().item());
+  std::snprintf(buf, sizeof buf, "%.9g", to_host(loss.data()).item());
   std::string out = (*r)["out"].as<std::string>();
   save_safetensors(out, grads, {{"loss", buf}});
   std::printf("loss %s; wrote %zu gradient tensors to %s\n", buf, grads.size(), out.c_str());

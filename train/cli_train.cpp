@@ -55,10 +55,12 @@ int run_train(int argc, char** argv) {
       "resume", "continue the run saved in this directory", cxxopts::value<std::string>())(
       "stop-after", "stop (with a checkpoint) after this many steps, as an interruption would",
       cxxopts::value<int64_t>()->default_value("-1"))(
+      "device", "cpu | cuda: where the model trains", cxxopts::value<std::string>()->default_value("cpu"))(
       "h,help", "this help");
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   const auto& a = *r;
+  const Device dev = device_from_option(a["device"].as<std::string>());
 
   if (a.count("resume")) {
     std::string dir = a["resume"].as<std::string>();
@@ -91,6 +93,7 @@ int run_train(int argc, char** argv) {
     CTX_CHECK(lm.step < opt.steps, mp, ": run already finished (step ", lm.step, " of ", opt.steps,
               "); pass --steps N to extend it");
     std::printf("resume: %s at step %lld of %lld\n", dir.c_str(), (long long)lm.step, (long long)opt.steps);
+    lm.model->to(dev);
     train(*lm.model, opt, lm.step, dir, a["stop-after"].as<int64_t>());
     return 0;
   }
@@ -105,6 +108,7 @@ int run_train(int argc, char** argv) {
 
   nn::GPT model(cfg, DType::F32, source);
   model.init_weights(opt.seed);
+  model.to(dev);  // after the host-side init
   int64_t nparams = 0;
   for (auto& p : model.named_parameters()) nparams += p.second.data().numel();
   if (!opt.quiet)

@@ -32,8 +32,8 @@ std::pair<Tensor, Tensor> BatchSampler::next(int64_t B, int64_t T) {
   const int64_t n = (int64_t)tokens_->size();
   CTX_CHECK(n > T + 1, "data: ", n, " tokens cannot hold a window of ", T + 1);
   Tensor x = Tensor::empty({B, T}, DType::I64), y = Tensor::empty({B, T}, DType::I64);
-  int64_t* xp = x.data<int64_t>();
-  int64_t* yp = y.data<int64_t>();
+  int64_t* xp = x.host<int64_t>();
+  int64_t* yp = y.host<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
     int64_t s = (int64_t)rng_.below((uint64_t)(n - T - 1));
     for (int64_t t = 0; t < T; ++t) {
@@ -58,8 +58,8 @@ std::pair<Tensor, Tensor> SegmentSampler::get(int64_t n, bool* starts_over) cons
   const int64_t k = n % segs_;
   if (starts_over) *starts_over = k == 0;
   Tensor x = Tensor::empty({B_, T_}, DType::I64), y = Tensor::empty({B_, T_}, DType::I64);
-  int64_t* xp = x.data<int64_t>();
-  int64_t* yp = y.data<int64_t>();
+  int64_t* xp = x.host<int64_t>();
+  int64_t* yp = y.host<int64_t>();
   for (int64_t b = 0; b < B_; ++b) {
     const int32_t* s = tokens_->data() + b * len_ + k * T_;
     for (int64_t t = 0; t < T_; ++t) {
@@ -73,8 +73,8 @@ std::pair<Tensor, Tensor> SegmentSampler::get(int64_t n, bool* starts_over) cons
 std::pair<Tensor, Tensor> sequential_batch(const std::vector<int32_t>& tokens, int64_t first_window,
                                            int64_t B, int64_t T) {
   Tensor x = Tensor::empty({B, T}, DType::I64), y = Tensor::empty({B, T}, DType::I64);
-  int64_t* xp = x.data<int64_t>();
-  int64_t* yp = y.data<int64_t>();
+  int64_t* xp = x.host<int64_t>();
+  int64_t* yp = y.host<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
     int64_t s = (first_window + b) * T;
     CTX_CHECK(s + T + 1 <= (int64_t)tokens.size(), "data: window ", first_window + b, " of ", T,

@@ -61,8 +61,8 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
       auto run = [&](int64_t rows_per_window, int64_t len, auto offset_of) {
         const int64_t n = b * rows_per_window;
         Tensor in = Tensor::empty({n, len}, DType::I64), tg = Tensor::empty({n, len}, DType::I64);
-        int64_t* ip = in.data<int64_t>();
-        int64_t* tp = tg.data<int64_t>();
+        int64_t* ip = in.host<int64_t>();
+        int64_t* tp = tg.host<int64_t>();
         for (int64_t i = 0; i < b; ++i)
           for (int64_t c = 0; c < rows_per_window; ++c) {
             const int32_t* src = tokens.data() + (w0 + i) * (length + 1) + offset_of(c);

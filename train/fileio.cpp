@@ -85,34 +85,6 @@ std::string read_file(const std::string& path, const std::string& what) {
   return out;
 }
 
-std::string quoted_str(const std::string& s, size_t max_len) {
-  static const char* hex = "0123456789abcdef";
-  std::string out = "'";
-  size_t n = 0;
-  for (unsigned char c : s) {
-    if (n++ == max_len) {
-      out += "...";
-      break;
-    }
-    if (c == '\\' || c == '\'') {
-      out += '\\';
-      out += (char)c;
-    } else if (c >= 0x20 && c < 0x7f) {
-      out += (char)c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  out += "'";
-  return out;
-}
-
 std::string json_error_text(const std::exception& e) {
   std::string m = e.what();
   if (!m.empty() && m[0] == '[') {

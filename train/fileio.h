@@ -30,9 +30,7 @@ void write_file_atomic(const std::string& path, const std::vector<ByteSpan>& par
 // Reads a whole regular file. Errors (missing, a directory, unreadable) name `what` and `path`.
 std::string read_file(const std::string& path, const std::string& what);
 
-// `s` quoted for an error message: printable ASCII kept, everything else escaped (\n, \xNN), and
-// cut after `max_len` characters, so that a malicious name cannot break the one-line message.
-std::string quoted_str(const std::string& s, size_t max_len = 120);
+// quoted_str (quoting untrusted strings for messages) is in core/error.h.
 
 // `s` cut to `max_len` characters (with "..."), for shapes and values echoed in messages.
 inline std::string brief(const std::string& s, size_t max_len = 100) {

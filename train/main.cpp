@@ -7,6 +7,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "core/settings.h"
 #include "train/cli.h"
 
 namespace {
@@ -27,9 +28,9 @@ void print_help() {
       "  ctxlab eval --checkpoint runs/small/model.safetensors --lengths 256,512,1024\n"
       "  ctxlab sample --checkpoint runs/small/model.safetensors --prompt \"It is a truth\"\n"
       "\n"
-      "environment:\n"
-      "  CTXLAB_THREADS   threads for OpenMP / oneDNN (default: cores available)\n"
-      "  CTXLAB_GEMM      onednn | openblas | reference (default: onednn, measured faster)\n");
+      "environment (docs/settings.md):\n"
+      "%s",
+      ctx::settings_help().c_str());
 }
 
 // libgomp reads its wait policy when it loads, before main. Its default (spin ~300k
@@ -37,7 +38,7 @@ void print_help() {
 // two cores, so unless the user chose a policy we restart once with OMP_WAIT_POLICY=PASSIVE
 // (PyTorch's best setting here too). See docs/threading.md.
 void ensure_thread_env(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT") || std::getenv("CTXLAB_NO_REEXEC"))
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT") || ctx::setting_env("CTXLAB_NO_REEXEC"))
     return;
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   setenv("CTXLAB_NO_REEXEC", "1", 1);

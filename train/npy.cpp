@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/device_table.h"  // to_host
 #include "train/fileio.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "npy I/O assumes a little-endian host");
@@ -259,7 +260,7 @@ std::string npy_header(const Tensor& t) {
 
 void save_npy(const std::string& path, const Tensor& t) {
   CTX_CHECK(t.defined(), "save_npy ", path, ": tensor is undefined");
-  Tensor h = t.device() == Device::CPU ? t : t.to(Device::CPU);
+  Tensor h = to_host(t);
   const std::string header = npy_header(h);
   write_file_atomic(path, {{header.data(), header.size()}, {h.raw(), h.nbytes()}}, "npy");
 }

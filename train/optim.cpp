@@ -5,11 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
 
 #include "core/backend.h"
+#include "core/device_table.h"  // to_host
 
 namespace ctx {
 
@@ -33,7 +31,11 @@ bool FlatParams::supported(const nn::NamedParams& params, std::string* why) {
   const DType dt = params[0].second.dtype();
   for (auto& [name, p] : params) {
     if (!p.defined() || !p.data().defined()) return no("parameter '" + name + "' is undefined");
-    if (p.device() != Device::CPU) return no("parameter '" + name + "' is not on the CPU");
+    if (p.device() != params[0].second.device())
+      return no("parameter '" + name + "' is on " + device_name(p.device()) + ", the first on " +
+                device_name(params[0].second.device()));
+    if (!backend_of(p.data()).has(Fused::FlatAdamW))
+      return no("backend " + backend_of(p.data()).name() + " has no flat AdamW");
     if (!is_float(p.dtype()) || p.dtype() != dt)
       return no("parameter '" + name + "' is " + p.data().str() + ", not " + dtype_name(dt));
     if (!seen.insert(p.impl().get()).second) return no("parameter '" + name + "' is listed twice");
@@ -45,13 +47,14 @@ FlatParams::FlatParams(const nn::NamedParams& params) {
   std::string why;
   CTX_CHECK(supported(params, &why), "FlatParams: ", why);
   dtype = params[0].second.dtype();
+  device = params[0].second.device();
   const int64_t align = 64 / (int64_t)dtype_size(dtype);  // elements per 64 bytes
   for (auto& [name, p] : params) {
     ranges.push_back({name, p.impl(), total, p.data().numel()});
     total += (p.data().numel() + align - 1) / align * align;
   }
-  values = Tensor::zeros({total}, dtype);
-  grads = Tensor::zeros({total}, dtype);
+  values = Tensor::zeros({total}, dtype, device);
+  grads = Tensor::zeros({total}, dtype, device);
   for (size_t i = 0; i < ranges.size(); ++i) {
     VarImpl& v = *ranges[i].var;
     Tensor view = range_of(values, i);
@@ -90,7 +93,7 @@ void FlatParams::sync() {
     VarImpl& v = *ranges[i].var;
     if (!is_view(i)) {
       CTX_CHECK(v.data.defined() && v.data.numel() == ranges[i].numel && v.data.dtype() == dtype &&
-                    v.data.device() == Device::CPU,
+                    v.data.device() == device,
                 "optimizer: parameter '", ranges[i].name, "' was replaced by ", v.data.str(),
                 ", which does not fit its ", dtype_name(dtype), " range of ", ranges[i].numel,
                 " elements");
@@ -125,8 +128,9 @@ AdamW::AdamW(const nn::NamedParams& params, const AdamWOptions& opt) : Optimizer
   for (auto& [name, p] : params_) decay_.push_back(default_decays(name, p.data()));
   if (opt.fused && FlatParams::supported(params_)) {
     flat_ = std::make_unique<FlatParams>(params_);
-    m_flat_ = Tensor::zeros({flat_->total}, flat_->dtype);
-    v_flat_ = Tensor::zeros({flat_->total}, flat_->dtype);
+    m_flat_ = Tensor::zeros({flat_->total}, flat_->dtype, flat_->device);
+    v_flat_ = Tensor::zeros({flat_->total}, flat_->dtype, flat_->device);
+    norm_sq_ = Tensor::zeros({1}, DType::F64, flat_->device);
     for (size_t i = 0; i < params_.size(); ++i) {
       m_.push_back(flat_->range_of(m_flat_, i));
       v_.push_back(flat_->range_of(v_flat_, i));
@@ -135,7 +139,6 @@ AdamW::AdamW(const nn::NamedParams& params, const AdamWOptions& opt) : Optimizer
     // At most one chunk per kChunk elements plus one per parameter boundary.
     const size_t cap = (size_t)(flat_->total / kChunk) + params_.size() + 1;
     chunks_.reserve(cap);
-    partial_.assign(cap, 0.0);
   } else {
     for (auto& [name, p] : params_) {
       m_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
@@ -148,7 +151,7 @@ AdamW::AdamW(const nn::NamedParams& params, const AdamWOptions& opt) : Optimizer
 void AdamW::step(double lr) {
   if (flat_) {
     prepare_fused();
-    fused_update(lr, 1.0);
+    fused_update(lr, 1.0, Tensor(), 0.0);
     return;
   }
   ++steps;
@@ -160,16 +163,15 @@ void AdamW::step(double lr) {
   }
 }
 
-// Fast: the grad norm over the flat gradient buffer, then one pass that reads each gradient
-// scaled by the clip factor (as clip_grad_norm's in-place scale would have left it).
+// Fast: the squared grad norm over the flat gradient buffer (left on the device), then one pass
+// that reads each gradient scaled by the clip factor computed from it (as clip_grad_norm's
+// in-place scale would have left it). The norm is read back only to be returned.
 double AdamW::clip_and_step(double lr, double max_norm) {
   if (!flat_) return Optimizer::clip_and_step(lr, max_norm);
   prepare_fused();
-  const double norm = std::sqrt(fused_grad_sq_sum());
-  double scale = 1.0;
-  if (max_norm > 0 && norm > max_norm) scale = max_norm / (norm + 1e-6);  // as clip_grad_norm
-  fused_update(lr, scale);
-  return norm;
+  backend_of(flat_->grads).sum_squares(flat_->grads, chunks_, norm_sq_);
+  fused_update(lr, 1.0, norm_sq_, max_norm);
+  return std::sqrt(to_host(norm_sq_).item());
 }
 
 void AdamW::step_scaled(double lr, double grad_scale) {
@@ -182,7 +184,7 @@ void AdamW::step_scaled(double lr, double grad_scale) {
     return;
   }
   prepare_fused();
-  fused_update(lr, grad_scale);
+  fused_update(lr, grad_scale, Tensor(), 0.0);
 }
 
 void AdamW::prepare_fused() {
@@ -196,6 +198,7 @@ void AdamW::prepare_fused() {
   if (same) return;
   // Contiguous runs of parameters with a gradient and the same decay setting, cut into pieces of
   // at most kChunk elements. A run takes the padding after each parameter (zero everywhere).
+  const size_t cap = chunks_.capacity();
   chunks_.clear();
   const auto& R = flat_->ranges;
   size_t i = 0;
@@ -207,111 +210,23 @@ void AdamW::prepare_fused() {
     for (int64_t b = begin; b < end; b += kChunk) chunks_.push_back({b, std::min(end, b + kChunk), (bool)decay_[i]});
     i = j;
   }
-  CTX_CHECK(chunks_.size() <= partial_.size(), "AdamW: chunk capacity exceeded");
+  CTX_CHECK(chunks_.capacity() == cap, "AdamW: chunk capacity exceeded (the list was reallocated)");
   chunks_valid_ = true;
 }
 
-template <class T>
-static double grad_sq_sum(const T* g, const std::vector<AdamW::Chunk>& chunks, double* partial) {
-  const int64_t nc = (int64_t)chunks.size();
-#pragma omp parallel for schedule(static) if (nc > 4)
-  for (int64_t c = 0; c < nc; ++c) {
-    double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = chunks[c].begin; i < chunks[c].end; ++i) s += (double)g[i] * (double)g[i];
-    partial[c] = s;
-  }
-  double total = 0;  // fixed order: the same sum for any thread count
-  for (int64_t c = 0; c < nc; ++c) total += partial[c];
-  return total;
-}
-
-double AdamW::fused_grad_sq_sum() {
-  if (flat_->dtype == DType::F32)
-    return grad_sq_sum(flat_->grads.data<float>(), chunks_, partial_.data());
-  return grad_sq_sum(flat_->grads.data<double>(), chunks_, partial_.data());
-}
-
-// y = sqrt(x), correctly rounded like std::sqrt, with vector instructions where the build has
-// them: std::sqrt's errno branch keeps GCC from vectorizing any loop that calls it.
-static void sqrt_n(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  // maskz with a full mask: the same instruction; the unmasked intrinsic trips GCC 12's
-  // -Wmaybe-uninitialized inside its own header (_mm512_undefined_ps)
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_maskz_sqrt_ps(0xFFFF, _mm512_loadu_ps(x + i)));
-#elif defined(__AVX__)
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
-#elif defined(__SSE2__)
-  for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
-#endif
-  for (; i < n; ++i) y[i] = std::sqrt(x[i]);
-}
-static void sqrt_n(const double* x, double* y, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  for (; i + 8 <= n; i += 8) _mm512_storeu_pd(y + i, _mm512_maskz_sqrt_pd(0xFF, _mm512_loadu_pd(x + i)));
-#elif defined(__AVX__)
-  for (; i + 4 <= n; i += 4) _mm256_storeu_pd(y + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
-#elif defined(__SSE2__)
-  for (; i + 2 <= n; i += 2) _mm_storeu_pd(y + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
-#endif
-  for (; i < n; ++i) y[i] = std::sqrt(x[i]);
-}
-
-// The element update of ref::adamw (core/cpu/ref_kernels.h), each expression written the same way
-// so that both compile to the same arithmetic, split around the square root into two loops that
-// vectorize (per block of kBlock elements, in L1); gscale is clip_grad_norm's factor, applied as
-// its in-place Scale would (gscale * g, rounded to T).
-template <class T>
-static void adamw_range(T* p, const T* g, T* m, T* v, int64_t begin, int64_t end, T gs, T decay, T tb1, T tb2,
-                        T bc2_sqrt, T teps, T step_size) {
-  constexpr int64_t kBlock = 1024;
-  T root[kBlock];
-  for (int64_t b = begin; b < end; b += kBlock) {
-    const int64_t e = std::min(end, b + kBlock);
-    for (int64_t i = b; i < e; ++i) {
-      T gi = gs * g[i];
-      m[i] = tb1 * m[i] + (T(1) - tb1) * gi;
-      v[i] = tb2 * v[i] + (T(1) - tb2) * gi * gi;
-    }
-    sqrt_n(v + b, root, e - b);
-    for (int64_t i = b; i < e; ++i) {
-      T denom = root[i - b] / bc2_sqrt + teps;
-      p[i] *= decay;
-      p[i] -= step_size * m[i] / denom;
-    }
-  }
-}
-
-// Constants as ref::adamw computes them (a parameter without decay gets wd = 0).
-template <class T>
-static void adamw_flat(T* p, const T* g, T* m, T* v, const std::vector<AdamW::Chunk>& chunks, double lr,
-                       double b1, double b2, double eps, double wd, int64_t step, double gscale) {
-  const double bc1 = 1.0 - std::pow(b1, (double)step);
-  const double bc2 = 1.0 - std::pow(b2, (double)step);
-  const T step_size = (T)(lr / bc1);
-  const T bc2_sqrt = (T)std::sqrt(bc2);
-  const T decay_on = (T)(1.0 - lr * wd), decay_off = (T)(1.0 - lr * 0.0);
-  const T tb1 = (T)b1, tb2 = (T)b2, teps = (T)eps;
-  const T gs = (T)gscale;
-  const int64_t nc = (int64_t)chunks.size();
-#pragma omp parallel for schedule(static) if (nc > 4)
-  for (int64_t c = 0; c < nc; ++c)
-    adamw_range(p, g, m, v, chunks[c].begin, chunks[c].end, gs, chunks[c].decay ? decay_on : decay_off, tb1, tb2,
-                bc2_sqrt, teps, step_size);
-}
-
-void AdamW::fused_update(double lr, double grad_scale) {
+void AdamW::fused_update(double lr, double grad_scale, const Tensor& norm_sq, double max_norm) {
   ++steps;
+  AdamWHyper h;
+  h.lr = lr;
+  h.beta1 = opt_.beta1;
+  h.beta2 = opt_.beta2;
+  h.eps = opt_.eps;
+  h.weight_decay = opt_.weight_decay;
+  h.step = steps;
+  h.grad_scale = grad_scale;
+  h.max_norm = max_norm;
   FlatParams& f = *flat_;
-  if (f.dtype == DType::F32)
-    adamw_flat(f.values.data<float>(), f.grads.data<float>(), m_flat_.data<float>(), v_flat_.data<float>(),
-               chunks_, lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, steps, grad_scale);
-  else
-    adamw_flat(f.values.data<double>(), f.grads.data<double>(), m_flat_.data<double>(),
-               v_flat_.data<double>(), chunks_, lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay,
-               steps, grad_scale);
+  backend_of(f.values).adamw_flat(f.values, f.grads, m_flat_, v_flat_, chunks_, h, norm_sq);
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state() {
@@ -327,7 +242,8 @@ static void load_into(Tensor& dst, const std::map<std::string, Tensor>& s, const
   CTX_CHECK(it != s.end(), source, ": optimizer state tensor '", key, "' is missing");
   CTX_CHECK(it->second.shape() == dst.shape(), source, ": optimizer state tensor '", key,
             "' has shape ", shape_str(it->second.shape()), ", expected ", shape_str(dst.shape()));
-  dst.copy_from(it->second);  // into the existing tensor: views of the flat buffers stay views
+  // into the existing tensor (views of the flat buffers stay views), on its device
+  dst.copy_from(dst.device() == it->second.device() ? it->second : to_device_like(it->second, dst));
 }
 
 void AdamW::load_state(const std::map<std::string, Tensor>& s, const std::string& source) {
@@ -395,7 +311,7 @@ double clip_grad_norm(const nn::NamedParams& params, double max_norm) {
     be.unary(UnaryOp::Square, g, sq);
     Tensor s = Tensor::empty({}, g.dtype(), g.device());
     be.reduce_sum(sq, s);
-    total += (s.device() == Device::CPU ? s : s.to(Device::CPU)).item();
+    total += to_host(s).item();
   }
   double norm = std::sqrt(total);
   if (max_norm > 0 && norm > max_norm) {

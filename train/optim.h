@@ -2,15 +2,18 @@
 // decoupled weight decay, no decay on biases / norms / embeddings by default) and SGD with
 // momentum; global grad-norm clipping. State tensors are exposed by name for checkpoints
 // (MODEL_SPEC §5: exp_avg.<param>, exp_avg_sq.<param>).
-// The fused AdamW (the default on CPU) keeps parameters, gradients and both moments in flat
-// buffers (FlatParams): every parameter and state tensor is a view into them, and a step (grad-norm
-// clip folded in) is two OpenMP loops over the buffers that allocate nothing.
+// The fused AdamW (the default where the backend has Fused::FlatAdamW) keeps parameters,
+// gradients and both moments in flat buffers (FlatParams) on the parameters' device: every
+// parameter and state tensor is a view into them, and a step (grad-norm clip folded in) is two
+// backend calls, Backend::sum_squares and Backend::adamw_flat, that allocate nothing; the norm
+// stays on the device and is read back only to be returned (logging).
 #pragma once
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "nn/module.h"
 
 namespace ctx {
@@ -29,8 +32,8 @@ struct AdamWOptions {
 // embeddings (wte, wpe, lm_head tied or not) and encoding tables are excluded by default.
 bool default_decays(const std::string& name, const Tensor& t);
 
-// One flat buffer for the values and one for the gradients of a list of parameters (CPU, one
-// float dtype, each Variable once): every parameter's data becomes a view of its range of
+// One flat buffer for the values and one for the gradients of a list of parameters (one device,
+// one float dtype, each Variable once): every parameter's data becomes a view of its range of
 // `values`, and its gradient slot (VarImpl::grad_slot) the same range of `grads`, so backward
 // lands gradients in the flat buffer (copied on the first accumulation, added after). Names,
 // order, shapes and values are unchanged. Ranges start on 64-byte boundaries; the padding
@@ -58,6 +61,7 @@ class FlatParams {
   Tensor range_of(const Tensor& flat, size_t i) const;  // range i of a flat buffer, shaped
 
   DType dtype = DType::F32;
+  Device device = Device::CPU;
   int64_t total = 0;  // elements of each flat buffer, padding included
   Tensor values, grads;
   std::vector<Range> ranges;
@@ -93,18 +97,15 @@ class AdamW final : public Optimizer {
   bool fused() const { return flat_ != nullptr; }
   const FlatParams* flat() const { return flat_.get(); }
 
-  // A piece of the flat buffers updated with one decay setting: chunks never straddle a
-  // parameter without a gradient or a change of decay, and hold at most kChunk elements.
-  struct Chunk {
-    int64_t begin, end;
-    bool decay;
-  };
+  // The flat buffers are updated in pieces (FlatChunk, core/backend.h) with one decay setting:
+  // chunks never straddle a parameter without a gradient or a change of decay, and hold at most
+  // kChunk elements.
   static constexpr int64_t kChunk = 16384;
 
  private:
   void prepare_fused();         // sync the views; rebuild chunks_ when the set of gradients changed
-  double fused_grad_sq_sum();   // sum of squared gradients over chunks_ (f64, fixed order)
-  void fused_update(double lr, double grad_scale);  // ++steps, one AdamW pass over chunks_
+  // ++steps, one AdamW pass over chunks_; norm_sq: undefined, or norm_sq_ for clipping at max_norm
+  void fused_update(double lr, double grad_scale, const Tensor& norm_sq, double max_norm);
 
   std::vector<Tensor> m_, v_;  // per parameter (views of m_flat_ / v_flat_ when fused)
   std::vector<bool> decay_;
@@ -113,8 +114,8 @@ class AdamW final : public Optimizer {
   std::unique_ptr<FlatParams> flat_;
   Tensor m_flat_, v_flat_;
   std::vector<char> active_;    // per parameter: had a gradient when chunks_ was built
-  std::vector<Chunk> chunks_;   // capacity reserved up front: rebuilding never allocates
-  std::vector<double> partial_;  // per chunk, for the grad norm
+  std::vector<FlatChunk> chunks_;  // capacity reserved up front: rebuilding never allocates
+  Tensor norm_sq_;                 // f64 [1] on the parameters' device: sum_squares' output
   bool chunks_valid_ = false;
 };
 

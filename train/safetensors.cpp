@@ -13,6 +13,7 @@
 #include <limits>
 #include <set>
 
+#include "core/device_table.h"  // to_host
 #include "train/fileio.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -202,7 +203,7 @@ Tensor materialize(const Entry& e, Read&& read) {
   if (e.type->type == FileType::F16 || e.type->type == FileType::BF16) {
     std::vector<uint16_t> tmp((size_t)e.numel);
     read(e.begin, (size_t)bytes, tmp.data());
-    float* dst = t.data<float>();
+    float* dst = t.host<float>();
     const bool half = e.type->type == FileType::F16;
     for (size_t i = 0; i < tmp.size(); ++i)
       dst[i] = half ? half_to_float(tmp[i]) : bf16_to_float(tmp[i]);
@@ -346,8 +347,7 @@ void save_safetensors(const std::string& path,
   for (const auto& nt : tensors) {
     CTX_CHECK(nt.second.defined(), "save_safetensors ", path, ": tensor ", quoted_str(nt.first),
               " is undefined");
-    host.emplace_back(nt.first, nt.second.device() == Device::CPU ? nt.second
-                                                                   : nt.second.to(Device::CPU));
+    host.emplace_back(nt.first, to_host(nt.second));
   }
   std::string header;
   try {

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "autograd/variable.h"
+#include "core/device_table.h"  // to_host
 
 namespace ctx {
 
@@ -64,13 +65,13 @@ std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, 
   for (int64_t s = 0; s < opt.max_tokens; ++s) {
     const int64_t n = std::min<int64_t>((int64_t)seq.size(), L);
     Tensor in = Tensor::empty({1, n}, DType::I64);
-    int64_t* ip = in.data<int64_t>();
+    int64_t* ip = in.host<int64_t>();
     for (int64_t t = 0; t < n; ++t) ip[t] = seq[seq.size() - (size_t)n + (size_t)t];
     Tensor logits = model.forward(in).data();  // [1, n, V]
-    if (logits.device() != Device::CPU) logits = logits.to(Device::CPU);
+    logits = to_host(logits);
     Tensor row = logits.view({n, V}).select0(n - 1);
     if (row.dtype() != DType::F32) row = row.to(DType::F32);
-    int32_t next = sample_next(row.data<float>(), V, opt.temperature, opt.top_k, rng);
+    int32_t next = sample_next(row.host<float>(), V, opt.temperature, opt.top_k, rng);
     seq.push_back(next);
     out.push_back(next);
     if (on_token) on_token(next);

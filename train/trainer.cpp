@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/device_table.h"  // to_host
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/fileio.h"
@@ -97,7 +98,7 @@ double validation_loss(nn::GPT& model, const Corpus& c, int64_t B, int64_t T, in
   double total = 0;
   for (int64_t i = 0; i < nb; ++i) {
     auto [x, y] = sequential_batch(c.val, i * B, B, T);
-    total += model.loss(x, y).data().item();
+    total += to_host(model.loss(x, y).data()).item();  // host batches move to the model's device in GPT
   }
   model.train(was);
   return total / (double)nb;
@@ -253,7 +254,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
         std::tie(x, y) = sampler.next(opt.batch, T);
       }
       Variable loss = model.loss(x, y, /*use_memory=*/segments);
-      loss_sum += loss.data().item();
+      loss_sum += to_host(loss.data()).item();
       if (opt.accum > 1) loss = scale(loss, 1.0 / (double)opt.accum);
       loss.backward();
     }

@@ -1,10 +1,12 @@
 // core/cpu/cpu_backend.cpp — the CPU implementation of core/backend.h.
 // Dispatches on dtype to the reference kernels (ref_kernels.h) and, for f32, to the fast paths
-// (GEMM through oneDNN or OpenBLAS, see gemm.h; GELU: gelu_fast.h). Validates shapes and index
-// ranges so that library code never reads out of bounds.
+// (GEMM through oneDNN or OpenBLAS, see gemm.h; GELU: gelu_fast.h; softmax and layer norm:
+// onednn_ops.h). The fused methods (has(Fused): all of them) forward to core/cpu/fused.h.
+// Validates shapes and index ranges so that library code never reads out of bounds.
 #include <cstring>
 
 #include "core/backend.h"
+#include "core/cpu/fused.h"
 #include "core/cpu/gelu_fast.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/onednn_ops.h"
@@ -497,6 +499,67 @@ class CpuBackend final : public Backend {
     CTX_DISPATCH_FLOAT(p.dtype(), "adamw",
                        ref::adamw<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
                                      lr, b1, b2, eps, wd, step));
+  }
+
+  // ---- fused methods (core/cpu/fused.h); each checks that its tensors are CPU tensors ----
+  bool has(Fused) const override { return true; }
+
+  static void check_all_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts)
+      if (t->defined())
+        CTX_CHECK(t->device() == Device::CPU, op, ": tensor ", t->str(), " is on ", device_name(t->device()),
+                  ", expected cpu");
+  }
+
+  void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) override {
+    check_all_cpu("attention_forward",
+                  {&q, &k, &v, &bias, &out, &lse, &rel.qidx, &rel.kidx, &rel.qrel, &rel.krel, &rel.vrel});
+    cpu::attention_forward(d, q, k, v, bias, out, lse, rel);
+  }
+  void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                          Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,
+                          AttnRelGrad& drel) override {
+    check_all_cpu("attention_backward", {&q, &k, &v, &bias, &out, &lse, &dout, &dq, &dk, &dv, &dbias, &rel.qidx,
+                                         &rel.kidx, &rel.qrel, &rel.krel, &rel.vrel, &drel.dqrel, &drel.dkrel,
+                                         &drel.dvrel});
+    cpu::attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
+  }
+  void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
+                   bool transpose) override {
+    check_all_cpu("rope_rotate", {&x, &C, &S, &out});
+    cpu::rope_rotate(x, C, S, out, interleaved, transpose);
+  }
+  void split_heads(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k, Tensor& v) override {
+    check_all_cpu("split_heads", {&qkv, &q, &k, &v});
+    cpu::split_heads(qkv, H, q_begin, q, k, v);
+  }
+  void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q_begin,
+                            Tensor& dqkv) override {
+    check_all_cpu("split_heads_backward", {&dq, &dk, &dv, &dqkv});
+    cpu::split_heads_backward(dq, dk, dv, H, q_begin, dqkv);
+  }
+  void merge_heads(const Tensor& o, Tensor& out) override {
+    check_all_cpu("merge_heads", {&o, &out});
+    cpu::merge_heads(o, out);
+  }
+  void merge_heads_backward(const Tensor& dout, Tensor& d_o) override {
+    check_all_cpu("merge_heads_backward", {&dout, &d_o});
+    cpu::merge_heads_backward(dout, d_o);
+  }
+  void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+    check_all_cpu("linear", {&x, &w, &b, &y});
+    cpu::linear(x, w, b, y);
+  }
+  void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) override {
+    check_all_cpu("sum_squares", {&x, &out});
+    cpu::sum_squares(x, chunks, out);
+  }
+  void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
+                  const AdamWHyper& h, const Tensor& norm_sq) override {
+    check_all_cpu("adamw_flat", {&p, &g, &m, &v, &norm_sq});
+    cpu::adamw_flat(p, g, m, v, chunks, h, norm_sq);
   }
 };
 

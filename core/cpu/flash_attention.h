@@ -2,19 +2,17 @@
 // and f64: o = softmax(scale * q k^T + bias, causal [+ window] mask) v without materialising the
 // [T, S] probabilities. The forward tiles over keys with an online softmax and keeps only o and
 // the per-row logsumexp; the backward recomputes the probabilities tile by tile from it.
-// The autograd op around these kernels is autograd/ops_attention.h.
+// Backend::attention_forward / _backward reach them through core/cpu/attention.cpp.
 #pragma once
 #include <cstdint>
 
+#include "core/backend.h"
+
 namespace ctx::cpu {
 
-// Sizes of one call. Query i (0 <= i < T) is at key position i + (S - T) (queries are the last T
-// positions) and sees key j iff j <= i + (S - T) and, when window > 0, j > i + (S - T) - window.
-struct FlashAttnDims {
-  int64_t B = 0, H = 0, T = 0, S = 0, Dh = 0;
-  int64_t window = 0;  // 0: full causal attention
-  double scale = 1.0;
-};
+// Sizes of one call (core/backend.h): query i (0 <= i < T) is at key position i + (S - T) and
+// sees key j iff j <= i + (S - T) and, when window > 0, j > i + (S - T) - window.
+using FlashAttnDims = AttnDims;
 
 // Content-position terms (shaw, xl, deberta, tupe), each optional (null: absent). Per (b, h):
 //   logit_ij = scale * (q_i . k_j + qrel[i, qidx[i, j]] + krel[j, kidx[i, j]]) + bias[i, j]

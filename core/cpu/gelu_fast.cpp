@@ -20,6 +20,7 @@
 
 #include "core/cpu/onednn_ops.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace ctx::cpu {
 
@@ -151,8 +152,8 @@ const char* gelu_fast_isa() {
 
 GeluImpl gelu_impl(bool backward) {
   static const int forced = [] {  // -1: measured policy
-    const char* e = std::getenv("CTXLAB_GELU");
-    if (!e || !*e) return -1;
+    const char* e = setting_env("CTXLAB_GELU");
+    if (!e) return -1;
     const std::string s = e;
     if (s == "reference") return (int)GeluImpl::Reference;
     if (s == "fast") return (int)GeluImpl::Fast;

@@ -17,6 +17,7 @@
 
 #include "core/cpu/gemm.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace ctx::cpu {
 
@@ -62,7 +63,7 @@ Loaded load() {
   if (handle) {
     core_choice = "none (already loaded by the process: its core type was fixed then)";
   } else {
-    const char* want = std::getenv("CTXLAB_OPENBLAS_CORETYPE");
+    const char* want = setting_env("CTXLAB_OPENBLAS_CORETYPE");
     const char* env = std::getenv("OPENBLAS_CORETYPE");
     std::optional<std::string> coretype;
     if (want && *want) {

@@ -8,6 +8,7 @@
 
 #include "core/cpu/gemm.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace ctx::cpu {
 
@@ -19,8 +20,8 @@ std::atomic<int> g_override{kNotSet};  // set_gemm_impl
 // CTXLAB_GEMM, read once; kNotSet when unset.
 int env_choice() {
   static const int c = [] {
-    const char* e = std::getenv("CTXLAB_GEMM");
-    if (!e || !*e) return kNotSet;
+    const char* e = setting_env("CTXLAB_GEMM");
+    if (!e) return kNotSet;
     try {
       return (int)gemm_impl_from_string(e);
     } catch (const Error& err) {

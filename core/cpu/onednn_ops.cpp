@@ -10,6 +10,7 @@
 
 #include "core/cpu/onednn_util.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace ctx::cpu {
 
@@ -115,9 +116,19 @@ float* scratch(std::vector<float>& v, int64_t n) {
 
 bool onednn_softmax_f32(const float* x, float* y, int64_t N, int64_t C, bool log) {
   if (N <= 0 || C <= 0) return false;
-  return run(key_of({kSoftmax, N, C, log}),
-             [&] { return dnnl::softmax_v2_forward(softmax_pd(plain({N, C}), log)); },
-             {{DNNL_ARG_SRC, {N, C}, x}, {DNNL_ARG_DST, {N, C}, y}});
+  if (!run(key_of({kSoftmax, N, C, log}),
+           [&] { return dnnl::softmax_v2_forward(softmax_pd(plain({N, C}), log)); },
+           {{DNNL_ARG_SRC, {N, C}, x}, {DNNL_ARG_DST, {N, C}, y}}))
+    return false;
+  // oneDNN gives NaN for a fully masked row (all -inf); the reference defines it as 0 (log: -inf).
+  for (int64_t n = 0; n < N; ++n) {
+    if (!std::isnan(y[n * C])) continue;
+    bool masked = true;
+    for (int64_t c = 0; c < C && masked; ++c) masked = x[n * C + c] == -INFINITY;
+    if (masked)
+      for (int64_t c = 0; c < C; ++c) y[n * C + c] = log ? -INFINITY : 0.f;
+  }
+  return true;
 }
 
 bool onednn_softmax_backward_f32(const float* y, const float* dy, float* dx, int64_t N, int64_t C,
@@ -230,8 +241,8 @@ constexpr OpPolicy kPolicy[] = {
 enum class Override { Measured, All, None };
 Override env_override() {
   static const Override o = [] {
-    const char* e = std::getenv("CTXLAB_ONEDNN_OPS");
-    if (!e || !*e) return Override::Measured;
+    const char* e = setting_env("CTXLAB_ONEDNN_OPS");
+    if (!e) return Override::Measured;
     const std::string s = e;
     if (s == "all") return Override::All;
     if (s == "none") return Override::None;

@@ -15,14 +15,14 @@
 
 #include "core/cpu/gemm.h"  // openblas_api
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace ctx::cpu {
 
 namespace {
 
 // A positive integer from the environment variable `name`, or 0 when it is unset or empty.
-int env_threads(const char* name) {
-  const char* s = std::getenv(name);
+int env_threads(const char* name, const char* s) {
   if (!s || !*s) return 0;
   char* end = nullptr;
   long v = std::strtol(s, &end, 10);
@@ -49,8 +49,8 @@ std::once_flag g_init_once;
 
 void init_threading() {
   std::call_once(g_init_once, [] {
-    int n = env_threads("CTXLAB_THREADS");
-    if (n == 0) n = env_threads("OMP_NUM_THREADS");
+    int n = env_threads("CTXLAB_THREADS", setting_env("CTXLAB_THREADS"));
+    if (n == 0) n = env_threads("OMP_NUM_THREADS", std::getenv("OMP_NUM_THREADS"));  // OpenMP's own
     if (n == 0) n = cores_available();
     g_threads = n;
     omp_set_num_threads(n);

@@ -1,22 +1,14 @@
-// core/cuda/cuda_runtime.cu — device discovery, CTX_CUDA_CHECK, caching allocator, fill kernel
-// (see cuda_runtime.h).
+// core/cuda/cuda_runtime.cu — device discovery, the caching device allocator and the copy hook
+// that Tensor::to uses (see cuda_runtime.h).
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "core/allocator.h"
-#include "core/cuda/compat.h"
+#include "core/cuda/check.h"
 #include "core/cuda/cuda_runtime.h"
-#include "core/error.h"
+#include "core/cuda/kernels.h"
 #include "core/tensor.h"
-
-#define CTX_CUDA_CHECK(call)                                                                \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess)                                                                  \
-      throw ::ctx::Error(::ctx::str("CUDA error at ", __FILE__, ":", __LINE__, " in ", #call, \
-                                    ": ", cudaGetErrorString(e_)));                         \
-  } while (0)
 
 namespace ctx::cuda {
 
@@ -36,35 +28,52 @@ std::string device_name() {
   return p.name;
 }
 
+bool emulated() {
+#if defined(CTXLAB_CUDA_EMULATOR)
+  return true;
+#else
+  return false;
+#endif
+}
+
 namespace {
-// Size-class cache of device blocks (same classes as the host pool).
+// Size-class cache of device blocks (same classes as the host pool). Blocks are never given
+// back to the driver: a training step asks for the same sizes every step.
 struct DevicePool {
   std::mutex mu;
   std::map<size_t, std::vector<void*>> free;
+  DeviceAllocStats stats;
 };
 DevicePool& pool() {
-  static DevicePool* p = new DevicePool();
+  static DevicePool* p = new DevicePool();  // never destroyed: tensors may outlive statics
   return *p;
 }
 void* dev_alloc(size_t bytes) {
   size_t cls = BufferPool::size_class(bytes);
   {
     std::lock_guard<std::mutex> lk(pool().mu);
+    pool().stats.requests++;
     auto& v = pool().free[cls];
     if (!v.empty()) {
       void* p = v.back();
       v.pop_back();
+      pool().stats.bytes_cached -= cls;
       return p;
     }
   }
-  CTX_CHECK(device_count() > 0, "CUDA: no GPU available for a CUDA tensor of ", bytes, " bytes");
+  CTX_CHECK(device_count() > 0, "no CUDA GPU available (cudaGetDeviceCount found none): cannot allocate a "
+            "CUDA tensor of ", bytes, " bytes; use the cpu device");
   void* p = nullptr;
   CTX_CUDA_CHECK(cudaMalloc(&p, cls));
+  std::lock_guard<std::mutex> lk(pool().mu);
+  pool().stats.device_mallocs++;
   return p;
 }
 void dev_free(void* p, size_t bytes) {
+  const size_t cls = BufferPool::size_class(bytes);
   std::lock_guard<std::mutex> lk(pool().mu);
-  pool().free[BufferPool::size_class(bytes)].push_back(p);
+  pool().free[cls].push_back(p);
+  pool().stats.bytes_cached += cls;
 }
 
 void dev_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {
@@ -73,12 +82,12 @@ void dev_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t
                                   : (src_dev == Device::CPU ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
   CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
 }
-
-__global__ void fill_kernel(float* dst, size_t n, float v) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n) dst[i] = v;
-}
 }  // namespace
+
+DeviceAllocStats device_alloc_stats() {
+  std::lock_guard<std::mutex> lk(pool().mu);
+  return pool().stats;
+}
 
 void ensure_allocator() {
   static std::once_flag once;
@@ -91,13 +100,11 @@ void copy_to_device(void* dst, const void* src, size_t bytes) {
 void copy_to_host(void* dst, const void* src, size_t bytes) {
   CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
+void synchronize() { CTX_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 void fill_f32(float* dst, size_t n, float value) {
-  if (n == 0) return;
-  unsigned blocks = (unsigned)((n + 255) / 256);
-  CTX_LAUNCH(fill_kernel, blocks, 256, 0, 0, dst, n, value);
-  CTX_CUDA_CHECK(cudaGetLastError());
-  CTX_CUDA_CHECK(cudaDeviceSynchronize());
+  fill<float>(dst, (int64_t)n, value);
+  synchronize();
 }
 
 }  // namespace ctx::cuda

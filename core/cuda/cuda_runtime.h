@@ -1,19 +1,31 @@
-// core/cuda/cuda_runtime.h — the CUDA device layer: device discovery, error checking that
-// names the call site, and a caching device allocator (no cudaMalloc inside a warm step).
-// Compiled only with CTXLAB_WITH_CUDA; the kernels of the CUDA backend build on it.
+// core/cuda/cuda_runtime.h — the CUDA device layer: device discovery, a caching device allocator
+// (size classes of core/allocator.h; after the first training step no request reaches
+// cudaMalloc), host <-> device copies. Compiled only with CTXLAB_WITH_CUDA; errors are
+// ctx::Error naming the call site (core/cuda/check.h). Plain C++ header: no CUDA types.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace ctx::cuda {
 
 int device_count();          // 0 when no driver / no GPU (never throws)
 std::string device_name();   // of device 0, "" if none
+bool emulated();             // true in the CTXLAB_CUDA_EMULATOR build (kernels run on the CPU)
 void ensure_allocator();     // registers the caching allocator for Device::CUDA tensors
 // Host <-> device copies (bytes), synchronous.
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
+void synchronize();          // waits for every queued kernel; a kernel's runtime error shows here
 // Fills `n` floats at `dst` with `value` on the device (a kernel: proves the toolchain works).
 void fill_f32(float* dst, size_t n, float value);
+
+// The caching allocator's counters (process-wide).
+struct DeviceAllocStats {
+  uint64_t requests = 0;      // allocations asked for (tensors created on the device)
+  uint64_t device_mallocs = 0;  // of which reached cudaMalloc
+  size_t bytes_cached = 0;    // held in the free lists
+};
+DeviceAllocStats device_alloc_stats();
 
 }  // namespace ctx::cuda

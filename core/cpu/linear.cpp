@@ -1,0 +1,43 @@
+// core/cpu/linear.cpp — the Linear forward on the CPU (Backend::linear, core/cpu/fused.h):
+// y [R, N] = x [R, K] w^T + b as one GEMM with the bias inside it: oneDNN's bias argument when
+// oneDNN runs this shape (f32), else y pre-filled with the broadcast bias and the GEMM run with
+// beta = 1 (f64, or another GEMM implementation chosen).
+#include "core/cpu/fused.h"
+#include "core/cpu/gemm.h"
+
+namespace ctx {
+Backend& cpu_backend_instance();  // core/cpu/cpu_backend.cpp
+}
+
+namespace ctx::cpu {
+
+void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+  CTX_CHECK(w.dim() == 2, "linear: weight must be [N, K], got ", w.str());
+  const int64_t N = w.size(0), K = w.size(1);
+  CTX_CHECK(x.dim() >= 1 && x.size(-1) == K, "linear: x ", x.str(), " does not match weight ", w.str());
+  CTX_CHECK(b.defined() && b.shape() == Shape{N}, "linear: bias must be [", N, "], got ",
+            b.defined() ? b.str() : std::string("undefined"));
+  const int64_t R = K ? x.numel() / K : shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  CTX_CHECK(y.numel() == R * N && y.size(-1) == N, "linear: y ", y.str(), " should be [", R, ", ", N, "]");
+  CTX_CHECK(x.dtype() == w.dtype() && x.dtype() == b.dtype() && x.dtype() == y.dtype(),
+            "linear: dtypes differ: x ", x.str(), ", w ", w.str(), ", b ", b.str(), ", y ", y.str());
+  GemmDesc g;
+  g.trans_b = true;
+  g.M = R;
+  g.N = N;
+  g.K = K;
+  if (x.dtype() == DType::F32 && R > 0 && N > 0 && current_gemm_impl(g) == GemmImpl::OneDNN) {
+    gemm_onednn_bias(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>());
+    return;
+  }
+  // y = broadcast(b), then y += x w^T
+  Backend& be = cpu_backend_instance();
+  Strided s, d;
+  s.strides = {0, 1};
+  d.strides = {N, 1};
+  be.copy_strided(b, s, y, d, {R, N}, false);
+  g.beta = 1.f;
+  be.gemm(g, x, w, y);
+}
+
+}  // namespace ctx::cpu

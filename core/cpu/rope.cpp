@@ -1,0 +1,55 @@
+// core/cpu/rope.cpp — the rotary rotation on the CPU (Backend::rope_rotate, core/cpu/fused.h):
+// one OpenMP pass over the rows; the backward is the same kernel with the angle negated.
+#include "core/cpu/fused.h"
+
+namespace ctx::cpu {
+namespace {
+
+// out[r, t, :] = rotation of x[r, t, :] by row t of (C, S); `transpose` rotates by -angle.
+// x, out: [R, T, d]; C, S: [T, d/2].
+template <class F>
+void rotate_kernel(const F* x, const F* C, const F* S, F* out, int64_t R, int64_t T, int64_t d,
+                   bool interleaved, bool transpose) {
+  const int64_t h = d / 2;
+  const F sgn = transpose ? F(-1) : F(1);
+#pragma omp parallel for schedule(static) if (R * T * d > 32768)
+  for (int64_t rt = 0; rt < R * T; ++rt) {
+    const int64_t t = rt % T;
+    const F* xr = x + rt * d;
+    F* o = out + rt * d;
+    const F* c = C + t * h;
+    const F* s = S + t * h;
+    for (int64_t k = 0; k < h; ++k) {
+      const int64_t ia = interleaved ? 2 * k : k, ib = interleaved ? 2 * k + 1 : k + h;
+      const F a = xr[ia], b = xr[ib], sk = sgn * s[k];
+      o[ia] = a * c[k] - b * sk;
+      o[ib] = b * c[k] + a * sk;
+    }
+  }
+}
+
+}  // namespace
+
+void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
+                 bool transpose) {
+  CTX_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0, "rope_rotate: x must be [..., T, d] with d even, got ",
+            x.str());
+  const int64_t d = x.size(-1), T = x.size(-2);
+  for (const Tensor* t : {&C, &S})
+    CTX_CHECK(t->dtype() == x.dtype() && t->shape() == (Shape{T, d / 2}), "rope_rotate: cos / sin must be ",
+              dtype_name(x.dtype()), "[", T, ", ", d / 2, "] for x ", x.str(), ", got ", t->str());
+  CTX_CHECK(out.shape() == x.shape() && out.dtype() == x.dtype(), "rope_rotate: out ", out.str(),
+            " does not match x ", x.str());
+  if (x.numel() == 0) return;
+  const int64_t R = x.numel() / (T * d);
+  if (x.dtype() == DType::F32)
+    rotate_kernel(x.data<float>(), C.data<float>(), S.data<float>(), out.data<float>(), R, T, d, interleaved,
+                  transpose);
+  else if (x.dtype() == DType::F64)
+    rotate_kernel(x.data<double>(), C.data<double>(), S.data<double>(), out.data<double>(), R, T, d,
+                  interleaved, transpose);
+  else
+    throw Error(str("rope_rotate: x must be f32 or f64, got ", x.str()));
+}
+
+}  // namespace ctx::cpu

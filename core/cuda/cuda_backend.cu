@@ -1,0 +1,616 @@
+// core/cuda/cuda_backend.cu — the CUDA implementation of core/backend.h: validates arguments
+// with the CPU backend's messages, dispatches on dtype and calls the kernels of kernels.h.
+// Index ranges (index_select / index_add indices, cross-entropy targets) are checked on the host:
+// the indices are copied back (one synchronous copy of m integers) before any kernel reads them,
+// so a bad index throws at the call with the CPU's message and nothing is written; index_add
+// needs them on the host anyway for its deterministic buckets.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/cuda/cuda_runtime.h"
+#include "core/cuda/dispatch.h"
+#include "core/cuda/kernels.h"
+
+namespace ctx {
+namespace cuda {
+namespace {
+
+void check_cuda(const Tensor& t, const char* op, const char* what) {
+  CTX_CHECK(t.defined(), op, ": ", what, " is undefined");
+  CTX_CHECK(t.device() == Device::CUDA, op, ": ", what, " ", t.str(), " is on ", device_name(t.device()),
+            ", expected cuda");
+}
+void check_same(const Tensor& a, const Tensor& b, const char* op) {
+  CTX_CHECK(a.shape() == b.shape(), op, ": shape mismatch ", a.str(), " vs ", b.str());
+  CTX_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch ", a.str(), " vs ", b.str());
+}
+void check_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  CTX_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch ", a.str(), " vs ", b.str());
+}
+
+// Strides of `s` (rank r) broadcast to `out` (rank R >= r): 0 where broadcast (as the CPU backend).
+std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out, const char* op, const Shape& other) {
+  std::vector<int64_t> st(out.size(), 0);
+  Shape cs = contiguous_strides(s);
+  int64_t off = (int64_t)out.size() - (int64_t)s.size();
+  CTX_CHECK(off >= 0, op, ": cannot broadcast ", shape_str(s), " and ", shape_str(other));
+  for (size_t i = 0; i < s.size(); ++i) {
+    int64_t o = out[i + off];
+    CTX_CHECK(s[i] == o || s[i] == 1, op, ": cannot broadcast ", shape_str(s), " and ", shape_str(other));
+    st[i + off] = (s[i] == 1 && o != 1) ? 0 : cs[i];
+  }
+  return st;
+}
+
+// The index tensor's values on the host, as int64 (one synchronous device -> host copy).
+std::vector<int64_t> host_indices(const Tensor& idx, const char* op) {
+  std::vector<int64_t> h((size_t)idx.numel());
+  CTX_CUDA_DISPATCH_INDEX(idx.dtype(), op, {
+    std::vector<I> raw((size_t)idx.numel());
+    if (!raw.empty()) copy_to_host(raw.data(), idx.raw(), raw.size() * sizeof(I));
+    std::copy(raw.begin(), raw.end(), h.begin());
+  });
+  return h;
+}
+
+template <class T>
+T* ptr(Tensor& t) { return t.data<T>(); }
+template <class T>
+const T* ptr(const Tensor& t) { return t.data<T>(); }
+template <class T>
+const T* ptr_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+template <class T>
+T* ptr_or_null(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() { ensure_allocator(); }
+  Device device() const override { return Device::CUDA; }
+  std::string name() const override { return "cuda"; }
+
+  void fill(Tensor& x, double v) override {
+    check_cuda(x, "fill", "x");
+    CTX_CUDA_DISPATCH_ALL(x.dtype(), cuda::fill<T>(ptr<T>(x), x.numel(), (T)v));
+  }
+
+  void copy_strided(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d, const Shape& shape,
+                    bool accumulate) override {
+    check_cuda(src, "copy_strided", "src");
+    check_cuda(dst, "copy_strided", "dst");
+    check_dtype(src, dst, "copy_strided");
+    CTX_CHECK(s.strides.size() == shape.size() && d.strides.size() == shape.size(),
+              "copy_strided: strides rank does not match shape ", shape_str(shape));
+    auto max_off = [&](const Strided& st) {
+      int64_t m = st.offset;
+      for (size_t i = 0; i < shape.size(); ++i)
+        if (shape[i] > 0) m += (shape[i] - 1) * std::max<int64_t>(st.strides[i], 0);
+      return m;
+    };
+    const int64_t n = shape_numel(shape);
+    if (n == 0) return;
+    CTX_CHECK(s.offset >= 0 && max_off(s) < src.numel(), "copy_strided: source view out of bounds of ", src.str());
+    CTX_CHECK(d.offset >= 0 && max_off(d) < dst.numel(), "copy_strided: destination view out of bounds of ",
+              dst.str());
+    // A destination that revisits an element (stride 0 over a dim > 1) is walked by one thread in
+    // index order: the CPU's result, deterministic.
+    bool overlap = false;
+    for (size_t i = 0; i < shape.size(); ++i) overlap = overlap || (shape[i] > 1 && d.strides[i] == 0);
+    const NdStrides<2> nd = make_nd<2>("copy_strided", shape, {&s.strides, &d.strides}, {s.offset, d.offset});
+    CTX_CUDA_DISPATCH_ALL(src.dtype(),
+                          cuda::copy_strided<T>(ptr<T>(src), ptr<T>(dst), nd, n, accumulate, overlap));
+  }
+
+  void convert(const Tensor& src, Tensor& dst) override {
+    check_cuda(src, "convert", "src");
+    check_cuda(dst, "convert", "dst");
+    CTX_CHECK(src.numel() == dst.numel(), "convert: ", src.str(), " into ", dst.str());
+    CTX_CUDA_DISPATCH_ALL(src.dtype(), {
+      using S = T;
+      CTX_CUDA_DISPATCH_ALL(dst.dtype(), cuda::convert<S, T>(ptr<S>(src), ptr<T>(dst), src.numel()));
+    });
+  }
+
+  void unary(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
+    check_cuda(x, unary_name(op), "x");
+    check_same(x, y, unary_name(op));
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), unary_name(op),
+                            cuda::unary<T>(op, ptr<T>(x), ptr<T>(y), x.numel(), (T)a, (T)b));
+  }
+
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a,
+                      double b) override {
+    check_cuda(dy, unary_name(op), "dy");
+    check_same(dy, dx, unary_name(op));
+    if (x.defined()) check_same(x, dy, unary_name(op));
+    if (y.defined()) check_same(y, dy, unary_name(op));
+    CTX_CUDA_DISPATCH_FLOAT(dy.dtype(), unary_name(op),
+                            cuda::unary_backward<T>(op, ptr_or_null<T>(x), ptr_or_null<T>(y), ptr<T>(dy),
+                                                    ptr<T>(dx), dy.numel(), (T)a, (T)b));
+  }
+
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
+    const char* nm = binary_name(op);
+    check_cuda(a, nm, "a");
+    check_cuda(b, nm, "b");
+    check_cuda(out, nm, "out");
+    check_dtype(a, b, nm);
+    check_dtype(a, out, nm);
+    const Shape& os = out.shape();
+    auto sa = broadcast_strides(a.shape(), os, nm, b.shape());
+    auto sb = broadcast_strides(b.shape(), os, nm, a.shape());
+    const NdStrides<2> nd = make_nd<2>(nm, os, {&sa, &sb}, {0, 0});
+    CTX_CUDA_DISPATCH_FLOAT(a.dtype(), nm,
+                            cuda::binary<T>(op, ptr<T>(a), ptr<T>(b), ptr<T>(out), nd, out.numel()));
+  }
+
+  void reduce_sum(const Tensor& x, Tensor& out) override {
+    check_cuda(x, "reduce_sum", "x");
+    check_cuda(out, "reduce_sum", "out");
+    check_dtype(x, out, "reduce_sum");
+    const Shape& xs = x.shape();
+    auto so = broadcast_strides(out.shape(), xs, "reduce_sum", xs);
+    // x's dims split into kept (walked by the output index, in out's order) and summed ones
+    const Shape xst = contiguous_strides(xs);
+    Shape kshape, rshape;
+    std::vector<int64_t> kst, rst;
+    int64_t no = 1, L = 1;
+    for (size_t d = 0; d < xs.size(); ++d) {
+      if (so[d] != 0 || xs[d] == 1) {
+        kshape.push_back(xs[d]);
+        kst.push_back(xst[d]);
+        no *= xs[d];
+      } else {
+        rshape.push_back(xs[d]);
+        rst.push_back(xst[d]);
+        L *= xs[d];
+      }
+    }
+    CTX_CHECK(no == out.numel(), "reduce_sum: out ", out.str(), " does not match x ", x.str());
+    const NdStrides<1> kept = make_nd<1>("reduce_sum", kshape, {&kst}, {0});
+    const NdStrides<1> red = make_nd<1>("reduce_sum", rshape, {&rst}, {0});
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "reduce_sum", cuda::reduce_sum<T>(ptr<T>(x), ptr<T>(out), kept, no, red, L));
+  }
+
+  // y = mask ? t : f over a's shape (mask broadcast); t / f tensors or scalars
+  void select(const char* op, const Tensor& mask, const Tensor& a, const Tensor* t, double ts, const Tensor* f,
+              double fs, Tensor& y) {
+    check_cuda(mask, op, "mask");
+    check_cuda(a, op, "a");
+    check_same(a, y, op);
+    auto sm = broadcast_strides(mask.shape(), a.shape(), op, a.shape());
+    const NdStrides<1> nd = make_nd<1>(op, a.shape(), {&sm}, {0});
+    CTX_CUDA_DISPATCH_FLOAT(a.dtype(), op, {
+      using V = T;
+      const V* tp = t ? ptr<V>(*t) : nullptr;
+      const V* fp = f ? ptr<V>(*f) : nullptr;
+      V* yp = ptr<V>(y);
+      CTX_CUDA_DISPATCH_ALL(mask.dtype(),
+                            cuda::select<V, T>(ptr<T>(mask), tp, (V)ts, fp, (V)fs, yp, nd, a.numel()));
+    });
+  }
+
+  void where_scalar(const Tensor& mask, const Tensor& a, double b, Tensor& y) override {
+    select("masked_fill", mask, a, nullptr, b, &a, 0.0, y);
+  }
+
+  void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y) override {
+    check_cuda(b, "where", "b");
+    check_same(a, b, "where");
+    select("where", mask, a, &a, 0.0, &b, 0.0, y);
+  }
+
+  void causal_fill(Tensor& x, double value, int64_t diag, int64_t window) override {
+    check_cuda(x, "causal_mask", "x");
+    CTX_CHECK(x.dim() >= 2, "causal_mask: needs [..., T, S], got ", x.str());
+    const int64_t T_ = x.size(-2), S = x.size(-1);
+    const int64_t N = (T_ > 0 && S > 0) ? x.numel() / (T_ * S) : 0;
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "causal_mask",
+                            cuda::causal_fill<T>(ptr<T>(x), N, T_, S, (T)value, diag, window));
+  }
+
+  void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {
+    check_cuda(A, "gemm", "A");
+    check_cuda(B, "gemm", "B");
+    check_cuda(C, "gemm", "C");
+    check_dtype(A, B, "gemm");
+    check_dtype(A, C, "gemm");
+    auto need = [&](int64_t stride, int64_t rows, int64_t cols) { return (g.batch - 1) * stride + rows * cols; };
+    CTX_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0 && g.batch >= 1, "gemm: bad sizes M=", g.M, " N=", g.N, " K=", g.K,
+              " batch=", g.batch);
+    CTX_CHECK(need(g.stride_a, g.M, g.K) <= A.numel(), "gemm: A ", A.str(), " too small for batch ", g.batch,
+              " of ", g.M, "x", g.K);
+    CTX_CHECK(need(g.stride_b, g.K, g.N) <= B.numel(), "gemm: B ", B.str(), " too small for batch ", g.batch,
+              " of ", g.K, "x", g.N);
+    CTX_CHECK(need(g.stride_c, g.M, g.N) <= C.numel(), "gemm: C ", C.str(), " too small for batch ", g.batch,
+              " of ", g.M, "x", g.N);
+    CTX_CUDA_DISPATCH_FLOAT(A.dtype(), "gemm", cuda::gemm<T>(g, ptr<T>(A), ptr<T>(B), ptr<T>(C)));
+  }
+
+  void softmax(const Tensor& x, Tensor& y, bool log) override {
+    check_cuda(x, "softmax", "x");
+    check_same(x, y, "softmax");
+    if (x.numel() == 0) return;
+    const int64_t C = x.size(-1), N = x.numel() / C;
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "softmax", cuda::softmax<T>(ptr<T>(x), ptr<T>(y), N, C, log));
+  }
+
+  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
+    check_cuda(y, "softmax_backward", "y");
+    check_same(y, dy, "softmax_backward");
+    check_same(y, dx, "softmax_backward");
+    if (y.numel() == 0) return;
+    const int64_t C = y.size(-1), N = y.numel() / C;
+    CTX_CUDA_DISPATCH_FLOAT(y.dtype(), "softmax_backward",
+                            cuda::softmax_backward<T>(ptr<T>(y), ptr<T>(dy), ptr<T>(dx), N, C, log));
+  }
+
+  void check_norm(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
+    check_cuda(x, op, "x");
+    check_cuda(w, op, "weight");
+    CTX_CHECK(x.dim() >= 1, op, ": x must have at least one dim, got ", x.str());
+    CTX_CHECK(w.dim() == 1 && w.size(0) == x.size(-1), op, ": weight ", w.str(),
+              " does not match the last dim of x ", x.str());
+    check_dtype(x, w, op);
+    if (b.defined()) {
+      check_cuda(b, op, "bias");
+      CTX_CHECK(b.shape() == w.shape(), op, ": bias ", b.str(), " does not match weight ", w.str());
+      check_dtype(x, b, op);
+    }
+  }
+
+  void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
+                 Tensor& rstd) override {
+    check_norm("layer_norm", x, w, b);
+    check_same(x, y, "layer_norm");
+    const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+    CTX_CHECK(mean.numel() == N && rstd.numel() == N, "layer_norm: mean/rstd need ", N, " elements");
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm",
+                            cuda::layernorm<T>(ptr<T>(x), ptr<T>(w), ptr_or_null<T>(b), (T)eps, ptr<T>(y),
+                                               ptr<T>(mean), ptr<T>(rstd), N, C));
+  }
+
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                          const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
+    check_norm("layer_norm_backward", x, w, db);
+    check_same(x, dy, "layer_norm_backward");
+    check_same(x, dx, "layer_norm_backward");
+    check_same(w, dw, "layer_norm_backward");
+    const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+    Tensor part = Tensor::empty({2, column_chunks(N), C}, x.dtype(), Device::CUDA);
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward",
+                            cuda::layernorm_backward<T>(ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<T>(mean),
+                                                        ptr<T>(rstd), ptr<T>(dx), ptr<T>(dw), ptr_or_null<T>(db),
+                                                        ptr<T>(part), N, C));
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
+    check_norm("rms_norm", x, w, Tensor());
+    check_same(x, y, "rms_norm");
+    const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+    CTX_CHECK(rstd.numel() == N, "rms_norm: rstd needs ", N, " elements");
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rms_norm",
+                            cuda::rmsnorm<T>(ptr<T>(x), ptr<T>(w), (T)eps, ptr<T>(y), ptr<T>(rstd), N, C));
+  }
+
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                        Tensor& dw) override {
+    check_norm("rms_norm_backward", x, w, Tensor());
+    check_same(x, dy, "rms_norm_backward");
+    check_same(x, dx, "rms_norm_backward");
+    check_same(w, dw, "rms_norm_backward");
+    const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+    Tensor part = Tensor::empty({column_chunks(N), C}, x.dtype(), Device::CUDA);
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rms_norm_backward",
+                            cuda::rmsnorm_backward<T>(ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<T>(rstd), ptr<T>(dx),
+                                                      ptr<T>(dw), ptr<T>(part), N, C));
+  }
+
+  void check_targets(const char* op, const Tensor& logits, const Tensor& targets) {
+    check_cuda(logits, op, "logits");
+    check_cuda(targets, op, "targets");
+    CTX_CHECK(logits.dim() == 2, op, ": logits must be [N, V], got ", logits.str());
+    CTX_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), op, ": targets ", targets.str(),
+              " do not match logits ", logits.str());
+    const int64_t V = logits.size(1);
+    const std::vector<int64_t> t = host_indices(targets, op);
+    for (size_t i = 0; i < t.size(); ++i)
+      CTX_CHECK(t[i] >= -1 && t[i] < V, op, ": target ", t[i], " at row ", i, " out of range [0, ", V,
+                ") for logits ", logits.str(), " (targets ", targets.str(), ")");
+  }
+
+  void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override {
+    check_targets("cross_entropy", logits, targets);
+    const int64_t N = logits.size(0), V = logits.size(1);
+    CTX_CHECK(loss.numel() == N && lse.numel() == N, "cross_entropy: loss/lse need ", N, " elements");
+    CTX_CUDA_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", {
+      using F = T;
+      CTX_CUDA_DISPATCH_INDEX(targets.dtype(), "cross_entropy",
+                              cuda::cross_entropy<F, I>(ptr<F>(logits), ptr<I>(targets), ptr<F>(loss), ptr<F>(lse),
+                                                        N, V));
+    });
+  }
+
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& dloss,
+                              Tensor& dlogits) override {
+    check_targets("cross_entropy_backward", logits, targets);
+    check_same(logits, dlogits, "cross_entropy_backward");
+    const int64_t N = logits.size(0), V = logits.size(1);
+    CTX_CHECK(dloss.numel() == N && lse.numel() == N, "cross_entropy_backward: dloss/lse need ", N, " elements");
+    CTX_CUDA_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward", {
+      using F = T;
+      CTX_CUDA_DISPATCH_INDEX(targets.dtype(), "cross_entropy_backward",
+                              cuda::cross_entropy_backward<F, I>(ptr<F>(logits), ptr<I>(targets), ptr<F>(lse),
+                                                                 ptr<F>(dloss), ptr<F>(dlogits), N, V));
+    });
+  }
+
+  // x viewed as [outer, n, inner] around dim
+  static void split_dims(const Shape& s, int64_t dim, int64_t& outer, int64_t& n, int64_t& inner) {
+    outer = 1;
+    inner = 1;
+    for (int64_t i = 0; i < dim; ++i) outer *= s[i];
+    n = s[dim];
+    for (size_t i = dim + 1; i < s.size(); ++i) inner *= s[i];
+  }
+
+  std::vector<int64_t> checked_indices(const char* op, const Tensor& idx, int64_t n, const Tensor& x) {
+    check_cuda(idx, op, "indices");
+    std::vector<int64_t> h = host_indices(idx, op);
+    for (size_t i = 0; i < h.size(); ++i)
+      CTX_CHECK(h[i] >= 0 && h[i] < n, op, ": index ", h[i], " at position ", i, " out of range [0, ", n,
+                ") for ", x.str(), " (indices ", idx.str(), ")");
+    return h;
+  }
+
+  void index_select(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& out) override {
+    check_cuda(x, "index_select", "x");
+    CTX_CHECK(dim >= 0 && dim < x.dim(), "index_select: dim ", dim, " out of range for ", x.str());
+    int64_t outer, n, inner;
+    split_dims(x.shape(), dim, outer, n, inner);
+    checked_indices("index_select", idx, n, x);
+    const int64_t m = idx.numel();
+    CTX_CHECK(out.numel() == outer * m * inner, "index_select: out ", out.str(), " should have ", outer * m * inner,
+              " elements");
+    check_cuda(out, "index_select", "out");
+    check_dtype(x, out, "index_select");
+    CTX_CUDA_DISPATCH_ALL(x.dtype(), {
+      using X = T;
+      CTX_CUDA_DISPATCH_INDEX(idx.dtype(), "index_select",
+                              cuda::index_select<X, I>(ptr<X>(x), ptr<I>(idx), ptr<X>(out), outer, n, m, inner));
+    });
+  }
+
+  void index_add(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src) override {
+    check_cuda(out, "index_add", "out");
+    check_cuda(src, "index_add", "src");
+    check_dtype(out, src, "index_add");
+    CTX_CHECK(dim >= 0 && dim < out.dim(), "index_add: dim ", dim, " out of range for ", out.str());
+    int64_t outer, n, inner;
+    split_dims(out.shape(), dim, outer, n, inner);
+    const std::vector<int64_t> h = checked_indices("index_add", idx, n, out);
+    const int64_t m = idx.numel();
+    CTX_CHECK(src.numel() == outer * m * inner, "index_add: src ", src.str(), " does not match out ", out.str(),
+              " with ", m, " indices along dim ", dim);
+    CTX_CHECK(is_float(out.dtype()), "index_add: expected a float tensor, got ", dtype_name(out.dtype()));
+    if (m == 0 || outer * inner == 0) return;
+    // Buckets: distinct target rows ascending, each with its source positions in index order.
+    std::vector<int64_t> slot((size_t)n, 0);
+    for (int64_t i : h) slot[(size_t)i]++;
+    std::vector<int64_t> plan;  // rows [U], starts [U + 1], pos [m]
+    plan.reserve((size_t)(3 * m + 1));
+    for (int64_t j = 0; j < n; ++j)
+      if (slot[(size_t)j]) plan.push_back(j);
+    const int64_t U = (int64_t)plan.size();
+    int64_t acc = 0;
+    for (int64_t u = 0; u < U; ++u) {
+      const int64_t j = plan[(size_t)u];
+      plan.push_back(acc);
+      acc += slot[(size_t)j];
+      slot[(size_t)j] = plan.back();  // now the write cursor of row j
+    }
+    plan.push_back(acc);
+    const size_t pos0 = plan.size();
+    plan.resize(pos0 + (size_t)m);
+    for (int64_t i = 0; i < m; ++i) plan[pos0 + (size_t)slot[(size_t)h[(size_t)i]]++] = i;
+    // capacity 3m + 1 whatever U is: the same pool size class every step
+    Tensor dplan = Tensor::empty({3 * m + 1}, DType::I64, Device::CUDA);
+    copy_to_device(dplan.raw(), plan.data(), plan.size() * sizeof(int64_t));
+    CTX_CUDA_DISPATCH_FLOAT(out.dtype(), "index_add",
+                            cuda::index_add<T>(ptr<T>(out), dplan.data<int64_t>(), U, ptr<T>(src), outer, n, m,
+                                               inner));
+  }
+
+  // ======== fused methods (attention: not yet, the composed path runs) ========
+  bool has(Fused f) const override { return f != Fused::Attention; }
+
+  static void check_all_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts)
+      if (t->defined())
+        CTX_CHECK(t->device() == Device::CUDA, op, ": tensor ", t->str(), " is on ", device_name(t->device()),
+                  ", expected cuda");
+  }
+  static void check_part(const char* op, const char* name, const Tensor& t, DType dt, const Shape& want) {
+    CTX_CHECK(t.dtype() == dt && t.shape() == want, op, ": ", name, " must be ", dtype_name(dt), shape_str(want),
+              ", got ", t.str());
+  }
+
+  void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
+                   bool transpose) override {
+    check_all_cuda("rope_rotate", {&x, &C, &S, &out});
+    CTX_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0, "rope_rotate: x must be [..., T, d] with d even, got ", x.str());
+    const int64_t d = x.size(-1), T_ = x.size(-2);
+    for (const Tensor* t : {&C, &S})
+      CTX_CHECK(t->dtype() == x.dtype() && t->shape() == (Shape{T_, d / 2}), "rope_rotate: cos / sin must be ",
+                dtype_name(x.dtype()), "[", T_, ", ", d / 2, "] for x ", x.str(), ", got ", t->str());
+    CTX_CHECK(out.shape() == x.shape() && out.dtype() == x.dtype(), "rope_rotate: out ", out.str(),
+              " does not match x ", x.str());
+    CTX_CHECK(out.raw() != x.raw() || x.numel() == 0, "rope_rotate: out may not alias x");
+    if (x.numel() == 0) return;
+    const int64_t R = x.numel() / (T_ * d);
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rope_rotate",
+                            cuda::rope_rotate<T>(ptr<T>(x), ptr<T>(C), ptr<T>(S), ptr<T>(out), R, T_, d, interleaved,
+                                                 transpose));
+  }
+
+  // [B, S, 3 H Dh] -> (B, S, Dh); errors name the method
+  static void split_sizes(const char* op, const Tensor& qkv, int64_t H, int64_t q_begin, int64_t& B, int64_t& S,
+                          int64_t& Dh) {
+    CTX_CHECK(qkv.dim() == 3, op, ": qkv must be [B, S, 3D], got ", qkv.str());
+    CTX_CHECK(is_float(qkv.dtype()), op, ": expected f32 or f64, got ", dtype_name(qkv.dtype()));
+    CTX_CHECK(H > 0 && qkv.size(2) % (3 * H) == 0, op, ": last dim of ", shape_str(qkv.shape()),
+              " is not 3 * H * Dh for H = ", H);
+    CTX_CHECK(0 <= q_begin && q_begin < qkv.size(1), op, ": q_begin ", q_begin, " out of [0, ", qkv.size(1), ")");
+    B = qkv.size(0);
+    S = qkv.size(1);
+    Dh = qkv.size(2) / (3 * H);
+  }
+
+  void split_heads(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k, Tensor& v) override {
+    check_all_cuda("split_heads", {&qkv, &q, &k, &v});
+    int64_t B, S, Dh;
+    split_sizes("split_heads", qkv, H, q_begin, B, S, Dh);
+    check_part("split_heads", "q", q, qkv.dtype(), {B, H, S - q_begin, Dh});
+    check_part("split_heads", "k", k, qkv.dtype(), {B, H, S, Dh});
+    check_part("split_heads", "v", v, qkv.dtype(), {B, H, S, Dh});
+    CTX_CUDA_DISPATCH_FLOAT(qkv.dtype(), "split_heads",
+                            cuda::split_heads<T>(ptr<T>(qkv), ptr<T>(q), ptr<T>(k), ptr<T>(v), B, S, H, Dh, q_begin));
+  }
+
+  void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q_begin,
+                            Tensor& dqkv) override {
+    check_all_cuda("split_heads_backward", {&dq, &dk, &dv, &dqkv});
+    int64_t B, S, Dh;
+    split_sizes("split_heads_backward", dqkv, H, q_begin, B, S, Dh);
+    const DType dt = dqkv.dtype();
+    if (dq.defined()) check_part("split_heads_backward", "dq", dq, dt, {B, H, S - q_begin, Dh});
+    if (dk.defined()) check_part("split_heads_backward", "dk", dk, dt, {B, H, S, Dh});
+    if (dv.defined()) check_part("split_heads_backward", "dv", dv, dt, {B, H, S, Dh});
+    CTX_CUDA_DISPATCH_FLOAT(dt, "split_heads_backward",
+                            cuda::split_heads_backward<T>(ptr_or_null<T>(dq), ptr_or_null<T>(dk), ptr_or_null<T>(dv),
+                                                          ptr<T>(dqkv), B, S, H, Dh, q_begin));
+  }
+
+  void merge_heads(const Tensor& o, Tensor& out) override {
+    check_all_cuda("merge_heads", {&o, &out});
+    CTX_CHECK(o.dim() == 4, "merge_heads: o must be [B, H, T, Dh], got ", o.str());
+    const int64_t B = o.size(0), H = o.size(1), Tn = o.size(2), Dh = o.size(3);
+    check_part("merge_heads", "out", out, o.dtype(), {B, Tn, H * Dh});
+    CTX_CUDA_DISPATCH_FLOAT(o.dtype(), "merge_heads",
+                            cuda::merge_heads<T>(ptr<T>(o), ptr<T>(out), B, H, Tn, Dh, true));
+  }
+
+  void merge_heads_backward(const Tensor& dout, Tensor& d_o) override {
+    check_all_cuda("merge_heads_backward", {&dout, &d_o});
+    CTX_CHECK(d_o.dim() == 4, "merge_heads_backward: do must be [B, H, T, Dh], got ", d_o.str());
+    const int64_t B = d_o.size(0), H = d_o.size(1), Tn = d_o.size(2), Dh = d_o.size(3);
+    check_part("merge_heads_backward", "dout", dout, d_o.dtype(), {B, Tn, H * Dh});
+    CTX_CUDA_DISPATCH_FLOAT(d_o.dtype(), "merge_heads_backward",
+                            cuda::merge_heads<T>(ptr<T>(dout), ptr<T>(d_o), B, H, Tn, Dh, false));
+  }
+
+  // y = broadcast(b), then y += x w^T (gemm with beta = 1; cuBLAS adds the bias in the same rounding)
+  void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+    check_all_cuda("linear", {&x, &w, &b, &y});
+    CTX_CHECK(w.dim() == 2, "linear: weight must be [N, K], got ", w.str());
+    const int64_t N = w.size(0), K = w.size(1);
+    CTX_CHECK(x.dim() >= 1 && x.size(-1) == K, "linear: x ", x.str(), " does not match weight ", w.str());
+    CTX_CHECK(b.defined() && b.shape() == Shape{N}, "linear: bias must be [", N, "], got ",
+              b.defined() ? b.str() : std::string("undefined"));
+    const int64_t R = K ? x.numel() / K : shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+    CTX_CHECK(y.numel() == R * N && y.size(-1) == N, "linear: y ", y.str(), " should be [", R, ", ", N, "]");
+    CTX_CHECK(x.dtype() == w.dtype() && x.dtype() == b.dtype() && x.dtype() == y.dtype(), "linear: dtypes differ: x ",
+              x.str(), ", w ", w.str(), ", b ", b.str(), ", y ", y.str());
+    Strided s, d;
+    s.strides = {0, 1};
+    d.strides = {N, 1};
+    copy_strided(b, s, y, d, {R, N}, false);
+    GemmDesc g;
+    g.trans_b = true;
+    g.M = R;
+    g.N = N;
+    g.K = K;
+    g.beta = 1.f;
+    gemm(g, x, w, y);
+  }
+
+  // The tiles of kernels.h (begin, end, decay), at most kFlatTile elements each, in chunk order,
+  // uploaded as one i64 tensor (its size depends only on the chunks: the same pool block each step).
+  static Tensor upload_tiles(const char* op, const std::vector<FlatChunk>& chunks, const Tensor& x, int64_t& ntiles) {
+    std::vector<int64_t> t;
+    for (const FlatChunk& c : chunks) {
+      CTX_CHECK(0 <= c.begin && c.begin <= c.end && c.end <= x.numel(), op, ": chunk [", c.begin, ", ", c.end,
+                ") outside ", x.str());
+      for (int64_t b = c.begin; b < c.end; b += kFlatTile) {
+        t.push_back(b);
+        t.push_back(std::min(c.end, b + kFlatTile));
+        t.push_back(c.decay ? 1 : 0);
+      }
+    }
+    ntiles = (int64_t)t.size() / 3;
+    Tensor d = Tensor::empty({std::max<int64_t>(1, (int64_t)t.size())}, DType::I64, Device::CUDA);
+    if (!t.empty()) copy_to_device(d.raw(), t.data(), t.size() * sizeof(int64_t));
+    return d;
+  }
+
+  void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) override {
+    check_all_cuda("sum_squares", {&x, &out});
+    CTX_CHECK(out.numel() == 1 && out.dtype() == DType::F64, "sum_squares: out must be one f64 element, got ",
+              out.str());
+    CTX_CHECK(is_float(x.dtype()), "sum_squares: x must be f32 or f64, got ", x.str());
+    int64_t ntiles = 0;
+    Tensor tiles = upload_tiles("sum_squares", chunks, x, ntiles);
+    Tensor part = Tensor::empty({std::max<int64_t>(1, ntiles)}, DType::F64, Device::CUDA);
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "sum_squares",
+                            cuda::sum_squares_tiles<T>(ptr<T>(x), tiles.data<int64_t>(), ntiles, part.data<double>(),
+                                                       out.data<double>()));
+  }
+
+  void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
+                  const AdamWHyper& h, const Tensor& norm_sq) override {
+    check_all_cuda("adamw_flat", {&p, &g, &m, &v, &norm_sq});
+    for (const Tensor* t : {&g, (const Tensor*)&m, (const Tensor*)&v})
+      CTX_CHECK(t->shape() == p.shape() && t->dtype() == p.dtype(), "adamw_flat: ", t->str(),
+                " does not match the parameters ", p.str());
+    CTX_CHECK(p.dim() == 1, "adamw_flat: the buffers must be flat [n], got ", p.str());
+    CTX_CHECK(h.step >= 1, "adamw_flat: step must be >= 1, got ", h.step);
+    CTX_CHECK(is_float(p.dtype()), "adamw_flat: parameters must be f32 or f64, got ", p.str());
+    const bool clip = norm_sq.defined() && h.max_norm > 0;
+    if (clip)
+      CTX_CHECK(norm_sq.numel() == 1 && norm_sq.dtype() == DType::F64,
+                "adamw_flat: norm_sq must be one f64 element (sum_squares' output), got ", norm_sq.str());
+    int64_t ntiles = 0;
+    Tensor tiles = upload_tiles("adamw_flat", chunks, p, ntiles);
+    const double* ns = clip ? norm_sq.data<double>() : nullptr;
+    CTX_CUDA_DISPATCH_FLOAT(p.dtype(), "adamw_flat",
+                            cuda::adamw_tiles<T>(ptr<T>(p), ptr<T>(g), ptr<T>(m), ptr<T>(v), tiles.data<int64_t>(),
+                                                 ntiles, ns, h));
+  }
+
+  void adamw(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,
+             double wd, int64_t step) override {
+    check_cuda(p, "adamw", "param");
+    check_same(p, g, "adamw");
+    check_same(p, m, "adamw");
+    check_same(p, v, "adamw");
+    CTX_CHECK(step >= 1, "adamw: step must be >= 1, got ", step);
+    const double bc1 = 1.0 - std::pow(b1, (double)step);
+    const double bc2 = 1.0 - std::pow(b2, (double)step);
+    CTX_CUDA_DISPATCH_FLOAT(p.dtype(), "adamw",
+                            cuda::adamw<T>(ptr<T>(p), ptr<T>(g), ptr<T>(m), ptr<T>(v), p.numel(), (T)(1.0 - lr * wd),
+                                           (T)b1, (T)b2, (T)eps, (T)(lr / bc1), (T)std::sqrt(bc2)));
+  }
+};
+
+}  // namespace
+}  // namespace cuda
+
+Backend& cuda_backend_instance() {
+  static cuda::CudaBackend* b = new cuda::CudaBackend();
+  return *b;
+}
+
+}  // namespace ctx

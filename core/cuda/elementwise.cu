@@ -1,0 +1,173 @@
+// core/cuda/elementwise.cu — unary ops and their derivatives, broadcasting binary ops,
+// where / masked fill, the causal (and sliding-window) fill. The formulas are those of
+// core/cpu/ref_kernels.h (unary_fwd, unary_deriv, binary_fwd), term for term.
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda/check.h"
+#include "core/cuda/kernels.h"
+#include "core/cuda/launch.h"
+
+namespace ctx::cuda {
+namespace {
+
+template <class T>
+__device__ T unary_fwd(UnaryOp op, T x, T a, T b) {
+  switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Scale: return a * x;
+    case UnaryOp::AddScalar: return x + a;
+    case UnaryOp::Exp: return std::exp(x);
+    case UnaryOp::Log: return std::log(x);
+    case UnaryOp::Tanh: return std::tanh(x);
+    case UnaryOp::Sin: return std::sin(x);
+    case UnaryOp::Cos: return std::cos(x);
+    case UnaryOp::Sqrt: return std::sqrt(x);
+    case UnaryOp::Relu: return x > T(0) ? x : T(0);
+    case UnaryOp::GeluTanh: {
+      const T c = T(0.7978845608028654);  // sqrt(2/pi)
+      return T(0.5) * x * (T(1) + std::tanh(c * (x + T(0.044715) * x * x * x)));
+    }
+    case UnaryOp::Pow: return std::pow(x, a);
+    case UnaryOp::Clamp: {  // std::min(std::max(x, a), b)
+      const T lo = x < a ? a : x;
+      return b < lo ? b : lo;
+    }
+    case UnaryOp::Square: return x * x;
+  }
+  return x;
+}
+
+// d f(x) / dx given x and y = f(x)
+template <class T>
+__device__ T unary_deriv(UnaryOp op, T x, T y, T a, T b) {
+  switch (op) {
+    case UnaryOp::Neg: return T(-1);
+    case UnaryOp::Scale: return a;
+    case UnaryOp::AddScalar: return T(1);
+    case UnaryOp::Exp: return y;
+    case UnaryOp::Log: return T(1) / x;
+    case UnaryOp::Tanh: return T(1) - y * y;
+    case UnaryOp::Sin: return std::cos(x);
+    case UnaryOp::Cos: return -std::sin(x);
+    case UnaryOp::Sqrt: return T(0.5) / y;
+    case UnaryOp::Relu: return x > T(0) ? T(1) : T(0);
+    case UnaryOp::GeluTanh: {
+      const T c = T(0.7978845608028654);
+      T u = c * (x + T(0.044715) * x * x * x);
+      T t = std::tanh(u);
+      T du = c * (T(1) + T(3 * 0.044715) * x * x);
+      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
+    }
+    case UnaryOp::Pow: return a * std::pow(x, a - T(1));
+    case UnaryOp::Clamp: return (x >= a && x <= b) ? T(1) : T(0);
+    case UnaryOp::Square: return T(2) * x;
+  }
+  return T(0);
+}
+
+template <class T>
+__device__ T binary_fwd(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return a / b;
+  }
+  return a;
+}
+
+// x, y are (n)
+template <class T>
+__global__ void unary_kernel(UnaryOp op, const T* x, T* y, int64_t n, T a, T b) {
+  CTX_GRID_STRIDE(i, n) y[i] = unary_fwd(op, x[i], a, b);
+}
+
+// x, y (either may be null: the op does not need it), dy, dx are (n)
+template <class T>
+__global__ void unary_backward_kernel(UnaryOp op, const T* x, const T* y, const T* dy, T* dx,
+                                      int64_t n, T a, T b) {
+  CTX_GRID_STRIDE(i, n) dx[i] = dy[i] * unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b);
+}
+
+// out is (n) over nd's shape; a, b strided (stride 0 where broadcast)
+template <class T>
+__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, NdStrides<2> nd, int64_t n) {
+  CTX_GRID_STRIDE(i, n) {
+    int64_t off[2];
+    nd.offsets(i, off);
+    out[i] = binary_fwd(op, a[off[0]], b[off[1]]);
+  }
+}
+
+// y is (n) over nd's shape; mask strided (broadcast), t / f contiguous like y or scalars
+template <class T, class M>
+__global__ void select_kernel(const M* mask, const T* t, T ts, const T* f, T fs, T* y,
+                              NdStrides<1> nd, int64_t n) {
+  CTX_GRID_STRIDE(i, n) {
+    int64_t off[1];
+    nd.offsets(i, off);
+    y[i] = mask[off[0]] != M(0) ? (t ? t[i] : ts) : (f ? f[i] : fs);
+  }
+}
+
+// x is (N, Tq, S)
+template <class T>
+__global__ void causal_fill_kernel(T* x, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag,
+                                   int64_t window) {
+  CTX_GRID_STRIDE(e, N * Tq * S) {
+    const int64_t j = e % S, i = (e / S) % Tq;
+    if (j > i + diag || (window > 0 && j <= i + diag - window)) x[e] = v;
+  }
+}
+
+}  // namespace
+
+template <class T>
+void unary(UnaryOp op, const T* x, T* y, int64_t n, T a, T b) {
+  if (n == 0) return;
+  CTX_LAUNCH(unary_kernel<T>, grid_for(n), kThreads, 0, 0, op, x, y, n, a, b);
+  CTX_CUDA_LAUNCH_CHECK("unary_kernel");
+}
+
+template <class T>
+void unary_backward(UnaryOp op, const T* x, const T* y, const T* dy, T* dx, int64_t n, T a, T b) {
+  if (n == 0) return;
+  CTX_LAUNCH(unary_backward_kernel<T>, grid_for(n), kThreads, 0, 0, op, x, y, dy, dx, n, a, b);
+  CTX_CUDA_LAUNCH_CHECK("unary_backward_kernel");
+}
+
+template <class T>
+void binary(BinaryOp op, const T* a, const T* b, T* out, const NdStrides<2>& nd, int64_t n) {
+  if (n == 0) return;
+  CTX_LAUNCH(binary_kernel<T>, grid_for(n), kThreads, 0, 0, op, a, b, out, nd, n);
+  CTX_CUDA_LAUNCH_CHECK("binary_kernel");
+}
+
+template <class T, class M>
+void select(const M* mask, const T* t, T ts, const T* f, T fs, T* y, const NdStrides<1>& nd, int64_t n) {
+  if (n == 0) return;
+  CTX_LAUNCH((select_kernel<T, M>), grid_for(n), kThreads, 0, 0, mask, t, ts, f, fs, y, nd, n);
+  CTX_CUDA_LAUNCH_CHECK("select_kernel");
+}
+
+template <class T>
+void causal_fill(T* x, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag, int64_t window) {
+  const int64_t n = N * Tq * S;
+  if (n == 0) return;
+  CTX_LAUNCH(causal_fill_kernel<T>, grid_for(n), kThreads, 0, 0, x, N, Tq, S, v, diag, window);
+  CTX_CUDA_LAUNCH_CHECK("causal_fill_kernel");
+}
+
+#define CTX_INST_SELECT(T, M) \
+  template void select<T, M>(const M*, const T*, T, const T*, T, T*, const NdStrides<1>&, int64_t);
+#define CTX_INST_ELEMENTWISE(T)                                                                     \
+  template void unary<T>(UnaryOp, const T*, T*, int64_t, T, T);                                     \
+  template void unary_backward<T>(UnaryOp, const T*, const T*, const T*, T*, int64_t, T, T);        \
+  template void binary<T>(BinaryOp, const T*, const T*, T*, const NdStrides<2>&, int64_t);          \
+  template void causal_fill<T>(T*, int64_t, int64_t, int64_t, T, int64_t, int64_t);                 \
+  CTX_INST_SELECT(T, float) CTX_INST_SELECT(T, double) CTX_INST_SELECT(T, int32_t) CTX_INST_SELECT(T, int64_t)
+CTX_INST_ELEMENTWISE(float)
+CTX_INST_ELEMENTWISE(double)
+
+}  // namespace ctx::cuda

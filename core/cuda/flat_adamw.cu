@@ -1,0 +1,101 @@
+// core/cuda/flat_adamw.cu — the optimizer over flat buffers (Backend fused method FlatAdamW):
+// sum_squares for the global gradient norm and one AdamW step, both over `tiles` built on the
+// host from the chunks (each tile at most kFlatTile elements of one chunk, tiles in chunk
+// order; one block per tile). sum_squares: each block sums its tile in f64 through a fixed tree,
+// then one block adds the tile sums in order: deterministic. adamw_flat reads the clip factor from
+// the device norm (no host round trip); its element update is ref::adamw's, term for term.
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda/block_reduce.cuh"
+#include "core/cuda/check.h"
+#include "core/cuda/kernels.h"
+#include "core/cuda/launch.h"
+
+namespace ctx::cuda {
+namespace {
+
+constexpr int kFlatThreads = 256;
+
+// x is flat; tiles (ntiles, 3) = begin, end, decay; part (ntiles): sum of x^2 over each tile, f64
+template <class T>
+__global__ void sum_squares_tiles_kernel(const T* x, const int64_t* tiles, int64_t ntiles, double* part) {
+  CTX_DYNAMIC_SHARED(double, buf);
+  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    double s = 0;
+    for (int64_t i = tiles[3 * t] + threadIdx.x; i < tiles[3 * t + 1]; i += blockDim.x)
+      s += (double)x[i] * (double)x[i];
+    s = block_reduce(s, buf, SumOp());
+    if (threadIdx.x == 0) part[t] = s;
+  }
+}
+
+// part (n) -> out (1) = the sum, one block
+__global__ void sum_partials_kernel(const double* part, int64_t n, double* out) {
+  CTX_DYNAMIC_SHARED(double, buf);
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+  s = block_reduce(s, buf, SumOp());
+  if (threadIdx.x == 0) out[0] = s;
+}
+
+// p, g, m, v flat; tiles (ntiles, 3); norm_sq null or (1): the clip factor as clip_grad_norm
+template <class T>
+__global__ void adamw_tiles_kernel(T* p, const T* g, T* m, T* v, const int64_t* tiles, int64_t ntiles,
+                                   const double* norm_sq, double grad_scale, double max_norm, T decay_on,
+                                   T decay_off, T tb1, T tb2, T bc2_sqrt, T teps, T step_size) {
+  double gscale = grad_scale;
+  if (norm_sq && max_norm > 0) {
+    const double norm = std::sqrt(norm_sq[0]);
+    if (norm > max_norm) gscale *= max_norm / (norm + 1e-6);
+  }
+  const T gs = (T)gscale;
+  for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    const T decay = tiles[3 * t + 2] ? decay_on : decay_off;
+    for (int64_t i = tiles[3 * t] + threadIdx.x; i < tiles[3 * t + 1]; i += blockDim.x) {
+      const T gi = gs * g[i];
+      const T mi = tb1 * m[i] + (T(1) - tb1) * gi;
+      const T vi = tb2 * v[i] + (T(1) - tb2) * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      const T denom = std::sqrt(vi) / bc2_sqrt + teps;
+      const T pi = p[i] * decay;
+      p[i] = pi - step_size * mi / denom;
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void sum_squares_tiles(const T* x, const int64_t* tiles, int64_t ntiles, double* part, double* out) {
+  if (ntiles > 0) {
+    CTX_LAUNCH(sum_squares_tiles_kernel<T>, row_grid(ntiles), kFlatThreads, kFlatThreads * sizeof(double), 0, x,
+               tiles, ntiles, part);
+    CTX_CUDA_LAUNCH_CHECK("sum_squares_tiles_kernel");
+  }
+  CTX_LAUNCH(sum_partials_kernel, 1, kFlatThreads, kFlatThreads * sizeof(double), 0, part, ntiles, out);
+  CTX_CUDA_LAUNCH_CHECK("sum_partials_kernel");
+}
+
+template <class T>
+void adamw_tiles(T* p, const T* g, T* m, T* v, const int64_t* tiles, int64_t ntiles, const double* norm_sq,
+                 const AdamWHyper& h) {
+  if (ntiles == 0) return;
+  // constants as ref::adamw computes them (a chunk without decay: wd = 0)
+  const double bc1 = 1.0 - std::pow(h.beta1, (double)h.step);
+  const double bc2 = 1.0 - std::pow(h.beta2, (double)h.step);
+  CTX_LAUNCH(adamw_tiles_kernel<T>, row_grid(ntiles), kFlatThreads, 0, 0, p, g, m, v, tiles, ntiles, norm_sq,
+             h.grad_scale, h.max_norm, (T)(1.0 - h.lr * h.weight_decay), (T)(1.0 - h.lr * 0.0), (T)h.beta1,
+             (T)h.beta2, (T)std::sqrt(bc2), (T)h.eps, (T)(h.lr / bc1));
+  CTX_CUDA_LAUNCH_CHECK("adamw_tiles_kernel");
+}
+
+template void sum_squares_tiles<float>(const float*, const int64_t*, int64_t, double*, double*);
+template void sum_squares_tiles<double>(const double*, const int64_t*, int64_t, double*, double*);
+template void adamw_tiles<float>(float*, const float*, float*, float*, const int64_t*, int64_t, const double*,
+                                 const AdamWHyper&);
+template void adamw_tiles<double>(double*, const double*, double*, double*, const int64_t*, int64_t,
+                                  const double*, const AdamWHyper&);
+
+}  // namespace ctx::cuda

@@ -1,0 +1,110 @@
+// core/cuda/kernels.h — the host-side entry points of the CUDA kernels, one group per file.
+// Pointers are device pointers; sizes are element counts; every launcher checks its launch and
+// queues the kernel on the default stream (the caller synchronises where it reads results).
+// Shapes follow core/backend.h. Templates are instantiated for T in {float, double} (fill,
+// copy, convert: also int32_t, int64_t) and index types I in {int32_t, int64_t}.
+#pragma once
+#include <cstdint>
+
+#include "core/backend.h"       // UnaryOp, BinaryOp, GemmDesc
+#include "core/cuda/nd_index.h"
+
+namespace ctx::cuda {
+
+// --- memory.cu ---
+template <class T> void fill(T* x, int64_t n, T v);
+// dst[off_d(i)] (+)= src[off_s(i)] for every i of nd's shape; operand 0 = src, 1 = dst.
+// `serial`: one thread walks everything in order (a destination that overlaps itself).
+template <class T> void copy_strided(const T* src, T* dst, const NdStrides<2>& nd, int64_t n,
+                                     bool accumulate, bool serial);
+template <class S, class D> void convert(const S* src, D* dst, int64_t n);
+
+// --- elementwise.cu ---
+template <class T> void unary(UnaryOp op, const T* x, T* y, int64_t n, T a, T b);
+template <class T> void unary_backward(UnaryOp op, const T* x, const T* y, const T* dy, T* dx,
+                                       int64_t n, T a, T b);
+// out[i] = a[off_a(i)] op b[off_b(i)], out contiguous; operand 0 = a, 1 = b.
+template <class T> void binary(BinaryOp op, const T* a, const T* b, T* out, const NdStrides<2>& nd,
+                               int64_t n);
+// y[i] = mask[off_m(i)] != 0 ? t : f, where t / f is a tensor (non-null pointer, contiguous like
+// y) or else the scalar ts / fs; operand 0 = mask.
+template <class T, class M> void select(const M* mask, const T* t, T ts, const T* f, T fs, T* y,
+                                        const NdStrides<1>& nd, int64_t n);
+// x [N, Tq, S]: x[n, i, j] = v where j > i + diag, or (window > 0) j <= i + diag - window
+template <class T> void causal_fill(T* x, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag,
+                                    int64_t window);
+
+// --- reduce.cu ---
+// out[o] = sum_r x[kept.off(o) + red.off(r)]: kept walks out's elements (no of them), red the
+// summed dims (L elements); one block per output, a fixed tree per block.
+template <class T> void reduce_sum(const T* x, T* out, const NdStrides<1>& kept, int64_t no,
+                                   const NdStrides<1>& red, int64_t L);
+// out[c] += sum_k part[k, c], k in order (part [K, C]): the second pass of column sums
+template <class T> void column_sum_add(const T* part, T* out, int64_t K, int64_t C);
+// rows per chunk for the first pass over [N, C] (depends only on N)
+int64_t column_chunks(int64_t N);
+
+// --- softmax_loss.cu ---
+// x, y [N, C] over the last dim
+template <class T> void softmax(const T* x, T* y, int64_t N, int64_t C, bool log);
+template <class T> void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C,
+                                         bool log);
+// logits [N, V], targets [N] (validated: -1 <= t < V), loss, lse [N]
+template <class T, class I> void cross_entropy(const T* logits, const I* tgt, T* loss, T* lse,
+                                               int64_t N, int64_t V);
+template <class T, class I> void cross_entropy_backward(const T* logits, const I* tgt,
+                                                        const T* lse, const T* dloss, T* dlogits,
+                                                        int64_t N, int64_t V);
+
+// --- norm.cu ---  (x, y, dy, dx [N, C]; w, b, dw, db [C]; mean, rstd [N]; part [2, K, C] scratch
+// with K = column_chunks(N))
+template <class T> void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean,
+                                  T* rstd, int64_t N, int64_t C);
+template <class T> void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean,
+                                           const T* rstd, T* dx, T* dw, T* db, T* part,
+                                           int64_t N, int64_t C);
+template <class T> void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N,
+                                int64_t C);
+template <class T> void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd,
+                                         T* dx, T* dw, T* part, int64_t N, int64_t C);
+
+// --- index.cu ---  (x viewed as [outer, n, inner]; m indices, already range-checked)
+template <class T, class I> void index_select(const T* x, const I* idx, T* out, int64_t outer,
+                                              int64_t n, int64_t m, int64_t inner);
+// Scatter-add through buckets built on the host: rows [U] (distinct targets), starts [U + 1],
+// pos [m] (source positions of each target, in index order) in one int64 array `plan`
+// (rows, starts, pos). Each output element adds its sources in index order: the CPU's bits.
+template <class T> void index_add(T* out, const int64_t* plan, int64_t U, const T* src,
+                                  int64_t outer, int64_t n, int64_t m, int64_t inner);
+
+// --- optim.cu ---
+template <class T> void adamw(T* p, const T* g, T* m, T* v, int64_t n, T decay, T b1, T b2,
+                              T eps, T step_size, T bc2_sqrt);
+
+// --- rope_heads.cu --- (x, out [R, Tn, d]; C, S [Tn, d/2]; qkv [B, S, 3 H Dh]; q [B, H, S - q0, Dh];
+// k, v [B, H, S, Dh]; merged [B, Tn, H Dh], o [B, H, Tn, Dh])
+template <class T> void rope_rotate(const T* x, const T* C, const T* S, T* out, int64_t R, int64_t Tn, int64_t d,
+                                    bool interleaved, bool transpose);
+template <class T> void split_heads(const T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t H, int64_t Dh,
+                                    int64_t q0);
+// dq / dk / dv may be null (zeros)
+template <class T> void split_heads_backward(const T* dq, const T* dk, const T* dv, T* dqkv, int64_t B, int64_t S,
+                                             int64_t H, int64_t Dh, int64_t q0);
+// to_merged: src = o, dst = merged; else src = merged, dst = o
+template <class T> void merge_heads(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t Dh,
+                                    bool to_merged);
+
+// --- flat_adamw.cu --- tiles [ntiles, 3] = (begin, end, decay) of the flat buffers, each at most
+// kFlatTile elements of one chunk, in chunk order (built on the host by the backend)
+constexpr int64_t kFlatTile = 16384;
+// part [ntiles] f64 scratch; out [1] f64 = sum of x^2 over the tiles (fixed order)
+template <class T> void sum_squares_tiles(const T* x, const int64_t* tiles, int64_t ntiles, double* part,
+                                          double* out);
+// norm_sq: null or [1] f64 on the device (sum_squares' output) for clipping
+template <class T> void adamw_tiles(T* p, const T* g, T* m, T* v, const int64_t* tiles, int64_t ntiles,
+                                    const double* norm_sq, const AdamWHyper& h);
+
+// --- gemm.cu --- (row-major, see GemmDesc; the one row-major -> column-major translation)
+template <class T> void gemm(const GemmDesc& g, const T* A, const T* B, T* C);
+
+}  // namespace ctx::cuda

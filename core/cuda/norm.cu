@@ -1,0 +1,178 @@
+// core/cuda/norm.cu — LayerNorm and RMSNorm, forward and backward side by side.
+// Forward and the input gradient: one block per row, row statistics through the fixed trees of
+// block_reduce.cuh. Weight / bias gradients: two passes without atomics — K row chunks
+// (reduce.cu: column_chunks) each write a partial [K, C], then column_sum_add adds the K partials
+// in order into dw / db (accumulated, as the interface says). Deterministic.
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda/block_reduce.cuh"
+#include "core/cuda/check.h"
+#include "core/cuda/kernels.h"
+#include "core/cuda/launch.h"
+
+namespace ctx::cuda {
+namespace {
+
+// x, y are (N, C); w, b (b may be null) are (C); mean, rstd are (N)
+template <class T>
+__global__ void layernorm_kernel(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd,
+                                 int64_t N, int64_t C) {
+  CTX_DYNAMIC_SHARED(T, buf);
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* xr = x + n * C;
+    T* yr = y + n * C;
+    T m = T(0);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) m += xr[c];
+    m = block_reduce(m, buf, SumOp()) / T(C);
+    T v = T(0);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) v += (xr[c] - m) * (xr[c] - m);
+    v = block_reduce(v, buf, SumOp()) / T(C);
+    const T r = T(1) / std::sqrt(v + eps);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      yr[c] = b ? (xr[c] - m) * r * w[c] + b[c] : (xr[c] - m) * r * w[c];
+    if (threadIdx.x == 0) {
+      mean[n] = m;
+      rstd[n] = r;
+    }
+  }
+}
+
+// dy, x, dx are (N, C); w is (C); mean, rstd are (N): dx = r (g w - mean(g w) - xh mean(g w xh))
+template <class T>
+__global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const T* w, const T* mean,
+                                             const T* rstd, T* dx, int64_t N, int64_t C) {
+  CTX_DYNAMIC_SHARED(T, buf);
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* g = dy + n * C;
+    const T* xr = x + n * C;
+    T* d = dx + n * C;
+    const T m = mean[n], r = rstd[n];
+    T sg = T(0), sgx = T(0);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const T xh = (xr[c] - m) * r;
+      const T gw = g[c] * w[c];
+      sg += gw;
+      sgx += gw * xh;
+    }
+    sg = block_reduce(sg, buf, SumOp()) / T(C);
+    sgx = block_reduce(sgx, buf, SumOp()) / T(C);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const T xh = (xr[c] - m) * r;
+      d[c] = r * (g[c] * w[c] - sg - xh * sgx);
+    }
+  }
+}
+
+// First pass of the weight gradients. dy, x are (N, C); mean, rstd (N); part is (2, K, C):
+// part[0, k, c] = sum over chunk k's rows of dy * xh (LayerNorm: xh = (x - mean) rstd; RMSNorm:
+// xh = x rstd, mean null), part[1, k, c] = sum of dy (LayerNorm bias); rows in order.
+template <class T>
+__global__ void norm_dweight_partial_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* part,
+                                            int64_t N, int64_t C, int64_t K, bool with_bias) {
+  const int64_t rows = (N + K - 1) / K;
+  CTX_GRID_STRIDE(e, K * C) {
+    const int64_t k = e / C, c = e % C;
+    T sw = T(0), sb = T(0);
+    for (int64_t n = k * rows; n < N && n < (k + 1) * rows; ++n) {
+      const T g = dy[n * C + c];
+      const T xh = (x[n * C + c] - (mean ? mean[n] : T(0))) * rstd[n];
+      sw += g * xh;
+      sb += g;
+    }
+    part[e] = sw;
+    if (with_bias) part[K * C + e] = sb;
+  }
+}
+
+// x, y are (N, C); w is (C); rstd is (N): y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps)
+template <class T>
+__global__ void rmsnorm_kernel(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C) {
+  CTX_DYNAMIC_SHARED(T, buf);
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* xr = x + n * C;
+    T s = T(0);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += xr[c] * xr[c];
+    s = block_reduce(s, buf, SumOp());
+    const T r = T(1) / std::sqrt(s / T(C) + eps);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) y[n * C + c] = xr[c] * r * w[c];
+    if (threadIdx.x == 0) rstd[n] = r;
+  }
+}
+
+// dy, x, dx are (N, C); w is (C); rstd is (N): dx = g w r - x r^3 sum(g w x) / C
+template <class T>
+__global__ void rmsnorm_backward_dx_kernel(const T* dy, const T* x, const T* w, const T* rstd, T* dx,
+                                           int64_t N, int64_t C) {
+  CTX_DYNAMIC_SHARED(T, buf);
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* g = dy + n * C;
+    const T* xr = x + n * C;
+    const T r = rstd[n];
+    T s = T(0);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += g[c] * w[c] * xr[c];
+    s = block_reduce(s, buf, SumOp());
+    const T k = s * r * r * r / T(C);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dx[n * C + c] = g[c] * w[c] * r - xr[c] * k;
+  }
+}
+
+template <class T>
+void dweight(const T* dy, const T* x, const T* mean, const T* rstd, T* dw, T* db, T* part, int64_t N,
+             int64_t C) {
+  const int64_t K = column_chunks(N);
+  CTX_LAUNCH(norm_dweight_partial_kernel<T>, grid_for(K * C), kThreads, 0, 0, dy, x, mean, rstd, part, N, C, K,
+             db != nullptr);
+  CTX_CUDA_LAUNCH_CHECK("norm_dweight_partial_kernel");
+  column_sum_add(part, dw, K, C);
+  if (db) column_sum_add(part + K * C, db, K, C);
+}
+
+}  // namespace
+
+template <class T>
+void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N, int64_t C) {
+  if (N == 0 || C == 0) return;
+  const int th = row_threads(C);
+  CTX_LAUNCH(layernorm_kernel<T>, row_grid(N), th, th * sizeof(T), 0, x, w, b, eps, y, mean, rstd, N, C);
+  CTX_CUDA_LAUNCH_CHECK("layernorm_kernel");
+}
+
+template <class T>
+void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw, T* db,
+                        T* part, int64_t N, int64_t C) {
+  if (N == 0 || C == 0) return;
+  const int th = row_threads(C);
+  CTX_LAUNCH(layernorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), 0, dy, x, w, mean, rstd, dx, N, C);
+  CTX_CUDA_LAUNCH_CHECK("layernorm_backward_dx_kernel");
+  dweight(dy, x, mean, rstd, dw, db, part, N, C);
+}
+
+template <class T>
+void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C) {
+  if (N == 0 || C == 0) return;
+  const int th = row_threads(C);
+  CTX_LAUNCH(rmsnorm_kernel<T>, row_grid(N), th, th * sizeof(T), 0, x, w, eps, y, rstd, N, C);
+  CTX_CUDA_LAUNCH_CHECK("rmsnorm_kernel");
+}
+
+template <class T>
+void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw, T* part, int64_t N,
+                      int64_t C) {
+  if (N == 0 || C == 0) return;
+  const int th = row_threads(C);
+  CTX_LAUNCH(rmsnorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), 0, dy, x, w, rstd, dx, N, C);
+  CTX_CUDA_LAUNCH_CHECK("rmsnorm_backward_dx_kernel");
+  dweight<T>(dy, x, nullptr, rstd, dw, nullptr, part, N, C);
+}
+
+#define CTX_INST_NORM(T)                                                                               \
+  template void layernorm<T>(const T*, const T*, const T*, T, T*, T*, T*, int64_t, int64_t);           \
+  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*, \
+                                      int64_t, int64_t);                                               \
+  template void rmsnorm<T>(const T*, const T*, T, T*, T*, int64_t, int64_t);                           \
+  template void rmsnorm_backward<T>(const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t);
+CTX_INST_NORM(float)
+CTX_INST_NORM(double)
+
+}  // namespace ctx::cuda

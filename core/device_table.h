@@ -1,0 +1,21 @@
+// core/device_table.h — moving tensors between the host and a tensor's device in the two
+// directions library code needs: constant tables built on the host (index tables, masks,
+// sinusoid / rotary cos-sin tables, slopes) to the device of the tensors they are used with
+// (to_device_like, the one way they get there), and small results to the host (to_host).
+#pragma once
+#include "core/tensor.h"
+
+namespace ctx {
+
+// `host` (a CPU tensor) on like's device: `host` itself when like is on the CPU (no copy), else
+// a copy on like's device.
+inline Tensor to_device_like(const Tensor& host, const Tensor& like) {
+  CTX_CHECK(host.device() == Device::CPU, "to_device_like: the table ", host.str(), " must be built on the cpu, not ",
+            device_name(host.device()));
+  return like.device() == Device::CPU ? host : host.to(like.device());
+}
+
+// t on the host: t itself when it is on the CPU (no copy), else a copy.
+inline Tensor to_host(const Tensor& t) { return t.device() == Device::CPU ? t : t.to(Device::CPU); }
+
+}  // namespace ctx

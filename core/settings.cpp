@@ -1,0 +1,62 @@
+// core/settings.cpp — the table of CTXLAB_* environment variables (core/settings.h). Adding a
+// variable: one row here, one in docs/settings.md.
+#include "core/settings.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace ctx {
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> table = {
+      {"CTXLAB_THREADS", "OMP_NUM_THREADS, else the cores in the affinity mask", "a positive integer",
+       "threads of the OpenMP / oneDNN pool", "core/cpu/threading.cpp"},
+      {"CTXLAB_GEMM", "per-shape choice (oneDNN; OpenBLAS for long-K weight gradients without AVX-512)",
+       "onednn | openblas | reference", "the CPU GEMM implementation for every GEMM", "core/cpu/gemm_select.cpp"},
+      {"CTXLAB_OPENBLAS_CORETYPE", "OPENBLAS_CORETYPE, or autodetect on AVX-512 CPUs",
+       "an OpenBLAS core name (Haswell, SkylakeX, ...)", "the core type OpenBLAS is loaded with",
+       "core/cpu/gemm_openblas.cpp"},
+      {"CTXLAB_ONEDNN_OPS", "measured per-op policy", "all | none",
+       "use oneDNN for every softmax / layer norm / GELU op, or for none", "core/cpu/onednn_ops.cpp"},
+      {"CTXLAB_GELU", "measured policy (fast or oneDNN)", "reference | fast | onednn",
+       "the CPU GELU (tanh) implementation", "core/cpu/gelu_fast.cpp"},
+      {"CTXLAB_FUSED_ATTENTION", "1", "0 | 1",
+       "0: attention always composed (matmul, mask, softmax, matmul) instead of fused", "nn/attention.cpp"},
+      {"CTXLAB_FUSED_HEADS", "1", "0 | 1", "0: head split / merge through reshape + permute + slice",
+       "autograd/ops_heads.cpp"},
+      {"CTXLAB_FUSED_LINEAR", "1", "0 | 1", "0: Linear as matmul + add (two nodes) instead of one GEMM with bias",
+       "autograd/ops_linear.cpp"},
+      {"CTXLAB_PROFILE", "0", "0 | 1 (any other value: 1)",
+       "1: time every autograd op by name (ctxlab bench --profile, example_step_timing print it)",
+       "autograd/profiler.cpp"},
+      {"CTXLAB_NO_REEXEC", "unset", "any value",
+       "set: the CLI does not restart itself with OMP_WAIT_POLICY=PASSIVE", "train/main.cpp"},
+  };
+  return table;
+}
+
+const char* setting_env(const char* name) {
+  const auto& t = settings();
+  const bool known =
+      std::any_of(t.begin(), t.end(), [&](const Setting& s) { return std::strcmp(s.name, name) == 0; });
+  CTX_CHECK(known, "setting_env: ", name, " is not in the settings table (core/settings.cpp)");
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+std::string settings_help() {
+  size_t w = 0;
+  for (const Setting& s : settings()) w = std::max(w, std::strlen(s.name));
+  std::string out;
+  for (const Setting& s : settings()) {
+    out += "  " + std::string(s.name) + std::string(w + 2 - std::strlen(s.name), ' ') + s.values +
+           " (default: " + s.default_value + ")\n";
+    out += std::string(w + 4, ' ') + s.meaning + "\n";
+  }
+  return out;
+}
+
+}  // namespace ctx

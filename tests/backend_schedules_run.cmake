@@ -1,0 +1,26 @@
+# tests/backend_schedules_run.cmake — the script of the backend_schedules test (see
+# tests/cli/backend_schedules.cmake; it lives outside tests/cli/, whose files CMakeLists.txt
+# includes). Usage: cmake -DTESTS=<ctxlab_tests> -DDIR=<work dir> -P this file.
+file(REMOVE_RECURSE ${DIR})
+file(MAKE_DIRECTORY ${DIR})
+foreach(_s forward shuffle:7)
+  string(REPLACE ":" "_" _f ${_s})
+  set(ENV{CTXLAB_EMU_SCHEDULE} ${_s})
+  set(ENV{CTXLAB_BACKEND_DIGEST} ${DIR}/digest_${_f}.txt)
+  execute_process(COMMAND ${TESTS} --gtest_filter=Devices/BackendOps.EveryMethodAgainstTheReference/cuda
+                  RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "backend table under schedule ${_s} failed:\n${_out}")
+  endif()
+endforeach()
+file(STRINGS ${DIR}/digest_forward.txt _a)
+file(STRINGS ${DIR}/digest_shuffle_7.txt _b)
+list(LENGTH _a _n)
+if(_n LESS 400)
+  message(FATAL_ERROR "backend_schedules: only ${_n} digest lines in ${DIR}/digest_forward.txt")
+endif()
+if(NOT _a STREQUAL _b)
+  execute_process(COMMAND diff ${DIR}/digest_forward.txt ${DIR}/digest_shuffle_7.txt OUTPUT_VARIABLE _d)
+  message(FATAL_ERROR "backend_schedules: outputs differ between the forward and shuffled schedules:\n${_d}")
+endif()
+message(STATUS "backend_schedules: ${_n} cases, forward and shuffle:7 bitwise equal")

@@ -1,0 +1,1331 @@
+// tests/test_backend_ops.cpp — one test table for every backend (the idea of ggml's
+// test-backend-ops): each Backend method, forward and backward, f32 and f64, on shapes that
+// include size 1, odd sizes and sizes past one block of threads, run on every available device
+// and compared with the CPU reference kernels (core/cpu/ref_kernels.h, gemm_reference) — or, for
+// the fused methods, with a short loop here. Devices:
+//   cpu   the CPU backend (its oneDNN / OpenBLAS / fast GELU paths against the reference)
+//   cuda  the emulated build (CTXLAB_CUDA_EMULATOR): always; the real build: when a GPU is
+//         present, else the test reports "skipped: no GPU" (the only skip in this file).
+// Tolerances come from the dtype and the longest reduction behind an output (`L`); ops that are
+// exact on every device (copies, index ops, selects, + - * /) must match bit for bit.
+// CTXLAB_BACKEND_DIGEST=FILE appends one line per cuda case (name, hash of the output bytes):
+// CI runs the emulated table under CTXLAB_EMU_SCHEDULE=forward and =shuffle:7 and compares.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/cpu/gemm.h"
+#include "core/cpu/ref_kernels.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#ifdef CTXLAB_WITH_CUDA
+#include "core/cuda/check.h"  // CTX_CUDA_CHECK, CTX_CUBLAS_CHECK (compat.h: CUDA's or the emulator's API)
+#include "core/cuda/cuda_runtime.h"
+#endif
+#ifdef CTXLAB_CUDA_EMULATOR
+#include "core/cuda/emu/emu_runtime.h"  // cuemu::stats, cuemu::set_schedule
+#endif
+
+namespace {
+using namespace ctx;
+namespace ref = ctx::cpu::ref;
+
+// ---------------------------------------------------------------------------------------------
+// inputs, devices, outputs
+
+// Uniform in [lo, hi) from `seed`; integer dtypes get the floor.
+Tensor rnd(const Shape& s, DType dt, uint64_t seed, double lo = -1, double hi = 1) {
+  Rng r(seed);
+  Tensor t = Tensor::empty(s, dt);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double v = r.uniform(lo, hi);
+    t.set(i, is_float(dt) ? v : std::floor(v));
+  }
+  return t;
+}
+Tensor ints(const std::vector<int64_t>& v, DType dt) {
+  Tensor t = Tensor::empty({(int64_t)v.size()}, dt);
+  for (size_t i = 0; i < v.size(); ++i) t.set((int64_t)i, (double)v[i]);
+  return t;
+}
+
+// The device under test: inputs are copied to it, outputs allocated on it (floats NaN-filled, so
+// an element a kernel forgets to write cannot match).
+struct Dev {
+  Device d;
+  Backend& be() const { return backend(d); }
+  Tensor in(const Tensor& h) const { return d == Device::CPU ? h.clone() : h.to(d); }
+  Tensor out(const Shape& s, DType dt) const {
+    Tensor t = Tensor::empty(s, dt, d);
+    if (is_float(dt)) be().fill(t, NAN);
+    return t;
+  }
+};
+Tensor host(const Tensor& t) { return t.device() == Device::CPU ? t : t.to(Device::CPU); }
+std::vector<Tensor> hosts(std::initializer_list<Tensor> ts) {
+  std::vector<Tensor> v;
+  for (const Tensor& t : ts) v.push_back(host(t));
+  return v;
+}
+
+// Strides of shape s broadcast to out (0 where broadcast), as the backends compute them.
+std::vector<int64_t> bstrides(const Shape& s, const Shape& out) {
+  std::vector<int64_t> st(out.size(), 0);
+  const Shape cs = contiguous_strides(s);
+  const size_t off = out.size() - s.size();
+  for (size_t i = 0; i < s.size(); ++i) st[i + off] = (s[i] == 1 && out[i + off] != 1) ? 0 : cs[i];
+  return st;
+}
+Shape bshape(const Shape& a, const Shape& b) {
+  Shape o(std::max(a.size(), b.size()), 1);
+  for (size_t i = 0; i < o.size(); ++i) {
+    const int64_t x = i + a.size() >= o.size() ? a[i + a.size() - o.size()] : 1;
+    const int64_t y = i + b.size() >= o.size() ? b[i + b.size() - o.size()] : 1;
+    o[i] = x == 1 ? y : x;
+  }
+  return o;
+}
+
+template <class T> T* P(Tensor& t) { return t.data<T>(); }
+template <class T> const T* P(const Tensor& t) { return t.data<T>(); }
+
+// ---------------------------------------------------------------------------------------------
+// the table
+
+struct Case {
+  std::string name;
+  DType dt = DType::F32;
+  bool exact = false;
+  int64_t L = 1;  // the longest reduction behind one output element
+  std::optional<Fused> fused;  // a fused method: compared where has() says so, else must throw
+  std::function<std::vector<Tensor>(const Dev&)> run;  // the outputs, on the host
+  std::function<std::vector<Tensor>()> ref;
+  bool large = false;  // millions of emulated threads: left out of the in-process schedule test
+};
+
+std::string S(const Shape& s) { return shape_str(s); }
+template <class T> const char* tn() { return dtype_name(dtype_of<T>::value); }
+
+// --- memory: fill, copy_strided, convert ---
+void memory_cases(std::vector<Case>& cs) {
+  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64})
+    for (Shape s : {Shape{1}, Shape{7}, Shape{3, 5, 2}, Shape{1000}}) {
+      cs.push_back({str("fill ", dtype_name(dt), S(s)), dt, true, 1, {},
+                    [=](const Dev& D) {
+                      Tensor x = D.out(s, dt);
+                      D.be().fill(x, -3.0);
+                      return hosts({x});
+                    },
+                    [=] { return std::vector<Tensor>{Tensor::full(s, -3.0, dt)}; }});
+    }
+  struct CopyCase {
+    const char* what;
+    Shape shape, src_shape, dst_shape;
+    Strided s, d;
+    bool acc;
+  };
+  std::vector<CopyCase> cc = {
+      {"permute(2,0,1)", {4, 2, 3}, {2, 3, 4}, {4, 2, 3}, {0, {1, 12, 4}}, {0, {6, 3, 1}}, false},
+      {"broadcast", {4, 5}, {1, 5}, {4, 5}, {0, {0, 1}}, {0, {5, 1}}, false},
+      {"slice+offset", {3, 2}, {5, 4}, {3, 2}, {5, {4, 1}}, {0, {2, 1}}, false},
+      {"concat-into", {3, 3}, {3, 3}, {3, 7}, {0, {3, 1}}, {4, {7, 1}}, false},
+      {"accumulate", {5, 3}, {3, 5}, {5, 3}, {0, {1, 5}}, {0, {3, 1}}, true},
+      {"accumulate-overlap", {6, 4}, {6, 4}, {4}, {0, {4, 1}}, {0, {0, 1}}, true},
+      {"odd", {1, 9, 1, 3}, {27}, {3, 9}, {0, {0, 3, 0, 1}}, {0, {0, 1, 0, 9}}, false},
+  };
+  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64})
+    for (const CopyCase& c : cc) {
+      cs.push_back({str("copy_strided ", c.what, " ", dtype_name(dt), S(c.shape)), dt, true, 1, {},
+                    [=](const Dev& D) {
+                      Tensor src = D.in(rnd(c.src_shape, dt, 11, -9, 9));
+                      Tensor dst = D.in(rnd(c.dst_shape, dt, 12, -9, 9));
+                      D.be().copy_strided(src, c.s, dst, c.d, c.shape, c.acc);
+                      return hosts({dst});
+                    },
+                    [=] {
+                      Tensor src = rnd(c.src_shape, dt, 11, -9, 9), dst = rnd(c.dst_shape, dt, 12, -9, 9);
+                      const Shape sh = c.shape;
+                      auto walk = [&](auto* sp, auto* dp) {
+                        ref::for_each_strided(sh, c.s.strides, c.s.offset, c.d.strides, c.d.offset,
+                                              [&](int64_t a, int64_t b) {
+                                                if (c.acc) dp[b] += sp[a];
+                                                else dp[b] = sp[a];
+                                              });
+                      };
+                      switch (dt) {
+                        case DType::F32: walk(P<float>(src), P<float>(dst)); break;
+                        case DType::F64: walk(P<double>(src), P<double>(dst)); break;
+                        case DType::I32: walk(P<int32_t>(src), P<int32_t>(dst)); break;
+                        case DType::I64: walk(P<int64_t>(src), P<int64_t>(dst)); break;
+                      }
+                      return std::vector<Tensor>{dst};
+                    }});
+    }
+  for (DType from : {DType::F32, DType::F64, DType::I32, DType::I64})
+    for (DType to : {DType::F32, DType::F64, DType::I32, DType::I64}) {
+      const Shape s{3, 7};
+      cs.push_back({str("convert ", dtype_name(from), "->", dtype_name(to), S(s)), to, true, 1, {},
+                    [=](const Dev& D) {
+                      Tensor x = D.in(rnd(s, from, 13, -50, 50));
+                      Tensor y = D.out(s, to);
+                      D.be().convert(x, y);
+                      return hosts({y});
+                    },
+                    [=] {
+                      Tensor x = rnd(s, from, 13, -50, 50), y = Tensor::empty(s, to);
+                      for (int64_t i = 0; i < x.numel(); ++i) {  // C++ conversion, as the kernels
+                        const double v = x.at(i);
+                        y.set(i, is_float(to) ? (to == DType::F32 ? (double)(float)v : v) : std::trunc(v));
+                      }
+                      return std::vector<Tensor>{y};
+                    }});
+    }
+}
+
+// --- elementwise: unary (+ backward), binary, where, causal_fill ---
+bool unary_exact(UnaryOp op) {
+  return op == UnaryOp::Neg || op == UnaryOp::Scale || op == UnaryOp::AddScalar || op == UnaryOp::Relu ||
+         op == UnaryOp::Clamp || op == UnaryOp::Square;
+}
+
+template <class T>
+void elementwise_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  const UnaryOp ops[] = {UnaryOp::Neg, UnaryOp::Scale, UnaryOp::AddScalar, UnaryOp::Exp, UnaryOp::Log,
+                         UnaryOp::Tanh, UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Sqrt, UnaryOp::Relu,
+                         UnaryOp::GeluTanh, UnaryOp::Pow, UnaryOp::Clamp, UnaryOp::Square};
+  for (UnaryOp op : ops)
+    for (Shape s : {Shape{1}, Shape{37}, Shape{3, 1, 5}, Shape{600}}) {
+      const bool pos = op == UnaryOp::Log || op == UnaryOp::Sqrt || op == UnaryOp::Pow;
+      const double lo = pos ? 0.1 : -3, hi = pos ? 3 : 3;
+      const double a = op == UnaryOp::Pow ? 1.7 : (op == UnaryOp::Clamp ? -0.5 : 0.75), b = 0.8;
+      const uint64_t seed = 100 + (uint64_t)op;
+      cs.push_back({str("unary ", unary_name(op), " ", tn<T>(), S(s)), dt, unary_exact(op), 4, {},
+                    [=](const Dev& D) {
+                      Tensor x = D.in(rnd(s, dt, seed, lo, hi)), y = D.out(s, dt);
+                      D.be().unary(op, x, y, a, b);
+                      return hosts({y});
+                    },
+                    [=] {
+                      Tensor x = rnd(s, dt, seed, lo, hi), y = Tensor::empty(s, dt);
+                      ref::unary<T>(op, P<T>(x), P<T>(y), x.numel(), (T)a, (T)b);
+                      return std::vector<Tensor>{y};
+                    }});
+      cs.push_back({str("unary_backward ", unary_name(op), " ", tn<T>(), S(s)), dt, unary_exact(op), 8, {},
+                    [=](const Dev& D) {
+                      Tensor xh = rnd(s, dt, seed, lo, hi), yh = Tensor::empty(s, dt);
+                      ref::unary<T>(op, P<T>(xh), P<T>(yh), xh.numel(), (T)a, (T)b);
+                      Tensor x = D.in(xh), y = D.in(yh), dy = D.in(rnd(s, dt, seed + 1)), dx = D.out(s, dt);
+                      D.be().unary_backward(op, x, y, dy, dx, a, b);
+                      return hosts({dx});
+                    },
+                    [=] {
+                      Tensor x = rnd(s, dt, seed, lo, hi), y = Tensor::empty(s, dt), dy = rnd(s, dt, seed + 1);
+                      ref::unary<T>(op, P<T>(x), P<T>(y), x.numel(), (T)a, (T)b);
+                      Tensor dx = Tensor::empty(s, dt);
+                      ref::unary_backward<T>(op, P<T>(x), P<T>(y), P<T>(dy), P<T>(dx), x.numel(), (T)a, (T)b);
+                      return std::vector<Tensor>{dx};
+                    }});
+    }
+  const std::vector<std::pair<Shape, Shape>> bshapes = {
+      {{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{2, 1, 5}, {3, 1}}, {{1}, {7}}, {{5, 1}, {1, 6}}, {{2, 3}, {}},
+      {{300}, {300}}, {{2, 3, 1, 4}, {3, 5, 1}}};
+  for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div})
+    for (const auto& [sa, sb] : bshapes) {
+      const Shape os = bshape(sa, sb);
+      cs.push_back({str("binary ", binary_name(op), " ", tn<T>(), S(sa), S(sb)), dt, true, 1, {},
+                    [=](const Dev& D) {
+                      Tensor a = D.in(rnd(sa, dt, 21)), b = D.in(rnd(sb, dt, 22, 0.5, 2)), out = D.out(os, dt);
+                      D.be().binary(op, a, b, out);
+                      return hosts({out});
+                    },
+                    [=] {
+                      Tensor a = rnd(sa, dt, 21), b = rnd(sb, dt, 22, 0.5, 2), out = Tensor::empty(os, dt);
+                      ref::binary<T>(op, P<T>(a), bstrides(sa, os), P<T>(b), bstrides(sb, os), P<T>(out), os,
+                                     a.numel(), b.numel());
+                      return std::vector<Tensor>{out};
+                    }});
+    }
+  // where / masked fill: masks of every dtype, broadcast or full
+  for (DType mdt : {DType::F32, DType::I32, DType::I64})
+    for (const auto& [ms, s] : std::vector<std::pair<Shape, Shape>>{{{3, 5}, {3, 5}}, {{1, 5}, {3, 5}}, {{1}, {7}}}) {
+      cs.push_back({str("where mask ", dtype_name(mdt), S(ms), " ", tn<T>(), S(s)), dt, true, 1, {},
+                    [=](const Dev& D) {
+                      Tensor m = D.in(rnd(ms, mdt, 31, 0, 2)), a = D.in(rnd(s, dt, 32)), b = D.in(rnd(s, dt, 33));
+                      Tensor y1 = D.out(s, dt), y2 = D.out(s, dt);
+                      D.be().where(m, a, b, y1);
+                      D.be().where_scalar(m, a, -7.5, y2);
+                      return hosts({y1, y2});
+                    },
+                    [=] {
+                      Tensor m = rnd(ms, mdt, 31, 0, 2), a = rnd(s, dt, 32), b = rnd(s, dt, 33);
+                      Tensor y1 = Tensor::empty(s, dt), y2 = Tensor::empty(s, dt);
+                      const auto sm = bstrides(ms, s);
+                      ref::for_each_strided(s, sm, 0, contiguous_strides(s), 0, [&](int64_t mi, int64_t i) {
+                        const bool on = m.at(mi) != 0;
+                        y1.set(i, on ? a.at(i) : b.at(i));
+                        y2.set(i, on ? -7.5 : a.at(i));
+                      });
+                      return std::vector<Tensor>{y1, y2};
+                    }});
+    }
+  struct CF { Shape s; int64_t diag, window; };
+  for (const CF& c : {CF{{2, 5, 7}, 0, 0}, CF{{2, 5, 7}, 2, 0}, CF{{3, 6, 6}, 0, 3}, CF{{1, 1, 1}, 0, 0},
+                      CF{{4, 9}, -1, 2}}) {
+    cs.push_back({str("causal_fill ", tn<T>(), S(c.s), " diag ", c.diag, " window ", c.window), dt, true, 1, {},
+                  [=](const Dev& D) {
+                    Tensor x = D.in(rnd(c.s, dt, 41));
+                    D.be().causal_fill(x, -INFINITY, c.diag, c.window);
+                    return hosts({x});
+                  },
+                  [=] {
+                    Tensor x = rnd(c.s, dt, 41);
+                    const int64_t Tq = c.s[c.s.size() - 2], Sk = c.s.back();
+                    ref::causal_fill<T>(P<T>(x), x.numel() / (Tq * Sk), Tq, Sk, (T)-INFINITY, c.diag, c.window);
+                    return std::vector<Tensor>{x};
+                  }});
+  }
+}
+
+// --- reduce_sum ---
+template <class T>
+void reduce_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  const std::vector<std::pair<Shape, Shape>> rs = {
+      {{6, 5}, {5}},           {{6, 5}, {6, 1}},      {{6, 5}, {1}},        {{2, 3, 4, 5}, {1, 3, 1, 5}},
+      {{2, 3, 4, 5}, {2, 1, 4, 1}}, {{7}, {7}},       {{1, 9}, {1, 1}},     {{700}, {1}},
+      {{3, 1, 333}, {3, 1, 1}}, {{33, 17}, {17}}};
+  for (const auto& [xs, os] : rs) {
+    const int64_t L = shape_numel(xs) / shape_numel(os);
+    cs.push_back({str("reduce_sum ", tn<T>(), S(xs), "->", S(os)), dt, false, L, {},
+                  [=](const Dev& D) {
+                    Tensor x = D.in(rnd(xs, dt, 51)), out = D.out(os, dt);
+                    D.be().reduce_sum(x, out);
+                    return hosts({out});
+                  },
+                  [=] {
+                    Tensor x = rnd(xs, dt, 51), out = Tensor::empty(os, dt);
+                    ref::reduce_sum<T>(P<T>(x), xs, bstrides(os, xs), P<T>(out), out.numel());
+                    return std::vector<Tensor>{out};
+                  }});
+  }
+}
+
+// --- gemm ---
+template <class T>
+void gemm_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  struct G { int64_t M, N, K, batch; bool ta, tb; int sb_mode; float alpha, beta; };  // sb_mode 1: B broadcast
+  const std::vector<G> gs = {
+      {1, 1, 1, 1, false, false, 0, 1, 0},   {7, 5, 3, 1, false, false, 0, 1, 0}, {7, 5, 3, 1, true, false, 0, 1, 0},
+      {7, 5, 3, 1, false, true, 0, 1, 0},    {7, 5, 3, 1, true, true, 0, 1, 0},   {33, 1, 17, 1, false, true, 0, 1, 0},
+      {1, 33, 17, 1, true, false, 0, 1, 0},  {5, 6, 7, 3, false, false, 0, 0.5f, 0},
+      {5, 6, 7, 3, false, true, 1, 1, 1},    {4, 9, 65, 2, true, false, 0, 1, 0.5f}, {3, 4, 0, 2, false, false, 0, 1, 0},
+      {3, 4, 0, 1, false, false, 0, 1, 0.5f}};
+  for (const G& g : gs) {
+    GemmDesc d;
+    d.M = g.M; d.N = g.N; d.K = g.K; d.batch = g.batch; d.trans_a = g.ta; d.trans_b = g.tb;
+    d.stride_a = g.M * g.K; d.stride_b = g.sb_mode == 1 ? 0 : g.K * g.N; d.stride_c = g.M * g.N;
+    d.alpha = g.alpha; d.beta = g.beta;
+    const Shape as{g.batch, g.M * g.K}, bs{g.sb_mode == 1 ? 1 : g.batch, std::max<int64_t>(1, g.K * g.N)},
+        csh{g.batch, g.M * g.N};
+    cs.push_back({str("gemm ", tn<T>(), " M", g.M, " N", g.N, " K", g.K, " batch", g.batch, g.ta ? " tA" : "",
+                      g.tb ? " tB" : "", g.sb_mode ? " B-broadcast" : "", " alpha", g.alpha, " beta", g.beta),
+                  dt, false, g.K + 1, {},
+                  [=](const Dev& D) {
+                    Tensor a = D.in(rnd(as, dt, 61)), b = D.in(rnd(bs, dt, 62));
+                    Tensor c = g.beta != 0 ? D.in(rnd(csh, dt, 63)) : D.out(csh, dt);  // beta 0: C not read
+                    D.be().gemm(d, a, b, c);
+                    return hosts({c});
+                  },
+                  [=] {
+                    Tensor a = rnd(as, dt, 61), b = rnd(bs, dt, 62), c = rnd(csh, dt, 63);
+                    cpu::gemm_reference<T>(d, P<T>(a), P<T>(b), P<T>(c));
+                    return std::vector<Tensor>{c};
+                  }});
+  }
+}
+
+// --- softmax, norms, cross entropy (row ops over the last dim) ---
+template <class T>
+void row_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  const std::vector<Shape> shapes = {{1, 1}, {3, 7}, {2, 300}, {4, 1, 9}, {70, 5}};
+  for (const Shape& s : shapes) {
+    const int64_t C = s.back(), N = shape_numel(s) / C;
+    for (bool lg : {false, true}) {
+      // x with row 0 fully masked (-inf) when there are several rows
+      auto make_x = [=] {
+        Tensor x = rnd(s, dt, 71, -4, 4);
+        if (N > 1)
+          for (int64_t c = 0; c < C; ++c) x.set(c, -INFINITY);
+        return x;
+      };
+      cs.push_back({str(lg ? "log_softmax " : "softmax ", tn<T>(), S(s)), dt, false, C, {},
+                    [=](const Dev& D) {
+                      Tensor x = D.in(make_x()), y = D.out(s, dt);
+                      D.be().softmax(x, y, lg);
+                      return hosts({y});
+                    },
+                    [=] {
+                      Tensor x = make_x(), y = Tensor::empty(s, dt);
+                      ref::softmax<T>(P<T>(x), P<T>(y), N, C, lg);
+                      return std::vector<Tensor>{y};
+                    }});
+      auto make_y = [=] {
+        Tensor x = rnd(s, dt, 72, -4, 4), y = Tensor::empty(s, dt);
+        ref::softmax<T>(P<T>(x), P<T>(y), N, C, lg);
+        return y;
+      };
+      cs.push_back({str(lg ? "log_softmax_backward " : "softmax_backward ", tn<T>(), S(s)), dt, false, C, {},
+                    [=](const Dev& D) {
+                      Tensor y = D.in(make_y()), dy = D.in(rnd(s, dt, 73)), dx = D.out(s, dt);
+                      D.be().softmax_backward(y, dy, dx, lg);
+                      return hosts({dx});
+                    },
+                    [=] {
+                      Tensor y = make_y(), dy = rnd(s, dt, 73), dx = Tensor::empty(s, dt);
+                      ref::softmax_backward<T>(P<T>(y), P<T>(dy), P<T>(dx), N, C, lg);
+                      return std::vector<Tensor>{dx};
+                    }});
+    }
+    for (bool bias : {true, false}) {
+      const double eps = 1e-5;
+      cs.push_back({str("layernorm ", bias ? "" : "no-bias ", tn<T>(), S(s)), dt, false, C, {},
+                    [=](const Dev& D) {
+                      Tensor x = D.in(rnd(s, dt, 81, -2, 3)), w = D.in(rnd({C}, dt, 82)),
+                             b = bias ? D.in(rnd({C}, dt, 83)) : Tensor();
+                      Tensor y = D.out(s, dt), mean = D.out({N}, dt), rstd = D.out({N}, dt);
+                      D.be().layernorm(x, w, b, eps, y, mean, rstd);
+                      return hosts({y, mean, rstd});
+                    },
+                    [=] {
+                      Tensor x = rnd(s, dt, 81, -2, 3), w = rnd({C}, dt, 82), b = rnd({C}, dt, 83);
+                      Tensor y = Tensor::empty(s, dt), mean = Tensor::empty({N}, dt), rstd = Tensor::empty({N}, dt);
+                      ref::layernorm<T>(P<T>(x), P<T>(w), bias ? P<T>(b) : nullptr, (T)eps, P<T>(y), P<T>(mean),
+                                        P<T>(rstd), N, C);
+                      return std::vector<Tensor>{y, mean, rstd};
+                    }});
+      // backward: dx overwritten, dw / db accumulated into random starting values
+      auto stats = [=](Tensor& mean, Tensor& rstd) {
+        Tensor x = rnd(s, dt, 81, -2, 3), w = rnd({C}, dt, 82), y = Tensor::empty(s, dt);
+        mean = Tensor::empty({N}, dt);
+        rstd = Tensor::empty({N}, dt);
+        ref::layernorm<T>(P<T>(x), P<T>(w), nullptr, (T)eps, P<T>(y), P<T>(mean), P<T>(rstd), N, C);
+      };
+      cs.push_back({str("layernorm_backward ", bias ? "" : "no-bias ", tn<T>(), S(s)), dt, false, N + C, {},
+                    [=](const Dev& D) {
+                      Tensor mh, rh;
+                      stats(mh, rh);
+                      Tensor dy = D.in(rnd(s, dt, 84)), x = D.in(rnd(s, dt, 81, -2, 3)), w = D.in(rnd({C}, dt, 82));
+                      Tensor mean = D.in(mh), rstd = D.in(rh), dx = D.out(s, dt), dw = D.in(rnd({C}, dt, 85));
+                      Tensor db = bias ? D.in(rnd({C}, dt, 86)) : Tensor();
+                      D.be().layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
+                      return bias ? hosts({dx, dw, db}) : hosts({dx, dw});
+                    },
+                    [=] {
+                      Tensor mean, rstd;
+                      stats(mean, rstd);
+                      Tensor dy = rnd(s, dt, 84), x = rnd(s, dt, 81, -2, 3), w = rnd({C}, dt, 82);
+                      Tensor dx = Tensor::empty(s, dt), dw = rnd({C}, dt, 85), db = rnd({C}, dt, 86);
+                      ref::layernorm_backward<T>(P<T>(dy), P<T>(x), P<T>(w), P<T>(mean), P<T>(rstd), P<T>(dx),
+                                                 P<T>(dw), bias ? P<T>(db) : nullptr, N, C);
+                      return bias ? std::vector<Tensor>{dx, dw, db} : std::vector<Tensor>{dx, dw};
+                    }});
+    }
+    {
+      const double eps = 1e-6;
+      cs.push_back({str("rmsnorm ", tn<T>(), S(s)), dt, false, C, {},
+                    [=](const Dev& D) {
+                      Tensor x = D.in(rnd(s, dt, 91, -2, 3)), w = D.in(rnd({C}, dt, 92));
+                      Tensor y = D.out(s, dt), rstd = D.out({N}, dt);
+                      D.be().rmsnorm(x, w, eps, y, rstd);
+                      return hosts({y, rstd});
+                    },
+                    [=] {
+                      Tensor x = rnd(s, dt, 91, -2, 3), w = rnd({C}, dt, 92);
+                      Tensor y = Tensor::empty(s, dt), rstd = Tensor::empty({N}, dt);
+                      ref::rmsnorm<T>(P<T>(x), P<T>(w), (T)eps, P<T>(y), P<T>(rstd), N, C);
+                      return std::vector<Tensor>{y, rstd};
+                    }});
+      auto rstd_of = [=] {
+        Tensor x = rnd(s, dt, 91, -2, 3), w = rnd({C}, dt, 92), y = Tensor::empty(s, dt);
+        Tensor rstd = Tensor::empty({N}, dt);
+        ref::rmsnorm<T>(P<T>(x), P<T>(w), (T)eps, P<T>(y), P<T>(rstd), N, C);
+        return rstd;
+      };
+      cs.push_back({str("rmsnorm_backward ", tn<T>(), S(s)), dt, false, N + C, {},
+                    [=](const Dev& D) {
+                      Tensor dy = D.in(rnd(s, dt, 93)), x = D.in(rnd(s, dt, 91, -2, 3)), w = D.in(rnd({C}, dt, 92));
+                      Tensor rstd = D.in(rstd_of()), dx = D.out(s, dt), dw = D.in(rnd({C}, dt, 94));
+                      D.be().rmsnorm_backward(dy, x, w, rstd, dx, dw);
+                      return hosts({dx, dw});
+                    },
+                    [=] {
+                      Tensor dy = rnd(s, dt, 93), x = rnd(s, dt, 91, -2, 3), w = rnd({C}, dt, 92), rstd = rstd_of();
+                      Tensor dx = Tensor::empty(s, dt), dw = rnd({C}, dt, 94);
+                      ref::rmsnorm_backward<T>(P<T>(dy), P<T>(x), P<T>(w), P<T>(rstd), P<T>(dx), P<T>(dw), N, C);
+                      return std::vector<Tensor>{dx, dw};
+                    }});
+    }
+  }
+  // cross entropy: logits [N, V], targets with an ignored row (-1) and the last class
+  for (const auto& [N, V] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 7}, {3, 300}, {70, 3}})
+    for (DType idt : {DType::I32, DType::I64}) {
+      std::vector<int64_t> tv;
+      for (int64_t n = 0; n < N; ++n) tv.push_back(n == 1 ? -1 : (n * 7 + 3) % V);
+      if (N > 2) tv[2] = V - 1;
+      auto fwd_ref = [=](Tensor& loss, Tensor& lse) {
+        Tensor z = rnd({N, V}, dt, 101, -3, 3), t = ints(tv, idt);
+        loss = Tensor::empty({N}, dt);
+        lse = Tensor::empty({N}, dt);
+        if (idt == DType::I32) ref::cross_entropy<T, int32_t>(P<T>(z), P<int32_t>(t), P<T>(loss), P<T>(lse), N, V);
+        else ref::cross_entropy<T, int64_t>(P<T>(z), P<int64_t>(t), P<T>(loss), P<T>(lse), N, V);
+      };
+      cs.push_back({str("cross_entropy ", tn<T>(), " targets ", dtype_name(idt), " [", N, ", ", V, "]"), dt, false, V,
+                    {},
+                    [=](const Dev& D) {
+                      Tensor z = D.in(rnd({N, V}, dt, 101, -3, 3)), t = D.in(ints(tv, idt));
+                      Tensor loss = D.out({N}, dt), lse = D.out({N}, dt);
+                      D.be().cross_entropy(z, t, loss, lse);
+                      return hosts({loss, lse});
+                    },
+                    [=] {
+                      Tensor loss, lse;
+                      fwd_ref(loss, lse);
+                      return std::vector<Tensor>{loss, lse};
+                    }});
+      cs.push_back({str("cross_entropy_backward ", tn<T>(), " targets ", dtype_name(idt), " [", N, ", ", V, "]"), dt,
+                    false, V, {},
+                    [=](const Dev& D) {
+                      Tensor loss_h, lse_h;
+                      fwd_ref(loss_h, lse_h);
+                      Tensor z = D.in(rnd({N, V}, dt, 101, -3, 3)), t = D.in(ints(tv, idt)), lse = D.in(lse_h);
+                      Tensor dl = D.in(rnd({N}, dt, 102)), dz = D.out({N, V}, dt);
+                      D.be().cross_entropy_backward(z, t, lse, dl, dz);
+                      return hosts({dz});
+                    },
+                    [=] {
+                      Tensor loss, lse;
+                      fwd_ref(loss, lse);
+                      Tensor z = rnd({N, V}, dt, 101, -3, 3), t = ints(tv, idt), dl = rnd({N}, dt, 102);
+                      Tensor dz = Tensor::empty({N, V}, dt);
+                      if (idt == DType::I32)
+                        ref::cross_entropy_backward<T, int32_t>(P<T>(z), P<int32_t>(t), P<T>(lse), P<T>(dl), P<T>(dz), N,
+                                                                V);
+                      else
+                        ref::cross_entropy_backward<T, int64_t>(P<T>(z), P<int64_t>(t), P<T>(lse), P<T>(dl), P<T>(dz), N,
+                                                                V);
+                      return std::vector<Tensor>{dz};
+                    }});
+    }
+}
+
+// --- index_select / index_add (the embedding forward / backward) ---
+template <class T>
+void index_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  struct IC { Shape xs; int64_t dim; std::vector<int64_t> idx; };
+  const std::vector<IC> ics = {{{6, 4}, 0, {3, 0, 3, 5, 3}},  {{2, 5, 3}, 1, {4, 4, 0, 1}}, {{2, 3, 7}, 2, {6, 0, 6}},
+                               {{1, 1}, 0, {0, 0, 0}},        {{9}, 0, {8}},                {{50, 3}, 0, {}}};
+  for (const IC& c : ics)
+    for (DType idt : {DType::I32, DType::I64}) {
+      int64_t outer = 1, inner = 1;
+      for (int64_t i = 0; i < c.dim; ++i) outer *= c.xs[(size_t)i];
+      for (size_t i = (size_t)c.dim + 1; i < c.xs.size(); ++i) inner *= c.xs[i];
+      const int64_t n = c.xs[(size_t)c.dim], m = (int64_t)c.idx.size();
+      Shape os = c.xs;
+      os[(size_t)c.dim] = m;
+      auto run_ref = [=](bool add) {
+        Tensor x = rnd(c.xs, dt, 111), i = ints(c.idx, idt), src = rnd(os, dt, 112), out = Tensor::empty(os, dt);
+        if (!add) {
+          if (idt == DType::I32) ref::index_select<T, int32_t>(P<T>(x), P<int32_t>(i), P<T>(out), outer, n, m, inner);
+          else ref::index_select<T, int64_t>(P<T>(x), P<int64_t>(i), P<T>(out), outer, n, m, inner);
+          return out;
+        }
+        if (idt == DType::I32) ref::index_add<T, int32_t>(P<T>(x), P<int32_t>(i), P<T>(src), outer, n, m, inner);
+        else ref::index_add<T, int64_t>(P<T>(x), P<int64_t>(i), P<T>(src), outer, n, m, inner);
+        return x;
+      };
+      const std::string nm = str(tn<T>(), S(c.xs), " dim ", c.dim, " ", m, " ", dtype_name(idt), " indices");
+      cs.push_back({"index_select " + nm, dt, true, 1, {},
+                    [=](const Dev& D) {
+                      Tensor x = D.in(rnd(c.xs, dt, 111)), i = D.in(ints(c.idx, idt)), out = D.out(os, dt);
+                      D.be().index_select(x, c.dim, i, out);
+                      return hosts({out});
+                    },
+                    [=] { return std::vector<Tensor>{run_ref(false)}; }});
+      // scatter-add into x, repeated indices adding in index order: bit-exact on every backend
+      cs.push_back({"index_add " + nm, dt, true, 1, {},
+                    [=](const Dev& D) {
+                      Tensor x = D.in(rnd(c.xs, dt, 111)), i = D.in(ints(c.idx, idt)), src = D.in(rnd(os, dt, 112));
+                      D.be().index_add(x, c.dim, i, src);
+                      return hosts({x});
+                    },
+                    [=] { return std::vector<Tensor>{run_ref(true)}; }});
+    }
+}
+
+// --- adamw ---
+template <class T>
+void adamw_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  for (int64_t n : {1, 37, 1000})
+    for (int64_t step : {1, 5})
+      for (double wd : {0.0, 0.1}) {
+        cs.push_back({str("adamw ", tn<T>(), " [", n, "] step ", step, " wd ", wd), dt, false, 2, {},
+                      [=](const Dev& D) {
+                        Tensor p = D.in(rnd({n}, dt, 121)), g = D.in(rnd({n}, dt, 122)), m = D.in(rnd({n}, dt, 123, -0.1, 0.1)),
+                               v = D.in(rnd({n}, dt, 124, 0, 0.01));
+                        D.be().adamw(p, g, m, v, 1e-2, 0.9, 0.999, 1e-8, wd, step);
+                        return hosts({p, m, v});
+                      },
+                      [=] {
+                        Tensor p = rnd({n}, dt, 121), g = rnd({n}, dt, 122), m = rnd({n}, dt, 123, -0.1, 0.1),
+                               v = rnd({n}, dt, 124, 0, 0.01);
+                        ref::adamw<T>(P<T>(p), P<T>(g), P<T>(m), P<T>(v), n, 1e-2, 0.9, 0.999, 1e-8, wd, step);
+                        return std::vector<Tensor>{p, m, v};
+                      }});
+      }
+}
+
+// --- fused methods (where a backend reports them): references are short loops ---
+template <class T>
+void fused_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  // rope: x [..., T, d], cos / sin [T, d/2]
+  for (const Shape& s : {Shape{2, 5, 8}, Shape{1, 1, 2}, Shape{3, 2, 7, 6}})
+    for (bool inter : {false, true})
+      for (bool tr : {false, true}) {
+        const int64_t d = s.back(), Tn = s[s.size() - 2], h = d / 2, R = shape_numel(s) / (Tn * d);
+        cs.push_back({str("rope_rotate ", tn<T>(), S(s), inter ? " interleaved" : "", tr ? " transpose" : ""), dt, false,
+                      2, Fused::Rope,
+                      [=](const Dev& D) {
+                        Tensor x = D.in(rnd(s, dt, 131)), c = D.in(rnd({Tn, h}, dt, 132)), sn = D.in(rnd({Tn, h}, dt, 133));
+                        Tensor out = D.out(s, dt);
+                        D.be().rope_rotate(x, c, sn, out, inter, tr);
+                        return hosts({out});
+                      },
+                      [=] {
+                        Tensor x = rnd(s, dt, 131), c = rnd({Tn, h}, dt, 132), sn = rnd({Tn, h}, dt, 133);
+                        Tensor out = Tensor::empty(s, dt);
+                        for (int64_t rt = 0; rt < R * Tn; ++rt)
+                          for (int64_t k = 0; k < h; ++k) {
+                            const int64_t t = rt % Tn, ia = inter ? 2 * k : k, ib = inter ? 2 * k + 1 : k + h;
+                            const T a = P<T>(x)[rt * d + ia], b = P<T>(x)[rt * d + ib], ck = P<T>(c)[t * h + k];
+                            const T sk = (tr ? T(-1) : T(1)) * P<T>(sn)[t * h + k];
+                            P<T>(out)[rt * d + ia] = a * ck - b * sk;
+                            P<T>(out)[rt * d + ib] = b * ck + a * sk;
+                          }
+                        return std::vector<Tensor>{out};
+                      }});
+      }
+  // heads: qkv [B, S, 3 H Dh] <-> q [B, H, S - q0, Dh], k, v [B, H, S, Dh]; merge o [B, H, T, Dh]
+  struct HC { int64_t B, S, H, Dh, q0; };
+  for (const HC& c : {HC{2, 5, 3, 4, 0}, HC{1, 1, 1, 1, 0}, HC{2, 7, 2, 3, 4}}) {
+    const int64_t D3 = 3 * c.H * c.Dh, Tq = c.S - c.q0;
+    const Shape qs{c.B, c.H, Tq, c.Dh}, ks{c.B, c.H, c.S, c.Dh}, xs{c.B, c.S, D3};
+    // element (b, s, part, h, j) of qkv <-> its place in q / k / v
+    auto each = [=](auto&& f) {
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t s = 0; s < c.S; ++s)
+          for (int64_t part = 0; part < 3; ++part)
+            for (int64_t h = 0; h < c.H; ++h)
+              for (int64_t j = 0; j < c.Dh; ++j) {
+                const int64_t xi = (b * c.S + s) * D3 + part * c.H * c.Dh + h * c.Dh + j;
+                const int64_t qi = part == 0 ? (s >= c.q0 ? ((b * c.H + h) * Tq + s - c.q0) * c.Dh + j : -1)
+                                             : ((b * c.H + h) * c.S + s) * c.Dh + j;
+                f(part, xi, qi);
+              }
+    };
+    const std::string nm = str(tn<T>(), " B", c.B, " S", c.S, " H", c.H, " Dh", c.Dh, " q_begin ", c.q0);
+    cs.push_back({"split_heads " + nm, dt, true, 1, Fused::Heads,
+                  [=](const Dev& D) {
+                    Tensor x = D.in(rnd(xs, dt, 141)), q = D.out(qs, dt), k = D.out(ks, dt), v = D.out(ks, dt);
+                    D.be().split_heads(x, c.H, c.q0, q, k, v);
+                    return hosts({q, k, v});
+                  },
+                  [=] {
+                    Tensor x = rnd(xs, dt, 141), q = Tensor::empty(qs, dt), k = Tensor::empty(ks, dt),
+                           v = Tensor::empty(ks, dt);
+                    Tensor* parts[3] = {&q, &k, &v};
+                    each([&](int64_t part, int64_t xi, int64_t qi) {
+                      if (qi >= 0) parts[part]->set(qi, x.at(xi));
+                    });
+                    return std::vector<Tensor>{q, k, v};
+                  }});
+    for (int undefined_part : {-1, 0, 2}) {  // -1: all given; else that gradient undefined (zeros)
+      cs.push_back({str("split_heads_backward ", nm, undefined_part >= 0 ? str(" d", "qkv"[undefined_part], " undefined") : ""),
+                    dt, true, 1, Fused::Heads,
+                    [=](const Dev& D) {
+                      Tensor g[3] = {D.in(rnd(qs, dt, 142)), D.in(rnd(ks, dt, 143)), D.in(rnd(ks, dt, 144))};
+                      if (undefined_part >= 0) g[undefined_part] = Tensor();
+                      Tensor dx = D.out(xs, dt);
+                      D.be().split_heads_backward(g[0], g[1], g[2], c.H, c.q0, dx);
+                      return hosts({dx});
+                    },
+                    [=] {
+                      Tensor g[3] = {rnd(qs, dt, 142), rnd(ks, dt, 143), rnd(ks, dt, 144)};
+                      Tensor dx = Tensor::zeros(xs, dt);
+                      each([&](int64_t part, int64_t xi, int64_t qi) {
+                        if (qi >= 0 && part != undefined_part) dx.set(xi, g[part].at(qi));
+                      });
+                      return std::vector<Tensor>{dx};
+                    }});
+    }
+    const Shape os{c.B, c.H, c.S, c.Dh}, ms{c.B, c.S, c.H * c.Dh};
+    auto merged_index = [=](int64_t oi) {  // o (b, h, t, j) -> merged (b, t, h, j)
+      const int64_t j = oi % c.Dh, t = (oi / c.Dh) % c.S, h = (oi / (c.Dh * c.S)) % c.H, b = oi / (c.Dh * c.S * c.H);
+      return ((b * c.S + t) * c.H + h) * c.Dh + j;
+    };
+    cs.push_back({"merge_heads " + nm, dt, true, 1, Fused::Heads,
+                  [=](const Dev& D) {
+                    Tensor o = D.in(rnd(os, dt, 145)), out = D.out(ms, dt);
+                    D.be().merge_heads(o, out);
+                    Tensor dout = D.in(rnd(ms, dt, 146)), d_o = D.out(os, dt);
+                    D.be().merge_heads_backward(dout, d_o);
+                    return hosts({out, d_o});
+                  },
+                  [=] {
+                    Tensor o = rnd(os, dt, 145), out = Tensor::empty(ms, dt), dout = rnd(ms, dt, 146),
+                           d_o = Tensor::empty(os, dt);
+                    for (int64_t i = 0; i < o.numel(); ++i) {
+                      out.set(merged_index(i), o.at(i));
+                      d_o.set(i, dout.at(merged_index(i)));
+                    }
+                    return std::vector<Tensor>{out, d_o};
+                  }});
+  }
+  // linear: x [R, K] (leading dims), w [N, K], b [N]
+  for (const auto& [xs, N] : std::vector<std::pair<Shape, int64_t>>{{{1, 1}, 1}, {{2, 3, 5}, 7}, {{9, 33}, 4}}) {
+    const int64_t K = xs.back(), R = shape_numel(xs) / K;
+    Shape ys = xs;
+    ys.back() = N;
+    cs.push_back({str("linear ", tn<T>(), " x", S(xs), " N ", N), dt, false, K + 1, Fused::Linear,
+                  [=](const Dev& D) {
+                    Tensor x = D.in(rnd(xs, dt, 151)), w = D.in(rnd({N, K}, dt, 152)), b = D.in(rnd({N}, dt, 153));
+                    Tensor y = D.out(ys, dt);
+                    D.be().linear(x, w, b, y);
+                    return hosts({y});
+                  },
+                  [=] {
+                    Tensor x = rnd(xs, dt, 151), w = rnd({N, K}, dt, 152), b = rnd({N}, dt, 153), y = Tensor::empty(ys, dt);
+                    for (int64_t r = 0; r < R; ++r)
+                      for (int64_t j = 0; j < N; ++j) P<T>(y)[r * N + j] = P<T>(b)[j];
+                    GemmDesc g;
+                    g.trans_b = true;
+                    g.M = R;
+                    g.N = N;
+                    g.K = K;
+                    g.beta = 1;
+                    cpu::gemm_reference<T>(g, P<T>(x), P<T>(w), P<T>(y));
+                    return std::vector<Tensor>{y};
+                  }});
+  }
+  // flat optimizer: chunks with and without decay, an empty one, a gap, one past a tile (16384)
+  const int64_t n = 20000;
+  const std::vector<FlatChunk> chunks = {{0, 7, true}, {7, 7, false}, {10, 17000, true}, {17000, 19999, false}};
+  cs.push_back({str("sum_squares ", tn<T>(), " [", n, "] 4 chunks"), DType::F64, false, n, Fused::FlatAdamW,
+                [=](const Dev& D) {
+                  Tensor x = D.in(rnd({n}, dt, 161)), out = D.out({1}, DType::F64);
+                  D.be().sum_squares(x, chunks, out);
+                  return hosts({out});
+                },
+                [=] {
+                  Tensor x = rnd({n}, dt, 161);
+                  double s = 0;
+                  for (const FlatChunk& c : chunks)
+                    for (int64_t i = c.begin; i < c.end; ++i) s += (double)P<T>(x)[i] * (double)P<T>(x)[i];
+                  return std::vector<Tensor>{Tensor::full({1}, s, DType::F64)};
+                }});
+  for (double max_norm : {0.0, 1.0}) {
+    AdamWHyper h;
+    h.lr = 1e-2;
+    h.weight_decay = 0.1;
+    h.step = 3;
+    h.grad_scale = 0.5;
+    h.max_norm = max_norm;
+    cs.push_back({str("adamw_flat ", tn<T>(), " [", n, "] max_norm ", max_norm), dt, false, 4, Fused::FlatAdamW,
+                  [=](const Dev& D) {
+                    Tensor p = D.in(rnd({n}, dt, 171)), g = D.in(rnd({n}, dt, 172)), m = D.in(rnd({n}, dt, 173, -0.1, 0.1)),
+                           v = D.in(rnd({n}, dt, 174, 0, 0.01)), ns = D.out({1}, DType::F64);
+                    D.be().sum_squares(g, chunks, ns);
+                    D.be().adamw_flat(p, g, m, v, chunks, h, ns);
+                    return hosts({p, m, v});
+                  },
+                  [=] {
+                    Tensor p = rnd({n}, dt, 171), g = rnd({n}, dt, 172), m = rnd({n}, dt, 173, -0.1, 0.1),
+                           v = rnd({n}, dt, 174, 0, 0.01);
+                    double ns = 0;
+                    for (const FlatChunk& c : chunks)
+                      for (int64_t i = c.begin; i < c.end; ++i) ns += (double)P<T>(g)[i] * (double)P<T>(g)[i];
+                    double gscale = h.grad_scale;
+                    if (h.max_norm > 0 && std::sqrt(ns) > h.max_norm) gscale *= h.max_norm / (std::sqrt(ns) + 1e-6);
+                    Tensor gs = Tensor::empty({n}, dt);  // the gradient as read: gs * g rounded to T
+                    for (int64_t i = 0; i < n; ++i) P<T>(gs)[i] = (T)gscale * P<T>(g)[i];
+                    for (const FlatChunk& c : chunks)
+                      ref::adamw<T>(P<T>(p) + c.begin, P<T>(gs) + c.begin, P<T>(m) + c.begin, P<T>(v) + c.begin,
+                                    c.end - c.begin, h.lr, h.beta1, h.beta2, h.eps, c.decay ? h.weight_decay : 0.0,
+                                    h.step);
+                    return std::vector<Tensor>{p, m, v};
+                  }});
+  }
+}
+
+// --- random shapes (fixed seeds): broadcasting, reductions, row ops, GEMMs; sizes from 1 up ---
+template <class T>
+void random_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  Rng r(dt == DType::F32 ? 2024 : 2025);
+  auto dim = [&](int64_t hi) { return r.uniform() < 0.25 ? 1 : 1 + (int64_t)r.below((uint64_t)hi); };
+  for (int k = 0; k < 6; ++k) {
+    // binary: a random shape, b the same with some dims set to 1 and leading dims dropped
+    Shape sa;
+    for (int64_t d = 0, nd = 1 + (int64_t)r.below(4); d < nd; ++d) sa.push_back(dim(9));
+    Shape sb(sa.begin() + (int64_t)r.below(sa.size()), sa.end());
+    for (int64_t& d : sb)
+      if (r.uniform() < 0.4) d = 1;
+    const Shape os = bshape(sa, sb);
+    const BinaryOp op = (BinaryOp)r.below(4);
+    cs.push_back({str("random binary ", binary_name(op), " ", tn<T>(), S(sa), S(sb)), dt, true, 1, {},
+                  [=](const Dev& D) {
+                    Tensor a = D.in(rnd(sa, dt, 201 + k)), b = D.in(rnd(sb, dt, 202 + k, 0.5, 2)), out = D.out(os, dt);
+                    D.be().binary(op, a, b, out);
+                    return hosts({out});
+                  },
+                  [=] {
+                    Tensor a = rnd(sa, dt, 201 + k), b = rnd(sb, dt, 202 + k, 0.5, 2), out = Tensor::empty(os, dt);
+                    ref::binary<T>(op, P<T>(a), bstrides(sa, os), P<T>(b), bstrides(sb, os), P<T>(out), os, a.numel(),
+                                   b.numel());
+                    return std::vector<Tensor>{out};
+                  }});
+    // reduce_sum: the same shape summed over a random subset of dims
+    Shape rs = sa;
+    for (int64_t& d : rs)
+      if (r.uniform() < 0.5) d = 1;
+    const int64_t L = shape_numel(sa) / shape_numel(rs);
+    cs.push_back({str("random reduce_sum ", tn<T>(), S(sa), "->", S(rs)), dt, false, L, {},
+                  [=](const Dev& D) {
+                    Tensor x = D.in(rnd(sa, dt, 203 + k)), out = D.out(rs, dt);
+                    D.be().reduce_sum(x, out);
+                    return hosts({out});
+                  },
+                  [=] {
+                    Tensor x = rnd(sa, dt, 203 + k), out = Tensor::empty(rs, dt);
+                    ref::reduce_sum<T>(P<T>(x), sa, bstrides(rs, sa), P<T>(out), out.numel());
+                    return std::vector<Tensor>{out};
+                  }});
+    // softmax + layernorm on [N, C]
+    const int64_t N = dim(20), C = dim(400);
+    cs.push_back({str("random softmax+layernorm ", tn<T>(), " [", N, ", ", C, "]"), dt, false, C, {},
+                  [=](const Dev& D) {
+                    Tensor x = D.in(rnd({N, C}, dt, 204 + k, -3, 3)), w = D.in(rnd({C}, dt, 205 + k)),
+                           b = D.in(rnd({C}, dt, 206 + k));
+                    Tensor y = D.out({N, C}, dt), z = D.out({N, C}, dt), mean = D.out({N}, dt), rstd = D.out({N}, dt);
+                    D.be().softmax(x, y, false);
+                    D.be().layernorm(x, w, b, 1e-5, z, mean, rstd);
+                    return hosts({y, z, mean, rstd});
+                  },
+                  [=] {
+                    Tensor x = rnd({N, C}, dt, 204 + k, -3, 3), w = rnd({C}, dt, 205 + k), b = rnd({C}, dt, 206 + k);
+                    Tensor y = Tensor::empty({N, C}, dt), z = Tensor::empty({N, C}, dt), mean = Tensor::empty({N}, dt),
+                           rstd = Tensor::empty({N}, dt);
+                    ref::softmax<T>(P<T>(x), P<T>(y), N, C, false);
+                    ref::layernorm<T>(P<T>(x), P<T>(w), P<T>(b), (T)1e-5, P<T>(z), P<T>(mean), P<T>(rstd), N, C);
+                    return std::vector<Tensor>{y, z, mean, rstd};
+                  }});
+    // gemm
+    GemmDesc g;
+    g.M = dim(40);
+    g.N = dim(40);
+    g.K = dim(40);
+    g.batch = 1 + (int64_t)r.below(3);
+    g.trans_a = r.below(2);
+    g.trans_b = r.below(2);
+    g.stride_a = g.M * g.K;
+    g.stride_b = g.K * g.N;
+    g.stride_c = g.M * g.N;
+    cs.push_back({str("random gemm ", tn<T>(), " M", g.M, " N", g.N, " K", g.K, " batch", g.batch, g.trans_a ? " tA" : "",
+                      g.trans_b ? " tB" : ""),
+                  dt, false, g.K, {},
+                  [=](const Dev& D) {
+                    Tensor a = D.in(rnd({g.batch, g.M * g.K}, dt, 207 + k)), b = D.in(rnd({g.batch, g.K * g.N}, dt, 208 + k));
+                    Tensor c = D.out({g.batch, g.M * g.N}, dt);
+                    D.be().gemm(g, a, b, c);
+                    return hosts({c});
+                  },
+                  [=] {
+                    Tensor a = rnd({g.batch, g.M * g.K}, dt, 207 + k), b = rnd({g.batch, g.K * g.N}, dt, 208 + k);
+                    Tensor c = Tensor::empty({g.batch, g.M * g.N}, dt);
+                    cpu::gemm_reference<T>(g, P<T>(a), P<T>(b), P<T>(c));
+                    return std::vector<Tensor>{c};
+                  }});
+  }
+}
+
+// --- sizes past the launch caps: grid-stride loops (> 4096 blocks of 256) and block loops
+// (> 65535 rows) ---
+void large_cases(std::vector<Case>& cs) {
+  const DType dt = DType::F32;
+  const Shape big{1048576 + 3};
+  cs.push_back({"binary add f32" + S(big) + " (grid-stride)", dt, true, 1, {},
+                [=](const Dev& D) {
+                  Tensor a = D.in(rnd(big, dt, 301)), b = D.in(rnd({1}, dt, 302)), out = D.out(big, dt);
+                  D.be().binary(BinaryOp::Add, a, b, out);
+                  return hosts({out});
+                },
+                [=] {
+                  Tensor a = rnd(big, dt, 301), b = rnd({1}, dt, 302), out = Tensor::empty(big, dt);
+                  ref::binary<float>(BinaryOp::Add, P<float>(a), {1}, P<float>(b), {0}, P<float>(out), big, a.numel(), 1);
+                  return std::vector<Tensor>{out};
+                }});
+  cs.back().large = true;
+  const int64_t rows = 65535 + 2;
+  cs.push_back({str("softmax f32 [", rows, ", 3] (rows past the grid)"), dt, false, 3, {},
+                [=](const Dev& D) {
+                  Tensor x = D.in(rnd({rows, 3}, dt, 303)), y = D.out({rows, 3}, dt);
+                  D.be().softmax(x, y, false);
+                  return hosts({y});
+                },
+                [=] {
+                  Tensor x = rnd({rows, 3}, dt, 303), y = Tensor::empty({rows, 3}, dt);
+                  ref::softmax<float>(P<float>(x), P<float>(y), rows, 3, false);
+                  return std::vector<Tensor>{y};
+                }});
+  cs.back().large = true;
+}
+
+// --- causal attention (Fused::Attention), no relative terms: the reference materialises each
+// row's probabilities. Query i sits at key position i + S - T; window > 0 keeps `window` keys. ---
+template <class T>
+void attention_reference(const AttnDims& d, const T* q, const T* k, const T* v, const T* bias, T* out, T* lse,
+                         const T* dout, T* dq, T* dk, T* dv, T* dbias) {
+  const int64_t H = d.H, Tn = d.T, Sn = d.S, Dh = d.Dh, off = Sn - Tn;
+  if (dout) {
+    std::fill(dq, dq + d.B * H * Tn * Dh, T(0));
+    std::fill(dk, dk + d.B * H * Sn * Dh, T(0));
+    std::fill(dv, dv + d.B * H * Sn * Dh, T(0));
+    if (dbias) std::fill(dbias, dbias + H * Tn * Sn, T(0));
+  }
+  std::vector<T> p((size_t)Sn);
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t bh = b * H + h;
+      for (int64_t i = 0; i < Tn; ++i) {
+        const T* qi = q + (bh * Tn + i) * Dh;
+        T mx = -INFINITY;
+        for (int64_t j = 0; j < Sn; ++j) {
+          const bool seen = j <= i + off && (d.window <= 0 || j > i + off - d.window);
+          T s = -INFINITY;
+          if (seen) {
+            T dot = 0;
+            for (int64_t c = 0; c < Dh; ++c) dot += qi[c] * k[(bh * Sn + j) * Dh + c];
+            s = (T)d.scale * dot + (bias ? bias[(h * Tn + i) * Sn + j] : T(0));
+          }
+          p[(size_t)j] = s;
+          mx = std::max(mx, s);
+        }
+        T* oi = out + (bh * Tn + i) * Dh;
+        if (mx == -INFINITY) {
+          std::fill(oi, oi + Dh, T(0));
+          lse[bh * Tn + i] = INFINITY;
+          continue;
+        }
+        T sum = 0;
+        for (int64_t j = 0; j < Sn; ++j) sum += std::exp(p[(size_t)j] - mx);
+        const T l = mx + std::log(sum);
+        lse[bh * Tn + i] = l;
+        std::fill(oi, oi + Dh, T(0));
+        for (int64_t j = 0; j < Sn; ++j) {
+          p[(size_t)j] = std::exp(p[(size_t)j] - l);
+          for (int64_t c = 0; c < Dh; ++c) oi[c] += p[(size_t)j] * v[(bh * Sn + j) * Dh + c];
+        }
+        if (!dout) continue;
+        const T* gi = dout + (bh * Tn + i) * Dh;
+        T Di = 0;
+        for (int64_t c = 0; c < Dh; ++c) Di += gi[c] * oi[c];
+        for (int64_t j = 0; j < Sn; ++j) {
+          if (p[(size_t)j] == T(0)) continue;
+          T dp = 0;
+          for (int64_t c = 0; c < Dh; ++c) dp += gi[c] * v[(bh * Sn + j) * Dh + c];
+          const T ds = p[(size_t)j] * (dp - Di);
+          for (int64_t c = 0; c < Dh; ++c) {
+            dq[(bh * Tn + i) * Dh + c] += (T)d.scale * ds * k[(bh * Sn + j) * Dh + c];
+            dk[(bh * Sn + j) * Dh + c] += (T)d.scale * ds * qi[c];
+            dv[(bh * Sn + j) * Dh + c] += p[(size_t)j] * gi[c];
+          }
+          if (dbias) dbias[(h * Tn + i) * Sn + j] += ds;
+        }
+      }
+    }
+}
+
+template <class T>
+void attention_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  struct AC { int64_t B, H, Tn, Sn, Dh, window; bool bias; };
+  for (const AC& a : {AC{1, 1, 1, 1, 1, 0, false}, AC{2, 3, 5, 5, 4, 0, true}, AC{1, 2, 3, 7, 8, 0, false},
+                      AC{2, 1, 6, 6, 3, 2, true}, AC{1, 2, 33, 33, 5, 0, true}}) {
+    AttnDims d;
+    d.B = a.B; d.H = a.H; d.T = a.Tn; d.S = a.Sn; d.Dh = a.Dh; d.window = a.window;
+    d.scale = 1.0 / std::sqrt((double)a.Dh);
+    const Shape qs{a.B, a.H, a.Tn, a.Dh}, ks{a.B, a.H, a.Sn, a.Dh}, ls{a.B, a.H, a.Tn}, bs{a.H, a.Tn, a.Sn};
+    const std::string nm = str(tn<T>(), " B", a.B, " H", a.H, " T", a.Tn, " S", a.Sn, " Dh", a.Dh, " window ", a.window,
+                               a.bias ? " bias" : "");
+    // forward and backward in one case: out, lse, dq, dk, dv (, dbias)
+    cs.push_back({"attention " + nm, dt, false, a.Sn * a.Dh + a.Sn, Fused::Attention,
+                  [=](const Dev& D) {
+                    Tensor q = D.in(rnd(qs, dt, 181, -2, 2)), k = D.in(rnd(ks, dt, 182, -2, 2)), v = D.in(rnd(ks, dt, 183));
+                    Tensor bias = a.bias ? D.in(rnd(bs, dt, 184)) : Tensor();
+                    Tensor out = D.out(qs, dt), lse = D.out(ls, dt);
+                    D.be().attention_forward(d, q, k, v, bias, out, lse, AttnRel());
+                    Tensor dout = D.in(rnd(qs, dt, 185)), dq = D.out(qs, dt), dk = D.out(ks, dt), dv = D.out(ks, dt);
+                    Tensor dbias = a.bias ? D.out(bs, dt) : Tensor();
+                    AttnRelGrad none;
+                    D.be().attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, AttnRel(), none);
+                    return a.bias ? hosts({out, lse, dq, dk, dv, dbias}) : hosts({out, lse, dq, dk, dv});
+                  },
+                  [=] {
+                    Tensor q = rnd(qs, dt, 181, -2, 2), k = rnd(ks, dt, 182, -2, 2), v = rnd(ks, dt, 183), bias = rnd(bs, dt, 184);
+                    Tensor out = Tensor::empty(qs, dt), lse = Tensor::empty(ls, dt), dout = rnd(qs, dt, 185);
+                    Tensor dq = Tensor::empty(qs, dt), dk = Tensor::empty(ks, dt), dv = Tensor::empty(ks, dt),
+                           dbias = Tensor::empty(bs, dt);
+                    attention_reference<T>(d, P<T>(q), P<T>(k), P<T>(v), a.bias ? P<T>(bias) : nullptr, P<T>(out),
+                                           P<T>(lse), P<T>(dout), P<T>(dq), P<T>(dk), P<T>(dv),
+                                           a.bias ? P<T>(dbias) : nullptr);
+                    return a.bias ? std::vector<Tensor>{out, lse, dq, dk, dv, dbias}
+                                  : std::vector<Tensor>{out, lse, dq, dk, dv};
+                  }});
+  }
+}
+
+const std::vector<Case>& table() {
+  static const std::vector<Case> cs = [] {
+    std::vector<Case> v;
+    memory_cases(v);
+    elementwise_cases<float>(v);
+    elementwise_cases<double>(v);
+    reduce_cases<float>(v);
+    reduce_cases<double>(v);
+    gemm_cases<float>(v);
+    gemm_cases<double>(v);
+    row_cases<float>(v);
+    row_cases<double>(v);
+    index_cases<float>(v);
+    index_cases<double>(v);
+    adamw_cases<float>(v);
+    adamw_cases<double>(v);
+    fused_cases<float>(v);
+    fused_cases<double>(v);
+    attention_cases<float>(v);
+    attention_cases<double>(v);
+    random_cases<float>(v);
+    random_cases<double>(v);
+    large_cases(v);
+    return v;
+  }();
+  return cs;
+}
+
+// ---------------------------------------------------------------------------------------------
+// comparison, digest
+
+// Exact: the same value (NaN matches NaN). Else |got - want| <= tol (1 + |want|) with
+// tol = 8 eps(dtype) (4 + L); infinities must match exactly.
+void expect_match(const Case& c, const std::string& dev, const std::vector<Tensor>& got,
+                  const std::vector<Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size()) << c.name;
+  const double eps = c.dt == DType::F64 ? 2.220446049250313e-16 : 1.1920929e-07;
+  const double tol = 8 * eps * (4 + (double)c.L);
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(shape_str(got[k].shape()), shape_str(want[k].shape())) << c.name << " output " << k;
+    int bad = 0;
+    for (int64_t i = 0; i < got[k].numel(); ++i) {
+      const double a = got[k].at(i), r = want[k].at(i);
+      bool ok;
+      if (std::isnan(r) || std::isnan(a)) ok = std::isnan(r) && std::isnan(a);
+      else if (c.exact || std::isinf(r)) ok = a == r;
+      else ok = std::fabs(a - r) <= tol * (1 + std::fabs(r));
+      if (!ok && bad++ < 4)
+        ADD_FAILURE() << c.name << " on " << dev << ": output " << k << " element " << i << " is " << a << ", want " << r
+                      << (c.exact ? " (exact)" : str(" (tol ", tol, " L ", c.L, ")"));
+    }
+  }
+}
+
+uint64_t fnv1a(const std::vector<Tensor>& ts) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Tensor& t : ts) {
+    const unsigned char* p = static_cast<const unsigned char*>(t.raw());
+    for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+bool supported(const Backend& be, const Case& c) { return !c.fused || be.has(*c.fused); }
+
+// Device parameter: "cpu" or "cuda". Returns false (after GTEST_SKIP) when it cannot run.
+bool device_available(const std::string& dev) {
+  if (dev == "cpu") return true;
+#ifdef CTXLAB_WITH_CUDA
+  if (cuda::emulated() || cuda::device_count() > 0) return true;
+#endif
+  return false;
+}
+Device device_of(const std::string& dev) { return dev == "cpu" ? Device::CPU : Device::CUDA; }
+
+class BackendOps : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackendOps, EveryMethodAgainstTheReference) {
+  const std::string dev = GetParam();
+  if (!device_available(dev)) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  const Dev D{device_of(dev)};
+  Backend& be = D.be();
+  const char* digest_path = std::getenv("CTXLAB_BACKEND_DIGEST");
+  std::ofstream digest;
+  if (digest_path && dev == "cuda") digest.open(digest_path, std::ios::app);
+  int compared = 0, unsupported = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const Case& c : table()) {
+    SCOPED_TRACE(c.name);
+    if (!supported(be, c)) {  // a fused method the backend does not report: it must refuse clearly
+      try {
+        c.run(D);
+        ADD_FAILURE() << c.name << " on " << dev << ": has() is false but the call did not throw";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("not supported by backend"), std::string::npos) << e.what();
+      }
+      ++unsupported;
+      continue;
+    }
+    std::vector<Tensor> got;
+    try {
+      got = c.run(D);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << c.name << " on " << dev << " threw: " << e.what();
+      continue;
+    }
+    expect_match(c, dev, got, c.ref());
+    if (digest.is_open()) digest << c.name << " " << std::hex << fnv1a(got) << std::dec << "\n";
+    ++compared;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("backend_ops %s (%s): %d cases compared with the reference, %d fused cases not reported by has() "
+              "(checked to throw), %.2f s\n",
+              dev.c_str(), be.name().c_str(), compared, unsupported, s);
+  EXPECT_GT(compared, 400);
+}
+
+// Bad indices throw before anything is written, with the CPU backend's message on every device.
+TEST_P(BackendOps, BadIndicesThrowTheCpuMessage) {
+  const std::string dev = GetParam();
+  if (!device_available(dev)) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  const Dev D{device_of(dev)}, C{Device::CPU};
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  for (DType idt : {DType::I32, DType::I64}) {
+    const Tensor xh = rnd({6, 4}, DType::F32, 1), ih = ints({1, 6, 2}, idt), th = ints({0, -2, 1}, idt);
+    auto select_on = [&](const Dev& E) {
+      return message([&] {
+        Tensor x = E.in(xh), i = E.in(ih), out = E.out({3, 4}, DType::F32);
+        E.be().index_select(x, 0, i, out);
+      });
+    };
+    auto add_on = [&](const Dev& E) {
+      return message([&] {
+        Tensor x = E.in(xh), i = E.in(ih), src = E.in(rnd({3, 4}, DType::F32, 2));
+        E.be().index_add(x, 0, i, src);
+      });
+    };
+    auto ce_on = [&](const Dev& E) {
+      return message([&] {
+        Tensor z = E.in(rnd({3, 5}, DType::F32, 3)), t = E.in(th), loss = E.out({3}, DType::F32),
+               lse = E.out({3}, DType::F32);
+        E.be().cross_entropy(z, t, loss, lse);
+      });
+    };
+    EXPECT_NE(select_on(C).find("index_select: index 6 at position 1 out of range [0, 6)"), std::string::npos)
+        << select_on(C);
+    EXPECT_EQ(select_on(D), select_on(C));
+    EXPECT_NE(add_on(C).find("index_add: index 6 at position 1"), std::string::npos) << add_on(C);
+    EXPECT_EQ(add_on(D), add_on(C));
+    EXPECT_NE(ce_on(C).find("cross_entropy: target -2 at row 1"), std::string::npos) << ce_on(C);
+    EXPECT_EQ(ce_on(D), ce_on(C));
+  }
+}
+
+#ifdef CTXLAB_WITH_CUDA
+INSTANTIATE_TEST_SUITE_P(Devices, BackendOps, ::testing::Values("cpu", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+#else
+INSTANTIATE_TEST_SUITE_P(Devices, BackendOps, ::testing::Values("cpu"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+#endif
+
+#ifdef CTXLAB_WITH_CUDA
+// A sequence of backend calls shaped like a training step (embedding, norm, linear, GELU, loss,
+// their backwards, the optimizer) on fresh tensors each pass: the second pass must be served
+// entirely by the caching allocator (no cudaMalloc). Counted by the allocator itself on any
+// device and, in the emulated build, by the emulator's own cudaMalloc counter.
+void training_step_like(Backend& be) {
+  const Device d = Device::CUDA;
+  const int64_t B = 3, V = 11, C = 8, N = 2 * B;
+  Tensor wte = Tensor::empty({V, C}, DType::F32, d), tok = ints({1, 4, 4, 0, 10, 3}, DType::I32).to(d);
+  be.fill(wte, 0.01);
+  Tensor x = Tensor::empty({N, C}, DType::F32, d);
+  be.index_select(wte, 0, tok, x);
+  Tensor w = Tensor::full({C}, 1.0, DType::F32, d), b = Tensor::zeros({C}, DType::F32, d);
+  Tensor y = Tensor::empty({N, C}, DType::F32, d), mean = Tensor::empty({N}, DType::F32, d),
+         rstd = Tensor::empty({N}, DType::F32, d);
+  be.layernorm(x, w, b, 1e-5, y, mean, rstd);
+  Tensor h = Tensor::empty({N, C}, DType::F32, d);
+  be.unary(UnaryOp::GeluTanh, y, h);
+  Tensor logits = Tensor::empty({N, V}, DType::F32, d);
+  GemmDesc g;
+  g.trans_b = true;
+  g.M = N;
+  g.N = V;
+  g.K = C;
+  be.gemm(g, h, wte, logits);
+  Tensor tgt = ints({4, 4, 0, 10, 3, -1}, DType::I64).to(d), loss = Tensor::empty({N}, DType::F32, d),
+         lse = Tensor::empty({N}, DType::F32, d);
+  be.cross_entropy(logits, tgt, loss, lse);
+  Tensor dloss = Tensor::full({N}, 1.0 / N, DType::F32, d), dlogits = Tensor::empty({N, V}, DType::F32, d);
+  be.cross_entropy_backward(logits, tgt, lse, dloss, dlogits);
+  Tensor dh = Tensor::empty({N, C}, DType::F32, d), dwte = Tensor::zeros({V, C}, DType::F32, d);
+  GemmDesc g2;
+  g2.M = N;
+  g2.N = C;
+  g2.K = V;
+  be.gemm(g2, dlogits, wte, dh);
+  Tensor dy = Tensor::empty({N, C}, DType::F32, d), dx = Tensor::empty({N, C}, DType::F32, d);
+  be.unary_backward(UnaryOp::GeluTanh, y, h, dh, dy);
+  Tensor dw = Tensor::zeros({C}, DType::F32, d), db = Tensor::zeros({C}, DType::F32, d);
+  be.layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
+  be.index_add(dwte, 0, tok, dx);
+  Tensor sum = Tensor::empty({C}, DType::F32, d);
+  be.reduce_sum(dy, sum);
+  Tensor m = Tensor::zeros({V, C}, DType::F32, d), v = Tensor::zeros({V, C}, DType::F32, d);
+  be.adamw(wte, dwte, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.01, 1);
+  if (be.has(Fused::FlatAdamW)) {
+    Tensor flat = wte.view({V * C}), gflat = dwte.view({V * C}), mf = m.view({V * C}), vf = v.view({V * C});
+    Tensor ns = Tensor::empty({1}, DType::F64, d);
+    const std::vector<FlatChunk> ch = {{0, V * C / 2, true}, {V * C / 2, V * C, false}};
+    be.sum_squares(gflat, ch, ns);
+    AdamWHyper hy;
+    hy.max_norm = 1.0;
+    be.adamw_flat(flat, gflat, mf, vf, ch, hy, ns);
+  }
+  EXPECT_TRUE(std::isfinite(loss.to(Device::CPU).at(0)));
+}
+
+TEST(BackendOpsCuda, WarmStepMakesNoCudaMalloc) {
+  if (!device_available("cuda")) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  Backend& be = backend(Device::CUDA);
+  training_step_like(be);  // warms the caching allocator
+  const uint64_t before = cuda::device_alloc_stats().device_mallocs;
+  const uint64_t requests = cuda::device_alloc_stats().requests;
+#ifdef CTXLAB_CUDA_EMULATOR
+  cuemu::reset_stats();
+#endif
+  training_step_like(be);
+  EXPECT_GT(cuda::device_alloc_stats().requests, requests + 20);  // the pass did allocate tensors
+  EXPECT_EQ(cuda::device_alloc_stats().device_mallocs, before) << "a warm step reached cudaMalloc";
+#ifdef CTXLAB_CUDA_EMULATOR
+  EXPECT_EQ(cuemu::stats().mallocs, 0u) << "the emulator counted cudaMalloc calls in a warm step";
+  EXPECT_GT(cuemu::stats().launches, 15u);
+#endif
+}
+
+// A failing runtime or cuBLAS call is a ctx::Error naming the file, line and call (on a GPU, under
+// the emulator, and without a GPU, where every call fails).
+TEST(BackendOpsCuda, ErrorsNameTheCallSite) {
+  float h[4] = {1, 2, 3, 4};
+  void* not_device = reinterpret_cast<void*>(uintptr_t(64));  // no allocation lives there
+  try {
+    CTX_CUDA_CHECK(cudaMemcpy(not_device, h, sizeof(h), cudaMemcpyHostToDevice));
+    ADD_FAILURE() << "a copy to an invalid device pointer succeeded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("CUDA error at "), std::string::npos) << m;
+    EXPECT_NE(m.find("test_backend_ops.cpp:"), std::string::npos) << m;
+    EXPECT_NE(m.find("cudaMemcpy(not_device, h"), std::string::npos) << m;
+  }
+  try {
+    const float one = 1;
+    CTX_CUBLAS_CHECK(cublasSgemm(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, h, 1, h, 1, &one, h, 1));
+    ADD_FAILURE() << "cublasSgemm without a handle succeeded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cuBLAS error at "), std::string::npos) << m;
+    EXPECT_NE(m.find("test_backend_ops.cpp:"), std::string::npos) << m;
+    EXPECT_NE(m.find("cublasSgemm(nullptr"), std::string::npos) << m;
+    EXPECT_NE(m.find("CUBLAS_STATUS_"), std::string::npos) << m;
+  }
+#ifdef CTXLAB_CUDA_EMULATOR
+  cuemu::clear_faults();
+#endif
+}
+
+// The real build on a machine without a GPU: a CUDA tensor is a one-line error; with a GPU (or
+// the emulator) it works.
+TEST(BackendOpsCuda, DeviceSelectionWithoutAGpu) {
+  if (!cuda::emulated() && cuda::device_count() == 0) {
+    try {
+      Tensor::empty({4}, DType::F32, Device::CUDA);
+      ADD_FAILURE() << "a CUDA tensor was created without a GPU";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("no CUDA GPU available"), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  } else {
+    Tensor t = Tensor::full({4}, 2.0, DType::F32, Device::CUDA);
+    EXPECT_EQ(t.to(Device::CPU).at(3), 2.0);
+  }
+}
+#endif
+
+#ifdef CTXLAB_CUDA_EMULATOR
+// Under the emulator every case gives the same bits whatever order the threads of a block run in
+// between barriers (forward, reversed, shuffled): no shared-memory races, no order-dependent
+// reductions. (CI also compares whole runs, the large cases included, through
+// CTXLAB_BACKEND_DIGEST.)
+TEST(BackendOpsEmu, ThreadScheduleDoesNotChangeABit) {
+  const Dev D{Device::CUDA};
+  const cuemu::Schedule saved = cuemu::schedule();
+  int checked = 0;
+  for (const Case& c : table()) {
+    if (!supported(D.be(), c) || c.large) continue;
+    cuemu::set_schedule(cuemu::Schedule::Forward);
+    const uint64_t f = fnv1a(c.run(D));
+    cuemu::set_schedule(cuemu::Schedule::Reverse);
+    const uint64_t r = fnv1a(c.run(D));
+    cuemu::set_schedule(cuemu::Schedule::Shuffle, 7);
+    const uint64_t s = fnv1a(c.run(D));
+    EXPECT_EQ(f, r) << c.name << ": forward vs reverse schedule";
+    EXPECT_EQ(f, s) << c.name << ": forward vs shuffled schedule";
+    ++checked;
+  }
+  cuemu::set_schedule(saved);
+  EXPECT_GT(checked, 400);
+}
+#endif
+
+}  // namespace

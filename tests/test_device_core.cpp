@@ -1,0 +1,442 @@
+// tests/test_device_core.cpp — the device-agnostic core: paths are chosen by Backend::has(Fused)
+// (a backend that reports no fused method gets the composed paths, with the same results; one
+// that reports them gets every fused method called), the base class refuses fused calls it
+// does not have, host-only reads fail loudly on device memory, Tensor::to / Module::to /
+// to_device_like move what they should and nothing more, and the CTXLAB_* settings table.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <unordered_set>
+
+#include "autograd/ops.h"
+#include "autograd/ops_attention.h"
+#include "autograd/ops_heads.h"
+#include "core/backend.h"
+#include "core/device_table.h"
+#include "core/settings.h"
+#include "core/switch.h"
+#include "nn/gpt.h"
+#include "test_util.h"
+#include "train/optim.h"
+
+namespace ctx {
+namespace {
+
+using testing_util::expect_error;
+using testing_util::rel_err;
+using testing_util::tiny_cfg;
+using json = nlohmann::json;
+
+// The CPU backend behind a wrapper that either reports no fused method (fused = false: callers
+// must compose) or forwards the fused methods and counts the calls.
+class RecordingBackend final : public Backend {
+ public:
+  RecordingBackend(Backend& inner, bool fused) : in_(inner), fused_(fused) {}
+  Device device() const override { return Device::CPU; }
+  std::string name() const override { return fused_ ? "recording" : "composed-only"; }
+  std::map<std::string, int> calls;  // fused method -> times called
+
+  void fill(Tensor& x, double v) override { in_.fill(x, v); }
+  void copy_strided(const Tensor& s, const Strided& ss, Tensor& d, const Strided& ds, const Shape& sh,
+                    bool acc) override {
+    in_.copy_strided(s, ss, d, ds, sh, acc);
+  }
+  void convert(const Tensor& s, Tensor& d) override { in_.convert(s, d); }
+  void unary(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override { in_.unary(op, x, y, a, b); }
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a,
+                      double b) override {
+    in_.unary_backward(op, x, y, dy, dx, a, b);
+  }
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o) override { in_.binary(op, a, b, o); }
+  void reduce_sum(const Tensor& x, Tensor& o) override { in_.reduce_sum(x, o); }
+  void where_scalar(const Tensor& m, const Tensor& a, double b, Tensor& y) override { in_.where_scalar(m, a, b, y); }
+  void where(const Tensor& m, const Tensor& a, const Tensor& b, Tensor& y) override { in_.where(m, a, b, y); }
+  void causal_fill(Tensor& x, double v, int64_t diag, int64_t w) override { in_.causal_fill(x, v, diag, w); }
+  void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override { in_.gemm(g, A, B, C); }
+  void softmax(const Tensor& x, Tensor& y, bool log) override { in_.softmax(x, y, log); }
+  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
+    in_.softmax_backward(y, dy, dx, log);
+  }
+  void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
+                 Tensor& rstd) override {
+    in_.layernorm(x, w, b, eps, y, mean, rstd);
+  }
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                          const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
+    in_.layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
+  }
+  void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
+    in_.rmsnorm(x, w, eps, y, rstd);
+  }
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                        Tensor& dw) override {
+    in_.rmsnorm_backward(dy, x, w, rstd, dx, dw);
+  }
+  void cross_entropy(const Tensor& z, const Tensor& t, Tensor& loss, Tensor& lse) override {
+    in_.cross_entropy(z, t, loss, lse);
+  }
+  void cross_entropy_backward(const Tensor& z, const Tensor& t, const Tensor& lse, const Tensor& dl,
+                              Tensor& dz) override {
+    in_.cross_entropy_backward(z, t, lse, dl, dz);
+  }
+  void index_select(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& o) override {
+    in_.index_select(x, dim, idx, o);
+  }
+  void index_add(Tensor& o, int64_t dim, const Tensor& idx, const Tensor& s) override { in_.index_add(o, dim, idx, s); }
+  void adamw(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,
+             double wd, int64_t step) override {
+    in_.adamw(p, g, m, v, lr, b1, b2, eps, wd, step);
+  }
+
+  bool has(Fused f) const override { return fused_ && in_.has(f); }
+  void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                         Tensor& out, Tensor& lse, const AttnRel& rel) override {
+    ++calls[rel.empty() ? "attention_forward" : "attention_forward+rel"];
+    in_.attention_forward(d, q, k, v, bias, out, lse, rel);
+  }
+  void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                          const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
+                          Tensor& dv, Tensor& dbias, const AttnRel& rel, AttnRelGrad& drel) override {
+    ++calls["attention_backward"];
+    in_.attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
+  }
+  void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool inter, bool tr) override {
+    ++calls[tr ? "rope_rotate(transpose)" : "rope_rotate"];
+    in_.rope_rotate(x, C, S, out, inter, tr);
+  }
+  void split_heads(const Tensor& qkv, int64_t H, int64_t q0, Tensor& q, Tensor& k, Tensor& v) override {
+    ++calls["split_heads"];
+    in_.split_heads(qkv, H, q0, q, k, v);
+  }
+  void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q0,
+                            Tensor& dqkv) override {
+    ++calls["split_heads_backward"];
+    in_.split_heads_backward(dq, dk, dv, H, q0, dqkv);
+  }
+  void merge_heads(const Tensor& o, Tensor& out) override {
+    ++calls["merge_heads"];
+    in_.merge_heads(o, out);
+  }
+  void merge_heads_backward(const Tensor& dout, Tensor& d_o) override {
+    ++calls["merge_heads_backward"];
+    in_.merge_heads_backward(dout, d_o);
+  }
+  void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+    ++calls["linear"];
+    in_.linear(x, w, b, y);
+  }
+  void sum_squares(const Tensor& x, const std::vector<FlatChunk>& c, Tensor& out) override {
+    ++calls["sum_squares"];
+    in_.sum_squares(x, c, out);
+  }
+  void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& c,
+                  const AdamWHyper& h, const Tensor& norm_sq) override {
+    ++calls["adamw_flat"];
+    in_.adamw_flat(p, g, m, v, c, h, norm_sq);
+  }
+
+ private:
+  Backend& in_;
+  bool fused_;
+};
+
+// Installs a RecordingBackend as the CPU backend for the scope.
+struct InstallBackend {
+  explicit InstallBackend(bool fused) : rb(backend(Device::CPU), fused) { register_backend(Device::CPU, &rb); }
+  ~InstallBackend() { register_backend(Device::CPU, nullptr); }
+  RecordingBackend rb;
+};
+
+struct StepResult {
+  double loss = 0;
+  std::vector<std::pair<std::string, Tensor>> params;  // after two optimizer steps
+  bool fused_optimizer = false;
+};
+
+// f64 tiny GPT: loss, backward, two clipped AdamW steps (a second backward in between).
+StepResult train_two_steps(const json& posenc) {
+  nn::GPT m(tiny_cfg(posenc), DType::F64);
+  m.init_weights(7);
+  Rng r(8);
+  const int64_t B = 2, T = 13;
+  Tensor in = Tensor::empty({B, T}, DType::I64), tg = Tensor::empty({B, T}, DType::I64);
+  for (int64_t i = 0; i < B * T; ++i) in.set(i, (double)r.below(17)), tg.set(i, (double)r.below(17));
+  AdamW opt(m.named_parameters(), AdamWOptions{});
+  StepResult out;
+  out.fused_optimizer = opt.fused();
+  for (int s = 0; s < 2; ++s) {
+    opt.zero_grad();
+    Variable loss = m.loss(in, tg);
+    if (s == 0) out.loss = loss.data().item();
+    loss.backward();
+    opt.clip_and_step(1e-2, 0.05);  // a small max_norm: the clip factor is used
+  }
+  for (auto& [name, p] : m.named_parameters()) out.params.emplace_back(name, p.data().clone());
+  return out;
+}
+
+TEST(DeviceCore, TheBackendsReportChoosesFusedOrComposedWithTheSameResults) {
+  // rope: rotation + heads + linear + plain fused attention; shaw: attention with RelTerms
+  for (const json& pe : {json{{"type", "rope"}}, json{{"type", "shaw"}, {"max_relative_position", 4}}}) {
+    SCOPED_TRACE(pe.dump());
+    StepResult composed, fused;
+    std::map<std::string, int> composed_calls, fused_calls;
+    {
+      InstallBackend b(false);
+      composed = train_two_steps(pe);
+      composed_calls = b.rb.calls;
+    }
+    {
+      InstallBackend b(true);
+      fused = train_two_steps(pe);
+      fused_calls = b.rb.calls;
+    }
+    EXPECT_TRUE(composed_calls.empty()) << "a fused method ran on a backend that reports none";
+    EXPECT_FALSE(composed.fused_optimizer);
+    EXPECT_TRUE(fused.fused_optimizer);
+    const bool rope = pe["type"] == "rope";
+    std::vector<std::string> want = {"attention_backward", "split_heads", "split_heads_backward", "merge_heads",
+                                     "merge_heads_backward", "linear", "sum_squares", "adamw_flat",
+                                     rope ? "attention_forward" : "attention_forward+rel"};
+    if (rope) want.insert(want.end(), {"rope_rotate", "rope_rotate(transpose)"});
+    for (const std::string& w : want) EXPECT_GT(fused_calls[w], 0) << w << " was not called";
+    EXPECT_NEAR(fused.loss, composed.loss, 1e-12 * std::fabs(composed.loss));
+    ASSERT_EQ(fused.params.size(), composed.params.size());
+    for (size_t i = 0; i < fused.params.size(); ++i) {
+      SCOPED_TRACE(fused.params[i].first);
+      EXPECT_EQ(fused.params[i].first, composed.params[i].first);
+      EXPECT_LE(rel_err(fused.params[i].second, composed.params[i].second), 1e-9);
+    }
+  }
+}
+
+TEST(DeviceCore, TheSwitchTurnsAnExistingFusedPathOffButCannotTurnOneOn) {
+  // FastPathSwitch only turns a path off; has() decides whether it exists.
+  Rng r(3);
+  Variable x(testing_util::uniform_tensor(r, {2, 5, 3 * 8}, DType::F64), true);
+  {
+    InstallBackend b(true);
+    auto h = split_heads(x, 2);
+    EXPECT_EQ(b.rb.calls["split_heads"], 1);
+    set_fused_heads(false);
+    h = split_heads(x, 2);
+    reset_fused_heads();
+    EXPECT_EQ(b.rb.calls["split_heads"], 1) << "the switch did not turn the fused path off";
+  }
+  InstallBackend b(false);
+  set_fused_heads(true);
+  auto h = split_heads(x, 2);
+  reset_fused_heads();
+  EXPECT_TRUE(b.rb.calls.empty());
+}
+
+TEST(DeviceCore, BaseClassFusedMethodsThrowNamingTheMethodAndTheBackend) {
+  RecordingBackend rb(backend(Device::CPU), false);
+  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW})
+    EXPECT_FALSE(rb.Backend::has(f)) << fused_name(f);
+  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW})
+    EXPECT_TRUE(backend(Device::CPU).has(f)) << "the CPU backend lacks " << fused_name(f);
+  Tensor t = Tensor::zeros({2, 4}, DType::F32), u = Tensor::zeros({2, 4}, DType::F32);
+  Backend& base = rb;
+  expect_error([&] { base.Backend::rope_rotate(t, t, t, u, false, false); },
+               {"rope_rotate", "not supported by backend composed-only", "rope"});
+  expect_error([&] { base.Backend::linear(t, t, t, u); }, {"linear", "composed-only", "Fused::linear"});
+  expect_error([&] { base.Backend::merge_heads(t, u); }, {"merge_heads", "composed-only"});
+  expect_error([&] { base.Backend::sum_squares(t, {}, u); }, {"sum_squares", "flat_adamw"});
+  AttnRel rel;
+  expect_error([&] { base.Backend::attention_forward(AttnDims{}, t, t, t, Tensor(), u, u, rel); },
+               {"attention_forward", "composed-only", "attention"});
+}
+
+TEST(DeviceCore, CpuFusedMethodsCheckTheirArguments) {
+  Backend& be = backend(Device::CPU);
+  Tensor x = Tensor::zeros({2, 3, 4}, DType::F32), c = Tensor::zeros({3, 3}, DType::F32), y = Tensor::zeros({2, 3, 4});
+  expect_error([&] { be.rope_rotate(x, c, c, y, false, false); }, {"rope_rotate", "[3, 2]", "f32[3, 3]"});
+  Tensor qkv = Tensor::zeros({2, 5, 12}, DType::F32), q = Tensor::zeros({2, 2, 5, 3});
+  expect_error([&] { be.split_heads(qkv, 2, 0, q, q, q); }, {"split_heads", "q must be f32[2, 2, 5, 2]", "f32[2, 2, 5, 3]"});
+  Tensor p = Tensor::zeros({8}, DType::F32), n = Tensor::zeros({1}, DType::F32);
+  expect_error([&] { be.sum_squares(p, {{0, 8, false}}, n); }, {"sum_squares", "one f64 element", "f32[1]"});
+  expect_error([&] { be.adamw_flat(p, p, p, p, {{4, 9, true}}, AdamWHyper{}, Tensor()); },
+               {"adamw_flat", "chunk [4, 9)", "f32[8]"});
+}
+
+TEST(DeviceCore, SumSquaresAndAdamWFlatOverChunksOnly) {
+  Backend& be = backend(Device::CPU);
+  Tensor g = Tensor::from_vector<double>({1, 2, 3, 4, 5, 6}, {6});
+  Tensor out = Tensor::zeros({1}, DType::F64);
+  be.sum_squares(g, {{0, 2, false}, {4, 6, true}}, out);  // 1 + 4 + 25 + 36
+  EXPECT_EQ(out.item(), 66.0);
+  // elements outside the chunks are not touched; clipping by norm_sq equals an explicit scale
+  Tensor p1 = Tensor::full({6}, 1.0, DType::F64), m1 = Tensor::zeros({6}, DType::F64), v1 = Tensor::zeros({6}, DType::F64);
+  Tensor p2 = p1.clone(), m2 = m1.clone(), v2 = v1.clone();
+  AdamWHyper h;
+  h.max_norm = 2.0;
+  be.adamw_flat(p1, g, m1, v1, {{0, 2, false}, {4, 6, true}}, h, out);
+  AdamWHyper h2;
+  h2.grad_scale = 2.0 / (std::sqrt(66.0) + 1e-6);
+  be.adamw_flat(p2, g, m2, v2, {{0, 2, false}, {4, 6, true}}, h2, Tensor());
+  for (int64_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(p1.at(i), p2.at(i)) << i;
+    EXPECT_EQ(m1.at(i), m2.at(i)) << i;
+  }
+  EXPECT_EQ(p1.at(2), 1.0);
+  EXPECT_EQ(p1.at(3), 1.0);
+  EXPECT_NE(p1.at(0), 1.0);
+  EXPECT_EQ(m1.at(0), (1.0 - 0.9) * (2.0 / (std::sqrt(66.0) + 1e-6) * 1.0));  // m = (1 - b1) gs g
+}
+
+// ---- devices: a device to move to ----
+// Without CUDA compiled in, a stand-in allocator makes Device::CUDA memory out of host memory
+// (counted), enough for transfers and the host checks (no CUDA backend: no kernels run). With
+// CUDA compiled in, the real device is used when one can be allocated (a GPU, or the emulator).
+int g_fake_allocs = 0;
+struct FakeDevice {
+  bool counting = false;
+  FakeDevice() {
+#ifndef CTXLAB_WITH_CUDA
+    DeviceAllocator a;
+    a.alloc = [](size_t n) -> void* { ++g_fake_allocs; return std::malloc(n); };
+    a.free = [](void* p, size_t) { std::free(p); };
+    a.copy = [](void* d, Device, const void* s, Device, size_t n) { std::memcpy(d, s, n); };
+    register_device_allocator(Device::CUDA, a);
+    counting = true;
+#endif
+  }
+  ~FakeDevice() {
+#ifndef CTXLAB_WITH_CUDA
+    register_device_allocator(Device::CUDA, DeviceAllocator{});
+#endif
+  }
+  // Whether device memory can be had here (else the caller skips, saying why).
+  static bool available(std::string* why) {
+    try {
+      Tensor::empty({1}, DType::F32, Device::CUDA);
+      return true;
+    } catch (const Error& e) {
+      *why = e.what();
+      return false;
+    }
+  }
+};
+
+#define NEED_DEVICE()                                                                   \
+  FakeDevice fake_device;                                                               \
+  do {                                                                                  \
+    std::string why;                                                                    \
+    if (!FakeDevice::available(&why)) GTEST_SKIP() << "no CUDA device memory here: " << why; \
+  } while (0)
+
+TEST(DeviceCore, HostReadsOfDeviceMemoryFailNamingTheTensor) {
+  NEED_DEVICE();
+  Tensor h = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor d = h.to(Device::CUDA);
+  EXPECT_EQ(d.device(), Device::CUDA);
+  const char* hint = "copy it with .to(Device::CPU) first";
+  expect_error([&] { d.host<float>(); }, {"Tensor::host", "f32[2, 3] is on cuda", hint});
+  expect_error([&] { d.at(0); }, {"Tensor::at", "f32[2, 3] is on cuda", hint});
+  expect_error([&] { d.view({6}).select0(0).item(); }, {"Tensor::item", "is on cuda"});
+  expect_error([&] { d.to_vector<float>(); }, {"Tensor::to_vector", "is on cuda"});
+  expect_error([&] { d.set(0, 1.0); }, {"Tensor::set", "is on cuda"});
+  // round trip, and to_host / to_device_like
+  Tensor back = d.to(Device::CPU);
+  EXPECT_EQ(back.to_vector<float>(), h.to_vector<float>());
+  EXPECT_EQ(to_host(d).to_vector<float>(), h.to_vector<float>());
+  EXPECT_EQ(to_device_like(h, d).device(), Device::CUDA);
+  EXPECT_EQ(to_host(to_device_like(h, d)).to_vector<float>(), h.to_vector<float>());
+  expect_error([&] { to_device_like(d, h); }, {"to_device_like", "f32[2, 3]", "built on the cpu"});
+}
+
+TEST(DeviceCore, ToDeviceLikeAndToHostDoNotCopyOnTheCpu) {
+  Tensor h = Tensor::from_vector<double>({1, 2}, {2});
+  Tensor like = Tensor::zeros({3}, DType::F32);
+  EXPECT_EQ(to_device_like(h, like).storage(), h.storage());
+  EXPECT_EQ(to_host(h).storage(), h.storage());
+}
+
+TEST(DeviceCore, ModuleToMovesEveryParameterOnceKeepingNamesAndTies) {
+  NEED_DEVICE();
+  // one child registered under two names: its parameter is shared by "a.w" and "b.w"
+  nn::Module root;
+  auto child = std::make_shared<nn::Module>();
+  child->register_parameter("w", Tensor::from_vector<float>({1, 2, 3}, {3}));
+  root.register_parameter("own", Tensor::from_vector<float>({4, 5}, {2}));
+  root.register_module("a", child);
+  root.register_module("b", child);
+  const nn::NamedParams before = root.named_parameters();
+  ASSERT_EQ(before.size(), 3u);
+  g_fake_allocs = 0;
+  root.to(Device::CUDA);
+  const nn::NamedParams after = root.named_parameters();
+  ASSERT_EQ(after.size(), 3u);
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].first, before[i].first);
+    EXPECT_EQ(after[i].second.impl(), before[i].second.impl()) << after[i].first;  // same Variables
+    EXPECT_EQ(after[i].second.device(), Device::CUDA) << after[i].first;
+  }
+  EXPECT_EQ(after[1].second.data().storage(), after[2].second.data().storage()) << "the tie was broken";
+  if (fake_device.counting) {
+    EXPECT_EQ(g_fake_allocs, 2) << "each Variable moved once";
+    g_fake_allocs = 0;
+    root.to(Device::CUDA);
+    EXPECT_EQ(g_fake_allocs, 0) << "parameters already on the device were copied";
+  }
+  root.to(Device::CPU);
+  EXPECT_EQ(root.named_parameters()[1].second.data().to_vector<float>(), (std::vector<float>{1, 2, 3}));
+
+  // a whole model: every parameter, and Transformer-XL's segment memory, follow
+  nn::GPT m(tiny_cfg({{"type", "xl"}, {"mem_len", 4}}));
+  m.init_weights(1);
+  Tensor in = Tensor::zeros({1, 5}, DType::I64);
+  {
+    NoGradGuard ng;
+    m.forward(in, 0, true);  // leaves memory in every layer
+  }
+  ASSERT_TRUE(m.memory_state()[0].defined());
+  m.to(Device::CUDA);
+  for (auto& [name, p] : m.named_parameters()) EXPECT_EQ(p.device(), Device::CUDA) << name;
+  for (const Tensor& mem : m.memory_state()) EXPECT_EQ(mem.device(), Device::CUDA);
+  m.to(Device::CPU);
+  for (auto& [name, p] : m.named_parameters()) EXPECT_EQ(p.device(), Device::CPU) << name;
+}
+
+// ---- settings ----
+
+TEST(Settings, EveryVariableIsInTheTableAndDocumented) {
+  const auto& t = settings();
+  EXPECT_EQ(t.size(), 10u);
+  std::ifstream f(std::string(CTXLAB_SOURCE_DIR) + "/docs/settings.md");
+  ASSERT_TRUE(f.good()) << "docs/settings.md is missing";
+  std::stringstream doc;
+  doc << f.rdbuf();
+  const std::string help = settings_help();
+  for (const Setting& s : t) {
+    SCOPED_TRACE(s.name);
+    EXPECT_EQ(std::string(s.name).rfind("CTXLAB_", 0), 0u);
+    EXPECT_GT(std::strlen(s.default_value), 0u);
+    EXPECT_GT(std::strlen(s.values), 0u);
+    EXPECT_GT(std::strlen(s.meaning), 0u);
+    EXPECT_NE(doc.str().find(std::string("| `") + s.name + "` |"), std::string::npos) << "not in docs/settings.md";
+    EXPECT_NE(help.find(s.name), std::string::npos) << "not in --help";
+    std::ifstream src(std::string(CTXLAB_SOURCE_DIR) + "/" + s.read_by);
+    std::stringstream code;
+    code << src.rdbuf();
+    EXPECT_NE(code.str().find(std::string("\"") + s.name + "\""), std::string::npos)
+        << s.read_by << " does not read it";
+  }
+}
+
+TEST(Settings, UnknownNamesAreRefused) {
+  expect_error([] { setting_env("CTXLAB_NO_SUCH_SETTING"); }, {"setting_env", "CTXLAB_NO_SUCH_SETTING", "table"});
+  FastPathSwitch bad("CTXLAB_NOT_A_SWITCH");
+  expect_error([&] { (void)bad.enabled(); }, {"CTXLAB_NOT_A_SWITCH"});
+  ::setenv("CTXLAB_GELU", "", 1);  // empty reads as unset
+  EXPECT_EQ(setting_env("CTXLAB_GELU"), nullptr);
+  ::unsetenv("CTXLAB_GELU");
+}
+
+}  // namespace
+}  // namespace ctx
