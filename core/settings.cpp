@@ -34,6 +34,23 @@ const std::vector<Setting>& settings() {
        "autograd/profiler.cpp"},
       {"CTXLAB_NO_REEXEC", "unset", "any value",
        "set: the CLI does not restart itself with OMP_WAIT_POLICY=PASSIVE", "train/main.cpp"},
+      // The CUDA emulator (core/cuda/emu, a library that does not depend on ctxlab's core) reads
+      // its own variables with getenv; they are listed here so that this table is complete.
+      {"CTXLAB_EMU_SCHEDULE", "forward", "forward | reverse | shuffle | shuffle:SEED",
+       "emulator: the order the threads of a block run between barriers", "core/cuda/emu/runtime.cpp"},
+      {"CTXLAB_EMU_THREADS", "2", "an integer in 1..64", "emulator: OS threads that run blocks",
+       "core/cuda/emu/scheduler.cpp"},
+      {"CTXLAB_EMU_STACK_KB", "256", "an integer >= 64", "emulator: fiber stack size of a CUDA thread",
+       "core/cuda/emu/fiber.cpp"},
+      {"CTXLAB_EMU_QUIET", "unset", "1", "emulator: record faults without printing them",
+       "core/cuda/emu/runtime.cpp"},
+      // Test harness only.
+      {"CTXLAB_BACKEND_DIGEST", "unset", "a file path",
+       "tests: the backend table appends a hash of every cuda case's output bytes there",
+       "tests/test_backend_ops.cpp"},
+      {"CTXLAB_ALLOW_MISSING", "unset (never set in CI)", "comma-separated dependency names, or all",
+       "tests: a missing dependency listed here skips instead of failing (docs/testing.md)",
+       "tests/test_util.h"},
   };
   return table;
 }

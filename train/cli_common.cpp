@@ -74,6 +74,11 @@ Device device_from_option(const std::string& s) {
               "machine with nvcc)");
 #else
   backend(Device::CUDA);  // throws when the CUDA backend cannot start
+  try {  // a real build on a machine without a GPU: say so here, in one line, before any work
+    Tensor::empty({1}, DType::F32, Device::CUDA);
+  } catch (const Error& e) {
+    throw Error(str("--device cuda: ", e.what()));
+  }
   return Device::CUDA;
 #endif
 }
