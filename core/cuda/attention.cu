@@ -234,6 +234,7 @@ __global__ void attn_dq_kernel(Args<T> a, int64_t ntiles, bool walk_batch, const
     load_rows(a.q + bh * a.T * Dh, i0, a.T - i0, kRows, Dh, Qs);
     load_rows(dout + bh * a.T * Dh, i0, a.T - i0, kRows, Dh, Gs);
     for (int64_t e = threadIdx.x; e < kRows * Dh; e += blockDim.x) Acc[e] = T(0);
+    __syncthreads();
     T* dqr = row && dqrel ? dqrel + n * a.Rq : nullptr;
     T* pr = row && prel ? prel + n * a.Rq : nullptr;
     for (int64_t r = lane; r < a.Rq; r += 32) {  // each lane zeroes the bins it owns
@@ -298,6 +299,7 @@ __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const
   load_rows(a.k + bh * a.S * Dh, j0, a.S - j0, kRows, Dh, Kr);
   load_rows(a.v + bh * a.S * Dh, j0, a.S - j0, kRows, Dh, Vr);
   for (int64_t e = threadIdx.x; e < kRows * Dh; e += blockDim.x) dKa[e] = dVa[e] = T(0);
+  __syncthreads();  // the owners read these even when no query tile follows (keys nobody sees)
   T* dkr = row && dkrel ? dkrel + (bh * a.S + j) * a.Rk : nullptr;
   for (int64_t r = lane; r < a.Rk; r += 32)
     if (dkr) dkr[r] = T(0);
