@@ -15,7 +15,8 @@
 //                  dqrel[i, qidx_ij] += scale ds_ij and prel[i, qidx_ij] += p_ij (for dvrel)
 //             dk/dv per (b, h, kRows keys), queries in tiles: dv_j = sum_i p_ij do_i,
 //                  dk_j = scale sum_i ds_ij q_i, dkrel[j, kidx_ij] += scale ds_ij
-//             dvrel[r, c] = sum over (b, h, i) in order of prel[b, h, i, r] do[b, h, i, c]
+//             dvrel[r, c] = sum over (b, h, i) of prel[b, h, i, r] do[b, h, i, c]: partials over
+//                  fixed row chunks, then the chunks added in order (reduce.cu's column_sum_add)
 // The relative bins (dqrel, prel, dkrel) belong to one row; the lane owning index r (r mod 32)
 // adds the tile's entries in order. Every sum has a fixed order: results are bitwise the same
 // run to run and under every thread schedule. No atomics.
@@ -27,7 +28,7 @@
 #include "core/cuda/attention.h"
 #include "core/cuda/check.h"
 #include "core/cuda/dispatch.h"
-#include "core/cuda/kernels.h"  // fill
+#include "core/cuda/kernels.h"  // fill, column_chunks, column_sum_add
 #include "core/cuda/launch.h"
 
 namespace ctx::cuda {
@@ -346,14 +347,18 @@ __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const
   }
 }
 
-// dvrel [Rq, Dh] = sum over the N = B H T rows n, in order, of prel[n, r] dout[n, c]
+// First pass of dvrel: part[k, r, c] = sum over the rows n of chunk k (ceil(N / K) rows each,
+// in order) of prel[n, r] dout[n, c]; prel [N, Rq], dout [N, Dh], part [K, Rq, Dh]. The second
+// pass (reduce.cu: column_sum_add) adds the K partials in order.
 template <class T>
-__global__ void attn_dvrel_kernel(const T* prel, const T* dout, T* dvrel, int64_t N, int64_t Rq, int64_t Dh) {
-  CTX_GRID_STRIDE(e, Rq * Dh) {
-    const int64_t r = e / Dh, c = e % Dh;
+__global__ void attn_dvrel_partial_kernel(const T* prel, const T* dout, T* part, int64_t N, int64_t K, int64_t Rq,
+                                          int64_t Dh) {
+  const int64_t rows = (N + K - 1) / K, C = Rq * Dh;
+  CTX_GRID_STRIDE(e, K * C) {
+    const int64_t k = e / C, r = (e % C) / Dh, c = e % Dh;
     T s = T(0);
-    for (int64_t n = 0; n < N; ++n) s += prel[n * Rq + r] * dout[n * Dh + c];
-    dvrel[e] = s;
+    for (int64_t n = k * rows; n < N && n < (k + 1) * rows; ++n) s += prel[n * Rq + r] * dout[n * Dh + c];
+    part[e] = s;
   }
 }
 
@@ -478,10 +483,16 @@ void backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor&
     fill<T>(dv.data<T>(), dv.numel(), T(0));
     if (dkrel_p) fill<T>(dkrel_p, drel.dkrel.numel(), T(0));
   }
-  if (dvrel_p && rel.Rq * d.Dh > 0) {
-    CTX_LAUNCH(attn_dvrel_kernel<T>, grid_for(rel.Rq * d.Dh), kThreads, 0, 0, (const T*)prel.data<T>(),
-               dout.data<T>(), dvrel_p, N, rel.Rq, d.Dh);
-    CTX_CUDA_LAUNCH_CHECK("attn_dvrel_kernel");
+  if (dvrel_p) {  // dvrel = prel^T dout in two fixed-order passes (K row chunks, then the chunks)
+    const int64_t C = rel.Rq * d.Dh, K = column_chunks(N);
+    fill<T>(dvrel_p, C, T(0));
+    if (N > 0 && C > 0) {
+      Tensor part = Tensor::empty({K, C}, q.dtype(), Device::CUDA);
+      CTX_LAUNCH(attn_dvrel_partial_kernel<T>, grid_for(K * C), kThreads, 0, 0, (const T*)prel.data<T>(),
+                 dout.data<T>(), part.data<T>(), N, K, rel.Rq, d.Dh);
+      CTX_CUDA_LAUNCH_CHECK("attn_dvrel_partial_kernel");
+      column_sum_add<T>(part.data<T>(), dvrel_p, K, C);
+    }
   }
 }
 
