@@ -74,12 +74,16 @@ void expect_same_step(const StepResult& c, const StepResult& g, double tol) {
 
 class CudaModel : public ::testing::TestWithParam<json> {};
 
-TEST_P(CudaModel, TrainingStepsMatchTheCpu) {
-  if (!cuda::emulated() && cuda::device_count() == 0) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
-  const json posenc = GetParam();
+// Two training steps of the tiny GPT with `posenc` (and a sliding attention window when
+// window > 0) on cpu and on cuda agree; see expect_same_step.
+void check_training_steps(const json& posenc, int64_t window) {
   nn::GPT mc(tiny_cfg(posenc)), mg(tiny_cfg(posenc));
   mc.init_weights(7);
   mg.init_weights(7);
+  if (window > 0) {
+    mc.set_attention_window(window);
+    mg.set_attention_window(window);
+  }
   mg.to(Device::CUDA);
   for (auto& [name, p] : mg.named_parameters()) ASSERT_EQ(p.data().device(), Device::CUDA) << name;
   AdamWOptions o;
@@ -102,6 +106,21 @@ TEST_P(CudaModel, TrainingStepsMatchTheCpu) {
   const uint64_t mallocs = cuda::device_alloc_stats().device_mallocs;
   expect_same_step(train_step(mc, oc, in, tg), train_step(mg, og, in_g, tg_g), 5e-5);
   EXPECT_EQ(cuda::device_alloc_stats().device_mallocs, mallocs) << "the second (warm) step reached cudaMalloc";
+}
+
+TEST_P(CudaModel, TrainingStepsMatchTheCpu) {
+  if (!cuda::emulated() && cuda::device_count() == 0) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  check_training_steps(GetParam(), 0);
+}
+
+// Sliding-window attention (window 4 < T = 9) through the fused kernels, with a bias encoding and
+// a content-position one.
+TEST(CudaModelWindow, TrainingStepsMatchTheCpu) {
+  if (!cuda::emulated() && cuda::device_count() == 0) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  for (const json& pe : {json{{"type", "alibi"}}, json{{"type", "shaw"}, {"max_relative_position", 4}}}) {
+    SCOPED_TRACE(pe.dump());
+    check_training_steps(pe, 4);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Encodings, CudaModel,
