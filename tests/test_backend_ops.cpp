@@ -905,19 +905,39 @@ void large_cases(std::vector<Case>& cs) {
   cs.back().large = true;
 }
 
-// --- causal attention (Fused::Attention), no relative terms: the reference materialises each
-// row's probabilities. Query i sits at key position i + S - T; window > 0 keeps `window` keys. ---
+// --- causal attention (Fused::Attention), with the bias and the content-position terms of
+// AttnRel: the reference materialises each row's logits. Query i sits at key position
+// i + S - T; window > 0 keeps `window` keys. Per (b, h):
+//   logit_ij = scale (q_i . k_j + qrel[i, qidx_ij] + krel[j, kidx_ij]) + bias[h, i, j]
+//   o_i = sum_j p_ij (v_j + vrel[qidx_ij]) ---
+template <class T>
+struct AttnRefRel {
+  int64_t Rq = 0, Rk = 0;
+  const int32_t *qidx = nullptr, *kidx = nullptr;  // [T, S]
+  const T *qrel = nullptr, *krel = nullptr, *vrel = nullptr;
+  T *dqrel = nullptr, *dkrel = nullptr, *dvrel = nullptr;
+};
 template <class T>
 void attention_reference(const AttnDims& d, const T* q, const T* k, const T* v, const T* bias, T* out, T* lse,
-                         const T* dout, T* dq, T* dk, T* dv, T* dbias) {
+                         const T* dout, T* dq, T* dk, T* dv, T* dbias, const AttnRefRel<T>& r) {
   const int64_t H = d.H, Tn = d.T, Sn = d.S, Dh = d.Dh, off = Sn - Tn;
+  const T sc = (T)d.scale;
   if (dout) {
     std::fill(dq, dq + d.B * H * Tn * Dh, T(0));
     std::fill(dk, dk + d.B * H * Sn * Dh, T(0));
     std::fill(dv, dv + d.B * H * Sn * Dh, T(0));
     if (dbias) std::fill(dbias, dbias + H * Tn * Sn, T(0));
+    if (r.dqrel) std::fill(r.dqrel, r.dqrel + d.B * H * Tn * r.Rq, T(0));
+    if (r.dkrel) std::fill(r.dkrel, r.dkrel + d.B * H * Sn * r.Rk, T(0));
+    if (r.dvrel) std::fill(r.dvrel, r.dvrel + r.Rq * Dh, T(0));
   }
-  std::vector<T> p((size_t)Sn);
+  std::vector<T> p((size_t)Sn), vj((size_t)Dh);
+  // v_j + vrel[qidx_ij] (the value row query i reads at key j)
+  auto value = [&](int64_t bh, int64_t i, int64_t j) {
+    for (int64_t c = 0; c < Dh; ++c)
+      vj[(size_t)c] = v[(bh * Sn + j) * Dh + c] + (r.vrel ? r.vrel[r.qidx[i * Sn + j] * Dh + c] : T(0));
+    return vj.data();
+  };
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t bh = b * H + h;
@@ -930,7 +950,9 @@ void attention_reference(const AttnDims& d, const T* q, const T* k, const T* v, 
           if (seen) {
             T dot = 0;
             for (int64_t c = 0; c < Dh; ++c) dot += qi[c] * k[(bh * Sn + j) * Dh + c];
-            s = (T)d.scale * dot + (bias ? bias[(h * Tn + i) * Sn + j] : T(0));
+            if (r.qrel) dot += r.qrel[(bh * Tn + i) * r.Rq + r.qidx[i * Sn + j]];
+            if (r.krel) dot += r.krel[(bh * Sn + j) * r.Rk + r.kidx[i * Sn + j]];
+            s = sc * dot + (bias ? bias[(h * Tn + i) * Sn + j] : T(0));
           }
           p[(size_t)j] = s;
           mx = std::max(mx, s);
@@ -948,7 +970,9 @@ void attention_reference(const AttnDims& d, const T* q, const T* k, const T* v, 
         std::fill(oi, oi + Dh, T(0));
         for (int64_t j = 0; j < Sn; ++j) {
           p[(size_t)j] = std::exp(p[(size_t)j] - l);
-          for (int64_t c = 0; c < Dh; ++c) oi[c] += p[(size_t)j] * v[(bh * Sn + j) * Dh + c];
+          if (p[(size_t)j] == T(0)) continue;
+          const T* vv = value(bh, i, j);
+          for (int64_t c = 0; c < Dh; ++c) oi[c] += p[(size_t)j] * vv[c];
         }
         if (!dout) continue;
         const T* gi = dout + (bh * Tn + i) * Dh;
@@ -956,55 +980,113 @@ void attention_reference(const AttnDims& d, const T* q, const T* k, const T* v, 
         for (int64_t c = 0; c < Dh; ++c) Di += gi[c] * oi[c];
         for (int64_t j = 0; j < Sn; ++j) {
           if (p[(size_t)j] == T(0)) continue;
+          const T* vv = value(bh, i, j);
           T dp = 0;
-          for (int64_t c = 0; c < Dh; ++c) dp += gi[c] * v[(bh * Sn + j) * Dh + c];
+          for (int64_t c = 0; c < Dh; ++c) dp += gi[c] * vv[c];
           const T ds = p[(size_t)j] * (dp - Di);
           for (int64_t c = 0; c < Dh; ++c) {
-            dq[(bh * Tn + i) * Dh + c] += (T)d.scale * ds * k[(bh * Sn + j) * Dh + c];
-            dk[(bh * Sn + j) * Dh + c] += (T)d.scale * ds * qi[c];
+            dq[(bh * Tn + i) * Dh + c] += sc * ds * k[(bh * Sn + j) * Dh + c];
+            dk[(bh * Sn + j) * Dh + c] += sc * ds * qi[c];
             dv[(bh * Sn + j) * Dh + c] += p[(size_t)j] * gi[c];
+            if (r.dvrel) r.dvrel[r.qidx[i * Sn + j] * Dh + c] += p[(size_t)j] * gi[c];
           }
           if (dbias) dbias[(h * Tn + i) * Sn + j] += ds;
+          if (r.dqrel) r.dqrel[(bh * Tn + i) * r.Rq + r.qidx[i * Sn + j]] += sc * ds;
+          if (r.dkrel) r.dkrel[(bh * Sn + j) * r.Rk + r.kidx[i * Sn + j]] += sc * ds;
         }
       }
     }
 }
 
+// Relative terms of a case: which of qrel / krel / vrel, and their index ranges.
+enum : int { kQrel = 1, kKrel = 2, kVrel = 4 };
+
 template <class T>
 void attention_cases(std::vector<Case>& cs) {
   const DType dt = dtype_of<T>::value;
-  struct AC { int64_t B, H, Tn, Sn, Dh, window; bool bias; };
-  for (const AC& a : {AC{1, 1, 1, 1, 1, 0, false}, AC{2, 3, 5, 5, 4, 0, true}, AC{1, 2, 3, 7, 8, 0, false},
-                      AC{2, 1, 6, 6, 3, 2, true}, AC{1, 2, 33, 33, 5, 0, true}}) {
+  // bias: 0 none, 1 [H, T, S], 2 [1, H, T, S], 3 [H, T, S] with query row 0 of head 0 fully at
+  // -inf (that row sees no finite logit: lse +inf, output 0, no gradient). T = 0: no queries
+  // (dk, dv, dkrel, dvrel are zeros). Dh = 96 in f64: the CUDA kernels' tiles need more than
+  // 48 KiB of shared memory (asked for with cudaFuncSetAttribute).
+  struct AC { int64_t B, H, Tn, Sn, Dh, window; int bias; int rel; int64_t Rq, Rk; };
+  for (const AC& a : {AC{1, 1, 1, 1, 1, 0, 0, 0, 0, 0}, AC{2, 3, 5, 5, 4, 0, 1, 0, 0, 0},
+                      AC{1, 2, 3, 7, 8, 0, 0, 0, 0, 0}, AC{2, 1, 6, 6, 3, 2, 1, 0, 0, 0},
+                      AC{1, 2, 33, 33, 5, 0, 1, 0, 0, 0}, AC{1, 1, 1, 1, 1, 0, 1, kQrel | kKrel | kVrel, 1, 1},
+                      AC{2, 2, 7, 9, 37, 3, 1, kQrel | kKrel | kVrel, 5, 4}, AC{1, 1, 40, 45, 3, 0, 0, kQrel, 7, 0},
+                      AC{2, 1, 5, 5, 6, 0, 0, kKrel, 0, 3}, AC{1, 3, 9, 9, 33, 0, 2, kVrel, 4, 0},
+                      AC{3, 2, 35, 70, 16, 20, 1, kQrel | kKrel | kVrel, 11, 9}, AC{2, 2, 4, 6, 2, 0, 3, kQrel, 3, 0},
+                      AC{1, 1, 37, 37, 64, 0, 2, 0, 0, 0}, AC{1, 2, 0, 3, 4, 0, 1, kQrel | kKrel | kVrel, 2, 2},
+                      AC{1, 1, 5, 6, 96, 0, 1, kVrel, 3, 0}}) {
     AttnDims d;
     d.B = a.B; d.H = a.H; d.T = a.Tn; d.S = a.Sn; d.Dh = a.Dh; d.window = a.window;
     d.scale = 1.0 / std::sqrt((double)a.Dh);
-    const Shape qs{a.B, a.H, a.Tn, a.Dh}, ks{a.B, a.H, a.Sn, a.Dh}, ls{a.B, a.H, a.Tn}, bs{a.H, a.Tn, a.Sn};
+    const Shape qs{a.B, a.H, a.Tn, a.Dh}, ks{a.B, a.H, a.Sn, a.Dh}, ls{a.B, a.H, a.Tn};
+    const Shape bs = a.bias == 2 ? Shape{1, a.H, a.Tn, a.Sn} : Shape{a.H, a.Tn, a.Sn};
+    const Shape is{a.Tn, a.Sn}, qrs{a.B, a.H, a.Tn, a.Rq}, krs{a.B, a.H, a.Sn, a.Rk}, vrs{a.Rq, a.Dh};
+    const bool hq = a.rel & kQrel, hk = a.rel & kKrel, hv = a.rel & kVrel;
     const std::string nm = str(tn<T>(), " B", a.B, " H", a.H, " T", a.Tn, " S", a.Sn, " Dh", a.Dh, " window ", a.window,
-                               a.bias ? " bias" : "");
-    // forward and backward in one case: out, lse, dq, dk, dv (, dbias)
-    cs.push_back({"attention " + nm, dt, false, a.Sn * a.Dh + a.Sn, Fused::Attention,
+                               a.bias ? str(" bias", S(bs), a.bias == 3 ? " (a row at -inf)" : "") : std::string(),
+                               hq ? str(" qrel R", a.Rq) : std::string(), hk ? str(" krel R", a.Rk) : std::string(),
+                               hv ? str(" vrel R", a.Rq) : std::string());
+    // the inputs, on the host (the same for the device run and the reference)
+    auto inputs = [=] {
+      std::vector<Tensor> in = {rnd(qs, dt, 181, -2, 2), rnd(ks, dt, 182, -2, 2), rnd(ks, dt, 183), rnd(bs, dt, 184),
+                                rnd(qs, dt, 185), rnd(is, DType::I32, 186, 0, (double)a.Rq),
+                                rnd(is, DType::I32, 187, 0, (double)a.Rk), rnd(qrs, dt, 188, -2, 2),
+                                rnd(krs, dt, 189, -2, 2), rnd(vrs, dt, 190)};
+      if (a.bias == 3)
+        for (int64_t j = 0; j < a.Sn; ++j) in[3].set(j, -INFINITY);
+      return in;
+    };
+    const int64_t L = std::max<int64_t>(a.Sn * a.Dh + a.Sn, hv ? a.B * a.H * a.Tn * a.Sn : 0);
+    // forward and backward in one case: out, lse, dq, dk, dv (, dbias, dqrel, dkrel, dvrel)
+    cs.push_back({"attention " + nm, dt, false, L, Fused::Attention,
                   [=](const Dev& D) {
-                    Tensor q = D.in(rnd(qs, dt, 181, -2, 2)), k = D.in(rnd(ks, dt, 182, -2, 2)), v = D.in(rnd(ks, dt, 183));
-                    Tensor bias = a.bias ? D.in(rnd(bs, dt, 184)) : Tensor();
+                    const std::vector<Tensor> h = inputs();
+                    Tensor q = D.in(h[0]), k = D.in(h[1]), v = D.in(h[2]);
+                    Tensor bias = a.bias ? D.in(h[3]) : Tensor();
+                    AttnRel rel;
+                    rel.Rq = a.Rq, rel.Rk = a.Rk;
+                    if (hq || hv) rel.qidx = D.in(h[5]);
+                    if (hk) rel.kidx = D.in(h[6]);
+                    if (hq) rel.qrel = D.in(h[7]);
+                    if (hk) rel.krel = D.in(h[8]);
+                    if (hv) rel.vrel = D.in(h[9]);
                     Tensor out = D.out(qs, dt), lse = D.out(ls, dt);
-                    D.be().attention_forward(d, q, k, v, bias, out, lse, AttnRel());
-                    Tensor dout = D.in(rnd(qs, dt, 185)), dq = D.out(qs, dt), dk = D.out(ks, dt), dv = D.out(ks, dt);
+                    D.be().attention_forward(d, q, k, v, bias, out, lse, rel);
+                    Tensor dout = D.in(h[4]), dq = D.out(qs, dt), dk = D.out(ks, dt), dv = D.out(ks, dt);
                     Tensor dbias = a.bias ? D.out(bs, dt) : Tensor();
-                    AttnRelGrad none;
-                    D.be().attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, AttnRel(), none);
-                    return a.bias ? hosts({out, lse, dq, dk, dv, dbias}) : hosts({out, lse, dq, dk, dv});
+                    AttnRelGrad g;
+                    if (hq) g.dqrel = D.out(qrs, dt);
+                    if (hk) g.dkrel = D.out(krs, dt);
+                    if (hv) g.dvrel = D.out(vrs, dt);
+                    D.be().attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, g);
+                    std::vector<Tensor> r = hosts({out, lse, dq, dk, dv});
+                    for (const Tensor* t : {&dbias, &g.dqrel, &g.dkrel, &g.dvrel})
+                      if (t->defined()) r.push_back(host(*t));
+                    return r;
                   },
                   [=] {
-                    Tensor q = rnd(qs, dt, 181, -2, 2), k = rnd(ks, dt, 182, -2, 2), v = rnd(ks, dt, 183), bias = rnd(bs, dt, 184);
-                    Tensor out = Tensor::empty(qs, dt), lse = Tensor::empty(ls, dt), dout = rnd(qs, dt, 185);
+                    std::vector<Tensor> h = inputs();
+                    Tensor out = Tensor::empty(qs, dt), lse = Tensor::empty(ls, dt);
                     Tensor dq = Tensor::empty(qs, dt), dk = Tensor::empty(ks, dt), dv = Tensor::empty(ks, dt),
-                           dbias = Tensor::empty(bs, dt);
-                    attention_reference<T>(d, P<T>(q), P<T>(k), P<T>(v), a.bias ? P<T>(bias) : nullptr, P<T>(out),
-                                           P<T>(lse), P<T>(dout), P<T>(dq), P<T>(dk), P<T>(dv),
-                                           a.bias ? P<T>(dbias) : nullptr);
-                    return a.bias ? std::vector<Tensor>{out, lse, dq, dk, dv, dbias}
-                                  : std::vector<Tensor>{out, lse, dq, dk, dv};
+                           dbias = Tensor::empty(bs, dt), dqrel = Tensor::empty(qrs, dt),
+                           dkrel = Tensor::empty(krs, dt), dvrel = Tensor::empty(vrs, dt);
+                    AttnRefRel<T> r;
+                    r.Rq = a.Rq, r.Rk = a.Rk;
+                    r.qidx = P<int32_t>(h[5]), r.kidx = P<int32_t>(h[6]);
+                    if (hq) r.qrel = P<T>(h[7]), r.dqrel = P<T>(dqrel);
+                    if (hk) r.krel = P<T>(h[8]), r.dkrel = P<T>(dkrel);
+                    if (hv) r.vrel = P<T>(h[9]), r.dvrel = P<T>(dvrel);
+                    attention_reference<T>(d, P<T>(h[0]), P<T>(h[1]), P<T>(h[2]), a.bias ? P<T>(h[3]) : nullptr,
+                                           P<T>(out), P<T>(lse), P<T>(h[4]), P<T>(dq), P<T>(dk), P<T>(dv),
+                                           a.bias ? P<T>(dbias) : nullptr, r);
+                    std::vector<Tensor> res = {out, lse, dq, dk, dv};
+                    if (a.bias) res.push_back(dbias);
+                    if (hq) res.push_back(dqrel);
+                    if (hk) res.push_back(dkrel);
+                    if (hv) res.push_back(dvrel);
+                    return res;
                   }});
   }
 }

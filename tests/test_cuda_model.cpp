@@ -15,6 +15,7 @@
 #include "tests/test_util.h"
 #include "train/optim.h"
 #ifdef CTXLAB_WITH_CUDA
+#include "core/cuda/attention.h"  // attention_calls: the fused path ran on the device
 #include "core/cuda/cuda_runtime.h"
 #endif
 
@@ -73,12 +74,16 @@ void expect_same_step(const StepResult& c, const StepResult& g, double tol) {
 
 class CudaModel : public ::testing::TestWithParam<json> {};
 
-TEST_P(CudaModel, TrainingStepsMatchTheCpu) {
-  if (!cuda::emulated() && cuda::device_count() == 0) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
-  const json posenc = GetParam();
+// Two training steps of the tiny GPT with `posenc` (and a sliding attention window when
+// window > 0) on cpu and on cuda agree; see expect_same_step.
+void check_training_steps(const json& posenc, int64_t window) {
   nn::GPT mc(tiny_cfg(posenc)), mg(tiny_cfg(posenc));
   mc.init_weights(7);
   mg.init_weights(7);
+  if (window > 0) {
+    mc.set_attention_window(window);
+    mg.set_attention_window(window);
+  }
   mg.to(Device::CUDA);
   for (auto& [name, p] : mg.named_parameters()) ASSERT_EQ(p.data().device(), Device::CUDA) << name;
   AdamWOptions o;
@@ -91,17 +96,40 @@ TEST_P(CudaModel, TrainingStepsMatchTheCpu) {
     tg.set(i, (double)r.below(17));
   }
   const Tensor in_g = in.to(Device::CUDA), tg_g = tg.to(Device::CUDA);
-  // f32 on both sides, different summation orders: agreement to a few 1e-5
+  // f32 on both sides, different summation orders: agreement to a few 1e-5. Every layer runs the
+  // fused attention kernels on the device (forward and backward once per layer and step).
+  const cuda::AttentionCalls calls0 = cuda::attention_calls();
   expect_same_step(train_step(mc, oc, in, tg), train_step(mg, og, in_g, tg_g), 2e-5);
+  const cuda::AttentionCalls calls1 = cuda::attention_calls();
+  EXPECT_EQ(calls1.forward - calls0.forward, (uint64_t)mg.cfg.n_layers) << "the fused forward did not run on cuda";
+  EXPECT_EQ(calls1.backward - calls0.backward, (uint64_t)mg.cfg.n_layers) << "the fused backward did not run";
   const uint64_t mallocs = cuda::device_alloc_stats().device_mallocs;
   expect_same_step(train_step(mc, oc, in, tg), train_step(mg, og, in_g, tg_g), 5e-5);
   EXPECT_EQ(cuda::device_alloc_stats().device_mallocs, mallocs) << "the second (warm) step reached cudaMalloc";
 }
 
+TEST_P(CudaModel, TrainingStepsMatchTheCpu) {
+  if (!cuda::emulated() && cuda::device_count() == 0) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  check_training_steps(GetParam(), 0);
+}
+
+// Sliding-window attention (window 4 < T = 9) through the fused kernels, with a bias encoding and
+// a content-position one.
+TEST(CudaModelWindow, TrainingStepsMatchTheCpu) {
+  if (!cuda::emulated() && cuda::device_count() == 0) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  for (const json& pe : {json{{"type", "alibi"}}, json{{"type", "shaw"}, {"max_relative_position", 4}}}) {
+    SCOPED_TRACE(pe.dump());
+    check_training_steps(pe, 4);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Encodings, CudaModel,
                          ::testing::Values(json{{"type", "learned"}}, json{{"type", "rope"}}, json{{"type", "alibi"}},
                                            json{{"type", "sinusoidal"}},
-                                           json{{"type", "t5"}, {"num_buckets", 8}, {"max_distance", 16}}),
+                                           json{{"type", "t5"}, {"num_buckets", 8}, {"max_distance", 16}},
+                                           json{{"type", "shaw"}, {"max_relative_position", 4}}, json{{"type", "xl"}},
+                                           json{{"type", "deberta"}, {"position_buckets", 4}, {"max_relative_positions", 8}},
+                                           json{{"type", "tupe"}}),
                          [](const ::testing::TestParamInfo<json>& i) { return i.param["type"].get<std::string>(); });
 #endif
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/cuda/attention.h"
 #include "core/cuda/cuda_runtime.h"
 #include "core/cuda/dispatch.h"
 #include "core/cuda/kernels.h"
@@ -424,8 +425,18 @@ class CudaBackend final : public Backend {
                                                inner));
   }
 
-  // ======== fused methods (attention: not yet, the composed path runs) ========
-  bool has(Fused f) const override { return f != Fused::Attention; }
+  // ======== fused methods (all of them; attention in attention.cu) ========
+  bool has(Fused) const override { return true; }
+
+  void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                         Tensor& out, Tensor& lse, const AttnRel& rel) override {
+    cuda::attention_forward(d, q, k, v, bias, out, lse, rel);
+  }
+  void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                          const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
+                          Tensor& dv, Tensor& dbias, const AttnRel& rel, AttnRelGrad& drel) override {
+    cuda::attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
+  }
 
   static void check_all_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
     for (const Tensor* t : ts)
