@@ -1,6 +1,8 @@
 // train/distributed.cpp — MPI start-up, batch slices and reductions (see distributed.h).
 #include "train/distributed.h"
 
+#define OMPI_SKIP_MPICXX 1   // the C API only: no C++ bindings (their header warns)
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
 #include <cstdio>
@@ -10,6 +12,9 @@
 
 #include "core/cpu/threading.h"
 #include "core/error.h"
+#ifdef CTXLAB_WITH_NCCL
+#include "train/nccl/nccl_allreduce.h"
+#endif
 
 namespace ctx::dist {
 
@@ -73,6 +78,10 @@ void init(bool forced) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   check(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &g_size), "MPI_Comm_size");
+  // One GPU per rank on a node (--device cuda): the backend uses device 0, so each rank sees only
+  // the GPU of its local rank, unless the user (or the batch system) chose already.
+  if (const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); lr && !std::getenv("CUDA_VISIBLE_DEVICES"))
+    setenv("CUDA_VISIBLE_DEVICES", lr, 1);
   // Threads per rank: an explicit CTXLAB_THREADS / OMP_NUM_THREADS wins (the user asked for it);
   // otherwise the node's cores are shared among the ranks on this node, never oversubscribed.
   if (!std::getenv("CTXLAB_THREADS") && !std::getenv("OMP_NUM_THREADS")) {
@@ -107,9 +116,16 @@ std::pair<int64_t, int64_t> batch_rows(int64_t B, const std::string& what) {
 
 void allreduce_mean(Tensor& g) {
   if (g_size == 1) return;
-  CTX_CHECK(g.device() == Device::CPU, "MPI: gradient allreduce needs host memory, got a tensor on ",
-            device_name(g.device()), " (--device cuda under MPI needs the NCCL build; docs/distributed.md)");
   CTX_CHECK(g.dtype() == DType::F32, "MPI: gradient allreduce supports F32, got ", dtype_name(g.dtype()));
+  if (g.device() != Device::CPU) {
+#ifdef CTXLAB_WITH_NCCL
+    nccl::allreduce_mean_f32(g.data<float>(), g.numel(), g_rank, g_size);
+    return;
+#else
+    throw Error(str("MPI: gradients on ", device_name(g.device()), " need NCCL, and this build has none "
+                    "(the real CUDA build with NCCL found; docs/distributed.md)"));
+#endif
+  }
   CTX_CHECK(g.numel() < (int64_t)1 << 31, "MPI: gradient buffer of ", g.numel(), " elements exceeds one MPI count");
   float* p = g.host<float>();
   check(MPI_Allreduce(MPI_IN_PLACE, p, (int)g.numel(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (gradients)");
@@ -161,6 +177,9 @@ void finalize() {
   if (!g_active) return;
   int fin = 0;
   MPI_Finalized(&fin);
+#ifdef CTXLAB_WITH_NCCL
+  nccl::finalize();
+#endif
   if (!fin) MPI_Finalize();
   g_active = false;
 }
