@@ -247,6 +247,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   auto t_start = std::chrono::steady_clock::now();
   double window_ms = 0, window_tokens = 0, last_loss = 0;
   int64_t timed_steps = 0;
+  double allreduce_ms = 0;  // gradient averaging over the timed steps (distributed runs)
   for (int64_t step = start_step; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double lr = lr_warmup_cosine(step, opt.warmup, opt.steps, opt.lr, opt.min_lr);
@@ -270,11 +271,14 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
       loss.backward();
     }
     if (dist::size() > 1) {  // gradients averaged over the ranks: the global batch's mean
+      auto ta = std::chrono::steady_clock::now();
       const FlatParams* fp = adamw ? adamw->flat() : nullptr;
       bool views = fp != nullptr;
       for (size_t i = 0; views && i < params.size(); ++i)
         if (params[i].second.grad().defined() && !fp->grad_is_view(i)) views = false;
       dist::average_gradients(params, fp ? &fp->grads : nullptr, views);
+      if (step > start_step) allreduce_ms += std::chrono::duration<double, std::milli>(
+                                 std::chrono::steady_clock::now() - ta).count();
       dist::allreduce_sum(&loss_sum, 1);
       loss_sum /= (double)dist::size();
     }
@@ -328,6 +332,10 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   res.steps = opt.steps;
   res.final_train_loss = last_loss;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  if (!quiet && dist::size() > 1 && timed_steps > 0)
+    std::printf("distributed: gradient allreduce %.3f ms per step (%.1f%% of %.1f ms), %lld floats\n",
+                allreduce_ms / (double)timed_steps, 100.0 * allreduce_ms / window_ms, window_ms / (double)timed_steps,
+                (long long)(adamw && adamw->flat() ? adamw->flat()->total : 0));
   if (!quiet)
     std::printf("done: %" PRId64 " steps in %s; checkpoint %s/model.safetensors\n", opt.steps,
                 fmt_duration(res.seconds).c_str(), opt.out.c_str());
