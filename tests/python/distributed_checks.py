@@ -2,7 +2,8 @@
 """End-to-end checks of data-parallel training over MPI (docs/distributed.md), run by ctest
 (tests/cli/distributed.cmake). Each sub-command is one ctest test:
 
-  same_run [--btl LIST]  `mpirun -np 2 ctxlab train --batch 8` gives the parameters of the single
+  same_run [--btl LIST]  (shm also: threads per rank fit the cores, CTXLAB_THREADS kept)
+                         `mpirun -np 2 ctxlab train --batch 8` gives the parameters of the single
                          process with --batch 8 after 20 steps (max |a-b| / max |b| <= 1e-5 for every
                          tensor); a different global batch (4) does not (the comparison can fail).
                          --btl self,tcp forces the TCP transport of a multi-node run.
@@ -115,6 +116,24 @@ def same_run(btl):
     check(f"np2 ({tag}) train.csv has one header + 20 rows (rank 0 alone writes)", len(rows) == 21, str(len(rows)))
 
 
+def threads_per_rank():
+    """Without CTXLAB_THREADS / OMP_NUM_THREADS, 2 ranks x T threads fit the cores (T >= 1); with
+    CTXLAB_THREADS set, the user's count is kept."""
+    import re
+    env = {k: v for k, v in os.environ.items() if k not in ("CTXLAB_THREADS", "OMP_NUM_THREADS")}
+    cores = len(os.sched_getaffinity(0))
+    args = ["train", "--preset", "tiny", "--no-plot", "--steps", 1, "--batch", 2, "--out", fresh("threads")]
+    p = subprocess.run(mpi(2, args), capture_output=True, text=True, env=env, timeout=60)
+    m = re.search(r"MPI: 2 ranks \(.*\), (\d+) threads? per rank", p.stdout)
+    t = int(m.group(1)) if m else 0
+    check(f"2 ranks x {t} threads fit {cores} cores", p.returncode == 0 and 1 <= t and 2 * t <= max(cores, 2),
+          p.stdout[-300:] + p.stderr[-300:])
+    env["CTXLAB_THREADS"] = "3"
+    p = subprocess.run(mpi(2, args[:-1] + [fresh("threads3")]), capture_output=True, text=True, env=env, timeout=60)
+    check("CTXLAB_THREADS=3 is kept under mpirun", p.returncode == 0 and "3 threads per rank" in p.stdout,
+          p.stdout[-300:])
+
+
 def resume_across_n():
     sgd = ["--optimizer", "sgd", "--lr", "0.05"]  # linear in the gradient: 1e-5 applies (see same_run)
     ref = fresh("resume_ref")
@@ -225,6 +244,8 @@ def main():
     os.makedirs(WORK, exist_ok=True)
     if a.what == "same_run":
         same_run(a.btl)
+        if not a.btl:
+            threads_per_rank()
     else:
         globals()[a.what]()
     print("FAILED" if FAILED else "OK")
