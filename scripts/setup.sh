@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — install every Debian package ctxlab needs (idempotent, non-interactive).
 #   build:   cmake, g++, oneDNN, OpenBLAS (pthread build), cxxopts, nlohmann-json, fmt, GoogleTest,
-#            Boost.Context (fibers of the CUDA emulator, core/cuda/emu)
+#            Boost.Context (fibers of the CUDA emulator, core/cuda/emu), OpenMPI (mpirun: data-parallel
+#            training, docs/distributed.md)
 #   tests:   python3-torch + numpy (PyTorch parity tests), clang + libclang-rt (fuzzers, sanitizers)
 #   tools:   gnuplot (loss / perplexity plots), bible-kjv (optional larger corpus)
 #   usage:   scripts/setup.sh [--kjv]
@@ -30,6 +31,7 @@ PKGS=(
   clang libclang-rt-14-dev
   gnuplot-nox
   libboost-context-dev
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()

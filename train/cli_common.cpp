@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/backend.h"  // backend(Device::CUDA) for --device cuda
+#include "train/distributed.h"
 
 namespace ctx::cli {
 
@@ -82,6 +83,8 @@ Device device_from_option(const std::string& s) {
   return Device::CUDA;
 #endif
 }
+
+void start_distributed(const cxxopts::ParseResult& r) { dist::init(r.count("distributed") > 0); }
 
 std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all) {
   const int64_t B = all.size(0), T1 = all.size(1), T = T1 - 1;

@@ -27,6 +27,9 @@ void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt);
 // --device cpu|cuda: the device named; throws one line when it is not "cpu" or "cuda", or when
 // this build has no CUDA backend.
 Device device_from_option(const std::string& s);
+// Starts MPI (train/distributed.h) when the process runs under mpirun or the verb was given
+// --distributed; a plain run stays a single process and never touches MPI.
+void start_distributed(const cxxopts::ParseResult& r);
 // all [B, T+1] -> (inputs [B, T], targets [B, T])
 std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all);
 

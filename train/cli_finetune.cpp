@@ -13,6 +13,7 @@
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/cli_common.h"
+#include "train/distributed.h"
 #include "train/trainer.h"
 
 namespace ctx::cli {
@@ -102,10 +103,12 @@ int run_finetune(int argc, char** argv) {
       cxxopts::value<int64_t>()->default_value("25"))(
       "eval-batches", "validation batches per evaluation", cxxopts::value<int64_t>()->default_value(s(d.eval_batches)))(
       "ckpt-interval", "steps between checkpoints", cxxopts::value<int64_t>()->default_value("100"))(
-      "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines");
+      "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
+      "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)");
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   const auto& a = *r;
+  start_distributed(a);  // MPI under mpirun / --distributed; nothing otherwise
   require(a, "checkpoint", o);
   require(a, "context", o);
   const std::string ckpt = a["checkpoint"].as<std::string>();
@@ -136,7 +139,7 @@ int run_finetune(int argc, char** argv) {
   opt.min_lr = a.count("min-lr") ? a["min-lr"].as<double>() : opt.lr;
   CTX_CHECK(opt.lr > 0 && opt.min_lr >= 0 && opt.min_lr <= opt.lr, "--lr must be > 0 and 0 <= --min-lr <= --lr, got ",
             opt.lr, " and ", opt.min_lr);
-  if (!opt.quiet)
+  if (!opt.quiet && dist::is_root())
     std::printf("finetune: %s (step %lld, context %lld) -> context %lld, posenc %s\n"
                 "threads: %d, gemm: %s\n",
                 ckpt.c_str(), (long long)lm.step, (long long)c0.context, (long long)context,

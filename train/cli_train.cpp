@@ -11,6 +11,7 @@
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/cli_common.h"
+#include "train/distributed.h"
 #include "train/data.h"
 #include "train/safetensors.h"
 #include "train/trainer.h"
@@ -56,11 +57,18 @@ int run_train(int argc, char** argv) {
       "stop-after", "stop (with a checkpoint) after this many steps, as an interruption would",
       cxxopts::value<int64_t>()->default_value("-1"))(
       "device", "cpu | cuda: where the model trains", cxxopts::value<std::string>()->default_value("cpu"))(
+      "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)")(
       "h,help", "this help");
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   const auto& a = *r;
+  start_distributed(a);  // MPI under mpirun / --distributed; nothing otherwise
   const Device dev = device_from_option(a["device"].as<std::string>());
+#ifndef CTXLAB_WITH_NCCL
+  CTX_CHECK(!(dev == Device::CUDA && dist::size() > 1),
+            "--device cuda with more than one MPI rank needs NCCL, and this build has none (configure the "
+            "real CUDA build where nccl.h and libnccl are found; docs/distributed.md), or use --device cpu");
+#endif
 
   if (a.count("resume")) {
     std::string dir = a["resume"].as<std::string>();
@@ -81,18 +89,20 @@ int run_train(int argc, char** argv) {
       return st == f.metadata.end() ? std::string("?") : st->second;
     };
     auto matches = [&](const std::string& p) { return std::filesystem::exists(p) && step_in(p) == want; };
-    if (!matches(op) && matches(pp)) {
+    // Rank 0 alone repairs the files; the others wait for it (docs/distributed.md).
+    if (dist::is_root() && !matches(op) && matches(pp)) {
       std::error_code ec;
       std::filesystem::rename(pp, op, ec);
       CTX_CHECK(!ec, "cannot rename ", pp, " to ", op, ": ", ec.message());
       std::printf("resume: the run was interrupted while checkpointing; using the optimizer state of "
                   "step %s kept in %s\n", want.c_str(), pp.c_str());
     }
+    dist::barrier();
     const std::string ostep = step_in(op);
     CTX_CHECK(ostep == want, op, ": step ", ostep, " does not match model.safetensors step ", lm.step);
     CTX_CHECK(lm.step < opt.steps, mp, ": run already finished (step ", lm.step, " of ", opt.steps,
               "); pass --steps N to extend it");
-    std::printf("resume: %s at step %lld of %lld\n", dir.c_str(), (long long)lm.step, (long long)opt.steps);
+    if (dist::is_root()) std::printf("resume: %s at step %lld of %lld\n", dir.c_str(), (long long)lm.step, (long long)opt.steps);
     lm.model->to(dev);
     train(*lm.model, opt, lm.step, dir, a["stop-after"].as<int64_t>());
     return 0;
@@ -111,11 +121,12 @@ int run_train(int argc, char** argv) {
   model.to(dev);  // after the host-side init
   int64_t nparams = 0;
   for (auto& p : model.named_parameters()) nparams += p.second.data().numel();
-  if (!opt.quiet)
+  if (!opt.quiet && dist::is_root())
     std::printf("model: %s, %lld parameters, d_model %lld, %lld layers, %lld heads, context %lld, posenc %s\n"
-                "threads: %d, gemm: %s\n",
+                "threads: %d%s, gemm: %s\n",
                 source.c_str(), (long long)nparams, (long long)cfg.d_model, (long long)cfg.n_layers,
                 (long long)cfg.n_heads, (long long)cfg.context, model.pe->type().c_str(), cpu::num_threads(),
+                dist::active() ? " per rank" : "",
                 cpu::gemm_impl_name(cpu::current_gemm_impl()));
   train(model, opt, 0, "", a["stop-after"].as<int64_t>());
   return 0;

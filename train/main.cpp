@@ -9,6 +9,7 @@
 
 #include "core/settings.h"
 #include "train/cli.h"
+#include "train/distributed.h"
 
 namespace {
 
@@ -58,8 +59,15 @@ int main(int argc, char** argv) {
   for (const auto& v : ctx::cli::verbs()) {
     if (verb != v.name) continue;
     try {
-      return v.run(argc - 1, argv + 1);
+      const int rc = v.run(argc - 1, argv + 1);
+      ctx::dist::finalize();  // before the CUDA runtime's exit handlers (NCCL), when MPI was started
+      return rc;
     } catch (const std::exception& e) {
+      if (ctx::dist::size() > 1) {  // one rank failing ends the whole MPI job, not a hang
+        std::fprintf(stderr, "ctxlab %s: error (rank %d of %d): %s\n", v.name, ctx::dist::rank(),
+                     ctx::dist::size(), e.what());
+        ctx::dist::abort_job(1);
+      }
       std::fprintf(stderr, "ctxlab %s: error: %s\n", v.name, e.what());
       return 1;
     }

@@ -19,6 +19,7 @@
 #include "core/device_table.h"  // to_host
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/distributed.h"
 #include "train/fileio.h"
 #include "train/optim.h"
 #include "train/safetensors.h"
@@ -95,11 +96,14 @@ double validation_loss(nn::GPT& model, const Corpus& c, int64_t B, int64_t T, in
   int64_t windows = ((int64_t)c.val.size() - 1) / T;
   int64_t nb = std::min(batches, windows / B);
   if (nb == 0) { B = std::max<int64_t>(1, windows); nb = 1; }
+  // Under MPI rank r evaluates batches r, r + N, ... and the sums are reduced (same batches,
+  // same mean as one process; only the summation order differs).
   double total = 0;
-  for (int64_t i = 0; i < nb; ++i) {
+  for (int64_t i = dist::rank(); i < nb; i += dist::size()) {
     auto [x, y] = sequential_batch(c.val, i * B, B, T);
     total += to_host(model.loss(x, y).data()).item();  // host batches move to the model's device in GPT
   }
+  dist::allreduce_sum(&total, 1);
   model.train(was);
   return total / (double)nb;
 }
@@ -124,10 +128,15 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
             opt.optimizer, "'");
   const int64_t T = opt.context > 0 ? opt.context : model.cfg.context;
   model.pe->check_length(T);
+  // Data parallel (docs/distributed.md): every rank draws the same global batch and trains on
+  // its rows [r0, r1); rank 0 alone prints and writes files.
+  const auto [r0, r1] = dist::batch_rows(opt.batch, "--batch");
+  const bool root = dist::is_root();
+  const bool quiet = opt.quiet || !root;
   std::string data_path = opt.data.empty() ? default_corpus_path() : opt.data;
   Corpus corpus = load_corpus(data_path, opt.val_fraction, T);
   std::error_code ec;
-  std::filesystem::create_directories(opt.out, ec);
+  if (root) std::filesystem::create_directories(opt.out, ec);
   CTX_CHECK(!ec, "train: cannot create the run directory ", opt.out, ": ", ec.message());
 
   BatchSampler sampler(&corpus.train, opt.seed);
@@ -143,6 +152,8 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     optim = std::make_unique<AdamW>(params, AdamWOptions{opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay});
   else
     optim = std::make_unique<SGD>(params, opt.momentum, opt.weight_decay);
+  dist::check_same_parameters(params, start_step > 0 ? "after loading the checkpoint" : "after initialisation");
+  AdamW* adamw = dynamic_cast<AdamW*>(optim.get());
 
   if (start_step > 0) {
     std::string op = resume_dir + "/model.optim.safetensors";
@@ -191,7 +202,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
 
   // A run killed after its last checkpoint has logged steps past it; the resumed run logs them
   // again, so drop those rows (and a line cut short by the kill) first.
-  if (start_step > 0) {
+  if (start_step > 0 && root) {
     auto keep_upto = [&](const std::string& path, bool jsonl) {
       std::ifstream in(path);
       if (!in) return;
@@ -221,17 +232,24 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     keep_upto(opt.out + "/val.csv", false);
   }
 
-  std::ofstream jsonl(opt.out + "/metrics.jsonl", start_step > 0 ? std::ios::app : std::ios::trunc);
-  std::ofstream tcsv(opt.out + "/train.csv", start_step > 0 ? std::ios::app : std::ios::trunc);
-  std::ofstream vcsv(opt.out + "/val.csv", start_step > 0 ? std::ios::app : std::ios::trunc);
-  if (start_step == 0) {
+  // Only rank 0 opens the logs (streams left closed on the other ranks write nothing).
+  const auto mode = start_step > 0 ? std::ios::app : std::ios::trunc;
+  std::ofstream jsonl, tcsv, vcsv;
+  if (root) {
+    jsonl.open(opt.out + "/metrics.jsonl", mode);
+    tcsv.open(opt.out + "/train.csv", mode);
+    vcsv.open(opt.out + "/val.csv", mode);
+  }
+  if (start_step == 0 && root) {
     tcsv << "step,loss,lr,grad_norm,ms,tok_s\n";
     vcsv << "step,val_loss\n";
   }
 
   model.train();
   model.reset_memory();
-  if (segments && !opt.quiet)
+  if (!quiet && dist::active()) std::printf("distributed: %s; global batch %lld = %lld rows per rank\n",
+                                           dist::describe().c_str(), (long long)opt.batch, (long long)(r1 - r0));
+  if (segments && !quiet)
     std::printf("segments: %s keeps %lld positions of memory; training on %lld consecutive segments of %lld "
                 "tokens per stream%s\n", model.pe->type().c_str(), (long long)model.pe->memory_length(),
                 (long long)seg->segments(), (long long)T,
@@ -240,6 +258,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   auto t_start = std::chrono::steady_clock::now();
   double window_ms = 0, window_tokens = 0, last_loss = 0;
   int64_t timed_steps = 0;
+  double allreduce_ms = 0;  // gradient averaging over the timed steps (distributed runs)
   for (int64_t step = start_step; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double lr = lr_warmup_cosine(step, opt.warmup, opt.steps, opt.lr, opt.min_lr);
@@ -253,10 +272,26 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
       } else {
         std::tie(x, y) = sampler.next(opt.batch, T);
       }
+      if (dist::size() > 1) {  // this rank's rows of the global batch [B, T] -> [B/N, T]
+        x = x.slice0(r0, r1).clone();
+        y = y.slice0(r0, r1).clone();
+      }
       Variable loss = model.loss(x, y, /*use_memory=*/segments);
       loss_sum += to_host(loss.data()).item();
       if (opt.accum > 1) loss = scale(loss, 1.0 / (double)opt.accum);
       loss.backward();
+    }
+    if (dist::size() > 1) {  // gradients averaged over the ranks: the global batch's mean
+      auto ta = std::chrono::steady_clock::now();
+      const FlatParams* fp = adamw ? adamw->flat() : nullptr;
+      bool views = fp != nullptr;
+      for (size_t i = 0; views && i < params.size(); ++i)
+        if (params[i].second.grad().defined() && !fp->grad_is_view(i)) views = false;
+      dist::average_gradients(params, fp ? &fp->grads : nullptr, views);
+      if (step > start_step) allreduce_ms += std::chrono::duration<double, std::milli>(
+                                 std::chrono::steady_clock::now() - ta).count();
+      dist::allreduce_sum(&loss_sum, 1);
+      loss_sum /= (double)dist::size();
     }
     double gnorm = optim->clip_and_step(lr, opt.grad_clip);  // clip_grad_norm + step (fused for AdamW)
     optim->zero_grad();
@@ -273,7 +308,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     jsonl << nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
                             {"ms", ms}, {"tok_s", tok_s}}.dump() << "\n";
     bool last = step + 1 == opt.steps;
-    if (!opt.quiet && ((step + 1) % opt.log_interval == 0 || last || step == start_step)) {
+    if (!quiet && ((step + 1) % opt.log_interval == 0 || last || step == start_step)) {
       double avg_ms = timed_steps ? window_ms / timed_steps : ms;
       double avg_tok = timed_steps ? window_tokens / (window_ms / 1000.0) : tok_s;
       std::printf("step %5" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | norm %.2f | %.0f ms | %.0f tok/s | ETA %s\n",
@@ -288,7 +323,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
       res.final_val_loss = vl;
       vcsv << step + 1 << "," << vl << "\n";
       jsonl << nlohmann::json{{"step", step + 1}, {"val_loss", vl}}.dump() << "\n";
-      if (!opt.quiet)
+      if (!quiet)
         std::printf("step %5" PRId64 " | val loss %.4f | ppl %.2f | %.3f bits/byte\n", step + 1, vl,
                     std::exp(vl), vl / std::log(2.0));
     }
@@ -296,9 +331,9 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     tcsv.flush();
     vcsv.flush();
     bool stop = stop_after > 0 && step + 1 == stop_after && !last;
-    if ((opt.ckpt_interval > 0 && (step + 1) % opt.ckpt_interval == 0) || last || stop) save(step + 1);
+    if (((opt.ckpt_interval > 0 && (step + 1) % opt.ckpt_interval == 0) || last || stop) && root) save(step + 1);
     if (stop) {
-      if (!opt.quiet) std::printf("stopping after step %lld (--stop-after); continue with --resume %s\n",
+      if (!quiet) std::printf("stopping after step %lld (--stop-after); continue with --resume %s\n",
                                   (long long)(step + 1), opt.out.c_str());
       res.steps = step + 1;
       res.final_train_loss = last_loss;
@@ -308,10 +343,14 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   res.steps = opt.steps;
   res.final_train_loss = last_loss;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  if (!opt.quiet)
+  if (!quiet && dist::size() > 1 && timed_steps > 0)
+    std::printf("distributed: gradient allreduce %.3f ms per step (%.1f%% of %.1f ms), %lld floats\n",
+                allreduce_ms / (double)timed_steps, 100.0 * allreduce_ms / window_ms, window_ms / (double)timed_steps,
+                (long long)(adamw && adamw->flat() ? adamw->flat()->total : 0));
+  if (!quiet)
     std::printf("done: %" PRId64 " steps in %s; checkpoint %s/model.safetensors\n", opt.steps,
                 fmt_duration(res.seconds).c_str(), opt.out.c_str());
-  if (opt.plot) plot(opt.out);
+  if (opt.plot && root) plot(opt.out);
   return res;
 }
 

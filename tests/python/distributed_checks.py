@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""End-to-end checks of data-parallel training over MPI (docs/distributed.md), run by ctest
+(tests/cli/distributed.cmake). Each sub-command is one ctest test:
+
+  same_run [--btl LIST]  (shm also: threads per rank fit the cores, CTXLAB_THREADS kept)
+                         `mpirun -np 2 ctxlab train --batch 8` gives the parameters of the single
+                         process with --batch 8 after 20 steps (max |a-b| / max |b| <= 1e-5 for every
+                         tensor); a different global batch (4) does not (the comparison can fail).
+                         --btl self,tcp forces the TCP transport of a multi-node run.
+  resume_across_n        a run stopped at step 10 with N = 2 resumes with N = 1 (and the other way
+                         round) and ends where the uninterrupted single process ends.
+  kill9                  kill -9 of one rank mid-run: mpirun and the other rank exit non-zero within
+                         seconds, and the last checkpoint still loads and resumes.
+  bad_split              --batch 7 on 2 ranks: one clear error, exit non-zero.
+
+Uses NumPy and tests/python/st_io.py only. Runs as root in CI through OMPI_ALLOW_RUN_AS_ROOT.
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st_io  # noqa: E402
+
+BIN = WORK = MPIRUN = None
+FAILED = 0
+TINY = ["train", "--preset", "tiny", "--quiet", "--no-plot", "--eval-interval", "10", "--eval-batches", "4"]
+
+
+def check(name, ok, detail=""):
+    global FAILED
+    print(("PASS " if ok else "FAIL ") + name + ("" if ok or not detail else ": " + detail))
+    sys.stdout.flush()
+    FAILED += 0 if ok else 1
+    return ok
+
+
+def mpi(n, args, btl=None, timeout=120):
+    cmd = [MPIRUN, "-np", str(n), "--oversubscribe"]
+    if btl:
+        cmd += ["--mca", "btl", btl]
+    cmd += [BIN] + [str(a) for a in args]
+    return cmd
+
+
+def run(cmd, timeout=120):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
+    if p.returncode != 0:
+        print(f"  command: {' '.join(cmd)}\n  rc {p.returncode}\n  stdout: {p.stdout[-1500:]}\n"
+              f"  stderr: {p.stderr[-1500:]}")
+    return p
+
+
+def single(args, timeout=120):
+    return [BIN] + [str(a) for a in args]
+
+
+def params(d):
+    t, _ = st_io.read_safetensors(os.path.join(d, "model.safetensors"))
+    return t
+
+
+def max_rel(a, b):
+    """max over tensors of max|a-b| / max|b|."""
+    assert a.keys() == b.keys(), (sorted(a), sorted(b))
+    worst, name = 0.0, ""
+    for k in a:
+        r = float(np.max(np.abs(a[k].astype(np.float64) - b[k])) / max(float(np.max(np.abs(b[k]))), 1e-30))
+        if r > worst:
+            worst, name = r, k
+    return worst, name
+
+
+def fresh(name):
+    d = os.path.join(WORK, name)
+    shutil.rmtree(d, ignore_errors=True)
+    return d
+
+
+def same_run(btl):
+    """SGD (the update is linear in the gradient): every tensor within 1e-5 of the single process.
+    AdamW (the default) divides by sqrt(v): where a gradient is pure rounding noise (the key bias,
+    whose true gradient is 0 since softmax ignores it) any change of summation order moves the
+    weight by ~lr, in a single process too. There the bound is the single process's own
+    summation-order spread (1 thread vs 2 threads), x3, and at least 1e-5."""
+    tag = "tcp" if btl else "shm"
+    sgd = ["--optimizer", "sgd", "--lr", "0.05"]
+    d = {k: fresh(f"{k}_{tag}") for k in ("sgd1", "sgd2", "adam1", "adam1t1", "adam2", "adam1b4")}
+    base = TINY + ["--steps", 20, "--batch", 8]
+    env1 = dict(os.environ, CTXLAB_THREADS="1")
+    ok = run(single(base + sgd + ["--out", d["sgd1"]])).returncode == 0
+    ok &= run(single(base + ["--out", d["adam1"]])).returncode == 0
+    ok &= subprocess.run(single(base + ["--out", d["adam1t1"]]), env=env1, capture_output=True).returncode == 0
+    ok &= run(single(TINY + ["--steps", 20, "--batch", 4, "--out", d["adam1b4"]])).returncode == 0
+    ok &= check(f"np2 ({tag}) runs (sgd)", run(mpi(2, base + sgd + ["--out", d["sgd2"]], btl)).returncode == 0)
+    ok &= check(f"np2 ({tag}) runs (adamw)", run(mpi(2, base + ["--out", d["adam2"]], btl)).returncode == 0)
+    if not ok:
+        return
+    r, name = max_rel(params(d["sgd2"]), params(d["sgd1"]))
+    check(f"sgd: np2 ({tag}) == np1 after 20 steps, batch 8 (worst rel {r:.2e} in {name})", r <= 1e-5)
+    spread, sname = max_rel(params(d["adam1t1"]), params(d["adam1"]))
+    bound = max(1e-5, 3 * spread)
+    r, name = max_rel(params(d["adam2"]), params(d["adam1"]))
+    check(f"adamw: np2 ({tag}) == np1 after 20 steps (worst rel {r:.2e} in {name}; bound {bound:.2e} = 3 x "
+          f"the 1-vs-2-thread spread of one process, {spread:.2e} in {sname})", r <= bound)
+    r4, _ = max_rel(params(d["adam1b4"]), params(d["adam1"]))
+    check(f"control: batch 4 differs from batch 8 (rel {r4:.2e})", r4 > 1e-3)
+    with open(os.path.join(d["adam2"], "train.csv")) as f:
+        rows = f.read().strip().split("\n")
+    check(f"np2 ({tag}) train.csv has one header + 20 rows (rank 0 alone writes)", len(rows) == 21, str(len(rows)))
+
+
+def threads_per_rank():
+    """Without CTXLAB_THREADS / OMP_NUM_THREADS, 2 ranks x T threads fit the cores (T >= 1); with
+    CTXLAB_THREADS set, the user's count is kept."""
+    import re
+    env = {k: v for k, v in os.environ.items() if k not in ("CTXLAB_THREADS", "OMP_NUM_THREADS")}
+    cores = len(os.sched_getaffinity(0))
+    args = ["train", "--preset", "tiny", "--no-plot", "--steps", 1, "--batch", 2, "--out", fresh("threads")]
+    p = subprocess.run(mpi(2, args), capture_output=True, text=True, env=env, timeout=60)
+    m = re.search(r"MPI: 2 ranks \(.*\), (\d+) threads? per rank", p.stdout)
+    t = int(m.group(1)) if m else 0
+    check(f"2 ranks x {t} threads fit {cores} cores", p.returncode == 0 and 1 <= t and 2 * t <= max(cores, 2),
+          p.stdout[-300:] + p.stderr[-300:])
+    env["CTXLAB_THREADS"] = "3"
+    p = subprocess.run(mpi(2, args[:-1] + [fresh("threads3")]), capture_output=True, text=True, env=env, timeout=60)
+    check("CTXLAB_THREADS=3 is kept under mpirun", p.returncode == 0 and "3 threads per rank" in p.stdout,
+          p.stdout[-300:])
+
+
+def resume_across_n():
+    sgd = ["--optimizer", "sgd", "--lr", "0.05"]  # linear in the gradient: 1e-5 applies (see same_run)
+    ref = fresh("resume_ref")
+    if run(single(TINY + sgd + ["--steps", 20, "--batch", 8, "--out", ref])).returncode != 0:
+        return check("reference run", False)
+    for first, second in ((2, 1), (1, 2)):
+        d = fresh(f"resume_{first}to{second}")
+        start = TINY + sgd + ["--steps", 20, "--batch", 8, "--out", d, "--stop-after", 10]
+        p = run(mpi(first, start) if first > 1 else single(start))
+        if not check(f"N={first} stops at step 10", p.returncode == 0):
+            continue
+        cont = ["train", "--resume", d]
+        p = run(mpi(second, cont) if second > 1 else single(cont))
+        if not check(f"N={second} resumes the N={first} run", p.returncode == 0):
+            continue
+        r, name = max_rel(params(d), params(ref))
+        check(f"resumed N={first}->{second} == uninterrupted np1 (worst rel {r:.2e} in {name})", r <= 1e-5)
+
+
+def ranks_of(mpirun_pid):
+    """{rank: pid} of the ctxlab processes that mpirun started (children in /proc)."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != mpirun_pid:
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            if b"OMPI_COMM_WORLD_RANK" in env:
+                out[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def gone_within(pid, seconds):
+    """True once `pid` no longer runs (absent, or a zombie waiting for its reaper)."""
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def kill9():
+    for victim in (1, 0):
+        d = fresh(f"kill9_rank{victim}")
+        args = TINY + ["--steps", 5000, "--batch", 8, "--out", d, "--ckpt-interval", 5, "--eval-interval", 0]
+        p = subprocess.Popen(mpi(2, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ckpt = os.path.join(d, "model.safetensors")
+        t0 = time.time()
+        while time.time() - t0 < 60 and p.poll() is None:  # wait for the second checkpoint
+            if os.path.exists(ckpt) and st_io.read_header(ckpt)[1].get("step") not in (None, "5"):
+                break
+            time.sleep(0.05)
+        ranks = ranks_of(p.pid)
+        if not check(f"kill9: found both ranks ({ranks})", p.poll() is None and len(ranks) == 2):
+            p.kill()
+            p.communicate()
+            continue
+        time.sleep(0.3)  # mid-run: between checkpoints or while one is written
+        os.kill(ranks[victim], signal.SIGKILL)
+        t_kill = time.time()
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            check(f"kill9 rank {victim}: mpirun ends within 30 s", False, "hung")
+            continue
+        took = time.time() - t_kill
+        check(f"kill9 rank {victim}: mpirun exits non-zero (rc {p.returncode}) in {took:.1f} s", p.returncode != 0 and took < 15)
+        other = ranks[1 - victim]
+        check(f"kill9 rank {victim}: the other rank (pid {other}) ends within 5 s", gone_within(other, 5))
+        q = run(single(["train", "--resume", d, "--quiet", "--no-plot", "--steps",
+                        int(st_io.read_header(ckpt)[1]["step"]) + 2]))
+        check(f"kill9 rank {victim}: the last checkpoint loads and resumes", q.returncode == 0)
+
+
+def bad_split():
+    d = fresh("bad_split")
+    p = run(mpi(2, TINY + ["--steps", 2, "--batch", 7, "--out", d]))
+    msg = "does not split evenly across 2 MPI ranks"
+    check(f"--batch 7 on 2 ranks fails (rc {p.returncode}) naming the split", p.returncode != 0 and msg in p.stderr,
+          p.stderr[-500:])
+    check("--batch 7 on 2 ranks writes no checkpoint", not os.path.exists(os.path.join(d, "model.safetensors")))
+
+
+def main():
+    global BIN, WORK, MPIRUN
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["same_run", "resume_across_n", "kill9", "bad_split"])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--btl", default=None)
+    a = ap.parse_args()
+    BIN, WORK, MPIRUN = os.path.abspath(a.bin), a.work, a.mpirun
+    os.makedirs(WORK, exist_ok=True)
+    if a.what == "same_run":
+        same_run(a.btl)
+        if not a.btl:
+            threads_per_rank()
+    else:
+        globals()[a.what]()
+    print("FAILED" if FAILED else "OK")
+    sys.exit(1 if FAILED else 0)
+
+
+if __name__ == "__main__":
+    main()

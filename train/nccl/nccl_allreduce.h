@@ -1,0 +1,16 @@
+// train/nccl/nccl_allreduce.h — the gradient allreduce for --device cuda under MPI: NCCL's
+// ncclAllReduce (ncclAvg) on the device buffer, its communicator set up once over MPI (rank 0's
+// ncclUniqueId broadcast with MPI_Bcast). Compiled only in the real CUDA build with NCCL found
+// (CTXLAB_WITH_NCCL; not the emulator). Called by train/distributed.cpp; docs/distributed.md.
+#pragma once
+#include <cstdint>
+
+namespace ctx::dist::nccl {
+
+// data[0..n) <- mean over ranks, in place; `data` is device memory of f32. Waits for the work
+// queued on the device first (the backward pass that wrote the gradients) and for the allreduce
+// to finish before returning. Throws ctx::Error naming the NCCL / CUDA call on failure.
+void allreduce_mean_f32(float* data, int64_t n, int rank, int size);
+void finalize();  // ncclCommDestroy when a communicator was created
+
+}  // namespace ctx::dist::nccl
