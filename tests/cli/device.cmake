@@ -1,6 +1,8 @@
-# tests/cli/device.cmake — `ctxlab grads --device cuda` against `--device cpu` (issue 13): for
-# none, learned, sinusoidal and rope, the loss within 1e-5 relative and every gradient within
-# 1e-4 (tests/python/device_checks.py). Registered in builds with the CUDA backend: in the
+# tests/cli/device.cmake — `ctxlab grads --device cuda` against `--device cpu`: for every
+# encoding (none, learned, sinusoidal, rope, xpos, alibi, kerple, t5, sandwich, shaw, xl,
+# deberta, tupe) and every RoPE scaling (pi, ntk, dynamic-ntk, yarn, rerope, leaky-rerope; the
+# ReRoPE window 8 < T = 32 so both branches run), the loss within 1e-5 relative and every
+# gradient within 1e-4 (tests/python/device_checks.py). Registered in builds with the CUDA backend: in the
 # emulator build (CI) the kernels run on the CPU and the test must pass; in a real CUDA build it
 # runs on the GPU, and on a machine without one it must see `--device cuda` fail with the
 # one-line "no CUDA GPU" error and then reports `SKIP: no GPU` (exit 77). In a build without
@@ -21,10 +23,29 @@ if(CTXLAB_CUDA_EMULATOR OR CTXLAB_WITH_CUDA)
   endif()
   add_test(NAME device_grads_cuda_vs_cpu
            COMMAND ${_dv_py} ${CMAKE_SOURCE_DIR}/tests/python/device_checks.py --bin ${_dv_bin}
-                   --work ${CMAKE_BINARY_DIR}/cli_device_checks --emulated ${_dv_emulated})
+                   --work ${CMAKE_BINARY_DIR}/cli_device_checks --emulated ${_dv_emulated}
+                   --encodings none learned sinusoidal rope xpos alibi kerple t5 sandwich shaw xl deberta tupe
+                   [=[{"type":"rope","scaling":{"type":"pi","factor":4}}]=]
+                   [=[{"type":"rope","scaling":{"type":"ntk","factor":4}}]=]
+                   [=[{"type":"rope","scaling":{"type":"dynamic-ntk","factor":4}}]=]
+                   [=[{"type":"rope","scaling":{"type":"yarn","factor":4}}]=]
+                   [=[{"type":"rope","scaling":{"type":"rerope","factor":4,"window":8}}]=]
+                   [=[{"type":"rope","scaling":{"type":"leaky-rerope","factor":16,"window":8}}]=])
   set_tests_properties(device_grads_cuda_vs_cpu PROPERTIES
                        ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
                        SKIP_RETURN_CODE 77 TIMEOUT 300)
+  if(CTXLAB_CUDA_EMULATOR)
+    # the same comparison with the threads of every block shuffled (a shared-memory race or a
+    # schedule-dependent reduction in any kernel the model uses would show here)
+    add_test(NAME device_grads_cuda_vs_cpu_shuffled COMMAND ${_dv_py} ${CMAKE_SOURCE_DIR}/tests/python/device_checks.py
+             --bin ${_dv_bin} --work ${CMAKE_BINARY_DIR}/cli_device_checks_shuffled --emulated 1
+             --encodings none learned rope alibi t5 shaw xl deberta tupe
+             [=[{"type":"rope","scaling":{"type":"yarn","factor":4}}]=]
+             [=[{"type":"rope","scaling":{"type":"rerope","factor":4,"window":8}}]=])
+    set_tests_properties(device_grads_cuda_vs_cpu_shuffled PROPERTIES
+                         ENVIRONMENT "CTXLAB_EMU_SCHEDULE=shuffle:7;CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
+                         TIMEOUT 300)
+  endif()
 else()
   # no CUDA backend: --device cuda is one line, exit non-zero
   add_test(NAME device_cuda_not_compiled

@@ -30,7 +30,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--encodings", default="none,learned,sinusoidal,rope")
+    ap.add_argument("--encodings", nargs="+", default=["none", "learned", "sinusoidal", "rope"],
+                    help="posenc type names or JSON objects, one argument each")
     ap.add_argument("--emulated", type=int, required=True, help="1 when the build emulates the GPU")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
@@ -41,15 +42,16 @@ def main():
     st_io.save_npy(tok, tokens)
 
     failures = 0
-    for enc in a.encodings.split(","):
-        ck = os.path.join(a.work, f"{enc}.safetensors")
+    for i, enc in enumerate(a.encodings):
+        tag = enc if enc.isidentifier() else f"enc{i}"
+        ck = os.path.join(a.work, f"{tag}.safetensors")
         rc, out, err = run([a.bin, "init", "--preset", "tiny", "--posenc", enc, "--seed", "11", "--out", ck])
         if rc != 0:
             print(f"{enc}: init failed: {err.strip()}")
             return 1
         outs = {}
         for dev in ("cpu", "cuda"):
-            g = os.path.join(a.work, f"{enc}.{dev}.grads.safetensors")
+            g = os.path.join(a.work, f"{tag}.{dev}.grads.safetensors")
             if os.path.exists(g):
                 os.remove(g)
             rc, out, err = run([a.bin, "grads", "--checkpoint", ck, "--tokens", tok, "--out", g, "--device", dev])
