@@ -12,6 +12,7 @@
 
 #include "core/cpu/threading.h"
 #include "core/error.h"
+#include "core/settings.h"  // setting_env: CTXLAB_THREADS
 #ifdef CTXLAB_WITH_NCCL
 #include "train/nccl/nccl_allreduce.h"
 #endif
@@ -84,7 +85,7 @@ void init(bool forced) {
     setenv("CUDA_VISIBLE_DEVICES", lr, 1);
   // Threads per rank: an explicit CTXLAB_THREADS / OMP_NUM_THREADS wins (the user asked for it);
   // otherwise the node's cores are shared among the ranks on this node, never oversubscribed.
-  if (!std::getenv("CTXLAB_THREADS") && !std::getenv("OMP_NUM_THREADS")) {
+  if (!setting_env("CTXLAB_THREADS") && !std::getenv("OMP_NUM_THREADS")) {
     const int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("MPI_LOCALNRANKS", g_size));
     const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
     const int per_rank = std::max(1, cores / std::max(1, local));
