@@ -6,9 +6,7 @@
 
 #include "core/allocator.h"
 #include "core/backend.h"
-#ifdef CTXLAB_WITH_CUDA
-#include "core/cuda/cuda_runtime.h"
-#endif
+#include "core/cuda_module.h"  // the CUDA backend, loaded on first use
 
 namespace ctx {
 
@@ -46,7 +44,7 @@ Storage::Storage(size_t nbytes, Device dev) : bytes(nbytes), device(dev) {
     data = BufferPool::host().alloc(nbytes);
   } else {
 #ifdef CTXLAB_WITH_CUDA
-    cuda::ensure_allocator();
+    cuda_module().ensure_allocator();
 #endif
     CTX_CHECK(g_cuda_alloc.alloc, "Tensor: CUDA device requested but this build has no CUDA "
               "backend (configure with -DCTXLAB_WITH_CUDA=ON on a machine with nvcc)");
@@ -210,13 +208,10 @@ double Tensor::item() const {
 static Backend* g_backends[2] = {nullptr, nullptr};
 void register_backend(Device d, Backend* b) { g_backends[(int)d] = b; }
 Backend& cpu_backend_instance();  // core/cpu/cpu_backend.cpp
-#ifdef CTXLAB_WITH_CUDA
-Backend& cuda_backend_instance();  // core/cuda/cuda_backend.cu
-#endif
 Backend& backend(Device d) {
   if (d == Device::CPU) return g_backends[0] ? *g_backends[0] : cpu_backend_instance();
 #ifdef CTXLAB_WITH_CUDA
-  if (!g_backends[1]) return cuda_backend_instance();
+  if (!g_backends[1]) return cuda_module().backend();  // loads libctxlab_cuda.so
 #endif
   CTX_CHECK(g_backends[1], "backend: CUDA backend not available in this build");
   return *g_backends[1];

@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/settings.h"  // setting_env: CTXLAB_THREADS
 #ifdef CTXLAB_WITH_NCCL
-#include "train/nccl/nccl_allreduce.h"
+#include "core/cuda_module.h"  // NCCL lives in libctxlab_cuda.so, loaded with the CUDA backend
 #endif
 
 namespace ctx::dist {
@@ -120,7 +120,7 @@ void allreduce_mean(Tensor& g) {
   CTX_CHECK(g.dtype() == DType::F32, "MPI: gradient allreduce supports F32, got ", dtype_name(g.dtype()));
   if (g.device() != Device::CPU) {
 #ifdef CTXLAB_WITH_NCCL
-    nccl::allreduce_mean_f32(g.data<float>(), g.numel(), g_rank, g_size);
+    cuda_module().nccl_allreduce_mean_f32(g.data<float>(), g.numel(), g_rank, g_size);
     return;
 #else
     throw Error(str("MPI: gradients on ", device_name(g.device()), " need NCCL, and this build has none "
@@ -179,7 +179,7 @@ void finalize() {
   int fin = 0;
   MPI_Finalized(&fin);
 #ifdef CTXLAB_WITH_NCCL
-  nccl::finalize();
+  if (cuda_module_loaded()) cuda_module().nccl_finalize();  // never loads CUDA just to finalize
 #endif
   if (!fin) MPI_Finalize();
   g_active = false;

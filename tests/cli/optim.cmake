@@ -2,7 +2,7 @@
 # against torch.optim and hand-computed values (tests/python/optim_checks.py), through the test
 # tool tests/tools/optim_driver.cpp. Included by CMakeLists.txt. A few seconds.
 add_executable(ctxlab_optim_driver ${CMAKE_SOURCE_DIR}/tests/tools/optim_driver.cpp)
-target_link_libraries(ctxlab_optim_driver PRIVATE ctxlab_lib)
+ctxlab_link_lib(ctxlab_optim_driver)
 
 if(EXISTS /usr/bin/python3)
   set(_oc_py /usr/bin/python3)  # Debian's, with torch

@@ -1,0 +1,34 @@
+// core/cuda_module.h — the lazily loaded CUDA backend. In a CUDA build (real or emulated) the code
+// of core/cuda/ (and train/nccl/) is a separate shared library, libctxlab_cuda.so, next to the
+// executable; it links cudart / cuBLAS / cuBLASLt / NCCL (or the emulator). ctxlab_lib dlopen()s
+// it on the first use of Device::CUDA, so CPU-only runs never map the CUDA libraries. The library
+// resolves ctx:: symbols from the executable (built with exported symbols and the whole of
+// ctxlab_lib: CMake function ctxlab_link_lib), so there is one copy of every global (backend
+// registry, host pool, settings). Compiled only with CTXLAB_WITH_CUDA; docs/cuda.md.
+#pragma once
+#include <cstdint>
+
+namespace ctx {
+
+class Backend;
+
+// What the library hands back through its one C entry point `ctxlab_cuda_entry`
+// (core/cuda/module_entry.cpp). `abi` must equal kCudaModuleAbi (a stale .so is an error).
+constexpr int kCudaModuleAbi = 1;
+struct CudaModule {
+  int abi;
+  void (*ensure_allocator)();  // registers the caching allocator for Device::CUDA tensors
+  Backend& (*backend)();       // the CUDA Backend
+  // the gradient allreduce of --device cuda under MPI; null in a build without NCCL
+  void (*nccl_allreduce_mean_f32)(float* data, int64_t n, int rank, int size);
+  void (*nccl_finalize)();
+};
+using CudaModuleEntry = const CudaModule* (*)();
+
+// Loads the library on the first call (thread-safe); throws ctx::Error
+// "--device cuda: cannot load <path>: <dlerror>" when it cannot.
+const CudaModule& cuda_module();
+// True once cuda_module() has loaded the library (never loads it).
+bool cuda_module_loaded();
+
+}  // namespace ctx
