@@ -20,6 +20,7 @@
 // The relative bins (dqrel, prel, dkrel) belong to one row; the lane owning index r (r mod 32)
 // adds the tile's entries in order. Every sum has a fixed order: results are bitwise the same
 // run to run and under every thread schedule. No atomics.
+#include "core/attention_checks.h"
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -371,40 +372,6 @@ void allow_shared(K* kernel, size_t bytes) {
     CTX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-void expect(const char* op, const char* name, const Tensor& t, DType dt, const Shape& want) {
-  CTX_CHECK(t.defined() && t.dtype() == dt && t.shape() == want, op, ": ", name, " must be ", dtype_name(dt),
-            shape_str(want), ", got ", t.defined() ? t.str() : std::string("undefined"));
-  CTX_CHECK(t.device() == Device::CUDA, op, ": ", name, " ", t.str(), " is on ", device_name(t.device()),
-            ", expected cuda");
-}
-// [H, T, S], or [1, H, T, S]
-void expect_bias(const char* op, const char* name, const Tensor& t, DType dt, const AttnDims& d) {
-  const bool ok = t.shape() == Shape{d.H, d.T, d.S} || t.shape() == Shape{1, d.H, d.T, d.S};
-  CTX_CHECK(ok && t.dtype() == dt, op, ": ", name, " must be ", dtype_name(dt), "[", d.H, ", ", d.T, ", ", d.S,
-            "] (or [1, H, T, S]), got ", t.str());
-  CTX_CHECK(t.device() == Device::CUDA, op, ": ", name, " ", t.str(), " is on ", device_name(t.device()),
-            ", expected cuda");
-}
-
-// Checks q, k, v, bias and rel against d (the CPU backend's messages); returns q's dtype.
-DType check(const char* op, const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
-            const Tensor& bias, const AttnRel& rel) {
-  CTX_CHECK(q.defined(), op, ": q is undefined");
-  const DType dt = q.dtype();
-  CTX_CHECK(dt == DType::F32 || dt == DType::F64, op, ": q must be f32 or f64, got ", q.str());
-  CTX_CHECK(d.S >= d.T && d.T >= 0 && d.window >= 0, op, ": bad sizes T = ", d.T, ", S = ", d.S, ", window = ",
-            d.window);
-  expect(op, "q", q, dt, {d.B, d.H, d.T, d.Dh});
-  expect(op, "k", k, dt, {d.B, d.H, d.S, d.Dh});
-  expect(op, "v", v, dt, {d.B, d.H, d.S, d.Dh});
-  if (bias.defined()) expect_bias(op, "bias", bias, dt, d);
-  if (rel.qrel.defined() || rel.vrel.defined()) expect(op, "rel.qidx", rel.qidx, DType::I32, {d.T, d.S});
-  if (rel.krel.defined()) expect(op, "rel.kidx", rel.kidx, DType::I32, {d.T, d.S});
-  if (rel.qrel.defined()) expect(op, "rel.qrel", rel.qrel, dt, {d.B, d.H, d.T, rel.Rq});
-  if (rel.vrel.defined()) expect(op, "rel.vrel", rel.vrel, dt, {rel.Rq, d.Dh});
-  if (rel.krel.defined()) expect(op, "rel.krel", rel.krel, dt, {d.B, d.H, d.S, rel.Rk});
-  return dt;
-}
 
 template <class T>
 const T* cptr(const Tensor& t) {
@@ -501,9 +468,7 @@ void backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor&
 void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                        Tensor& out, Tensor& lse, const AttnRel& rel) {
   const char* op = "attention_forward";
-  const DType dt = check(op, d, q, k, v, bias, rel);
-  expect(op, "out", out, dt, {d.B, d.H, d.T, d.Dh});
-  expect(op, "lse", lse, dt, {d.B, d.H, d.T});
+  const DType dt = check_attention_forward(d, q, k, v, bias, out, lse, rel, Device::CUDA);
   CTX_CUDA_DISPATCH_FLOAT(dt, op, forward<T>(d, q, k, v, bias, out, lse, rel));
   ++g_forward_calls;
 }
@@ -512,17 +477,8 @@ void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, con
                         const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
                         Tensor& dv, Tensor& dbias, const AttnRel& rel, AttnRelGrad& drel) {
   const char* op = "attention_backward";
-  const DType dt = check(op, d, q, k, v, bias, rel);
-  expect(op, "out", out, dt, {d.B, d.H, d.T, d.Dh});
-  expect(op, "lse", lse, dt, {d.B, d.H, d.T});
-  expect(op, "dout", dout, dt, {d.B, d.H, d.T, d.Dh});
-  expect(op, "dq", dq, dt, {d.B, d.H, d.T, d.Dh});
-  expect(op, "dk", dk, dt, {d.B, d.H, d.S, d.Dh});
-  expect(op, "dv", dv, dt, {d.B, d.H, d.S, d.Dh});
-  if (dbias.defined()) expect_bias(op, "dbias", dbias, dt, d);
-  if (drel.dqrel.defined()) expect(op, "drel.dqrel", drel.dqrel, dt, {d.B, d.H, d.T, rel.Rq});
-  if (drel.dkrel.defined()) expect(op, "drel.dkrel", drel.dkrel, dt, {d.B, d.H, d.S, rel.Rk});
-  if (drel.dvrel.defined()) expect(op, "drel.dvrel", drel.dvrel, dt, {rel.Rq, d.Dh});
+  const DType dt = check_attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel,
+                                            Device::CUDA);
   CTX_CUDA_DISPATCH_FLOAT(dt, op,
                           backward<T>(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel));
   ++g_backward_calls;
