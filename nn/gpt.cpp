@@ -133,6 +133,11 @@ Variable GPT::forward_cached(const Tensor& tokens_in, KVCache& cache) {
   const Tensor tokens = tokens_in.device() == Device::CPU ? to_device_like(tokens_in, wte->weight.data()) : tokens_in;
   const int64_t T = tokens.size(1), pos0 = cache.length();
   pe->check_length(pos0 + T);
+  const int64_t limit = pe->decode_limit();
+  CTX_CHECK(limit == 0 || pos0 + T <= limit, "forward_cached: posenc ", pe->type(), " can be decoded with a cache ",
+            "for at most ", limit, " positions (the full forward of a longer sequence re-encodes the earlier "
+            "positions, e.g. dynamic NTK's base grows with the length), asked for ", pos0 + T,
+            "; recompute the full forward instead (sample() does)");
   Variable x = wte->forward(tokens);                       // [B, T, D]
   x = pe->embed_decode(x, pos0, cache.posenc_state());
   for (auto& b : blocks) x = b->forward_cached(x, cache);

@@ -18,6 +18,7 @@
 //   embed_decode(x,p,s) embed the new positions, continuing from s (default: embed(x, p))
 //   decode_keys_stable  whether rotate() maps key j by j alone, so rotated keys may be cached
 //   max_length          the longest sequence the encoding can encode (0 = no limit)
+//   decode_limit        the most positions a cache reproduces exactly (0 = no limit)
 // Parameters: a shared module registered on the model (under shared_prefix(), e.g. "wpe" or
 // "pe") and per-layer modules registered on each attention as "pe".
 #pragma once
@@ -120,6 +121,11 @@ class PositionalEncoding {
   // The longest sequence check_length accepts (0 = no limit): learned (L, or L^2 hierarchical)
   // and tupe (L). Generation beyond it keeps the last max_length tokens and recomputes.
   virtual int64_t max_length() const { return 0; }
+  // The most positions a KV cache can serve exactly (0 = no limit): max_length, or fewer when the
+  // full forward at a longer length re-encodes the earlier positions (dynamic NTK beyond its
+  // original context: the base grows with the length, so every hidden state of every layer
+  // changes each step). GPT::forward_cached refuses more; sample() recomputes from there on.
+  virtual int64_t decode_limit() const { return max_length(); }
 
   // terms(st), computed once per attention call (kept in st.terms).
   const ScoreTerms& score_terms(AttnState& st);

@@ -202,6 +202,9 @@ class Rope final : public PositionalEncoding {
   // full recompute at length n rotates every key with freqs(n), so a cache must re-rotate them.
   // (rerope / leaky-rerope leave k to logits(), which uses the raw keys.)
   bool decode_keys_stable(int64_t n) const override { return !(sc_.type == "dynamic-ntk" && n > sc_.L); }
+  // Beyond L dynamic NTK changes the rotation of every position in every layer each step, so the
+  // earlier layers' outputs (the cached keys and values of layers > 0) change too.
+  int64_t decode_limit() const override { return sc_.type == "dynamic-ntk" ? sc_.L : 0; }
 
   // ReRoPE / leaky ReRoPE: S_ij = scale (R_i q_i . R_j k_j) where i - j < w (j <= i), else the
   // far branch: rerope scale (R_w q_i . k_j); leaky: q rotated by (w + (i - w)/k), k by j/k, so

@@ -135,8 +135,14 @@ double max_cache_error(const Case& c, bool* positions_matter = nullptr) {
   double worst = 0;
   std::vector<double> prev;
   bool varies = false;
+  const int64_t limit = m->pe->decode_limit();
   for (int64_t s = 0; s <= kSteps; ++s) {
     const size_t end = (size_t)(kPrompt + s), begin = s == 0 ? 0 : end - 1;
+    if (limit > 0 && (int64_t)end > limit) {  // dynamic NTK past L: refused (sample recomputes)
+      testing_util::expect_error([&] { m->forward_cached(as_tensor(seq, begin, end), cache); },
+                                 {"at most " + std::to_string(limit) + " positions", "recompute"});
+      break;
+    }
     Variable zc = m->forward_cached(as_tensor(seq, begin, end), cache);
     EXPECT_EQ(zc.size(1), (int64_t)(end - begin));  // only the new positions are computed
     EXPECT_EQ(cache.length(), (int64_t)end);
@@ -180,7 +186,9 @@ TEST(KVCacheTest, XLMemoryEqualsSegmentRecurrence) {
       zr = m->forward(as_tensor(seq, end - 1, end), 0, true);
       EXPECT_LE(rel_err(last(zc), last(zr)), kTol) << "mem_len " << mem << " step " << s;
       // the memory bounds what a token sees: not the same as attending over everything
+      const std::vector<Tensor> mem_state = m->memory_state();  // forward() without memory resets it
       worst_full = std::max(worst_full, rel_err(last(zc), last(m->forward(as_tensor(seq, 0, end)))));
+      m->set_memory_state(mem_state);
     }
     EXPECT_GT(worst_full, 1e-3) << "mem_len " << mem << ": the memory made no difference";
   }
@@ -220,7 +228,10 @@ TEST(KVCacheTest, SampleSameTokensWithAndWithoutCache) {
   };
   const std::vector<S> ss = {{{{"type", "rope"}}, 0},
                              {{{"type", "rope"}, {"scaling", {{"type", "yarn"}, {"factor", 4}}}}, 0},
+                             {{{"type", "rope"}, {"scaling", {{"type", "dynamic-ntk"}, {"factor", 2}}}}, 0},
+                             {{{"type", "xpos"}}, 0},
                              {{{"type", "alibi"}}, 6},
+                             {{{"type", "deberta"}}, 0},
                              {{{"type", "learned"}}, 0},
                              {{{"type", "xl"}, {"mem_len", 4}}, 0}};
   for (const S& s : ss) {

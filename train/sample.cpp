@@ -115,10 +115,12 @@ std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, 
     return last_row(model.forward(token_tensor(seq, seq.size() - n)));
   };
 
-  // The cache holds every position up to the encoding's limit; past it (learned, tupe) the
-  // steps recompute. A prompt already past it never uses the cache.
+  // The cache holds every position up to the encoding's decode limit; past it (learned, tupe:
+  // their length limit; dynamic NTK: its original context) the steps recompute. A prompt
+  // already past it never uses the cache.
   const int64_t want = (int64_t)prompt.size() + opt.max_tokens - 1;  // positions ever fed
-  const int64_t cap = max_len > 0 ? std::min(want, max_len) : want;
+  const int64_t limit = model.pe->decode_limit();
+  const int64_t cap = limit > 0 ? std::min(want, limit) : want;
   std::unique_ptr<nn::KVCache> cache;
   if (opt.use_cache && (int64_t)prompt.size() <= cap)
     cache = std::make_unique<nn::KVCache>(model.make_cache(1, cap, opt.window));

@@ -9,7 +9,10 @@
 //   - Transformer-XL with memory: the prompt as one segment, then one token per segment with
 //     the last mem_len positions as memory (GPT::forward with use_memory);
 //   - encodings limited to L positions (learned, tupe; PositionalEncoding::max_length): once
-//     the sequence is longer, each step recomputes the last L tokens at positions 0..L-1.
+//     the sequence is longer, each step recomputes the last L tokens at positions 0..L-1;
+//   - rope dynamic NTK: past its original context the base grows with the length and re-encodes
+//     every earlier position, so from there each step recomputes the whole sequence
+//     (PositionalEncoding::decode_limit).
 // The next token comes from the last position's logits: greedy argmax at temperature 0,
 // otherwise softmax(logits / temperature) restricted to the top-k logits (k = 0: no
 // restriction), drawn with a seeded ctx::Rng — deterministic for a given model, prompt and seed.
