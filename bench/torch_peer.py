@@ -428,9 +428,10 @@ def main():
                          "is reported as compile_s, outside the timed steps")
     ap.add_argument("--compile-mode", default="default",
                     help="torch.compile mode: default | reduce-overhead | max-autotune (default default)")
-    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+    ap.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
                     help="bf16: forward under torch.autocast(device, torch.bfloat16); fp32 master "
-                         "weights, grads and AdamW state (default fp32)")
+                         "weights, grads and AdamW state. tf32 (cuda only): fp32 with "
+                         "torch.backends.cuda.matmul.allow_tf32 (default fp32)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default cpu")
     ap.add_argument("--peak-gflops", type=float, help="peak GFLOP/s for MFU (e.g. from ctxlab bench --peak-only)")
     ap.add_argument("--json", help="also write the JSON object to this file")
@@ -463,12 +464,17 @@ def main():
         if a.device == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"--device cuda: no CUDA device visible to torch {torch.__version__} "
                              f"(build CUDA {torch.version.cuda})")
+        if a.precision == "tf32" and a.device != "cuda":
+            raise ValueError("--precision tf32 is a CUDA mode (tensor cores); use it with --device cuda")
         if a.check and (a.device != "cpu" or a.compile or a.precision != "fp32"):
             raise ValueError("--check runs on the CPU in float64: drop --device, --compile and --precision")
     except (ValueError, torch_ref.ConfigError, torch_ref.LengthError) as e:
         print(f"torch_peer: error: {e}", file=sys.stderr)
         return 1
     torch.set_num_threads(a.threads)
+    if a.device == "cuda":  # exact fp32 unless asked (PyTorch's default for matmuls, made explicit)
+        torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
     fast = a.attention == "fast"
     if a.check:
         return 0 if check(cfg, min(T, 24), fast, a.seed) else 1
