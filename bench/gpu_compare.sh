@@ -34,7 +34,10 @@ ROUNDS=3 MODELS=small,gpt2 PRECISIONS=fp32,bf16 MODES=eager,compile PEER_ARG=ven
 STEPS=20 WARMUP=3 OUT="" JSONDIR="" CTXLAB="$ROOT/build/ctxlab" DRY=0 EXTRA=()
 die() { echo "gpu_compare.sh: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
-  case "$1" in --dry-run|-h|--help|--) ;; --*) [[ $# -ge 2 ]] || die "$1 needs a value" ;; esac
+  case "$1" in
+    --rounds|--models|--precisions|--peer-modes|--peer|--attention|--steps|--warmup|--out|--json-dir|--ctxlab)
+      [[ $# -ge 2 ]] || die "$1 needs a value" ;;
+  esac
   case "$1" in
     --rounds) ROUNDS="$2"; shift 2 ;;
     --models) MODELS="$2"; shift 2 ;;
@@ -103,9 +106,10 @@ print_plan() {
   for cfg in "${PLAN[@]}"; do
     read -r m p mode <<<"$cfg"
     for ((r = 1; r <= ROUNDS; r++)); do
-      echo "  [$m $p $mode r$r] A: $CTXLAB bench --device cuda $(model_args "$m") $(ctx_prec "$p") --steps $STEPS --warmup $WARMUP ${EXTRA[*]}"
+      echo "  [$m $p $mode r$r] A: $CTXLAB bench --device cuda $(model_args "$m")$(
+        [[ $p != fp32 ]] && echo " $(ctx_prec "$p")") --steps $STEPS --warmup $WARMUP${EXTRA[*]:+ ${EXTRA[*]}}"
       echo "  [$m $p $mode r$r] B: $PY bench/torch_peer.py --device cuda $(model_args "$m") --precision $p --attention $ATTENTION$(
-        [[ $mode == compile ]] && echo " --compile") --steps $STEPS --warmup $WARMUP ${EXTRA[*]}"
+        [[ $mode == compile ]] && echo " --compile") --steps $STEPS --warmup $WARMUP${EXTRA[*]:+ ${EXTRA[*]}}"
     done
   done
 }
