@@ -193,8 +193,10 @@ int run_bench(int argc, char** argv) {
       "json", "also write the JSON object to this file", cxxopts::value<std::string>())(
       "seed", "seed of the init and of the token batches", cxxopts::value<uint64_t>()->default_value("1337"))(
       "h,help", "this help");
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   const auto& a = *r;
 
   auto [cfg, source] = config_from_options(a);

@@ -27,20 +27,23 @@ GemmImpl current_gemm_impl(const GemmDesc& g);
 // All implementations: row-major, g.batch items with element strides g.stride_{a,b,c}.
 template <class T>
 void gemm_reference(const GemmDesc& g, const T* A, const T* B, T* C);
-void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C);
+// bf16: A and B rounded to bf16 (core/bf16.h) and multiplied by oneDNN's bf16 kernels with
+// fp32 accumulation into the f32 C (core/precision.h); the callers pass
+// gemm_precision() == Precision::BF16.
+void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C, bool bf16 = false);
 void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C);
 // C = op(A) op(B) + bias (bias [N] added to every row, inside the matmul primitive): the Linear
 // forward. g.batch must be 1 and g.beta 0.
 void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const float* bias,
-                      float* C);
+                      float* C, bool bf16 = false);
 // Shared by the implementations: checks g's sizes (throws naming `op`); returns false when
 // there is nothing to multiply (empty C; or K == 0, after setting C = beta * C).
 bool gemm_prologue(const char* op, const GemmDesc& g, float* C);
 
 bool openblas_available();  // false if libopenblas could not be loaded (openblas_config says why)
 
-// oneDNN matmul primitives created so far (one per shape, transposes, strides, alpha, beta and
-// thread count; a shape seen before never creates another).
+// oneDNN matmul primitives created so far (one per shape, transposes, strides, alpha, beta, input
+// type and thread count; a shape seen before never creates another).
 size_t onednn_gemm_cache_size();
 
 // How OpenBLAS was loaded: library, core type asked for (and why) and detected, threads.
