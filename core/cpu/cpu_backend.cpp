@@ -296,7 +296,7 @@ class CpuBackend final : public Backend {
     }
     CTX_CHECK(A.dtype() == DType::F32, "gemm: expected f32 or f64, got ", A.str());
     if (gemm_precision() == Precision::BF16) {  // bf16 inputs: oneDNN's bf16 kernels (precision.h)
-      gemm_onednn(g, A.data<float>(), B.data<float>(), C.data<float>(), /*bf16=*/true);
+      gemm_onednn_bf16(g, A.data<float>(), B.data<float>(), C.data<float>());
       return;
     }
     switch (current_gemm_impl(g)) {

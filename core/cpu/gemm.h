@@ -27,13 +27,13 @@ GemmImpl current_gemm_impl(const GemmDesc& g);
 // All implementations: row-major, g.batch items with element strides g.stride_{a,b,c}.
 template <class T>
 void gemm_reference(const GemmDesc& g, const T* A, const T* B, T* C);
-// bf16: A and B rounded to bf16 (core/bf16.h) and multiplied by oneDNN's bf16 kernels with
-// fp32 accumulation into the f32 C (core/precision.h); the callers pass
-// gemm_precision() == Precision::BF16.
-void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C, bool bf16 = false);
+void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C);
+// bf16 inputs (core/precision.h): A and B rounded to bf16 (core/bf16.h) and multiplied by
+// oneDNN's bf16 kernels (AVX512_BF16 / AMX) with fp32 accumulation into the f32 C.
+void gemm_onednn_bf16(const GemmDesc& g, const float* A, const float* B, float* C);
 void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C);
 // C = op(A) op(B) + bias (bias [N] added to every row, inside the matmul primitive): the Linear
-// forward. g.batch must be 1 and g.beta 0.
+// forward. g.batch must be 1 and g.beta 0. bf16: inputs as gemm_onednn_bf16.
 void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const float* bias,
                       float* C, bool bf16 = false);
 // Shared by the implementations: checks g's sizes (throws naming `op`); returns false when

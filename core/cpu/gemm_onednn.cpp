@@ -120,9 +120,14 @@ void dispatch(const GemmDesc& g, const float* A, const float* B, const float* bi
 
 }  // namespace
 
-void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C, bool bf16) {
+void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C) {
   if (!gemm_prologue("gemm_onednn", g, C)) return;
-  dispatch(g, A, B, nullptr, C, bf16);
+  dispatch(g, A, B, nullptr, C, false);
+}
+
+void gemm_onednn_bf16(const GemmDesc& g, const float* A, const float* B, float* C) {
+  if (!gemm_prologue("gemm_onednn_bf16", g, C)) return;
+  dispatch(g, A, B, nullptr, C, true);
 }
 
 void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const float* bias,
