@@ -46,6 +46,12 @@ bool openblas_available();  // false if libopenblas could not be loaded (openbla
 // type and thread count; a shape seen before never creates another).
 size_t onednn_gemm_cache_size();
 
+// The bf16 peak of `ctxlab bench --precision bf16` where oneDNN runs bf16 matmuls on AMX tiles:
+// the best GFLOP/s of `repeats` oneDNN bf16 [n, n] x [n, n] matmuls (f32 dst) on inputs already
+// in bf16 (the conversion is not timed), on omp_get_max_threads() threads.
+double onednn_bf16_matmul_gflops(int64_t n, int repeats);
+bool onednn_has_amx();  // oneDNN's effective ISA includes AMX (its bf16 matmuls use the tiles)
+
 // How OpenBLAS was loaded: library, core type asked for (and why) and detected, threads.
 // Loads it on first call; says why when it could not be loaded.
 std::string openblas_config();

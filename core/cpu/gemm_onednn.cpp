@@ -8,6 +8,8 @@
 // and strides) into buffers owned by the calling thread, grown to the largest size seen (a warm
 // step allocates nothing), and the primitive takes bf16 src / weights with an f32 dst: oneDNN's
 // avx512_core_bf16 (VDPBF16PS) or AMX kernels, fp32 accumulation.
+#include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "core/cpu/bf16_convert.h"
@@ -143,5 +145,26 @@ void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const f
 }
 
 size_t onednn_gemm_cache_size() { return cache().size(); }
+
+double onednn_bf16_matmul_gflops(int64_t n, int repeats) {
+  GemmDesc g;
+  g.M = g.N = g.K = n;
+  std::vector<uint16_t> a((size_t)(n * n), 0x3f80), b((size_t)(n * n), 0x3c00);  // 1.0, 2^-7
+  std::vector<float> c((size_t)(n * n));
+  run<uint16_t>(g, a.data(), b.data(), nullptr, c.data());  // creates the primitive, warms caches
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run<uint16_t>(g, a.data(), b.data(), nullptr, c.data());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * (double)n * (double)n * (double)n / std::max(s, 1e-9) / 1e9);
+  }
+  return best;
+}
+
+bool onednn_has_amx() {
+  const int amx = (int)dnnl::cpu_isa::avx512_core_amx;  // ISA values are bit sets
+  return ((int)dnnl::get_effective_cpu_isa() & amx) == amx;
+}
 
 }  // namespace ctx::cpu
