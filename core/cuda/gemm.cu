@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "core/cuda/check.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.h"
 #include "core/precision.h"
@@ -170,6 +171,12 @@ void gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool b
 }
 
 }  // namespace
+
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  if (n <= 0) return;
+  CTX_LAUNCH(f32_to_bf16_kernel, grid_for(n), kThreads, 0, 0, src, reinterpret_cast<__nv_bfloat16*>(dst), n);
+  CTX_CUDA_LAUNCH_CHECK("f32_to_bf16_kernel");
+}
 
 template <class T>
 void gemm(const GemmDesc& g, const T* A, const T* B, T* C) {
