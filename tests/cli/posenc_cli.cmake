@@ -84,7 +84,10 @@ set(_pc_cases
     "shaw|shaw --param max_relative_position=2|shaw"
     "xl|xl|xl"
     "deberta|deberta --param position_buckets=4 --param max_relative_positions=6|deberta"
-    "tupe|tupe|tupe")
+    "tupe|tupe|tupe"
+    "rnn|rnn|rnn"
+    "floater|floater --param hidden=5 --param dt=0.3 --param substeps=2|floater"
+    "complex_order|complex-order|complex-order")
 
 set(_pc_tests "")
 foreach(_pc_case IN LISTS _pc_cases)
