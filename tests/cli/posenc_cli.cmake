@@ -117,7 +117,7 @@ endforeach()
 # An unknown encoding is the registry's one-line error listing the valid names.
 add_test(NAME posenc_gradcheck_unknown_encoding
          COMMAND sh -c "if out=$('${_pc_bin}' gradcheck --encoding nope 2>&1); then exit 1; fi; \
-echo \"$out\"; echo \"$out\" | grep -q \"unknown posenc.type 'nope'\" && echo \"$out\" | grep -q 'alibi, deberta'")
+echo \"$out\"; echo \"$out\" | grep -q \"unknown posenc.type 'nope'\" && echo \"$out\" | grep -q 'alibi, complex-order, deberta'")
 list(APPEND _pc_tests posenc_gradcheck_unknown_encoding)
 
 set_tests_properties(${_pc_tests} PROPERTIES
