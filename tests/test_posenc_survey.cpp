@@ -4,7 +4,8 @@
 // properties: complex-order with all frequencies 0 is the token embedding, FLOATER with zero
 // dynamics gives p0 at every position and with constant dynamics a straight line, FLOATER at an
 // offset equals the rows of the longer integration, the GRU's first state against the closed
-// form; the encodings' key errors (one line naming posenc.<key>) and rnn's pos0 refusal.
+// form; the encodings' key errors (one line naming posenc.<key>), rnn's pos0 refusal, parameter
+// names / shapes and the spec's initialisation.
 // (The model-level gradchecks are the posenc_gradcheck_{rnn,floater,complex_order} CLI tests;
 // torch.nn.GRU and the reference: pytorch_parity / pytorch_selftest_ref.) Runs in about a second.
 #include <gtest/gtest.h>
@@ -239,4 +240,56 @@ TEST(PosencSurvey, ParameterNamesAndShapes) {
             (std::vector<std::string>{"pe.p0:f32[8]", "pe.time:f32[5]", "pe.fc.weight:f32[5, 8]", "pe.fc.bias:f32[5]",
                                       "pe.proj.weight:f32[8, 5]", "pe.proj.bias:f32[8]"}));
   EXPECT_EQ(names({{"type", "complex-order"}}), (std::vector<std::string>{"pe.freq.weight:f32[11, 4]"}));
+}
+
+TEST(PosencSurvey, InitialisationFollowsTheSpec) {
+  auto params = [](const nlohmann::json& pe) {
+    ModelConfig c = tiny(pe);
+    c.d_model = 64;
+    c.n_heads = 4;
+    auto m = std::make_shared<nn::GPT>(c);
+    m->init_weights(7);
+    return m;
+  };
+  auto range = [](const Variable& v, double& lo, double& hi, double& sd) {
+    const Tensor t = v.data();
+    lo = 1e300, hi = -1e300;
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      lo = std::min(lo, t.at(i)), hi = std::max(hi, t.at(i));
+      s += t.at(i), s2 += t.at(i) * t.at(i);
+    }
+    sd = std::sqrt(s2 / (double)t.numel() - (s / (double)t.numel()) * (s / (double)t.numel()));
+  };
+  double lo, hi, sd;
+  const double a = 1.0 / 8.0;  // 1/sqrt(D)
+  auto rnn = params({{"type", "rnn"}});
+  for (auto& [n, p] : rnn->named_parameters())
+    if (n.rfind("pe.", 0) == 0) {
+      range(p, lo, hi, sd);
+      EXPECT_TRUE(lo >= -a && hi <= a && hi > 0.9 * a && lo < -0.9 * a) << n;  // U(-1/sqrt(D), 1/sqrt(D))
+    }
+  auto fl = params({{"type", "floater"}});
+  for (auto& [n, p] : fl->named_parameters()) {
+    if (n.rfind("pe.", 0) != 0) continue;
+    range(p, lo, hi, sd);
+    if (n == "pe.time") {
+      EXPECT_TRUE(lo >= -1 && hi <= 1 && hi - lo > 1.5) << n;
+    } else if (n == "pe.fc.weight") {
+      EXPECT_TRUE(lo >= -a && hi <= a && hi - lo > 1.8 * a) << n;
+    } else if (n == "pe.p0" || n == "pe.proj.weight") {
+      EXPECT_NEAR(sd, 0.02, 0.006) << n;
+    } else if (n == "pe.proj.bias") {
+      EXPECT_TRUE(lo == 0 && hi == 0) << n;
+    }
+  }
+  auto co = params({{"type", "complex-order"}});
+  Tensor f;
+  for (auto& [n, p] : co->named_parameters())
+    if (n == "pe.freq.weight") f = p.data();
+  ASSERT_TRUE(f.defined());
+  ASSERT_EQ(f.shape(), (Shape{11, 32}));
+  for (int64_t w : {0, 10})
+    for (int64_t k : {0, 1, 31})
+      EXPECT_EQ((float)f.at(w * 32 + k), 1.0f / std::pow(10000.0f, (float)(2 * k) / 64.0f)) << w << "," << k;
 }
