@@ -153,8 +153,10 @@ int run_eval(int argc, char** argv) {
   o.add_options("output")("csv", "also write the table as CSV (length,windows,tokens,loss,ppl,bits_per_byte), "
                           "e.g. results.csv", cxxopts::value<std::string>())(
       "json", "also write the results as JSON, e.g. results.json", cxxopts::value<std::string>());
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   require(*r, "checkpoint", o);
   const int64_t batch_opt = (*r)["batch"].as<int64_t>();
   const int64_t max_windows = (*r)["max-windows"].as<int64_t>();
@@ -296,8 +298,10 @@ int run_sample(int argc, char** argv) {
       cxxopts::value<int64_t>()->default_value("0"))(
       "no-cache", "recompute the full forward for every token instead of the KV cache (for comparison)")(
       "h,help", "this help");
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   require(*r, "checkpoint", o);
   SampleOptions opt;
   opt.window = (*r)["window"].as<int64_t>();
