@@ -137,8 +137,7 @@ Variable GPT::forward_cached(const Tensor& tokens_in, KVCache& cache) {
             "for at most ", limit, " positions (the full forward of a longer sequence re-encodes the earlier "
             "positions, e.g. dynamic NTK's base grows with the length), asked for ", pos0 + T,
             "; recompute the full forward instead (sample() does)");
-  Variable x = wte->forward(tokens);                       // [B, T, D]
-  x = pe->embed_decode(x, pos0, cache.posenc_state());
+  Variable x = pe->embed_tokens_decode(wte->weight, tokens, pos0, cache.posenc_state());  // [B, T, D]
   for (auto& b : blocks) x = b->forward_cached(x, cache);
   cache.advance(T);
   x = norm_f->forward(x);

@@ -18,7 +18,8 @@
 // Incremental decoding (nn/kv_cache.h, docs/sampling.md) calls the same hooks with T new queries
 // at q_pos0 = the cached length and all S cached keys, plus:
 //   begin_decode        a per-generation PosencDecodeState (default none: stateless encodings)
-//   embed_decode(x,p,s) embed the new positions, continuing from s (default: embed(x, p))
+//   embed_tokens_decode  embed the new positions, continuing from the state (default:
+//                       embed_tokens)
 //   decode_keys_stable  whether rotate() maps key j by j alone, so rotated keys may be cached
 //   max_length          the longest sequence the encoding can encode (0 = no limit)
 //   decode_limit        the most positions a cache reproduces exactly (0 = no limit)
@@ -113,11 +114,13 @@ class PositionalEncoding {
     (void)capacity;
     return nullptr;
   }
-  // embed() of the T new positions pos0.. given that positions 0..pos0-1 went through earlier
-  // calls with the same state (a recurrence continues from its last hidden state here).
-  virtual Variable embed_decode(const Variable& x, int64_t pos0, PosencDecodeState* state) {
+  // embed_tokens() of the T new positions pos0.. given that positions 0..pos0-1 went through
+  // earlier calls with the same state (rnn continues its GRU from the last hidden state here,
+  // floater reads the positions it integrated once for the whole generation).
+  virtual Variable embed_tokens_decode(const Variable& wte, const Tensor& tokens, int64_t pos0,
+                                       PosencDecodeState* state) {
     (void)state;
-    return embed(x, pos0);
+    return embed_tokens(wte, tokens, pos0);
   }
   // True when rotate() transforms key j as a function of j and its content only (not of S, T or
   // the query positions) for sequences of n positions: the cache then keeps rotated keys and
