@@ -7,7 +7,7 @@ namespace ctx::nn {
 
 KVCache::KVCache(const ModelConfig& cfg, PositionalEncoding& pe, int64_t batch, int64_t capacity, int64_t window,
                  const Tensor& like)
-    : B_(batch), cap_(capacity), window_(window) {
+    : B_(batch), cap_(capacity), window_(window), pe_(&pe) {
   CTX_CHECK(batch >= 1 && capacity >= 1, "KVCache: batch (", batch, ") and capacity (", capacity,
             ") must be >= 1");
   CTX_CHECK(window >= 0, "KVCache: window must be >= 0 (0 = full causal attention), got ", window);
@@ -20,6 +20,12 @@ KVCache::KVCache(const ModelConfig& cfg, PositionalEncoding& pe, int64_t batch, 
     layers_.push_back(std::move(L));
   }
   pe_state_ = pe.begin_decode(capacity);
+}
+
+void KVCache::clear() {
+  n_ = 0;
+  for (auto& L : layers_) L.rotated = 0;
+  pe_state_ = pe_->begin_decode(cap_);
 }
 
 void kv_write_rows(const Tensor& src, Tensor& buf, int64_t pos) {

@@ -32,10 +32,13 @@ class KVCache {
   PosencDecodeState* posenc_state() { return pe_state_.get(); }
   // Called by GPT::forward_cached once every layer has appended its T rows.
   void advance(int64_t T) { n_ += T; }
+  // Forget every position (the buffers stay; the encoding's decode state starts over).
+  void clear();
 
  private:
   int64_t B_, cap_, window_, n_ = 0;
   std::vector<Layer> layers_;
+  PositionalEncoding* pe_;
   std::unique_ptr<PosencDecodeState> pe_state_;
 };
 

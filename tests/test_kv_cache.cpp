@@ -4,7 +4,8 @@
 // |cached - full| <= 1e-4 (1 + max |full|) per step), past the trained context (L = 16) where the
 // scalings act (dynamic NTK: up to L, past which forward_cached refuses and sample recomputes),
 // with a sliding window, and with Transformer-XL memory (reference: the segment recurrence).
-// And `sample` with and without the cache gives the same tokens.
+// And `sample` with and without the cache gives the same tokens; learned positions past L follow
+// the context shift (a hand computation).
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -15,6 +16,7 @@
 
 #include "tests/test_util.h"
 #include "autograd/variable.h"
+#include "core/cpu/threading.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
 #include "train/sample.h"
@@ -24,6 +26,15 @@ using namespace ctx;
 namespace {
 
 constexpr int64_t kPrompt = 5, kSteps = 64;
+
+// Tiny shapes and thousands of small ops: one thread is fastest and keeps OpenMP's wake-ups on a
+// loaded machine from stretching the test (as tests/test_posenc_content.cpp).
+class KVCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override { cpu::set_num_threads(1); }
+  void TearDown() override { cpu::set_num_threads(saved_); }
+  int saved_ = cpu::num_threads();
+};
 
 struct Case {
   std::string name;
@@ -163,7 +174,7 @@ double max_cache_error(const Case& c, bool* positions_matter = nullptr) {
   return worst;
 }
 
-TEST(KVCacheTest, CachedLogitsEqualFullRecomputeForEveryEncoding) {
+TEST_F(KVCacheTest, CachedLogitsEqualFullRecomputeForEveryEncoding) {
   for (const Case& c : cases()) {
     bool varies = false;
     const double e = max_cache_error(c, &varies);
@@ -174,7 +185,7 @@ TEST(KVCacheTest, CachedLogitsEqualFullRecomputeForEveryEncoding) {
 
 // Transformer-XL with memory: the reference is the segment recurrence (the prompt as one segment,
 // then one token per call with use_memory), which the cache reproduces with a window of mem + 1.
-TEST(KVCacheTest, XLMemoryEqualsSegmentRecurrence) {
+TEST_F(KVCacheTest, XLMemoryEqualsSegmentRecurrence) {
   for (int64_t mem : {3, 10}) {
     auto m = model_for({{"type", "xl"}, {"mem_len", mem}}, 16);
     NoGradGuard g;
@@ -199,7 +210,7 @@ TEST(KVCacheTest, XLMemoryEqualsSegmentRecurrence) {
 }
 
 // The window of the cache is the window of the full recompute: without it the logits differ.
-TEST(KVCacheTest, WindowChangesTheLogits) {
+TEST_F(KVCacheTest, WindowChangesTheLogits) {
   Case c{"rope_window", {{"type", "rope"}}, 16, 7};
   auto m = model_for(c.posenc, c.context);
   NoGradGuard g;
@@ -210,7 +221,7 @@ TEST(KVCacheTest, WindowChangesTheLogits) {
   EXPECT_GT(e, 1e-3);
 }
 
-TEST(KVCacheTest, CapacityAndBadUseAreErrors) {
+TEST_F(KVCacheTest, CapacityAndBadUseAreErrors) {
   auto m = model_for({{"type", "rope"}}, 16);
   NoGradGuard g;
   nn::KVCache cache = m->make_cache(1, 4);
@@ -225,7 +236,7 @@ TEST(KVCacheTest, CapacityAndBadUseAreErrors) {
 // sample(): the cached and the recomputing paths give the same tokens, greedy and seeded, past
 // the trained context (rope, alibi: extrapolation; learned: recompute of the last L; xl memory:
 // segment recurrence) and with a window.
-TEST(KVCacheTest, SampleSameTokensWithAndWithoutCache) {
+TEST_F(KVCacheTest, SampleSameTokensWithAndWithoutCache) {
   struct S {
     nlohmann::json posenc;
     int64_t window;
@@ -257,9 +268,45 @@ TEST(KVCacheTest, SampleSameTokensWithAndWithoutCache) {
       ASSERT_EQ(a.size(), 40u);
       EXPECT_EQ(a, b) << s.posenc.dump() << " temperature " << temp;
       // not a constant stream (the seeded draws at temperature 1 differ from step to step)
-      if (temp > 0) EXPECT_GT(std::set<int32_t>(a.begin(), a.end()).size(), 3u) << s.posenc.dump();
+      if (temp > 0) {
+        EXPECT_GT(std::set<int32_t>(a.begin(), a.end()).size(), 3u) << s.posenc.dump();
+      }
     }
   }
+}
+
+// Learned positions past L: the context shift. Greedy tokens equal a hand computation that
+// forwards seq[start..] with start moved to keep the last `keep` tokens whenever the model would
+// see more than L; keep = L is the crop of every step.
+TEST_F(KVCacheTest, LearnedContextShiftMatchesHandComputation) {
+  auto m = model_for({{"type", "learned"}}, 16, 11);
+  const auto prompt = tokens(6, 41);
+  for (int64_t keep : {0, 5, 16}) {
+    const int64_t k = keep == 0 ? 8 : keep;
+    std::vector<int32_t> seq = prompt, hand;
+    size_t start = 0;
+    {
+      NoGradGuard g;
+      for (int s = 0; s < 50; ++s) {
+        if ((int64_t)(seq.size() - start) > 16) start = seq.size() - (size_t)k;
+        const auto z = last(m->forward(as_tensor(seq, start, seq.size())));
+        const int32_t best = (int32_t)(std::max_element(z.begin(), z.end()) - z.begin());
+        seq.push_back(best);
+        hand.push_back(best);
+      }
+    }
+    SampleOptions o;
+    o.max_tokens = 50;
+    o.temperature = 0;
+    o.keep = keep;
+    for (bool cache : {true, false}) {
+      o.use_cache = cache;
+      EXPECT_EQ(sample(*m, prompt, o), hand) << "keep " << keep << (cache ? " cached" : " recomputed");
+    }
+  }
+  SampleOptions o;
+  o.keep = 17;
+  testing_util::expect_error([&] { sample(*m, prompt, o); }, {"--keep", "16", "17"});
 }
 
 }  // namespace

@@ -275,8 +275,8 @@ int run_sample(int argc, char** argv) {
       "then each new token costs one position (KV cache; --no-cache recomputes the whole forward per\n"
       "token). Tokens stream to stdout as they are produced (the prompt first); tokens/s go to stderr at\n"
       "the end. Beyond the trained context the encoding extrapolates (with its config's scaling), or\n"
-      "--window W limits attention to the last W positions; learned / tupe positions recompute the\n"
-      "last `context` tokens per step. Deterministic for a given checkpoint, prompt and seed\n"
+      "--window W limits attention to the last W positions; learned / tupe positions shift the context\n"
+      "(--keep). Deterministic for a given checkpoint, prompt and seed\n"
       "(docs/sampling.md).\n"
       "\n"
       "examples:\n"
@@ -297,6 +297,9 @@ int run_sample(int argc, char** argv) {
       "window", "sliding-window attention: each token sees its last W positions, >= 0 (0 = all), e.g. 256",
       cxxopts::value<int64_t>()->default_value("0"))(
       "no-cache", "recompute the full forward for every token instead of the KV cache (for comparison)")(
+      "keep", "learned / tupe positions: when the context is full keep the last K tokens, re-encoded at positions "
+      "0..K-1, and go on (0 = half the context; K = context: recompute the last `context` tokens every step)",
+      cxxopts::value<int64_t>()->default_value("0"))(
       "h,help", "this help");
   add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
@@ -306,6 +309,7 @@ int run_sample(int argc, char** argv) {
   SampleOptions opt;
   opt.window = (*r)["window"].as<int64_t>();
   opt.use_cache = !(*r)["no-cache"].as<bool>();
+  opt.keep = (*r)["keep"].as<int64_t>();
   opt.max_tokens = (*r)["max-tokens"].as<int64_t>();
   opt.temperature = (*r)["temperature"].as<double>();
   opt.top_k = (*r)["top-k"].as<int64_t>();

@@ -16,6 +16,7 @@ void check_sample_options(const SampleOptions& opt) {
   CTX_CHECK(opt.top_k >= 0, "sample: --top-k must be >= 0 (0 = whole vocabulary, e.g. 40), got ", opt.top_k);
   CTX_CHECK(opt.max_tokens >= 0, "sample: --max-tokens must be >= 0 (e.g. 200), got ", opt.max_tokens);
   CTX_CHECK(opt.window >= 0, "sample: --window must be >= 0 (0 = full attention, e.g. 256), got ", opt.window);
+  CTX_CHECK(opt.keep >= 0, "sample: --keep must be >= 0 (0 = half the context, e.g. 128), got ", opt.keep);
 }
 
 int32_t sample_next(const float* logits, int64_t V, double temperature, int64_t top_k, Rng& rng) {
@@ -104,38 +105,58 @@ std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, 
   out.reserve((size_t)opt.max_tokens);
   if (opt.max_tokens == 0) return out;
 
-  // The full recompute of the last position's logits (use_cache = false, and the cache's
-  // fallback beyond max_length).
+  // Encodings limited to L positions (learned, tupe) see seq[start..]: when that would pass L,
+  // start moves so that the last `keep` tokens stay, re-encoded at positions 0..keep-1 (a
+  // context shift; keep = L: the last L tokens every step). Everything else sees seq[0..].
+  CTX_CHECK(max_len == 0 || opt.keep <= max_len, "sample: --keep must be <= the context the encoding can ",
+            "encode (", max_len, "), got ", opt.keep);
+  const int64_t keep = max_len == 0 ? 0 : opt.keep > 0 ? opt.keep : std::max<int64_t>(1, max_len / 2);
+  size_t start = 0;
+  auto shift = [&]() {  // true when start moved
+    if (max_len == 0 || (int64_t)(seq.size() - start) <= max_len) return false;
+    start = seq.size() - (size_t)keep;
+    return true;
+  };
+
+  // The full recompute of the last position's logits (use_cache = false; with the cache past
+  // dynamic NTK's decode limit).
   model.set_attention_window(opt.window);
   auto recompute = [&](bool first) -> Tensor {
     if (mem_len > 0)  // segment recurrence: the prompt, then one token per segment
       return last_row(first ? model.forward(token_tensor(seq, 0), 0, false)
                             : model.forward(token_tensor(seq, seq.size() - 1), 0, true));
-    const size_t n = max_len > 0 ? std::min(seq.size(), (size_t)max_len) : seq.size();
-    return last_row(model.forward(token_tensor(seq, seq.size() - n)));
+    return last_row(model.forward(token_tensor(seq, start)));
   };
 
-  // The cache holds every position up to the encoding's decode limit; past it (learned, tupe:
-  // their length limit; dynamic NTK: its original context) the steps recompute. A prompt
-  // already past it never uses the cache.
+  // The cache holds the positions the model sees up to the encoding's decode limit (learned,
+  // tupe: L, the cache restarts after each shift; dynamic NTK: its original context, past which
+  // the steps recompute the whole sequence).
   const int64_t want = (int64_t)prompt.size() + opt.max_tokens - 1;  // positions ever fed
   const int64_t limit = model.pe->decode_limit();
   const int64_t cap = limit > 0 ? std::min(want, limit) : want;
   std::unique_ptr<nn::KVCache> cache;
-  if (opt.use_cache && (int64_t)prompt.size() <= cap)
-    cache = std::make_unique<nn::KVCache>(model.make_cache(1, cap, opt.window));
+  if (opt.use_cache) cache = std::make_unique<nn::KVCache>(model.make_cache(1, cap, opt.window));
+  auto step = [&](bool first) -> Tensor {
+    const bool shifted = shift();
+    if (!cache) return recompute(first);
+    if (first || shifted) {  // (re)fill the cache with everything the model sees
+      if ((int64_t)(seq.size() - start) > cache->capacity()) return recompute(first);
+      cache->clear();
+      return last_row(model.forward_cached(token_tensor(seq, start), *cache));
+    }
+    if (cache->length() < cache->capacity())
+      return last_row(model.forward_cached(token_tensor(seq, seq.size() - 1), *cache));
+    return recompute(false);  // past the decode limit
+  };
 
-  Tensor row = cache ? last_row(model.forward_cached(token_tensor(seq, 0), *cache)) : recompute(true);
+  Tensor row = step(true);
   for (int64_t s = 0;; ++s) {
     const int32_t next = sample_next(row.host<float>(), V, opt.temperature, opt.top_k, rng);
     seq.push_back(next);
     out.push_back(next);
     if (on_token) on_token(next);
     if (s + 1 == opt.max_tokens) break;
-    if (cache && cache->length() < cache->capacity())
-      row = last_row(model.forward_cached(token_tensor(seq, seq.size() - 1), *cache));
-    else
-      row = recompute(false);
+    row = step(false);
   }
   return out;
 }

@@ -8,8 +8,11 @@
 //     `window` keys, as `eval --window`);
 //   - Transformer-XL with memory: the prompt as one segment, then one token per segment with
 //     the last mem_len positions as memory (GPT::forward with use_memory);
-//   - encodings limited to L positions (learned, tupe; PositionalEncoding::max_length): once
-//     the sequence is longer, each step recomputes the last L tokens at positions 0..L-1;
+//   - encodings limited to L positions (learned, tupe; PositionalEncoding::max_length): when
+//     the next forward would pass L, the context shifts: the last `keep` tokens (default L/2)
+//     are re-encoded at positions 0..keep-1 in one forward (the cache restarts from them) and
+//     decoding continues one position per token (llama.cpp's context shift). keep = L gives
+//     the previous sampler's (and nanoGPT's) crop: the last L tokens recomputed every step;
 //   - rope dynamic NTK: past its original context the base grows with the length and re-encodes
 //     every earlier position, so from there each step recomputes the whole sequence
 //     (PositionalEncoding::decode_limit).
@@ -33,6 +36,7 @@ struct SampleOptions {
   uint64_t seed = 0;          // seeds the Rng that draws the tokens
   int64_t window = 0;         // >= 0; sliding-window attention over the last `window` keys (0 = all)
   bool use_cache = true;      // KV cache (one position per token); false: full recompute per token
+  int64_t keep = 0;           // learned / tupe context shift: tokens kept, 1..L (0 = L / 2)
 };
 
 // Throws ctx::Error naming the option and the expected value when an option is out of range.
