@@ -3,11 +3,13 @@
 //           differences in f64 (gradcheck_params over the encoding's own parameters);
 //   the model: every parameter of a tiny f64 GPT with FIRE by finite differences;
 //   training: a tiny f32 model, a few AdamW steps, the loss goes down; checkpoint round trip;
-//   extrapolation: perplexity at lengths beyond the training context (ctx::evaluate).
+//   extrapolation: perplexity at lengths beyond the training context (ctx::evaluate);
+//   install: in a CUDA build, libctxlab_cuda.so is found from the install prefix.
 #include <gtest/gtest.h>
 
 #include <ctxlab/ctxlab.h>
 #include "core/cpu/threading.h"  // cpu::set_num_threads: tiny f64 shapes run fastest on one thread
+#include "core/cuda_module.h"    // cuda_module_loaded
 
 #include <cmath>
 #include <map>
@@ -216,6 +218,22 @@ TEST(FireModel, TrainsSaveLoadAndExtrapolates) {
   // far from uniform too: no blow-up on this periodic text
   EXPECT_LT(res[128].ppl, 64.0);
   std::printf("FIRE tiny model ppl: L=32 %.3f, L=64 %.3f, L=128 %.3f\n", res[32].ppl, res[64].ppl, res[128].ppl);
+}
+
+// The CUDA module is loaded on first use of Device::CUDA: from a program outside the build tree
+// it is found through the RUNPATH that ctxlab::ctxlab adds (the prefix's lib/). Without a GPU the
+// backend may refuse to start, but not because the library is missing.
+TEST(Install, CudaModuleFoundFromPrefix) {
+#ifdef CTXLAB_WITH_CUDA
+  try {
+    backend(Device::CUDA);
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("cannot load"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(cuda_module_loaded());
+#else
+  GTEST_SKIP() << "built without CUDA: no libctxlab_cuda.so installed";
+#endif
 }
 
 }  // namespace
