@@ -38,6 +38,11 @@ endif()
 get_target_property(_defs ctxlab_lib INTERFACE_COMPILE_DEFINITIONS)
 list(FILTER _defs EXCLUDE REGEX "^CTXLAB_SOURCE_DIR=")
 string(JOIN ";" CTXLAB_PKG_DEFINITIONS ${_defs})
+# a sanitizer build's library needs its users compiled and linked with the same flags
+set(CTXLAB_PKG_SANITIZE "")
+if(CTXLAB_SANITIZE)
+  set(CTXLAB_PKG_SANITIZE "-fsanitize=address,undefined")
+endif()
 file(RELATIVE_PATH CTXLAB_PKG_UP "/${CMAKE_INSTALL_LIBDIR}/cmake/ctxlab" "/")
 configure_file(${CMAKE_SOURCE_DIR}/cmake/ctxlabConfig.cmake.in ${CMAKE_BINARY_DIR}/ctxlabConfig.cmake @ONLY)
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/ctxlabConfigVersion.cmake
