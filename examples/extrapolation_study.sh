@@ -53,7 +53,10 @@ else
   LR=2e-3; WARMUP=100; FT_LR=3e-4; FT_EVAL=25
   out=${out:-$root/runs/extrapolation}; doc=${doc:-$root/docs/results/extrapolation.md}
 fi
-ENCODINGS="learned sinusoidal rope alibi kerple t5 xpos sandwich${added[*]:+ ${added[*]}}"
+# the survey's families too (POSENC_SPEC §5): beyond L the GRU recurs further from h_0 = 0,
+# FLOATER integrates its ODE further, complex-order turns each word by t * omega for any t;
+# then any --add-encoding
+ENCODINGS="learned sinusoidal rope alibi kerple t5 xpos sandwich rnn floater complex-order${added[*]:+ ${added[*]}}"
 L2=$((2 * L)); L4=$((4 * L)); L8=$((8 * L)); LENGTHS="$L,$L2,$L4,$L8"
 mkdir -p "$out/eval"
 if [ ${#plugins[@]} -gt 0 ]; then  # every call below goes through a wrapper that loads them

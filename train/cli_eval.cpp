@@ -152,8 +152,10 @@ int run_eval(int argc, char** argv) {
   o.add_options("output")("csv", "also write the table as CSV (length,windows,tokens,loss,ppl,bits_per_byte), "
                           "e.g. results.csv", cxxopts::value<std::string>())(
       "json", "also write the results as JSON, e.g. results.json", cxxopts::value<std::string>());
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   require(*r, "checkpoint", o);
   const int64_t batch_opt = (*r)["batch"].as<int64_t>();
   const int64_t max_windows = (*r)["max-windows"].as<int64_t>();
@@ -287,8 +289,10 @@ int run_sample(int argc, char** argv) {
       cxxopts::value<int64_t>()->default_value("40"))(
       "seed", "random seed for the draws; same seed, same text, e.g. 1234",
       cxxopts::value<uint64_t>()->default_value("0"))("h,help", "this help");
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   require(*r, "checkpoint", o);
   SampleOptions opt;
   opt.max_tokens = (*r)["max-tokens"].as<int64_t>();
