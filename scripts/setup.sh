@@ -16,7 +16,7 @@ WITH_KJV=0
 for arg in "$@"; do
   case "$arg" in
     --kjv) WITH_KJV=1 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "setup: unknown option '$arg' (usage: scripts/setup.sh [--kjv])" >&2; exit 2 ;;
   esac
 done
