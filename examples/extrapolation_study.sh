@@ -52,7 +52,9 @@ else
   LR=2e-3; WARMUP=100; FT_LR=3e-4; FT_EVAL=25
   out=${out:-$root/runs/extrapolation}; doc=${doc:-$root/docs/results/extrapolation.md}
 fi
-ENCODINGS="learned sinusoidal rope alibi kerple t5 xpos sandwich"
+# the survey's families too (POSENC_SPEC §5): beyond L the GRU recurs further from h_0 = 0,
+# FLOATER integrates its ODE further, complex-order turns each word by t * omega for any t
+ENCODINGS="learned sinusoidal rope alibi kerple t5 xpos sandwich rnn floater complex-order"
 L2=$((2 * L)); L4=$((4 * L)); L8=$((8 * L)); LENGTHS="$L,$L2,$L4,$L8"
 mkdir -p "$out/eval"
 export OMP_WAIT_POLICY=PASSIVE

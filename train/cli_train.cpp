@@ -63,8 +63,10 @@ int run_train(int argc, char** argv) {
       "h,help", "this help");
   add_tokenizer_option(o, "SentencePiece model (ctxlab tokenizer train), e.g. bpe4k.model; "
                           "default: bytes (vocab 256); recorded in the checkpoint");
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   const auto& a = *r;
   start_distributed(a);  // MPI under mpirun / --distributed; nothing otherwise
   const Device dev = device_from_option(a["device"].as<std::string>());
