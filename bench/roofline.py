@@ -7,13 +7,12 @@ Three kernel sets are modelled:
   ctxlab  -- the kernels core/cuda/*.cu has today (docs/results/gpu.md lists what they do):
              GEMMs through cuBLAS (fp32 SIMT, TF32 or bf16 tensor cores), unfused elementwise
              kernels, the bias written into C before a beta=1 GEMM, fused attention on CUDA
-             cores (one warp per query row, K/V tiles of 32 in shared memory; its q.k and dO.v
-             dot products read shared memory with a stride of Dh floats across the lanes, a
-             32-way bank conflict when Dh is a multiple of 32, so they are bound by shared
-             memory wavefronts, not by FMAs), backward by recomputation in two kernels (dq;
-             dk+dv), fused AdamW over flat tiles.
-  ctxlab-padded -- ctxlab with the attention tiles padded to Dh + 1 floats per row (no bank
-             conflicts; everything else as ctxlab).
+             cores (one warp per query row, K/V tiles of 32 in shared memory, rows padded to
+             Dh + 1 floats so the lane-strided q.k and dO.v dot products are conflict-free),
+             backward by recomputation in two kernels (dq; dk+dv), fused AdamW over flat tiles.
+  ctxlab-unpadded -- ctxlab before the padding (tile rows Dh floats apart: a 32-way bank
+             conflict in those dot products when Dh is a multiple of 32, bound by shared-memory
+             wavefronts, not by FMAs); kept to show what the padding bought.
   target  -- the same step with FlashAttention-2-style attention on tensor cores and the
              elementwise work fused into GEMM epilogues / prologues (bias+GELU, bias+residual,
              LN in one pass), what a tuned implementation (llm.c, torch.compile) does.
@@ -90,10 +89,10 @@ def build(a):
     target = a.kernels == "target"
     bf16 = a.precision == "bf16"
     # shared-memory wavefronts per 32 lane-FMAs of a lane-strided dot product (q.k, dO.v): one
-    # broadcast + a 32-way conflicted row read (ctxlab today, Dh a multiple of 32), or one
-    # broadcast + one conflict-free read once the K / V / Q / dO tiles are padded to Dh + 1
-    # floats per row (ctxlab-padded: the one-line fix the doc proposes)
-    cf = 2 if a.kernels == "ctxlab-padded" else 33
+    # broadcast + one conflict-free read with the K / V / Q / dO tiles padded to Dh + 1 floats
+    # per row (ctxlab), or one broadcast + a 32-way conflicted row read without the padding
+    # (ctxlab-unpadded, Dh a multiple of 32)
+    cf = 33 if a.kernels == "ctxlab-unpadded" else 2
 
     def gemm(name, count, M, Nn, K, bias=False, out_accumulate=False, note=""):
         """C[M, Nn] = A[M, K] B[K, Nn]: 2 M Nn K FLOP; reads A, B (+ C when beta = 1), writes C.
@@ -246,7 +245,7 @@ def main():
     ap.add_argument("--d-ff", type=int, help="default 4 d_model")
     ap.add_argument("--vocab", type=int, default=50304, help="default 50304 (GPT-2's 50257 padded to 64)")
     ap.add_argument("--precision", choices=("fp32", "tf32", "bf16"), help="one precision (default: all)")
-    ap.add_argument("--kernels", choices=("ctxlab", "ctxlab-padded", "target"),
+    ap.add_argument("--kernels", choices=("ctxlab-unpadded", "ctxlab", "target"),
                     help="one kernel set (default: all three)")
     for k, v in FRAC.items():
         ap.add_argument(f"--frac-{k.replace('_', '-')}", type=float, default=v, help=f"default {v}")
@@ -263,7 +262,7 @@ def main():
             sys.exit(f"roofline.py: --frac-{k.replace('_', '-')} must be in (0, 1], got {v}")
     hw = H100_SXM
     precs = [a.precision] if a.precision else ["fp32", "tf32", "bf16"]
-    kerns = [a.kernels] if a.kernels else ["ctxlab", "ctxlab-padded", "target"]
+    kerns = [a.kernels] if a.kernels else ["ctxlab-unpadded", "ctxlab", "target"]
     print(f"Device: {hw['name']} (datasheet, dense): FP32 {hw['fp32_tflops']} TFLOPS, TF32 {hw['tf32_tflops']}, "
           f"BF16 {hw['bf16_tflops']}, HBM3 {hw['hbm_tbps']} TB/s; {hw['sms']} SMs at {hw['boost_ghz']} GHz, "
           f"shared memory 1 wavefront (128 B) per clock per SM.")

@@ -8,6 +8,7 @@ the comparison with the papers, and three gnuplot PNGs next to the report:
   extrapolation.png     perplexity vs length, one line per encoding (+ the two baselines)
   rope_scaling.png      the RoPE model with each context-extension method, no training
   pi_finetune.png       validation loss at 4L during the PI fine-tune (and the direct fine-tune)
+With the study's --tokenizer, section 6 compares RoPE / PI with bytes and with word pieces (BPE).
 Text below the line "<!-- notes: kept across runs -->" of an existing report is kept.
 Standard library only (csv, json, subprocess for gnuplot).
 """
@@ -41,6 +42,14 @@ def read_eval(path):
         return None
     with open(path, newline="") as f:
         return {int(r["length"]): float(r["ppl"]) for r in csv.DictReader(f)}
+
+
+def read_eval_col(path, col):
+    """length -> `col` from a `ctxlab eval --csv` file (None when missing)."""
+    if not os.path.exists(path):
+        return None
+    with open(path, newline="") as f:
+        return {int(r["length"]): float(r[col]) for r in csv.DictReader(f)}
 
 
 def read_rows(path):
@@ -106,6 +115,62 @@ plot {plots}
     ok = gnuplot(script)
     os.remove(dat)
     return ok
+
+
+def bpe_section(out, st, lengths):
+    """Section 6 (the study's --tokenizer): RoPE and PI with bytes vs with the BPE tokenizer."""
+    if not st.get("tokenizer"):
+        return ""
+    L = lengths[0]
+    names = ["rope", "rope_pi", "rope_pi_ft", "rope_direct_ft"]
+    label = {"rope": "plain RoPE", "rope_pi": "PI s = len/L, no training",
+             "rope_pi_ft": f"PI s = 4 + {st['ft_steps']} fine-tune steps at 4L",
+             "rope_direct_ft": f"no scaling + {st['ft_steps']} fine-tune steps at 4L"}
+    ppl = {(t, n): read_eval(os.path.join(out, "eval", ("bpe_" if t == "bpe" else "") + n + ".csv"))
+           for t in ("bytes", "bpe") for n in names}
+    bpb = {(t, n): read_eval_col(os.path.join(out, "eval", ("bpe_" if t == "bpe" else "") + n + ".csv"),
+                                 "bits_per_byte") for t in ("bytes", "bpe") for n in names}
+
+    def tab(d, unit):
+        head = "| tokens | method | " + " | ".join(str(x) for x in lengths) + " |"
+        rows = [head, "|---|---|" + "---:|" * len(lengths)]
+        for t in ("bytes", "bpe"):
+            for n in names:
+                v = d.get((t, n)) or {}
+                rows.append(f"| {t} | {label[n]} | " + " | ".join(
+                    "—" if v.get(x) is None else f"{v[x]:.3f}" if unit == "bpb" else fmt(v[x]) for x in lengths) + " |")
+        return "\n".join(rows)
+
+    lines = []
+    for t in ("bytes", "bpe"):
+        plain, pi = ppl.get((t, "rope")), ppl.get((t, "rope_pi"))
+        if plain and pi and plain.get(4 * L) and pi.get(4 * L):
+            r = pi[4 * L] / plain[4 * L]
+            lines.append(f"- {t}: PI without training / plain RoPE at 4L = {pi[4 * L]:.2f} / {plain[4 * L]:.2f} = "
+                         f"**{r:.2f}** ({'PI better, as in the PI paper' if r < 1 else 'PI worse'})")
+    tok = os.path.basename(st["tokenizer"])
+    return f"""
+## 6. PI with a word-piece tokenizer ({tok})
+
+The RoPE model and its PI runs again, identical except for the tokenizer: `{tok}` (SentencePiece,
+`ctxlab tokenizer train`), so L = {L} and the lengths count word pieces, not bytes (each window holds
+several times more text). Perplexity is per token, so it compares only within a tokenizer; bits per
+byte compares across them.
+
+Perplexity:
+
+{tab(ppl, "ppl")}
+
+Bits per byte (nats of the window / ln 2 / its UTF-8 bytes):
+
+{tab(bpb, "bpb")}
+
+With bytes, interpolation blurs the neighbour distances that a byte model spells words with; with
+word pieces the nearest positions carry less of the prediction. Untrained PI against plain RoPE at 4L:
+
+{chr(10).join(lines) if lines else '(no results)'}
+
+"""
 
 
 def main():
@@ -282,6 +347,7 @@ untuned PI model starts at perplexity {fmt(ft0.get(4 * L) if ft0 else None)} at 
   s = 2–4 on long inputs, and YaRN beats NTK-aware; dynamic scaling helps any of them beyond L.
 
 {NOTES_MARK}{notes if notes else chr(10) + chr(10) + '## Notes' + chr(10) + chr(10) + '(what the numbers show, written after looking at them)' + chr(10)}"""
+    md = md.replace(NOTES_MARK, bpe_section(a.out, st, lengths) + NOTES_MARK, 1)
     with open(a.doc, "w") as f:
         f.write(md)
     print(f"report: wrote {a.doc} (+ extrapolation.png, rope_scaling.png, pi_finetune.png in {doc_dir})")

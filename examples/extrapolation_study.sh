@@ -2,8 +2,10 @@
 # examples/extrapolation_study.sh — the length-extrapolation study in one command: train the same
 # small model with each positional encoding at a short context L on the shipped corpus, evaluate
 # each at L, 2L, 4L, 8L; evaluate the RoPE model with every context-extension method without
-# training; fine-tune it with Position Interpolation at 4L and evaluate again. Writes CSVs, gnuplot
-# PNGs and a Markdown report (examples/extrapolation_report.py).
+# training; fine-tune it with Position Interpolation at 4L and evaluate again. With --tokenizer, the
+# RoPE / PI part is re-run with that SentencePiece tokenizer (a BPE model from `ctxlab tokenizer
+# train`): does a word-piece model take PI as the PI paper's LLaMA does? Writes CSVs, gnuplot PNGs,
+# a Markdown report (examples/extrapolation_report.py) and <out>/report.html (`ctxlab report`).
 #
 #   examples/extrapolation_study.sh            # full study (~30 min on 2 idle cores), report in docs/results/
 #   examples/extrapolation_study.sh --quick    # smoke run (~1 min), report in <out>/extrapolation.md
@@ -11,13 +13,18 @@
 # Options: --quick, --out DIR (default runs/extrapolation[-quick]), --bin PATH (default build/ctxlab),
 #          --doc FILE (report path; default docs/results/extrapolation.md, or <out>/extrapolation.md
 #          with --quick), --steps N (pretraining steps per encoding), --ft-steps N, --fresh (retrain
-#          even when a finished run exists in <out>).
+#          even when a finished run exists in <out>), --tokenizer FILE (a SentencePiece .model: adds
+#          the BPE re-run of RoPE / PI in <out>/bpe_*; its context L counts tokens),
+#          --plugin PATH.so (repeatable: every ctxlab call loads it; docs/extending.md),
+#          --add-encoding NAME or NAME='POSENC_JSON' (repeatable: one more encoding in part 1, e.g.
+#          --plugin libfire.so --add-encoding 'fire={"type":"fire","init_L":128}').
 # A finished run (its checkpoint at the final step) is reused, so an interrupted study continues.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-quick=0; out=""; bin="$root/build/ctxlab"; doc=""; steps=""; ft_steps=""; fresh=0
+quick=0; out=""; bin="$root/build/ctxlab"; doc=""; steps=""; ft_steps=""; fresh=0; tokenizer=""
+plugins=(); added=(); declare -A posenc_json
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -27,12 +34,22 @@ while [ $# -gt 0 ]; do
     --steps) steps="$2"; shift ;;
     --ft-steps) ft_steps="$2"; shift ;;
     --fresh) fresh=1 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --tokenizer) tokenizer="$2"; shift ;;
+    --plugin) plugins+=("$2"); shift ;;
+    --add-encoding)
+      name="${2%%=*}"; added+=("$name")
+      [ "$name" != "$2" ] && posenc_json[$name]="${2#*=}"
+      shift ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "extrapolation_study.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 [ -x "$bin" ] || { echo "extrapolation_study.sh: no ctxlab binary at $bin (build first, or pass --bin)" >&2; exit 2; }
+if [ -n "$tokenizer" ]; then
+  [ -f "$tokenizer" ] || { echo "extrapolation_study.sh: --tokenizer $tokenizer: no such file (make one with: $bin tokenizer train --data data/pride_and_prejudice.txt --vocab 4000 --type bpe --out bpe4k.model)" >&2; exit 2; }
+  tokenizer="$(cd "$(dirname "$tokenizer")" && pwd)/$(basename "$tokenizer")"
+fi
 
 # Sizes. Full: d=128, 4 layers, 4 heads, L=128, 8 x 128 tokens per step (~0.1 s/step on 2 cores).
 if [ "$quick" = 1 ]; then
@@ -45,10 +62,18 @@ else
   out=${out:-$root/runs/extrapolation}; doc=${doc:-$root/docs/results/extrapolation.md}
 fi
 # the survey's families too (POSENC_SPEC §5): beyond L the GRU recurs further from h_0 = 0,
-# FLOATER integrates its ODE further, complex-order turns each word by t * omega for any t
-ENCODINGS="learned sinusoidal rope alibi kerple t5 xpos sandwich rnn floater complex-order"
+# FLOATER integrates its ODE further, complex-order turns each word by t * omega for any t;
+# then any --add-encoding
+ENCODINGS="learned sinusoidal rope alibi kerple t5 xpos sandwich rnn floater complex-order${added[*]:+ ${added[*]}}"
 L2=$((2 * L)); L4=$((4 * L)); L8=$((8 * L)); LENGTHS="$L,$L2,$L4,$L8"
 mkdir -p "$out/eval"
+if [ ${#plugins[@]} -gt 0 ]; then  # every call below goes through a wrapper that loads them
+  args=""
+  for p in "${plugins[@]}"; do args="$args --plugin '$(cd "$(dirname "$p")" && pwd)/$(basename "$p")'"; done
+  printf '#!/bin/sh\nexec %s%s "$@"\n' "'$bin'" "$args" > "$out/ctxlab_with_plugins"
+  chmod +x "$out/ctxlab_with_plugins"
+  bin="$out/ctxlab_with_plugins"
+fi
 export OMP_WAIT_POLICY=PASSIVE
 t_start=$(date +%s)
 log() { printf '[%5ds] %s\n' $(( $(date +%s) - t_start )) "$*"; }
@@ -77,7 +102,7 @@ EOF
 cat > "$out/study.json" <<EOF
 {"quick": $quick, "d_model": $D, "n_layers": $LAYERS, "n_heads": $HEADS, "context": $L, "batch": $B,
  "steps": $STEPS, "lr": $LR, "warmup": $WARMUP, "ft_steps": $FT_STEPS, "ft_lr": $FT_LR,
- "ft_context": $L4, "max_windows": $MAXW, "encodings": "$ENCODINGS", "bin": "$bin"}
+ "ft_context": $L4, "max_windows": $MAXW, "encodings": "$ENCODINGS", "bin": "$bin", "tokenizer": "$tokenizer"}
 EOF
 
 # ---- 1. pretrain every encoding at L, evaluate at L..8L ----
@@ -87,9 +112,10 @@ for enc in $ENCODINGS; do
     log "$enc: reusing the finished run in $run"
   else
     rm -rf "$run"; mkdir -p "$run"
+    pe="${posenc_json[$enc]:-}"; [ -n "$pe" ] || pe="{\"type\": \"$enc\"}"
     cat > "$run/config.json" <<EOF
 {"vocab_size": 256, "d_model": $D, "n_layers": $LAYERS, "n_heads": $HEADS, "context": $L,
- "norm": "layernorm", "tie_embeddings": true, "posenc": {"type": "$enc"}}
+ "norm": "layernorm", "tie_embeddings": true, "posenc": $pe}
 EOF
     log "$enc: training $STEPS steps at L=$L"
     stage "train_$enc" "$bin" train --config "$run/config.json" --steps "$STEPS" --batch "$B" --lr "$LR" \
@@ -100,7 +126,8 @@ EOF
   extra=""
   [ "$enc" = learned ] && extra="--hierarchical"  # learned positions beyond L: Su's hierarchical extension
   log "$enc: evaluating at $LENGTHS"
-  stage "eval_$enc" evalq --checkpoint "$run/model.safetensors" --lengths "$LENGTHS" $extra --csv "$out/eval/$enc.csv"
+  stage "eval_$enc" evalq --checkpoint "$run/model.safetensors" --lengths "$LENGTHS" $extra --csv "$out/eval/$enc.csv" \
+    --json "$run/eval.json"
 done
 
 # ---- 2. the two baselines: segmented (chunks of L) and sliding-window attention ----
@@ -130,8 +157,11 @@ evalq --checkpoint "$rope" --lengths "$LENGTHS" --rope-scaling leaky-rerope --fa
 
 # ---- 4. fine-tunes of the RoPE model at 4L: with Position Interpolation, and without scaling ----
 # finetune NAME LABEL [scaling args...]: the same budget and recipe for both; reuses a finished run.
+# Fine-tunes the checkpoint in $src (the byte RoPE model, or the BPE one in section 5).
+src="$rope"
 finetune() {
   local name="$1" label="$2"; shift 2
+  local rope="$src"
   local dir="$out/$name"
   if [ "$fresh" = 0 ] && finished "$dir" "$FT_STEPS"; then
     log "$label: reusing $dir"
@@ -143,7 +173,7 @@ finetune() {
       --eval-interval "$FT_EVAL" --eval-batches 1000 --log-interval $((FT_STEPS / 4)) --out "$dir" --no-plot \
       > "$out/$name.log"
   fi
-  evalq --checkpoint "$dir/model.safetensors" --lengths "$LENGTHS" --csv "$out/eval/$name.csv"
+  evalq --checkpoint "$dir/model.safetensors" --lengths "$LENGTHS" --csv "$out/eval/$name.csv" --json "$dir/eval.json"
 }
 finetune rope_pi_ft "PI fine-tune (factor 4)" --rope-scaling pi --factor 4
 # The fine-tune's validation curve at 4L starts from the un-tuned PI model: its loss at step 0.
@@ -151,7 +181,41 @@ evalq --checkpoint "$rope" --lengths "$L4" --rope-scaling pi --factor 4 --csv "$
 # Same budget without scaling: the PI paper's "direct fine-tuning" comparison.
 finetune rope_direct_ft "direct fine-tune (no scaling)"
 
+# ---- 5. with --tokenizer: RoPE and PI again with word pieces (L counts tokens) ----
+runs="$(for e in $ENCODINGS; do printf '%s ' "$out/$e"; done)$out/rope_pi_ft $out/rope_direct_ft"
+if [ -n "$tokenizer" ]; then
+  run="$out/bpe_rope"
+  if [ "$fresh" = 0 ] && finished "$run" "$STEPS"; then
+    log "bpe rope: reusing the finished run in $run"
+  else
+    rm -rf "$run"; mkdir -p "$run"
+    cp "$out/rope/config.json" "$run/config.json"  # ctxlab train sets vocab_size from the tokenizer
+    log "bpe rope: training $STEPS steps at L=$L tokens with $tokenizer"
+    stage train_bpe_rope "$bin" train --config "$run/config.json" --tokenizer "$tokenizer" --steps "$STEPS" \
+      --batch "$B" --lr "$LR" --min-lr "$(python3 -c "print($LR/10)")" --warmup "$WARMUP" \
+      --eval-interval $((STEPS / 6)) --ckpt-interval "$STEPS" --log-interval $((STEPS / 4)) --out "$run" \
+      --no-plot > "$run/train.log"
+    tail -n 2 "$run/train.log" | head -n 1
+  fi
+  src="$run/model.safetensors"
+  stage eval_bpe_rope evalq --checkpoint "$src" --lengths "$LENGTHS" --csv "$out/eval/bpe_rope.csv" --json "$run/eval.json"
+  log "bpe rope + pi (s = length / L)"
+  rm -f "$out/eval/bpe_rope_pi.csv"
+  for len in $L2 $L4 $L8; do
+    evalq --checkpoint "$src" --lengths "$len" --rope-scaling pi --factor $((len / L)) --csv "$out/eval/bpe_rope_pi_$len.csv"
+    if [ -f "$out/eval/bpe_rope_pi.csv" ]; then tail -n +2 "$out/eval/bpe_rope_pi_$len.csv" >> "$out/eval/bpe_rope_pi.csv"
+    else cp "$out/eval/bpe_rope_pi_$len.csv" "$out/eval/bpe_rope_pi.csv"; fi
+    rm -f "$out/eval/bpe_rope_pi_$len.csv"
+  done
+  finetune bpe_rope_pi_ft "BPE PI fine-tune (factor 4)" --rope-scaling pi --factor 4
+  evalq --checkpoint "$src" --lengths "$L4" --rope-scaling pi --factor 4 --csv "$out/eval/bpe_rope_pi_ft_step0.csv"
+  finetune bpe_rope_direct_ft "BPE direct fine-tune (no scaling)"
+  runs="$runs $out/bpe_rope $out/bpe_rope_pi_ft $out/bpe_rope_direct_ft"
+fi
+
 total=$(( $(date +%s) - t_start ))
 echo "total,$total" >> "$timing"
 log "study done in $((total / 60)) min $((total % 60)) s; writing the report"
 python3 "$here/extrapolation_report.py" --out "$out" --doc "$doc"
+# shellcheck disable=SC2086  # $runs: one word per run directory
+"$bin" report $runs --title "ctxlab extrapolation study (L = $L)" --out "$out/report.html"

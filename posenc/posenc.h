@@ -152,13 +152,17 @@ class PositionalEncoding {
 std::unique_ptr<PositionalEncoding> make_posenc(const ModelConfig& cfg, const std::string& source);
 std::vector<std::string> posenc_types();
 
-// Registration (each encoding file registers itself with a static PosencRegistrar).
+// Registration (each encoding file registers itself with a static PosencRegistrar; so does a
+// user's file linked into a program or a --plugin library: docs/extending.md). A name that is
+// already registered keeps its first factory; the repeated name is reported by
+// posenc_take_duplicates(), which hands over (and clears) the names repeated so far.
 using PosencFactory =
     std::unique_ptr<PositionalEncoding> (*)(const ModelConfig& cfg, const nlohmann::json& params,
                                            const std::string& source);
 struct PosencRegistrar {
   PosencRegistrar(const char* type, PosencFactory f);
 };
+std::vector<std::string> posenc_take_duplicates();
 
 // Helpers for encoding files: read an optional typed parameter (error names key and type).
 double posenc_number(const nlohmann::json& p, const char* key, double def, const std::string& source);

@@ -13,7 +13,22 @@ static std::map<std::string, PosencFactory>& registry() {
   return r;
 }
 
-PosencRegistrar::PosencRegistrar(const char* type, PosencFactory f) { registry()[type] = f; }
+// Names registered twice (a plugin reusing a built-in's name): the first registration stays and
+// the name is kept here for posenc_take_duplicates() (a static constructor cannot throw).
+static std::vector<std::string>& duplicates() {
+  static std::vector<std::string> d;
+  return d;
+}
+
+PosencRegistrar::PosencRegistrar(const char* type, PosencFactory f) {
+  if (!registry().emplace(type, f).second) duplicates().push_back(type);
+}
+
+std::vector<std::string> posenc_take_duplicates() {
+  std::vector<std::string> d;
+  d.swap(duplicates());
+  return d;
+}
 
 // Each encoding family file defines one of these (static libraries drop unreferenced objects,
 // so the registry names them explicitly).

@@ -2,9 +2,10 @@
 # scripts/setup.sh — install every Debian package ctxlab needs (idempotent, non-interactive).
 #   build:   cmake, g++, oneDNN, OpenBLAS (pthread build), cxxopts, nlohmann-json, fmt, GoogleTest,
 #            Boost.Context (fibers of the CUDA emulator, core/cuda/emu), OpenMPI (mpirun: data-parallel
-#            training, docs/distributed.md)
+#            training, docs/distributed.md), SentencePiece (tokenizers, train/tokenizer_sp.*)
 #   tests:   python3-torch + numpy (PyTorch parity tests), clang + libclang-rt (fuzzers, sanitizers)
-#   tools:   gnuplot (loss / perplexity plots), bible-kjv (optional larger corpus)
+#   tools:   gnuplot (loss / perplexity plots), bible-kjv (optional larger corpus), dygraphs (charts
+#            inlined by `ctxlab report`), chromium (headless: the report's browser test)
 #   usage:   scripts/setup.sh [--kjv]
 #            --kjv  also prepare data/kjv.txt, the King James Bible from the bible-kjv package
 #                   (~4 MB, one verse per line, verse references stripped; public domain)
@@ -15,7 +16,7 @@ WITH_KJV=0
 for arg in "$@"; do
   case "$arg" in
     --kjv) WITH_KJV=1 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "setup: unknown option '$arg' (usage: scripts/setup.sh [--kjv])" >&2; exit 2 ;;
   esac
 done
@@ -32,6 +33,8 @@ PKGS=(
   gnuplot-nox
   libboost-context-dev
   openmpi-bin libopenmpi-dev
+  libsentencepiece-dev
+  libjs-dygraphs chromium
 )
 
 missing=()

@@ -67,6 +67,10 @@ LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::j
     }
   }
   out.metadata = f.metadata;
+  out.tokenizer = tokenizer_from_metadata(f.metadata, path);
+  if (out.tokenizer)
+    CTX_CHECK(out.tokenizer->vocab_size() == cfg.vocab_size, path, ": the recorded tokenizer has ",
+              out.tokenizer->vocab_size(), " tokens but config.vocab_size is ", cfg.vocab_size);
   out.model = std::make_unique<nn::GPT>(cfg, dt, path);
   std::set<std::string> expected;
   for (auto& [name, p] : out.model->named_parameters()) {

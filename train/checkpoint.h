@@ -3,13 +3,14 @@
 // Loading validates the file against the config it carries: every parameter present with the
 // right shape and a float dtype (F64 / F16 / BF16 converted), every value finite (a NaN or inf
 // weight is an error naming the tensor and the element), no unknown tensors. Errors name the
-// file and the tensor.
+// file and the tensor. The tokenizer a checkpoint records comes back in LoadedModel::tokenizer.
 #pragma once
 #include <map>
 #include <memory>
 #include <string>
 
 #include "nn/gpt.h"
+#include "train/tokenizer.h"
 
 namespace ctx {
 
@@ -17,6 +18,10 @@ struct LoadedModel {
   std::unique_ptr<nn::GPT> model;
   int64_t step = 0;
   std::map<std::string, std::string> metadata;
+  // The tokenizer the file records (__metadata__.tokenizer, train/tokenizer.h), its vocab_size
+  // checked against the config; nullptr when it records none (then the text is bytes).
+  std::shared_ptr<const Tokenizer> tokenizer;
+  const Tokenizer& text_tokenizer() const { return tokenizer ? *tokenizer : *byte_tokenizer(); }
 };
 
 void save_checkpoint(const std::string& path, nn::GPT& model, int64_t step,

@@ -85,6 +85,37 @@ Device device_from_option(const std::string& s) {
 #endif
 }
 
+void add_tokenizer_option(cxxopts::Options& o, const std::string& help) {
+  o.add_options("tokenizer")("tokenizer", help, cxxopts::value<std::string>());
+}
+
+std::shared_ptr<const Tokenizer> tokenizer_from_option(const cxxopts::ParseResult& r) {
+  if (!r.count("tokenizer")) return byte_tokenizer();
+  try {
+    return load_tokenizer_file(r["tokenizer"].as<std::string>());
+  } catch (const Error& e) {
+    throw Error(str("--tokenizer: ", e.what()));
+  }
+}
+
+std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const LoadedModel& lm, const cxxopts::ParseResult& r,
+                                                      const std::string& ckpt) {
+  if (!r.count("tokenizer")) return lm.tokenizer ? lm.tokenizer : byte_tokenizer();
+  const std::string path = r["tokenizer"].as<std::string>();
+  std::shared_ptr<const Tokenizer> given = tokenizer_from_option(r);
+  if (lm.tokenizer) {
+    CTX_CHECK(given->fingerprint() == lm.tokenizer->fingerprint(), "--tokenizer ", path, " (", given->type(),
+              ", vocab ", given->vocab_size(), ", fingerprint ", given->fingerprint(),
+              ") is not the tokenizer recorded in ", ckpt, " (", lm.tokenizer->type(), ", vocab ",
+              lm.tokenizer->vocab_size(), ", fingerprint ", lm.tokenizer->fingerprint(),
+              "); leave --tokenizer out to use the recorded one");
+    return lm.tokenizer;
+  }
+  CTX_CHECK(given->vocab_size() == lm.model->cfg.vocab_size, "--tokenizer ", path, " has ", given->vocab_size(),
+            " tokens but ", ckpt, " (which records no tokenizer) has vocab_size ", lm.model->cfg.vocab_size);
+  return given;
+}
+
 void add_precision_options(cxxopts::Options& o) {
   o.add_options("precision")("precision",
                              "fp32 | bf16: GEMM inputs (linear layers, matmuls) in bf16 with fp32 accumulation; "

@@ -8,6 +8,7 @@
 #include <cxxopts.hpp>
 
 #include "core/tensor.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -37,6 +38,15 @@ void apply_precision_options(const cxxopts::ParseResult& r);
 // Starts MPI (train/distributed.h) when the process runs under mpirun or the verb was given
 // --distributed; a plain run stays a single process and never touches MPI.
 void start_distributed(const cxxopts::ParseResult& r);
+// --tokenizer FILE (a SentencePiece .model from `ctxlab tokenizer train`), with `help`.
+void add_tokenizer_option(cxxopts::Options& o, const std::string& help);
+// For `train`: the tokenizer of --tokenizer, or the byte tokenizer without it.
+std::shared_ptr<const Tokenizer> tokenizer_from_option(const cxxopts::ParseResult& r);
+// For the verbs that load a checkpoint: the tokenizer it records; --tokenizer, when given, must be
+// the same one (a one-line error otherwise). A checkpoint that records none reads bytes, or the
+// --tokenizer given when its vocabulary fits the config.
+std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const LoadedModel& lm, const cxxopts::ParseResult& r,
+                                                      const std::string& ckpt);
 // all [B, T+1] -> (inputs [B, T], targets [B, T])
 std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all);
 

@@ -17,6 +17,7 @@
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/cli_common.h"
+#include "train/data.h"
 #include "train/eval.h"
 #include "train/fileio.h"
 #include "train/sample.h"
@@ -41,7 +42,7 @@ std::string shipped_corpus_path() {
 }
 
 // The validation split of the shipped corpus: its last floor(10% of n) bytes, the same split as
-// the trainer's (train/data.cpp load_corpus with val_fraction 0.1).
+// the trainer's (train/data.cpp split_text with val_fraction 0.1), encoded on its own.
 constexpr double kValidationFraction = 0.10;
 
 std::vector<int64_t> parse_lengths(const std::string& s) {
@@ -150,9 +151,10 @@ int run_eval(int argc, char** argv) {
       "e.g. --window 256 (the model's context is the usual choice)", cxxopts::value<int64_t>())(
       "segmented", "evaluate each window in independent chunks of the model's context L (positions "
       "restart at 0 in every chunk, no attention across chunks)");
-  o.add_options("output")("csv", "also write the table as CSV (length,windows,tokens,loss,ppl,bits_per_byte), "
+  o.add_options("output")("csv", "also write the table as CSV (length,windows,tokens,loss,ppl,bits_per_byte,bytes), "
                           "e.g. results.csv", cxxopts::value<std::string>())(
       "json", "also write the results as JSON, e.g. results.json", cxxopts::value<std::string>());
+  add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
   add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
@@ -173,6 +175,7 @@ int run_eval(int argc, char** argv) {
     throw Error(str(e.what(), " (with the override posenc ", ov.dump(), " from --hierarchical / --rope-scaling)"));
   }
   nn::GPT& model = *lm.model;
+  const std::shared_ptr<const Tokenizer> tok = checkpoint_tokenizer(lm, *r, ckpt);
   EvalMode mode;
   if (r->count("window")) {
     mode.window = (*r)["window"].as<int64_t>();
@@ -188,13 +191,11 @@ int run_eval(int argc, char** argv) {
   std::vector<int32_t> tokens;
   if (r->count("data")) {
     data = (*r)["data"].as<std::string>();
-    tokens = load_text_tokens(data);
+    tokens = load_text_tokens(data, tok.get());
     split = "all";
   } else {
     data = shipped_corpus_path();
-    std::vector<int32_t> all = load_text_tokens(data);
-    size_t start = all.size() - (size_t)((double)all.size() * kValidationFraction);
-    tokens.assign(all.begin() + (std::ptrdiff_t)start, all.end());
+    tokens = tok->encode(split_text(read_file(data, "text corpus"), kValidationFraction).second);
     split = "validation (last 10%)";
     data += " [validation split]";
   }
@@ -216,15 +217,15 @@ int run_eval(int argc, char** argv) {
   const std::string mode_name = mode.window > 0    ? str("sliding window ", mode.window)
                                 : mode.segment > 0 ? str("segmented, chunks of ", mode.segment)
                                                    : std::string("full causal attention");
-  std::printf("eval %s (posenc %s, context %lld) on %s: %zu tokens, %s\n", ckpt.c_str(),
-              model.cfg.posenc.dump().c_str(), (long long)model.cfg.context, data.c_str(), tokens.size(),
-              mode_name.c_str());
+  std::printf("eval %s (posenc %s, context %lld, tokenizer %s) on %s: %zu tokens, %s\n", ckpt.c_str(),
+              model.cfg.posenc.dump().c_str(), (long long)model.cfg.context, tok->describe().c_str(), data.c_str(),
+              tokens.size(), mode_name.c_str());
   std::printf("%8s %8s %10s %10s %12s %10s\n", "length", "windows", "tokens", "loss", "ppl", "bits/byte");
   std::fflush(stdout);
   std::vector<EvalResult> results;
   for (int64_t len : lengths) {
     const int64_t batch = batch_opt > 0 ? batch_opt : std::max<int64_t>(1, 8192 / len);
-    EvalResult e = evaluate(model, tokens, len, batch, max_windows, data, mode);
+    EvalResult e = evaluate(model, tokens, len, batch, max_windows, data, mode, tok.get());
     std::printf("%8lld %8lld %10lld %10.4f %12.4f %10.4f\n", (long long)e.length, (long long)e.windows,
                 (long long)e.tokens, e.loss, e.ppl, e.bpb);
     std::fflush(stdout);
@@ -232,11 +233,11 @@ int run_eval(int argc, char** argv) {
   }
 
   if (r->count("csv")) {
-    std::string csv = "length,windows,tokens,loss,ppl,bits_per_byte\n";
+    std::string csv = "length,windows,tokens,loss,ppl,bits_per_byte,bytes\n";
     char buf[256];
     for (auto& e : results) {
-      std::snprintf(buf, sizeof buf, "%lld,%lld,%lld,%.9g,%.9g,%.9g\n", (long long)e.length, (long long)e.windows,
-                    (long long)e.tokens, e.loss, e.ppl, e.bpb);
+      std::snprintf(buf, sizeof buf, "%lld,%lld,%lld,%.9g,%.9g,%.9g,%lld\n", (long long)e.length,
+                    (long long)e.windows, (long long)e.tokens, e.loss, e.ppl, e.bpb, (long long)e.bytes);
       csv += buf;
     }
     std::string path = (*r)["csv"].as<std::string>();
@@ -250,6 +251,8 @@ int run_eval(int argc, char** argv) {
                         {"posenc", model.cfg.posenc},
                         {"context", model.cfg.context},
                         {"step", lm.step},
+                        {"tokenizer", {{"type", tok->type()}, {"vocab_size", tok->vocab_size()},
+                                       {"fingerprint", tok->fingerprint()}}},
                         {"mode", mode_name},
                         {"window", mode.window},
                         {"segment", mode.segment},
@@ -260,7 +263,8 @@ int run_eval(int argc, char** argv) {
                               {"tokens", e.tokens},
                               {"loss", e.loss},
                               {"ppl", e.ppl},
-                              {"bits_per_byte", e.bpb}});
+                              {"bits_per_byte", e.bpb},
+                              {"bytes", e.bytes}});
     std::string path = (*r)["json"].as<std::string>();
     write_text(path, j.dump(2) + "\n", "eval JSON");
     std::printf("wrote %s\n", path.c_str());
@@ -271,7 +275,7 @@ int run_eval(int argc, char** argv) {
 int run_sample(int argc, char** argv) {
   cxxopts::Options o(
       "ctxlab sample",
-      "Generate text from a checkpoint, one byte-token at a time: the prompt goes through the model once,\n"
+      "Generate text from a checkpoint, one token at a time: the prompt goes through the model once,\n"
       "then each new token costs one position (KV cache; --no-cache recomputes the whole forward per\n"
       "token). Tokens stream to stdout as they are produced (the prompt first); tokens/s go to stderr at\n"
       "the end. Beyond the trained context the encoding extrapolates (with its config's scaling), or\n"
@@ -286,7 +290,7 @@ int run_sample(int argc, char** argv) {
                   cxxopts::value<std::string>())(
       "prompt", "text to continue, e.g. \"It is a truth\" (empty: start from a newline, which is not printed)",
       cxxopts::value<std::string>()->default_value(""))(
-      "max-tokens", "number of tokens (bytes) to generate, >= 0, e.g. 500",
+      "max-tokens", "number of tokens to generate (bytes, or pieces of a tokenizer), >= 0, e.g. 500",
       cxxopts::value<int64_t>()->default_value("200"))(
       "temperature", "softmax temperature, >= 0: lower is more conservative, 0 = greedy argmax, e.g. 1.0",
       cxxopts::value<double>()->default_value("0.8"))(
@@ -301,6 +305,7 @@ int run_sample(int argc, char** argv) {
       "0..K-1, and go on (0 = half the context; K = context: recompute the last `context` tokens every step)",
       cxxopts::value<int64_t>()->default_value("0"))(
       "h,help", "this help");
+  add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
   add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
@@ -317,15 +322,17 @@ int run_sample(int argc, char** argv) {
   check_sample_options(opt);
   const std::string ckpt = (*r)["checkpoint"].as<std::string>();
   LoadedModel lm = load_checkpoint(ckpt);
-  CTX_CHECK(lm.model->cfg.vocab_size == ByteTokenizer::kVocabSize, ckpt, ": vocab_size is ",
-            lm.model->cfg.vocab_size, ", but sample reads and writes text with the byte tokenizer (vocab_size 256)");
+  const std::shared_ptr<const Tokenizer> tok = checkpoint_tokenizer(lm, *r, ckpt);
+  CTX_CHECK(lm.model->cfg.vocab_size == tok->vocab_size(), ckpt, ": vocab_size is ", lm.model->cfg.vocab_size,
+            ", but sample reads and writes text with the ", tok->describe(), " tokenizer");
   std::string prompt = (*r)["prompt"].as<std::string>();
-  std::vector<int32_t> ids = prompt.empty() ? encode_bytes("\n") : encode_bytes(prompt);
+  std::vector<int32_t> ids = tok->encode(prompt.empty() ? std::string("\n") : prompt);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<int32_t> got = sample(*lm.model, ids, opt, [](int32_t t) {
-    std::fputc((int)t, stdout);
+  std::vector<int32_t> got = sample(*lm.model, ids, opt, [&](int32_t t) {
+    const std::string piece = tok->token_text(t);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   });
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -105,6 +105,7 @@ int run_finetune(int argc, char** argv) {
       "ckpt-interval", "steps between checkpoints", cxxopts::value<int64_t>()->default_value("100"))(
       "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
       "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)");
+  add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
   add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
@@ -136,6 +137,7 @@ int run_finetune(int argc, char** argv) {
 
   TrainOptions opt;
   read_train_options(a, opt);
+  opt.tokenizer = checkpoint_tokenizer(lm, a, ckpt);
   opt.context = context;
   opt.optimizer = "adamw";
   opt.min_lr = a.count("min-lr") ? a["min-lr"].as<double>() : opt.lr;

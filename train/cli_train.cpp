@@ -21,10 +21,12 @@ namespace ctx::cli {
 int run_train(int argc, char** argv) {
   TrainOptions d;
   cxxopts::Options o("ctxlab train",
-                     "Train a GPT (MODEL_SPEC) on a text corpus, byte-level tokens.\n"
+                     "Train a GPT (MODEL_SPEC) on a text corpus: byte-level tokens, or a SentencePiece\n"
+                     "tokenizer (`ctxlab tokenizer train`) with --tokenizer; vocab_size follows the tokenizer.\n"
                      "  ctxlab train --preset small --out runs/small            # the README's main job\n"
                      "  ctxlab train --preset tiny --posenc alibi --steps 300 --out runs/tiny-alibi\n"
                      "  ctxlab train --resume runs/small                        # continue the same run\n"
+                     "  ctxlab train --preset small --tokenizer bpe4k.model --out runs/small-bpe\n"
                      "Writes <out>/model.safetensors (+ .optim.safetensors), metrics.jsonl, train.csv,\n"
                      "val.csv and loss.png.");
   add_config_options(o);
@@ -59,6 +61,8 @@ int run_train(int argc, char** argv) {
       "device", "cpu | cuda: where the model trains", cxxopts::value<std::string>()->default_value("cpu"))(
       "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)")(
       "h,help", "this help");
+  add_tokenizer_option(o, "SentencePiece model (ctxlab tokenizer train), e.g. bpe4k.model; "
+                          "default: bytes (vocab 256); recorded in the checkpoint");
   add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
@@ -79,6 +83,7 @@ int run_train(int argc, char** argv) {
     auto it = lm.metadata.find("train_options");
     CTX_CHECK(it != lm.metadata.end(), mp, ": __metadata__.train_options missing (not written by ctxlab train)");
     TrainOptions opt = train_options_from_json(nlohmann::json::parse(it->second), mp + " (train_options)");
+    opt.tokenizer = checkpoint_tokenizer(lm, a, mp);
     opt.out = dir;
     if (a.count("steps")) opt.steps = a["steps"].as<int64_t>();
     // The optimizer state must belong to the model's step. A run killed between the two writes
@@ -117,6 +122,8 @@ int run_train(int argc, char** argv) {
   opt.optimizer = a["optimizer"].as<std::string>();
   opt.min_lr = a["min-lr"].as<double>();
   opt.momentum = a["momentum"].as<double>();
+  opt.tokenizer = tokenizer_from_option(a);
+  cfg.vocab_size = opt.tokenizer->vocab_size();  // the config's vocab_size follows the tokenizer
 
   nn::GPT model(cfg, DType::F32, source);
   model.init_weights(opt.seed);
@@ -125,9 +132,10 @@ int run_train(int argc, char** argv) {
   for (auto& p : model.named_parameters()) nparams += p.second.data().numel();
   if (!opt.quiet && dist::is_root())
     std::printf("model: %s, %lld parameters, d_model %lld, %lld layers, %lld heads, context %lld, posenc %s\n"
+                "tokenizer: %s\n"
                 "threads: %d%s, gemm: %s\n",
                 source.c_str(), (long long)nparams, (long long)cfg.d_model, (long long)cfg.n_layers,
-                (long long)cfg.n_heads, (long long)cfg.context, model.pe->type().c_str(), cpu::num_threads(),
+                (long long)cfg.n_heads, (long long)cfg.context, model.pe->type().c_str(), opt.tokenizer->describe().c_str(), cpu::num_threads(),
                 dist::active() ? " per rank" : "",
                 cpu::gemm_impl_name(cpu::current_gemm_impl()));
   train(model, opt, 0, "", a["stop-after"].as<int64_t>());

@@ -11,6 +11,8 @@ int run_sample(int argc, char** argv); // cli_eval.cpp
 int run_gradcheck(int argc, char** argv);  // cli_gradcheck.cpp
 int run_bench(int argc, char** argv);  // cli_bench.cpp
 int run_finetune(int argc, char** argv);  // cli_finetune.cpp
+int run_tokenizer(int argc, char** argv);  // cli_tokenizer.cpp
+int run_report(int argc, char** argv);  // report.cpp
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> v = {
@@ -22,6 +24,8 @@ const std::vector<Verb>& verbs() {
       {"init", "write a freshly initialised checkpoint for a config", run_init},
       {"gradcheck", "finite-difference check of an encoding's gradients through a tiny f64 model", run_gradcheck},
       {"bench", "time training steps; tokens/s, ms split, peak RSS, GFLOP/s, MFU as JSON", run_bench},
+      {"tokenizer", "tokenizer train: learn a SentencePiece BPE / unigram model for --tokenizer", run_tokenizer},
+      {"report", "one self-contained HTML page comparing run directories (curves, eval, config)", run_report},
   };
   return v;
 }

@@ -1,6 +1,7 @@
 // train/data.cpp — corpus loading, the split and batches (see data.h).
 #include "train/data.h"
 
+#include "train/fileio.h"
 #include "train/tokenizer.h"
 
 namespace ctx {
@@ -13,18 +14,25 @@ std::string default_corpus_path() {
 #endif
 }
 
-Corpus load_corpus(const std::string& path, double val_fraction, int64_t min_window) {
+std::pair<std::string, std::string> split_text(const std::string& text, double val_fraction) {
   CTX_CHECK(val_fraction > 0 && val_fraction < 1, "data: val_fraction must be in (0, 1), got ", val_fraction);
-  std::vector<int32_t> all = load_text_tokens(path);
-  const int64_t n = (int64_t)all.size();
-  const int64_t nval = (int64_t)((double)n * val_fraction);
-  CTX_CHECK(n - nval > min_window + 1 && nval > min_window + 1, path, ": corpus of ", n,
-            " bytes is too short for windows of ", min_window + 1, " tokens in both the train split and the ",
-            val_fraction * 100, "% validation split");
+  const size_t nval = (size_t)((double)text.size() * val_fraction);
+  return {text.substr(0, text.size() - nval), text.substr(text.size() - nval)};
+}
+
+Corpus load_corpus(const std::string& path, double val_fraction, int64_t min_window, const Tokenizer* tok) {
+  CTX_CHECK(val_fraction > 0 && val_fraction < 1, "data: val_fraction must be in (0, 1), got ", val_fraction);
+  const std::string text = read_file(path, "text corpus");
+  auto [tr, va] = split_text(text, val_fraction);
+  const Tokenizer& t = tok ? *tok : *byte_tokenizer();
   Corpus c;
   c.source = path;
-  c.train.assign(all.begin(), all.end() - nval);
-  c.val.assign(all.end() - nval, all.end());
+  c.train = t.encode(tr);
+  c.val = t.encode(va);
+  const int64_t nt = (int64_t)c.train.size(), nv = (int64_t)c.val.size();
+  CTX_CHECK(nt > min_window + 1 && nv > min_window + 1, path, ": corpus of ", text.size(), " bytes (", nt,
+            " + ", nv, " tokens with the ", t.type(), " tokenizer) is too short for windows of ", min_window + 1,
+            " tokens in both the train split and the ", val_fraction * 100, "% validation split");
   return c;
 }
 

@@ -1,5 +1,5 @@
-// train/data.h — the training corpus as byte tokens: a deterministic train/validation split
-// (the last `val_fraction` of the bytes is validation) and seeded random batches whose RNG state
+// train/data.h — the training corpus as tokens: a deterministic train/validation split (the
+// last `val_fraction` of the bytes is validation, whatever the tokenizer: each part is encoded on its own) and seeded random batches whose RNG state
 // can be saved and restored (resume continues the same batches).
 #pragma once
 #include <cstdint>
@@ -9,6 +9,7 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "train/tokenizer.h"
 
 namespace ctx {
 
@@ -19,8 +20,11 @@ struct Corpus {
   std::string source;
   std::vector<int32_t> train, val;
 };
-// Errors: unreadable file; too short to hold one window of `min_window` tokens in each split.
-Corpus load_corpus(const std::string& path, double val_fraction, int64_t min_window);
+// Splits the text at byte n - floor(n * val_fraction) and encodes both parts with `tok` (nullptr:
+// bytes). Errors: unreadable file; too short to hold one window of `min_window` tokens in each split.
+Corpus load_corpus(const std::string& path, double val_fraction, int64_t min_window, const Tokenizer* tok = nullptr);
+// The same split of a text: (train part, validation part).
+std::pair<std::string, std::string> split_text(const std::string& text, double val_fraction);
 
 // Random windows of T+1 tokens from `tokens`: (inputs [B, T], targets [B, T]) as i64.
 class BatchSampler {

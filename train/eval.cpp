@@ -32,7 +32,8 @@ void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, c
 }
 
 EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
-                    int64_t max_windows, const std::string& source, const EvalMode& mode) {
+                    int64_t max_windows, const std::string& source, const EvalMode& mode,
+                    const Tokenizer* tok) {
   CTX_CHECK(batch >= 1, "evaluate: batch must be >= 1, got ", batch);
   check_eval_length(model, (int64_t)tokens.size(), length, source, mode);
   const int64_t V = model.cfg.vocab_size;
@@ -44,6 +45,19 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
   r.length = length;
   r.windows = eval_window_count((int64_t)tokens.size(), length, max_windows);
   r.tokens = r.windows * length;
+  // Bytes of the predicted tokens (targets: positions 1..length of every window).
+  CTX_CHECK(!tok || tok->vocab_size() == V, "evaluate: the tokenizer has ", tok ? tok->vocab_size() : 0,
+            " tokens but the model's vocab_size is ", V);
+  if (!tok) {
+    r.bytes = r.tokens;
+  } else {
+    std::vector<int64_t> nbytes((size_t)V);
+    for (int64_t v = 0; v < V; ++v) nbytes[(size_t)v] = (int64_t)tok->token_text((int32_t)v).size();
+    for (int64_t w = 0; w < r.windows; ++w)
+      for (int64_t t = 1; t <= length; ++t) r.bytes += nbytes[(size_t)tokens[(size_t)(w * (length + 1) + t)]];
+  }
+  CTX_CHECK(r.tokens == 0 || r.bytes > 0, "evaluate: ", source, ": the predicted tokens stand for no bytes of "
+            "text (all control tokens?); bits per byte is undefined");
 
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
@@ -87,7 +101,7 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
   if (was_training) model.train();
   r.loss = total / (double)r.tokens;
   r.ppl = std::exp(r.loss);
-  r.bpb = r.loss / std::log(2.0);
+  r.bpb = total / std::log(2.0) / (double)r.bytes;
   return r;
 }
 

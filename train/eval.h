@@ -2,7 +2,8 @@
 // The text is cut into non-overlapping windows of length+1 tokens; in each window the first
 // `length` tokens are the inputs (positions 0..length-1, no state carried between windows) and
 // the last `length` the targets. The result is the mean cross-entropy over every predicted
-// token, in nats, with perplexity and bits per byte (the byte tokenizer: one token = one byte).
+// token, in nats, with perplexity and bits per byte: total nats / ln 2 / the UTF-8 bytes of the
+// predicted tokens (Tokenizer::token_text), comparable between tokenizers (bytes: loss / ln 2).
 // Evaluation runs in eval mode with no autograd graph and is deterministic.
 #pragma once
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "nn/gpt.h"
+#include "train/tokenizer.h"
 
 namespace ctx {
 
@@ -19,7 +21,8 @@ struct EvalResult {
   int64_t tokens = 0;   // predicted tokens (windows * length)
   double loss = 0;      // mean cross-entropy, nats per token
   double ppl = 0;       // exp(loss)
-  double bpb = 0;       // bits per byte = loss / ln 2 (byte tokenizer)
+  int64_t bytes = 0;    // bytes of text the predicted tokens stand for
+  double bpb = 0;       // bits per byte = loss * tokens / ln 2 / bytes
 };
 
 // The two baselines the length-extrapolation literature compares against (both 0 = off):
@@ -45,8 +48,10 @@ void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, c
 
 // Evaluates `model` at `length` on `tokens` (ids in [0, vocab)). `batch`: windows per forward
 // (>= 1); `max_windows`: use at most the first this-many windows (0 = all). `source` names the
-// text in errors (a file name). Runs in eval mode (the train/eval state is restored after).
+// text in errors (a file name). `tok` maps tokens to bytes for bits per byte (nullptr: bytes).
+// Runs in eval mode (the train/eval state is restored after).
 EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
-                    int64_t max_windows, const std::string& source = "text", const EvalMode& mode = {});
+                    int64_t max_windows, const std::string& source = "text", const EvalMode& mode = {},
+                    const Tokenizer* tok = nullptr);
 
 }  // namespace ctx

@@ -89,7 +89,10 @@ std::string fmt_duration(double sec) {
   return b;
 }
 
-double validation_loss(nn::GPT& model, const Corpus& c, int64_t B, int64_t T, int64_t batches) {
+// Mean validation loss (nats / token) over the first `batches` batches of consecutive windows;
+// *bpb gets the bits per byte of the same windows (the bytes their target tokens stand for).
+double validation_loss(nn::GPT& model, const Corpus& c, int64_t B, int64_t T, int64_t batches,
+                       const Tokenizer& tok, double* bpb) {
   NoGradGuard ng;
   bool was = model.is_training();
   model.eval();
@@ -105,6 +108,10 @@ double validation_loss(nn::GPT& model, const Corpus& c, int64_t B, int64_t T, in
   }
   dist::allreduce_sum(&total, 1);
   model.train(was);
+  int64_t bytes = 0;  // windows 0 .. nb*B-1 of sequential_batch: targets val[w*T+1 .. w*T+T]
+  for (int64_t w = 0; w < nb * B; ++w)
+    for (int64_t t = 1; t <= T; ++t) bytes += (int64_t)tok.token_text(c.val[(size_t)(w * T + t)]).size();
+  *bpb = bytes > 0 ? total / (double)nb * (double)(nb * B * T) / std::log(2.0) / (double)bytes : 0.0;
   return total / (double)nb;
 }
 
@@ -134,7 +141,10 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   const bool root = dist::is_root();
   const bool quiet = opt.quiet || !root;
   std::string data_path = opt.data.empty() ? default_corpus_path() : opt.data;
-  Corpus corpus = load_corpus(data_path, opt.val_fraction, T);
+  const Tokenizer& tok = opt.tokenizer ? *opt.tokenizer : *byte_tokenizer();
+  CTX_CHECK(tok.vocab_size() == model.cfg.vocab_size, "train: the tokenizer (", tok.describe(), ") has ",
+            tok.vocab_size(), " tokens but the model's vocab_size is ", model.cfg.vocab_size);
+  Corpus corpus = load_corpus(data_path, opt.val_fraction, T, &tok);
   std::error_code ec;
   if (root) std::filesystem::create_directories(opt.out, ec);
   CTX_CHECK(!ec, "train: cannot create the run directory ", opt.out, ": ", ec.message());
@@ -195,8 +205,9 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     CTX_CHECK(!rec || rec == std::errc::no_such_file_or_directory, "train: cannot rename ", op, " to ",
               pp, ": ", rec.message());
     save_safetensors(op, optim->state(), meta);
-    save_checkpoint(opt.out + "/model.safetensors", model, step,
-                    {{"train_options", train_options_to_json(opt).dump()}});
+    std::map<std::string, std::string> model_meta = tokenizer_metadata(tok);
+    model_meta["train_options"] = train_options_to_json(opt).dump();
+    save_checkpoint(opt.out + "/model.safetensors", model, step, model_meta);
     std::filesystem::remove(pp, rec);
   };
 
@@ -318,14 +329,15 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     }
     if ((opt.eval_interval > 0 && (step + 1) % opt.eval_interval == 0) || last) {
       std::vector<Tensor> mem = model.memory_state();  // validation windows stand alone
-      double vl = validation_loss(model, corpus, opt.batch, T, opt.eval_batches);
+      double vbpb = 0;
+      double vl = validation_loss(model, corpus, opt.batch, T, opt.eval_batches, tok, &vbpb);
       model.set_memory_state(mem);
       res.final_val_loss = vl;
       vcsv << step + 1 << "," << vl << "\n";
-      jsonl << nlohmann::json{{"step", step + 1}, {"val_loss", vl}}.dump() << "\n";
+      jsonl << nlohmann::json{{"step", step + 1}, {"val_loss", vl}, {"val_bpb", vbpb}}.dump() << "\n";
       if (!quiet)
         std::printf("step %5" PRId64 " | val loss %.4f | ppl %.2f | %.3f bits/byte\n", step + 1, vl,
-                    std::exp(vl), vl / std::log(2.0));
+                    std::exp(vl), vbpb);
     }
     jsonl.flush();
     tcsv.flush();

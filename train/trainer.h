@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/gpt.h"
+#include "train/tokenizer.h"
 
 namespace ctx {
 
@@ -27,6 +28,9 @@ struct TrainOptions {
   uint64_t seed = 1337;
   bool plot = true;
   bool quiet = false;
+  // Text -> tokens (nullptr: bytes). Not part of the JSON below: the checkpoint records it in
+  // its own metadata (train/tokenizer.h), and --resume restores it from there.
+  std::shared_ptr<const Tokenizer> tokenizer;
 };
 
 nlohmann::json train_options_to_json(const TrainOptions& o);

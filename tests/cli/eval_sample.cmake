@@ -18,7 +18,7 @@ add_test(NAME cli_eval_two_lengths_csv
          COMMAND sh -c "rm -f '${_es_dir}/out.csv' && \
 '${_es_bin}' eval --checkpoint '${_es_ckpt}' --data '${_es_data}' --lengths 32,64 --max-windows 4 \
   --csv '${_es_dir}/out.csv' --json '${_es_dir}/out.json' && \
-head -n 1 '${_es_dir}/out.csv' | grep -qx 'length,windows,tokens,loss,ppl,bits_per_byte' && \
+head -n 1 '${_es_dir}/out.csv' | grep -qx 'length,windows,tokens,loss,ppl,bits_per_byte,bytes' && \
 test $(wc -l < '${_es_dir}/out.csv') -eq 3 && \
 grep -q '^32,4,128,' '${_es_dir}/out.csv' && grep -q '^64,4,256,' '${_es_dir}/out.csv' && \
 grep -q '\"bits_per_byte\"' '${_es_dir}/out.json'")

@@ -56,7 +56,7 @@ class A:  # the script's defaults: GPT-2 small, B 8, T 1024
     batch, context, d_model, n_layers, n_heads, d_ff, vocab = 8, 1024, 768, 12, 12, 3072, 50304
 
 
-for kernels in ("ctxlab", "ctxlab-padded", "target"):
+for kernels in ("ctxlab-unpadded", "ctxlab", "target"):
     for prec in ("fp32", "tf32", "bf16"):
         a = A()
         a.kernels, a.precision = kernels, prec
@@ -72,11 +72,11 @@ for kernels in ("ctxlab", "ctxlab-padded", "target"):
 a = A()
 a.precision = "fp32"
 times = {}
-for kernels in ("ctxlab", "ctxlab-padded"):
+for kernels in ("ctxlab-unpadded", "ctxlab"):
     a.kernels = kernels
     times[kernels] = rl.report(a, rl.H100_SXM, rl.FRAC, detail=False)[0]
-check(times["ctxlab-padded"] < times["ctxlab"] / 3,
-      f"roofline: padded attention tiles ({times['ctxlab-padded']:.3f} s) well under the 32-way conflicted ones ({times['ctxlab']:.3f} s)")
+check(times["ctxlab"] < times["ctxlab-unpadded"] / 3,
+      f"roofline: padded attention tiles ({times['ctxlab']:.3f} s) well under the 32-way conflicted ones ({times['ctxlab-unpadded']:.3f} s)")
 rc, out, err = run([sys.executable, "bench/roofline.py"])
 doc = open(os.path.join(ROOT, "docs", "results", "gpu.md")).read()
 summary = [l for l in out.splitlines() if l.startswith(("| ctxlab", "| target", "Device:", "Fractions"))]

@@ -35,3 +35,18 @@ def require(name, *modules):
             print(f"FAIL: required dependency '{name}' missing: {why} (scripts/setup.sh installs "
                   f"it; set CTXLAB_ALLOW_MISSING={name} only on a machine that cannot have it)")
             sys.exit(1)
+
+
+def require_program(name, exe):
+    """The path of program `exe`; when it is not on PATH exits 1 (FAIL) or, where allowed, 77."""
+    import shutil
+    path = shutil.which(exe)
+    if path:
+        return path
+    why = f"program '{exe}' not found on PATH"
+    if missing_allowed(name):
+        print(f"SKIP: dependency '{name}' missing, allowed by CTXLAB_ALLOW_MISSING: {why}")
+        sys.exit(SKIP)
+    print(f"FAIL: required dependency '{name}' missing: {why} (scripts/setup.sh installs it; set "
+          f"CTXLAB_ALLOW_MISSING={name} only on a machine that cannot have it)")
+    sys.exit(1)

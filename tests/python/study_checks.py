@@ -5,7 +5,8 @@
 
 The study's smoke test (tests/cli/study.cmake) checks that the report and files exist; this
 checks what is in them, with the standard library only:
-  * every eval/*.csv row: finite positive loss, ppl = exp(loss), bits_per_byte = loss / ln 2,
+  * every eval/*.csv row: finite positive loss, ppl = exp(loss), bits_per_byte = loss * tokens /
+    ln 2 / bytes (bytes = tokens for byte models; BPE runs, bpe_*: more than 2 bytes per token),
     tokens = windows x length, windows = study.json max_windows; each encoding evaluated at
     L, 2L, 4L, 8L;
   * what holds by construction, whatever the training did (equal to the printed precision):
@@ -68,11 +69,15 @@ def main():
             w, tok = int(r["windows"]), int(r["tokens"])
             if not (math.isfinite(loss) and loss > 0):
                 bad.append(f"{name}@{n}: loss {loss}")
-            elif not close(ppl, math.exp(loss), 1e-7) or not close(bpb, loss / math.log(2), 1e-7):
+            # bits per byte: total nats / ln 2 / the UTF-8 bytes of the predicted tokens (bytes: loss / ln 2)
+            elif not close(ppl, math.exp(loss), 1e-7) or not close(bpb, loss * tok / math.log(2) / float(r["bytes"]), 1e-7) \
+                    or (not name.startswith("bpe_") and int(r["bytes"]) != tok) \
+                    or (name.startswith("bpe_") and int(r["bytes"]) <= 2 * tok):
                 bad.append(f"{name}@{n}: ppl {ppl} / bpb {bpb} do not follow from loss {loss}")
             if tok != w * n or (maxw > 0 and w != maxw):
                 bad.append(f"{name}@{n}: {w} windows, {tok} tokens")
-    check("eval: every row finite, ppl = exp(loss), bpb = loss/ln 2, tokens = windows x length",
+    check("eval: every row finite, ppl = exp(loss), bpb = loss x tokens / ln 2 / bytes (bytes = tokens, BPE: "
+          "> 2 bytes per token), tokens = windows x length",
           not bad, "; ".join(bad[:5]))
     for enc in study["encodings"].split():
         check(f"eval: {enc} evaluated at L..8L = {lengths}", sorted(evals.get(enc, {})) == lengths,
