@@ -74,4 +74,66 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   return proj->forward(merged);
 }
 
+Variable Attention::forward_cached(const Variable& x, KVCache& cache) const {
+  const int64_t B = x.size(0), T = x.size(1), pos0 = cache.length(), n = pos0 + T;
+  CTX_CHECK(B == cache.batch(), "decode: batch ", B, " differs from the cache's ", cache.batch());
+  CTX_CHECK(n <= cache.capacity(), "decode: ", n, " positions exceed the cache capacity ", cache.capacity());
+  KVCache::Layer& c = cache.layer(layer_);
+  Variable qkv_out = qkv->forward(x);                                   // [B, T, 3D]: new rows only
+  std::array<Variable, 3> heads = split_heads(qkv_out, H_, 0);          // q, k, v [B, H, T, Dh]
+  kv_write_rows(heads[1].data(), c.k_raw, pos0);
+  kv_write_rows(heads[2].data(), c.v, pos0);
+  auto rows = [&](const Tensor& buf) { return slice(Variable(buf, false), 2, 0, n); };  // [B, H, n, Dh]
+  AttnState st;
+  st.layer = layer_;
+  st.B = B;
+  st.H = H_;
+  st.T = T;
+  st.S = n;
+  st.Dh = Dh_;
+  st.q_pos0 = pos0;
+  st.scale = 1.0 / std::sqrt((double)Dh_);
+  st.v = rows(c.v);
+  st.qkv_weight = qkv->weight;
+  st.qkv_bias = qkv->bias;
+  st.decode = cache.posenc_state();
+  const bool stable = pe_->decode_keys_stable(n);
+  if (stable && c.rotated == pos0) {
+    // rotate only the new queries and keys (keys at k_pos0 = pos0), append the rotated keys
+    AttnState fresh = st;
+    fresh.S = T;
+    fresh.k_pos0 = pos0;
+    fresh.q = heads[0];
+    fresh.k = heads[1];
+    fresh.v = heads[2];
+    pe_->rotate(fresh);
+    kv_write_rows(fresh.k.data(), c.k_rot, pos0);
+    c.rotated = n;
+    st.q = fresh.q;
+    st.k = rows(c.k_rot);
+  } else {
+    // the rotation of old keys depends on n (xpos, dynamic NTK beyond L): rotate them all again
+    st.q = heads[0];
+    st.k = rows(c.k_raw);
+    pe_->rotate(st);
+    if (stable) kv_write_rows(st.k.data(), c.k_rot, 0);
+    c.rotated = stable ? n : 0;
+  }
+  // Window: the cache's sliding window; Transformer-XL memory of M positions: after the first
+  // segment (the prompt, one segment as GPT::forward) each query sees its M predecessors and
+  // itself, as GPT::forward(token, 0, use_memory = true) does one token at a time.
+  int64_t window = cache.window();
+  const int64_t mem_len = pe_->memory_length();
+  if (mem_len > 0 && pos0 > 0) {
+    CTX_CHECK(T == 1, "decode: with Transformer-XL memory (mem_len ", mem_len, ") the steps after the "
+              "first segment take one token, got ", T);
+    window = window == 0 ? mem_len + 1 : std::min(window, mem_len + 1);
+  }
+  Variable o;                                                           // [B, H, T, Dh]
+  if (fused_attention_enabled() && backend_of(st.q.data()).has(Fused::Attention))
+    o = pe_->fused_attention(st, window);
+  if (!o.defined()) o = pe_->output(st, softmax(causal_mask(pe_->logits(st), st.S - st.T, window)));
+  return proj->forward(merge_heads(o));
+}
+
 }  // namespace ctx::nn

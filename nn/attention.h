@@ -1,6 +1,7 @@
 // nn/attention.h — causal multi-head self-attention with a positional-encoding object plugged
 // in through its hooks (posenc/posenc.h). One implementation serves every encoding.
 #pragma once
+#include "nn/kv_cache.h"
 #include "nn/layers.h"
 #include "posenc/posenc.h"
 
@@ -11,6 +12,10 @@ class Attention : public Module {
   Attention(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt = DType::F32);
   // x: [B, T, D] -> [B, T, D]
   Variable forward(const Variable& x, Rng* dropout_rng) const;
+  // Incremental decoding: x [B, T, D] holds the T new positions cache.length().. ; their keys
+  // and values are appended to this layer's rows of the cache and the queries attend over all
+  // cached positions (-> [B, T, D]). Eval only (no dropout). The caller advances the cache.
+  Variable forward_cached(const Variable& x, KVCache& cache) const;
   std::shared_ptr<Linear> qkv, proj;
   // Segment memory (posenc memory_length() > 0): the last inputs of the previous segment,
   // detached; [B, M, D]. Cleared by reset_memory().

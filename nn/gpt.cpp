@@ -24,6 +24,11 @@ Variable Block::forward(const Variable& x, Rng* rng) const {
   return add(h, m);
 }
 
+Variable Block::forward_cached(const Variable& x, KVCache& cache) const {
+  Variable h = add(x, attn->forward_cached(norm1->forward(x), cache));
+  return add(h, mlp->forward(norm2->forward(h)));
+}
+
 GPT::GPT(const ModelConfig& c, DType dt, const std::string& source) : cfg(c), dtype(dt) {
   validate_config(cfg, source);
   pe = make_posenc(cfg, source);
@@ -115,6 +120,29 @@ Variable GPT::forward(const Tensor& tokens_in, int64_t pos0, bool use_memory) {
   Variable logits = matmul(x, w_out, false, true);         // [B, T, V]
   (void)B;
   return logits;
+}
+
+KVCache GPT::make_cache(int64_t batch, int64_t capacity, int64_t window) {
+  return KVCache(cfg, *pe, batch, capacity, window, wte->weight.data());
+}
+
+Variable GPT::forward_cached(const Tensor& tokens_in, KVCache& cache) {
+  check_tokens(tokens_in, "forward_cached");
+  CTX_CHECK(!is_training(), "forward_cached: decoding runs in eval mode (call eval() first)");
+  const Tensor tokens = tokens_in.device() == Device::CPU ? to_device_like(tokens_in, wte->weight.data()) : tokens_in;
+  const int64_t T = tokens.size(1), pos0 = cache.length();
+  pe->check_length(pos0 + T);
+  const int64_t limit = pe->decode_limit();
+  CTX_CHECK(limit == 0 || pos0 + T <= limit, "forward_cached: posenc ", pe->type(), " can be decoded with a cache ",
+            "for at most ", limit, " positions (the full forward of a longer sequence re-encodes the earlier "
+            "positions, e.g. dynamic NTK's base grows with the length), asked for ", pos0 + T,
+            "; recompute the full forward instead (sample() does)");
+  Variable x = pe->embed_tokens_decode(wte->weight, tokens, pos0, cache.posenc_state());  // [B, T, D]
+  for (auto& b : blocks) x = b->forward_cached(x, cache);
+  cache.advance(T);
+  x = norm_f->forward(x);
+  const Variable& w_out = lm_head ? lm_head->weight : wte->weight;
+  return matmul(x, w_out, false, true);                    // [B, T, V]
 }
 
 Variable GPT::loss(const Tensor& inputs, const Tensor& targets, bool use_memory) {

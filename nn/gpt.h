@@ -16,6 +16,7 @@ class Block : public Module {
  public:
   Block(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt);
   Variable forward(const Variable& x, Rng* rng) const;  // x [B, T, D]
+  Variable forward_cached(const Variable& x, KVCache& cache) const;  // decoding, eval only
   std::shared_ptr<Norm> norm1, norm2;
   std::shared_ptr<Attention> attn;
   std::shared_ptr<MLP> mlp;
@@ -33,6 +34,15 @@ class GPT : public Module {
   // the caller feeds consecutive segments). Otherwise memory is cleared first, so every call
   // stands alone.
   Variable forward(const Tensor& tokens, int64_t pos0 = 0, bool use_memory = false);
+  // Incremental decoding (nn/kv_cache.h, docs/sampling.md): tokens [B, T] at positions
+  // cache.length().. -> logits [B, T, V]; each layer appends their keys / values to the cache
+  // and attends over every cached position, so a step of one token costs one position. Equals
+  // forward() of the whole sequence so far (last T rows) up to float rounding, with the cache's
+  // window as set_attention_window, and for Transformer-XL memory the segment recurrence
+  // (prompt as one segment, then one token per call with use_memory). Eval mode, no grad.
+  Variable forward_cached(const Tensor& tokens, KVCache& cache);
+  // A cache for `batch` sequences of up to `capacity` positions on the model's device.
+  KVCache make_cache(int64_t batch, int64_t capacity, int64_t window = 0);
   // mean cross-entropy of forward(inputs, 0, use_memory) against targets [B, T]
   Variable loss(const Tensor& inputs, const Tensor& targets, bool use_memory = false);
   // Checks ids in [0, vocab) and the sequence length against the encoding (clear errors).

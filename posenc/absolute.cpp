@@ -32,6 +32,7 @@ class Learned final : public PositionalEncoding {
   void init_parameters(Rng& rng) override { rng.fill_normal(wpe_.data(), 0.0, 0.02); }
   void set_hierarchical(bool h) { hier_ = h; }
 
+  int64_t max_length() const override { return hier_ ? L_ * L_ : L_; }
   void check_length(int64_t n) const override {
     if (!hier_)
       CTX_CHECK(n <= L_, "posenc learned: sequence of ", n, " positions is longer than the learned "

@@ -155,13 +155,18 @@ class XL final : public PositionalEncoding {
     for (auto& w : r_net_) rng.fill_normal(w.data(), 0.0, 0.02);
   }
   bool fused_attention_ok(const AttnState&) const override { return true; }
+  std::unique_ptr<PosencDecodeState> begin_decode(int64_t capacity) override {
+    auto s = std::make_unique<Decode>();
+    s->capacity = capacity;
+    s->wr.resize(r_net_.size());
+    return s;
+  }
 
   ScoreTerms terms(AttnState& st) override {
     const int64_t B = st.B, H = st.H, Dh = st.Dh, nR = st.q_pos0 + st.T;  // distances 0..nR-1
     ScoreTerms t = PositionalEncoding::terms(st);
     t.q = add(st.q, reshape(u_, {1, H, 1, Dh}));  // content query q + u
-    Variable wr = matmul(fixed_table(sinusoids(nR), st.q), r_net_.at(st.layer), false,
-                         true);  // [nR, D] = R W^T
+    Variable wr = projected_sinusoids(st, nR);  // [nR, D] = R W^T
     t.rel.qrel = matmul(add(st.q, reshape(v_, {1, H, 1, Dh})), split_heads(wr, B, H), false,
                         true);  // [B, H, T, nR]
     const int64_t p0 = st.q_pos0;
@@ -170,6 +175,21 @@ class XL final : public PositionalEncoding {
   }
 
  private:
+  // Decoding: R W^T of each layer for all `capacity` distances, projected once per generation
+  // instead of once per token (row r is the same whatever nR; rows 0..nR-1 are sliced).
+  struct Decode : PosencDecodeState {
+    int64_t capacity = 0;
+    std::vector<Variable> wr;  // per layer [capacity, D]
+  };
+  Variable projected_sinusoids(const AttnState& st, int64_t nR) const {
+    auto* d = dynamic_cast<Decode*>(st.decode);
+    if (!d) return matmul(fixed_table(sinusoids(nR), st.q), r_net_.at(st.layer), false, true);
+    CTX_CHECK(nR <= d->capacity, "posenc xl: decoding reached distance ", nR, " beyond the cache capacity ",
+              d->capacity);
+    Variable& w = d->wr.at((size_t)st.layer);
+    if (!w.defined()) w = matmul(fixed_table(sinusoids(d->capacity), st.q), r_net_.at(st.layer), false, true);
+    return nR == d->capacity ? w : slice(w, 0, 0, nR);
+  }
   // R [n, D] (float32): [sin(r w_0..w_{D/2-1}), cos(r w_0..)], w_k = 1 / 10000^(2k/D)
   Tensor sinusoids(int64_t n) const {
     Tensor t = Tensor::empty({n, D_}, DType::F32);
@@ -200,7 +220,7 @@ class XL final : public PositionalEncoding {
 class DeBERTa final : public PositionalEncoding {
  public:
   DeBERTa(const ModelConfig& c, int64_t A, int64_t M)
-      : A_(A), M_(M), D_(c.d_model), eps_(c.norm_eps) {
+      : A_(A), M_(M), D_(c.d_model), n_layers_(c.n_layers), eps_(c.norm_eps) {
     shared_ = std::make_shared<nn::Module>();
     emb_ = param(*add_child(*shared_, "rel_embeddings"), "weight", {2 * A, D_});
     auto norm = add_child(*shared_, "rel_norm");
@@ -215,18 +235,33 @@ class DeBERTa final : public PositionalEncoding {
     fill_const(norm_b_, 0.0);
   }
   bool fused_attention_ok(const AttnState&) const override { return true; }
+  std::unique_ptr<PosencDecodeState> begin_decode(int64_t) override {
+    auto d = std::make_unique<Decode>();
+    d->qr.resize((size_t)n_layers_);
+    d->kr.resize((size_t)n_layers_);
+    return d;
+  }
 
   ScoreTerms terms(AttnState& st) override {
     CTX_CHECK(st.qkv_weight.defined(), "posenc deberta: attention did not pass its qkv projection");
     const int64_t B = st.B, H = st.H, D = D_, R = 2 * A_;
-    Variable rel = layer_norm(emb_, norm_w_, norm_b_, eps_);  // [2A, D]
     auto project = [&](int64_t part) {  // rows part*D.. of attn.qkv (weight and bias)
+      Variable rel = layer_norm(emb_, norm_w_, norm_b_, eps_);  // [2A, D]
       Variable w = slice(st.qkv_weight, 0, part * D, (part + 1) * D);
       Variable b =
           st.qkv_bias.defined() ? slice(st.qkv_bias, 0, part * D, (part + 1) * D) : Variable();
       return split_heads(linear(rel, w, b), B, H);  // [B, H, 2A, Dh]
     };
-    Variable qr = project(0), kr = project(1);
+    // decoding: each layer's projections once per generation (they depend on no position)
+    auto* dec = dynamic_cast<Decode*>(st.decode);
+    Variable qr, kr;
+    if (dec && dec->qr.at((size_t)st.layer).defined() && dec->qr[(size_t)st.layer].size(0) == B) {
+      qr = dec->qr[(size_t)st.layer];
+      kr = dec->kr[(size_t)st.layer];
+    } else {
+      qr = project(0), kr = project(1);
+      if (dec) dec->qr.at((size_t)st.layer) = qr, dec->kr.at((size_t)st.layer) = kr;
+    }
     const int64_t A = A_, M = M_, p0 = st.q_pos0;
     ScoreTerms t = PositionalEncoding::terms(st);
     t.scale = 1.0 / std::sqrt(3.0 * (double)st.Dh);
@@ -241,7 +276,10 @@ class DeBERTa final : public PositionalEncoding {
   }
 
  private:
-  int64_t A_, M_, D_;
+  struct Decode : PosencDecodeState {
+    std::vector<Variable> qr, kr;  // per layer [B, H, 2A, Dh]
+  };
+  int64_t A_, M_, D_, n_layers_;
   double eps_;
   std::shared_ptr<nn::Module> shared_;
   Variable emb_, norm_w_, norm_b_;  // [2A, D], [D], [D]
@@ -275,6 +313,8 @@ class TUPE final : public PositionalEncoding {
     fill_const(proj_b_, 0.0);
     rng.fill_normal(rel_bias_.data(), 0.0, 0.02);
   }
+  int64_t max_length() const override { return L_; }
+  std::unique_ptr<PosencDecodeState> begin_decode(int64_t) override { return std::make_unique<Decode>(); }
   void check_length(int64_t n) const override {
     CTX_CHECK(n <= L_, "posenc tupe: sequence of ", n,
               " positions is longer than the position "
@@ -286,8 +326,7 @@ class TUPE final : public PositionalEncoding {
   ScoreTerms terms(AttnState& st) override {
     check_length(st.S);
     const int64_t H = st.H, D = D_, T = st.T, S = st.S, p0 = st.q_pos0;
-    Variable p = layer_norm(slice(pos_emb_, 0, 0, S), norm_w_, norm_b_, eps_);  // [S, D]
-    Variable u = linear(p, proj_w_, proj_b_);                                   // [S, 2D]
+    Variable u = projected_positions(st, S);                                    // [S, 2D]
     Variable uq = split_heads(slice(slice(u, 0, p0, p0 + T), 1, 0, D), 1, H);   // [1, H, T, Dh]
     Variable uk = split_heads(slice(u, 1, D, 2 * D), 1, H);                     // [1, H, S, Dh]
     const Tensor& bucket = idx_.get(st, [=](int64_t i, int64_t j) {
@@ -302,6 +341,18 @@ class TUPE final : public PositionalEncoding {
   }
 
  private:
+  // u = pos_proj(LayerNorm(pos_emb[0:S])) [S, 2D]; row-wise, so decoding projects all L rows
+  // once per generation (shared by the layers) and slices the first S.
+  struct Decode : PosencDecodeState {
+    Variable u;  // [L, 2D]
+  };
+  Variable projected_positions(const AttnState& st, int64_t S) const {
+    auto proj = [&](int64_t n) { return linear(layer_norm(slice(pos_emb_, 0, 0, n), norm_w_, norm_b_, eps_), proj_w_, proj_b_); };
+    auto* d = dynamic_cast<Decode*>(st.decode);
+    if (!d) return proj(S);
+    if (!d->u.defined()) d->u = proj(L_);
+    return S == L_ ? d->u : slice(d->u, 0, 0, S);
+  }
   int64_t L_, D_;
   double eps_;
   std::shared_ptr<nn::Module> shared_;

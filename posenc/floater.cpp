@@ -49,7 +49,34 @@ class Floater final : public PositionalEncoding {
     return add(x, P);                                              // broadcast over the batch
   }
 
+  // Decoding: P[i] depends only on the RK4 steps before it (t = step * eta, from 0), so the
+  // positions of the whole generation are integrated once, to `capacity`, and each call reads
+  // its rows — instead of integrating from 0 to n on every token.
+  std::unique_ptr<PosencDecodeState> begin_decode(int64_t capacity) override {
+    auto d = std::make_unique<Decode>();
+    d->capacity = capacity;
+    return d;
+  }
+  Variable embed_tokens_decode(const Variable& wte, const Tensor& tokens, int64_t pos0,
+                               PosencDecodeState* state) override {
+    auto* d = dynamic_cast<Decode*>(state);
+    if (!d) return embed_tokens(wte, tokens, pos0);
+    const int64_t T = tokens.size(1);
+    CTX_CHECK(pos0 + T <= d->capacity, "posenc floater: decoding reached position ", pos0 + T - 1,
+              " beyond the cache capacity ", d->capacity);
+    if (!d->P.defined()) {
+      OdeSpec s = spec_;
+      s.n = d->capacity;
+      d->P = ode_positions(p0_, w1_, b1_, wt_, w2_, b2_, s);  // [capacity, D]
+    }
+    return add(embedding(wte, tokens), slice(d->P, 0, pos0, pos0 + T));
+  }
+
  private:
+  struct Decode : PosencDecodeState {
+    int64_t capacity = 0;
+    Variable P;  // [capacity, D]
+  };
   int64_t D_, F_;
   OdeSpec spec_;
   std::shared_ptr<nn::Module> mod_;

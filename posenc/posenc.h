@@ -15,6 +15,14 @@
 //   output(st, p)       o = p @ v (+ the value term of terms(st): shaw)
 //   fused_attention_ok  true when logits and output are the defaults: attention then runs
 //                       logits, mask, softmax and output as one fused op (fused_attention)
+// Incremental decoding (nn/kv_cache.h, docs/sampling.md) calls the same hooks with T new queries
+// at q_pos0 = the cached length and all S cached keys, plus:
+//   begin_decode        a per-generation PosencDecodeState (default none: stateless encodings)
+//   embed_tokens_decode  embed the new positions, continuing from the state (default:
+//                       embed_tokens)
+//   decode_keys_stable  whether rotate() maps key j by j alone, so rotated keys may be cached
+//   max_length          the longest sequence the encoding can encode (0 = no limit)
+//   decode_limit        the most positions a cache reproduces exactly (0 = no limit)
 // Parameters: a shared module registered on the model (under shared_prefix(), e.g. "wpe" or
 // "pe") and per-layer modules registered on each attention as "pe".
 #pragma once
@@ -34,6 +42,13 @@ namespace ctx {
 
 // The terms of one attention call (autograd/ops_attention.h):
 //   logits = scale * (q k^T + relative terms) + bias;  o = p v (+ value term)
+// What an encoding carries from one decoding step to the next (incremental decoding,
+// nn/kv_cache.h): a recurrence's hidden state, the end point of an integration, or tables built
+// once per generation instead of once per token. Made by begin_decode(), one per generation.
+struct PosencDecodeState {
+  virtual ~PosencDecodeState() = default;
+};
+
 struct ScoreTerms {
   Variable q;          // the content query: st.q, or the encoding's own (xl: q + u)
   double scale = 1.0;
@@ -46,6 +61,10 @@ struct AttnState {
   int layer = 0;
   int64_t B = 0, H = 0, T = 0, S = 0, Dh = 0;  // T queries, S keys (S = T + memory length)
   int64_t q_pos0 = 0;   // position of the first query (= memory length; 0 without memory)
+  // position of key row 0. Always 0 except when a decoding step hands rotate() only its new
+  // keys (k_pos0 = q_pos0, S = T) to append them, rotated, to the cache; see decode_keys_stable.
+  int64_t k_pos0 = 0;
+  PosencDecodeState* decode = nullptr;  // this generation's state (incremental decoding) or null
   double scale = 1.0;   // 1/sqrt(Dh) unless the encoding says otherwise
   Variable q, k, v;     // q [B, H, T, Dh]; k, v [B, H, S, Dh]
   Variable qkv_weight, qkv_bias;  // the layer's projection (DeBERTa projects its table with it)
@@ -87,6 +106,38 @@ class PositionalEncoding {
   // True when this encoding keeps the default logits and output, so that attention may run them
   // as one fused kernel (autograd/ops_attention.h). Encodings opt in (all but rerope).
   virtual bool fused_attention_ok(const AttnState& st) const { (void)st; return false; }
+
+  // ---- incremental decoding (nn/kv_cache.h) ----
+  // A state for one generation of up to `capacity` positions, or null when the encoding needs
+  // none (the default: every hook is a function of the positions it is handed).
+  virtual std::unique_ptr<PosencDecodeState> begin_decode(int64_t capacity) {
+    (void)capacity;
+    return nullptr;
+  }
+  // embed_tokens() of the T new positions pos0.. given that positions 0..pos0-1 went through
+  // earlier calls with the same state (rnn continues its GRU from the last hidden state here,
+  // floater reads the positions it integrated once for the whole generation).
+  virtual Variable embed_tokens_decode(const Variable& wte, const Tensor& tokens, int64_t pos0,
+                                       PosencDecodeState* state) {
+    (void)state;
+    return embed_tokens(wte, tokens, pos0);
+  }
+  // True when rotate() transforms key j as a function of j and its content only (not of S, T or
+  // the query positions) for sequences of n positions: the cache then keeps rotated keys and
+  // rotates only the new ones (st.k_pos0 > 0). False (xpos, dynamic NTK beyond its original
+  // context): every step re-rotates all cached raw keys, exactly as the full recompute does.
+  virtual bool decode_keys_stable(int64_t n) const {
+    (void)n;
+    return true;
+  }
+  // The longest sequence check_length accepts (0 = no limit): learned (L, or L^2 hierarchical)
+  // and tupe (L). Generation beyond it keeps the last max_length tokens and recomputes.
+  virtual int64_t max_length() const { return 0; }
+  // The most positions a KV cache can serve exactly (0 = no limit): max_length, or fewer when the
+  // full forward at a longer length re-encodes the earlier positions (dynamic NTK beyond its
+  // original context: the base grows with the length, so every hidden state of every layer
+  // changes each step). GPT::forward_cached refuses more; sample() recomputes from there on.
+  virtual int64_t decode_limit() const { return max_length(); }
 
   // terms(st), computed once per attention call (kept in st.terms).
   const ScoreTerms& score_terms(AttnState& st);

@@ -175,7 +175,7 @@ class Rope final : public PositionalEncoding {
   }
 
   void rotate(AttnState& st) override {
-    // q: [B, H, T, Dh], k: [B, H, S, Dh]; query t sits at position q_pos0 + t, key j at j
+    // q: [B, H, T, Dh], k: [B, H, S, Dh]; query t sits at position q_pos0 + t, key j at k_pos0 + j
     if (sc_.log_n) {  // q_i *= max(1, ln(i+1) / ln(L)) (float32 table [T, 1])
       Tensor f = Tensor::empty({st.T, 1}, DType::F64);
       const float lnL = std::log((float)sc_.L);
@@ -185,10 +185,11 @@ class Rope final : public PositionalEncoding {
       st.q = mul(st.q, Variable(ft, false));
     }
     if (is_rerope()) return;  // logits() builds both branches
-    const int64_t n = std::max(st.S, st.q_pos0 + st.T), h = d_ / 2;
+    // keys sit at k_pos0.. (0 except a decoding step rotating only its new keys)
+    const int64_t n = std::max(st.k_pos0 + st.S, st.q_pos0 + st.T), h = d_ / 2;
     auto [theta, m] = freqs(n);
-    auto [Ck, Sk] = trig_tables(f32_angles(0, st.S, theta), st.S, h, {}, m, st.k);
-    if (st.q_pos0 == 0 && st.T == st.S) {
+    auto [Ck, Sk] = trig_tables(f32_angles(st.k_pos0, st.S, theta), st.S, h, {}, m, st.k);
+    if (st.q_pos0 == st.k_pos0 && st.T == st.S) {
       st.q = rope_rotate(st.q, Ck, Sk, pairing_);
     } else {
       auto [Cq, Sq] = trig_tables(f32_angles(st.q_pos0, st.T, theta), st.T, h, {}, m, st.q);
@@ -196,6 +197,14 @@ class Rope final : public PositionalEncoding {
     }
     st.k = rope_rotate(st.k, Ck, Sk, pairing_);
   }
+
+  // Rotated key j depends on n only through dynamic NTK's base, which changes once n > L: the
+  // full recompute at length n rotates every key with freqs(n), so a cache must re-rotate them.
+  // (rerope / leaky-rerope leave k to logits(), which uses the raw keys.)
+  bool decode_keys_stable(int64_t n) const override { return !(sc_.type == "dynamic-ntk" && n > sc_.L); }
+  // Beyond L dynamic NTK changes the rotation of every position in every layer each step, so the
+  // earlier layers' outputs (the cached keys and values of layers > 0) change too.
+  int64_t decode_limit() const override { return sc_.type == "dynamic-ntk" ? sc_.L : 0; }
 
   // ReRoPE / leaky ReRoPE: S_ij = scale (R_i q_i . R_j k_j) where i - j < w (j <= i), else the
   // far branch: rerope scale (R_w q_i . k_j); leaky: q rotated by (w + (i - w)/k), k by j/k, so
@@ -254,9 +263,12 @@ class XPos final : public PositionalEncoding {
   XPos(const ModelConfig& c, double base, double gamma) : d_(c.head_dim()), base_(base), gamma_(gamma) {}
   std::string type() const override { return "xpos"; }
   bool fused_attention_ok(const AttnState&) const override { return true; }
+  // The scale's centre c moves with S: a cache re-rotates every raw key each step.
+  bool decode_keys_stable(int64_t) const override { return false; }
 
   void rotate(AttnState& st) override {
     // q: [B, H, T, Dh], k: [B, H, S, Dh]; s[t, k] = zeta_k ^ ((t + c) / gamma), c = floor(-S / 2)
+    CTX_CHECK(st.k_pos0 == 0, "posenc xpos: keys must start at position 0 (decode_keys_stable is false)");
     const int64_t h = d_ / 2, S = st.S;
     const int64_t c = -((S + 1) / 2);
     const std::vector<float> theta = inv_freqs((float)base_, d_);

@@ -199,6 +199,7 @@ TEST(SampleTest, GreedyIsArgmaxAndTopKOneIsGreedy) {
   auto prompt = random_tokens(6, 11);
   SampleOptions o;
   o.max_tokens = 20;  // runs past the context of 16: the window slides
+  o.keep = kContext;  // learned positions: the last 16 tokens every step (the hand computation)
   o.temperature = 0;
   auto greedy = sample(*m, prompt, o);
   EXPECT_EQ(greedy, hand_greedy(*m, prompt, 20));

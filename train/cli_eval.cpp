@@ -4,6 +4,7 @@
 //                  [--csv F] [--json F]
 //   ctxlab sample  --checkpoint C [--prompt TEXT] [--max-tokens N] [--temperature T] [--top-k K] [--seed S]
 // (MODEL_SPEC §6; evaluation in train/eval.h, sampling in train/sample.h.)
+#include <chrono>
 #include <sys/stat.h>
 
 #include <cmath>
@@ -274,9 +275,13 @@ int run_eval(int argc, char** argv) {
 int run_sample(int argc, char** argv) {
   cxxopts::Options o(
       "ctxlab sample",
-      "Generate text from a checkpoint, one byte-token at a time (full forward over the last `context`\n"
-      "tokens per step). Prints the prompt followed by the continuation. Deterministic for a given\n"
-      "checkpoint, prompt and seed.\n"
+      "Generate text from a checkpoint, one token at a time: the prompt goes through the model once,\n"
+      "then each new token costs one position (KV cache; --no-cache recomputes the whole forward per\n"
+      "token). Tokens stream to stdout as they are produced (the prompt first); tokens/s go to stderr at\n"
+      "the end. Beyond the trained context the encoding extrapolates (with its config's scaling), or\n"
+      "--window W limits attention to the last W positions; learned / tupe positions shift the context\n"
+      "(--keep). Deterministic for a given checkpoint, prompt and seed\n"
+      "(docs/sampling.md).\n"
       "\n"
       "examples:\n"
       "  ctxlab sample --checkpoint runs/small/model.safetensors --prompt \"It is a truth\"\n"
@@ -292,7 +297,14 @@ int run_sample(int argc, char** argv) {
       "top-k", "draw only among the K most likely tokens, >= 0 (0 = all), e.g. 10",
       cxxopts::value<int64_t>()->default_value("40"))(
       "seed", "random seed for the draws; same seed, same text, e.g. 1234",
-      cxxopts::value<uint64_t>()->default_value("0"))("h,help", "this help");
+      cxxopts::value<uint64_t>()->default_value("0"))(
+      "window", "sliding-window attention: each token sees its last W positions, >= 0 (0 = all), e.g. 256",
+      cxxopts::value<int64_t>()->default_value("0"))(
+      "no-cache", "recompute the full forward for every token instead of the KV cache (for comparison)")(
+      "keep", "learned / tupe positions: when the context is full keep the last K tokens, re-encoded at positions "
+      "0..K-1, and go on (0 = half the context; K = context: recompute the last `context` tokens every step)",
+      cxxopts::value<int64_t>()->default_value("0"))(
+      "h,help", "this help");
   add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
   add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
@@ -300,6 +312,9 @@ int run_sample(int argc, char** argv) {
   apply_precision_options(*r);
   require(*r, "checkpoint", o);
   SampleOptions opt;
+  opt.window = (*r)["window"].as<int64_t>();
+  opt.use_cache = !(*r)["no-cache"].as<bool>();
+  opt.keep = (*r)["keep"].as<int64_t>();
   opt.max_tokens = (*r)["max-tokens"].as<int64_t>();
   opt.temperature = (*r)["temperature"].as<double>();
   opt.top_k = (*r)["top-k"].as<int64_t>();
@@ -314,12 +329,18 @@ int run_sample(int argc, char** argv) {
   std::vector<int32_t> ids = tok->encode(prompt.empty() ? std::string("\n") : prompt);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
-  sample(*lm.model, ids, opt, [&](int32_t t) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int32_t> got = sample(*lm.model, ids, opt, [&](int32_t t) {
     const std::string piece = tok->token_text(t);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fputc('\n', stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr, "sample: %zu tokens in %.3f s, %.1f tokens/s (%s, prompt %zu tokens)\n", got.size(), secs,
+               secs > 0 ? (double)got.size() / secs : 0.0, opt.use_cache ? "kv cache" : "no cache, full recompute",
+               ids.size());
   return 0;
 }
 

@@ -15,6 +15,8 @@ void check_sample_options(const SampleOptions& opt) {
             "(0 = greedy, e.g. 0.8), got ", opt.temperature);
   CTX_CHECK(opt.top_k >= 0, "sample: --top-k must be >= 0 (0 = whole vocabulary, e.g. 40), got ", opt.top_k);
   CTX_CHECK(opt.max_tokens >= 0, "sample: --max-tokens must be >= 0 (e.g. 200), got ", opt.max_tokens);
+  CTX_CHECK(opt.window >= 0, "sample: --window must be >= 0 (0 = full attention, e.g. 256), got ", opt.window);
+  CTX_CHECK(opt.keep >= 0, "sample: --keep must be >= 0 (0 = half the context, e.g. 128), got ", opt.keep);
 }
 
 int32_t sample_next(const float* logits, int64_t V, double temperature, int64_t top_k, Rng& rng) {
@@ -48,35 +50,114 @@ int32_t sample_next(const float* logits, int64_t V, double temperature, int64_t 
   return idx[(size_t)k - 1];  // rounding: u landed at the very top
 }
 
+namespace {
+
+// Logits [V] (f32, host) of the last row of logits [1, n, V].
+Tensor last_row(const Variable& logits) {
+  const Tensor z = to_host(logits.data());
+  const int64_t n = z.size(1), V = z.size(2);
+  Tensor row = z.view({n, V}).select0(n - 1);
+  return row.dtype() == DType::F32 ? row : row.to(DType::F32);
+}
+
+Tensor token_tensor(const std::vector<int32_t>& seq, size_t begin) {
+  const int64_t n = (int64_t)(seq.size() - begin);
+  Tensor in = Tensor::empty({1, n}, DType::I64);
+  int64_t* ip = in.host<int64_t>();
+  for (int64_t t = 0; t < n; ++t) ip[t] = seq[begin + (size_t)t];
+  return in;
+}
+
+// Restores the model's attention window, segment memory and training mode on scope exit.
+struct ModelStateGuard {
+  nn::GPT& m;
+  bool was_training;
+  int64_t window;
+  std::vector<Tensor> memory;
+  explicit ModelStateGuard(nn::GPT& model)
+      : m(model), was_training(model.is_training()),
+        window(model.blocks.empty() ? 0 : model.blocks[0]->attn->window()), memory(model.memory_state()) {}
+  ~ModelStateGuard() {
+    m.set_attention_window(window);
+    m.set_memory_state(memory);
+    if (was_training) m.train();
+  }
+};
+
+}  // namespace
+
 std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
                             const std::function<void(int32_t)>& on_token) {
   check_sample_options(opt);
   CTX_CHECK(!prompt.empty(), "sample: the prompt must hold at least one token");
-  const int64_t V = model.cfg.vocab_size, L = model.cfg.context;
+  const int64_t V = model.cfg.vocab_size;
   for (size_t i = 0; i < prompt.size(); ++i)
     CTX_CHECK(prompt[i] >= 0 && prompt[i] < V, "sample: prompt token ", prompt[i], " at position ", i,
               " is out of range for vocab_size ", V);
+  const int64_t max_len = model.pe->max_length(), mem_len = model.pe->memory_length();
+  CTX_CHECK(!(mem_len > 0 && opt.window > 0), "sample: --window does not combine with Transformer-XL memory ",
+            "(posenc.mem_len = ", mem_len, "; the memory already bounds what each token sees)");
   NoGradGuard no_grad;
-  const bool was_training = model.is_training();
+  ModelStateGuard guard(model);
   model.eval();
   Rng rng(opt.seed);
   std::vector<int32_t> seq = prompt, out;
   out.reserve((size_t)opt.max_tokens);
-  for (int64_t s = 0; s < opt.max_tokens; ++s) {
-    const int64_t n = std::min<int64_t>((int64_t)seq.size(), L);
-    Tensor in = Tensor::empty({1, n}, DType::I64);
-    int64_t* ip = in.host<int64_t>();
-    for (int64_t t = 0; t < n; ++t) ip[t] = seq[seq.size() - (size_t)n + (size_t)t];
-    Tensor logits = model.forward(in).data();  // [1, n, V]
-    logits = to_host(logits);
-    Tensor row = logits.view({n, V}).select0(n - 1);
-    if (row.dtype() != DType::F32) row = row.to(DType::F32);
-    int32_t next = sample_next(row.host<float>(), V, opt.temperature, opt.top_k, rng);
+  if (opt.max_tokens == 0) return out;
+
+  // Encodings limited to L positions (learned, tupe) see seq[start..]: when that would pass L,
+  // start moves so that the last `keep` tokens stay, re-encoded at positions 0..keep-1 (a
+  // context shift; keep = L: the last L tokens every step). Everything else sees seq[0..].
+  CTX_CHECK(max_len == 0 || opt.keep <= max_len, "sample: --keep must be <= the context the encoding can ",
+            "encode (", max_len, "), got ", opt.keep);
+  const int64_t keep = max_len == 0 ? 0 : opt.keep > 0 ? opt.keep : std::max<int64_t>(1, max_len / 2);
+  size_t start = 0;
+  auto shift = [&]() {  // true when start moved
+    if (max_len == 0 || (int64_t)(seq.size() - start) <= max_len) return false;
+    start = seq.size() - (size_t)keep;
+    return true;
+  };
+
+  // The full recompute of the last position's logits (use_cache = false; with the cache past
+  // dynamic NTK's decode limit).
+  model.set_attention_window(opt.window);
+  auto recompute = [&](bool first) -> Tensor {
+    if (mem_len > 0)  // segment recurrence: the prompt, then one token per segment
+      return last_row(first ? model.forward(token_tensor(seq, 0), 0, false)
+                            : model.forward(token_tensor(seq, seq.size() - 1), 0, true));
+    return last_row(model.forward(token_tensor(seq, start)));
+  };
+
+  // The cache holds the positions the model sees up to the encoding's decode limit (learned,
+  // tupe: L, the cache restarts after each shift; dynamic NTK: its original context, past which
+  // the steps recompute the whole sequence).
+  const int64_t want = (int64_t)prompt.size() + opt.max_tokens - 1;  // positions ever fed
+  const int64_t limit = model.pe->decode_limit();
+  const int64_t cap = limit > 0 ? std::min(want, limit) : want;
+  std::unique_ptr<nn::KVCache> cache;
+  if (opt.use_cache) cache = std::make_unique<nn::KVCache>(model.make_cache(1, cap, opt.window));
+  auto step = [&](bool first) -> Tensor {
+    const bool shifted = shift();
+    if (!cache) return recompute(first);
+    if (first || shifted) {  // (re)fill the cache with everything the model sees
+      if ((int64_t)(seq.size() - start) > cache->capacity()) return recompute(first);
+      cache->clear();
+      return last_row(model.forward_cached(token_tensor(seq, start), *cache));
+    }
+    if (cache->length() < cache->capacity())
+      return last_row(model.forward_cached(token_tensor(seq, seq.size() - 1), *cache));
+    return recompute(false);  // past the decode limit
+  };
+
+  Tensor row = step(true);
+  for (int64_t s = 0;; ++s) {
+    const int32_t next = sample_next(row.host<float>(), V, opt.temperature, opt.top_k, rng);
     seq.push_back(next);
     out.push_back(next);
     if (on_token) on_token(next);
+    if (s + 1 == opt.max_tokens) break;
+    row = step(false);
   }
-  if (was_training) model.train();
   return out;
 }
 

@@ -1,8 +1,24 @@
-// train/sample.h — autoregressive sampling from a GPT. Each step recomputes the full forward
-// over the last `context` tokens (no KV cache) and draws the next token from the last position's
-// logits: greedy argmax at temperature 0, otherwise softmax(logits / temperature) restricted to
-// the top-k logits (k = 0: no restriction), drawn with a seeded ctx::Rng — deterministic for a
-// given model, prompt and seed.
+// train/sample.h — autoregressive sampling from a GPT (docs/sampling.md). By default the prompt
+// goes through the model once and every new token costs one position, its keys and values
+// appended to a KV cache (nn/kv_cache.h); with use_cache = false each step recomputes the full
+// forward instead. Both see the same positions, so they give the same tokens up to float
+// rounding of the logits:
+//   - the whole sequence so far, positions 0.. (beyond the trained context the encoding
+//     extrapolates, with the scaling of its config; window > 0: each query sees its last
+//     `window` keys, as `eval --window`);
+//   - Transformer-XL with memory: the prompt as one segment, then one token per segment with
+//     the last mem_len positions as memory (GPT::forward with use_memory);
+//   - encodings limited to L positions (learned, tupe; PositionalEncoding::max_length): when
+//     the next forward would pass L, the context shifts: the last `keep` tokens (default L/2)
+//     are re-encoded at positions 0..keep-1 in one forward (the cache restarts from them) and
+//     decoding continues one position per token (llama.cpp's context shift). keep = L gives
+//     the previous sampler's (and nanoGPT's) crop: the last L tokens recomputed every step;
+//   - rope dynamic NTK: past its original context the base grows with the length and re-encodes
+//     every earlier position, so from there each step recomputes the whole sequence
+//     (PositionalEncoding::decode_limit).
+// The next token comes from the last position's logits: greedy argmax at temperature 0,
+// otherwise softmax(logits / temperature) restricted to the top-k logits (k = 0: no
+// restriction), drawn with a seeded ctx::Rng — deterministic for a given model, prompt and seed.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -18,6 +34,9 @@ struct SampleOptions {
   double temperature = 0.8;   // >= 0; 0 = greedy argmax
   int64_t top_k = 40;         // >= 0; 0 = keep the whole vocabulary
   uint64_t seed = 0;          // seeds the Rng that draws the tokens
+  int64_t window = 0;         // >= 0; sliding-window attention over the last `window` keys (0 = all)
+  bool use_cache = true;      // KV cache (one position per token); false: full recompute per token
+  int64_t keep = 0;           // learned / tupe context shift: tokens kept, 1..L (0 = L / 2)
 };
 
 // Throws ctx::Error naming the option and the expected value when an option is out of range.

@@ -52,13 +52,21 @@ add_test(NAME cli_sample_seed_repeatable
 b=$('${_es_bin}' sample --checkpoint '${_es_ckpt}' --prompt 'It is a truth' --max-tokens 40 --seed 7) && \
 test \"$a\" = \"$b\" && case \"$a\" in 'It is a truth'*) exit 0;; *) exit 1;; esac")
 
+# The KV cache and --no-cache print the same text (seeded, 100 tokens: past the tiny context of 64,
+# where learned positions recompute the last 64), and the tokens/s line goes to stderr only.
+add_test(NAME cli_sample_cache_matches_no_cache
+         COMMAND sh -c "a=$('${_es_bin}' sample --checkpoint '${_es_ckpt}' --prompt 'It is a truth' --max-tokens 100 --seed 7 2>'${_es_dir}/err_a.txt') && \
+b=$('${_es_bin}' sample --checkpoint '${_es_ckpt}' --prompt 'It is a truth' --max-tokens 100 --seed 7 --no-cache 2>'${_es_dir}/err_b.txt') && \
+test \"$a\" = \"$b\" && grep -q '100 tokens in .* tokens/s (kv cache' '${_es_dir}/err_a.txt' && \
+grep -q 'tokens/s (no cache' '${_es_dir}/err_b.txt' && case \"$a\" in *tokens/s*) exit 1;; esac")
+
 add_test(NAME cli_sample_bad_temperature
          COMMAND sh -c "if out=$('${_es_bin}' sample --checkpoint '${_es_ckpt}' --temperature=-1 2>&1); then exit 1; fi; \
 echo \"$out\"; echo \"$out\" | grep -q -- '--temperature'")
 
 set_tests_properties(cli_eval_two_lengths_csv cli_eval_default_corpus cli_eval_learned_beyond_context_fails
                      cli_eval_learned_hierarchical cli_eval_rope_scaling_on_learned_fails cli_eval_bad_lengths
-                     cli_sample_seed_repeatable cli_sample_bad_temperature
+                     cli_sample_seed_repeatable cli_sample_cache_matches_no_cache cli_sample_bad_temperature
                      PROPERTIES FIXTURES_REQUIRED eval_sample_ckpt ENVIRONMENT "CTXLAB_THREADS=2" TIMEOUT 120)
 # the bad-input cases (and the checkpoint they read) also under ASan/UBSan in .ci/run
 set_property(TEST cli_eval_sample_init cli_eval_learned_beyond_context_fails cli_eval_rope_scaling_on_learned_fails

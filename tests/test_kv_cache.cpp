@@ -1,0 +1,312 @@
+// tests/test_kv_cache.cpp — incremental decoding (nn/kv_cache.h, GPT::forward_cached): for every
+// encoding (the survey's rnn, floater, complex-order included) and every rotary scaling, a prompt then 64 teacher-forced tokens fed one at a time
+// through the cache give the logits of the full recompute over the whole sequence so far (fp32:
+// |cached - full| <= 1e-4 (1 + max |full|) per step), past the trained context (L = 16) where the
+// scalings act (dynamic NTK: up to L, past which forward_cached refuses and sample recomputes),
+// with a sliding window, and with Transformer-XL memory (reference: the segment recurrence).
+// And `sample` with and without the cache gives the same tokens; learned positions past L follow
+// the context shift (a hand computation).
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/test_util.h"
+#include "autograd/variable.h"
+#include "core/cpu/threading.h"
+#include "core/rng.h"
+#include "nn/gpt.h"
+#include "train/sample.h"
+
+using namespace ctx;
+
+namespace {
+
+constexpr int64_t kPrompt = 5, kSteps = 64;
+
+// Tiny shapes and thousands of small ops: one thread is fastest and keeps OpenMP's wake-ups on a
+// loaded machine from stretching the test (as tests/test_posenc_content.cpp).
+class KVCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override { cpu::set_num_threads(1); }
+  void TearDown() override { cpu::set_num_threads(saved_); }
+  int saved_ = cpu::num_threads();
+};
+
+struct Case {
+  std::string name;
+  nlohmann::json posenc;
+  int64_t context = 16;
+  int64_t window = 0;
+};
+
+std::vector<Case> cases() {
+  auto rope = [](nlohmann::json sc) {
+    nlohmann::json p = {{"type", "rope"}};
+    if (!sc.is_null()) p["scaling"] = sc;
+    return p;
+  };
+  return {
+      {"none", {{"type", "none"}}},
+      {"learned", {{"type", "learned"}}, 80},  // learned / tupe cannot pass L: L covers all 69
+      {"learned_hier", {{"type", "learned"}, {"hierarchical", true}}},
+      {"sinusoidal", {{"type", "sinusoidal"}}},
+      {"rope", rope(nullptr)},
+      {"rope_interleaved", {{"type", "rope"}, {"pairing", "interleaved"}}},
+      {"rope_pi", rope({{"type", "pi"}, {"factor", 4}})},
+      {"rope_ntk", rope({{"type", "ntk"}, {"factor", 4}})},
+      {"rope_dynamic_ntk", rope({{"type", "dynamic-ntk"}, {"factor", 2}})},
+      {"rope_yarn", rope({{"type", "yarn"}, {"factor", 4}})},
+      {"rope_rerope", rope({{"type", "rerope"}, {"window", 6}})},
+      {"rope_leaky_rerope", rope({{"type", "leaky-rerope"}, {"window", 6}, {"factor", 8}})},
+      {"rope_log_n", rope({{"type", "ntk"}, {"factor", 2}, {"log_n", true}})},
+      {"xpos", {{"type", "xpos"}}},
+      {"alibi", {{"type", "alibi"}}},
+      {"kerple_log", {{"type", "kerple"}}},
+      {"kerple_power", {{"type", "kerple"}, {"variant", "power"}}},
+      {"sandwich", {{"type", "sandwich"}}},
+      {"t5", {{"type", "t5"}, {"num_buckets", 8}, {"max_distance", 20}}},
+      {"shaw", {{"type", "shaw"}, {"max_relative_position", 4}}},
+      {"xl", {{"type", "xl"}}},
+      {"deberta", {{"type", "deberta"}, {"position_buckets", 8}, {"max_relative_positions", 20}}},
+      {"tupe", {{"type", "tupe"}}, 80},
+      {"rnn", {{"type", "rnn"}}},
+      {"floater", {{"type", "floater"}, {"hidden", 8}, {"dt", 0.05}}},
+      {"complex_order", {{"type", "complex-order"}}},
+      {"rope_window", rope(nullptr), 16, 7},
+      {"alibi_window", {{"type", "alibi"}}, 16, 7},
+      {"xl_window", {{"type", "xl"}}, 16, 7},
+  };
+}
+
+ModelConfig config(const nlohmann::json& posenc, int64_t context) {
+  ModelConfig c;
+  c.vocab_size = 256;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_ff = 64;
+  c.context = context;
+  c.posenc = posenc;
+  return c;
+}
+
+// Larger-than-default weights, so that the logits depend strongly on positions and context.
+std::unique_ptr<nn::GPT> model_for(const nlohmann::json& posenc, int64_t context, uint64_t seed = 3) {
+  auto m = std::make_unique<nn::GPT>(config(posenc, context));
+  m->init_weights(seed);
+  Rng rng(seed + 7);
+  for (auto& [name, p] : m->named_parameters())
+    if (name.find("norm") == std::string::npos) rng.fill_normal(p.data(), 0.0, 0.3);
+  m->eval();
+  return m;
+}
+
+std::vector<int32_t> tokens(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = (int32_t)rng.below(256);
+  return t;
+}
+
+Tensor as_tensor(const std::vector<int32_t>& t, size_t begin, size_t end) {
+  Tensor x = Tensor::empty({1, (int64_t)(end - begin)}, DType::I64);
+  for (size_t i = begin; i < end; ++i) x.set((int64_t)(i - begin), t[i]);
+  return x;
+}
+
+// Last row [V] of logits [1, n, V] as doubles.
+std::vector<double> last(const Variable& z) {
+  const Tensor d = z.data();
+  const int64_t n = d.size(1), V = d.size(2);
+  std::vector<double> r((size_t)V);
+  for (int64_t v = 0; v < V; ++v) r[(size_t)v] = d.at((n - 1) * V + v);
+  return r;
+}
+
+// max |a - b| / (1 + max |b|)
+double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
+  double e = 0, mx = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    e = std::max(e, std::fabs(a[i] - b[i]));
+    mx = std::max(mx, std::fabs(b[i]));
+  }
+  return e / (1 + mx);
+}
+
+constexpr double kTol = 1e-4;
+
+// Prompt through the cache, then kSteps tokens one at a time; each step's logits against the
+// full forward over the whole sequence so far (with the same window). Returns the worst error.
+double max_cache_error(const Case& c, bool* positions_matter = nullptr) {
+  auto m = model_for(c.posenc, c.context);
+  NoGradGuard g;
+  const auto seq = tokens(kPrompt + kSteps, 17);
+  nn::KVCache cache = m->make_cache(1, kPrompt + kSteps, c.window);
+  m->set_attention_window(c.window);
+  double worst = 0;
+  std::vector<double> prev;
+  bool varies = false;
+  const int64_t limit = m->pe->decode_limit();
+  for (int64_t s = 0; s <= kSteps; ++s) {
+    const size_t end = (size_t)(kPrompt + s), begin = s == 0 ? 0 : end - 1;
+    if (limit > 0 && (int64_t)end > limit) {  // dynamic NTK past L: refused (sample recomputes)
+      testing_util::expect_error([&] { m->forward_cached(as_tensor(seq, begin, end), cache); },
+                                 {"at most " + std::to_string(limit) + " positions", "recompute"});
+      break;
+    }
+    Variable zc = m->forward_cached(as_tensor(seq, begin, end), cache);
+    EXPECT_EQ(zc.size(1), (int64_t)(end - begin));  // only the new positions are computed
+    EXPECT_EQ(cache.length(), (int64_t)end);
+    const auto full = last(m->forward(as_tensor(seq, 0, end)));
+    const auto cached = last(zc);
+    const double e = rel_err(cached, full);
+    EXPECT_LE(e, kTol) << c.name << ": step " << s << " (position " << end - 1 << ")";
+    worst = std::max(worst, e);
+    if (!prev.empty() && rel_err(prev, full) > 1e-3) varies = true;
+    prev = full;
+  }
+  m->set_attention_window(0);
+  if (positions_matter) *positions_matter = varies;
+  return worst;
+}
+
+TEST_F(KVCacheTest, CachedLogitsEqualFullRecomputeForEveryEncoding) {
+  for (const Case& c : cases()) {
+    bool varies = false;
+    const double e = max_cache_error(c, &varies);
+    EXPECT_TRUE(varies) << c.name << ": the logits do not change between steps (degenerate model)";
+    std::printf("  %-18s max |cached - full| / (1 + max|full|) = %.2e\n", c.name.c_str(), e);
+  }
+}
+
+// Transformer-XL with memory: the reference is the segment recurrence (the prompt as one segment,
+// then one token per call with use_memory), which the cache reproduces with a window of mem + 1.
+TEST_F(KVCacheTest, XLMemoryEqualsSegmentRecurrence) {
+  for (int64_t mem : {3, 10}) {
+    auto m = model_for({{"type", "xl"}, {"mem_len", mem}}, 16);
+    NoGradGuard g;
+    const auto seq = tokens(kPrompt + kSteps, 23);
+    nn::KVCache cache = m->make_cache(1, kPrompt + kSteps);
+    Variable zc = m->forward_cached(as_tensor(seq, 0, kPrompt), cache);
+    Variable zr = m->forward(as_tensor(seq, 0, kPrompt), 0, false);
+    EXPECT_LE(rel_err(last(zc), last(zr)), kTol);
+    double worst_full = 0;
+    for (int64_t s = 1; s <= kSteps; ++s) {
+      const size_t end = (size_t)(kPrompt + s);
+      zc = m->forward_cached(as_tensor(seq, end - 1, end), cache);
+      zr = m->forward(as_tensor(seq, end - 1, end), 0, true);
+      EXPECT_LE(rel_err(last(zc), last(zr)), kTol) << "mem_len " << mem << " step " << s;
+      // the memory bounds what a token sees: not the same as attending over everything
+      const std::vector<Tensor> mem_state = m->memory_state();  // forward() without memory resets it
+      worst_full = std::max(worst_full, rel_err(last(zc), last(m->forward(as_tensor(seq, 0, end)))));
+      m->set_memory_state(mem_state);
+    }
+    EXPECT_GT(worst_full, 1e-3) << "mem_len " << mem << ": the memory made no difference";
+  }
+}
+
+// The window of the cache is the window of the full recompute: without it the logits differ.
+TEST_F(KVCacheTest, WindowChangesTheLogits) {
+  Case c{"rope_window", {{"type", "rope"}}, 16, 7};
+  auto m = model_for(c.posenc, c.context);
+  NoGradGuard g;
+  const auto seq = tokens(40, 5);
+  nn::KVCache windowed = m->make_cache(1, 40, 7), full = m->make_cache(1, 40, 0);
+  const double e = rel_err(last(m->forward_cached(as_tensor(seq, 0, 40), windowed)),
+                           last(m->forward_cached(as_tensor(seq, 0, 40), full)));
+  EXPECT_GT(e, 1e-3);
+}
+
+TEST_F(KVCacheTest, CapacityAndBadUseAreErrors) {
+  auto m = model_for({{"type", "rope"}}, 16);
+  NoGradGuard g;
+  nn::KVCache cache = m->make_cache(1, 4);
+  m->forward_cached(as_tensor(tokens(4, 1), 0, 4), cache);
+  testing_util::expect_error([&] { m->forward_cached(as_tensor(tokens(1, 2), 0, 1), cache); },
+                             {"5 positions", "capacity 4"});
+  m->train();
+  nn::KVCache c2 = m->make_cache(1, 4);
+  testing_util::expect_error([&] { m->forward_cached(as_tensor(tokens(1, 2), 0, 1), c2); }, {"eval mode"});
+}
+
+// sample(): the cached and the recomputing paths give the same tokens, greedy and seeded, past
+// the trained context (rope, alibi: extrapolation; learned: recompute of the last L; xl memory:
+// segment recurrence) and with a window.
+TEST_F(KVCacheTest, SampleSameTokensWithAndWithoutCache) {
+  struct S {
+    nlohmann::json posenc;
+    int64_t window;
+  };
+  const std::vector<S> ss = {{{{"type", "rope"}}, 0},
+                             {{{"type", "rope"}, {"scaling", {{"type", "yarn"}, {"factor", 4}}}}, 0},
+                             {{{"type", "rope"}, {"scaling", {{"type", "dynamic-ntk"}, {"factor", 2}}}}, 0},
+                             {{{"type", "xpos"}}, 0},
+                             {{{"type", "alibi"}}, 6},
+                             {{{"type", "deberta"}}, 0},
+                             {{{"type", "rnn"}}, 0},
+                             {{{"type", "floater"}, {"hidden", 8}, {"dt", 0.05}}, 0},
+                             {{{"type", "learned"}}, 0},
+                             {{{"type", "xl"}, {"mem_len", 4}}, 0}};
+  for (const S& s : ss) {
+    auto m = model_for(s.posenc, 16, 9);
+    const auto prompt = tokens(6, 31);
+    for (double temp : {0.0, 1.0}) {
+      SampleOptions o;
+      o.max_tokens = 40;  // past the context of 16
+      o.temperature = temp;
+      o.top_k = 0;
+      o.seed = 5;
+      o.window = s.window;
+      o.use_cache = true;
+      const auto a = sample(*m, prompt, o);
+      o.use_cache = false;
+      const auto b = sample(*m, prompt, o);
+      ASSERT_EQ(a.size(), 40u);
+      EXPECT_EQ(a, b) << s.posenc.dump() << " temperature " << temp;
+      // not a constant stream (the seeded draws at temperature 1 differ from step to step)
+      if (temp > 0) {
+        EXPECT_GT(std::set<int32_t>(a.begin(), a.end()).size(), 3u) << s.posenc.dump();
+      }
+    }
+  }
+}
+
+// Learned positions past L: the context shift. Greedy tokens equal a hand computation that
+// forwards seq[start..] with start moved to keep the last `keep` tokens whenever the model would
+// see more than L; keep = L is the crop of every step.
+TEST_F(KVCacheTest, LearnedContextShiftMatchesHandComputation) {
+  auto m = model_for({{"type", "learned"}}, 16, 11);
+  const auto prompt = tokens(6, 41);
+  for (int64_t keep : {0, 5, 16}) {
+    const int64_t k = keep == 0 ? 8 : keep;
+    std::vector<int32_t> seq = prompt, hand;
+    size_t start = 0;
+    {
+      NoGradGuard g;
+      for (int s = 0; s < 50; ++s) {
+        if ((int64_t)(seq.size() - start) > 16) start = seq.size() - (size_t)k;
+        const auto z = last(m->forward(as_tensor(seq, start, seq.size())));
+        const int32_t best = (int32_t)(std::max_element(z.begin(), z.end()) - z.begin());
+        seq.push_back(best);
+        hand.push_back(best);
+      }
+    }
+    SampleOptions o;
+    o.max_tokens = 50;
+    o.temperature = 0;
+    o.keep = keep;
+    for (bool cache : {true, false}) {
+      o.use_cache = cache;
+      EXPECT_EQ(sample(*m, prompt, o), hand) << "keep " << keep << (cache ? " cached" : " recomputed");
+    }
+  }
+  SampleOptions o;
+  o.keep = 17;
+  testing_util::expect_error([&] { sample(*m, prompt, o); }, {"--keep", "16", "17"});
+}
+
+}  // namespace
