@@ -8,11 +8,16 @@
 namespace ctx {
 
 // `host` (a CPU tensor) on like's device: `host` itself when like is on the CPU (no copy), else
-// a copy on like's device.
+// a copy on like's device. An integer table (token ids, targets, relative indices) keeps a host
+// mirror of its values (Tensor::host_mirror), so that the device's index checks and plans read
+// them without a device -> host copy: no host round trip in a training step (docs/cuda.md).
 inline Tensor to_device_like(const Tensor& host, const Tensor& like) {
   CTX_CHECK(host.device() == Device::CPU, "to_device_like: the table ", host.str(), " must be built on the cpu, not ",
             device_name(host.device()));
-  return like.device() == Device::CPU ? host : host.to(like.device());
+  if (like.device() == Device::CPU) return host;
+  Tensor d = host.to(like.device());
+  if (!is_float(host.dtype()) && d.storage()->bytes == d.nbytes()) d.set_host_mirror(host);
+  return d;
 }
 
 // t on the host: t itself when it is on the CPU (no copy), else a copy.

@@ -152,9 +152,11 @@ int run_eval(int argc, char** argv) {
   o.add_options("output")("csv", "also write the table as CSV (length,windows,tokens,loss,ppl,bits_per_byte), "
                           "e.g. results.csv", cxxopts::value<std::string>())(
       "json", "also write the results as JSON, e.g. results.json", cxxopts::value<std::string>());
+  add_device_option(o, "where the windows are evaluated");
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   require(*r, "checkpoint", o);
+  const Device dev = device_option(*r);
   const int64_t batch_opt = (*r)["batch"].as<int64_t>();
   const int64_t max_windows = (*r)["max-windows"].as<int64_t>();
   CTX_CHECK(batch_opt >= 0, "--batch must be >= 0 (0 = automatic, e.g. 4), got ", batch_opt);
@@ -170,6 +172,7 @@ int run_eval(int argc, char** argv) {
     throw Error(str(e.what(), " (with the override posenc ", ov.dump(), " from --hierarchical / --rope-scaling)"));
   }
   nn::GPT& model = *lm.model;
+  move_model(model, dev);
   EvalMode mode;
   if (r->count("window")) {
     mode.window = (*r)["window"].as<int64_t>();
@@ -287,6 +290,7 @@ int run_sample(int argc, char** argv) {
       cxxopts::value<int64_t>()->default_value("40"))(
       "seed", "random seed for the draws; same seed, same text, e.g. 1234",
       cxxopts::value<uint64_t>()->default_value("0"))("h,help", "this help");
+  add_device_option(o, "where the forward passes run (the draws are made on the host)");
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   require(*r, "checkpoint", o);
@@ -296,10 +300,12 @@ int run_sample(int argc, char** argv) {
   opt.top_k = (*r)["top-k"].as<int64_t>();
   opt.seed = (*r)["seed"].as<uint64_t>();
   check_sample_options(opt);
+  const Device dev = device_option(*r);
   const std::string ckpt = (*r)["checkpoint"].as<std::string>();
   LoadedModel lm = load_checkpoint(ckpt);
   CTX_CHECK(lm.model->cfg.vocab_size == ByteTokenizer::kVocabSize, ckpt, ": vocab_size is ",
             lm.model->cfg.vocab_size, ", but sample reads and writes text with the byte tokenizer (vocab_size 256)");
+  move_model(*lm.model, dev);
   std::string prompt = (*r)["prompt"].as<std::string>();
   std::vector<int32_t> ids = prompt.empty() ? encode_bytes("\n") : encode_bytes(prompt);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);

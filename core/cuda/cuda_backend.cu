@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <mutex>
 #include <vector>
 
 #include "core/backend.h"
@@ -47,13 +48,21 @@ std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out, const c
   return st;
 }
 
-// The index tensor's values on the host, as int64 (one synchronous device -> host copy).
+// The index tensor's values on the host, as int64: from its host mirror when it was uploaded
+// from a host table (token batches, relative-position tables: no copy, no wait), else one
+// synchronous device -> host copy (indices computed on the device).
 std::vector<int64_t> host_indices(const Tensor& idx, const char* op) {
   std::vector<int64_t> h((size_t)idx.numel());
+  const Tensor mirror = idx.host_mirror();
   CTX_CUDA_DISPATCH_INDEX(idx.dtype(), op, {
-    std::vector<I> raw((size_t)idx.numel());
-    if (!raw.empty()) copy_to_host(raw.data(), idx.raw(), raw.size() * sizeof(I));
-    std::copy(raw.begin(), raw.end(), h.begin());
+    if (mirror.defined()) {
+      const I* m = mirror.data<I>();
+      std::copy(m, m + idx.numel(), h.begin());
+    } else {
+      std::vector<I> raw((size_t)idx.numel());
+      if (!raw.empty()) copy_to_host(raw.data(), idx.raw(), raw.size() * sizeof(I));
+      std::copy(raw.begin(), raw.end(), h.begin());
+    }
   });
   return h;
 }
@@ -72,6 +81,7 @@ class CudaBackend final : public Backend {
   CudaBackend() { ensure_allocator(); }
   Device device() const override { return Device::CUDA; }
   std::string name() const override { return "cuda"; }
+  void synchronize() override { cuda::synchronize(); }
 
   void fill(Tensor& x, double v) override {
     check_cuda(x, "fill", "x");
@@ -550,7 +560,9 @@ class CudaBackend final : public Backend {
 
   // The tiles of kernels.h (begin, end, decay), at most kFlatTile elements each, in chunk order,
   // uploaded as one i64 tensor (its size depends only on the chunks: the same pool block each step).
-  static Tensor upload_tiles(const char* op, const std::vector<FlatChunk>& chunks, const Tensor& x, int64_t& ntiles) {
+  // The last table uploaded is kept (the optimizer's chunks change only when the set of parameters
+  // with a gradient does): a warm step's sum_squares and adamw_flat upload nothing.
+  Tensor upload_tiles(const char* op, const std::vector<FlatChunk>& chunks, const Tensor& x, int64_t& ntiles) {
     std::vector<int64_t> t;
     for (const FlatChunk& c : chunks) {
       CTX_CHECK(0 <= c.begin && c.begin <= c.end && c.end <= x.numel(), op, ": chunk [", c.begin, ", ", c.end,
@@ -562,10 +574,17 @@ class CudaBackend final : public Backend {
       }
     }
     ntiles = (int64_t)t.size() / 3;
+    std::lock_guard<std::mutex> lk(tiles_mu_);
+    if (tiles_dev_.defined() && t == tiles_host_) return tiles_dev_;
     Tensor d = Tensor::empty({std::max<int64_t>(1, (int64_t)t.size())}, DType::I64, Device::CUDA);
     if (!t.empty()) copy_to_device(d.raw(), t.data(), t.size() * sizeof(int64_t));
+    tiles_host_ = std::move(t);
+    tiles_dev_ = d;
     return d;
   }
+  std::mutex tiles_mu_;
+  std::vector<int64_t> tiles_host_;  // the table tiles_dev_ holds
+  Tensor tiles_dev_;
 
   void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) override {
     check_all_cuda("sum_squares", {&x, &out});
