@@ -122,7 +122,7 @@ void plot(const std::string& out) {
 }  // namespace
 
 TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, const std::string& resume_dir,
-                  int64_t stop_after) {
+                  int64_t stop_after, const std::function<void(int64_t, bool)>& after_step) {
   CTX_CHECK(opt.steps > 0 && opt.batch > 0 && opt.accum > 0, "train: steps, batch and accum must be positive");
   CTX_CHECK(opt.optimizer == "adamw" || opt.optimizer == "sgd", "train: optimizer must be adamw or sgd, got '",
             opt.optimizer, "'");
@@ -317,6 +317,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     pending.push_back({step, lr, 0.0});
     if (!report) {
       pending.back().ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (after_step) after_step(step + 1, false);
       continue;
     }
     // The steps since the last report: one copy of each buffer (this waits for the device).
@@ -370,6 +371,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     tcsv.flush();
     vcsv.flush();
     if (checkpoint && root) save(step + 1);
+    if (after_step) after_step(step + 1, true);
     if (stop) {
       if (!quiet) std::printf("stopping after step %lld (--stop-after); continue with --resume %s\n",
                                   (long long)(step + 1), opt.out.c_str());
