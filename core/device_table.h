@@ -8,13 +8,20 @@
 namespace ctx {
 
 // `host` (a CPU tensor) on like's device: `host` itself when like is on the CPU (no copy), else
-// a copy on like's device, which callers only read. The copy keeps a host mirror of its values
-// (Tensor::host_mirror), so that the device's index checks and plans read them without a
-// device -> host copy; and the last uploads are kept (core/device_table.cpp): a table with the
-// same dtype, shape and bytes as one of them (the rotary cos/sin, the position indices the
-// encodings rebuild every step) is that tensor again, with no host -> device copy, as long as
-// nothing wrote to it (its mirror intact). No host round trip in a training step (docs/cuda.md).
-Tensor to_device_like(const Tensor& host, const Tensor& like);
+// a copy on like's device. An integer table (token ids, targets, relative indices) keeps a host
+// mirror of its values (Tensor::host_mirror), so that the device's index checks and plans read
+// them without a device -> host copy: no device -> host round trip in a training step
+// (docs/cuda.md). (Uploads are not cached across calls: a cached table would hold a pool block
+// that the next step's temporaries took in the first one, and the warm step would reach
+// cudaMalloc; the encodings rebuild their tables each step, one host -> device copy each.)
+inline Tensor to_device_like(const Tensor& host, const Tensor& like) {
+  CTX_CHECK(host.device() == Device::CPU, "to_device_like: the table ", host.str(), " must be built on the cpu, not ",
+            device_name(host.device()));
+  if (like.device() == Device::CPU) return host;
+  Tensor d = host.to(like.device());
+  if (!is_float(host.dtype()) && d.storage()->bytes == d.nbytes()) d.set_host_mirror(host);
+  return d;
+}
 
 // t on the host: t itself when it is on the CPU (no copy), else a copy.
 inline Tensor to_host(const Tensor& t) { return t.device() == Device::CPU ? t : t.to(Device::CPU); }

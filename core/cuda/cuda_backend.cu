@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
-#include <list>
 #include <mutex>
 #include <vector>
 
@@ -428,24 +427,9 @@ class CudaBackend final : public Backend {
     const size_t pos0 = plan.size();
     plan.resize(pos0 + (size_t)m);
     for (int64_t i = 0; i < m; ++i) plan[pos0 + (size_t)slot[(size_t)h[(size_t)i]]++] = i;
-    // capacity 3m + 1 whatever U is: the same pool size class every step. A plan equal to one of
-    // the last few (constant indices: the learned position table's backward) is not uploaded again.
-    Tensor dplan;
-    {
-      std::lock_guard<std::mutex> lk(tiles_mu_);
-      for (auto it = plans_.begin(); it != plans_.end() && !dplan.defined(); ++it)
-        if (it->first == plan && it->second.numel() == 3 * m + 1) {
-          dplan = it->second;
-          plans_.splice(plans_.begin(), plans_, it);
-        }
-    }
-    if (!dplan.defined()) {
-      dplan = Tensor::empty({3 * m + 1}, DType::I64, Device::CUDA);
-      copy_to_device(dplan.raw(), plan.data(), plan.size() * sizeof(int64_t));
-      std::lock_guard<std::mutex> lk(tiles_mu_);
-      plans_.emplace_front(std::move(plan), dplan);
-      if (plans_.size() > 8) plans_.pop_back();
-    }
+    // capacity 3m + 1 whatever U is: the same pool size class every step
+    Tensor dplan = Tensor::empty({3 * m + 1}, DType::I64, Device::CUDA);
+    copy_to_device(dplan.raw(), plan.data(), plan.size() * sizeof(int64_t));
     CTX_CUDA_DISPATCH_FLOAT(out.dtype(), "index_add",
                             cuda::index_add<T>(ptr<T>(out), dplan.data<int64_t>(), U, ptr<T>(src), outer, n, m,
                                                inner));
@@ -576,9 +560,7 @@ class CudaBackend final : public Backend {
 
   // The tiles of kernels.h (begin, end, decay), at most kFlatTile elements each, in chunk order,
   // uploaded as one i64 tensor (its size depends only on the chunks: the same pool block each step).
-  // The last table uploaded is kept (the optimizer's chunks change only when the set of parameters
-  // with a gradient does): a warm step's sum_squares and adamw_flat upload nothing.
-  Tensor upload_tiles(const char* op, const std::vector<FlatChunk>& chunks, const Tensor& x, int64_t& ntiles) {
+  static Tensor upload_tiles(const char* op, const std::vector<FlatChunk>& chunks, const Tensor& x, int64_t& ntiles) {
     std::vector<int64_t> t;
     for (const FlatChunk& c : chunks) {
       CTX_CHECK(0 <= c.begin && c.begin <= c.end && c.end <= x.numel(), op, ": chunk [", c.begin, ", ", c.end,
@@ -590,18 +572,10 @@ class CudaBackend final : public Backend {
       }
     }
     ntiles = (int64_t)t.size() / 3;
-    std::lock_guard<std::mutex> lk(tiles_mu_);
-    if (tiles_dev_.defined() && t == tiles_host_) return tiles_dev_;
     Tensor d = Tensor::empty({std::max<int64_t>(1, (int64_t)t.size())}, DType::I64, Device::CUDA);
     if (!t.empty()) copy_to_device(d.raw(), t.data(), t.size() * sizeof(int64_t));
-    tiles_host_ = std::move(t);
-    tiles_dev_ = d;
     return d;
   }
-  std::mutex tiles_mu_;  // guards the upload caches: tiles_* and plans_
-  std::list<std::pair<std::vector<int64_t>, Tensor>> plans_;  // recent index_add plans, newest first
-  std::vector<int64_t> tiles_host_;  // the table tiles_dev_ holds
-  Tensor tiles_dev_;
 
   void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) override {
     check_all_cuda("sum_squares", {&x, &out});
