@@ -104,4 +104,39 @@ GradcheckResult gradcheck(const GradFn& f, const std::vector<Tensor>& inputs,
   return res;
 }
 
+GradcheckResult gradcheck_params(const NamedVariables& params, const std::function<Variable()>& loss,
+                                 const std::function<bool(const std::string&)>& check,
+                                 const GradcheckOptions& opt) {
+  std::vector<Tensor> inputs;
+  std::vector<std::string> names;
+  std::vector<VarImpl> saved;
+  for (auto& [name, p] : params) {
+    CTX_CHECK(p.defined(), "gradcheck_params: parameter '", name, "' is undefined");
+    inputs.push_back(p.data().clone());
+    names.push_back(check && !check(name) ? "-" : name);
+    saved.push_back(*p.impl());
+  }
+  // Each parameter is rebound to an identity of its gradcheck input: the graph built by `loss`
+  // then carries the gradient back to the input gradcheck reads.
+  GradFn f = [&](const std::vector<Variable>& in) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      Variable src = in[i];
+      Variable id = make_result(src.data(), "bind", {src}, [src](const Tensor& g) {
+        if (src.requires_grad()) accumulate_grad(*src.impl(), g);
+      });
+      *params[i].second.impl() = *id.impl();
+    }
+    return loss();
+  };
+  GradcheckResult res;
+  try {
+    res = gradcheck(f, inputs, names, opt);
+  } catch (...) {
+    for (size_t i = 0; i < params.size(); ++i) *params[i].second.impl() = saved[i];
+    throw;
+  }
+  for (size_t i = 0; i < params.size(); ++i) *params[i].second.impl() = saved[i];
+  return res;
+}
+
 }  // namespace ctx

@@ -6,6 +6,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/variable.h"
@@ -41,5 +42,16 @@ using GradFn = std::function<Variable(const std::vector<Variable>&)>;
 GradcheckResult gradcheck(const GradFn& f, const std::vector<Tensor>& inputs,
                           const std::vector<std::string>& names = {},
                           const GradcheckOptions& opt = {});
+
+// The same check with respect to parameters that live inside something else (a model's
+// named_parameters(), f64): `loss` is any closure computing a scalar from them (e.g.
+// [&] { return model.loss(x, y); }). Each parameter becomes a gradcheck input for the duration
+// (bound to the model's graph by an identity node, as `ctxlab gradcheck` does); `check(name)`
+// selects the ones checked (null: all), the others are held constant. Afterwards every
+// parameter is exactly as before (value, gradient, leaf).
+using NamedVariables = std::vector<std::pair<std::string, Variable>>;
+GradcheckResult gradcheck_params(const NamedVariables& params, const std::function<Variable()>& loss,
+                                 const std::function<bool(const std::string&)>& check = nullptr,
+                                 const GradcheckOptions& opt = {});
 
 }  // namespace ctx

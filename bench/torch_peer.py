@@ -12,10 +12,21 @@ relative terms use a [.., T, buckets] product followed by a gather (no [T, T, d]
 
     bench/torch_peer.py --preset small --posenc rope --peak-gflops 190
     bench/torch_peer.py --preset tiny --check          # loss/grads against torch_ref (float64)
+    bench/.venv/bin/python bench/torch_peer.py --preset small --compile --precision bf16
+
+Runs under Debian's torch 1.13 and under today's 2.x (bench/torch_venv.sh); what differs is
+chosen by feature, not by version number: the public F.scaled_dot_product_attention (2.x) or the
+private 1.13 one, torch.compile (2.x only), fused AdamW (2.x).
 
 --attention manual: scores = q k^T * scale (+ bias), masked_fill(-inf), softmax, p v.
---attention fast: the fastest attention torch 1.13 offers on the CPU for the encoding (see
+--attention fast: the fastest attention the installed torch offers for the encoding (see
 FAST_NOTES below and bench/README.md).
+--compile: torch.compile(model) (forward and, through AOTAutograd, backward) and the optimizer
+phase (grad clip + AdamW step) as one compiled function; compilation happens in the warm-up
+steps (at least 2 then), whose time is reported as compile_s and never in the timed steps.
+--precision bf16: forward under torch.autocast(device, dtype=torch.bfloat16), backward outside
+it, fp32 master weights, gradients and AdamW state (the AMP recipe PyTorch documents).
+--device cuda: everything on the GPU, torch.cuda.synchronize() at each timing point.
 """
 
 import argparse
@@ -41,6 +52,8 @@ PRESETS = {  # train/config.cpp preset_config
     "medium": dict(d_model=512, n_layers=8, n_heads=8, context=512),
 }
 DEFAULT_BATCH = {"tiny": 8, "small": 8, "medium": 4}
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")    # public in 2.x (is_causal, attn_mask, scale)
+HAS_COMPILE = hasattr(torch, "compile")                    # 2.x
 SUPPORTED = ("none", "learned", "sinusoidal", "rope", "alibi", "shaw", "xl", "deberta", "tupe")
 FLOP_FORMULA = "6*N + 12*n_layers*T*d_model, N = n_layers*(4*d_model^2 + 2*d_model*d_ff) + vocab*d_model"
 
@@ -52,19 +65,45 @@ FLOP_FORMULA = "6*N + 12*n_layers*T*d_model, N = n_layers*(4*d_model^2 + 2*d_mod
 # baddbmm(mask, q, k^T, alpha) and pre-scaling q: all within ~10% of each other, the private
 # SDPA best by minimum at one thread, pre-scaled q + in-place bias add best by median for the
 # biased case. Content encodings (shaw, xl, deberta) need the score terms, so fast = manual there.
+# torch 2.x: the public F.scaled_dot_product_attention picks a fused kernel (flash / memory-
+# efficient on CUDA, the flash CPU kernel on the CPU); it also takes an additive float mask, used
+# for alibi (a constant table with the causal mask folded in). tupe's bias carries parameter
+# gradients (the fused kernels give none to attn_mask), so tupe stays on the bias path.
 FAST_NOTES = {
     "plain": "F._scaled_dot_product_attention(q, k, v, is_causal=True) (torch 1.13 private; CPU math path)",
     "bias": "matmul(q * scale, k^T).add_(bias with the causal -inf mask folded in), softmax, matmul",
     "content": "as manual (content terms need the scores)",
 }
+FAST_NOTES_SDPA = {
+    "plain": "F.scaled_dot_product_attention(q, k, v, is_causal=True) (fused kernel the backend picks)",
+    "alibi": "F.scaled_dot_product_attention(q, k, v, attn_mask=alibi table with the causal -inf folded in)",
+}
 
 
-def preset_config(name, posenc):
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r} (valid presets: tiny, small, medium)")
-    cfg = dict(vocab_size=256, norm="layernorm", tie_embeddings=True, posenc={"type": "learned"},
-               **PRESETS[name])
-    cfg["d_ff"] = 4 * cfg["d_model"]
+def sdpa_causal(q, k, v):
+    """Causal attention through the installed torch's SDPA, [B, H, T, d] -> [B, H, T, d]."""
+    if HAS_SDPA:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F._scaled_dot_product_attention(q, k, v, is_causal=True)[0]
+
+
+def preset_config(name, posenc, config_file=None):
+    """The preset's config (train/config.cpp), or MODEL_SPEC JSON from config_file."""
+    if config_file is not None:
+        try:
+            with open(config_file) as f:
+                cfg = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"--config {config_file}: {e}") from None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"--config {config_file}: must be a JSON object")
+        cfg.setdefault("posenc", {"type": "learned"})
+    else:
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r} (valid presets: tiny, small, medium)")
+        cfg = dict(vocab_size=256, norm="layernorm", tie_embeddings=True, posenc={"type": "learned"},
+                   **PRESETS[name])
+        cfg["d_ff"] = 4 * cfg["d_model"]
     if posenc is not None:
         cfg["posenc"] = json.loads(posenc) if posenc.lstrip().startswith("{") else {"type": posenc}
     cfg = torch_ref.parse_config(cfg)
@@ -142,7 +181,10 @@ class Attention(nn.Module):
             cos, sin = tabs["cos"][:T], tabs["sin"][:T]
             q, k = rope_rotate(q, cos, sin, self.pec["pairing"]), rope_rotate(k, cos, sin, self.pec["pairing"])
         if self.fast and t in ("none", "learned", "sinusoidal", "rope"):
-            o = F._scaled_dot_product_attention(q, k, v, is_causal=True)[0]
+            o = sdpa_causal(q, k, v)
+            return self.proj(o.transpose(1, 2).reshape(B, T, D))
+        if self.fast and HAS_SDPA and t == "alibi":
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=tabs["alibi"][:, :T, :T].to(q.dtype))
             return self.proj(o.transpose(1, 2).reshape(B, T, D))
         if t == "rope":
             s = self.scores(q, k, mask)
@@ -178,7 +220,7 @@ class Attention(nn.Module):
         o = torch.matmul(p, v)
         if extra_v is not None:  # shaw value term: bucket the probabilities, then one small matmul
             n = self.pe.rel_v.shape[0]
-            pb = torch.zeros(B, H, T, n, dtype=p.dtype).scatter_add_(3, extra_v.expand(B, H, T, T), p)
+            pb = torch.zeros(B, H, T, n, dtype=p.dtype, device=p.device).scatter_add_(3, extra_v.expand(B, H, T, T), p)
             o = o + torch.matmul(pb, self.pe.rel_v)
         return self.proj(o.transpose(1, 2).reshape(B, T, D))
 
@@ -369,6 +411,7 @@ def main():
                "  bench/torch_peer.py --preset tiny --posenc deberta --check\n"
                "bench/compare.sh runs it against `ctxlab bench` (bench/README.md).")
     ap.add_argument("--preset", default="small", help="tiny | small | medium (default small)")
+    ap.add_argument("--config", help="model config JSON (MODEL_SPEC §2) instead of --preset, as ctxlab's --config")
     ap.add_argument("--posenc", help="type name or JSON (default: the preset's, learned)")
     ap.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
@@ -377,7 +420,19 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     ap.add_argument("--attention", choices=("manual", "fast"), default="manual")
     ap.add_argument("--foreach", choices=("on", "off"), default="on",
-                    help="AdamW foreach (multi-tensor) implementation (default on)")
+                    help="AdamW foreach (multi-tensor) implementation (default on; see --fused-adamw)")
+    ap.add_argument("--fused-adamw", action="store_true",
+                    help="torch.optim.AdamW(fused=True) (2.x; CPU from 2.4) instead of foreach")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model and the optimizer phase (torch 2.x); compile time "
+                         "is reported as compile_s, outside the timed steps")
+    ap.add_argument("--compile-mode", default="default",
+                    help="torch.compile mode: default | reduce-overhead | max-autotune (default default)")
+    ap.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
+                    help="bf16: forward under torch.autocast(device, torch.bfloat16); fp32 master "
+                         "weights, grads and AdamW state. tf32 (cuda only): fp32 with "
+                         "torch.backends.cuda.matmul.allow_tf32 (default fp32)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default cpu")
     ap.add_argument("--peak-gflops", type=float, help="peak GFLOP/s for MFU (e.g. from ctxlab bench --peak-only)")
     ap.add_argument("--json", help="also write the JSON object to this file")
     ap.add_argument("--seed", type=int, default=1337)
@@ -385,12 +440,12 @@ def main():
     a = ap.parse_args()
 
     try:
-        cfg = preset_config(a.preset, a.posenc)
+        cfg = preset_config(a.preset, a.posenc, a.config)
         if a.steps < 1:
             raise ValueError(f"--steps must be at least 1, got {a.steps}")
         if a.warmup < 0:
             raise ValueError(f"--warmup must be non-negative, got {a.warmup}")
-        B = a.batch if a.batch is not None else DEFAULT_BATCH[a.preset]
+        B = a.batch if a.batch is not None else 8 if a.config else DEFAULT_BATCH[a.preset]
         T = a.context if a.context is not None else cfg["context"]
         if B < 1 or T < 1:
             raise ValueError("--batch and --context must be at least 1")
@@ -399,45 +454,90 @@ def main():
         if a.peak_gflops is not None and not a.peak_gflops > 0:
             raise ValueError("--peak-gflops must be positive")
         torch_ref.make_encoding(cfg).check_length(T)
+        if a.compile and not HAS_COMPILE:
+            raise ValueError(f"--compile needs torch 2.x (torch.compile); this is torch {torch.__version__}")
+        if a.compile and a.warmup < 2:
+            raise ValueError(f"--compile needs --warmup 2 or more (compilation and the recompile after "
+                             f"AdamW creates its state happen there), got {a.warmup}")
+        if a.fused_adamw and "fused" not in torch.optim.AdamW.__init__.__code__.co_varnames:
+            raise ValueError(f"--fused-adamw: torch {torch.__version__} has no AdamW(fused=...)")
+        if a.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device cuda: no CUDA device visible to torch {torch.__version__} "
+                             f"(build CUDA {torch.version.cuda})")
+        if a.precision == "tf32" and a.device != "cuda":
+            raise ValueError("--precision tf32 is a CUDA mode (tensor cores); use it with --device cuda")
+        if a.check and (a.device != "cpu" or a.compile or a.precision != "fp32"):
+            raise ValueError("--check runs on the CPU in float64: drop --device, --compile and --precision")
     except (ValueError, torch_ref.ConfigError, torch_ref.LengthError) as e:
         print(f"torch_peer: error: {e}", file=sys.stderr)
         return 1
     torch.set_num_threads(a.threads)
+    if a.device == "cuda":  # exact fp32 unless asked (PyTorch's default for matmuls, made explicit)
+        torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
     fast = a.attention == "fast"
     if a.check:
         return 0 if check(cfg, min(T, 24), fast, a.seed) else 1
 
     torch.manual_seed(a.seed)
+    dev = torch.device(a.device)
     model = GPT(cfg, T, fast)
     model.load_state_dict(torch_ref.init_params(cfg, a.seed, torch.float32))
+    model.to(dev)
+    model.tabs = {k: v.to(dev) for k, v in model.tabs.items()}
     model.train()
     named = list(model.named_parameters())
     params = [p for _, p in named]
     groups = [{"params": [p for n, p in named if decays(n, p)], "weight_decay": 0.1},
               {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99), eps=1e-8, foreach=a.foreach == "on")
+    # lr stays a float: constant here (as in ctxlab bench), so baking it into the compiled step
+    # costs no recompile (a tensor lr would need capturable=True, a different AdamW path)
+    lr = 1e-3
+    impl = {"fused": True} if a.fused_adamw else {"foreach": a.foreach == "on"}
+    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99), eps=1e-8, **impl)
     gen = torch.Generator().manual_seed(a.seed)
     V = cfg["vocab_size"]
 
-    fwd, bwd, optim_ms, total = [], [], [], []
+    def optimizer_phase():
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+
+    fwd_model = model
+    if a.compile:
+        fwd_model = torch.compile(model, mode=a.compile_mode)
+        optimizer_phase = torch.compile(optimizer_phase, mode=a.compile_mode)
+    autocast = (lambda: torch.autocast(a.device, dtype=torch.bfloat16)) if a.precision == "bf16" else None
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+    if a.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    fwd, bwd, optim_ms, total, warm_ms = [], [], [], [], []
     loss_v = float("nan")
     for s in range(a.warmup + a.steps):
         tok = torch.randint(0, V, (B, T + 1), generator=gen)
-        x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+        x, y = tok[:, :-1].contiguous().to(dev), tok[:, 1:].contiguous().to(dev)
+        sync()
         t0 = time.perf_counter()
-        loss = model(x, y)
+        if autocast is not None:
+            with autocast():
+                loss = fwd_model(x, y)
+        else:
+            loss = fwd_model(x, y)
+        sync()
         t1 = time.perf_counter()
         loss.backward()
+        sync()
         t2 = time.perf_counter()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        optimizer_phase()
         opt.zero_grad(set_to_none=True)
+        sync()
         t3 = time.perf_counter()
         loss_v = loss.item()
         if not math.isfinite(loss_v):
             print(f"torch_peer: error: loss became {loss_v} at step {s + 1}", file=sys.stderr)
             return 1
         if s < a.warmup:
+            warm_ms.append((t3 - t0) * 1e3)
             continue
         fwd.append((t1 - t0) * 1e3)
         bwd.append((t2 - t1) * 1e3)
@@ -446,6 +546,9 @@ def main():
 
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     med = statistics.median(total)
+    # compile time: what the warm-up steps took beyond as many ordinary steps (compilation of the
+    # forward, the backward and the optimizer phase, and the recompile of the second step)
+    compile_s = max(0.0, (sum(warm_ms) - len(warm_ms) * med) / 1e3) if a.compile else None
     tok_s = B * T / (med / 1e3)
     N = matmul_params(cfg)
     L, D = cfg["n_layers"], cfg["d_model"]
@@ -454,12 +557,14 @@ def main():
     mfu = achieved / a.peak_gflops if a.peak_gflops else None
     t = cfg["posenc"]["type"]
     if not fast:
-        impl = "matmul q k^T * scale (+ bias), add -inf mask, softmax, matmul p v"
+        att_impl = "matmul q k^T * scale (+ bias), add -inf mask, softmax, matmul p v"
+    elif HAS_SDPA and t in ("none", "learned", "sinusoidal", "rope", "alibi"):
+        att_impl = FAST_NOTES_SDPA["alibi" if t == "alibi" else "plain"]
     else:
-        impl = FAST_NOTES["bias" if t in ("alibi", "tupe") else "content" if t in ("shaw", "xl", "deberta") else "plain"]
+        att_impl = FAST_NOTES["bias" if t in ("alibi", "tupe") else "content" if t in ("shaw", "xl", "deberta") else "plain"]
     out = {
         "framework": "pytorch",
-        "preset": a.preset,
+        "preset": a.config if a.config else a.preset,
         "posenc": t,
         "posenc_config": cfg["posenc"],
         "batch": B, "context": T, "threads": torch.get_num_threads(),
@@ -482,14 +587,26 @@ def main():
         "tokens_per_s_basis": "batch*context / median step",
         "final_loss": round(loss_v, 4),
         "attention": a.attention,
-        "attention_impl": impl,
-        "adamw_foreach": a.foreach == "on",
+        "attention_impl": att_impl,
+        "adamw_foreach": a.foreach == "on" and not a.fused_adamw,
+        "adamw_fused": a.fused_adamw,
+        "device": a.device,
+        "precision": a.precision,
+        "autocast": f"torch.autocast({a.device!r}, dtype=torch.bfloat16) around the forward" if autocast else None,
+        "compile": {"mode": a.compile_mode, "what": "torch.compile(model) + torch.compile(clip + AdamW step)"}
+                   if a.compile else None,
+        "compile_s": round(compile_s, 2) if compile_s is not None else None,
+        "warmup_ms": [round(w, 1) for w in warm_ms],
+        "cuda_max_allocated_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if a.device == "cuda" else None,
+        "gpu": torch.cuda.get_device_name() if a.device == "cuda" else None,
         "torch_version": torch.__version__,
         "env": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "OPENBLAS_CORETYPE", "OMP_NUM_THREADS",
                                                "OPENBLAS_NUM_THREADS")},
     }
-    print(f"torch_peer: preset {a.preset}, posenc {t}, {out['params']} params, B {B} x T {T}, "
-          f"{out['threads']} threads, attention {a.attention}, {a.steps} timed steps after {a.warmup} warm-up\n"
+    print(f"torch_peer: torch {torch.__version__}, {out['preset']}, posenc {t}, {out['params']} params, B {B} x T {T}, "
+          f"{a.device}, {out['threads']} threads, attention {a.attention}, {a.precision}"
+          + (f", compiled ({a.compile_mode}; compile {compile_s:.1f} s)" if a.compile else ", eager")
+          + f", {a.steps} timed steps after {a.warmup} warm-up\n"
           f"  {tok_s:.0f} tokens/s | step {med:.1f} ms median (mean {out['ms_per_step']['mean']:.1f}, "
           f"min {min(total):.1f}) | forward {out['forward_ms']:.1f}, backward {out['backward_ms']:.1f}, "
           f"optimizer {out['optimizer_ms']:.1f} ms\n"

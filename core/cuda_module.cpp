@@ -1,6 +1,8 @@
 // core/cuda_module.cpp — dlopen of libctxlab_cuda.so on the first use of Device::CUDA (see
-// core/cuda_module.h): found next to the running executable (/proc/self/exe), entry point
-// `ctxlab_cuda_entry` resolved with dlsym.
+// core/cuda_module.h): found next to the running executable (/proc/self/exe; the build tree),
+// else by name through the executable's RUNPATH (the installed CLI: $ORIGIN/../lib; a program
+// linking the installed package: its prefix's lib/, cmake/ctxlabConfig.cmake.in) and
+// LD_LIBRARY_PATH; entry point `ctxlab_cuda_entry` resolved with dlsym.
 #include "core/cuda_module.h"
 
 #ifdef CTXLAB_WITH_CUDA
@@ -29,9 +31,19 @@ std::string module_path() {
 }
 
 const CudaModule* load() {
-  const std::string path = module_path();
+  std::string path = module_path();
   // RTLD_NOW: an unresolved symbol is reported here, not at its first call mid-run.
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* h = nullptr;
+  if (access(path.c_str(), F_OK) == 0) {
+    h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  } else {
+    const std::string next_to_exe = path;
+    path = "libctxlab_cuda.so";
+    h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+      throw Error(str("--device cuda: cannot load libctxlab_cuda.so: not at ", next_to_exe,
+                      ", and by name (RUNPATH, LD_LIBRARY_PATH): ", dlerror()));
+  }
   if (!h) throw Error(str("--device cuda: cannot load ", path, ": ", dlerror()));
   auto entry = reinterpret_cast<CudaModuleEntry>(dlsym(h, "ctxlab_cuda_entry"));
   if (!entry) throw Error(str("--device cuda: cannot load ", path, ": ", dlerror()));

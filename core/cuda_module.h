@@ -1,6 +1,7 @@
 // core/cuda_module.h — the lazily loaded CUDA backend. In a CUDA build (real or emulated) the code
 // of core/cuda/ (and train/nccl/) is a separate shared library, libctxlab_cuda.so, next to the
-// executable; it links cudart / cuBLAS / cuBLASLt / NCCL (or the emulator). ctxlab_lib dlopen()s
+// executable in the build tree (installed: in the prefix's lib/, found through the RUNPATH,
+// core/cuda_module.cpp); it links cudart / cuBLAS / cuBLASLt / NCCL (or the emulator). ctxlab_lib dlopen()s
 // it on the first use of Device::CUDA, so CPU-only runs never map the CUDA libraries. The library
 // resolves ctx:: symbols from the executable (built with exported symbols and the whole of
 // ctxlab_lib: CMake function ctxlab_link_lib), so there is one copy of every global (backend

@@ -25,6 +25,7 @@ NOTES_MARK = "<!-- notes: kept across runs -->"
 ENC_NAMES = {
     "learned": "learned (hierarchical beyond L)", "sinusoidal": "sinusoidal", "rope": "RoPE", "alibi": "ALiBi",
     "kerple": "KERPLE (log)", "t5": "T5 buckets", "xpos": "XPOS", "sandwich": "Sandwich",
+    "rnn": "GRU before the blocks (rnn)", "floater": "FLOATER (RK4 ODE)", "complex-order": "complex-order",
     "learned_segmented": "learned, segmented (chunks of L)", "rope_window": "RoPE, sliding window L",
 }
 SCALING_NAMES = {
@@ -233,7 +234,10 @@ the study: {f'{total // 60} min {total % 60} s' if total else 'not recorded'} (p
 {table([(k, res.get(k)) for k in encs + ["learned_segmented", "rope_window"]], lengths, ENC_NAMES)}
 
 `learned` is evaluated beyond L with the hierarchical extension (POSENC_SPEC §1; the table has only
-L rows). The last two rows are the baselines of the literature: every window cut into independent
+L rows). The survey's families run beyond L by their own construction: the GRU (`rnn`) recurs
+over the whole window from h_0 = 0, FLOATER integrates its ODE further (position i is p(i dt)),
+complex-order turns each word by t * omega at any t (POSENC_SPEC §5). The last two rows are the
+baselines of the literature: every window cut into independent
 chunks of L (`--segmented`), and sliding-window attention of width L (`--window {L}`).
 
 ## 2. The RoPE model with context-extension methods, no training

@@ -11,13 +11,17 @@
 # Options: --quick, --out DIR (default runs/extrapolation[-quick]), --bin PATH (default build/ctxlab),
 #          --doc FILE (report path; default docs/results/extrapolation.md, or <out>/extrapolation.md
 #          with --quick), --steps N (pretraining steps per encoding), --ft-steps N, --fresh (retrain
-#          even when a finished run exists in <out>).
+#          even when a finished run exists in <out>),
+#          --plugin PATH.so (repeatable: every ctxlab call loads it; docs/extending.md),
+#          --add-encoding NAME or NAME='POSENC_JSON' (repeatable: one more encoding in part 1, e.g.
+#          --plugin libfire.so --add-encoding 'fire={"type":"fire","init_L":128}').
 # A finished run (its checkpoint at the final step) is reused, so an interrupted study continues.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 quick=0; out=""; bin="$root/build/ctxlab"; doc=""; steps=""; ft_steps=""; fresh=0
+plugins=(); added=(); declare -A posenc_json
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -27,7 +31,12 @@ while [ $# -gt 0 ]; do
     --steps) steps="$2"; shift ;;
     --ft-steps) ft_steps="$2"; shift ;;
     --fresh) fresh=1 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --plugin) plugins+=("$2"); shift ;;
+    --add-encoding)
+      name="${2%%=*}"; added+=("$name")
+      [ "$name" != "$2" ] && posenc_json[$name]="${2#*=}"
+      shift ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "extrapolation_study.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -44,9 +53,19 @@ else
   LR=2e-3; WARMUP=100; FT_LR=3e-4; FT_EVAL=25
   out=${out:-$root/runs/extrapolation}; doc=${doc:-$root/docs/results/extrapolation.md}
 fi
-ENCODINGS="learned sinusoidal rope alibi kerple t5 xpos sandwich"
+# the survey's families too (POSENC_SPEC §5): beyond L the GRU recurs further from h_0 = 0,
+# FLOATER integrates its ODE further, complex-order turns each word by t * omega for any t;
+# then any --add-encoding
+ENCODINGS="learned sinusoidal rope alibi kerple t5 xpos sandwich rnn floater complex-order${added[*]:+ ${added[*]}}"
 L2=$((2 * L)); L4=$((4 * L)); L8=$((8 * L)); LENGTHS="$L,$L2,$L4,$L8"
 mkdir -p "$out/eval"
+if [ ${#plugins[@]} -gt 0 ]; then  # every call below goes through a wrapper that loads them
+  args=""
+  for p in "${plugins[@]}"; do args="$args --plugin '$(cd "$(dirname "$p")" && pwd)/$(basename "$p")'"; done
+  printf '#!/bin/sh\nexec %s%s "$@"\n' "'$bin'" "$args" > "$out/ctxlab_with_plugins"
+  chmod +x "$out/ctxlab_with_plugins"
+  bin="$out/ctxlab_with_plugins"
+fi
 export OMP_WAIT_POLICY=PASSIVE
 t_start=$(date +%s)
 log() { printf '[%5ds] %s\n' $(( $(date +%s) - t_start )) "$*"; }
@@ -85,9 +104,10 @@ for enc in $ENCODINGS; do
     log "$enc: reusing the finished run in $run"
   else
     rm -rf "$run"; mkdir -p "$run"
+    pe="${posenc_json[$enc]:-}"; [ -n "$pe" ] || pe="{\"type\": \"$enc\"}"
     cat > "$run/config.json" <<EOF
 {"vocab_size": 256, "d_model": $D, "n_layers": $LAYERS, "n_heads": $HEADS, "context": $L,
- "norm": "layernorm", "tie_embeddings": true, "posenc": {"type": "$enc"}}
+ "norm": "layernorm", "tie_embeddings": true, "posenc": $pe}
 EOF
     log "$enc: training $STEPS steps at L=$L"
     stage "train_$enc" "$bin" train --config "$run/config.json" --steps "$STEPS" --batch "$B" --lr "$LR" \

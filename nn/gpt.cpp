@@ -107,8 +107,7 @@ Variable GPT::forward(const Tensor& tokens_in, int64_t pos0, bool use_memory) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   pe->check_length(pos0 + T);
   Rng* rng = (is_training() && cfg.dropout > 0) ? &dropout_rng : nullptr;
-  Variable x = wte->forward(tokens);                       // [B, T, D]
-  x = pe->embed(x, pos0);
+  Variable x = pe->embed_tokens(wte->weight, tokens, pos0);  // [B, T, D]
   if (rng) x = dropout(x, cfg.dropout, true, *rng);
   for (auto& b : blocks) x = b->forward(x, rng);
   x = norm_f->forward(x);

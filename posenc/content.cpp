@@ -38,16 +38,6 @@ namespace {
 
 // ---- parameters --------------------------------------------------------------------------
 
-// An integer parameter >= lo (error names posenc.<key>).
-int64_t param_int(const nlohmann::json& p, const char* key, int64_t def, int64_t lo,
-                  const std::string& src, const char* type) {
-  double v = posenc_number(p, key, (double)def, src);
-  CTX_CHECK(v == std::floor(v) && v >= (double)lo && v < 1e15, src, ": field 'posenc.", key,
-            "' of posenc type '", type, "' must be an integer >= ", lo, ", got ",
-            p.contains(key) ? p[key].dump() : std::to_string(v));
-  return (int64_t)v;
-}
-
 // Registers a child module `name` under m holding one parameter per (name, shape) pair.
 std::shared_ptr<nn::Module> add_child(nn::Module& m, const std::string& name) {
   return m.register_module(name, std::make_shared<nn::Module>());
@@ -323,13 +313,13 @@ class TUPE final : public PositionalEncoding {
 std::unique_ptr<PositionalEncoding> make_shaw(const ModelConfig& c, const nlohmann::json& p,
                                               const std::string& src) {
   posenc_check_keys(p, {"max_relative_position"}, src);
-  return std::make_unique<Shaw>(c, param_int(p, "max_relative_position", 16, 1, src, "shaw"));
+  return std::make_unique<Shaw>(c, posenc_int(p, "max_relative_position", 16, 1, src, "shaw"));
 }
 
 std::unique_ptr<PositionalEncoding> make_xl(const ModelConfig& c, const nlohmann::json& p,
                                             const std::string& src) {
   posenc_check_keys(p, {"mem_len"}, src);
-  int64_t mem = param_int(p, "mem_len", 0, 0, src, "xl");
+  int64_t mem = posenc_int(p, "mem_len", 0, 0, src, "xl");
   CTX_CHECK(c.d_model % 2 == 0, src, ": posenc xl needs an even d_model, got ", c.d_model);
   return std::make_unique<XL>(c, mem);
 }
@@ -337,8 +327,8 @@ std::unique_ptr<PositionalEncoding> make_xl(const ModelConfig& c, const nlohmann
 std::unique_ptr<PositionalEncoding> make_deberta(const ModelConfig& c, const nlohmann::json& p,
                                                  const std::string& src) {
   posenc_check_keys(p, {"position_buckets", "max_relative_positions"}, src);
-  int64_t A = param_int(p, "position_buckets", 32, 4, src, "deberta");
-  int64_t M = param_int(p, "max_relative_positions", 128, 1, src, "deberta");
+  int64_t A = posenc_int(p, "position_buckets", 32, 4, src, "deberta");
+  int64_t M = posenc_int(p, "max_relative_positions", 128, 1, src, "deberta");
   CTX_CHECK(A % 2 == 0, src, ": field 'posenc.position_buckets' must be even, got ", A);
   CTX_CHECK(M - 1 > A / 2, src, ": field 'posenc.max_relative_positions' (", M,
             ") must exceed position_buckets / 2 + 1 (", A / 2 + 1, ")");

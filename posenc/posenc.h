@@ -2,7 +2,10 @@
 // implementation calls, and the registry by name (POSENC_SPEC). An encoding is a small file.
 //
 // Hooks, in the order attention calls them:
-//   embed(x, pos0)      absolute encodings add to the token embeddings (learned, sinusoidal)
+//   embed_tokens(wte, tokens, pos0)  the input of block 0: embed(wte[tokens], pos0) unless an
+//                       encoding needs the token ids (complex-order)
+//   embed(x, pos0)      absolute encodings add to / transform the token embeddings (learned,
+//                       sinusoidal, floater; rnn replaces them by a GRU's states)
 //   rotate(st)          rotary encodings rotate st.q / st.k (rope, xpos, scaling family)
 //   bias(st)            additive logit terms [1 or B, H, T, S] (alibi, kerple, t5, sandwich)
 //   terms(st)           what the default logits / output compute (ScoreTerms): the query,
@@ -69,6 +72,12 @@ class PositionalEncoding {
   virtual void init_parameters(Rng& rng) { (void)rng; }
 
   virtual Variable embed(const Variable& x, int64_t pos0) { (void)pos0; return x; }
+  // The input of block 0 from the token ids tokens [B, T] (on wte's device): by default
+  // embed(wte[tokens], pos0). Encodings that need the ids themselves (complex-order: a
+  // frequency per word) override this instead of embed.
+  virtual Variable embed_tokens(const Variable& wte, const Tensor& tokens, int64_t pos0) {
+    return embed(embedding(wte, tokens), pos0);
+  }
   virtual void rotate(AttnState& st) { (void)st; }
   virtual Variable bias(AttnState& st) { (void)st; return Variable(); }
   // Default: {st.q, st.scale, bias(st), no relative terms}.
@@ -92,16 +101,23 @@ class PositionalEncoding {
 std::unique_ptr<PositionalEncoding> make_posenc(const ModelConfig& cfg, const std::string& source);
 std::vector<std::string> posenc_types();
 
-// Registration (each encoding file registers itself with a static PosencRegistrar).
+// Registration (each encoding file registers itself with a static PosencRegistrar; so does a
+// user's file linked into a program or a --plugin library: docs/extending.md). A name that is
+// already registered keeps its first factory; the repeated name is reported by
+// posenc_take_duplicates(), which hands over (and clears) the names repeated so far.
 using PosencFactory =
     std::unique_ptr<PositionalEncoding> (*)(const ModelConfig& cfg, const nlohmann::json& params,
                                            const std::string& source);
 struct PosencRegistrar {
   PosencRegistrar(const char* type, PosencFactory f);
 };
+std::vector<std::string> posenc_take_duplicates();
 
 // Helpers for encoding files: read an optional typed parameter (error names key and type).
 double posenc_number(const nlohmann::json& p, const char* key, double def, const std::string& source);
+// An integer parameter >= lo (error names posenc.<key>, the type and the bound).
+int64_t posenc_int(const nlohmann::json& p, const char* key, int64_t def, int64_t lo,
+                   const std::string& source, const char* type);
 bool posenc_bool(const nlohmann::json& p, const char* key, bool def, const std::string& source);
 std::string posenc_string(const nlohmann::json& p, const char* key, const std::string& def,
                           const std::string& source);

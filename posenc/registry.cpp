@@ -1,5 +1,6 @@
 // posenc/registry.cpp — the encoding registry by name, parameter parsing helpers, and the
 // default logits hook shared by every encoding that does not own its scores.
+#include <cmath>
 #include <map>
 
 #include "core/rng.h"
@@ -12,7 +13,22 @@ static std::map<std::string, PosencFactory>& registry() {
   return r;
 }
 
-PosencRegistrar::PosencRegistrar(const char* type, PosencFactory f) { registry()[type] = f; }
+// Names registered twice (a plugin reusing a built-in's name): the first registration stays and
+// the name is kept here for posenc_take_duplicates() (a static constructor cannot throw).
+static std::vector<std::string>& duplicates() {
+  static std::vector<std::string> d;
+  return d;
+}
+
+PosencRegistrar::PosencRegistrar(const char* type, PosencFactory f) {
+  if (!registry().emplace(type, f).second) duplicates().push_back(type);
+}
+
+std::vector<std::string> posenc_take_duplicates() {
+  std::vector<std::string> d;
+  d.swap(duplicates());
+  return d;
+}
 
 // Each encoding family file defines one of these (static libraries drop unreferenced objects,
 // so the registry names them explicitly).
@@ -20,6 +36,9 @@ void posenc_register_absolute();
 void posenc_register_rotary();  // posenc/rotary.cpp
 void posenc_register_bias();    // posenc/bias.cpp
 void posenc_register_content();
+void posenc_register_recurrent();      // posenc/recurrent.cpp
+void posenc_register_floater();        // posenc/floater.cpp
+void posenc_register_complex_order();  // posenc/complex_order.cpp
 
 static void ensure_registered() {
   static bool done = [] {
@@ -27,6 +46,9 @@ static void ensure_registered() {
     posenc_register_rotary();
     posenc_register_bias();
     posenc_register_content();
+    posenc_register_recurrent();
+    posenc_register_floater();
+    posenc_register_complex_order();
     return true;
   }();
   (void)done;
@@ -75,6 +97,15 @@ double posenc_number(const nlohmann::json& p, const char* key, double def, const
   if (!p.contains(key)) return def;
   CTX_CHECK(p[key].is_number(), source, ": field 'posenc.", key, "' must be a number, got ", p[key].dump());
   return p[key].get<double>();
+}
+
+int64_t posenc_int(const nlohmann::json& p, const char* key, int64_t def, int64_t lo,
+                   const std::string& source, const char* type) {
+  double v = posenc_number(p, key, (double)def, source);
+  CTX_CHECK(v == std::floor(v) && v >= (double)lo && v < 1e15, source, ": field 'posenc.", key,
+            "' of posenc type '", type, "' must be an integer >= ", lo, ", got ",
+            p.contains(key) ? p[key].dump() : std::to_string(v));
+  return (int64_t)v;
 }
 
 bool posenc_bool(const nlohmann::json& p, const char* key, bool def, const std::string& source) {

@@ -2,6 +2,11 @@
 // message where the build has no CUDA or the machine has no GPU.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/bf16.h"
 #include "core/tensor.h"
 #ifdef CTXLAB_WITH_CUDA
 #include "core/cuda/cuda_runtime.h"
@@ -21,5 +26,33 @@ TEST(Cuda, FillKernelAndCopies) {
   cuda::copy_to_host(h.data(), d.raw(), 4000);
   for (float v : h) ASSERT_EQ(v, 2.5f);
   std::printf("GPU: %s\n", cuda::device_name().c_str());
+#endif
+}
+
+// The bf16 GEMMs' conversion kernel (gemm.cu, __float2bfloat16_rn) equals core/bf16.h's
+// reference bit for bit on every upper half with low halves at, around and away from the tie,
+// and on the special values (NaN payloads, infinities, denormals, overflow).
+TEST(Cuda, Bf16ConversionKernelIsBitExact) {
+#ifndef CTXLAB_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA (CTXLAB_WITH_CUDA=OFF)";
+#else
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU on this machine";
+  cuda::ensure_allocator();
+  std::vector<float> h;
+  std::mt19937 rng(9);
+  for (uint32_t hi = 0; hi < 0x10000; ++hi)
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu, (uint32_t)(rng() & 0xffff)}) {
+      const uint32_t u = hi << 16 | lo;
+      float f;
+      std::memcpy(&f, &u, 4);
+      h.push_back(f);
+    }
+  const int64_t n = (int64_t)h.size();
+  Tensor x = Tensor::empty({n}, DType::F32, Device::CUDA), y = Tensor::empty({(n + 1) / 2}, DType::F32, Device::CUDA);
+  cuda::copy_to_device(x.raw(), h.data(), (size_t)n * 4);
+  cuda::f32_to_bf16(static_cast<const float*>(x.raw()), static_cast<uint16_t*>(y.raw()), n);
+  std::vector<uint16_t> got((size_t)n);
+  cuda::copy_to_host(got.data(), y.raw(), (size_t)n * 2);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], float_to_bf16_rne(h[i])) << "element " << i;
 #endif
 }

@@ -1,6 +1,6 @@
 // train/cli_bench.cpp — `ctxlab bench`: times training steps of a preset/config on random tokens
 // (forward / backward / optimizer split), and reports tokens/s, peak RSS, achieved GFLOP/s and
-// MFU against a measured FMA peak, as one JSON object on stdout. bench/torch_peer.py is the
+// MFU against a measured FMA peak (bf16: a VDPBF16PS / AMX peak), as one JSON object on stdout. bench/torch_peer.py is the
 // PyTorch peer with the same JSON keys; bench/compare.sh runs the two alternately.
 #include <algorithm>
 #include <chrono>
@@ -26,6 +26,7 @@
 #include "core/cpu/gemm.h"
 #include "core/device_table.h"  // to_host
 #include "core/cpu/threading.h"
+#include "core/precision.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
 #include "train/cli.h"
@@ -66,6 +67,22 @@ __attribute__((target("avx512f"))) float fma_loop_avx512(int64_t iters, float se
   _mm512_store_ps(out, s);
   return out[0] + out[15];
 }
+
+// The bf16 peak: VDPBF16PS, acc[i] += x[2i] y[2i] + x[2i+1] y[2i+1] (fp32 accumulators): 32
+// multiply-adds, 64 FLOP per instruction (twice the FMA's 32 FLOP).
+__attribute__((target("avx512f,avx512bf16"))) float dpbf16_loop_avx512(int64_t iters, float seed) {
+  __m512 a[kAcc];
+  for (int k = 0; k < kAcc; ++k) a[k] = _mm512_set1_ps(seed + 0.001f * (float)k);
+  const __m512bh x = (__m512bh)_mm512_set1_epi16((short)0x3f80);  // 1.0
+  const __m512bh y = (__m512bh)_mm512_set1_epi16((short)0x3586);  // ~1e-6
+  for (int64_t i = 0; i < iters; ++i)
+    for (int k = 0; k < kAcc; ++k) a[k] = _mm512_dpbf16_ps(a[k], x, y);
+  __m512 s = a[0];
+  for (int k = 1; k < kAcc; ++k) s = _mm512_add_ps(s, a[k]);
+  alignas(64) float out[16];
+  _mm512_store_ps(out, s);
+  return out[0] + out[15];
+}
 #endif
 
 // Portable fallback (whatever the compiler vectorises it to; 8 lanes assumed for the count).
@@ -89,13 +106,19 @@ struct Peak {
 // Best GFLOP/s of ten ~20 ms repeats of the FMA loop run on `threads` OpenMP threads at once
 // (~0.25 s in all; on a shared machine interference only lowers a repeat, so the best one is
 // kept). FLOP = 2 (multiply + add) x lanes x FMAs.
-Peak measure_peak(int threads) {
+// bf16 (--precision bf16): the VDPBF16PS loop instead (FLOP = 4 x lanes per instruction); and
+// where oneDNN runs its bf16 matmuls on AMX tiles (which VDPBF16PS does not bound), the peak is
+// the better of that loop and the best of five oneDNN bf16 2048^3 matmuls on bf16 inputs
+// (labelled "amx: oneDNN bf16 matmul 2048^3"): the rate the GEMMs of the step can reach.
+Peak measure_peak(int threads, bool bf16 = false) {
   float (*kernel)(int64_t, float) = fma_loop_generic;
   int lanes = 8;
   Peak p{0, "generic"};
 #ifdef CTX_BENCH_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) {
+  if (bf16 && cpu_has_avx512_bf16()) {
+    kernel = dpbf16_loop_avx512, lanes = 32, p.isa = "avx512_bf16 VDPBF16PS loop";
+  } else if (__builtin_cpu_supports("avx512f")) {
     kernel = fma_loop_avx512, lanes = 16, p.isa = "avx512f";
   } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     kernel = fma_loop_avx2, lanes = 8, p.isa = "avx2+fma";
@@ -123,6 +146,10 @@ Peak measure_peak(int threads) {
   volatile float keep = 0;
   for (float v : sink) keep = keep + v;
   (void)keep;
+  if (bf16 && cpu_has_avx512_bf16() && cpu::onednn_has_amx()) {
+    const double amx = cpu::onednn_bf16_matmul_gflops(2048, 5);
+    if (amx > p.gflops) p = {amx, "amx: oneDNN bf16 matmul 2048^3"};
+  }
   return p;
 }
 
@@ -196,8 +223,10 @@ int run_bench(int argc, char** argv) {
       "seed", "seed of the init and of the token batches", cxxopts::value<uint64_t>()->default_value("1337"))(
       "h,help", "this help");
   add_device_option(o, "where the timed steps run (phases are timed after a device synchronisation)");
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   const auto& a = *r;
 
   auto [cfg, source] = config_from_options(a);
@@ -211,10 +240,12 @@ int run_bench(int argc, char** argv) {
   CTX_CHECK(T >= 1, "--context must be at least 1, got ", T);
   if (a.count("threads")) cpu::set_num_threads(a["threads"].as<int>());
   const int threads = cpu::num_threads();
+  const bool bf16 = gemm_precision() == Precision::BF16;
   if (a.count("peak-only")) {
-    Peak p = measure_peak(threads);
+    Peak p = measure_peak(threads, bf16);
     nlohmann::json j = {{"peak_gflops", round_to(p.gflops, 2)}, {"peak_isa", p.isa}, {"threads", threads}};
-    std::fprintf(stderr, "bench: peak %.1f GFLOP/s (%s FMA loop, %d threads)\n", p.gflops, p.isa.c_str(), threads);
+    std::fprintf(stderr, "bench: peak %.1f GFLOP/s (%s%s, %d threads)\n", p.gflops, p.isa.c_str(),
+                 bf16 ? "" : " FMA loop", threads);
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -250,7 +281,7 @@ int run_bench(int argc, char** argv) {
     peak = std::nan("");
     peak_source = "none (--device cuda: give the GPU's peak with --peak-gflops for MFU)";
   } else if (!a.count("peak-gflops")) {
-    Peak p = measure_peak(threads);
+    Peak p = measure_peak(threads, bf16);
     peak = p.gflops, peak_source = "measured", peak_isa = p.isa;
   }
 
@@ -336,6 +367,7 @@ int run_bench(int argc, char** argv) {
   j["final_loss"] = round_to(last_loss, 4);
   j["gemm"] = dev == Device::CUDA ? std::string("cublas") : cpu::gemm_impl_name(cpu::current_gemm_impl());
   j["device"] = device_name(dev);
+  j["precision"] = precision_name(gemm_precision());
   j["optimizer_call"] = has_clip_and_step<AdamW>::value ? "AdamW clip_and_step (trainer's fused path)"
                                                         : "clip_grad_norm + AdamW step";
   const std::string out = j.dump();

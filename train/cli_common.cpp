@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/backend.h"  // backend(Device::CUDA) for --device cuda
+#include "core/precision.h"
 #include "train/distributed.h"
 
 namespace ctx::cli {
@@ -103,6 +104,21 @@ void move_model(nn::GPT& model, Device dev) {
   for (auto& [name, p] : model.named_parameters())
     CTX_CHECK(p.data().device() == dev, "move_model: parameter '", name, "' is on ", device_name(p.data().device()),
               " after moving the model to ", device_name(dev));
+}
+
+void add_precision_options(cxxopts::Options& o) {
+  o.add_options("precision")("precision",
+                             "fp32 | bf16: GEMM inputs (linear layers, matmuls) in bf16 with fp32 accumulation; "
+                             "weights, gradients, optimizer state, norms, softmax, loss stay fp32 (autocast)",
+                             cxxopts::value<std::string>()->default_value("fp32"))(
+      "tf32", "CUDA: fp32 GEMMs may use TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); off by default");
+}
+
+void apply_precision_options(const cxxopts::ParseResult& r) {
+  const Precision p = precision_from_string(r["precision"].as<std::string>());
+  const Device dev = r.count("device") && r["device"].as<std::string>() == "cuda" ? Device::CUDA : Device::CPU;
+  const std::string note = apply_precision_request(p, r.count("tf32") > 0, dev);
+  if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
 }
 
 void start_distributed(const cxxopts::ParseResult& r) { dist::init(r.count("distributed") > 0); }

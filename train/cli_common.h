@@ -1,5 +1,5 @@
 // train/cli_common.h — option helpers shared by the CLI verbs: --config/--preset/--posenc,
-// parse-or-print-help, required options, --device, and splitting a [B, T+1] token batch.
+// parse-or-print-help, required options, --device, --precision / --tf32, and splitting a [B, T+1] token batch.
 #pragma once
 #include <optional>
 #include <string>
@@ -39,6 +39,13 @@ Device device_option(const cxxopts::ParseResult& r);
 // from model.named_parameters() (train/trainer.cpp) allocates its state on the same device, and
 // load_state() copies a checkpoint's host tensors into it.
 void move_model(nn::GPT& model, Device dev);
+// --precision fp32|bf16 and --tf32 (core/precision.h: the GEMM input precision; autocast), on
+// every verb that runs a model.
+void add_precision_options(cxxopts::Options& o);
+// Applies them for the verb's --device (cpu when the verb has none or it was not given); prints
+// the one-line note when the request cannot be honoured as asked (bf16 on a CPU without
+// avx512_bf16 runs fp32; --tf32 on the CPU does nothing). Call right after parsing.
+void apply_precision_options(const cxxopts::ParseResult& r);
 // Starts MPI (train/distributed.h) when the process runs under mpirun or the verb was given
 // --distributed; a plain run stays a single process and never touches MPI.
 void start_distributed(const cxxopts::ParseResult& r);

@@ -153,8 +153,10 @@ int run_eval(int argc, char** argv) {
                           "e.g. results.csv", cxxopts::value<std::string>())(
       "json", "also write the results as JSON, e.g. results.json", cxxopts::value<std::string>());
   add_device_option(o, "where the windows are evaluated");
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   require(*r, "checkpoint", o);
   const Device dev = device_option(*r);
   const int64_t batch_opt = (*r)["batch"].as<int64_t>();
@@ -291,8 +293,10 @@ int run_sample(int argc, char** argv) {
       "seed", "random seed for the draws; same seed, same text, e.g. 1234",
       cxxopts::value<uint64_t>()->default_value("0"))("h,help", "this help");
   add_device_option(o, "where the forward passes run (the draws are made on the host)");
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   require(*r, "checkpoint", o);
   SampleOptions opt;
   opt.max_tokens = (*r)["max-tokens"].as<int64_t>();

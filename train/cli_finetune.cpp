@@ -106,8 +106,10 @@ int run_finetune(int argc, char** argv) {
       "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
       "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)");
   add_device_option(o, "where the model trains");
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   const auto& a = *r;
   start_distributed(a);  // MPI under mpirun / --distributed; nothing otherwise
   require(a, "checkpoint", o);

@@ -46,8 +46,10 @@ int run_grads(int argc, char** argv) {
       "dtype", "compute dtype: f32 or f64", cxxopts::value<std::string>()->default_value("f32"))(
       "h,help", "this help");
   add_device_option(o, "where the forward / backward run");
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   require(*r, "checkpoint", o);
   require(*r, "tokens", o);
   require(*r, "out", o);

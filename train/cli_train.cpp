@@ -59,8 +59,10 @@ int run_train(int argc, char** argv) {
       cxxopts::value<int64_t>()->default_value("-1"))(
       "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)")(
       "h,help", "this help");
+  add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
+  apply_precision_options(*r);
   const auto& a = *r;
   start_distributed(a);  // MPI under mpirun / --distributed; nothing otherwise
   const Device dev = device_option(a);

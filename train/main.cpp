@@ -1,5 +1,6 @@
 // train/main.cpp — the `ctxlab` binary: parses the verb and hands over to train/cli_*.cpp.
 // Verbs are those of MODEL_SPEC §6. Every error is one line on stderr and a non-zero exit.
+// `--plugin PATH` (any verb, any position, repeatable) loads user encodings first (train/plugin.h).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "core/settings.h"
 #include "train/cli.h"
 #include "train/distributed.h"
+#include "train/plugin.h"
 
 namespace {
 
@@ -28,6 +30,9 @@ void print_help() {
       "  ctxlab train --preset small --out runs/small          # main job, shipped corpus\n"
       "  ctxlab eval --checkpoint runs/small/model.safetensors --lengths 256,512,1024\n"
       "  ctxlab sample --checkpoint runs/small/model.safetensors --prompt \"It is a truth\"\n"
+      "\n"
+      "every verb also takes --plugin PATH.so (repeatable): load a shared library that registers\n"
+      "positional encodings by name, then use them with --posenc NAME (docs/extending.md).\n"
       "\n"
       "environment (docs/settings.md):\n"
       "%s",
@@ -50,6 +55,12 @@ void ensure_thread_env(char** argv) {
 
 int main(int argc, char** argv) {
   ensure_thread_env(argv);
+  try {
+    for (const std::string& p : ctx::take_plugin_args(argc, argv, 1)) ctx::load_plugin(p);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ctxlab: error: %s\n", e.what());
+    return 1;
+  }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     print_help();

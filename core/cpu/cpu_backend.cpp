@@ -9,6 +9,7 @@
 #include "core/cpu/fused.h"
 #include "core/cpu/gelu_fast.h"
 #include "core/cpu/gemm.h"
+#include "core/precision.h"
 #include "core/cpu/onednn_ops.h"
 #include "core/cpu/ref_kernels.h"
 #include "core/cpu/threading.h"
@@ -294,6 +295,10 @@ class CpuBackend final : public Backend {
       return;
     }
     CTX_CHECK(A.dtype() == DType::F32, "gemm: expected f32 or f64, got ", A.str());
+    if (gemm_precision() == Precision::BF16) {  // bf16 inputs: oneDNN's bf16 kernels (precision.h)
+      gemm_onednn_bf16(g, A.data<float>(), B.data<float>(), C.data<float>());
+      return;
+    }
     switch (current_gemm_impl(g)) {
       case GemmImpl::Reference: gemm_reference<float>(g, A.data<float>(), B.data<float>(), C.data<float>()); break;
       case GemmImpl::OneDNN: gemm_onednn(g, A.data<float>(), B.data<float>(), C.data<float>()); break;

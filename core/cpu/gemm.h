@@ -28,20 +28,29 @@ GemmImpl current_gemm_impl(const GemmDesc& g);
 template <class T>
 void gemm_reference(const GemmDesc& g, const T* A, const T* B, T* C);
 void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C);
+// bf16 inputs (core/precision.h): A and B rounded to bf16 (core/bf16.h) and multiplied by
+// oneDNN's bf16 kernels (AVX512_BF16 / AMX) with fp32 accumulation into the f32 C.
+void gemm_onednn_bf16(const GemmDesc& g, const float* A, const float* B, float* C);
 void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C);
 // C = op(A) op(B) + bias (bias [N] added to every row, inside the matmul primitive): the Linear
-// forward. g.batch must be 1 and g.beta 0.
+// forward. g.batch must be 1 and g.beta 0. bf16: inputs as gemm_onednn_bf16.
 void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const float* bias,
-                      float* C);
+                      float* C, bool bf16 = false);
 // Shared by the implementations: checks g's sizes (throws naming `op`); returns false when
 // there is nothing to multiply (empty C; or K == 0, after setting C = beta * C).
 bool gemm_prologue(const char* op, const GemmDesc& g, float* C);
 
 bool openblas_available();  // false if libopenblas could not be loaded (openblas_config says why)
 
-// oneDNN matmul primitives created so far (one per shape, transposes, strides, alpha, beta and
-// thread count; a shape seen before never creates another).
+// oneDNN matmul primitives created so far (one per shape, transposes, strides, alpha, beta, input
+// type and thread count; a shape seen before never creates another).
 size_t onednn_gemm_cache_size();
+
+// The bf16 peak of `ctxlab bench --precision bf16` where oneDNN runs bf16 matmuls on AMX tiles:
+// the best GFLOP/s of `repeats` oneDNN bf16 [n, n] x [n, n] matmuls (f32 dst) on inputs already
+// in bf16 (the conversion is not timed), on omp_get_max_threads() threads.
+double onednn_bf16_matmul_gflops(int64_t n, int repeats);
+bool onednn_has_amx();  // oneDNN's effective ISA includes AMX (its bf16 matmuls use the tiles)
 
 // How OpenBLAS was loaded: library, core type asked for (and why) and detected, threads.
 // Loads it on first call; says why when it could not be loaded.

@@ -1,8 +1,18 @@
 // core/cpu/gemm_onednn.cpp — GEMM through the oneDNN matmul primitive (f32, row-major).
 // Transposes and batch strides are memory-descriptor strides (no copies); a batch stride of 0
 // is a broadcast batch dim of 1; alpha is the output scale, beta a sum post-op. One primitive
-// per (shape, transposes, strides, alpha, beta, bias, threads), created on first use, never
-// again. gemm_onednn_bias adds a bias row to every row of C in the matmul itself (Linear).
+// per (shape, transposes, strides, alpha, beta, bias, input type, threads), created on first
+// use, never again. gemm_onednn_bias adds a bias row to every row of C in the matmul itself
+// (Linear).
+// bf16 inputs (core/precision.h): A and B are rounded to bf16 (convert_f32_to_bf16, same layout
+// and strides) into buffers owned by the calling thread, grown to the largest size seen (a warm
+// step allocates nothing), and the primitive takes bf16 src / weights with an f32 dst: oneDNN's
+// avx512_core_bf16 (VDPBF16PS) or AMX kernels, fp32 accumulation.
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/onednn_util.h"
 #include "core/error.h"
@@ -20,18 +30,20 @@ onednn::PrimitiveCache<onednn::Prim>& cache() {
 }
 
 // op(X): [rows, cols] (stored [cols, rows] when trans), batch stride `stride` (0 = broadcast).
-memory::desc operand_desc(int64_t batch, int64_t rows, int64_t cols, bool trans, int64_t stride) {
+memory::desc operand_desc(int64_t batch, int64_t rows, int64_t cols, bool trans, int64_t stride,
+                          memory::data_type dt = memory::data_type::f32) {
   const memory::dims inner = trans ? memory::dims{1, rows} : memory::dims{cols, 1};
-  if (batch == 1) return memory::desc({rows, cols}, memory::data_type::f32, inner);
+  if (batch == 1) return memory::desc({rows, cols}, dt, inner);
   const int64_t b = stride == 0 ? 1 : batch;
   const int64_t sb = stride == 0 ? rows * cols : stride;
-  return memory::desc({b, rows, cols}, memory::data_type::f32, {sb, inner[0], inner[1]});
+  return memory::desc({b, rows, cols}, dt, {sb, inner[0], inner[1]});
 }
 
-onednn::Prim create(const GemmDesc& g, bool bias = false) {
+onednn::Prim create(const GemmDesc& g, bool bias, bool bf16) {
   // A: op(A) [M, K]; B: op(B) [K, N]; C: [M, N]; each [batch, ...] when batched.
-  const memory::desc a = operand_desc(g.batch, g.M, g.K, g.trans_a, g.stride_a);
-  const memory::desc b = operand_desc(g.batch, g.K, g.N, g.trans_b, g.stride_b);
+  const memory::data_type in = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const memory::desc a = operand_desc(g.batch, g.M, g.K, g.trans_a, g.stride_a, in);
+  const memory::desc b = operand_desc(g.batch, g.K, g.N, g.trans_b, g.stride_b, in);
   const memory::desc c = operand_desc(g.batch, g.M, g.N, false, g.stride_c);
   dnnl::primitive_attr attr = onednn::attr();
   if (g.alpha != 1.f) attr.set_output_scales(0, {g.alpha});
@@ -60,27 +72,68 @@ onednn::Prim create(const GemmDesc& g, bool bias = false) {
   return p;
 }
 
+// Elements of one operand with `rows x cols` items, `batch` of them `stride` apart (0: one).
+int64_t operand_extent(const GemmDesc& g, int64_t rows, int64_t cols, int64_t stride) {
+  return (g.batch > 1 ? (g.batch - 1) * stride : 0) + rows * cols;
+}
+
+// `x` (n floats) rounded to bf16 into this thread's buffer `slot` (0: A, 1: B), grown as needed.
+const uint16_t* to_bf16(int slot, const float* x, int64_t n) {
+  thread_local std::vector<uint16_t> buf[2];
+  if ((int64_t)buf[slot].size() < n) buf[slot].resize((size_t)n);
+  convert_f32_to_bf16(x, buf[slot].data(), n);
+  return buf[slot].data();
+}
+
+onednn::Key make_key(const GemmDesc& g, bool bias, bool bf16) {
+  onednn::Key key;
+  key.v = {g.M, g.N, g.K, g.batch, g.trans_a, g.trans_b, g.stride_a, g.stride_b, g.stride_c,
+           onednn::float_bits(g.alpha), onednn::float_bits(g.beta), bias, bf16};
+  return key;
+}
+
+// C = op(A) op(B) (+ bias) with A, B of element type In (float or uint16_t bf16 bits).
+template <class In>
+void run(const GemmDesc& g, const In* A, const In* B, const float* bias, float* C) {
+  constexpr bool bf16 = sizeof(In) == 2;
+  const onednn::Prim& p = cache().get(make_key(g, bias != nullptr, bf16),
+                                      [&] { return create(g, bias != nullptr, bf16); });
+  if (p.ok) {
+    if (bias)
+      onednn::execute(p, {A, B, bias, C});
+    else
+      onednn::execute(p, {A, B, C});
+    return;
+  }
+  CTX_CHECK(!bias, "gemm_onednn_bias: oneDNN matmul rejected M=", g.M, " N=", g.N, " K=", g.K);
+  GemmDesc one = g;
+  one.batch = 1;
+  for (int64_t b = 0; b < g.batch; ++b)
+    run(one, A + b * g.stride_a, B + b * g.stride_b, nullptr, C + b * g.stride_c);
+}
+
+void dispatch(const GemmDesc& g, const float* A, const float* B, const float* bias, float* C,
+              bool bf16) {
+  if (!bf16) return run<float>(g, A, B, bias, C);
+  const uint16_t* a = to_bf16(0, A, operand_extent(g, g.M, g.K, g.stride_a));
+  const uint16_t* b = to_bf16(1, B, operand_extent(g, g.K, g.N, g.stride_b));
+  run<uint16_t>(g, a, b, bias, C);
+}
+
 }  // namespace
 
 void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C) {
   if (!gemm_prologue("gemm_onednn", g, C)) return;
+  dispatch(g, A, B, nullptr, C, false);
+}
 
-  onednn::Key key;
-  key.v = {g.M, g.N, g.K, g.batch, g.trans_a, g.trans_b, g.stride_a, g.stride_b, g.stride_c,
-           onednn::float_bits(g.alpha), onednn::float_bits(g.beta)};
-  const onednn::Prim& p = cache().get(key, [&] { return create(g); });
-  if (p.ok) {
-    onednn::execute(p, {A, B, C});
-    return;
-  }
-  GemmDesc one = g;
-  one.batch = 1;
-  for (int64_t b = 0; b < g.batch; ++b)
-    gemm_onednn(one, A + b * g.stride_a, B + b * g.stride_b, C + b * g.stride_c);
+void gemm_onednn_bf16(const GemmDesc& g, const float* A, const float* B, float* C) {
+  if (!gemm_prologue("gemm_onednn_bf16", g, C)) return;
+  dispatch(g, A, B, nullptr, C, true);
 }
 
 void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const float* bias,
-                      float* C) {
+                      float* C, bool bf16) {
   CTX_CHECK(g.batch == 1 && g.beta == 0.f, "gemm_onednn_bias: needs batch 1 and beta 0, got batch ",
             g.batch, " beta ", g.beta);
   if (!gemm_prologue("gemm_onednn_bias", g, C)) {  // K == 0: C = bias
@@ -88,14 +141,30 @@ void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const f
       for (int64_t j = 0; j < g.N; ++j) C[i * g.N + j] = bias[j];
     return;
   }
-  onednn::Key key;
-  key.v = {g.M, g.N, g.K, g.batch, g.trans_a, g.trans_b, g.stride_a, g.stride_b, g.stride_c,
-           onednn::float_bits(g.alpha), onednn::float_bits(g.beta), /*bias*/ 1};
-  const onednn::Prim& p = cache().get(key, [&] { return create(g, true); });
-  CTX_CHECK(p.ok, "gemm_onednn_bias: oneDNN matmul rejected M=", g.M, " N=", g.N, " K=", g.K);
-  onednn::execute(p, {A, B, bias, C});
+  dispatch(g, A, B, bias, C, bf16);
 }
 
 size_t onednn_gemm_cache_size() { return cache().size(); }
+
+double onednn_bf16_matmul_gflops(int64_t n, int repeats) {
+  GemmDesc g;
+  g.M = g.N = g.K = n;
+  std::vector<uint16_t> a((size_t)(n * n), 0x3f80), b((size_t)(n * n), 0x3c00);  // 1.0, 2^-7
+  std::vector<float> c((size_t)(n * n));
+  run<uint16_t>(g, a.data(), b.data(), nullptr, c.data());  // creates the primitive, warms caches
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run<uint16_t>(g, a.data(), b.data(), nullptr, c.data());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * (double)n * (double)n * (double)n / std::max(s, 1e-9) / 1e9);
+  }
+  return best;
+}
+
+bool onednn_has_amx() {
+  const int amx = (int)dnnl::cpu_isa::avx512_core_amx;  // ISA values are bit sets
+  return ((int)dnnl::get_effective_cpu_isa() & amx) == amx;
+}
 
 }  // namespace ctx::cpu

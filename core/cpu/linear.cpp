@@ -1,9 +1,11 @@
 // core/cpu/linear.cpp — the Linear forward on the CPU (Backend::linear, core/cpu/fused.h):
 // y [R, N] = x [R, K] w^T + b as one GEMM with the bias inside it: oneDNN's bias argument when
 // oneDNN runs this shape (f32), else y pre-filled with the broadcast bias and the GEMM run with
-// beta = 1 (f64, or another GEMM implementation chosen).
+// beta = 1 (f64, or another GEMM implementation chosen). bf16 GEMM inputs (core/precision.h)
+// always take oneDNN's bias path.
 #include "core/cpu/fused.h"
 #include "core/cpu/gemm.h"
+#include "core/precision.h"
 
 namespace ctx {
 Backend& cpu_backend_instance();  // core/cpu/cpu_backend.cpp
@@ -26,8 +28,9 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
   g.M = R;
   g.N = N;
   g.K = K;
-  if (x.dtype() == DType::F32 && R > 0 && N > 0 && current_gemm_impl(g) == GemmImpl::OneDNN) {
-    gemm_onednn_bias(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>());
+  const bool bf16 = x.dtype() == DType::F32 && gemm_precision() == Precision::BF16;
+  if (x.dtype() == DType::F32 && R > 0 && N > 0 && (bf16 || current_gemm_impl(g) == GemmImpl::OneDNN)) {
+    gemm_onednn_bias(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(), bf16);
     return;
   }
   // y = broadcast(b), then y += x w^T

@@ -37,6 +37,10 @@ namespace {
 
 constexpr int kRows = 4;   // warps per block = rows per block
 constexpr int kTile = 32;  // elements of the streamed side per shared tile (one per lane)
+// Row stride of the [rows, Dh] shared tiles: Dh + 1. Lane l reads row l of a tile in the logit and
+// dp dot products; with a stride of Dh (a multiple of 32 in practice) all 32 lanes would hit one
+// bank (a 32-way conflict: about one FMA per clock per SM); Dh + 1 spreads them over the banks.
+__host__ __device__ constexpr int64_t pad(int64_t Dh) { return Dh + 1; }
 constexpr unsigned kFull = 0xffffffffu;
 
 // The operands of one call (device pointers; null: absent).
@@ -105,12 +109,13 @@ __device__ T dprob(const Args<T>& a, const T* g, const T* vj, int64_t i, int64_t
   return s;
 }
 
-// rows [r0, r0 + n) of x [.., Dh] into sh [rows, Dh], zeros past `valid` rows
+// rows [r0, r0 + n) of x [.., Dh] into sh [rows, pad(Dh)], zeros past `valid` rows
 template <class T>
 __device__ void load_rows(const T* x, int64_t r0, int64_t valid, int rows, int64_t Dh, T* sh) {
+  const int64_t ld = pad(Dh);
   for (int64_t e = threadIdx.x; e < rows * Dh; e += blockDim.x) {
-    const int64_t r = e / Dh;
-    sh[e] = r < valid ? x[(r0 + r) * Dh + e % Dh] : T(0);
+    const int64_t r = e / Dh, c = e % Dh;
+    sh[r * ld + c] = r < valid ? x[(r0 + r) * Dh + c] : T(0);
   }
 }
 
@@ -129,22 +134,22 @@ __device__ void bin_add(T* bin, const T* w, int n, T scale_w, Idx idx) {
 
 // ------------------------------------------------------------------------------- forward ----
 // grid: B H ceil(T / kRows) blocks (bh major); block kRows warps; shared (2 kTile + 2 kRows) Dh
-// + kRows kTile elements. out [B, H, T, Dh], lse [B, H, T].
+// + kRows kTile elements (row stride pad(Dh)). out [B, H, T, Dh], lse [B, H, T].
 template <class T>
 __global__ void attn_forward_kernel(Args<T> a, int64_t ntiles, T* out, T* lse) {
   CTX_DYNAMIC_SHARED(T, sm);
-  const int64_t Dh = a.Dh;
+  const int64_t Dh = a.Dh, ld = pad(Dh);  // ld: row stride of the shared tiles
   T* Ks = sm;                  // [kTile, Dh]
-  T* Vs = Ks + kTile * Dh;     // [kTile, Dh]
-  T* Qs = Vs + kTile * Dh;     // [kRows, Dh]
-  T* Os = Qs + kRows * Dh;     // [kRows, Dh] unnormalised output
-  T* Ps = Os + kRows * Dh;     // [kRows, kTile] probabilities of the tile
+  T* Vs = Ks + kTile * ld;     // [kTile, Dh]
+  T* Qs = Vs + kTile * ld;     // [kRows, Dh]
+  T* Os = Qs + kRows * ld;     // [kRows, Dh] unnormalised output
+  T* Ps = Os + kRows * ld;     // [kRows, kTile] probabilities of the tile
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t bh = blockIdx.x / ntiles, h = bh % a.H, i0 = (blockIdx.x % ntiles) * kRows, i = i0 + w;
   const bool row = i < a.T;
   const int64_t ilast = imin(a.T, i0 + kRows) - 1;
   load_rows(a.q + bh * a.T * Dh, i0, a.T - i0, kRows, Dh, Qs);
-  for (int64_t e = threadIdx.x; e < kRows * Dh; e += blockDim.x) Os[e] = T(0);
+  for (int64_t e = threadIdx.x; e < kRows * ld; e += blockDim.x) Os[e] = T(0);
   __syncthreads();
   T m = -T(INFINITY), l = T(0);
   const int64_t jlo = a.window > 0 ? imax(0, i0 + a.off - a.window + 1) : 0;
@@ -158,7 +163,7 @@ __global__ void attn_forward_kernel(Args<T> a, int64_t ntiles, T* out, T* lse) {
     if (!row) continue;  // warp-uniform
     const int64_t j = j0 + lane;
     T s = -T(INFINITY);
-    if (lane < nb && sees(a, i, j)) s = logit(a, bh, h, i, j, dot(Qs + w * Dh, Ks + lane * Dh, Dh));
+    if (lane < nb && sees(a, i, j)) s = logit(a, bh, h, i, j, dot(Qs + w * ld, Ks + lane * ld, Dh));
     const T mx = warp_max(s);
     if (!(mx > -T(INFINITY))) continue;  // nothing visible here (warp-uniform)
     const T mnew = m < mx ? mx : m;
@@ -168,15 +173,15 @@ __global__ void attn_forward_kernel(Args<T> a, int64_t ntiles, T* out, T* lse) {
     Ps[w * kTile + lane] = p;
     __syncwarp();
     for (int64_t c = lane; c < Dh; c += 32) {
-      T o = Os[w * Dh + c] * alpha;
+      T o = Os[w * ld + c] * alpha;
       for (int jj = 0; jj < nb; ++jj) {
         const T pj = Ps[w * kTile + jj];
         if (pj == T(0)) continue;
-        T vv = Vs[jj * Dh + c];
+        T vv = Vs[jj * ld + c];
         if (a.vrel) vv += a.vrel[(int64_t)a.qidx[i * a.S + j0 + jj] * Dh + c];
         o += pj * vv;
       }
-      Os[w * Dh + c] = o;
+      Os[w * ld + c] = o;
     }
     m = mnew;
     __syncwarp();
@@ -185,7 +190,7 @@ __global__ void attn_forward_kernel(Args<T> a, int64_t ntiles, T* out, T* lse) {
   const int64_t n = bh * a.T + i;
   if (l > T(0)) {
     const T inv = T(1) / l;
-    for (int64_t c = lane; c < Dh; c += 32) out[n * Dh + c] = Os[w * Dh + c] * inv;
+    for (int64_t c = lane; c < Dh; c += 32) out[n * Dh + c] = Os[w * ld + c] * inv;
     if (lane == 0) lse[n] = m + std::log(l);
   } else {
     for (int64_t c = lane; c < Dh; c += 32) out[n * Dh + c] = T(0);
@@ -209,18 +214,18 @@ __global__ void attn_rowdot_kernel(const T* dout, const T* out, T* D, int64_t N,
 // dq [B, H, T, Dh]; dbias [H, T, S] (zeroed before; null: not wanted); dqrel [B, H, T, Rq] and
 // prel [B, H, T, Rq] (null: not wanted). grid: G H ceil(T / kRows) blocks, G = B (each block one
 // batch row) or 1 (each block walks the batch in order: needed for dbias). Shared: (2 kTile +
-// 3 kRows) Dh + 2 kRows kTile elements.
+// 3 kRows) pad(Dh) + 2 kRows kTile elements.
 template <class T>
 __global__ void attn_dq_kernel(Args<T> a, int64_t ntiles, bool walk_batch, const T* dout, const T* lse,
                                const T* D, T* dq, T* dbias, T* dqrel, T* prel) {
   CTX_DYNAMIC_SHARED(T, sm);
-  const int64_t Dh = a.Dh;
+  const int64_t Dh = a.Dh, ld = pad(Dh);  // ld: row stride of the shared tiles
   T* Ks = sm;                   // [kTile, Dh]
-  T* Vs = Ks + kTile * Dh;      // [kTile, Dh]
-  T* Qs = Vs + kTile * Dh;      // [kRows, Dh]
-  T* Gs = Qs + kRows * Dh;      // [kRows, Dh] dout rows
-  T* Acc = Gs + kRows * Dh;     // [kRows, Dh] sum_j ds_ij k_j
-  T* DSs = Acc + kRows * Dh;    // [kRows, kTile] ds of the tile
+  T* Vs = Ks + kTile * ld;      // [kTile, Dh]
+  T* Qs = Vs + kTile * ld;      // [kRows, Dh]
+  T* Gs = Qs + kRows * ld;      // [kRows, Dh] dout rows
+  T* Acc = Gs + kRows * ld;     // [kRows, Dh] sum_j ds_ij k_j
+  T* DSs = Acc + kRows * ld;    // [kRows, kTile] ds of the tile
   T* Ps = DSs + kRows * kTile;  // [kRows, kTile] p of the tile
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t g = blockIdx.x / ntiles, i0 = (blockIdx.x % ntiles) * kRows, i = i0 + w;
@@ -235,7 +240,7 @@ __global__ void attn_dq_kernel(Args<T> a, int64_t ntiles, bool walk_batch, const
     __syncthreads();  // the previous batch row's accumulators are written out
     load_rows(a.q + bh * a.T * Dh, i0, a.T - i0, kRows, Dh, Qs);
     load_rows(dout + bh * a.T * Dh, i0, a.T - i0, kRows, Dh, Gs);
-    for (int64_t e = threadIdx.x; e < kRows * Dh; e += blockDim.x) Acc[e] = T(0);
+    for (int64_t e = threadIdx.x; e < kRows * ld; e += blockDim.x) Acc[e] = T(0);
     __syncthreads();
     T* dqr = row && dqrel ? dqrel + n * a.Rq : nullptr;
     T* pr = row && prel ? prel + n * a.Rq : nullptr;
@@ -255,17 +260,17 @@ __global__ void attn_dq_kernel(Args<T> a, int64_t ntiles, bool walk_batch, const
       T p = T(0), ds = T(0);
       const bool vis = lane < nb && sees(a, i, j);
       if (vis && finite(L)) {
-        p = std::exp(logit(a, bh, h, i, j, dot(Qs + w * Dh, Ks + lane * Dh, Dh)) - L);
-        ds = p * (dprob(a, Gs + w * Dh, Vs + lane * Dh, i, j) - Di);
+        p = std::exp(logit(a, bh, h, i, j, dot(Qs + w * ld, Ks + lane * ld, Dh)) - L);
+        ds = p * (dprob(a, Gs + w * ld, Vs + lane * ld, i, j) - Di);
       }
       if (dbias && vis) dbias[(h * a.T + i) * a.S + j] += ds;
       DSs[w * kTile + lane] = ds;
       Ps[w * kTile + lane] = p;
       __syncwarp();
       for (int64_t c = lane; c < Dh; c += 32) {
-        T acc = Acc[w * Dh + c];
-        for (int jj = 0; jj < nb; ++jj) acc += DSs[w * kTile + jj] * Ks[jj * Dh + c];
-        Acc[w * Dh + c] = acc;
+        T acc = Acc[w * ld + c];
+        for (int jj = 0; jj < nb; ++jj) acc += DSs[w * kTile + jj] * Ks[jj * ld + c];
+        Acc[w * ld + c] = acc;
       }
       const int32_t* qix = a.qidx ? a.qidx + i * a.S + j0 : nullptr;
       if (dqr) bin_add(dqr, DSs + w * kTile, (int)nb, a.scale, [&](int jj) { return qix[jj]; });
@@ -273,24 +278,24 @@ __global__ void attn_dq_kernel(Args<T> a, int64_t ntiles, bool walk_batch, const
       __syncwarp();
     }
     if (row)
-      for (int64_t c = lane; c < Dh; c += 32) dq[n * Dh + c] = a.scale * Acc[w * Dh + c];
+      for (int64_t c = lane; c < Dh; c += 32) dq[n * Dh + c] = a.scale * Acc[w * ld + c];
   }
 }
 
 // dk, dv [B, H, S, Dh]; dkrel [B, H, S, Rk] (null: not wanted). grid: B H ceil(S / kRows)
-// blocks; warp w owns key j0 + w. Shared: (2 kTile + 4 kRows) Dh + 2 kTile + 2 kRows kTile.
+// blocks; warp w owns key j0 + w. Shared: (2 kTile + 4 kRows) pad(Dh) + 2 kTile + 2 kRows kTile.
 template <class T>
 __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const T* lse, const T* D, T* dk,
                                  T* dv, T* dkrel) {
   CTX_DYNAMIC_SHARED(T, sm);
-  const int64_t Dh = a.Dh;
+  const int64_t Dh = a.Dh, ld = pad(Dh);  // ld: row stride of the shared tiles
   T* Qs = sm;                    // [kTile, Dh]
-  T* Gs = Qs + kTile * Dh;       // [kTile, Dh] dout rows
-  T* Kr = Gs + kTile * Dh;       // [kRows, Dh]
-  T* Vr = Kr + kRows * Dh;       // [kRows, Dh]
-  T* dKa = Vr + kRows * Dh;      // [kRows, Dh]
-  T* dVa = dKa + kRows * Dh;     // [kRows, Dh]
-  T* Ls = dVa + kRows * Dh;      // [kTile] lse of the tile's queries
+  T* Gs = Qs + kTile * ld;       // [kTile, Dh] dout rows
+  T* Kr = Gs + kTile * ld;       // [kRows, Dh]
+  T* Vr = Kr + kRows * ld;       // [kRows, Dh]
+  T* dKa = Vr + kRows * ld;      // [kRows, Dh]
+  T* dVa = dKa + kRows * ld;     // [kRows, Dh]
+  T* Ls = dVa + kRows * ld;      // [kTile] lse of the tile's queries
   T* Dsm = Ls + kTile;           // [kTile] D of the tile's queries
   T* Ps = Dsm + kTile;           // [kRows, kTile]
   T* DSs = Ps + kRows * kTile;   // [kRows, kTile]
@@ -300,7 +305,7 @@ __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const
   const int64_t jlast = imin(a.S, j0 + kRows) - 1;
   load_rows(a.k + bh * a.S * Dh, j0, a.S - j0, kRows, Dh, Kr);
   load_rows(a.v + bh * a.S * Dh, j0, a.S - j0, kRows, Dh, Vr);
-  for (int64_t e = threadIdx.x; e < kRows * Dh; e += blockDim.x) dKa[e] = dVa[e] = T(0);
+  for (int64_t e = threadIdx.x; e < kRows * ld; e += blockDim.x) dKa[e] = dVa[e] = T(0);
   __syncthreads();  // the owners read these even when no query tile follows (keys nobody sees)
   T* dkr = row && dkrel ? dkrel + (bh * a.S + j) * a.Rk : nullptr;
   for (int64_t r = lane; r < a.Rk; r += 32)
@@ -322,20 +327,20 @@ __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const
     const int64_t i = q0 + lane;
     T p = T(0), ds = T(0);
     if (lane < nq && sees(a, i, j) && finite(Ls[lane])) {
-      p = std::exp(logit(a, bh, h, i, j, dot(Qs + lane * Dh, Kr + w * Dh, Dh)) - Ls[lane]);
-      ds = p * (dprob(a, Gs + lane * Dh, Vr + w * Dh, i, j) - Dsm[lane]);
+      p = std::exp(logit(a, bh, h, i, j, dot(Qs + lane * ld, Kr + w * ld, Dh)) - Ls[lane]);
+      ds = p * (dprob(a, Gs + lane * ld, Vr + w * ld, i, j) - Dsm[lane]);
     }
     Ps[w * kTile + lane] = p;
     DSs[w * kTile + lane] = ds;
     __syncwarp();
     for (int64_t c = lane; c < Dh; c += 32) {
-      T gv = dVa[w * Dh + c], gk = dKa[w * Dh + c];
+      T gv = dVa[w * ld + c], gk = dKa[w * ld + c];
       for (int ii = 0; ii < nq; ++ii) {
-        gv += Ps[w * kTile + ii] * Gs[ii * Dh + c];
-        gk += DSs[w * kTile + ii] * Qs[ii * Dh + c];
+        gv += Ps[w * kTile + ii] * Gs[ii * ld + c];
+        gk += DSs[w * kTile + ii] * Qs[ii * ld + c];
       }
-      dVa[w * Dh + c] = gv;
-      dKa[w * Dh + c] = gk;
+      dVa[w * ld + c] = gv;
+      dKa[w * ld + c] = gk;
     }
     if (dkr) bin_add(dkr, DSs + w * kTile, (int)nq, a.scale, [&](int ii) { return a.kidx[(q0 + ii) * a.S + j]; });
     __syncwarp();
@@ -343,8 +348,8 @@ __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const
   if (!row) return;
   const int64_t n = bh * a.S + j;
   for (int64_t c = lane; c < Dh; c += 32) {
-    dk[n * Dh + c] = a.scale * dKa[w * Dh + c];
-    dv[n * Dh + c] = dVa[w * Dh + c];
+    dk[n * Dh + c] = a.scale * dKa[w * ld + c];
+    dv[n * Dh + c] = dVa[w * ld + c];
   }
 }
 
@@ -406,7 +411,7 @@ void forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& 
   if (d.B * d.H * d.T == 0) return;
   const Args<T> a = make_args<T>(d, q, k, v, bias, rel);
   const int64_t ntiles = cdiv(d.T, kRows);
-  const size_t smem = sizeof(T) * (size_t)((2 * kTile + 2 * kRows) * d.Dh + kRows * kTile);
+  const size_t smem = sizeof(T) * (size_t)((2 * kTile + 2 * kRows) * pad(d.Dh) + kRows * kTile);
   allow_shared(attn_forward_kernel<T>, smem);
   CTX_LAUNCH(attn_forward_kernel<T>, (unsigned)(d.B * d.H * ntiles), kRows * 32, smem, 0, a, ntiles,
              out.data<T>(), lse.data<T>());
@@ -433,14 +438,14 @@ void backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor&
     const int64_t qt = cdiv(d.T, kRows);
     const bool walk_batch = dbias_p != nullptr;  // dbias: one block walks the batch in order
     const int64_t groups = walk_batch ? d.H : BH;
-    const size_t smem_dq = sizeof(T) * (size_t)((2 * kTile + 3 * kRows) * d.Dh + 2 * kRows * kTile);
+    const size_t smem_dq = sizeof(T) * (size_t)((2 * kTile + 3 * kRows) * pad(d.Dh) + 2 * kRows * kTile);
     allow_shared(attn_dq_kernel<T>, smem_dq);
     CTX_LAUNCH(attn_dq_kernel<T>, (unsigned)(groups * qt), kRows * 32, smem_dq, 0, a, qt, walk_batch,
                dout.data<T>(), lse.data<T>(), (const T*)D.data<T>(), dq.data<T>(), dbias_p, dqrel_p,
                dvrel_p ? prel.data<T>() : (T*)nullptr);
     CTX_CUDA_LAUNCH_CHECK("attn_dq_kernel");
     const int64_t kt = cdiv(d.S, kRows);
-    const size_t smem_kv = sizeof(T) * (size_t)((2 * kTile + 4 * kRows) * d.Dh + 2 * kTile + 2 * kRows * kTile);
+    const size_t smem_kv = sizeof(T) * (size_t)((2 * kTile + 4 * kRows) * pad(d.Dh) + 2 * kTile + 2 * kRows * kTile);
     allow_shared(attn_dkdv_kernel<T>, smem_kv);
     CTX_LAUNCH(attn_dkdv_kernel<T>, (unsigned)(BH * kt), kRows * 32, smem_kv, 0, a, kt, dout.data<T>(),
                lse.data<T>(), (const T*)D.data<T>(), dk.data<T>(), dv.data<T>(), dkrel_p);

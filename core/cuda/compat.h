@@ -24,6 +24,7 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #define CTX_LAUNCH(kernel, grid, block, smem, stream, ...) \

@@ -19,6 +19,9 @@ void copy_to_host(void* dst, const void* src, size_t bytes);
 void synchronize();          // waits for every queued kernel; a kernel's runtime error shows here
 // Fills `n` floats at `dst` with `value` on the device (a kernel: proves the toolchain works).
 void fill_f32(float* dst, size_t n, float value);
+// dst[i] = bf16 bits of src[i] (__float2bfloat16_rn), device pointers: the conversion kernel of
+// the bf16 GEMMs (gemm.cu), exposed for its bit-exactness test.
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
 
 // The caching allocator's counters (process-wide).
 struct DeviceAllocStats {

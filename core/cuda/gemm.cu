@@ -3,15 +3,25 @@
 // op(B)^T op(A)^T: cuBLAS gets m = N, n = M, k = K, B's memory as its first operand and A's as
 // its second, with the transposes passed through (a row-major [r, c] matrix is a column-major
 // [c, r] one with ld = c). Strided batches map one to one (stride 0 broadcasts). beta = 0 does
-// not read C (cuBLAS semantics; the reference zeroes C first). Math is exact fp32 / fp64: the
-// handle's math mode is CUBLAS_DEFAULT_MATH (no TF32).
+// not read C (cuBLAS semantics; the reference zeroes C first). Math is exact fp32 / fp64 by
+// default: the handle's math mode is CUBLAS_DEFAULT_MATH (no TF32).
+// The speed modes of core/precision.h (fp32 GEMMs only; f64 is always exact) go through
+// cuBLASLt instead, with the same column-major translation:
+//   bf16  A and B rounded to bf16 by f32_to_bf16_kernel (__float2bfloat16_rn: nearest even, the
+//         rounding core/bf16.h is tested equal to) into device buffers that grow to the largest
+//         size seen (a warm step allocates nothing), then CUDA_R_16BF A/B, fp32 C/D,
+//         CUBLAS_COMPUTE_32F (fp32 accumulation on the tensor cores);
+//   tf32  fp32 A/B/C/D with CUBLAS_COMPUTE_32F_FAST_TF32.
 #include <climits>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 
 #include "core/cuda/check.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.h"
+#include "core/precision.h"
 
 namespace ctx::cuda {
 
@@ -64,7 +74,109 @@ cublasStatus_t gemm_sb(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
   return cublasDgemmStridedBatched(handle(), ta, tb, m, n, k, &a, A, lda, sa, B, ldb, sb, &b, C, ldc, sc, batch);
 }
 
+// ---- the speed modes through cuBLASLt ----
+
+cublasLtHandle_t lt_handle() {
+  static cublasLtHandle_t h = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] { CTX_CUBLAS_CHECK(cublasLtCreate(&h)); });
+  return h;
+}
+
+// y[i] = bf16(x[i]), round to nearest even (cuda_bf16.h)
+__global__ void f32_to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  CTX_GRID_STRIDE(i, n) { y[i] = __float2bfloat16_rn(x[i]); }
+}
+
+// A device buffer that only grows (freed at exit by the driver).
+struct Scratch {
+  void* p = nullptr;
+  size_t bytes = 0;
+  void* get(size_t need) {
+    if (need > bytes) {
+      if (p) CTX_CUDA_CHECK(cudaFree(p));
+      CTX_CUDA_CHECK(cudaMalloc(&p, need));
+      bytes = need;
+    }
+    return p;
+  }
+};
+std::mutex g_lt_mu;  // the scratch buffers are shared by the callers of gemm_lt
+Scratch g_scratch_a, g_scratch_b, g_workspace;
+constexpr size_t kLtWorkspace = size_t(32) << 20;  // cuBLASLt's split-K / stream-K workspace
+
+const __nv_bfloat16* to_bf16(Scratch& s, const float* x, int64_t n) {
+  auto* y = static_cast<__nv_bfloat16*>(s.get((size_t)n * sizeof(__nv_bfloat16)));
+  CTX_LAUNCH(f32_to_bf16_kernel, grid_for(n), kThreads, 0, 0, x, y, n);
+  CTX_CUDA_LAUNCH_CHECK("f32_to_bf16_kernel");
+  return y;
+}
+
+// Owns the cuBLASLt descriptors of one call.
+struct LtCall {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t l[3] = {nullptr, nullptr, nullptr};  // first operand, second, C = D
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtCall() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    for (auto* x : l)
+      if (x) cublasLtMatrixLayoutDestroy(x);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+void layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+            int64_t stride) {
+  CTX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld));
+  const int32_t b = (int32_t)batch;
+  const int64_t st = stride;
+  CTX_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b));
+  CTX_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st, sizeof st));
+}
+
+// Row-major C = alpha op(A) op(B) + beta C in bf16 (inputs) or tf32 (compute) mode.
+void gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool bf16) {
+  std::lock_guard<std::mutex> lock(g_lt_mu);
+  const void* a = A;
+  const void* b = B;
+  const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  if (bf16) {  // the elements the batch reads, in place (same layout and strides)
+    a = to_bf16(g_scratch_a, A, (g.batch - 1) * g.stride_a + g.M * g.K);
+    b = to_bf16(g_scratch_b, B, (g.batch - 1) * g.stride_b + g.K * g.N);
+  }
+  // column-major: D^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M]: first operand B, second A
+  LtCall c;
+  const cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+  CTX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&c.desc, compute, CUDA_R_32F));
+  const int32_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
+  CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
+  // stored (column-major) shapes: B is [N, K] (ld K) when trans_b, else [K, N] read as N x K (ld N)
+  layout(&c.l[0], in, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, g.batch, g.stride_b);
+  layout(&c.l[1], in, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.batch, g.stride_a);
+  layout(&c.l[2], CUDA_R_32F, g.N, g.M, g.N, g.batch, g.stride_c);
+  void* ws = g_workspace.get(kLtWorkspace);
+  CTX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&c.pref));
+  const uint64_t ws_bytes = kLtWorkspace;
+  CTX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                        sizeof ws_bytes));
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  CTX_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_handle(), c.desc, c.l[0], c.l[1], c.l[2], c.l[2], c.pref, 1, &res,
+                                                  &found));
+  CTX_CHECK(found > 0, "gemm (", bf16 ? "bf16" : "tf32", "): cuBLASLt has no algorithm for M=", g.M, " N=", g.N,
+            " K=", g.K, " batch=", g.batch);
+  CTX_CUBLAS_CHECK(cublasLtMatmul(lt_handle(), c.desc, &g.alpha, b, c.l[0], a, c.l[1], &g.beta, C, c.l[2], C, c.l[2],
+                                  &res.algo, ws, kLtWorkspace, 0));
+}
+
 }  // namespace
+
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  if (n <= 0) return;
+  CTX_LAUNCH(f32_to_bf16_kernel, grid_for(n), kThreads, 0, 0, src, reinterpret_cast<__nv_bfloat16*>(dst), n);
+  CTX_CUDA_LAUNCH_CHECK("f32_to_bf16_kernel");
+}
 
 template <class T>
 void gemm(const GemmDesc& g, const T* A, const T* B, T* C) {
@@ -77,6 +189,10 @@ void gemm(const GemmDesc& g, const T* A, const T* B, T* C) {
                (T)g.beta);
     CTX_CUDA_LAUNCH_CHECK("scale_batched_kernel");
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    const bool bf16 = gemm_precision() == Precision::BF16;
+    if (bf16 || gemm_allow_tf32()) return gemm_lt(g, A, B, C, bf16);
   }
   // column-major: C^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M]
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;

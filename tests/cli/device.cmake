@@ -1,7 +1,7 @@
 # tests/cli/device.cmake — `ctxlab grads --device cuda` against `--device cpu`: for every
 # encoding (none, learned, sinusoidal, rope, xpos, alibi, kerple, t5, sandwich, shaw, xl,
-# deberta, tupe) and every RoPE scaling (pi, ntk, dynamic-ntk, yarn, rerope, leaky-rerope; the
-# ReRoPE window 8 < T = 32 so both branches run), the loss within 1e-5 relative and every
+# deberta, tupe, rnn, floater, complex-order) and every RoPE scaling (pi, ntk, dynamic-ntk, yarn,
+# rerope, leaky-rerope; the ReRoPE window 8 < T = 32 so both branches run), the loss within 1e-5 relative and every
 # gradient within 1e-4 (tests/python/device_checks.py). Registered in builds with the CUDA backend: in the
 # emulator build (CI) the kernels run on the CPU and the test must pass; in a real CUDA build it
 # runs on the GPU, and on a machine without one it must see `--device cuda` fail with the
@@ -25,6 +25,7 @@ if(CTXLAB_CUDA_EMULATOR OR CTXLAB_WITH_CUDA)
            COMMAND ${_dv_py} ${CMAKE_SOURCE_DIR}/tests/python/device_checks.py --bin ${_dv_bin}
                    --work ${CMAKE_BINARY_DIR}/cli_device_checks --emulated ${_dv_emulated}
                    --encodings none learned sinusoidal rope xpos alibi kerple t5 sandwich shaw xl deberta tupe
+                   rnn complex-order [=[{"type":"floater","hidden":16,"dt":0.1,"substeps":2}]=]
                    [=[{"type":"rope","scaling":{"type":"pi","factor":4}}]=]
                    [=[{"type":"rope","scaling":{"type":"ntk","factor":4}}]=]
                    [=[{"type":"rope","scaling":{"type":"dynamic-ntk","factor":4}}]=]
@@ -51,7 +52,8 @@ if(CTXLAB_CUDA_EMULATOR OR CTXLAB_WITH_CUDA)
     # schedule-dependent reduction in any kernel the model uses would show here)
     add_test(NAME device_grads_cuda_vs_cpu_shuffled COMMAND ${_dv_py} ${CMAKE_SOURCE_DIR}/tests/python/device_checks.py
              --bin ${_dv_bin} --work ${CMAKE_BINARY_DIR}/cli_device_checks_shuffled --emulated 1
-             --encodings none learned rope alibi t5 shaw xl deberta tupe
+             --encodings none learned rope alibi t5 shaw xl deberta tupe rnn complex-order
+             [=[{"type":"floater","hidden":16,"dt":0.1,"substeps":2}]=]
              [=[{"type":"rope","scaling":{"type":"yarn","factor":4}}]=]
              [=[{"type":"rope","scaling":{"type":"rerope","factor":4,"window":8}}]=])
     set_tests_properties(device_grads_cuda_vs_cpu_shuffled PROPERTIES

@@ -84,7 +84,10 @@ set(_pc_cases
     "shaw|shaw --param max_relative_position=2|shaw"
     "xl|xl|xl"
     "deberta|deberta --param position_buckets=4 --param max_relative_positions=6|deberta"
-    "tupe|tupe|tupe")
+    "tupe|tupe|tupe"
+    "rnn|rnn|rnn"
+    "floater|floater --param hidden=5 --param dt=0.3 --param substeps=2|floater"
+    "complex_order|complex-order|complex-order")
 
 set(_pc_tests "")
 foreach(_pc_case IN LISTS _pc_cases)
@@ -114,7 +117,7 @@ endforeach()
 # An unknown encoding is the registry's one-line error listing the valid names.
 add_test(NAME posenc_gradcheck_unknown_encoding
          COMMAND sh -c "if out=$('${_pc_bin}' gradcheck --encoding nope 2>&1); then exit 1; fi; \
-echo \"$out\"; echo \"$out\" | grep -q \"unknown posenc.type 'nope'\" && echo \"$out\" | grep -q 'alibi, deberta'")
+echo \"$out\"; echo \"$out\" | grep -q \"unknown posenc.type 'nope'\" && echo \"$out\" | grep -q 'alibi, complex-order, deberta'")
 list(APPEND _pc_tests posenc_gradcheck_unknown_encoding)
 
 set_tests_properties(${_pc_tests} PROPERTIES

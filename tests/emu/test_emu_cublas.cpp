@@ -5,6 +5,7 @@
 // strided batches, double precision, TF32 only when asked, bad operands, cuBLASLt epilogues.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <utility>
 
@@ -310,6 +311,51 @@ TEST_F(Cublas, LtHeuristicAnswersOnceAndRejectsUnsupportedTypes) {
   EXPECT_EQ(got, 0);
   cublasLtMatrixLayoutDestroy(half);
   cublasLtMatmulPreferenceDestroy(pref);
+}
+
+// bf16 A and B (CUDA_R_16BF) with fp32 C/D and CUBLAS_COMPUTE_32F: D is the fp32 product of the
+// widened inputs (a bf16 x bf16 product is exact in fp32; only the fp32 sum rounds); bf16 inputs
+// with FAST_TF32, or a bf16 D, are refused as cuBLASLt does. The rounding of __float2bfloat16_rn
+// (ties to even, canonical NaN, denormals rounded, overflow to inf) is checked on its own bits.
+TEST_F(Cublas, LtBf16InputsAccumulateInFp32) {
+  const uint32_t in[] = {0x3f808000, 0x3f818000, 0x3f808001, 0x7f7fffff, 0x7fc00000, 0xffc00001, 0x00018000, 0x807fffff};
+  const uint16_t want[] = {0x3f80, 0x3f82, 0x3f81, 0x7f80, 0x7fff, 0x7fff, 0x0002, 0x8080};
+  for (int i = 0; i < 8; ++i) {
+    float f;
+    std::memcpy(&f, &in[i], 4);
+    EXPECT_EQ(__float2bfloat16_rn(f).x, want[i]) << std::hex << in[i];
+  }
+  const int m = 6, n = 5, k = 37;
+  for (bool ta : {false, true}) {
+    const auto W = random_vec(k * m, 20), X = random_vec(k * n, 21);
+    std::vector<__nv_bfloat16> hW(W.size()), hX(X.size());
+    std::vector<float> wW(W.size()), wX(X.size());  // the widened bf16 values
+    for (size_t i = 0; i < W.size(); ++i) wW[i] = __bfloat162float(hW[i] = __float2bfloat16_rn(W[i]));
+    for (size_t i = 0; i < X.size(); ++i) wX[i] = __bfloat162float(hX[i] = __float2bfloat16_rn(X[i]));
+    DeviceBuffer<__nv_bfloat16> dW(hW), dX(hX);
+    DeviceBuffer<float> dD((size_t)m * n);
+    LtCase c(m, n, k, ta);
+    cublasLtMatrixLayout_t la16, lb16;
+    ASSERT_EQ(cublasLtMatrixLayoutCreate(&la16, CUDA_R_16BF, ta ? k : m, ta ? m : k, ta ? k : m), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatrixLayoutCreate(&lb16, CUDA_R_16BF, k, n, k), CUBLAS_STATUS_SUCCESS);
+    const float one = 1.0f, zero = 0.0f;
+    ASSERT_EQ(cublasLtMatmul(c.lt, c.desc, &one, dW.ptr, la16, dX.ptr, lb16, &zero, dD.ptr, c.lc, dD.ptr, c.lc, nullptr,
+                             nullptr, 0, 0),
+              CUBLAS_STATUS_SUCCESS);
+    const auto D = dD.download();
+    const auto exact16 = ref_gemm(ta, false, m, n, k, 1.0f, wW, ta ? k : m, wX, k, 0.0f, std::vector<float>(m * n), m);
+    const auto exact32 = ref_gemm(ta, false, m, n, k, 1.0f, W, ta ? k : m, X, k, 0.0f, std::vector<float>(m * n), m);
+    expect_close(D, exact16, 1e-5f, "bf16 inputs, fp32 accumulation");
+    EXPECT_FALSE(close(D, exact32, 1e-5f)) << "the inputs were not rounded to bf16";
+    const int32_t tf32 = CUBLAS_COMPUTE_32F_FAST_TF32;
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(c.desc, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, &tf32, sizeof tf32),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmul(c.lt, c.desc, &one, dW.ptr, la16, dX.ptr, lb16, &zero, dD.ptr, c.lc, dD.ptr, c.lc, nullptr,
+                             nullptr, 0, 0),
+              CUBLAS_STATUS_NOT_SUPPORTED);
+    cublasLtMatrixLayoutDestroy(la16);
+    cublasLtMatrixLayoutDestroy(lb16);
+  }
 }
 
 TEST_F(Cublas, LtEpiloguesBiasGeluAuxAndDgelu) {

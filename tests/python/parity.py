@@ -81,6 +81,10 @@ ENCODING_CASES = {
     "deberta": Case({"type": "deberta"}, LONG),
     "deberta-small": Case({"type": "deberta", "position_buckets": 8, "max_relative_positions": 16}, LONG),
     "tupe": Case({"type": "tupe"}, SHORT),
+    "rnn": Case({"type": "rnn"}, LONG),
+    "floater": Case({"type": "floater", "hidden": 16, "dt": 0.1, "substeps": 2}, LONG),
+    "floater-defaults": Case({"type": "floater"}, LONG),
+    "complex-order": Case({"type": "complex-order"}, LONG),
 }
 
 # Must-reject cases: name -> (config, T, valid config the tensors are drawn from). ctxlab
@@ -95,6 +99,10 @@ REJECT_CASES = {
     "reject-unknown-posenc-key": ({**BASE_CONFIG, "posenc": {"type": "sinusoidal", "base": 10000.0}},
                                   16, _SINUSOIDAL),
     "reject-bad-heads": ({**BASE_CONFIG, "n_heads": 5}, 16, BASE_CONFIG),
+    "reject-floater-bad-dt": ({**BASE_CONFIG, "posenc": {"type": "floater", "dt": 0}}, 16,
+                              {**BASE_CONFIG, "posenc": {"type": "floater"}}),
+    "reject-rnn-key": ({**BASE_CONFIG, "posenc": {"type": "rnn", "hidden": 8}}, 16,
+                       {**BASE_CONFIG, "posenc": {"type": "rnn"}}),
 }
 
 # The minimal config: every other key takes its default (posenc none, layernorm, tied, d_ff 4D).
@@ -106,8 +114,10 @@ DEFAULT_CASES = ["defaults", "none", "learned", "learned-hier", "sinusoidal",
                  "rope-rerope", "rope-leaky-rerope", "rope-logn", "xpos", "xpos-gamma8",
                  "alibi", "alibi-h6", "kerple", "kerple-power", "sandwich", "t5", "t5-small",
                  "shaw", "shaw-k16", "xl", "deberta", "deberta-small", "tupe",
+                 "rnn", "floater", "floater-defaults", "complex-order",
                  "reject-learned-long", "reject-learned-hier-long", "reject-tupe-long",
-                 "reject-unknown-key", "reject-unknown-posenc-key", "reject-bad-heads"]
+                 "reject-unknown-key", "reject-unknown-posenc-key", "reject-bad-heads",
+                 "reject-floater-bad-dt", "reject-rnn-key"]
 ALL_CASES = ["defaults"] + list(ENCODING_CASES) + list(REJECT_CASES)
 
 
@@ -152,7 +162,8 @@ def random_params(ref, cfg, seed):
             "bias": ("normal", 0.1),
             "norm_bias": ("normal", 0.1),
             "norm_weight": ("normal", 0.1),
-        }.get(s.role, s.init)                      # kerple r1/r2: the spec's uniform init
+            "frequency": ("normal", 0.5),          # complex-order: phases that turn visibly
+        }.get(s.role, s.init)                      # kerple r1/r2, floater time: the spec's init
         t = ref.sample_init(init, s.shape, gen)
         params[s.name] = t + 1.0 if s.role == "norm_weight" else t
     if "pe.r1" in params:                         # exercise KERPLE's in-place projection

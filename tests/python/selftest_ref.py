@@ -15,7 +15,9 @@ Checks, all in float64:
     i - j invariance, ALiBi slopes (H = 8: 1/2..1/256; H = 12: fairseq), T5 buckets against
     HF and hand values, DeBERTa buckets against DeBERTa-v2, Sandwich against its formula,
     Shaw / XL / DeBERTa / TUPE logits against per-(i, j) loops, hierarchical learned
-    positions, KERPLE's in-place projection;
+    positions, KERPLE's in-place projection; rnn against torch.nn.GRU, FLOATER with zero /
+    constant dynamics and against a fine integration, complex-order with zero frequencies
+    (the token embedding) and against the complex form z e^{i omega t};
   * config parsing (defaults, unknown keys, bad values), length limits, init shapes and
     statistics, checkpoint and safetensors round trips and the reader's validation.
 
@@ -126,6 +128,9 @@ GRAD_CASES = {
     "xl": ({"type": "xl"}, (L + 3,)),
     "deberta": ({"type": "deberta", "position_buckets": 4, "max_relative_positions": 6}, (L + 3,)),
     "tupe": ({"type": "tupe"}, (L,)),
+    "rnn": ({"type": "rnn"}, (L + 3,)),
+    "floater": ({"type": "floater", "hidden": 5, "dt": 0.3, "substeps": 2}, (L + 3,)),
+    "complex-order": ({"type": "complex-order"}, (L + 3,)),
 }
 
 
@@ -673,7 +678,7 @@ def length_limits():
     hier = tiny({"type": "learned", "hierarchical": True}, context=3)
     assert not raises(hier, 9) and raises(hier, 10)
     for name in ("none", "sinusoidal", "rope", "xpos", "alibi", "kerple", "sandwich", "t5",
-                 "shaw", "xl", "deberta"):
+                 "shaw", "xl", "deberta", "rnn", "floater", "complex-order"):
         assert not raises(tiny({"type": name}), 3 * L), name
 
 
@@ -707,6 +712,10 @@ def init_shapes_and_statistics():
                  "pe.pos_proj.weight": (16, 8), "pe.pos_proj.bias": (16,), "pe.rel_bias.weight": (32, 2)},
         "t5": {"pe.rel_bias.weight": (32, 2)}, "kerple": {"pe.r1": (2,), "pe.r2": (2,)},
         "learned": {"wpe.weight": (6, 8)}, "rope": {}, "alibi": {}, "sandwich": {}, "xpos": {},
+        "rnn": {"pe.weight_ih": (24, 8), "pe.weight_hh": (24, 8), "pe.bias_ih": (24,), "pe.bias_hh": (24,)},
+        "floater": {"pe.p0": (8,), "pe.fc.weight": (64, 8), "pe.fc.bias": (64,), "pe.time": (64,),
+                    "pe.proj.weight": (8, 64), "pe.proj.bias": (8,)},
+        "complex-order": {"pe.freq.weight": (11, 4)},
     }
     base = {s.name for s in R.param_specs(TINY)}
     for name, exp in expected.items():
@@ -778,6 +787,60 @@ def safetensors_round_trip_and_validation():
         st_io.save_npy(tok, np.arange(6, dtype=np.int32).reshape(2, 3))
         back = st_io.load_npy(tok)
         assert back.dtype == np.dtype("<i4") and back.shape == (2, 3) and os.path.exists(tok)
+
+
+# ---------------------------------------------------------------------------------------
+# Survey encodings (POSENC_SPEC §5)
+# ---------------------------------------------------------------------------------------
+@test
+def rnn_equals_torch_nn_gru():
+    cfg = tiny({"type": "rnn"})
+    P = draw_params(cfg, 11)
+    x = torch.randn(3, 9, 8, generator=torch.Generator().manual_seed(1))
+    gru = torch.nn.GRU(8, 8, batch_first=True).double()
+    with torch.no_grad():
+        for ours, theirs in (("weight_ih", "weight_ih_l0"), ("weight_hh", "weight_hh_l0"),
+                             ("bias_ih", "bias_ih_l0"), ("bias_hh", "bias_hh_l0")):
+            getattr(gru, theirs).copy_(P["pe." + ours])
+        ref, _ = gru(x)
+    close(enc_of(cfg).embed(x, P), ref, 1e-12, "rnn vs torch.nn.GRU")
+
+
+@test
+def floater_zero_and_constant_dynamics():
+    cfg = tiny({"type": "floater", "hidden": 4, "dt": 0.25, "substeps": 3})
+    enc, P = enc_of(cfg), draw_params(cfg, 5)
+    P["pe.proj.weight"], P["pe.proj.bias"] = torch.zeros(8, 4), torch.zeros(8)
+    pos = enc.positions(7, P)
+    close(pos, P["pe.p0"].expand(7, 8), 1e-15, "zero dynamics: p0 everywhere")
+    P["pe.proj.bias"] = torch.linspace(-1, 1, 8)          # h = b2: p(t) = p0 + t b2
+    t = 0.25 * torch.arange(7.0)[:, None]
+    close(enc.positions(7, P), P["pe.p0"] + t * P["pe.proj.bias"], 1e-13, "constant dynamics: a line")
+    # RK4 is exact for dp/dt polynomial in t of degree <= 3; with h = W2 tanh(t w) + b2 it is
+    # within O(eta^4) of a fine integration
+    P = draw_params(cfg, 6)
+    fine = R.make_encoding(R.parse_config(tiny({"type": "floater", "hidden": 4, "dt": 0.25,
+                                                "substeps": 96}))).positions(7, P)
+    close(enc.positions(7, P), fine, 1e-4, "RK4 vs fine RK4")
+
+
+@test
+def complex_order_zero_frequencies_is_token_embedding():
+    cfg = tiny({"type": "complex-order"})
+    enc, P = enc_of(cfg), draw_params(cfg, 9)
+    ids = torch.as_tensor(tokens_for(cfg, 7, 3))
+    P["pe.freq.weight"] = torch.zeros_like(P["pe.freq.weight"])
+    close(enc.embed_tokens(ids, P), P["wte.weight"][ids], 0, "freq 0")
+    # as complex numbers: z e^{i omega t}
+    P = draw_params(cfg, 10)
+    w = P["wte.weight"][ids]
+    z = torch.complex(w[..., 0::2], w[..., 1::2])
+    rot = z * torch.exp(1j * P["pe.freq.weight"][ids] * torch.arange(ids.shape[1])[:, None])
+    got = enc.embed_tokens(ids, P)
+    close(got, torch.view_as_real(rot).flatten(-2), 1e-12, "complex form")
+    # the default init: the sinusoidal frequencies 1 / powf(10000, 2k / D) in every row
+    f = R.init_params(cfg, 0)["pe.freq.weight"]
+    close(f, (1.0 / 10000.0 ** (torch.arange(4) * 2 / 8.0)).expand(11, 4), 1e-6, "freq init")
 
 
 # ---------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ value terms, ``project_`` for in-place constraint projections (KERPLE), ``check_
 
 Implemented: none, learned (+hierarchical), sinusoidal, rope (half/interleaved; scaling
 pi, ntk, dynamic-ntk, yarn, rerope, leaky-rerope; log_n), xpos, alibi, kerple (log,
-power), sandwich, t5, shaw, xl (no memory), deberta, tupe.
+power), sandwich, t5, shaw, xl (no memory), deberta, tupe, rnn (GRU), floater (RK4),
+complex-order.
 
 Float32 tables: frequencies, slopes, buckets and similar tables are computed in float32
 with the operation order POSENC_SPEC gives, calling the C library's ``powf``/``logf`` (via
@@ -273,6 +274,7 @@ class PosEnc:
 
     Hooks (q, k, v are [B, H, T, d]; P maps parameter names to tensors; l is the layer):
         embed(x, P)            x [B, T, D] -> x + absolute position terms
+        embed_tokens(ids, P)   ids [B, T] -> input of block 0 (default embed(wte[ids]))
         scores(q, k, P, l)     -> logits [B, H, T, T] before the causal mask
         values(p, v, P, l)     p [B, H, T, T] -> o [B, H, T, d]
         project_(P)            in-place constraint projection before the forward
@@ -311,6 +313,10 @@ class PosEnc:
 
     def embed(self, x, P):
         return x
+
+    def embed_tokens(self, ids, P):
+        """The input of block 0 from token ids [B, T]: embed(wte[ids]) unless overridden."""
+        return self.embed(P["wte.weight"][ids], P)
 
     def bias(self, T, P, dtype):
         """Additive logit bias [H, T, T] (after the scale), or None."""
@@ -797,6 +803,103 @@ class TUPE(PosEnc):
         return (q @ k.transpose(-1, -2) + pos) * self.scale + rel
 
 
+
+# ---- §5 recurrent, continuous and complex-order ------------------------------------------
+@register("rnn")
+class Recurrent(PosEnc):
+    """One GRU layer (torch.nn.GRU's equations, gates r, z, n) replaces the token embeddings."""
+
+    def shared_specs(self):
+        D, a = self.D, 1.0 / math.sqrt(self.D)
+        u = ("uniform", -a, a)
+        return [ParamSpec("pe.weight_ih", (3 * D, D), u, "linear"),
+                ParamSpec("pe.weight_hh", (3 * D, D), u, "linear"),
+                ParamSpec("pe.bias_ih", (3 * D,), u, "bias"),
+                ParamSpec("pe.bias_hh", (3 * D,), u, "bias")]
+
+    def embed(self, x, P):
+        D = self.D
+        wi, wh, bi, bh = P["pe.weight_ih"], P["pe.weight_hh"], P["pe.bias_ih"], P["pe.bias_hh"]
+        xg = x @ wi.t() + bi                                         # [B, T, 3D]
+        h = x.new_zeros(x.shape[0], D)
+        out = []
+        for t in range(x.shape[1]):
+            hg = h @ wh.t() + bh
+            r = torch.sigmoid(xg[:, t, :D] + hg[:, :D])
+            z = torch.sigmoid(xg[:, t, D:2 * D] + hg[:, D:2 * D])
+            n = torch.tanh(xg[:, t, 2 * D:] + r * hg[:, 2 * D:])
+            h = (1 - z) * n + z * h
+            out.append(h)
+        return torch.stack(out, dim=1)
+
+
+@register("floater")
+class Floater(PosEnc):
+    """Positions p(i dt) of dp/dt = W2 tanh(W1 p + b1 + t w_t) + b2 by classic RK4."""
+    KEYS = {"hidden": 64, "dt": 0.01, "substeps": 1}
+
+    @classmethod
+    def validate(cls, pe, cfg):
+        _positive_int("posenc floater", "hidden", pe["hidden"])
+        _positive_int("posenc floater", "substeps", pe["substeps"])
+        if not _is_num(pe["dt"]) or not pe["dt"] > 0 or not math.isfinite(pe["dt"]):
+            raise ConfigError(f"posenc floater: dt must be a positive number, got {pe['dt']!r}")
+        return pe
+
+    def shared_specs(self):
+        D, Fh, a = self.D, self.pe["hidden"], 1.0 / math.sqrt(self.D)
+        return [ParamSpec("pe.p0", (D,), N02, "embedding"),
+                ParamSpec("pe.fc.weight", (Fh, D), ("uniform", -a, a), "linear"),
+                ParamSpec("pe.fc.bias", (Fh,), ("uniform", -a, a), "bias"),
+                ParamSpec("pe.time", (Fh,), ("uniform", -1.0, 1.0), "time"),
+                ParamSpec("pe.proj.weight", (D, Fh), N02, "linear"),
+                ParamSpec("pe.proj.bias", (D,), ("zeros",), "bias")]
+
+    def positions(self, n, P):
+        eta = self.pe["dt"] / self.pe["substeps"]
+
+        def h(p, t):
+            return torch.tanh(p @ P["pe.fc.weight"].t() + P["pe.fc.bias"] + t * P["pe.time"]) \
+                @ P["pe.proj.weight"].t() + P["pe.proj.bias"]
+
+        p, out = P["pe.p0"], [P["pe.p0"]]
+        for s in range((n - 1) * self.pe["substeps"]):
+            t = s * eta
+            k1 = h(p, t)
+            k2 = h(p + (eta / 2) * k1, t + eta / 2)
+            k3 = h(p + (eta / 2) * k2, t + eta / 2)
+            k4 = h(p + eta * k3, t + eta)
+            p = p + (eta / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
+            if (s + 1) % self.pe["substeps"] == 0:
+                out.append(p)
+        return torch.stack(out)                                       # [n, D]
+
+    def embed(self, x, P):
+        return x + self.positions(x.shape[1], P)
+
+
+@register("complex-order")
+class ComplexOrder(PosEnc):
+    """Word w at position t: (wte[w, 2k] + i wte[w, 2k+1]) e^{i freq[w, k] t}."""
+
+    @classmethod
+    def validate(cls, pe, cfg):
+        _require_even("posenc complex-order", "d_model", cfg["d_model"])
+        return pe
+
+    def shared_specs(self):
+        return [ParamSpec("pe.freq.weight", (self.cfg["vocab_size"], self.D // 2),
+                          ("sinusoidal_freq",), "frequency")]
+
+    def embed_tokens(self, ids, P):
+        e = P["wte.weight"][ids]                                      # [B, T, D]
+        a, b = e[..., 0::2], e[..., 1::2]
+        t = torch.arange(ids.shape[1], dtype=torch.float32).to(e.dtype)[:, None]
+        phi = P["pe.freq.weight"][ids] * t                            # [B, T, D/2]
+        c, s = torch.cos(phi), torch.sin(phi)
+        return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+
+
 def make_encoding(cfg):
     return ENCODINGS[cfg["posenc"]["type"]](cfg)
 
@@ -839,6 +942,10 @@ def sample_init(init, shape, gen, dtype=torch.float32):
         return torch.zeros(shape, dtype=dtype)
     if kind == "ones":
         return torch.ones(shape, dtype=dtype)
+    if kind == "sinusoidal_freq":  # [rows, D/2]: 1 / powf(10000, 2k / D) in every row
+        D = 2 * shape[-1]
+        row = [float(f32(1.0) / powf(10000.0, f32(2 * k) / f32(D))) for k in range(shape[-1])]
+        return torch.tensor(row, dtype=torch.float64).expand(shape).clone().to(dtype)
     raise ValueError(f"unknown init {init!r}")
 
 
@@ -890,7 +997,7 @@ def forward_loss(cfg, P, tokens):
         raise ValueError(f"token ids must lie in [0, {cfg['vocab_size']})")
     inp, tgt = tokens[:, :-1], tokens[:, 1:]
     enc.check_length(inp.shape[1])
-    x = enc.embed(P["wte.weight"][inp], P)
+    x = enc.embed_tokens(inp, P)
     for l in range(cfg["n_layers"]):
         b = f"blocks.{l}."
         x = x + attention(cfg, enc, _norm(cfg, x, P, b + "norm1"), P, l)

@@ -1,6 +1,8 @@
 // core/cuda/emu/cublaslt.cpp — the cuBLASLt stand-in: matmul descriptors, matrix layouts,
 // preferences, a one-answer heuristic, and cublasLtMatmul with its epilogues:
 //   D = epilogue(alpha op(A) op(B) + beta C), column-major, fp32, batched through the layouts.
+//   A and B may be CUDA_R_16BF (with fp32 C and D, CUBLAS_COMPUTE_32F): widened to fp32 (exact)
+//   and multiplied with the same fp32 accumulation (a bf16 x bf16 product is exact in fp32).
 //   BIAS adds bias[i] (length m = rows of D) before the activation; GELU (tanh form) activates;
 //   GELU_AUX stores the pre-activation in aux (ld = EPILOGUE_AUX_LD); DGELU multiplies by
 //   gelu'(aux); DGELU_BGRAD also writes bias[i] = sum_j D(i, j); BGRADA writes
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "core/cuda/emu/cublas_emu.h"
+#include "core/cuda/emu/emu_bf16.h"
 #include "core/cuda/emu/emu_internal.h"
 #include "core/cuda/emu/gemm.h"
 
@@ -115,11 +118,14 @@ bool known_epilogue(cublasLtEpilogue_t e) {
 // Shape/type validation shared by the heuristic and the matmul. m, n, k out.
 cublasStatus_t validate(const Desc& d, const Layout& a, const Layout& b, const Layout& c, const Layout& dl, long long* m,
                         long long* n, long long* k, std::string* why) {
-  const bool f32 = a.type == CUDA_R_32F && b.type == CUDA_R_32F && c.type == CUDA_R_32F && dl.type == CUDA_R_32F;
-  const bool ct_ok = d.compute == CUBLAS_COMPUTE_32F || d.compute == CUBLAS_COMPUTE_32F_PEDANTIC ||
-                     d.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-  if (!f32 || !ct_ok || d.scale != CUDA_R_32F) {
-    *why = "only CUDA_R_32F matrices with CUBLAS_COMPUTE_32F[_PEDANTIC|_FAST_TF32] and CUDA_R_32F scale are emulated";
+  const bool cd32 = c.type == CUDA_R_32F && dl.type == CUDA_R_32F;
+  const bool f32 = cd32 && a.type == CUDA_R_32F && b.type == CUDA_R_32F;
+  const bool bf16 = cd32 && a.type == CUDA_R_16BF && b.type == CUDA_R_16BF;
+  const bool ct32 = d.compute == CUBLAS_COMPUTE_32F || d.compute == CUBLAS_COMPUTE_32F_PEDANTIC;
+  const bool ct_ok = f32 ? ct32 || d.compute == CUBLAS_COMPUTE_32F_FAST_TF32 : bf16 && ct32;
+  if (!(f32 || bf16) || !ct_ok || d.scale != CUDA_R_32F) {
+    *why = "only CUDA_R_32F matrices with CUBLAS_COMPUTE_32F[_PEDANTIC|_FAST_TF32], or CUDA_R_16BF A and B with "
+           "CUDA_R_32F C and D and CUBLAS_COMPUTE_32F[_PEDANTIC], and CUDA_R_32F scale are emulated";
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   if (a.order != CUBLASLT_ORDER_COL || b.order != CUBLASLT_ORDER_COL || c.order != CUBLASLT_ORDER_COL ||
@@ -405,16 +411,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const size_t ext_c = matrix_extent(m, n, lc.ld), ext_d = matrix_extent(m, n, ld.ld);
   const size_t ext_aux = matrix_extent(m, n, d.aux_ld);
   const size_t bias_len = (size_t)(bgrad_b ? n : m);
+  const bool bf16_in = la.type == CUDA_R_16BF;  // (validate: then B is too)
+  const size_t in_bytes = bf16_in ? 2 : 4;
+  std::vector<float> wide_a, wide_b;  // bf16 inputs widened to fp32 (exact)
+  auto widen = [](const void* p, size_t n, std::vector<float>& out) {
+    const __nv_bfloat16* h = static_cast<const __nv_bfloat16*>(p);
+    out.resize(n);
+    for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(h[i]);
+    return out.data();
+  };
   for (int bt = 0; bt < ld.batch; ++bt) {
-    g.A = static_cast<const float*>(A) + bt * la.stride;
-    g.B = static_cast<const float*>(B) + bt * lb.stride;
+    const void* a_in = static_cast<const char*>(A) + bt * la.stride * (long long)in_bytes;
+    const void* b_in = static_cast<const char*>(B) + bt * lb.stride * (long long)in_bytes;
+    g.A = static_cast<const float*>(a_in);
+    g.B = static_cast<const float*>(b_in);
     g.C = static_cast<const float*>(C) + bt * lc.stride;
     g.D = static_cast<float*>(D) + bt * ld.stride;
     float* bias = uses_bias ? const_cast<float*>(static_cast<const float*>(d.bias)) + bt * d.bias_batch_stride : nullptr;
     float* aux = uses_aux ? static_cast<float*>(d.aux) + bt * d.aux_batch_stride : nullptr;
     const bool ok =
-        (!(reads_ab || bgrad_a) || check_device_operand(fn, "A", g.A, ext_a, 4, &why)) &&
-        (!(reads_ab || bgrad_b) || check_device_operand(fn, "B", g.B, ext_b, 4, &why)) &&
+        (!(reads_ab || bgrad_a) || check_device_operand(fn, "A", a_in, ext_a, in_bytes, &why)) &&
+        (!(reads_ab || bgrad_b) || check_device_operand(fn, "B", b_in, ext_b, in_bytes, &why)) &&
         (g.beta == 0.0f || check_device_operand(fn, "C", g.C, ext_c, 4, &why)) &&
         check_device_operand(fn, "D", g.D, ext_d, 4, &why) &&
         (!uses_bias || check_device_operand(fn, "bias", bias, bias_len, 4, &why)) &&
@@ -422,6 +439,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if (!ok)
       return blas_fail(CUBLAS_STATUS_EXECUTION_FAILED,
                        why + (ld.batch > 1 ? " (batch entry " + std::to_string(bt) + ")" : std::string()));
+    if (bf16_in && (reads_ab || bgrad_a)) g.A = widen(a_in, ext_a, wide_a);
+    if (bf16_in && (reads_ab || bgrad_b)) g.B = widen(b_in, ext_b, wide_b);
     // Bias gradients of the inputs are read before D is written (D may alias nothing, but be safe).
     if (bgrad_a) {
       for (long long i = 0; i < m; ++i) {

@@ -1,0 +1,120 @@
+// autograd/ops_gru.cpp — gru_sequence (ops_survey.h): a GRU layer through time as one node.
+// Layout: time-major and gate-separated so that every per-step tensor is a contiguous view.
+//   X  [T, B, In]            the input, time-major
+//   XG [3, T, B, H]          W_i{r,z,n} x_t + biases (r, z: b_i + b_h; n: b_in): 3 GEMMs for all t
+//   per step t (sequential):  Hg = h_{t-1} W_h{r,z,n}^T (3 GEMMs [B, H]), HN[t] = Hg_n + b_hn,
+//     r = s(XG_r + Hg_r), z = s(XG_z + Hg_z), n = tanh(XG_n + r HN[t]), h_t = n + z (h_{t-1} - n)
+// Saved: Hs [T+1, B, H] (Hs[0] = 0), R, Z, N, HN [T, B, H].
+// Backward, t = T-1..0, with g = dL/dh_t (output gradient + what flows back from t+1):
+//   dz = g (h_{t-1} - n), dn = g (1 - z), dNpre = dn (1 - n^2), dr = dNpre HN[t],
+//   dAr = dr r (1 - r), dAz = dz z (1 - z), dHn = dNpre r,
+//   dh_{t-1} = g z + dAr W_hr + dAz W_hz + dHn W_hn.
+// The weight gradients are then one GEMM per gate over all T*B rows (dAr, dAz, dNpre against X;
+// dAr, dAz, dHn against Hs[0..T-1]); the bias gradients are column sums.
+#include "autograd/ops_seq_util.h"
+#include "autograd/ops_survey.h"
+
+namespace ctx {
+using namespace detail;
+
+namespace {
+Tensor gate(const Tensor& w, int g, int64_t H) { return w.slice0(g * H, (g + 1) * H); }  // row block r, z, n
+}  // namespace
+
+Variable gru_sequence(const Variable& x, const Variable& w_ih, const Variable& w_hh,
+                      const Variable& b_ih, const Variable& b_hh) {
+  const Tensor xd = x.data(), wi = w_ih.data(), wh = w_hh.data(), bi = b_ih.data(), bh = b_hh.data();
+  CTX_CHECK(xd.dim() == 3, "gru_sequence: x must be [B, T, In], got ", xd.str());
+  const int64_t B = xd.size(0), T = xd.size(1), In = xd.size(2);
+  CTX_CHECK(wh.dim() == 2 && wh.size(0) == 3 * wh.size(1), "gru_sequence: weight_hh must be [3H, H], got ",
+            wh.str());
+  const int64_t H = wh.size(1);
+  CTX_CHECK(wi.dim() == 2 && wi.size(0) == 3 * H && wi.size(1) == In, "gru_sequence: weight_ih must be [",
+            3 * H, ", ", In, "] for x ", xd.str(), ", got ", wi.str());
+  CTX_CHECK(bi.dim() == 1 && bi.size(0) == 3 * H && bh.dim() == 1 && bh.size(0) == 3 * H,
+            "gru_sequence: biases must be [", 3 * H, "], got ", bi.str(), " and ", bh.str());
+  for (const Tensor* t : {&wi, &wh, &bi, &bh}) check_compatible(xd, *t, "gru_sequence");
+  CTX_CHECK(is_float(xd.dtype()), "gru_sequence: expected float tensors, got ", xd.str());
+
+  const Tensor X = seq::swap01(xd).view({T * B, In});
+  Tensor XG = seq::like(xd, {3, T * B, H});
+  Tensor bsum = seq::add(bi, bh);  // r, z: both biases sit inside the sigmoid
+  for (int g = 0; g < 3; ++g) {
+    Tensor pre = seq::like(xd, {T * B, H});
+    seq::mm(X, false, gate(wi, g, H), true, pre);
+    seq::bin_into(BinaryOp::Add, pre, g < 2 ? gate(bsum, g, H) : gate(bi, 2, H), XG.select0(g));
+  }
+  Tensor Hs = seq::like(xd, {T + 1, B, H}), R = seq::like(xd, {T, B, H}), Z = seq::like(xd, {T, B, H}),
+         N = seq::like(xd, {T, B, H}), HN = seq::like(xd, {T, B, H});
+  backend_of(xd).fill(Hs, 0.0);
+  const Tensor bhn = gate(bh, 2, H);
+  for (int64_t t = 0; t < T; ++t) {
+    const Tensor hp = Hs.select0(t);
+    auto xg = [&](int g) { return XG.select0(g).slice0(t * B, (t + 1) * B); };  // [B, H]
+    Tensor hg = seq::like(xd, {B, H});
+    seq::mm(hp, false, gate(wh, 0, H), true, hg);
+    seq::sigmoid_into(seq::add(xg(0), hg), R.select0(t));
+    seq::mm(hp, false, gate(wh, 1, H), true, hg);
+    seq::sigmoid_into(seq::add(xg(1), hg), Z.select0(t));
+    seq::mm(hp, false, gate(wh, 2, H), true, hg);
+    seq::bin_into(BinaryOp::Add, hg, bhn, HN.select0(t));
+    seq::un_into(UnaryOp::Tanh, seq::add(xg(2), seq::mul(R.select0(t), HN.select0(t))), N.select0(t));
+    seq::bin_into(BinaryOp::Add, N.select0(t), seq::mul(Z.select0(t), seq::sub(hp, N.select0(t))),
+                  Hs.select0(t + 1));
+  }
+  Tensor out = seq::swap01(Hs.slice0(1, T + 1));  // [B, T, H]
+
+  return make_result(out, "gru_sequence", {x, w_ih, w_hh, b_ih, b_hh},
+                     [=](const Tensor& dy) {
+    const Tensor G = seq::swap01(dy);                           // [T, B, H]
+    Tensor dXG = seq::like(dy, {3, T, B, H}), dHn = seq::like(dy, {T, B, H});
+    Tensor dh = seq::like(dy, {B, H});
+    backend_of(dy).fill(dh, 0.0);
+    for (int64_t t = T - 1; t >= 0; --t) {
+      const Tensor hp = Hs.select0(t), r = R.select0(t), z = Z.select0(t), n = N.select0(t);
+      const Tensor g = seq::add(G.select0(t), dh);
+      Tensor dAr = dXG.select0(0).select0(t), dAz = dXG.select0(1).select0(t),
+             dNp = dXG.select0(2).select0(t), dHnt = dHn.select0(t);
+      seq::tanh_grad_into(n, seq::sub(g, seq::mul(g, z)), dNp);           // dn (1 - n^2)
+      seq::sigmoid_grad_into(r, seq::mul(dNp, HN.select0(t)), dAr);
+      seq::sigmoid_grad_into(z, seq::mul(g, seq::sub(hp, n)), dAz);
+      seq::bin_into(BinaryOp::Mul, dNp, r, dHnt);
+      Tensor dh_new = seq::mul(g, z);
+      seq::mm(dAr, false, gate(wh, 0, H), false, dh_new, 1.f);
+      seq::mm(dAz, false, gate(wh, 1, H), false, dh_new, 1.f);
+      seq::mm(dHnt, false, gate(wh, 2, H), false, dh_new, 1.f);
+      dh = dh_new;
+    }
+    const Tensor Hprev = Hs.slice0(0, T).view({T * B, H});
+    auto rows = [&](const Tensor& t) { return t.view({T * B, H}); };
+    if (x.requires_grad()) {  // dX [T B, In] = sum_g dXG_g W_i{g}
+      Tensor dX = seq::like(dy, {T * B, In});
+      for (int g = 0; g < 3; ++g) seq::mm(rows(dXG.select0(g)), false, gate(wi, g, H), false, dX, g ? 1.f : 0.f);
+      acc(x, seq::swap01(dX.view({T, B, In})));
+    }
+    if (w_ih.requires_grad()) {  // dW_i{g} [H, In] = dXG_g^T X
+      Tensor dw = seq::like(dy, {3 * H, In});
+      for (int g = 0; g < 3; ++g) seq::mm(rows(dXG.select0(g)), true, X, false, gate(dw, g, H));
+      acc(w_ih, dw);
+    }
+    if (w_hh.requires_grad()) {  // dW_h{g} [H, H] = (dAr | dAz | dHn)^T Hs[0..T-1]
+      Tensor dw = seq::like(dy, {3 * H, H});
+      for (int g = 0; g < 3; ++g)
+        seq::mm(rows(g < 2 ? dXG.select0(g) : dHn), true, Hprev, false, gate(dw, g, H));
+      acc(w_hh, dw);
+    }
+    if (b_ih.requires_grad() || b_hh.requires_grad()) {
+      Tensor dbi = seq::like(dy, {3 * H}), dbh = seq::like(dy, {3 * H});
+      for (int g = 0; g < 3; ++g) {
+        Tensor s = seq::colsum(rows(dXG.select0(g)));
+        seq::copy_into(s, gate(dbi, g, H));
+        if (g < 2) seq::copy_into(s, gate(dbh, g, H));
+      }
+      seq::copy_into(seq::colsum(rows(dHn)), gate(dbh, 2, H));
+      acc(b_ih, dbi);
+      acc(b_hh, dbh);
+    }
+  });
+}
+
+}  // namespace ctx

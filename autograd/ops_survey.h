@@ -1,0 +1,33 @@
+// autograd/ops_survey.h — the single-node ops behind the survey's encodings (POSENC_SPEC §5):
+// a GRU layer through time (ops_gru.cpp), FLOATER's RK4-integrated positions (ops_ode.cpp) and
+// the complex-order rotation of token embeddings (ops_complex.cpp). Each is one graph node with
+// a hand-written backward next to its forward; the inner loops use only Backend primitives.
+#pragma once
+#include "autograd/ops.h"
+
+namespace ctx {
+
+// One GRU layer (PyTorch's equations, gates r, z, n), h_0 = 0, over x [B, T, In]:
+//   w_ih [3H, In], w_hh [3H, H], b_ih, b_hh [3H] (row blocks r, z, n) -> h [B, T, H].
+Variable gru_sequence(const Variable& x, const Variable& w_ih, const Variable& w_hh,
+                      const Variable& b_ih, const Variable& b_hh);
+
+// FLOATER positions: p(0) = p0 [D], dp/dt = W2 tanh(W1 p + b1 + t wt) + b2 (w1 [F, D], b1 [F],
+// wt [F], w2 [D, F], b2 [D]), classic RK4 with step eta = dt / substeps from t = 0.
+// Returns P [n, D], P[i] = p(i dt) (i * substeps steps).
+struct OdeSpec {
+  int64_t n = 1;          // positions 0..n-1
+  double dt = 0.01;
+  int64_t substeps = 1;
+};
+Variable ode_positions(const Variable& p0, const Variable& w1, const Variable& b1,
+                       const Variable& wt, const Variable& w2, const Variable& b2,
+                       const OdeSpec& spec);
+
+// Complex-order embedding: tokens [B, T] (i32/i64, on wte's device), wte [V, D] (D even), freq
+// [V, D/2]. With (a, b) = wte[w, 2k], wte[w, 2k+1], phi = float(pos0 + t) * freq[w, k]:
+//   x[b, t, 2k] = a cos(phi) - b sin(phi),  x[b, t, 2k+1] = a sin(phi) + b cos(phi).
+Variable complex_order_embed(const Variable& wte, const Variable& freq, const Tensor& tokens,
+                             int64_t pos0);
+
+}  // namespace ctx

@@ -1,0 +1,300 @@
+// tests/test_bf16.cpp — the bf16 speed mode on the CPU (core/precision.h): the fp32 -> bf16
+// rounding (reference bits for ties, NaN, inf, overflow, denormals; the AVX-512 kernel equal to
+// the portable one bit for bit), bf16 GEMMs and Linear through Backend held to fp32 references
+// with bounds derived from bf16's 8-bit significand and K, the primitive cache staying warm, the
+// fp32 default unchanged bit for bit, and the --precision request on this CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/bf16.h"
+#include "core/cpu/bf16_convert.h"
+#include "core/cpu/gemm.h"
+#include "core/cpu/threading.h"
+#include "core/precision.h"
+
+namespace ctx {
+namespace {
+
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+TEST(Bf16, ReferenceRoundingBits) {
+  struct Case {
+    uint32_t in;
+    uint16_t out;
+    const char* what;
+  };
+  const Case cases[] = {
+      {0x3f800000, 0x3f80, "1.0 exact"},
+      {0x3f808000, 0x3f80, "tie between 0x3f80 and 0x3f81: to even (down)"},
+      {0x3f818000, 0x3f82, "tie between 0x3f81 and 0x3f82: to even (up)"},
+      {0x3f808001, 0x3f81, "just above the tie: up"},
+      {0x3f807fff, 0x3f80, "just below the tie: down"},
+      {0xbf818000, 0xbf82, "negative tie: to even, by magnitude"},
+      {0x3fffffff, 0x4000, "carry into the exponent"},
+      {0x7f7fffff, 0x7f80, "FLT_MAX rounds to +inf"},
+      {0x7f7f7fff, 0x7f7f, "largest value below the overflow threshold"},
+      {0x7f800000, 0x7f80, "+inf"},
+      {0xff800000, 0xff80, "-inf"},
+      {0x7fc00000, 0x7fff, "quiet NaN: canonical NaN"},
+      {0x7f800001, 0x7fff, "signalling NaN with only a low payload bit: still NaN"},
+      {0xffc00001, 0x7fff, "negative NaN: canonical NaN"},
+      {0x00000000, 0x0000, "+0"},
+      {0x80000000, 0x8000, "-0"},
+      {0x00000001, 0x0000, "smallest denormal: down to +0"},
+      {0x00008000, 0x0000, "denormal tie: to even (0)"},
+      {0x00018000, 0x0002, "denormal tie: to even (2)"},
+      {0x00008001, 0x0001, "denormal above the tie: smallest bf16 denormal"},
+      {0x807fffff, 0x8080, "largest negative denormal rounds to the smallest normal"},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(float_to_bf16_rne(from_bits(c.in)), c.out) << std::hex << c.in << ": " << c.what;
+  EXPECT_TRUE(std::isnan(bf16_round(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(bf16_round(3.0f), 3.0f);
+}
+
+// Inputs that hit every path: all 2^16 upper halves with low halves at and around the tie, the
+// extremes and random ones; special values interleaved with normal ones inside a vector.
+std::vector<float> conversion_inputs() {
+  std::vector<float> v;
+  std::mt19937 rng(3);
+  const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff};
+  for (uint32_t hi = 0; hi < 0x10000; ++hi) {
+    for (uint32_t lo : lows) v.push_back(from_bits(hi << 16 | lo));
+    v.push_back(from_bits(hi << 16 | (rng() & 0xffff)));
+  }
+  for (int i = 0; i < 100000; ++i) v.push_back(from_bits(rng()));  // random, mostly normal
+  return v;
+}
+
+TEST(Bf16, PortableKernelIsTheReference) {
+  const std::vector<float> in = conversion_inputs();
+  std::vector<uint16_t> out(in.size());
+  cpu::convert_f32_to_bf16_portable(in.data(), out.data(), (int64_t)in.size());
+  for (size_t i = 0; i < in.size(); ++i)
+    ASSERT_EQ(out[i], float_to_bf16_rne(in[i])) << "element " << i;
+}
+
+TEST(Bf16, Avx512KernelEqualsPortableBitForBit) {
+  std::vector<float> in = conversion_inputs();
+  std::vector<uint16_t> ref(in.size() + 64), fast(in.size() + 64, 0xabcd);
+  if (!cpu_has_avx512_bf16()) {  // the kernel must refuse rather than run
+    EXPECT_FALSE(cpu::convert_f32_to_bf16_avx512(in.data(), fast.data(), (int64_t)in.size()));
+    GTEST_SKIP() << "this CPU has no avx512_bf16: the AVX-512 kernel cannot run (checked that it refuses)";
+  }
+  // Whole buffer, then odd lengths at odd offsets (tails, unaligned loads and stores).
+  cpu::convert_f32_to_bf16_portable(in.data(), ref.data(), (int64_t)in.size());
+  ASSERT_TRUE(cpu::convert_f32_to_bf16_avx512(in.data(), fast.data(), (int64_t)in.size()));
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(fast[i], ref[i]) << "element " << i;
+  for (int64_t off : {1, 3, 17}) {
+    for (int64_t n : {0, 1, 15, 16, 17, 31, 33, 63, 1000}) {
+      std::fill(fast.begin(), fast.end(), 0xabcd);
+      ASSERT_TRUE(cpu::convert_f32_to_bf16_avx512(in.data() + off, fast.data() + off, n));
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(fast[off + i], float_to_bf16_rne(in[off + i])) << off << " " << n;
+      EXPECT_EQ(fast[off + n], 0xabcd) << "wrote past the end: offset " << off << " n " << n;
+      EXPECT_EQ(fast[off - 1], 0xabcd) << "wrote before the start";
+    }
+  }
+  // A vector of normal values with one denormal and one NaN (the fix-up path) next to clean ones.
+  std::vector<float> mix(96, 1.2345678f);
+  mix[5] = from_bits(0x00018000);
+  mix[40] = from_bits(0x7fa00001);
+  std::vector<uint16_t> m(96);
+  ASSERT_TRUE(cpu::convert_f32_to_bf16_avx512(mix.data(), m.data(), 96));
+  for (int i = 0; i < 96; ++i) EXPECT_EQ(m[i], float_to_bf16_rne(mix[i])) << i;
+}
+
+std::vector<float> random_vec(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v((size_t)n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+std::vector<float> rounded(std::vector<float> v) {
+  for (float& x : v) x = bf16_round(x);
+  return v;
+}
+
+// Backend::gemm under Precision::BF16 against two references in double:
+//  (1) on the bf16-rounded inputs: a bf16 x bf16 product is exact in fp32 (8 + 8 significand bits
+//      <= 24), so only fp32 accumulation separates the two: |c - ref| <= (K + 2) 2^-24 sum|a||b|
+//      (+ the same for beta c0). Holds only if the inputs were rounded to nearest even exactly.
+//  (2) on the fp32 inputs: each input moves by at most u = 2^-8 relative (8-bit significand),
+//      each product by at most 2u + u^2, so |c - ref32| <= (2u + u^2 + (K + 2) 2^-24) |alpha|
+//      sum|a||b| + (K + 2) 2^-24 |beta c0| (docs/performance.md, "bf16").
+// And (3) some element differs from the exact fp32 GEMM: the bf16 path was taken.
+void check_bf16_gemm(const GemmDesc& g, uint32_t seed) {
+  const int64_t na = (g.batch - 1) * g.stride_a + g.M * g.K, nb = (g.batch - 1) * g.stride_b + g.K * g.N;
+  const int64_t nc = (g.batch - 1) * g.stride_c + g.M * g.N;
+  const std::vector<float> A = random_vec(na, seed), B = random_vec(nb, seed + 1), C0 = random_vec(nc, seed + 2);
+  const std::vector<float> Ar = rounded(A), Br = rounded(B);
+  auto to_d = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  std::vector<double> ref32 = to_d(C0), refr = to_d(C0), mag(nc, 0.0);
+  cpu::gemm_reference<double>(g, to_d(A).data(), to_d(B).data(), ref32.data());
+  cpu::gemm_reference<double>(g, to_d(Ar).data(), to_d(Br).data(), refr.data());
+  std::vector<double> Aa(na), Ba(nb);
+  for (int64_t i = 0; i < na; ++i) Aa[i] = std::fabs(A[i]);
+  for (int64_t i = 0; i < nb; ++i) Ba[i] = std::fabs(B[i]);
+  GemmDesc gm = g;
+  gm.alpha = 1.f, gm.beta = 0.f;
+  cpu::gemm_reference<double>(gm, Aa.data(), Ba.data(), mag.data());
+
+  Tensor tA = Tensor::from_vector(A, {na}), tB = Tensor::from_vector(B, {nb});
+  Tensor tC = Tensor::from_vector(C0, {nc}), tC32 = Tensor::from_vector(C0, {nc});
+  {
+    PrecisionScope bf16(Precision::BF16);
+    backend(Device::CPU).gemm(g, tA, tB, tC);
+  }
+  backend(Device::CPU).gemm(g, tA, tB, tC32);
+  const float* c = tC.data<float>();
+  const float* c32 = tC32.data<float>();
+  const double acc = (g.K + 2) * std::ldexp(1.0, -24), u = std::ldexp(1.0, -8);
+  int differ = 0;
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t i = 0; i < g.M * g.N; ++i) {
+      const int64_t at = b * g.stride_c + i;
+      const double m = std::fabs(g.alpha) * mag[at], cb = std::fabs(g.beta * C0[at]);
+      ASSERT_NEAR(c[at], refr[at], acc * (m + cb) + 1e-30)
+          << "vs rounded inputs: M=" << g.M << " N=" << g.N << " K=" << g.K << " ta=" << g.trans_a
+          << " tb=" << g.trans_b << " batch=" << g.batch << " at " << at;
+      ASSERT_NEAR(c[at], ref32[at], (2 * u + u * u + acc) * m + acc * cb + 1e-30)
+          << "vs fp32 inputs: M=" << g.M << " N=" << g.N << " K=" << g.K << " at " << at;
+      differ += c[at] != c32[at];
+    }
+  EXPECT_GT(differ, 0) << "bf16 GEMM equals the fp32 GEMM everywhere: the bf16 path was not taken";
+}
+
+GemmDesc desc(int64_t M, int64_t N, int64_t K, bool ta, bool tb, float alpha = 1.f, float beta = 0.f,
+              int64_t batch = 1, bool bcast_b = false) {
+  GemmDesc g;
+  g.M = M, g.N = N, g.K = K, g.trans_a = ta, g.trans_b = tb, g.alpha = alpha, g.beta = beta, g.batch = batch;
+  g.stride_a = M * K, g.stride_b = bcast_b ? 0 : K * N, g.stride_c = M * N;
+  return g;
+}
+
+TEST(Bf16, GemmWithinTheBf16BoundOfFp32) {
+  cpu::init_threading();
+  uint32_t seed = 10;
+  for (int t = 0; t < 4; ++t) {
+    check_bf16_gemm(desc(33, 17, 65, t & 1, t & 2), seed++);
+    check_bf16_gemm(desc(128, 96, 256, t & 1, t & 2, -0.7f, 0.5f), seed++);
+    check_bf16_gemm(desc(7, 64, 1024, t & 1, t & 2), seed++);  // long K: the accumulation term grows
+  }
+  check_bf16_gemm(desc(16, 24, 32, false, true, 1.f, 0.f, 5), seed++);        // batched
+  check_bf16_gemm(desc(16, 24, 32, false, false, 0.5f, 1.f, 3, true), seed++);  // broadcast B
+}
+
+TEST(Bf16, LinearWithinTheBound) {
+  cpu::init_threading();
+  const int64_t R = 40, K = 96, N = 72;
+  const std::vector<float> x = random_vec(R * K, 1), w = random_vec(N * K, 2), b = random_vec(N, 3);
+  Tensor tx = Tensor::from_vector(x, {R, K}), tw = Tensor::from_vector(w, {N, K}), tb = Tensor::from_vector(b, {N});
+  Tensor y = Tensor::empty({R, N}, DType::F32), y32 = Tensor::empty({R, N}, DType::F32);
+  ASSERT_TRUE(backend(Device::CPU).has(Fused::Linear));
+  {
+    PrecisionScope bf16(Precision::BF16);
+    backend(Device::CPU).linear(tx, tw, tb, y);
+  }
+  backend(Device::CPU).linear(tx, tw, tb, y32);
+  const double u = std::ldexp(1.0, -8), acc = (K + 2) * std::ldexp(1.0, -24);
+  int differ = 0;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t n = 0; n < N; ++n) {
+      double ref = b[n], refr = b[n], mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        ref += (double)x[r * K + k] * w[n * K + k];
+        refr += (double)bf16_round(x[r * K + k]) * bf16_round(w[n * K + k]);
+        mag += std::fabs((double)x[r * K + k] * w[n * K + k]);
+      }
+      const float v = y.data<float>()[r * N + n];
+      ASSERT_NEAR(v, refr, acc * (mag + std::fabs(b[n])) + 1e-30) << r << "," << n;
+      ASSERT_NEAR(v, ref, (2 * u + u * u + acc) * mag + acc * std::fabs(b[n]) + 1e-30) << r << "," << n;
+      differ += v != y32.data<float>()[r * N + n];
+    }
+  EXPECT_GT(differ, 0) << "bf16 Linear equals fp32 Linear: the bf16 path was not taken";
+}
+
+TEST(Bf16, WarmGemmCreatesNoPrimitive) {
+  cpu::init_threading();
+  const GemmDesc g = desc(64, 48, 80, false, true);
+  check_bf16_gemm(g, 77);  // creates the bf16 (and fp32) primitives for this shape
+  const size_t n = cpu::onednn_gemm_cache_size();
+  for (int i = 0; i < 3; ++i) check_bf16_gemm(g, 78 + i);
+  EXPECT_EQ(cpu::onednn_gemm_cache_size(), n);
+}
+
+// The fp32 default is what ctxlab computed before the setting existed, bit for bit: Backend::gemm
+// and linear at the default precision equal the plain oneDNN fp32 GEMM (the path they took
+// before), also after a bf16 scope has come and gone, and f64 is never touched by bf16.
+TEST(Bf16, Fp32DefaultUnchangedBitwise) {
+  cpu::init_threading();
+  ASSERT_EQ(gemm_precision(), Precision::FP32);
+  ASSERT_FALSE(gemm_allow_tf32());
+  const GemmDesc g = desc(37, 29, 70, false, true, 1.f, 0.f);
+  const std::vector<float> A = random_vec(37 * 70, 5), B = random_vec(29 * 70, 6);
+  std::vector<float> direct(37 * 29);
+  cpu::set_gemm_impl(cpu::GemmImpl::OneDNN);
+  cpu::gemm_onednn(g, A.data(), B.data(), direct.data());
+  Tensor tA = Tensor::from_vector(A, {37, 70}), tB = Tensor::from_vector(B, {29, 70});
+  Tensor before = Tensor::empty({37, 29}, DType::F32), after = Tensor::empty({37, 29}, DType::F32);
+  backend(Device::CPU).gemm(g, tA, tB, before);
+  {
+    PrecisionScope bf16(Precision::BF16);
+    Tensor t = Tensor::empty({37, 29}, DType::F32);
+    backend(Device::CPU).gemm(g, tA, tB, t);
+  }
+  EXPECT_EQ(gemm_precision(), Precision::FP32);
+  backend(Device::CPU).gemm(g, tA, tB, after);
+  cpu::reset_gemm_impl();
+  EXPECT_EQ(std::memcmp(before.data<float>(), direct.data(), direct.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(after.data<float>(), direct.data(), direct.size() * 4), 0);
+  // f64 under bf16: exact as ever
+  Tensor dA = tA.to(DType::F64), dB = tB.to(DType::F64);
+  Tensor d1 = Tensor::empty({37, 29}, DType::F64), d2 = Tensor::empty({37, 29}, DType::F64);
+  backend(Device::CPU).gemm(g, dA, dB, d1);
+  {
+    PrecisionScope bf16(Precision::BF16);
+    backend(Device::CPU).gemm(g, dA, dB, d2);
+  }
+  EXPECT_EQ(std::memcmp(d1.data<double>(), d2.data<double>(), 37 * 29 * 8), 0);
+}
+
+TEST(Bf16, PrecisionRequestOnThisCpu) {
+  EXPECT_EQ(precision_from_string("bf16"), Precision::BF16);
+  EXPECT_EQ(precision_from_string("fp32"), Precision::FP32);
+  try {
+    precision_from_string("fp16");
+    FAIL() << "fp16 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32 or bf16"), std::string::npos) << e.what();
+  }
+  const std::string note = apply_precision_request(Precision::BF16, false, Device::CPU);
+  if (cpu_has_avx512_bf16()) {
+    EXPECT_EQ(note, "");
+    EXPECT_EQ(gemm_precision(), Precision::BF16);
+  } else {
+    EXPECT_EQ(note, "--precision bf16: this CPU has no avx512_bf16; running fp32 instead");
+    EXPECT_EQ(gemm_precision(), Precision::FP32);
+  }
+  const std::string tf = apply_precision_request(Precision::FP32, true, Device::CPU);
+  EXPECT_NE(tf.find("--tf32: no effect on the CPU"), std::string::npos) << tf;
+  EXPECT_FALSE(gemm_allow_tf32());
+  EXPECT_EQ(apply_precision_request(Precision::BF16, true, Device::CUDA), "");  // honoured on CUDA
+  EXPECT_EQ(gemm_precision(), Precision::BF16);
+  EXPECT_TRUE(gemm_allow_tf32());
+  apply_precision_request(Precision::FP32, false, Device::CPU);  // leave the default behind
+  EXPECT_EQ(gemm_precision(), Precision::FP32);
+}
+
+}  // namespace
+}  // namespace ctx
