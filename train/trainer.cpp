@@ -313,7 +313,9 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     const bool evaluate = (opt.eval_interval > 0 && (step + 1) % opt.eval_interval == 0) || last;
     const bool checkpoint = (opt.ckpt_interval > 0 && (step + 1) % opt.ckpt_interval == 0) || last || stop;
     const bool print = !quiet && ((step + 1) % opt.log_interval == 0 || last || step == start_step);
-    const bool report = print || (step + 1) % window == 0 || last || stop || evaluate || checkpoint;
+    // every rank reports at the same steps (the losses are averaged over the ranks there), so this
+    // must not depend on `quiet`, which differs between rank 0 and the others
+    const bool report = (step + 1) % window == 0 || last || step == start_step || stop || evaluate || checkpoint;
     pending.push_back({step, lr, 0.0});
     if (!report) {
       pending.back().ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
