@@ -72,9 +72,10 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets) {
   Tensor loss = Tensor::empty({N}, z.dtype(), z.device());
   Tensor lse = Tensor::empty({N}, z.dtype(), z.device());
   backend_of(z).cross_entropy(z, tg, loss, lse);
-  // mean over rows whose target is not ignored (-1)
+  // mean over rows whose target is not ignored (-1); the targets' values from the host (a batch
+  // uploaded from the host has a mirror there: no copy, no wait for the device)
   int64_t count = 0;
-  Tensor th = to_host(tg);
+  Tensor th = host_values(tg);
   for (int64_t i = 0; i < N; ++i) count += th.at(i) >= 0;
   CTX_CHECK(count > 0, "cross_entropy: every target is ignored");
   Tensor total = Tensor::empty({}, z.dtype(), z.device());
@@ -82,9 +83,12 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets) {
   Tensor out = empty_like(total);
   backend_of(z).unary(UnaryOp::Scale, total, out, 1.0 / (double)count);
   return make_result(out, "cross_entropy", {logits}, [logits, z, tg, lse, count, N](const Tensor& g) {
-    // dloss[n] = g / count for every row (ignored rows get zero inside the kernel)
-    Tensor gh = to_host(g);
-    Tensor dl = Tensor::full({N}, gh.item() / (double)count, z.dtype(), z.device());
+    // dloss[n] = g / count for every row (ignored rows get zero inside the kernel): g broadcast
+    // and scaled on its device (g is not read on the host)
+    Backend& be = backend_of(z);
+    Tensor dl = Tensor::empty({N}, z.dtype(), z.device());
+    be.copy_strided(g, Strided{0, {0}}, dl, Strided{0, {1}}, {N}, false);
+    be.unary(UnaryOp::Scale, dl, dl, 1.0 / (double)count);
     Tensor dz = empty_like(z);
     backend_of(z).cross_entropy_backward(z, tg, lse, dl, dz);
     acc(logits, dz);

@@ -120,6 +120,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+  // Waits until every operation queued on this device has finished (timing; the CPU backend
+  // runs synchronously and returns at once).
+  virtual void synchronize() {}
 
   // --- memory ---
   virtual void fill(Tensor& x, double value) = 0;

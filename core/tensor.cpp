@@ -158,6 +158,24 @@ Tensor Tensor::to(Device dev) const {
   return t;
 }
 
+Tensor Tensor::host_mirror() const {
+  Tensor t;
+  if (!defined() || device() == Device::CPU || !storage_->host_mirror) return t;
+  t = *this;
+  t.storage_ = storage_->host_mirror;
+  return t;
+}
+
+void Tensor::set_host_mirror(const Tensor& host) {
+  CTX_CHECK(defined() && device() != Device::CPU && host.device() == Device::CPU && host.dtype() == dtype_ &&
+                host.shape() == shape_ && offset_ == 0 && nbytes() == storage_->bytes,
+            "set_host_mirror: ", host.str(), " on ", device_name(host.device()), " cannot mirror ", str(), " on ",
+            device_name(device()), " (same shape and dtype, the whole storage)");
+  auto m = std::make_shared<Storage>(storage_->bytes, Device::CPU);
+  if (storage_->bytes) std::memcpy(m->data, host.raw(), storage_->bytes);
+  storage_->host_mirror = std::move(m);
+}
+
 void Tensor::copy_from(const Tensor& src) {
   CTX_CHECK(src.numel() == numel(), "copy_from: ", src.str(), " into ", str());
   CTX_CHECK(src.device() == device(), "copy_from: ", device_name(src.device()), " -> ",

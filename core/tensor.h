@@ -39,6 +39,10 @@ struct Storage {
   void* data = nullptr;
   size_t bytes = 0;
   Device device = Device::CPU;
+  // Device storage uploaded from a host table (to_device_like): a host copy of the same bytes,
+  // so that code needing the values on the host (index range checks, the CUDA index_add plan)
+  // reads them without a device -> host copy. Dropped by the first mutable access (Tensor::raw()).
+  std::shared_ptr<Storage> host_mirror;
 };
 
 class Tensor {
@@ -72,7 +76,10 @@ class Tensor {
   template <class T> T* host();
   template <class T> const T* host() const;
   void check_host(const char* what) const;  // the check of host(); `what` names the caller
-  void* raw() { return (char*)storage_->data + offset_ * dtype_size(dtype_); }
+  void* raw() {  // mutable access: the storage may change, so its host mirror is dropped
+    if (storage_->host_mirror) storage_->host_mirror.reset();
+    return (char*)storage_->data + offset_ * dtype_size(dtype_);
+  }
   const void* raw() const { return (const char*)storage_->data + offset_ * dtype_size(dtype_); }
 
   // Views (share storage).
@@ -85,6 +92,12 @@ class Tensor {
   Tensor to(DType dt) const;     // converts (copy even when dtype equal)
   Tensor to(Device dev) const;   // device transfer
   void copy_from(const Tensor& src);  // same shape/numel, converts dtype on CPU
+  // The host mirror of a device tensor (Storage::host_mirror): this tensor's values on the host
+  // without a copy, or an undefined tensor when there is none (then copy with to(Device::CPU)).
+  Tensor host_mirror() const;
+  // Records `host` (a CPU tensor with this shape and dtype, the values this device tensor was
+  // uploaded from) as the mirror of the whole storage; the bytes are copied.
+  void set_host_mirror(const Tensor& host);
 
   // Host helpers for tests and I/O (CPU tensors; the same check as host()).
   double item() const;                // one-element tensor

@@ -22,7 +22,9 @@
 #define CTX_BENCH_X86 1
 #endif
 
+#include "core/backend.h"  // backend(dev).synchronize()
 #include "core/cpu/gemm.h"
+#include "core/device_table.h"  // to_host
 #include "core/cpu/threading.h"
 #include "core/precision.h"
 #include "core/rng.h"
@@ -220,6 +222,7 @@ int run_bench(int argc, char** argv) {
       "json", "also write the JSON object to this file", cxxopts::value<std::string>())(
       "seed", "seed of the init and of the token batches", cxxopts::value<uint64_t>()->default_value("1337"))(
       "h,help", "this help");
+  add_device_option(o, "where the timed steps run (phases are timed after a device synchronisation)");
   add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
@@ -253,11 +256,14 @@ int run_bench(int argc, char** argv) {
     CTX_CHECK(peak > 0 && std::isfinite(peak), "--peak-gflops must be a positive number, got ", peak);
   }
   const uint64_t seed = a["seed"].as<uint64_t>();
+  const Device dev = device_option(a);
 
   nn::GPT model(cfg, DType::F32, source);
   model.init_weights(seed);
   model.pe->check_length(T);
+  move_model(model, dev);
   model.train();
+  Backend& be = backend(dev);
   nn::NamedParams params = model.named_parameters();
   int64_t nparams = 0;
   for (auto& p : params) nparams += p.second.data().numel();
@@ -271,7 +277,10 @@ int run_bench(int argc, char** argv) {
   const int64_t n_matmul = L * (4 * D * D + 2 * D * Fd) + V * D;
   const double flop_per_token = 6.0 * (double)n_matmul + 12.0 * (double)L * (double)T * (double)D;
 
-  if (!a.count("peak-gflops")) {
+  if (!a.count("peak-gflops") && dev == Device::CUDA) {  // the CPU's FMA peak says nothing of a GPU
+    peak = std::nan("");
+    peak_source = "none (--device cuda: give the GPU's peak with --peak-gflops for MFU)";
+  } else if (!a.count("peak-gflops")) {
     Peak p = measure_peak(threads, bf16);
     peak = p.gflops, peak_source = "measured", peak_isa = p.isa;
   }
@@ -299,14 +308,18 @@ int run_bench(int argc, char** argv) {
   double last_loss = 0;
   for (int64_t s = 0; s < warmup + steps; ++s) {
     auto [x, y] = batch();
+    be.synchronize();  // on a GPU the launches are asynchronous: each phase ends when its kernels do
     auto t0 = clock::now();
     Variable loss = model.loss(x, y);
+    be.synchronize();
     auto t1 = clock::now();
     loss.backward();
+    be.synchronize();
     auto t2 = clock::now();
     optimizer_phase(optim, model, params, lr, grad_clip);
+    be.synchronize();
     auto t3 = clock::now();
-    last_loss = loss.data().item();
+    last_loss = to_host(loss.data()).item();
     CTX_CHECK(std::isfinite(last_loss), "bench: loss became ", last_loss, " at step ", s + 1);
     if (s < warmup) continue;
     fwd.push_back(ms_between(t0, t1));
@@ -352,7 +365,8 @@ int run_bench(int argc, char** argv) {
   j["mfu"] = round_to(mfu, 4);
   j["tokens_per_s_basis"] = "batch*context / median step";
   j["final_loss"] = round_to(last_loss, 4);
-  j["gemm"] = cpu::gemm_impl_name(cpu::current_gemm_impl());
+  j["gemm"] = dev == Device::CUDA ? std::string("cublas") : cpu::gemm_impl_name(cpu::current_gemm_impl());
+  j["device"] = device_name(dev);
   j["precision"] = precision_name(gemm_precision());
   j["optimizer_call"] = has_clip_and_step<AdamW>::value ? "AdamW clip_and_step (trainer's fused path)"
                                                         : "clip_grad_norm + AdamW step";

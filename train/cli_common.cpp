@@ -114,6 +114,25 @@ std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const LoadedModel& lm, con
   CTX_CHECK(given->vocab_size() == lm.model->cfg.vocab_size, "--tokenizer ", path, " has ", given->vocab_size(),
             " tokens but ", ckpt, " (which records no tokenizer) has vocab_size ", lm.model->cfg.vocab_size);
   return given;
+void add_device_option(cxxopts::Options& o, const char* what) {
+  o.add_options("device")("device", str("cpu | cuda: ", what), cxxopts::value<std::string>()->default_value("cpu"));
+}
+
+Device device_option(const cxxopts::ParseResult& r) {
+  const Device dev = device_from_option(r["device"].as<std::string>());
+#ifndef CTXLAB_WITH_NCCL
+  CTX_CHECK(!(dev == Device::CUDA && dist::size() > 1),
+            "--device cuda with more than one MPI rank needs NCCL, and this build has none (configure the "
+            "real CUDA build where nccl.h and libnccl are found; docs/distributed.md), or use --device cpu");
+#endif
+  return dev;
+}
+
+void move_model(nn::GPT& model, Device dev) {
+  model.to(dev);
+  for (auto& [name, p] : model.named_parameters())
+    CTX_CHECK(p.data().device() == dev, "move_model: parameter '", name, "' is on ", device_name(p.data().device()),
+              " after moving the model to ", device_name(dev));
 }
 
 void add_precision_options(cxxopts::Options& o) {

@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "train/checkpoint.h"
+#include "nn/gpt.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -28,6 +29,17 @@ void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt);
 // --device cpu|cuda: the device named; throws one line when it is not "cpu" or "cuda", or when
 // this build has no CUDA backend.
 Device device_from_option(const std::string& s);
+// The one definition of --device (default cpu) that every verb adds; `what` ends the help line
+// ("cpu | cuda: <what>").
+void add_device_option(cxxopts::Options& o, const char* what);
+// The device --device names, checked by device_from_option (call it before any work, after
+// start_distributed: several MPI ranks on cuda need NCCL).
+Device device_option(const cxxopts::ParseResult& r);
+// Moves a model built or loaded on the host to `dev` (every parameter, buffer and table, tied
+// weights staying tied) and checks that every parameter arrived; the optimizer built afterwards
+// from model.named_parameters() (train/trainer.cpp) allocates its state on the same device, and
+// load_state() copies a checkpoint's host tensors into it.
+void move_model(nn::GPT& model, Device dev);
 // --precision fp32|bf16 and --tf32 (core/precision.h: the GEMM input precision; autocast), on
 // every verb that runs a model.
 void add_precision_options(cxxopts::Options& o);

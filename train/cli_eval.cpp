@@ -155,11 +155,13 @@ int run_eval(int argc, char** argv) {
                           "e.g. results.csv", cxxopts::value<std::string>())(
       "json", "also write the results as JSON, e.g. results.json", cxxopts::value<std::string>());
   add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
+  add_device_option(o, "where the windows are evaluated");
   add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   apply_precision_options(*r);
   require(*r, "checkpoint", o);
+  const Device dev = device_option(*r);
   const int64_t batch_opt = (*r)["batch"].as<int64_t>();
   const int64_t max_windows = (*r)["max-windows"].as<int64_t>();
   CTX_CHECK(batch_opt >= 0, "--batch must be >= 0 (0 = automatic, e.g. 4), got ", batch_opt);
@@ -176,6 +178,7 @@ int run_eval(int argc, char** argv) {
   }
   nn::GPT& model = *lm.model;
   const std::shared_ptr<const Tokenizer> tok = checkpoint_tokenizer(lm, *r, ckpt);
+  move_model(model, dev);
   EvalMode mode;
   if (r->count("window")) {
     mode.window = (*r)["window"].as<int64_t>();
@@ -306,6 +309,7 @@ int run_sample(int argc, char** argv) {
       cxxopts::value<int64_t>()->default_value("0"))(
       "h,help", "this help");
   add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
+  add_device_option(o, "where the forward passes run (the draws are made on the host)");
   add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
@@ -320,11 +324,13 @@ int run_sample(int argc, char** argv) {
   opt.top_k = (*r)["top-k"].as<int64_t>();
   opt.seed = (*r)["seed"].as<uint64_t>();
   check_sample_options(opt);
+  const Device dev = device_option(*r);
   const std::string ckpt = (*r)["checkpoint"].as<std::string>();
   LoadedModel lm = load_checkpoint(ckpt);
   const std::shared_ptr<const Tokenizer> tok = checkpoint_tokenizer(lm, *r, ckpt);
   CTX_CHECK(lm.model->cfg.vocab_size == tok->vocab_size(), ckpt, ": vocab_size is ", lm.model->cfg.vocab_size,
             ", but sample reads and writes text with the ", tok->describe(), " tokenizer");
+  move_model(*lm.model, dev);
   std::string prompt = (*r)["prompt"].as<std::string>();
   std::vector<int32_t> ids = tok->encode(prompt.empty() ? std::string("\n") : prompt);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);

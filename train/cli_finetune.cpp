@@ -106,6 +106,7 @@ int run_finetune(int argc, char** argv) {
       "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
       "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)");
   add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
+  add_device_option(o, "where the model trains");
   add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
@@ -114,6 +115,7 @@ int run_finetune(int argc, char** argv) {
   start_distributed(a);  // MPI under mpirun / --distributed; nothing otherwise
   require(a, "checkpoint", o);
   require(a, "context", o);
+  const Device dev = device_option(a);
   const std::string ckpt = a["checkpoint"].as<std::string>();
   const int64_t context = a["context"].as<int64_t>();
   CTX_CHECK(context >= 1, "--context must be a positive integer (e.g. 512), got ", context);
@@ -134,6 +136,7 @@ int run_finetune(int argc, char** argv) {
   }
   nn::GPT& model = *lm.model;
   model.pe->check_length(context);
+  move_model(model, dev);
 
   TrainOptions opt;
   read_train_options(a, opt);

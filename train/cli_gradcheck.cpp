@@ -13,6 +13,10 @@
 // [B, T] batch; each parameter is an input of ctx::gradcheck (autograd/gradcheck.h), bound to
 // the model by an identity node so that the model's own graph carries the gradient back.
 // q, k and v are not separate leaves: they enter through blocks.{l}.attn.qkv.{weight,bias}.
+// --device cuda runs the model (forward and backward, in f64) on the CUDA backend: the
+// finite-difference inputs stay on the host, the identity node that binds each one to the model
+// copies it to the device (its backward copies the gradient back), and the loss comes back the
+// same way, so gradcheck perturbs and reads host tensors only.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -22,6 +26,7 @@
 
 #include "autograd/gradcheck.h"
 #include "core/cpu/threading.h"
+#include "core/device_table.h"  // to_host
 #include "core/rng.h"
 #include "nn/gpt.h"
 #include "train/cli.h"
@@ -137,9 +142,11 @@ int run_gradcheck(int argc, char** argv) {
       cxxopts::value<int64_t>()->default_value("-1"))(
       "only-posenc", "check only the encoding's parameters (the others are held constant)")(
       "h,help", "this help");
+  add_device_option(o, "where the f64 model runs (the finite differences are taken on the host)");
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   require(*r, "encoding", o);
+  const Device dev = device_option(*r);
 
   // ---- the encoding config ----
   const std::string enc = (*r)["encoding"].as<std::string>();
@@ -206,6 +213,7 @@ int run_gradcheck(int argc, char** argv) {
       rng.fill_normal(p.data(), 0.0, 0.5);
   }
   Tensor x = random_tokens(B, T, 11, rng), y = random_tokens(B, T, 11, rng);
+  move_model(m, dev);  // after the host-side fill; x and y move in m.loss
 
   const nn::NamedParams named = m.named_parameters();
   const std::string shared = m.pe->shared_prefix() + ".";
@@ -215,20 +223,21 @@ int run_gradcheck(int argc, char** argv) {
   std::vector<Tensor> inputs;
   std::vector<std::string> names;
   for (auto& [name, p] : named) {
-    inputs.push_back(p.data().clone());
+    inputs.push_back(to_host(p.data()).clone());  // the same values, on the host
     names.push_back(only_pe && !is_pe(name) ? "-" : name);
   }
+  // An identity node that also moves its input to device `to` (the gradient moves back).
+  auto moved = [](const Variable& src, Device to) {
+    const Tensor d = src.data().device() == to ? src.data() : src.data().to(to);
+    return make_result(d, "bind", {src}, [src](const Tensor& g) {
+      if (src.requires_grad()) accumulate_grad(*src.impl(), g.device() == src.data().device() ? g : g.to(src.data().device()));
+    });
+  };
   // Each parameter is rebound to an identity of its gradcheck input: the model's graph then
   // carries the gradient back to the input gradcheck reads.
   GradFn f = [&](const std::vector<Variable>& in) {
-    for (size_t i = 0; i < named.size(); ++i) {
-      Variable src = in[i];
-      Variable id = make_result(src.data(), "bind", {src}, [src](const Tensor& g) {
-        if (src.requires_grad()) accumulate_grad(*src.impl(), g);
-      });
-      *named[i].second.impl() = *id.impl();
-    }
-    return m.loss(x, y);
+    for (size_t i = 0; i < named.size(); ++i) *named[i].second.impl() = *moved(in[i], dev).impl();
+    return moved(m.loss(x, y), Device::CPU);
   };
 
   // Tiny shapes: one thread is fastest (and immune to OpenMP spin-waits on a loaded machine).
@@ -237,9 +246,9 @@ int run_gradcheck(int argc, char** argv) {
   GradcheckResult res = gradcheck(f, inputs, names, gopt);
   cpu::set_num_threads(saved_threads);
 
-  std::printf("gradcheck %s: f64 GPT, %lld layer(s), H=%lld, d=%lld, d_model=%lld, context=%lld, "
+  std::printf("gradcheck %s: f64 GPT on %s, %lld layer(s), H=%lld, d=%lld, d_model=%lld, context=%lld, "
               "batch %lldx%lld, eps %g, atol %g, rtol %g\n",
-              m.pe->type().c_str(), (long long)nl, (long long)H, (long long)d, (long long)(H * d),
+              m.pe->type().c_str(), device_name(dev), (long long)nl, (long long)H, (long long)d, (long long)(H * d),
               (long long)context, (long long)B, (long long)T, gopt.eps, gopt.atol, gopt.rtol);
   std::printf("posenc %s\n\n", pe.dump().c_str());
   size_t w = 6;

@@ -44,8 +44,8 @@ int run_grads(int argc, char** argv) {
       "tokens", "token batch (.npy, [B, T+1])", cxxopts::value<std::string>())(
       "out", "gradients to write (.safetensors)", cxxopts::value<std::string>())(
       "dtype", "compute dtype: f32 or f64", cxxopts::value<std::string>()->default_value("f32"))(
-      "device", "cpu | cuda: where the forward / backward run", cxxopts::value<std::string>()->default_value("cpu"))(
       "h,help", "this help");
+  add_device_option(o, "where the forward / backward run");
   add_precision_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
@@ -56,11 +56,11 @@ int run_grads(int argc, char** argv) {
   std::string dts = (*r)["dtype"].as<std::string>();
   CTX_CHECK(dts == "f32" || dts == "f64", "--dtype must be f32 or f64, got '", dts, "'");
   DType dt = dts == "f32" ? DType::F32 : DType::F64;
-  const Device dev = device_from_option((*r)["device"].as<std::string>());
+  const Device dev = device_option(*r);
   std::string tok_path = (*r)["tokens"].as<std::string>();
   LoadedModel lm = load_checkpoint((*r)["checkpoint"].as<std::string>(), dt);
   nn::GPT& model = *lm.model;
-  model.to(dev);
+  move_model(model, dev);
   model.eval();
   Tensor all = load_npy(tok_path);
   CTX_CHECK(all.dtype() == DType::I32 || all.dtype() == DType::I64, tok_path,

@@ -30,6 +30,7 @@ int run_train(int argc, char** argv) {
                      "Writes <out>/model.safetensors (+ .optim.safetensors), metrics.jsonl, train.csv,\n"
                      "val.csv and loss.png.");
   add_config_options(o);
+  add_device_option(o, "where the model trains (a checkpoint from either device resumes on either)");
   auto s = [](auto v) { return std::to_string(v); };
   o.add_options("data")("data", "training text file (default: the shipped data/pride_and_prejudice.txt)",
                         cxxopts::value<std::string>())(
@@ -58,7 +59,6 @@ int run_train(int argc, char** argv) {
       "resume", "continue the run saved in this directory", cxxopts::value<std::string>())(
       "stop-after", "stop (with a checkpoint) after this many steps, as an interruption would",
       cxxopts::value<int64_t>()->default_value("-1"))(
-      "device", "cpu | cuda: where the model trains", cxxopts::value<std::string>()->default_value("cpu"))(
       "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)")(
       "h,help", "this help");
   add_tokenizer_option(o, "SentencePiece model (ctxlab tokenizer train), e.g. bpe4k.model; "
@@ -69,12 +69,7 @@ int run_train(int argc, char** argv) {
   apply_precision_options(*r);
   const auto& a = *r;
   start_distributed(a);  // MPI under mpirun / --distributed; nothing otherwise
-  const Device dev = device_from_option(a["device"].as<std::string>());
-#ifndef CTXLAB_WITH_NCCL
-  CTX_CHECK(!(dev == Device::CUDA && dist::size() > 1),
-            "--device cuda with more than one MPI rank needs NCCL, and this build has none (configure the "
-            "real CUDA build where nccl.h and libnccl are found; docs/distributed.md), or use --device cpu");
-#endif
+  const Device dev = device_option(a);
 
   if (a.count("resume")) {
     std::string dir = a["resume"].as<std::string>();
@@ -110,7 +105,7 @@ int run_train(int argc, char** argv) {
     CTX_CHECK(lm.step < opt.steps, mp, ": run already finished (step ", lm.step, " of ", opt.steps,
               "); pass --steps N to extend it");
     if (dist::is_root()) std::printf("resume: %s at step %lld of %lld\n", dir.c_str(), (long long)lm.step, (long long)opt.steps);
-    lm.model->to(dev);
+    move_model(*lm.model, dev);
     train(*lm.model, opt, lm.step, dir, a["stop-after"].as<int64_t>());
     return 0;
   }
@@ -127,7 +122,7 @@ int run_train(int argc, char** argv) {
 
   nn::GPT model(cfg, DType::F32, source);
   model.init_weights(opt.seed);
-  model.to(dev);  // after the host-side init
+  move_model(model, dev);  // after the host-side init
   int64_t nparams = 0;
   for (auto& p : model.named_parameters()) nparams += p.second.data().numel();
   if (!opt.quiet && dist::is_root())

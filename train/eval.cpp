@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "autograd/variable.h"
+#include "core/device_table.h"  // to_host
 
 namespace ctx {
 
@@ -87,7 +88,7 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
             }
           }
         Variable loss = model.loss(in, tg);  // mean over n * len tokens
-        total += loss.data().item() * (double)(n * len);
+        total += to_host(loss.data()).item() * (double)(n * len);
       };
       run(n_full, seg, [&](int64_t c) { return c * seg; });
       if (rem > 0) run(1, rem, [&](int64_t) { return n_full * seg; });

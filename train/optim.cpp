@@ -113,9 +113,13 @@ void FlatParams::sync() {
 // ---- Optimizer ----
 
 double Optimizer::clip_and_step(double lr, double max_norm) {
-  double norm = clip_grad_norm(params_, max_norm);
+  return std::sqrt(to_host(clip_and_step_deferred(lr, max_norm)).item());
+}
+
+Tensor Optimizer::clip_and_step_deferred(double lr, double max_norm) {
+  const double norm = clip_grad_norm(params_, max_norm);
   step(lr);
-  return norm;
+  return Tensor::full({1}, norm * norm, DType::F64);
 }
 
 void Optimizer::zero_grad() {
@@ -163,15 +167,15 @@ void AdamW::step(double lr) {
   }
 }
 
-// Fast: the squared grad norm over the flat gradient buffer (left on the device), then one pass
-// that reads each gradient scaled by the clip factor computed from it (as clip_grad_norm's
-// in-place scale would have left it). The norm is read back only to be returned.
-double AdamW::clip_and_step(double lr, double max_norm) {
-  if (!flat_) return Optimizer::clip_and_step(lr, max_norm);
+// Fast: the squared grad norm over the flat gradient buffer (one reduction, left on the device),
+// then one pass that reads each gradient scaled by the clip factor computed from it on the device
+// (as clip_grad_norm's in-place scale would have left it). Nothing is read back.
+Tensor AdamW::clip_and_step_deferred(double lr, double max_norm) {
+  if (!flat_) return Optimizer::clip_and_step_deferred(lr, max_norm);
   prepare_fused();
   backend_of(flat_->grads).sum_squares(flat_->grads, chunks_, norm_sq_);
   fused_update(lr, 1.0, norm_sq_, max_norm);
-  return std::sqrt(to_host(norm_sq_).item());
+  return norm_sq_;
 }
 
 void AdamW::step_scaled(double lr, double grad_scale) {

@@ -73,7 +73,12 @@ class Optimizer {
   virtual void step(double lr) = 0;  // uses each parameter's .grad(); undefined grad = skip
   // clip_grad_norm(params, max_norm) then step(lr); returns the norm before clipping. The fused
   // AdamW folds the clip scale into its update and leaves the gradients as they are.
-  virtual double clip_and_step(double lr, double max_norm);
+  double clip_and_step(double lr, double max_norm);
+  // The same without reading anything back: returns the squared norm before clipping as one f64
+  // element on the parameters' device (the fused AdamW: computed there in one reduction and never
+  // copied to the host; valid until the next call). The trainer copies it aside and reads it at
+  // the logging interval. The per-tensor path (clip_grad_norm) sums on the host.
+  virtual Tensor clip_and_step_deferred(double lr, double max_norm);
   void zero_grad();  // drops every parameter's gradient (no allocation, no memset)
   virtual std::vector<std::pair<std::string, Tensor>> state() = 0;  // for checkpoints
   virtual void load_state(const std::map<std::string, Tensor>& s, const std::string& source) = 0;
@@ -88,7 +93,7 @@ class AdamW final : public Optimizer {
  public:
   AdamW(const nn::NamedParams& params, const AdamWOptions& opt);
   void step(double lr) override;
-  double clip_and_step(double lr, double max_norm) override;
+  Tensor clip_and_step_deferred(double lr, double max_norm) override;
   // step(lr) on gradients read as grad_scale * g (rounded to the dtype, as clip_grad_norm's
   // in-place scale leaves them); the gradients themselves are not changed by the fused path.
   void step_scaled(double lr, double grad_scale);

@@ -129,7 +129,7 @@ void plot(const std::string& out) {
 }  // namespace
 
 TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, const std::string& resume_dir,
-                  int64_t stop_after) {
+                  int64_t stop_after, const std::function<void(int64_t, bool)>& after_step) {
   CTX_CHECK(opt.steps > 0 && opt.batch > 0 && opt.accum > 0, "train: steps, batch and accum must be positive");
   CTX_CHECK(opt.optimizer == "adamw" || opt.optimizer == "sgd", "train: optimizer must be adamw or sgd, got '",
             opt.optimizer, "'");
@@ -270,10 +270,19 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   double window_ms = 0, window_tokens = 0, last_loss = 0;
   int64_t timed_steps = 0;
   double allreduce_ms = 0;  // gradient averaging over the timed steps (distributed runs)
+  // No host round trip inside a step (docs/cuda.md): each micro-batch's loss and each step's
+  // squared gradient norm are copied (device to device) into these buffers, and read back in
+  // one copy each when the steps are reported: at every logging interval, and at the steps that
+  // evaluate, checkpoint or stop. [log_interval * accum] losses and [log_interval] norms.
+  const int64_t window = opt.log_interval;
+  Tensor loss_hist, norm_hist;
+  struct Pending { int64_t step; double lr, ms; };
+  std::vector<Pending> pending;
+  pending.reserve((size_t)window);
   for (int64_t step = start_step; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double lr = lr_warmup_cosine(step, opt.warmup, opt.steps, opt.lr, opt.min_lr);
-    double loss_sum = 0;
+    const int64_t slot = (int64_t)pending.size();
     for (int64_t a = 0; a < opt.accum; ++a) {
       Tensor x, y;
       if (segments) {
@@ -288,7 +297,9 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
         y = y.slice0(r0, r1).clone();
       }
       Variable loss = model.loss(x, y, /*use_memory=*/segments);
-      loss_sum += to_host(loss.data()).item();
+      if (!loss_hist.defined()) loss_hist = Tensor::zeros({window * opt.accum}, loss.dtype(), loss.data().device());
+      const int64_t k = slot * opt.accum + a;
+      loss_hist.slice0(k, k + 1).copy_from(loss.data().view({1}));
       if (opt.accum > 1) loss = scale(loss, 1.0 / (double)opt.accum);
       loss.backward();
     }
@@ -301,25 +312,56 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
       dist::average_gradients(params, fp ? &fp->grads : nullptr, views);
       if (step > start_step) allreduce_ms += std::chrono::duration<double, std::milli>(
                                  std::chrono::steady_clock::now() - ta).count();
-      dist::allreduce_sum(&loss_sum, 1);
-      loss_sum /= (double)dist::size();
     }
-    double gnorm = optim->clip_and_step(lr, opt.grad_clip);  // clip_grad_norm + step (fused for AdamW)
+    // clip_grad_norm + step (fused for AdamW: the norm stays on the device)
+    const Tensor norm_sq = optim->clip_and_step_deferred(lr, opt.grad_clip);
+    if (!norm_hist.defined()) norm_hist = Tensor::zeros({window}, DType::F64, norm_sq.device());
+    norm_hist.slice0(slot, slot + 1).copy_from(norm_sq.device() == norm_hist.device() ? norm_sq
+                                                                                      : norm_sq.to(norm_hist.device()));
     optim->zero_grad();
+    const bool last = step + 1 == opt.steps;
+    const bool stop = stop_after > 0 && step + 1 == stop_after && !last;
+    const bool evaluate = (opt.eval_interval > 0 && (step + 1) % opt.eval_interval == 0) || last;
+    const bool checkpoint = (opt.ckpt_interval > 0 && (step + 1) % opt.ckpt_interval == 0) || last || stop;
+    const bool print = !quiet && ((step + 1) % opt.log_interval == 0 || last || step == start_step);
+    // every rank reports at the same steps (the losses are averaged over the ranks there), so this
+    // must not depend on `quiet`, which differs between rank 0 and the others
+    const bool report = (step + 1) % window == 0 || last || step == start_step || stop || evaluate || checkpoint;
+    pending.push_back({step, lr, 0.0});
+    if (!report) {
+      pending.back().ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (after_step) after_step(step + 1, false);
+      continue;
+    }
+    // The steps since the last report: one copy of each buffer (this waits for the device).
+    const Tensor hl = to_host(loss_hist), hn = to_host(norm_hist);
     auto t1 = std::chrono::steady_clock::now();
-    double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-    double loss = loss_sum / (double)opt.accum;
-    CTX_CHECK(std::isfinite(loss), "train: loss became ", loss, " at step ", step + 1,
-              " (lower --lr or enable --grad-clip)");
+    pending.back().ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    std::vector<double> losses(pending.size(), 0.0);
+    for (size_t i = 0; i < pending.size(); ++i)
+      for (int64_t a = 0; a < opt.accum; ++a) losses[i] += hl.at((int64_t)i * opt.accum + a);
+    if (dist::size() > 1) {  // the mean over the ranks, of every step reported
+      dist::allreduce_sum(losses.data(), (int)losses.size());
+      for (double& l : losses) l /= (double)dist::size();
+    }
+    double loss = 0, gnorm = 0, ms = 0, tok_s = 0;
+    const double tokens = (double)(opt.batch * opt.accum * T);
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const Pending& p = pending[i];
+      loss = losses[i] / (double)opt.accum;
+      gnorm = std::sqrt(hn.at((int64_t)i));
+      ms = p.ms;
+      CTX_CHECK(std::isfinite(loss), "train: loss became ", loss, " at step ", p.step + 1,
+                " (lower --lr or enable --grad-clip)");
+      if (p.step > start_step) { window_ms += ms; window_tokens += tokens; ++timed_steps; }  // skip warm-up step
+      tok_s = tokens / (ms / 1000.0);
+      tcsv << p.step + 1 << "," << loss << "," << p.lr << "," << gnorm << "," << ms << "," << tok_s << "\n";
+      jsonl << nlohmann::json{{"step", p.step + 1}, {"loss", loss}, {"lr", p.lr}, {"grad_norm", gnorm},
+                              {"ms", ms}, {"tok_s", tok_s}}.dump() << "\n";
+    }
+    pending.clear();
     last_loss = loss;
-    double tokens = (double)(opt.batch * opt.accum * T);
-    if (step > start_step) { window_ms += ms; window_tokens += tokens; ++timed_steps; }  // skip warm-up step
-    double tok_s = tokens / (ms / 1000.0);
-    tcsv << step + 1 << "," << loss << "," << lr << "," << gnorm << "," << ms << "," << tok_s << "\n";
-    jsonl << nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
-                            {"ms", ms}, {"tok_s", tok_s}}.dump() << "\n";
-    bool last = step + 1 == opt.steps;
-    if (!quiet && ((step + 1) % opt.log_interval == 0 || last || step == start_step)) {
+    if (print) {
       double avg_ms = timed_steps ? window_ms / timed_steps : ms;
       double avg_tok = timed_steps ? window_tokens / (window_ms / 1000.0) : tok_s;
       std::printf("step %5" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | norm %.2f | %.0f ms | %.0f tok/s | ETA %s\n",
@@ -327,7 +369,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
                   fmt_duration(avg_ms / 1000.0 * (double)(opt.steps - step - 1)).c_str());
       std::fflush(stdout);
     }
-    if ((opt.eval_interval > 0 && (step + 1) % opt.eval_interval == 0) || last) {
+    if (evaluate) {
       std::vector<Tensor> mem = model.memory_state();  // validation windows stand alone
       double vbpb = 0;
       double vl = validation_loss(model, corpus, opt.batch, T, opt.eval_batches, tok, &vbpb);
@@ -342,8 +384,8 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     jsonl.flush();
     tcsv.flush();
     vcsv.flush();
-    bool stop = stop_after > 0 && step + 1 == stop_after && !last;
-    if (((opt.ckpt_interval > 0 && (step + 1) % opt.ckpt_interval == 0) || last || stop) && root) save(step + 1);
+    if (checkpoint && root) save(step + 1);
+    if (after_step) after_step(step + 1, true);
     if (stop) {
       if (!quiet) std::printf("stopping after step %lld (--stop-after); continue with --resume %s\n",
                                   (long long)(step + 1), opt.out.c_str());

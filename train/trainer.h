@@ -2,6 +2,7 @@
 // clipping, optimizer, warmup + cosine schedule, a progress line, periodic validation, metrics
 // (JSONL + CSV), atomic checkpoints with optimizer state, and exact resume.
 #pragma once
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -46,8 +47,11 @@ struct TrainResult {
 // optimizer and RNG states saved there. Writes <out>/model.safetensors (+ .optim.safetensors),
 // <out>/metrics.jsonl, <out>/train.csv, <out>/val.csv and <out>/loss.png (gnuplot).
 // stop_after > 0 ends the run (with a checkpoint) after that many optimizer steps in total,
-// as an interruption would; `--resume` then continues it.
+// as an interruption would; `--resume` then continues it. after_step (tests): called at the end
+// of every step with its 1-based number and whether the step read its losses back (a report:
+// the logging interval, or a step that evaluates, checkpoints or stops).
 TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step = 0,
-                  const std::string& resume_dir = "", int64_t stop_after = -1);
+                  const std::string& resume_dir = "", int64_t stop_after = -1,
+                  const std::function<void(int64_t step, bool reported)>& after_step = {});
 
 }  // namespace ctx

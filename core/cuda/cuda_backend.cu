@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <mutex>
 #include <vector>
 
 #include "core/backend.h"
@@ -47,13 +48,21 @@ std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out, const c
   return st;
 }
 
-// The index tensor's values on the host, as int64 (one synchronous device -> host copy).
+// The index tensor's values on the host, as int64: from its host mirror when it was uploaded
+// from a host table (token batches, relative-position tables: no copy, no wait), else one
+// synchronous device -> host copy (indices computed on the device).
 std::vector<int64_t> host_indices(const Tensor& idx, const char* op) {
   std::vector<int64_t> h((size_t)idx.numel());
+  const Tensor mirror = idx.host_mirror();
   CTX_CUDA_DISPATCH_INDEX(idx.dtype(), op, {
-    std::vector<I> raw((size_t)idx.numel());
-    if (!raw.empty()) copy_to_host(raw.data(), idx.raw(), raw.size() * sizeof(I));
-    std::copy(raw.begin(), raw.end(), h.begin());
+    if (mirror.defined()) {
+      const I* m = mirror.data<I>();
+      std::copy(m, m + idx.numel(), h.begin());
+    } else {
+      std::vector<I> raw((size_t)idx.numel());
+      if (!raw.empty()) copy_to_host(raw.data(), idx.raw(), raw.size() * sizeof(I));
+      std::copy(raw.begin(), raw.end(), h.begin());
+    }
   });
   return h;
 }
@@ -72,6 +81,7 @@ class CudaBackend final : public Backend {
   CudaBackend() { ensure_allocator(); }
   Device device() const override { return Device::CUDA; }
   std::string name() const override { return "cuda"; }
+  void synchronize() override { cuda::synchronize(); }
 
   void fill(Tensor& x, double v) override {
     check_cuda(x, "fill", "x");

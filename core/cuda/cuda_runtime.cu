@@ -1,5 +1,6 @@
 // core/cuda/cuda_runtime.cu — device discovery, the caching device allocator and the copy hook
 // that Tensor::to uses (see cuda_runtime.h).
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -37,6 +38,8 @@ bool emulated() {
 }
 
 namespace {
+std::atomic<uint64_t> g_to_host{0}, g_to_device{0};  // host_copy_stats()
+
 // Size-class cache of device blocks (same classes as the host pool). Blocks are never given
 // back to the driver: a training step asks for the same sizes every step.
 struct DevicePool {
@@ -80,6 +83,8 @@ void dev_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t
   const cudaMemcpyKind kind = dst_dev == Device::CPU
                                   ? (src_dev == Device::CPU ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
                                   : (src_dev == Device::CPU ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
+  if (kind == cudaMemcpyDeviceToHost) g_to_host++;
+  if (kind == cudaMemcpyHostToDevice) g_to_device++;
   CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
 }
 }  // namespace
@@ -94,10 +99,14 @@ void ensure_allocator() {
   std::call_once(once, [] { register_device_allocator(Device::CUDA, DeviceAllocator{dev_alloc, dev_free, dev_copy}); });
 }
 
+HostCopyStats host_copy_stats() { return {g_to_host.load(), g_to_device.load()}; }
+
 void copy_to_device(void* dst, const void* src, size_t bytes) {
+  g_to_device++;
   CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 void copy_to_host(void* dst, const void* src, size_t bytes) {
+  g_to_host++;
   CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 void synchronize() { CTX_CUDA_CHECK(cudaDeviceSynchronize()); }

@@ -31,4 +31,14 @@ struct DeviceAllocStats {
 };
 DeviceAllocStats device_alloc_stats();
 
+// Host <-> device copies made through this layer (process-wide): every one of them is a
+// cudaMemcpy, which on a GPU waits for the kernels queued before it (device -> host always;
+// host -> device from pageable memory as well), so a count that grows inside a training step is
+// a host round trip. Device -> device copies stay on the stream and are not counted.
+struct HostCopyStats {
+  uint64_t to_host = 0;    // device -> host (the host waits for the result)
+  uint64_t to_device = 0;  // host -> device
+};
+HostCopyStats host_copy_stats();
+
 }  // namespace ctx::cuda

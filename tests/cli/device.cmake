@@ -35,6 +35,18 @@ if(CTXLAB_CUDA_EMULATOR OR CTXLAB_WITH_CUDA)
   set_tests_properties(device_grads_cuda_vs_cpu PROPERTIES
                        ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
                        SKIP_RETURN_CODE 77 TIMEOUT 300)
+  # `ctxlab train --device cuda` against `--device cpu` (tests/python/device_train_checks.py):
+  # 5 steps of a tiny model, SGD within 1e-5 on every tensor and AdamW with its measured bound
+  # (docs/cuda.md); a run stopped on one device and resumed on the other, both ways.
+  foreach(_dv_check parity resume)
+    add_test(NAME device_train_cuda_vs_cpu_${_dv_check}
+             COMMAND ${_dv_py} ${CMAKE_SOURCE_DIR}/tests/python/device_train_checks.py --bin ${_dv_bin}
+                     --work ${CMAKE_BINARY_DIR}/cli_device_train_${_dv_check} --emulated ${_dv_emulated}
+                     --check ${_dv_check})
+    set_tests_properties(device_train_cuda_vs_cpu_${_dv_check} PROPERTIES
+                         ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
+                         SKIP_RETURN_CODE 77 TIMEOUT 300)
+  endforeach()
   if(CTXLAB_CUDA_EMULATOR)
     # the same comparison with the threads of every block shuffled (a shared-memory race or a
     # schedule-dependent reduction in any kernel the model uses would show here)

@@ -1,0 +1,158 @@
+// tests/test_cuda_train.cpp — training on the CUDA device as the trainer runs it: checkpoints
+// written from cuda and from cpu hold the same bytes for the same parameters (both ways, with the
+// optimizer state), and a warm training step makes no host <-> device round trip: between two
+// logging intervals no device -> host copy at all (the loss and the gradient norm stay on the
+// device until the report; the index checks read the batch's host mirror). Runs under the CUDA
+// emulator (always) and on a real GPU; without one: "skipped: no GPU".
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/device_table.h"
+#include "nn/gpt.h"
+#include "tests/test_util.h"
+#include "train/checkpoint.h"
+#include "train/optim.h"
+#include "train/safetensors.h"
+#include "train/trainer.h"
+#ifdef CTXLAB_WITH_CUDA
+#include "core/cuda/cuda_runtime.h"
+#endif
+
+namespace {
+using namespace ctx;
+using ctx::testing_util::tiny_cfg;
+using json = nlohmann::json;
+
+#ifdef CTXLAB_WITH_CUDA
+bool no_gpu() { return !cuda::emulated() && cuda::device_count() == 0; }
+
+std::string temp_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("ctxlab_cuda_train_" + name);
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+// name -> the bytes of that tensor's data in a safetensors file.
+std::map<std::string, std::string> tensor_bytes(const std::string& path) {
+  SafetensorsFile f = load_safetensors(path);
+  std::map<std::string, std::string> m;
+  for (auto& [name, t] : f.tensors) m[name] = std::string((const char*)to_host(t).raw(), to_host(t).nbytes());
+  return m;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A model trained for two AdamW steps on cuda, saved from cuda; loaded (on the host, as
+// load_checkpoint does) and saved again from cpu; loaded, moved to cuda and saved from there:
+// the three files are byte for byte the same, and so are the optimizer states saved from the
+// two devices.
+TEST(CudaCheckpoint, SameBytesFromEitherDevice) {
+  if (no_gpu()) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  const std::string dir = temp_dir("ckpt");
+  nn::GPT m(tiny_cfg(json{{"type", "rope"}}));
+  m.init_weights(3);
+  m.to(Device::CUDA);
+  AdamW og(m.named_parameters(), AdamWOptions{});
+  Rng r(5);
+  Tensor in = Tensor::empty({2, 8}, DType::I64), tg = Tensor::empty({2, 8}, DType::I64);
+  for (int64_t i = 0; i < 16; ++i) in.set(i, (double)r.below(17)), tg.set(i, (double)r.below(17));
+  for (int s = 0; s < 2; ++s) {
+    m.zero_grad();
+    m.loss(in, tg).backward();
+    og.clip_and_step(1e-2, 1.0);
+  }
+  const std::string a = dir + "/cuda.safetensors", b = dir + "/cpu.safetensors", c = dir + "/cuda2.safetensors";
+  save_checkpoint(a, m, 2);
+  LoadedModel on_cpu = load_checkpoint(a);
+  for (auto& [name, p] : on_cpu.model->named_parameters()) ASSERT_EQ(p.data().device(), Device::CPU) << name;
+  save_checkpoint(b, *on_cpu.model, on_cpu.step);
+  LoadedModel back = load_checkpoint(b);
+  back.model->to(Device::CUDA);
+  for (auto& [name, p] : back.model->named_parameters()) ASSERT_EQ(p.data().device(), Device::CUDA) << name;
+  save_checkpoint(c, *back.model, back.step);
+  const auto ta = tensor_bytes(a), tb = tensor_bytes(b), tc = tensor_bytes(c);
+  ASSERT_EQ(ta.size(), m.named_parameters().size());
+  for (auto& [name, bytes] : ta) {
+    EXPECT_EQ(tb.at(name), bytes) << name << ": cuda -> cpu changed the bytes";
+    EXPECT_EQ(tc.at(name), bytes) << name << ": cpu -> cuda changed the bytes";
+  }
+  EXPECT_EQ(file_bytes(a), file_bytes(b));  // header and metadata too
+  EXPECT_EQ(file_bytes(a), file_bytes(c));
+
+  // The optimizer state: saved from cuda, loaded into a cpu optimizer, saved again.
+  save_safetensors(dir + "/optim.cuda.safetensors", og.state());
+  AdamW oc(on_cpu.model->named_parameters(), AdamWOptions{});
+  SafetensorsFile f = load_safetensors(dir + "/optim.cuda.safetensors");
+  oc.load_state(f.tensors, "optim.cuda.safetensors");
+  save_safetensors(dir + "/optim.cpu.safetensors", oc.state());
+  EXPECT_EQ(file_bytes(dir + "/optim.cuda.safetensors"), file_bytes(dir + "/optim.cpu.safetensors"));
+  std::filesystem::remove_all(dir);
+}
+
+// The trainer on cuda, quiet, reporting at the first step, then every 4 steps (eval and
+// checkpoint only at the end):
+// steps 2, 3, 5, 6, 7 (warm, between reports) copy nothing device -> host; host -> device they
+// copy the batch (inputs and targets), the embeddings' index_add plans (built on the host from
+// the indices) and the tables the encoding rebuilds each step (learned: the position indices and
+// their plan; rope: cos and sin) and AdamW's tile table, a fixed number per step (docs/cuda.md). The reporting step 4 reads back exactly the two history buffers (losses,
+// squared gradient norms).
+TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
+  if (no_gpu()) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  for (const char* pe : {"learned", "rope"}) {
+    SCOPED_TRACE(pe);
+    ModelConfig cfg = tiny_cfg(json{{"type", pe}});
+    cfg.vocab_size = 256;  // the shipped corpus is bytes
+    nn::GPT m(cfg);
+    m.init_weights(9);
+    m.to(Device::CUDA);
+    TrainOptions o;
+    o.out = temp_dir(std::string("steps_") + pe);
+    o.steps = 8;
+    o.batch = 2;
+    o.warmup = 2;
+    o.log_interval = 4;
+    o.eval_interval = 0;
+    o.ckpt_interval = 0;
+    o.eval_batches = 1;
+    o.plot = false;
+    o.quiet = true;
+    o.seed = pe[0] == 'l' ? 101 : 202;  // other batches than the other run (whose uploads are still kept)
+    struct Delta { int64_t step; bool reported; cuda::HostCopyStats d; };
+    std::vector<Delta> log;
+    cuda::HostCopyStats prev = cuda::host_copy_stats();
+    train(m, o, 0, "", -1, [&](int64_t step, bool reported) {
+      const cuda::HostCopyStats now = cuda::host_copy_stats();
+      log.push_back({step, reported, {now.to_host - prev.to_host, now.to_device - prev.to_device}});
+      prev = now;
+    });
+    ASSERT_EQ(log.size(), 8u);
+    for (const Delta& d : log) {
+      SCOPED_TRACE("step " + std::to_string(d.step));
+      EXPECT_EQ(d.reported, d.step == 1 || d.step == 4 || d.step == 8);  // the first step, every 4th, the last
+      if (d.step == 1 || d.step == 8) continue;  // the first step uploads tables; the last evaluates and saves
+      if (d.step == 4) {
+        EXPECT_EQ(d.d.to_host, 2u) << "a report reads the loss and norm buffers, one copy each";
+      } else {
+        EXPECT_EQ(d.d.to_host, 0u) << "a warm step between reports waited for the device";
+      }
+      // 5 = inputs, targets, the token embedding's index_add plan, the AdamW tile table (sum_squares
+      // and adamw_flat); + the encoding's tables: learned 2 (positions, their plan), rope 4 (cos and
+      // sin, rebuilt in each of the 2 layers)
+      EXPECT_EQ(d.d.to_device, pe[0] == 'l' ? 7u : 9u) << "host -> device: the batch, the index_add plans, the AdamW tiles and "
+                                      "the encoding's tables only";
+    }
+    std::filesystem::remove_all(o.out);
+  }
+}
+#endif
+
+}  // namespace
