@@ -114,6 +114,8 @@ std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const LoadedModel& lm, con
   CTX_CHECK(given->vocab_size() == lm.model->cfg.vocab_size, "--tokenizer ", path, " has ", given->vocab_size(),
             " tokens but ", ckpt, " (which records no tokenizer) has vocab_size ", lm.model->cfg.vocab_size);
   return given;
+}
+
 void add_device_option(cxxopts::Options& o, const char* what) {
   o.add_options("device")("device", str("cpu | cuda: ", what), cxxopts::value<std::string>()->default_value("cpu"));
 }

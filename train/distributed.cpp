@@ -5,6 +5,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -151,6 +152,16 @@ void average_gradients(const nn::NamedParams& params, const Tensor* flat_grads, 
 void allreduce_sum(double* v, int n) {
   if (g_size == 1) return;
   check(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (sums)");
+}
+
+std::vector<double> allgather(const double* v, int n) {
+  std::vector<double> out((size_t)g_size * (size_t)n);
+  if (g_size == 1) {
+    std::copy(v, v + n, out.begin());
+    return out;
+  }
+  check(MPI_Allgather(v, n, MPI_DOUBLE, out.data(), n, MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather (losses)");
+  return out;
 }
 
 void check_same_parameters(const nn::NamedParams& params, const std::string& when) {

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "nn/module.h"
@@ -41,6 +42,9 @@ void allreduce_mean(Tensor& g);
 void average_gradients(const nn::NamedParams& params, const Tensor* flat_grads, bool all_views);
 // Sum over ranks of `v` (n doubles), in place.
 void allreduce_sum(double* v, int n);
+// Every rank's `n` doubles, rank-major: out[r * n + i] = v[i] of rank r (size() * n values). One
+// MPI_Allgather; a copy of v when size() == 1.
+std::vector<double> allgather(const double* v, int n);
 // Throws unless every rank holds bit-identical parameters (a 64-bit hash compared by min/max).
 void check_same_parameters(const nn::NamedParams& params, const std::string& when);
 void barrier();

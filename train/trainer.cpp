@@ -340,9 +340,17 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     std::vector<double> losses(pending.size(), 0.0);
     for (size_t i = 0; i < pending.size(); ++i)
       for (int64_t a = 0; a < opt.accum; ++a) losses[i] += hl.at((int64_t)i * opt.accum + a);
-    if (dist::size() > 1) {  // the mean over the ranks, of every step reported
-      dist::allreduce_sum(losses.data(), (int)losses.size());
-      for (double& l : losses) l /= (double)dist::size();
+    // Under MPI: every rank's loss on its own rows (kept per rank in metrics.jsonl as "rank_loss",
+    // which shows that the ranks train on different slices), and their mean, the global batch's.
+    const int nranks = dist::size();
+    std::vector<double> rank_losses;
+    if (nranks > 1) {
+      rank_losses = dist::allgather(losses.data(), (int)losses.size());
+      for (size_t i = 0; i < losses.size(); ++i) {
+        double sum = 0;
+        for (int rk = 0; rk < nranks; ++rk) sum += rank_losses[(size_t)rk * losses.size() + i];
+        losses[i] = sum / (double)nranks;
+      }
     }
     double loss = 0, gnorm = 0, ms = 0, tok_s = 0;
     const double tokens = (double)(opt.batch * opt.accum * T);
@@ -356,8 +364,15 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
       if (p.step > start_step) { window_ms += ms; window_tokens += tokens; ++timed_steps; }  // skip warm-up step
       tok_s = tokens / (ms / 1000.0);
       tcsv << p.step + 1 << "," << loss << "," << p.lr << "," << gnorm << "," << ms << "," << tok_s << "\n";
-      jsonl << nlohmann::json{{"step", p.step + 1}, {"loss", loss}, {"lr", p.lr}, {"grad_norm", gnorm},
-                              {"ms", ms}, {"tok_s", tok_s}}.dump() << "\n";
+      nlohmann::json row{{"step", p.step + 1}, {"loss", loss}, {"lr", p.lr}, {"grad_norm", gnorm},
+                         {"ms", ms}, {"tok_s", tok_s}};
+      if (nranks > 1) {
+        std::vector<double> per_rank((size_t)nranks);
+        for (int rk = 0; rk < nranks; ++rk)
+          per_rank[(size_t)rk] = rank_losses[(size_t)rk * pending.size() + i] / (double)opt.accum;
+        row["rank_loss"] = per_rank;
+      }
+      jsonl << row.dump() << "\n";
     }
     pending.clear();
     last_loss = loss;

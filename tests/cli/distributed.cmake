@@ -5,6 +5,7 @@
 #   distributed_resume         a run checkpointed with N = 2 resumes with N = 1 and the other way round
 #   distributed_kill9          kill -9 of one rank: all end non-zero within seconds, checkpoint loads
 #   distributed_bad_split      --batch 7 on 2 ranks: one clear error
+#   distributed_slicing        each rank's loss is that of its own rows of the global batch
 # Tiny preset; each takes 1-5 s on 2 idle cores. OMPI_ALLOW_RUN_AS_ROOT*: CI runs as root.
 find_program(CTX_MPIRUN NAMES mpirun REQUIRED)
 if(EXISTS /usr/bin/python3)
@@ -15,7 +16,7 @@ endif()
 set(_dc_script ${CMAKE_SOURCE_DIR}/tests/python/distributed_checks.py)
 set(_dc_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1")
 foreach(_dc IN ITEMS "same_run_shm|same_run" "same_run_tcp|same_run;--btl;self,tcp" "resume|resume_across_n"
-                     "kill9|kill9" "bad_split|bad_split")
+                     "kill9|kill9" "bad_split|bad_split" "slicing|slicing")
   string(REPLACE "|" ";" _dc_parts "${_dc}")
   list(GET _dc_parts 0 _dc_name)
   list(REMOVE_AT _dc_parts 0)

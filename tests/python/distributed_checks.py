@@ -12,10 +12,16 @@
   kill9                  kill -9 of one rank mid-run: mpirun and the other rank exit non-zero within
                          seconds, and the last checkpoint still loads and resumes.
   bad_split              --batch 7 on 2 ranks: one clear error, exit non-zero.
+  slicing                each rank trains on its own rows of the global batch: at step 1 (same
+                         parameters everywhere) rank 0's loss (metrics.jsonl "rank_loss") equals the
+                         loss of one process with --batch 4 (the first 4 rows of the same draw),
+                         rank 1's differs, and the reported loss is their mean. Ranks that each
+                         trained on the whole batch would pass same_run but fail this.
 
 Uses NumPy and tests/python/st_io.py only. Runs as root in CI through OMPI_ALLOW_RUN_AS_ROOT.
 """
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -231,10 +237,40 @@ def bad_split():
     check("--batch 7 on 2 ranks writes no checkpoint", not os.path.exists(os.path.join(d, "model.safetensors")))
 
 
+def first_row(d):
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("step") == 1 and "loss" in row:
+                return row
+    return {}
+
+
+def slicing():
+    d2, d1 = fresh("slice_np2"), fresh("slice_b4")
+    args = TINY + ["--steps", 2, "--log-interval", 1]
+    ok = check("np2 --batch 8 runs", run(mpi(2, args + ["--batch", 8, "--out", d2])).returncode == 0)
+    env1 = dict(os.environ, CTXLAB_THREADS="1")
+    p = subprocess.run(single(args + ["--batch", 4, "--out", d1]), env=env1, capture_output=True, text=True)
+    ok &= check("one process --batch 4 runs", p.returncode == 0, p.stderr[-500:])
+    if not ok:
+        return
+    r2, r1 = first_row(d2), first_row(d1)
+    rl = r2.get("rank_loss")
+    if not check("np2 metrics.jsonl step 1 has rank_loss for 2 ranks", isinstance(rl, list) and len(rl) == 2, str(r2)):
+        return
+    l0, l1, mean, single_b4 = rl[0], rl[1], r2["loss"], r1["loss"]
+    check(f"the reported loss {mean:.8f} is the mean of the ranks' {l0:.8f}, {l1:.8f}",
+          abs(mean - (l0 + l1) / 2) <= 1e-12 * abs(mean))
+    check(f"rank 0 (rows 0-3) {l0:.8f} == one process on the first 4 rows {single_b4:.8f}",
+          abs(l0 - single_b4) <= 1e-5 * abs(single_b4))
+    check(f"rank 1 trains on other rows: {l1:.8f} != {l0:.8f}", abs(l1 - l0) > 1e-4 * abs(l0))
+
+
 def main():
     global BIN, WORK, MPIRUN
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["same_run", "resume_across_n", "kill9", "bad_split"])
+    ap.add_argument("what", choices=["same_run", "resume_across_n", "kill9", "bad_split", "slicing"])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--mpirun", default="mpirun")
