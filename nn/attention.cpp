@@ -31,6 +31,24 @@ Attention::Attention(const ModelConfig& cfg, int layer, PositionalEncoding* pe, 
   if (auto m = pe->layer_module(layer)) register_module("pe", m);
 }
 
+// What the encoding hooks see of a call of layer `layer` with T queries at positions q_pos0..
+// and S keys (H heads of Dh; the layer's projection for the encodings that use it).
+static AttnState new_state(int layer, int64_t H, int64_t Dh, const Linear& qkv, int64_t B, int64_t T,
+                           int64_t S, int64_t q_pos0) {
+  AttnState st;
+  st.layer = layer;
+  st.B = B;
+  st.H = H;
+  st.T = T;
+  st.S = S;
+  st.Dh = Dh;
+  st.q_pos0 = q_pos0;
+  st.scale = 1.0 / std::sqrt((double)Dh);
+  st.qkv_weight = qkv.weight;
+  st.qkv_bias = qkv.bias;
+  return st;
+}
+
 Variable Attention::forward(const Variable& x, Rng* rng) const {
   const int64_t B = x.size(0), T = x.size(1);
   // Keys and values see [memory; x] when the encoding keeps segment memory (Transformer-XL);
@@ -41,20 +59,10 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   const int64_t S = kv_in.size(1), M = S - T;
   Variable qkv_out = qkv->forward(kv_in);                               // [B, S, 3D]
   std::array<Variable, 3> heads = split_heads(qkv_out, H_, M);          // q [B, H, T, Dh]; k, v [B, H, S, Dh]
-  AttnState st;
-  st.layer = layer_;
-  st.B = B;
-  st.H = H_;
-  st.T = T;
-  st.S = S;
-  st.Dh = Dh_;
-  st.q_pos0 = M;
-  st.scale = 1.0 / std::sqrt((double)Dh_);
+  AttnState st = new_state(layer_, H_, Dh_, *qkv, B, T, S, M);
   st.q = heads[0];  // the last T of S rows
   st.k = heads[1];
   st.v = heads[2];
-  st.qkv_weight = qkv->weight;
-  st.qkv_bias = qkv->bias;
   pe_->rotate(st);
   Variable o;                                                           // [B, H, T, Dh]
   const bool drop = rng && dropout_ > 0 && is_training();
@@ -84,18 +92,8 @@ Variable Attention::forward_cached(const Variable& x, KVCache& cache) const {
   kv_write_rows(heads[1].data(), c.k_raw, pos0);
   kv_write_rows(heads[2].data(), c.v, pos0);
   auto rows = [&](const Tensor& buf) { return slice(Variable(buf, false), 2, 0, n); };  // [B, H, n, Dh]
-  AttnState st;
-  st.layer = layer_;
-  st.B = B;
-  st.H = H_;
-  st.T = T;
-  st.S = n;
-  st.Dh = Dh_;
-  st.q_pos0 = pos0;
-  st.scale = 1.0 / std::sqrt((double)Dh_);
+  AttnState st = new_state(layer_, H_, Dh_, *qkv, B, T, n, pos0);
   st.v = rows(c.v);
-  st.qkv_weight = qkv->weight;
-  st.qkv_bias = qkv->bias;
   st.decode = cache.posenc_state();
   const bool stable = pe_->decode_keys_stable(n);
   if (stable && c.rotated == pos0) {
