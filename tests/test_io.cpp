@@ -724,10 +724,8 @@ TEST(TokenizerTest, LoadTextTokens) {
 }
 
 TEST(TokenizerTest, ShippedCorpusRoundTrips) {
-  std::string root = __FILE__;
-  root = root.substr(0, root.rfind('/'));  // tests/
-  root = root.substr(0, root.rfind('/'));  // repository root
-  const std::string p = root + "/data/pride_and_prejudice.txt";
+  // the repository root as CMake saw it (__FILE__ can be relative, e.g. under ccache's base_dir)
+  const std::string p = std::string(CTXLAB_SOURCE_DIR) + "/data/pride_and_prejudice.txt";
   ASSERT_TRUE(exists(p)) << p << " not found: the corpus ships with the repository";
   std::vector<int32_t> ids = load_text_tokens(p);
   EXPECT_GT(ids.size(), 600000u);
