@@ -119,6 +119,8 @@ TEST_P(GemmImplTest, LargeEnoughToSplitOverThreads) {
     check_case(fn(), make_case(257, 96, 128, t & 1, t & 2, 1.f, 0.f), 100 + t);
     check_case(fn(), make_case(20, 301, 200, t & 1, t & 2, 1.f, 1.f), 200 + t);
     check_case(fn(), make_case(70, 33, 64, t & 1, t & 2, 0.5f, 0.5f, 5), 300 + t);
+    // one row (a decode step's GEMV), wide enough for the column split over threads
+    check_case(fn(), make_case(1, 1031, 1100, t & 1, t & 2, 0.5f, 0.5f), 400 + t);
   }
 }
 
@@ -218,17 +220,20 @@ TEST(GemmSelect, BuiltInChoiceIsPerShape) {
   const GemmDesc nn = make_case(2048, 256, 768, false, false, 1.f, 0.f).g;
   const GemmDesc attn = make_case(256, 32, 256, true, false, 1.f, 0.f, 64).g;  // short K
   const GemmDesc dw = make_case(768, 256, 2048, true, false, 1.f, 0.f).g;     // weight gradient
+  const GemmDesc gemv = make_case(1, 768, 256, false, true, 1.f, 0.f).g;      // decode step, M = 1
   if (const char* e = std::getenv("CTXLAB_GEMM"); e && *e) {
     // The environment names one implementation: it is the choice for every shape.
     const GemmImpl want = gemm_impl_from_string(e);
     std::printf("CTXLAB_GEMM=%s: checking that it overrides the per-shape choice\n", e);
-    for (const GemmDesc& g : {nn, attn, dw}) EXPECT_EQ(current_gemm_impl(g), want);
+    for (const GemmDesc& g : {nn, attn, dw, gemv}) EXPECT_EQ(current_gemm_impl(g), want);
     EXPECT_EQ(default_gemm_impl(), want);
     return;
   }
   EXPECT_EQ(default_gemm_impl(), GemmImpl::OneDNN);
   EXPECT_EQ(current_gemm_impl(nn), GemmImpl::OneDNN);
   EXPECT_EQ(current_gemm_impl(attn), GemmImpl::OneDNN);
+  EXPECT_EQ(current_gemm_impl(gemv), GemmImpl::OpenBLAS);  // sgemv (gemm_select.cpp)
+  EXPECT_NE(openblas_api().sgemv, nullptr) << "the M = 1 path needs cblas_sgemv";
   const bool avx2_only = !__builtin_cpu_supports("avx512f");
   EXPECT_EQ(current_gemm_impl(dw), avx2_only ? GemmImpl::OpenBLAS
                                                                       : GemmImpl::OneDNN);

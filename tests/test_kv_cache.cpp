@@ -16,6 +16,7 @@
 
 #include "tests/test_util.h"
 #include "autograd/variable.h"
+#include "core/allocator.h"
 #include "core/cpu/threading.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
@@ -180,6 +181,36 @@ TEST_F(KVCacheTest, CachedLogitsEqualFullRecomputeForEveryEncoding) {
     const double e = max_cache_error(c, &varies);
     EXPECT_TRUE(varies) << c.name << ": the logits do not change between steps (degenerate model)";
     std::printf("  %-18s max |cached - full| / (1 + max|full|) = %.2e\n", c.name.c_str(), e);
+  }
+}
+
+// A warm decode reaches no system allocator: once a generation has run (every size class of its
+// growing [.., S] intermediates seen once), a second generation over the same positions after
+// KVCache::clear() takes every buffer from the host pool (core/allocator.h) — per token only
+// pool requests, no malloc and no fresh pages. Prints the pool requests per token.
+TEST_F(KVCacheTest, WarmDecodeAllocatesNothingFromTheSystem) {
+  for (const char* type : {"rope", "alibi", "xl"}) {
+    auto m = model_for({{"type", type}}, 16);
+    NoGradGuard g;
+    const auto seq = tokens(kPrompt + kSteps, 29);
+    nn::KVCache cache = m->make_cache(1, kPrompt + kSteps);
+    auto generation = [&] {
+      m->forward_cached(as_tensor(seq, 0, kPrompt), cache);
+      const PoolStats before = BufferPool::host().stats();
+      for (int64_t s = 1; s <= kSteps; ++s) {
+        const size_t end = (size_t)(kPrompt + s);
+        m->forward_cached(as_tensor(seq, end - 1, end), cache);
+      }
+      const PoolStats after = BufferPool::host().stats();
+      cache.clear();
+      return std::make_pair(after.system_allocs - before.system_allocs, after.requests - before.requests);
+    };
+    generation();
+    const auto [system, requests] = generation();
+    EXPECT_EQ(system, 0u) << type << ": a warm generation of " << kSteps << " tokens reached malloc";
+    EXPECT_GT(requests, 0u);  // the counter does count this path
+    std::printf("  %-6s pool requests per token: %.1f, system allocations: %llu\n", type,
+                (double)requests / kSteps, (unsigned long long)system);
   }
 }
 

@@ -4,7 +4,8 @@
 //   openblas  : cblas_sgemm (f32), OpenBLAS loaded with a deliberate core type (see docs)
 // CTXLAB_GEMM=onednn|openblas|reference picks one for every GEMM. Default: chosen per shape
 // from measurements (docs/threading.md, bench/gemm): oneDNN, except the weight-gradient shape
-// (A transposed, long K) on CPUs without AVX-512, where OpenBLAS is 2x faster.
+// (A transposed, long K) on CPUs without AVX-512, where OpenBLAS is 2x faster; and M = 1 (the
+// GEMVs of a batch-1 decode step), where OpenBLAS's sgemv avoids oneDNN's per-call cost.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -62,6 +63,9 @@ struct OpenBlasApi {
   void (*sgemm)(int order, int trans_a, int trans_b, int M, int N, int K, float alpha,
                 const float* A, int lda, const float* B, int ldb, float beta, float* C,
                 int ldc) = nullptr;
+  // cblas_sgemv: the M = 1 rows of a decode step (null if the library lacks it: sgemm then).
+  void (*sgemv)(int order, int trans, int M, int N, float alpha, const float* A, int lda,
+                const float* x, int incx, float beta, float* y, int incy) = nullptr;
   void (*set_num_threads)(int) = nullptr;
   int (*get_num_threads)() = nullptr;
   char* (*get_corename)() = nullptr;

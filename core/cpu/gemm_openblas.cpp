@@ -100,6 +100,7 @@ Loaded load() {
     return L;
   }
   resolve(handle, "cblas_sgemm", L.api.sgemm);
+  resolve(handle, "cblas_sgemv", L.api.sgemv);
   resolve(handle, "openblas_set_num_threads", L.api.set_num_threads);
   resolve(handle, "openblas_get_num_threads", L.api.get_num_threads);
   resolve(handle, "openblas_get_corename", L.api.get_corename);
@@ -127,6 +128,14 @@ void sgemm_block(const OpenBlasApi& api, const GemmDesc& g, const float* A, cons
   // op(A) row i starts at A + i (stored [K, M]) or A + i*K; op(B) column j at B + j*K or B + j.
   const float* a = A + (g.trans_a ? i0 : i0 * g.K);
   const float* b = B + (g.trans_b ? j0 * g.K : j0);
+  if (g.M == 1 && i1 - i0 == 1 && api.sgemv) {
+    // one row of C: a GEMV over columns [j0, j1). op(A) is a K-vector either way (stored [K, 1]
+    // or [1, K], contiguous). op(B)^T columns j0..j1: B stored [N, K] (trans_b) -> no-trans
+    // sgemv of its rows j0..j1; stored [K, N] -> trans sgemv of its columns j0..j1.
+    if (g.trans_b) api.sgemv(kRowMajor, kNoTrans, (int)(j1 - j0), (int)g.K, g.alpha, b, (int)g.K, A, 1, g.beta, C + j0, 1);
+    else api.sgemv(kRowMajor, kTrans, (int)g.K, (int)(j1 - j0), g.alpha, b, (int)g.N, A, 1, g.beta, C + j0, 1);
+    return;
+  }
   api.sgemm(kRowMajor, g.trans_a ? kTrans : kNoTrans, g.trans_b ? kTrans : kNoTrans,
             (int)(i1 - i0), (int)(j1 - j0), (int)g.K, g.alpha, a, (int)(g.trans_a ? g.M : g.K), b,
             (int)(g.trans_b ? g.K : g.N), g.beta, C + i0 * g.N + j0, (int)g.N);

@@ -36,9 +36,13 @@ int env_choice() {
 // the weight gradients dY^T X (A transposed, K = the 2048 rows of a batch): there oneDNN 2.6's
 // AVX2 kernels reach half of OpenBLAS's speed. With AVX-512 oneDNN runs other (brgemm) kernels,
 // so the exception is limited to CPUs without it.
+// M = 1 (each GEMM of a batch-1 decode step, docs/sampling.md): the call is one GEMV that
+// streams the weights once; oneDNN's per-call overhead dominates it (sample on `small`, 1 thread:
+// 150 tokens/s with oneDNN against 228 with CTXLAB_GEMM=openblas), so OpenBLAS's sgemv runs it.
 constexpr int64_t kLongK = 1024;
 bool openblas_is_faster(const GemmDesc& g) {
   static const bool avx2_only = !__builtin_cpu_supports("avx512f");
+  if (g.M == 1 && g.K > 1) return openblas_available();
   return avx2_only && g.trans_a && !g.trans_b && g.K >= kLongK && openblas_available();
 }
 }  // namespace
