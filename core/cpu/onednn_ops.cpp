@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cpu/onednn_util.h"
+#include "core/cpu/ref_kernels.h"
 #include "core/error.h"
 #include "core/settings.h"
 
@@ -197,9 +198,10 @@ bool onednn_layernorm_backward_f32(const float* dy, const float* x, const float*
        {DNNL_ARG_DIFF_SCALE, {C}, dscale},
        {shift ? DNNL_ARG_DIFF_SHIFT : kNoArg, {C}, dshift}});
   if (!ok) return false;
-  for (int64_t c = 0; c < C; ++c) dw[c] += dscale[c];
-  if (shift)
-    for (int64_t c = 0; c < C; ++c) db[c] += dshift[c];
+  // dscale / dshift are oneDNN's own sums over rows, in an order that depends on the thread
+  // count: the weight gradients are summed again in the canonical row order instead
+  // (ref_kernels.h colsum_tree: the same run whatever the thread count or the number of ranks).
+  ref::norm_param_grads<float>(dy, x, mean, rstd, dw, shift ? db : nullptr, N, C);
   return true;
 }
 
