@@ -29,6 +29,7 @@ namespace ctx {
 
 nlohmann::json train_options_to_json(const TrainOptions& o) {
   return {{"data", o.data}, {"out", o.out}, {"steps", o.steps}, {"batch", o.batch}, {"accum", o.accum},
+          {"deterministic", o.deterministic},
           {"context", o.context}, {"optimizer", o.optimizer}, {"lr", o.lr}, {"min_lr", o.min_lr},
           {"warmup", o.warmup}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps},
           {"weight_decay", o.weight_decay}, {"momentum", o.momentum}, {"grad_clip", o.grad_clip},
@@ -50,7 +51,7 @@ TrainOptions train_options_from_json(const nlohmann::json& j, const std::string&
     ref[kv.key()] = kv.value();
   }
   o.data = ref["data"]; o.out = ref["out"]; o.steps = ref["steps"]; o.batch = ref["batch"];
-  o.accum = ref["accum"]; o.context = ref["context"]; o.optimizer = ref["optimizer"]; o.lr = ref["lr"];
+  o.accum = ref["accum"]; o.deterministic = ref["deterministic"]; o.context = ref["context"]; o.optimizer = ref["optimizer"]; o.lr = ref["lr"];
   o.min_lr = ref["min_lr"]; o.warmup = ref["warmup"]; o.beta1 = ref["beta1"]; o.beta2 = ref["beta2"];
   o.eps = ref["eps"]; o.weight_decay = ref["weight_decay"]; o.momentum = ref["momentum"];
   o.grad_clip = ref["grad_clip"]; o.val_fraction = ref["val_fraction"]; o.log_interval = ref["log_interval"];
@@ -280,12 +281,14 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   struct Pending { int64_t step; double lr, ms; };
   std::vector<Pending> pending;
   pending.reserve((size_t)window);
-  // Each micro-batch runs as its canonical shards, and the gradients of every shard of every
-  // micro-batch are summed in one pairwise tree: the same bits whatever the number of ranks,
-  // --accum or threads (train/grad_tree.h). XL's segments keep one memory per stream: one piece.
+  // --deterministic: each micro-batch runs as its canonical shards, and the gradients of every
+  // shard of every micro-batch are summed in one pairwise tree: the same bits whatever the number
+  // of ranks, --accum or threads (train/grad_tree.h). Otherwise one piece per micro-batch, and
+  // the micro-batches accumulate in order. XL's segments keep one memory per stream: one piece.
   const std::vector<std::pair<int64_t, int64_t>> shards =
-      segments ? std::vector<std::pair<int64_t, int64_t>>{{0, r1 - r0}} : canonical_shards(r1 - r0, T);
-  const int64_t micro_steps = opt.accum * (int64_t)shards.size();
+      opt.deterministic && !segments ? canonical_shards(r1 - r0, T)
+                                     : std::vector<std::pair<int64_t, int64_t>>{{0, r1 - r0}};
+  const int64_t micro_steps = opt.deterministic ? opt.accum * (int64_t)shards.size() : 1;
   GradTree grad_tree(params);
   for (int64_t step = start_step; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();

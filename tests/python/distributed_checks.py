@@ -100,26 +100,35 @@ def same_run(btl):
     noise, and the same run follows whatever N, whatever the thread count, and with --accum 2."""
     tag = "tcp" if btl else "shm"
     sgd = ["--optimizer", "sgd", "--lr", "0.05"]
-    d = {k: fresh(f"{k}_{tag}") for k in ("sgd1", "sgd2", "adam1", "adam1t1", "adam2", "adam1b4", "adam1acc")}
-    base = TINY + ["--steps", 20, "--batch", 32]  # 32 x 64 rows: 2 canonical shards, one per rank
+    d = {k: fresh(f"{k}_{tag}") for k in ("sgd1", "sgd2", "adam1", "adam1t1", "adam2", "adam1b4", "adam1acc",
+                                          "fast1", "fast2")}
+    base = TINY + ["--steps", 20, "--batch", 32, "--deterministic"]  # 32 x 64 rows: 2 canonical shards, one per rank
+    fast = TINY + ["--steps", 20, "--batch", 32]  # the default: no shards, no tree
     env1 = dict(os.environ, CTXLAB_THREADS="1")
     ok = run(single(base + sgd + ["--out", d["sgd1"]])).returncode == 0
     ok &= run(single(base + ["--out", d["adam1"]])).returncode == 0
     ok &= subprocess.run(single(base + ["--out", d["adam1t1"]]), env=env1, capture_output=True).returncode == 0
-    ok &= run(single(TINY + ["--steps", 20, "--batch", 16, "--out", d["adam1b4"]])).returncode == 0
-    ok &= run(single(TINY + ["--steps", 20, "--batch", 16, "--accum", 2, "--out", d["adam1acc"]])).returncode == 0
+    ok &= run(single(TINY + ["--steps", 20, "--batch", 16, "--deterministic", "--out", d["adam1b4"]])).returncode == 0
+    ok &= run(single(TINY + ["--steps", 20, "--batch", 16, "--accum", 2, "--deterministic", "--out", d["adam1acc"]])).returncode == 0
+    ok &= run(single(fast + ["--out", d["fast1"]])).returncode == 0
     ok &= check(f"np2 ({tag}) runs (sgd)", run(mpi(2, base + sgd + ["--out", d["sgd2"]], btl)).returncode == 0)
     ok &= check(f"np2 ({tag}) runs (adamw)", run(mpi(2, base + ["--out", d["adam2"]], btl)).returncode == 0)
+    ok &= check(f"np2 ({tag}) runs (adamw, default mode)", run(mpi(2, fast + ["--out", d["fast2"]], btl)).returncode == 0)
     if not ok:
         return
     r, name = max_rel(params(d["sgd2"]), params(d["sgd1"]))
     check(f"sgd: np2 ({tag}) == np1 after 20 steps, batch 32 (worst rel {r:.2e} in {name})", r <= 1e-5)
     r, name = max_rel(params(d["adam2"]), params(d["adam1"]))
-    check(f"adamw: np2 ({tag}) == np1 after 20 steps, batch 32 (worst rel {r:.2e} in {name})", r <= 1e-5)
+    check(f"adamw --deterministic: np2 ({tag}) == np1 after 20 steps, batch 32 (worst rel {r:.2e} in {name})", r <= 1e-5)
     r, name = max_rel(params(d["adam1t1"]), params(d["adam1"]))
-    check(f"adamw: one process, 1 thread == 2 threads (worst rel {r:.2e} in {name})", r <= 1e-5)
+    check(f"adamw --deterministic: one process, 1 thread == 2 threads (worst rel {r:.2e} in {name})", r <= 1e-5)
     r, name = max_rel(params(d["adam1acc"]), params(d["adam2"]))
-    check(f"adamw: --batch 16 --accum 2 == np2 ({tag}) --batch 32 (worst rel {r:.2e} in {name})", r <= 1e-5)
+    check(f"adamw --deterministic: --batch 16 --accum 2 == np2 ({tag}) --batch 32 (worst rel {r:.2e} in {name})",
+          r <= 1e-5)
+    r, name = max_rel(params(d["fast2"]), params(d["fast1"]))
+    print(f"INFO adamw, default mode: np2 ({tag}) vs np1 worst rel {r:.2e} in {name} (summation order moves the "
+          f"noise-only key bias; docs/distributed.md)")
+    check(f"adamw, default mode: np2 ({tag}) within 1e-3 of np1 (worst rel {r:.2e})", r <= 1e-3)
     r4, _ = max_rel(params(d["adam1b4"]), params(d["adam1"]))
     check(f"control: batch 16 differs from batch 32 (rel {r4:.2e})", r4 > 1e-3)
     with open(os.path.join(d["adam2"], "train.csv")) as f:
