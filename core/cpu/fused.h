@@ -6,6 +6,7 @@
 //   split/merge heads  core/cpu/heads.cpp
 //   linear             core/cpu/linear.cpp     -> gemm.h (oneDNN bias epilogue, else beta = 1)
 //   sum_squares, adamw_flat  core/cpu/adamw_flat.cpp
+//   gru_cell_*         core/cpu/gru_cell.cpp
 // Shapes and semantics: the matching Backend method in core/backend.h.
 #pragma once
 #include <vector>
@@ -31,6 +32,11 @@ void merge_heads(const Tensor& o, Tensor& out);
 void merge_heads_backward(const Tensor& dout, Tensor& d_o);
 
 void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+
+void gru_cell_forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, const Tensor& hp, Tensor& h,
+                      Tensor& rzn, Tensor& hn);
+void gru_cell_backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, const Tensor& rzn, const Tensor& hn,
+                       Tensor& d1, Tensor& d2, Tensor& dh);
 
 void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out);
 void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
