@@ -23,6 +23,9 @@ struct OdeSpec {
   double dt = 0.01;
   int64_t substeps = 1;
 };
+// CTXLAB_FUSED_ODE (core/settings.h): 0 = always the composed reference loop; tests set it here.
+void set_fused_ode(bool on);
+void reset_fused_ode();
 Variable ode_positions(const Variable& p0, const Variable& w1, const Variable& b1,
                        const Variable& wt, const Variable& w2, const Variable& b2,
                        const OdeSpec& spec);

@@ -436,7 +436,9 @@ class CudaBackend final : public Backend {
   }
 
   // ======== fused methods (all of them; attention in attention.cu) ========
-  bool has(Fused) const override { return true; }
+  // FLOATER's RK4 runs through the composed ops here (a sequential integration of [1, D] products
+  // would need a single-block kernel; not written): autograd/ops_ode.cpp's reference loop.
+  bool has(Fused f) const override { return f != Fused::OdeRk4; }
 
   void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                          Tensor& out, Tensor& lse, const AttnRel& rel) override {
