@@ -78,6 +78,23 @@ ModelConfig tiny(const nlohmann::json& posenc) {
   return c;
 }
 
+// Fused against composed: every output / gradient within 1e-12 (f64) or 2e-5 (f32) of the
+// reference, relative to its largest element (at least 1).
+void expect_same_outputs(const std::vector<Tensor>& fused, const std::vector<Tensor>& ref, DType dt,
+                         const std::string& what) {
+  const double tol = dt == DType::F64 ? 1e-12 : 2e-5;
+  ASSERT_EQ(fused.size(), ref.size());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    const Tensor x = fused[i].to(DType::F64), y = ref[i].to(DType::F64);
+    double worst = 0, scale = 0;
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      worst = std::max(worst, std::abs(x.data<double>()[e] - y.data<double>()[e]));
+      scale = std::max(scale, std::abs(y.data<double>()[e]));
+    }
+    EXPECT_LE(worst, tol * std::max(scale, 1.0)) << what << " " << dtype_name(dt) << " output/grad #" << i;
+  }
+}
+
 }  // namespace
 
 // ---- gradchecks of the ops (f64, every input) ------------------------------------------------
@@ -115,16 +132,7 @@ TEST(PosencSurvey, FusedGruEqualsTheComposedLoop) {
     };
     const auto a = run(true), b = run(false);
     reset_fused_gru();
-    const double tol = dt == DType::F64 ? 1e-12 : 2e-5;
-    for (size_t i = 0; i < a.size(); ++i) {
-      const Tensor x = a[i].to(DType::F64), y = b[i].to(DType::F64);
-      double worst = 0, scale = 0;
-      for (int64_t e = 0; e < x.numel(); ++e) {
-        worst = std::max(worst, std::abs(x.data<double>()[e] - y.data<double>()[e]));
-        scale = std::max(scale, std::abs(y.data<double>()[e]));
-      }
-      EXPECT_LE(worst, tol * std::max(scale, 1.0)) << dtype_name(dt) << " output/grad #" << i;
-    }
+    expect_same_outputs(a, b, dt, "gru");
   }
   SingleThread one;
   set_fused_gru(false);
@@ -160,16 +168,7 @@ TEST(PosencSurvey, FusedOdeEqualsTheComposedLoop) {
       };
       const auto a = run(true), b = run(false);
       reset_fused_ode();
-      const double tol = dt == DType::F64 ? 1e-12 : 2e-5;
-      for (size_t i = 0; i < a.size(); ++i) {
-        const Tensor x = a[i].to(DType::F64), y = b[i].to(DType::F64);
-        double worst = 0, scale = 0;
-        for (int64_t e = 0; e < x.numel(); ++e) {
-          worst = std::max(worst, std::abs(x.data<double>()[e] - y.data<double>()[e]));
-          scale = std::max(scale, std::abs(y.data<double>()[e]));
-        }
-        EXPECT_LE(worst, tol * std::max(scale, 1.0)) << dtype_name(dt) << " substeps " << sp.substeps << " #" << i;
-      }
+      expect_same_outputs(a, b, dt, "ode substeps " + std::to_string(sp.substeps));
     }
 }
 

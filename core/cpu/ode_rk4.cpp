@@ -27,6 +27,18 @@ struct Rk4Steps {
   }
 };
 
+// out [C] = W^T v for W [R, C] row-major, v [R]: rows added in order (vectorised over C)
+template <class F>
+void matvec_t(const F* W, int64_t R, int64_t C, const F* v, F* out) {
+  for (int64_t c = 0; c < C; ++c) out[c] = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const F* wr = W + r * C;
+    const F vr = v[r];
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) out[c] += wr[c] * vr;
+  }
+}
+
 template <class F>
 void forward_kernel(const F* p0, const F* w1, const F* b1, const F* wt, const F* w2, const F* b2, int64_t n,
                     int64_t D, int64_t Fh, double dt, int64_t substeps, F* P, F* Pt, F* U) {
@@ -97,23 +109,11 @@ void backward_kernel(const F* gP, const F* w1, const F* w2, const F* U, int64_t 
       const int64_t row = 4 * s + j;
       const F* g = gk + j * D;
       for (int64_t d = 0; d < D; ++d) GK[row * D + d] = g[d];
-      for (int64_t f = 0; f < Fh; ++f) gu[f] = 0;
-      for (int64_t d = 0; d < D; ++d) {  // W2^T gk_j
-        const F* wr = w2 + d * Fh;
-        const F gd = g[d];
-#pragma omp simd
-        for (int64_t f = 0; f < Fh; ++f) gu[f] += wr[f] * gd;
-      }
+      matvec_t(w2, D, Fh, g, gu);  // W2^T gk_j
       const F* u = U + row * Fh;
       F* ga = GA + row * Fh;
       for (int64_t f = 0; f < Fh; ++f) ga[f] = gu[f] * (F(1) - u[f] * u[f]);
-      for (int64_t d = 0; d < D; ++d) gpj[d] = 0;
-      for (int64_t f = 0; f < Fh; ++f) {  // W1^T ga_j
-        const F* wr = w1 + f * D;
-        const F af = ga[f];
-#pragma omp simd
-        for (int64_t d = 0; d < D; ++d) gpj[d] += wr[d] * af;
-      }
+      matvec_t(w1, Fh, D, ga, gpj);  // W1^T ga_j
       for (int64_t d = 0; d < D; ++d) gsum[d] += gpj[d];
       if (j > 0)
         for (int64_t d = 0; d < D; ++d) gk[(j - 1) * D + d] += gpj[d] * st.c[j];
