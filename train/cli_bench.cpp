@@ -360,6 +360,7 @@ int run_bench(int argc, char** argv) {
   j["posenc"] = model.pe->type();
   j["posenc_config"] = cfg.posenc;
   j["batch"] = B;
+  j["deterministic"] = deterministic;  // canonical shards + gradient tree (train --deterministic)
   j["context"] = T;
   j["threads"] = threads;
   j["warmup"] = warmup;
