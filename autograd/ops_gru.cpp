@@ -11,14 +11,81 @@
 //   dh_{t-1} = g z + dAr W_hr + dAz W_hz + dHn W_hn.
 // The weight gradients are then one GEMM per gate over all T*B rows (dAr, dAz, dNpre against X;
 // dAr, dAz, dHn against Hs[0..T-1]); the bias gradients are column sums.
+//
+// Two implementations: the composed loop below (the reference: ~20 backend primitives per step,
+// each gate its own GEMM) and, on a backend with Fused::GruCell (CTXLAB_FUSED_GRU=0 turns it
+// off), the fused one: gate-interleaved [T, B, 3H] layout, the input projection one GEMM with
+// the bias inside (Backend::linear), per step one [B, H] x [H, 3H] GEMM plus one fused gate
+// kernel forward (gru_cell_forward) and one kernel plus one GEMM backward (gru_cell_backward),
+// and the weight gradients one GEMM each over all T*B rows.
 #include "autograd/ops_seq_util.h"
 #include "autograd/ops_survey.h"
+#include "core/switch.h"
 
 namespace ctx {
 using namespace detail;
 
+static FastPathSwitch g_fused_gru("CTXLAB_FUSED_GRU");
+void set_fused_gru(bool on) { g_fused_gru.set(on); }
+void reset_fused_gru() { g_fused_gru.reset(); }
+
 namespace {
 Tensor gate(const Tensor& w, int g, int64_t H) { return w.slice0(g * H, (g + 1) * H); }  // row block r, z, n
+
+// ---- fast: the fused gate kernels (see the top of the file) ----
+Variable gru_sequence_fused(const Variable& x, const Variable& w_ih, const Variable& w_hh, const Variable& b_ih,
+                            const Variable& b_hh, int64_t B, int64_t T, int64_t In, int64_t H) {
+  const Tensor xd = x.data(), wi = w_ih.data(), wh = w_hh.data(), bi = b_ih.data(), bh = b_hh.data();
+  Backend& be = backend_of(xd);
+  const Tensor X = seq::swap01(xd).view({T * B, In});  // time-major rows
+  Tensor bias = seq::add(bi, bh);                      // r, z: both biases sit inside the sigmoid
+  seq::copy_into(gate(bi, 2, H), gate(bias, 2, H));    // n: b_in only (b_hn sits inside r (...))
+  Tensor XG = seq::like(xd, {T * B, 3 * H});           // [T, B, 3H] gate-interleaved
+  be.linear(X, wi, bias, XG);
+  Tensor Hs = seq::like(xd, {T + 1, B, H}), RZN = seq::like(xd, {T, B, 3 * H}), HN = seq::like(xd, {T, B, H});
+  Tensor h0 = Hs.select0(0);
+  be.fill(h0, 0.0);
+  const Tensor bhn = gate(bh, 2, H);
+  Tensor hg = seq::like(xd, {B, 3 * H});
+  for (int64_t t = 0; t < T; ++t) {
+    seq::mm(Hs.select0(t), false, wh, true, hg);  // [B, H] x [H, 3H]
+    Tensor h = Hs.select0(t + 1), rzn = RZN.select0(t), hn = HN.select0(t);
+    be.gru_cell_forward(XG.slice0(t * B, (t + 1) * B), hg, bhn, Hs.select0(t), h, rzn, hn);
+  }
+  Tensor out = seq::swap01(Hs.slice0(1, T + 1));  // [B, T, H]
+
+  return make_result(out, "gru_sequence", {x, w_ih, w_hh, b_ih, b_hh}, [=](const Tensor& dy) {
+    Backend& bb = backend_of(dy);
+    const Tensor G = seq::swap01(dy);  // [T, B, H]
+    Tensor D1 = seq::like(dy, {T, B, 3 * H}), D2 = seq::like(dy, {T, B, 3 * H});
+    Tensor dh = seq::like(dy, {B, H}), dh_next = seq::like(dy, {B, H});
+    bb.fill(dh, 0.0);
+    for (int64_t t = T - 1; t >= 0; --t) {
+      Tensor d1 = D1.select0(t), d2 = D2.select0(t);
+      bb.gru_cell_backward(G.select0(t), dh, Hs.select0(t), RZN.select0(t), HN.select0(t), d1, d2, dh_next);
+      seq::mm(d2, false, wh, false, dh_next, 1.f);  // + (dAr | dAz | dHn) W_hh
+      std::swap(dh, dh_next);
+    }
+    const Tensor R1 = D1.view({T * B, 3 * H}), R2 = D2.view({T * B, 3 * H});
+    if (x.requires_grad()) {  // dX [T B, In] = D1 W_ih
+      Tensor dX = seq::like(dy, {T * B, In});
+      seq::mm(R1, false, wi, false, dX);
+      acc(x, seq::swap01(dX.view({T, B, In})));
+    }
+    if (w_ih.requires_grad()) {  // dW_ih [3H, In] = D1^T X
+      Tensor dw = seq::like(dy, {3 * H, In});
+      seq::mm(R1, true, X, false, dw);
+      acc(w_ih, dw);
+    }
+    if (w_hh.requires_grad()) {  // dW_hh [3H, H] = D2^T Hs[0..T-1]
+      Tensor dw = seq::like(dy, {3 * H, H});
+      seq::mm(R2, true, Hs.slice0(0, T).view({T * B, H}), false, dw);
+      acc(w_hh, dw);
+    }
+    if (b_ih.requires_grad()) acc(b_ih, seq::colsum(R1));  // r, z: dA; n: dNp
+    if (b_hh.requires_grad()) acc(b_hh, seq::colsum(R2));  // r, z: dA; n: dNp r
+  });
+}
 }  // namespace
 
 Variable gru_sequence(const Variable& x, const Variable& w_ih, const Variable& w_hh,
@@ -35,6 +102,10 @@ Variable gru_sequence(const Variable& x, const Variable& w_ih, const Variable& w
             "gru_sequence: biases must be [", 3 * H, "], got ", bi.str(), " and ", bh.str());
   for (const Tensor* t : {&wi, &wh, &bi, &bh}) check_compatible(xd, *t, "gru_sequence");
   CTX_CHECK(is_float(xd.dtype()), "gru_sequence: expected float tensors, got ", xd.str());
+  if (g_fused_gru.enabled() && backend_of(xd).has(Fused::GruCell))
+    return gru_sequence_fused(x, w_ih, w_hh, b_ih, b_hh, B, T, In, H);
+
+  // ---- reference: the composed loop ----
 
   const Tensor X = seq::swap01(xd).view({T * B, In});
   Tensor XG = seq::like(xd, {3, T * B, H});

@@ -9,13 +9,21 @@
 //   gk = eta/6 (1, 2, 2, 1) gp; for j = 4..1: ga_j = (W2^T gk_j) (1 - u_j^2), gp_j = W1^T ga_j,
 //   gp += gp_j, gk_{j-1} += c_j gp_j. Then dW2 = GK^T U, db2 = sum GK, dW1 = GA^T Pt,
 //   db1 = sum GA, dwt = GA^T tau (one GEMM each over all 4S stage rows).
+// On a backend with Fused::OdeRk4 (the CPU; CTXLAB_FUSED_ODE=0 turns it off) the integration and
+// its backward are one call each (core/cpu/ode_rk4.cpp, the same operations in the same order);
+// the loop below is the reference, and the path of backends without it (CUDA).
 #include <vector>
 
 #include "autograd/ops_seq_util.h"
 #include "autograd/ops_survey.h"
+#include "core/switch.h"
 
 namespace ctx {
 using namespace detail;
+
+static FastPathSwitch g_fused_ode("CTXLAB_FUSED_ODE");
+void set_fused_ode(bool on) { g_fused_ode.set(on); }
+void reset_fused_ode() { g_fused_ode.reset(); }
 
 Variable ode_positions(const Variable& p0v, const Variable& w1v, const Variable& b1v,
                        const Variable& wtv, const Variable& w2v, const Variable& b2v,
@@ -55,10 +63,12 @@ Variable ode_positions(const Variable& p0v, const Variable& w1v, const Variable&
 
   Tensor P = seq::like(p0, {spec.n, D});            // output
   Tensor Pt = seq::like(p0, {std::max<int64_t>(4 * S, 1), D}), U = seq::like(p0, {std::max<int64_t>(4 * S, 1), F});
-  seq::copy_into(p0, P.select0(0));
+  const bool fused = S > 0 && g_fused_ode.enabled() && backend_of(p0).has(Fused::OdeRk4);
+  if (fused) backend_of(p0).ode_rk4_forward(p0, w1, b1, wt, w2, b2, spec.dt, spec.substeps, P, Pt, U);
+  else seq::copy_into(p0, P.select0(0));
   Tensor p = p0.view({1, D});
   const Tensor b1r = b1.view({1, F}), b2r = b2.view({1, D}), wtr = wt.view({1, F});
-  for (int64_t s = 0; s < S; ++s) {
+  for (int64_t s = 0; s < (fused ? 0 : S); ++s) {
     Tensor k[4], ksum;
     for (int j = 0; j < 4; ++j) {
       Tensor pj = Pt.slice0(4 * s + j, 4 * s + j + 1);  // [1, D]
@@ -88,9 +98,14 @@ Variable ode_positions(const Variable& p0v, const Variable& w1v, const Variable&
                      [=](const Tensor& gP) {
     Tensor GK = seq::like(gP, {std::max<int64_t>(4 * S, 1), D}), GA = seq::like(gP, {std::max<int64_t>(4 * S, 1), F});
     Tensor gp = seq::like(gP, {1, D});
-    seq::copy_into(gP.select0(spec.n - 1), gp);
+    if (fused) {
+      Tensor g0 = gp.view({D});
+      backend_of(gP).ode_rk4_backward(gP, w1, w2, U, spec.dt, spec.substeps, g0, GK, GA);
+    } else {
+      seq::copy_into(gP.select0(spec.n - 1), gp);
+    }
     const double wk[4] = {eta / 6, eta / 3, eta / 3, eta / 6};
-    for (int64_t s = S - 1; s >= 0; --s) {
+    for (int64_t s = (fused ? -1 : S - 1); s >= 0; --s) {
       Tensor gk[4];
       for (int j = 0; j < 4; ++j) gk[j] = seq::un(UnaryOp::Scale, gp, wk[j]);
       Tensor gsum = gp;

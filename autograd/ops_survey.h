@@ -9,6 +9,9 @@ namespace ctx {
 
 // One GRU layer (PyTorch's equations, gates r, z, n), h_0 = 0, over x [B, T, In]:
 //   w_ih [3H, In], w_hh [3H, H], b_ih, b_hh [3H] (row blocks r, z, n) -> h [B, T, H].
+// CTXLAB_FUSED_GRU (core/settings.h): 0 = always the composed reference loop; tests set it here.
+void set_fused_gru(bool on);
+void reset_fused_gru();
 Variable gru_sequence(const Variable& x, const Variable& w_ih, const Variable& w_hh,
                       const Variable& b_ih, const Variable& b_hh);
 
@@ -20,6 +23,9 @@ struct OdeSpec {
   double dt = 0.01;
   int64_t substeps = 1;
 };
+// CTXLAB_FUSED_ODE (core/settings.h): 0 = always the composed reference loop; tests set it here.
+void set_fused_ode(bool on);
+void reset_fused_ode();
 Variable ode_positions(const Variable& p0, const Variable& w1, const Variable& b1,
                        const Variable& wt, const Variable& w2, const Variable& b2,
                        const OdeSpec& spec);

@@ -630,6 +630,59 @@ void fused_cases(std::vector<Case>& cs) {
                         return std::vector<Tensor>{out};
                       }});
       }
+  // gru cell: xg, hg [B, 3H], bhn [H], hp [B, H] -> h, rzn, hn; backward -> d1, d2, dh
+  for (auto [B, H] : {std::pair<int64_t, int64_t>{3, 5}, {1, 1}, {4, 40}}) {
+    const Shape bh{B, H}, b3{B, 3 * H};
+    auto sg = [](T x) { return T(0.5) * std::tanh(T(0.5) * x) + T(0.5); };
+    cs.push_back({str("gru_cell_forward ", tn<T>(), " B ", B, " H ", H), dt, false, 2, Fused::GruCell,
+                  [=](const Dev& D) {
+                    Tensor xg = D.in(rnd(b3, dt, 141)), hg = D.in(rnd(b3, dt, 142)), bhn = D.in(rnd({H}, dt, 143)),
+                           hp = D.in(rnd(bh, dt, 144));
+                    Tensor h = D.out(bh, dt), rzn = D.out(b3, dt), hn = D.out(bh, dt);
+                    D.be().gru_cell_forward(xg, hg, bhn, hp, h, rzn, hn);
+                    return hosts({h, rzn, hn});
+                  },
+                  [=] {
+                    Tensor xg = rnd(b3, dt, 141), hg = rnd(b3, dt, 142), bhn = rnd({H}, dt, 143), hp = rnd(bh, dt, 144);
+                    Tensor h = Tensor::empty(bh, dt), rzn = Tensor::empty(b3, dt), hn = Tensor::empty(bh, dt);
+                    const T *x = P<T>(xg), *g = P<T>(hg);
+                    for (int64_t b = 0; b < B; ++b)
+                      for (int64_t j = 0; j < H; ++j) {
+                        const int64_t o = b * 3 * H;
+                        const T r = sg(x[o + j] + g[o + j]), z = sg(x[o + H + j] + g[o + H + j]);
+                        const T hv = g[o + 2 * H + j] + P<T>(bhn)[j], n = std::tanh(x[o + 2 * H + j] + r * hv);
+                        P<T>(h)[b * H + j] = n + z * (P<T>(hp)[b * H + j] - n);
+                        P<T>(rzn)[o + j] = r, P<T>(rzn)[o + H + j] = z, P<T>(rzn)[o + 2 * H + j] = n;
+                        P<T>(hn)[b * H + j] = hv;
+                      }
+                    return std::vector<Tensor>{h, rzn, hn};
+                  }});
+    cs.push_back({str("gru_cell_backward ", tn<T>(), " B ", B, " H ", H), dt, false, 2, Fused::GruCell,
+                  [=](const Dev& D) {
+                    Tensor gy = D.in(rnd(bh, dt, 151)), dhc = D.in(rnd(bh, dt, 152)), hp = D.in(rnd(bh, dt, 153)),
+                           rzn = D.in(rnd(b3, dt, 154, 0, 1)), hn = D.in(rnd(bh, dt, 155));
+                    Tensor d1 = D.out(b3, dt), d2 = D.out(b3, dt), dh = D.out(bh, dt);
+                    D.be().gru_cell_backward(gy, dhc, hp, rzn, hn, d1, d2, dh);
+                    return hosts({d1, d2, dh});
+                  },
+                  [=] {
+                    Tensor gy = rnd(bh, dt, 151), dhc = rnd(bh, dt, 152), hp = rnd(bh, dt, 153),
+                           rzn = rnd(b3, dt, 154, 0, 1), hn = rnd(bh, dt, 155);
+                    Tensor d1 = Tensor::empty(b3, dt), d2 = Tensor::empty(b3, dt), dh = Tensor::empty(bh, dt);
+                    for (int64_t b = 0; b < B; ++b)
+                      for (int64_t j = 0; j < H; ++j) {
+                        const int64_t o = b * 3 * H, i = b * H + j;
+                        const T g = P<T>(gy)[i] + P<T>(dhc)[i];
+                        const T r = P<T>(rzn)[o + j], z = P<T>(rzn)[o + H + j], n = P<T>(rzn)[o + 2 * H + j];
+                        const T dnp = g * (T(1) - z) * (T(1) - n * n);
+                        const T dar = dnp * P<T>(hn)[i] * r * (T(1) - r), daz = g * (P<T>(hp)[i] - n) * z * (T(1) - z);
+                        P<T>(d1)[o + j] = dar, P<T>(d1)[o + H + j] = daz, P<T>(d1)[o + 2 * H + j] = dnp;
+                        P<T>(d2)[o + j] = dar, P<T>(d2)[o + H + j] = daz, P<T>(d2)[o + 2 * H + j] = dnp * r;
+                        P<T>(dh)[i] = g * z;
+                      }
+                    return std::vector<Tensor>{d1, d2, dh};
+                  }});
+  }
   // heads: qkv [B, S, 3 H Dh] <-> q [B, H, S - q0, Dh], k, v [B, H, S, Dh]; merge o [B, H, T, Dh]
   struct HC { int64_t B, S, H, Dh, q0; };
   for (const HC& c : {HC{2, 5, 3, 4, 0}, HC{1, 1, 1, 1, 0}, HC{2, 7, 2, 3, 4}}) {

@@ -104,6 +104,26 @@ class RecordingBackend final : public Backend {
     ++calls["attention_backward"];
     in_.attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
   }
+  void ode_rk4_forward(const Tensor& p0, const Tensor& w1, const Tensor& b1, const Tensor& wt, const Tensor& w2,
+                       const Tensor& b2, double dt, int64_t substeps, Tensor& P, Tensor& Pt, Tensor& U) override {
+    ++calls["ode_rk4_forward"];
+    in_.ode_rk4_forward(p0, w1, b1, wt, w2, b2, dt, substeps, P, Pt, U);
+  }
+  void ode_rk4_backward(const Tensor& gP, const Tensor& w1, const Tensor& w2, const Tensor& U, double dt,
+                        int64_t substeps, Tensor& gp0, Tensor& GK, Tensor& GA) override {
+    ++calls["ode_rk4_backward"];
+    in_.ode_rk4_backward(gP, w1, w2, U, dt, substeps, gp0, GK, GA);
+  }
+  void gru_cell_forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, const Tensor& hp, Tensor& h,
+                        Tensor& rzn, Tensor& hn) override {
+    ++calls["gru_cell_forward"];
+    in_.gru_cell_forward(xg, hg, bhn, hp, h, rzn, hn);
+  }
+  void gru_cell_backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, const Tensor& rzn, const Tensor& hn,
+                         Tensor& d1, Tensor& d2, Tensor& dh) override {
+    ++calls["gru_cell_backward"];
+    in_.gru_cell_backward(gy, dhc, hp, rzn, hn, d1, d2, dh);
+  }
   void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool inter, bool tr) override {
     ++calls[tr ? "rope_rotate(transpose)" : "rope_rotate"];
     in_.rope_rotate(x, C, S, out, inter, tr);
@@ -236,9 +256,9 @@ TEST(DeviceCore, TheSwitchTurnsAnExistingFusedPathOffButCannotTurnOneOn) {
 
 TEST(DeviceCore, BaseClassFusedMethodsThrowNamingTheMethodAndTheBackend) {
   RecordingBackend rb(backend(Device::CPU), false);
-  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW})
+  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW, Fused::GruCell, Fused::OdeRk4})
     EXPECT_FALSE(rb.Backend::has(f)) << fused_name(f);
-  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW})
+  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW, Fused::GruCell, Fused::OdeRk4})
     EXPECT_TRUE(backend(Device::CPU).has(f)) << "the CPU backend lacks " << fused_name(f);
   Tensor t = Tensor::zeros({2, 4}, DType::F32), u = Tensor::zeros({2, 4}, DType::F32);
   Backend& base = rb;
@@ -407,7 +427,7 @@ TEST(DeviceCore, ModuleToMovesEveryParameterOnceKeepingNamesAndTies) {
 
 TEST(Settings, EveryVariableIsInTheTableAndDocumented) {
   const auto& t = settings();
-  EXPECT_EQ(t.size(), 16u);
+  EXPECT_EQ(t.size(), 18u);
   std::ifstream f(std::string(CTXLAB_SOURCE_DIR) + "/docs/settings.md");
   ASSERT_TRUE(f.good()) << "docs/settings.md is missing";
   std::stringstream doc;

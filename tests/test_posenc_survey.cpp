@@ -78,6 +78,23 @@ ModelConfig tiny(const nlohmann::json& posenc) {
   return c;
 }
 
+// Fused against composed: every output / gradient within 1e-12 (f64) or 2e-5 (f32) of the
+// reference, relative to its largest element (at least 1).
+void expect_same_outputs(const std::vector<Tensor>& fused, const std::vector<Tensor>& ref, DType dt,
+                         const std::string& what) {
+  const double tol = dt == DType::F64 ? 1e-12 : 2e-5;
+  ASSERT_EQ(fused.size(), ref.size());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    const Tensor x = fused[i].to(DType::F64), y = ref[i].to(DType::F64);
+    double worst = 0, scale = 0;
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      worst = std::max(worst, std::abs(x.data<double>()[e] - y.data<double>()[e]));
+      scale = std::max(scale, std::abs(y.data<double>()[e]));
+    }
+    EXPECT_LE(worst, tol * std::max(scale, 1.0)) << what << " " << dtype_name(dt) << " output/grad #" << i;
+  }
+}
+
 }  // namespace
 
 // ---- gradchecks of the ops (f64, every input) ------------------------------------------------
@@ -89,6 +106,70 @@ TEST(PosencSurvey, GradcheckGruSequence) {
                             randn({3 * H}, 4), randn({3 * H}, 5)},
                         {"x", "weight_ih", "weight_hh", "bias_ih", "bias_hh"}),
               5);
+}
+
+// The fused GRU (Fused::GruCell, the default) against the composed reference loop
+// (CTXLAB_FUSED_GRU=0): the same output and the same gradient of every input, f64 and f32; the
+// composed loop is gradchecked too.
+TEST(PosencSurvey, FusedGruEqualsTheComposedLoop) {
+  ASSERT_TRUE(backend(Device::CPU).has(Fused::GruCell));  // else both runs would be the composed loop
+  const int64_t B = 3, T = 7, In = 5, H = 6;
+  for (DType dt : {DType::F64, DType::F32}) {
+    std::vector<Tensor> ins = {randn({B, T, In}, 1, 1.0), randn({3 * H, In}, 2), randn({3 * H, H}, 3),
+                               randn({3 * H}, 4), randn({3 * H}, 5)};
+    if (dt == DType::F32)
+      for (auto& t : ins) t = t.to(DType::F32);
+    const Tensor gy = randn({B, T, H}, 6, 1.0).to(dt);
+    auto run = [&](bool fused) {
+      set_fused_gru(fused);
+      std::vector<Variable> v;
+      for (auto& t : ins) v.emplace_back(t.clone(), true);
+      Variable h = gru_sequence(v[0], v[1], v[2], v[3], v[4]);
+      h.backward(gy);
+      std::vector<Tensor> out = {h.data()};
+      for (auto& x : v) out.push_back(x.grad());
+      return out;
+    };
+    const auto a = run(true), b = run(false);
+    reset_fused_gru();
+    expect_same_outputs(a, b, dt, "gru");
+  }
+  SingleThread one;
+  set_fused_gru(false);
+  GradFn f = [](const std::vector<Variable>& v) { return gru_sequence(v[0], v[1], v[2], v[3], v[4]); };
+  expect_pass(gradcheck(f, {randn({2, 4, 3}, 1, 1.0), randn({12, 3}, 2), randn({12, 4}, 3), randn({12}, 4),
+                            randn({12}, 5)},
+                        {"x", "weight_ih", "weight_hh", "bias_ih", "bias_hh"}),
+              5);
+  reset_fused_gru();
+}
+
+// The fused RK4 (Fused::OdeRk4, the CPU default) against the composed reference loop
+// (CTXLAB_FUSED_ODE=0): the same positions and the same gradient of every input, f64 and f32,
+// with substeps 1 and 3; and the fused op gradchecked.
+TEST(PosencSurvey, FusedOdeEqualsTheComposedLoop) {
+  ASSERT_TRUE(backend(Device::CPU).has(Fused::OdeRk4));  // else both runs would be the composed loop
+  const int64_t D = 6, F = 4;
+  for (DType dt : {DType::F64, DType::F32})
+    for (const OdeSpec& sp : {ode(9, 0.3, 1), ode(5, 0.2, 3)}) {
+      std::vector<Tensor> ins = {randn({D}, 1), randn({F, D}, 2, 1.0), randn({F}, 3), randn({F}, 4, 1.0),
+                                 randn({D, F}, 5, 1.0), randn({D}, 6)};
+      for (auto& t : ins) t = t.to(dt);
+      const Tensor gy = randn({sp.n, D}, 7, 1.0).to(dt);
+      auto run = [&](bool fused) {
+        set_fused_ode(fused);
+        std::vector<Variable> v;
+        for (auto& t : ins) v.emplace_back(t.clone(), true);
+        Variable P = ode_positions(v[0], v[1], v[2], v[3], v[4], v[5], sp);
+        P.backward(gy);
+        std::vector<Tensor> out = {P.data()};
+        for (auto& x : v) out.push_back(x.grad());
+        return out;
+      };
+      const auto a = run(true), b = run(false);
+      reset_fused_ode();
+      expect_same_outputs(a, b, dt, "ode substeps " + std::to_string(sp.substeps));
+    }
 }
 
 TEST(PosencSurvey, GradcheckOdePositions) {

@@ -30,6 +30,7 @@
 #include "core/rng.h"
 #include "nn/gpt.h"
 #include "train/cli.h"
+#include "train/grad_tree.h"
 #include "train/cli_common.h"
 #include "train/fileio.h"
 #include "train/optim.h"
@@ -218,6 +219,7 @@ int run_bench(int argc, char** argv) {
       "context", "sequence length T (default: the config's context)", cxxopts::value<int64_t>())(
       "threads", "threads (default: CTXLAB_THREADS, else the cores available)", cxxopts::value<int>())(
       "peak-gflops", "peak GFLOP/s for MFU instead of measuring it", cxxopts::value<double>())(
+      "deterministic", "time the step `train --deterministic` takes (canonical shards + gradient tree)")(
       "peak-only", "only measure the peak: print {\"peak_gflops\", \"peak_isa\", \"threads\"} and exit")(
       "json", "also write the JSON object to this file", cxxopts::value<std::string>())(
       "seed", "seed of the init and of the token batches", cxxopts::value<uint64_t>()->default_value("1337"))(
@@ -306,26 +308,42 @@ int run_bench(int argc, char** argv) {
   };
   std::vector<double> fwd, bwd, opt, total;
   double last_loss = 0;
+  const bool deterministic = a["deterministic"].as<bool>();
+  const auto shards = deterministic ? canonical_shards(B, T) : std::vector<std::pair<int64_t, int64_t>>{{0, B}};
+  GradTree grad_tree(params);
   for (int64_t s = 0; s < warmup + steps; ++s) {
     auto [x, y] = batch();
     be.synchronize();  // on a GPU the launches are asynchronous: each phase ends when its kernels do
-    auto t0 = clock::now();
-    Variable loss = model.loss(x, y);
-    be.synchronize();
-    auto t1 = clock::now();
-    loss.backward();
-    be.synchronize();
+    // the step `train` takes: one forward/backward per canonical shard, the gradients summed in
+    // the pairwise tree (train/grad_tree.h); forward and backward times add up over the shards
+    double f_ms = 0, b_ms = 0;
+    last_loss = 0;
+    for (size_t si = 0; si < shards.size(); ++si) {
+      const auto [b0, b1] = shards[si];
+      const bool whole = shards.size() == 1;
+      auto ta = clock::now();
+      Variable loss = model.loss(whole ? x : x.slice0(b0, b1), whole ? y : y.slice0(b0, b1));
+      if (!whole) loss = scale(loss, (double)(b1 - b0) / (double)B);
+      be.synchronize();
+      auto tb = clock::now();
+      loss.backward();
+      if (!whole) (si + 1 < shards.size() ? grad_tree.push() : grad_tree.finish());
+      be.synchronize();
+      auto tc = clock::now();
+      f_ms += ms_between(ta, tb);
+      b_ms += ms_between(tb, tc);
+      last_loss += to_host(loss.data()).item();  // outside the timed phases
+    }
     auto t2 = clock::now();
     optimizer_phase(optim, model, params, lr, grad_clip);
     be.synchronize();
     auto t3 = clock::now();
-    last_loss = to_host(loss.data()).item();
     CTX_CHECK(std::isfinite(last_loss), "bench: loss became ", last_loss, " at step ", s + 1);
     if (s < warmup) continue;
-    fwd.push_back(ms_between(t0, t1));
-    bwd.push_back(ms_between(t1, t2));
+    fwd.push_back(f_ms);
+    bwd.push_back(b_ms);
     opt.push_back(ms_between(t2, t3));
-    total.push_back(ms_between(t0, t3));
+    total.push_back(f_ms + b_ms + ms_between(t2, t3));
   }
 
   struct rusage ru {};
@@ -342,6 +360,7 @@ int run_bench(int argc, char** argv) {
   j["posenc"] = model.pe->type();
   j["posenc_config"] = cfg.posenc;
   j["batch"] = B;
+  j["deterministic"] = deterministic;  // canonical shards + gradient tree (train --deterministic)
   j["context"] = T;
   j["threads"] = threads;
   j["warmup"] = warmup;

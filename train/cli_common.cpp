@@ -173,6 +173,7 @@ void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt) {
   opt.steps = a["steps"].as<int64_t>();
   opt.batch = a["batch"].as<int64_t>();
   opt.accum = a["accum"].as<int64_t>();
+  opt.deterministic = a["deterministic"].as<bool>();
   opt.lr = a["lr"].as<double>();
   opt.warmup = a["warmup"].as<int64_t>();
   opt.weight_decay = a["weight-decay"].as<double>();

@@ -1,5 +1,6 @@
 // train/trainer.cpp — the training loop (see trainer.h).
 #include "train/trainer.h"
+#include "train/grad_tree.h"
 
 #include <chrono>
 #include <cinttypes>
@@ -28,6 +29,7 @@ namespace ctx {
 
 nlohmann::json train_options_to_json(const TrainOptions& o) {
   return {{"data", o.data}, {"out", o.out}, {"steps", o.steps}, {"batch", o.batch}, {"accum", o.accum},
+          {"deterministic", o.deterministic},
           {"context", o.context}, {"optimizer", o.optimizer}, {"lr", o.lr}, {"min_lr", o.min_lr},
           {"warmup", o.warmup}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps},
           {"weight_decay", o.weight_decay}, {"momentum", o.momentum}, {"grad_clip", o.grad_clip},
@@ -49,7 +51,7 @@ TrainOptions train_options_from_json(const nlohmann::json& j, const std::string&
     ref[kv.key()] = kv.value();
   }
   o.data = ref["data"]; o.out = ref["out"]; o.steps = ref["steps"]; o.batch = ref["batch"];
-  o.accum = ref["accum"]; o.context = ref["context"]; o.optimizer = ref["optimizer"]; o.lr = ref["lr"];
+  o.accum = ref["accum"]; o.deterministic = ref["deterministic"]; o.context = ref["context"]; o.optimizer = ref["optimizer"]; o.lr = ref["lr"];
   o.min_lr = ref["min_lr"]; o.warmup = ref["warmup"]; o.beta1 = ref["beta1"]; o.beta2 = ref["beta2"];
   o.eps = ref["eps"]; o.weight_decay = ref["weight_decay"]; o.momentum = ref["momentum"];
   o.grad_clip = ref["grad_clip"]; o.val_fraction = ref["val_fraction"]; o.log_interval = ref["log_interval"];
@@ -279,6 +281,15 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   struct Pending { int64_t step; double lr, ms; };
   std::vector<Pending> pending;
   pending.reserve((size_t)window);
+  // --deterministic: each micro-batch runs as its canonical shards, and the gradients of every
+  // shard of every micro-batch are summed in one pairwise tree: the same bits whatever the number
+  // of ranks, --accum or threads (train/grad_tree.h). Otherwise one piece per micro-batch, and
+  // the micro-batches accumulate in order. XL's segments keep one memory per stream: one piece.
+  const std::vector<std::pair<int64_t, int64_t>> shards =
+      opt.deterministic && !segments ? canonical_shards(r1 - r0, T)
+                                     : std::vector<std::pair<int64_t, int64_t>>{{0, r1 - r0}};
+  const int64_t micro_steps = opt.deterministic ? opt.accum * (int64_t)shards.size() : 1;
+  GradTree grad_tree(params);
   for (int64_t step = start_step; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double lr = lr_warmup_cosine(step, opt.warmup, opt.steps, opt.lr, opt.min_lr);
@@ -296,13 +307,28 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
         x = x.slice0(r0, r1).clone();
         y = y.slice0(r0, r1).clone();
       }
-      Variable loss = model.loss(x, y, /*use_memory=*/segments);
-      if (!loss_hist.defined()) loss_hist = Tensor::zeros({window * opt.accum}, loss.dtype(), loss.data().device());
+      // one forward/backward per canonical shard (train/grad_tree.h), summed in the tree
       const int64_t k = slot * opt.accum + a;
-      loss_hist.slice0(k, k + 1).copy_from(loss.data().view({1}));
-      if (opt.accum > 1) loss = scale(loss, 1.0 / (double)opt.accum);
-      loss.backward();
+      for (size_t si = 0; si < shards.size(); ++si) {
+        const auto [b0, b1] = shards[si];
+        const bool whole = shards.size() == 1;
+        Variable loss = model.loss(whole ? x : x.slice0(b0, b1), whole ? y : y.slice0(b0, b1), /*use_memory=*/segments);
+        if (!loss_hist.defined()) loss_hist = Tensor::zeros({window * opt.accum}, loss.dtype(), loss.data().device());
+        // this shard's share of the micro-batch's mean loss (exact for halves: powers of two)
+        const double share = (double)(b1 - b0) / (double)(r1 - r0);
+        if (!whole) loss = scale(loss, share);
+        Tensor hist = loss_hist.slice0(k, k + 1);
+        if (si == 0)
+          hist.copy_from(loss.data().view({1}));
+        else
+          backend_of(hist).binary(BinaryOp::Add, hist, loss.data().view({1}), hist);
+        if (opt.accum > 1) loss = scale(loss, 1.0 / (double)opt.accum);
+        loss.backward();
+        const bool last_micro = a + 1 == opt.accum && si + 1 == shards.size();
+        if (micro_steps > 1 && !last_micro) grad_tree.push();
+      }
     }
+    if (micro_steps > 1) grad_tree.finish();
     if (dist::size() > 1) {  // gradients averaged over the ranks: the global batch's mean
       auto ta = std::chrono::steady_clock::now();
       const FlatParams* fp = adamw ? adamw->flat() : nullptr;

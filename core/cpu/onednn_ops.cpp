@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cpu/onednn_util.h"
+#include "core/cpu/ref_kernels.h"
 #include "core/error.h"
 #include "core/settings.h"
 
@@ -168,10 +169,13 @@ bool onednn_layernorm_backward_f32(const float* dy, const float* x, const float*
                                    const float* mean, const float* rstd, float* dx, float* dw,
                                    float* db, int64_t N, int64_t C) {
   if (N <= 0 || C <= 0) return false;
-  const bool shift = db != nullptr;
   // oneDNN takes the variance: give it var' = 1 / rstd^2 with epsilon 0, so that it computes
-  // exactly our rstd (the forward's eps is folded into var'). Its weight gradients overwrite,
-  // ours accumulate: they go to scratch first. The shift values are unused but must be passed.
+  // exactly our rstd (the forward's eps is folded into var'). Its weight-gradient sums (oneDNN
+  // 2.6 has no dx-only layer-norm backward with a scale) run in an order that depends on the
+  // thread count: they go to scratch and are dropped; dw / db are summed in the canonical row
+  // order instead (ref_kernels.h colsum_tree: the same run whatever the thread count or the
+  // number of ranks), and accumulated. The shift values are unused but must be passed.
+  const bool shift = db != nullptr;
   thread_local std::vector<float> var_s, dscale_s, dshift_s, zeros_s;
   float* var = scratch(var_s, N);
   float* dscale = scratch(dscale_s, C);
@@ -197,9 +201,7 @@ bool onednn_layernorm_backward_f32(const float* dy, const float* x, const float*
        {DNNL_ARG_DIFF_SCALE, {C}, dscale},
        {shift ? DNNL_ARG_DIFF_SHIFT : kNoArg, {C}, dshift}});
   if (!ok) return false;
-  for (int64_t c = 0; c < C; ++c) dw[c] += dscale[c];
-  if (shift)
-    for (int64_t c = 0; c < C; ++c) db[c] += dshift[c];
+  ref::norm_param_grads<float>(dy, x, mean, rstd, dw, db, N, C);
   return true;
 }
 

@@ -197,6 +197,85 @@ void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd
   }
 }
 
+// Canonical column sums over the rows of a gradient: out[c] (+)= sum over r < R of row(r)[c],
+// for bias, norm-weight and broadcast gradients. The rows are cut by recursive halving (the first
+// n/2, then the rest) down to leaves of at most kRowLeaf rows, each summed in row order, and the
+// leaf sums are added back up the same tree. The bits depend on R and the data only, not on the
+// thread count (threads split the columns), and splitting the rows in two halves gives, bit for bit,
+//   colsum(rows [0, R)) == colsum(rows [0, R/2)) + colsum(rows [R/2, R))
+// which is what two MPI ranks (MPI_Allreduce of their partial sums) or two accumulated
+// micro-batches compute. With the weight GEMMs and embedding scatters summed in the same kind of
+// tree (autograd/ops_util.h row_tree), an AdamW run under `mpirun -np 2` or `--accum 2` equals
+// the single process bit for bit, even where a gradient is pure rounding noise (the key part of
+// the qkv bias: docs/distributed.md). Scratch (one row of C per tree level, per thread) is kept
+// and grows once: no allocation in a warm step.
+//   row(r, c0, w, acc): acc[0 .. w) += the terms of row r at columns c0 .. c0 + w.
+constexpr int64_t kRowLeaf = 32;
+
+template <class T, class Row>
+void colsum_tree_rec(const Row& row, int64_t r0, int64_t n, int64_t c0, int64_t w, T* dst, T* scratch) {
+  if (n <= kRowLeaf) {
+    for (int64_t c = 0; c < w; ++c) dst[c] = T(0);
+    for (int64_t r = r0; r < r0 + n; ++r) row(r, c0, w, dst);
+    return;
+  }
+  const int64_t h = n / 2;
+  colsum_tree_rec(row, r0, h, c0, w, dst, scratch + w);
+  colsum_tree_rec(row, r0 + h, n - h, c0, w, scratch, scratch + w);
+#pragma omp simd
+  for (int64_t c = 0; c < w; ++c) dst[c] += scratch[c];
+}
+
+template <class T, class Row>
+void colsum_tree(int64_t R, int64_t C, const Row& row, T* out, bool accumulate) {
+  int64_t depth = 1;
+  for (int64_t n = R; n > kRowLeaf; n = n - n / 2) ++depth;  // the deepest path (the right spine)
+  const int64_t nt = R * C > 65536 ? std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), C / 16)) : 1;
+  const int64_t chunk = ((C + nt - 1) / nt + 15) / 16 * 16;  // columns per thread, 64-byte multiples
+#pragma omp parallel num_threads((int)nt) if (nt > 1)
+  {
+    thread_local std::vector<T> scratch;
+    const int64_t c0 = std::min<int64_t>(C, (int64_t)omp_get_thread_num() * chunk);
+    const int64_t w = std::min<int64_t>(C - c0, chunk);
+    if (w > 0) {
+      if ((int64_t)scratch.size() < (depth + 2) * w) scratch.resize((size_t)((depth + 2) * w));
+      T* sum = accumulate ? scratch.data() + (depth + 1) * w : out + c0;
+      colsum_tree_rec(row, 0, R, c0, w, sum, scratch.data());
+      if (accumulate)
+        for (int64_t c = 0; c < w; ++c) out[c0 + c] += sum[c];
+    }
+  }
+}
+
+// out [C] = column sums of x [R, C] in the canonical order
+template <class T>
+void colsum_rows(const T* x, int64_t R, int64_t C, T* out) {
+  colsum_tree<T>(R, C, [x, C](int64_t r, int64_t c0, int64_t w, T* acc) {
+    const T* xr = x + r * C + c0;
+#pragma omp simd
+    for (int64_t c = 0; c < w; ++c) acc[c] += xr[c];
+  }, out, false);
+}
+
+// The weight gradients of a norm over x [N, C] with per-row (mean, rstd), accumulated in the
+// canonical order: dw += sum_r dy * (x - mean) * rstd (mean null: RMSNorm), db += sum_r dy.
+template <class T>
+void norm_param_grads(const T* dy, const T* x, const T* mean, const T* rstd, T* dw, T* db, int64_t N,
+                      int64_t C) {
+  colsum_tree<T>(N, C, [=](int64_t r, int64_t c0, int64_t w, T* acc) {
+    const T* g = dy + r * C + c0;
+    const T* xr = x + r * C + c0;
+    const T m = mean ? mean[r] : T(0), s = rstd[r];
+#pragma omp simd
+    for (int64_t c = 0; c < w; ++c) acc[c] += g[c] * ((xr[c] - m) * s);
+  }, dw, true);
+  if (db) colsum_tree<T>(N, C, [=](int64_t r, int64_t c0, int64_t w, T* acc) {
+    const T* g = dy + r * C + c0;
+#pragma omp simd
+    for (int64_t c = 0; c < w; ++c) acc[c] += g[c];
+  }, db, true);
+}
+
 // Per-thread partial sums combined in thread order after the parallel region, so that a
 // reduction gives the same bits for a given thread count whatever order the threads finish in
 // (an `omp critical` accumulation does not: (a+b)+c != (a+c)+b).
@@ -219,42 +298,33 @@ struct ThreadPartials {
   std::vector<std::vector<T>> parts_;
 };
 
-// dx overwritten; dw, db accumulated. Parallel over rows for dx; dw/db reduced per thread.
+// dx overwritten; dw, db accumulated (canonical row order: norm_param_grads). Parallel over rows.
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
                         T* dw, T* db, int64_t N, int64_t C) {
-  ThreadPartials<T> pw(C), pb(C);
-#pragma omp parallel if (N * C > 16384)
-  {
-    T* lw = pw.mine();
-    T* lb = pb.mine();
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      const T* g = dy + n * C;
-      const T* xr = x + n * C;
-      T* d = dx + n * C;
-      T m = mean[n], r = rstd[n];
-      T sg = 0, sgx = 0;
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* g = dy + n * C;
+    const T* xr = x + n * C;
+    T* d = dx + n * C;
+    T m = mean[n], r = rstd[n];
+    T sg = 0, sgx = 0;
 #pragma omp simd reduction(+ : sg, sgx)
-      for (int64_t c = 0; c < C; ++c) {
-        T xh = (xr[c] - m) * r;
-        T gw = g[c] * w[c];
-        sg += gw;
-        sgx += gw * xh;
-        lw[c] += g[c] * xh;
-        lb[c] += g[c];
-      }
-      sg /= T(C);
-      sgx /= T(C);
+    for (int64_t c = 0; c < C; ++c) {
+      T xh = (xr[c] - m) * r;
+      T gw = g[c] * w[c];
+      sg += gw;
+      sgx += gw * xh;
+    }
+    sg /= T(C);
+    sgx /= T(C);
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) {
-        T xh = (xr[c] - m) * r;
-        d[c] = r * (g[c] * w[c] - sg - xh * sgx);
-      }
+    for (int64_t c = 0; c < C; ++c) {
+      T xh = (xr[c] - m) * r;
+      d[c] = r * (g[c] * w[c] - sg - xh * sgx);
     }
   }
-  pw.add_to(dw);
-  if (db) pb.add_to(db);
+  norm_param_grads(dy, x, mean, rstd, dw, db, N, C);
 }
 
 // ---- RMS norm: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
@@ -275,25 +345,17 @@ void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C)
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw, int64_t N,
                       int64_t C) {
-  ThreadPartials<T> pw(C);
-#pragma omp parallel if (N * C > 16384)
-  {
-    T* ldw = pw.mine();
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      const T* g = dy + n * C;
-      const T* xr = x + n * C;
-      T r = rstd[n];
-      T s = 0;  // sum g*w*x
-      for (int64_t c = 0; c < C; ++c) {
-        s += g[c] * w[c] * xr[c];
-        ldw[c] += g[c] * xr[c] * r;
-      }
-      T k = s * r * r * r / T(C);
-      for (int64_t c = 0; c < C; ++c) dx[n * C + c] = g[c] * w[c] * r - xr[c] * k;
-    }
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* g = dy + n * C;
+    const T* xr = x + n * C;
+    T r = rstd[n];
+    T s = 0;  // sum g*w*x
+    for (int64_t c = 0; c < C; ++c) s += g[c] * w[c] * xr[c];
+    T k = s * r * r * r / T(C);
+    for (int64_t c = 0; c < C; ++c) dx[n * C + c] = g[c] * w[c] * r - xr[c] * k;
   }
-  pw.add_to(dw);
+  norm_param_grads<T>(dy, x, nullptr, rstd, dw, nullptr, N, C);  // canonical row order
 }
 
 // ---- cross entropy: logits [N, V], targets [N] ----
@@ -399,18 +461,20 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
     out[0] = s;
     return;
   }
-  if (nd >= 1 && no == xs[nd - 1] && so[nd - 1] == 1) {  // [R, C] -> [C] (bias gradients)
-    const int64_t C = xs[nd - 1], R = n / C;
-    ThreadPartials<T> parts(C);
-#pragma omp parallel if (n > 65536)
-    {
-      T* acc = parts.mine();
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t c = 0; c < C; ++c) acc[c] += xp[r * C + c];
+  {  // leading dims summed, the trailing ones kept in out's order: [R, C] -> [C] (bias gradients,
+     // a [B, T, D] gradient of a [T, D] table): the canonical row order, see colsum_tree
+    int64_t k = 0;
+    while (k < nd && (so[k] == 0 || xs[k] == 1)) ++k;
+    bool suffix = true;
+    int64_t C = 1;
+    for (int64_t d = nd - 1; d >= k; --d) {
+      suffix &= xs[d] == 1 || so[d] == C;
+      C *= xs[d];
     }
-    parts.add_to(out);
-    return;
+    if (suffix && C == no) {
+      colsum_rows(xp, n / C, C, out);
+      return;
+    }
   }
   // Any other pattern (e.g. [B, H, T, D] -> [1, H, 1, D]): the dims, size-1 ones dropped, are
   // merged into alternating runs of reduced (out stride 0) and kept dims; x is walked in rows of
