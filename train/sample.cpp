@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "autograd/variable.h"
+#include "core/cpu/threading.h"
 #include "core/device_table.h"  // to_host
 
 namespace ctx {
@@ -150,6 +151,19 @@ std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, 
   };
 
   Tensor row = step(true);
+  // Batch-1 cached decoding is one row per GEMM and a few hundred tiny ops per token: the fork and
+  // join of a thread team costs more than a second core gives (small, 500 tokens: 765 tokens/s on
+  // 1 thread against 291 on 2; docs/sampling.md). Unless the user chose a thread count, the
+  // cached steps after the prompt run on one thread.
+  struct OneThread {
+    int saved = 0;
+    explicit OneThread(bool on) {
+      if (on) saved = cpu::num_threads(), cpu::set_num_threads(1);
+    }
+    ~OneThread() {
+      if (saved > 0) cpu::set_num_threads(saved);
+    }
+  } one_thread(cache && model.wte->weight.data().device() == Device::CPU && !cpu::threads_chosen_by_user());
   for (int64_t s = 0;; ++s) {
     const int32_t next = sample_next(row.host<float>(), V, opt.temperature, opt.top_k, rng);
     seq.push_back(next);

@@ -43,14 +43,21 @@ int cores_available() {
 }
 
 std::atomic<int> g_threads{0};  // 0 until init_threading has run
+std::atomic<bool> g_user_threads{false};
 std::once_flag g_init_once;
 
 }  // namespace
+
+bool threads_chosen_by_user() {
+  init_threading();
+  return g_user_threads;
+}
 
 void init_threading() {
   std::call_once(g_init_once, [] {
     int n = env_threads("CTXLAB_THREADS", setting_env("CTXLAB_THREADS"));
     if (n == 0) n = env_threads("OMP_NUM_THREADS", std::getenv("OMP_NUM_THREADS"));  // OpenMP's own
+    g_user_threads = n > 0;
     if (n == 0) n = cores_available();
     g_threads = n;
     omp_set_num_threads(n);

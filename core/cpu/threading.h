@@ -9,4 +9,7 @@ namespace ctx::cpu {
 int num_threads();            // threads used for OpenMP regions
 void set_num_threads(int n);  // also applies to oneDNN (same pool)
 void init_threading();        // idempotent; called by the CPU backend on first use
+// True when the count came from CTXLAB_THREADS or OMP_NUM_THREADS (the user chose it), false
+// when it is the cores available (callers may then pick fewer where that measures faster).
+bool threads_chosen_by_user();
 }  // namespace ctx::cpu
