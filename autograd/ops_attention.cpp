@@ -93,16 +93,16 @@ std::pair<int64_t, int64_t> check_rel(const char* op, const RelTerms& rel, const
 
 // i64 [T * S] flat index into a [.., N, R] table seen as [.., N * R]: row(i, j) * R + idx[i, j],
 // with row = i (by query) or j (by key).
-// Built on the host (from a host copy of idx when idx is on a device), returned on like's device.
+// Built on the host (from idx's host mirror, or a copy, when idx is on a device), kept on like's device.
 Tensor flat_index(const Tensor& idx_any, int64_t R, bool by_key, const Tensor& like) {
-  const Tensor idx = to_host(idx_any);
+  const Tensor idx = host_values(idx_any);
   const int64_t T = idx.size(0), S = idx.size(1);
   Tensor f = Tensor::empty({T * S}, DType::I64);
   const int32_t* ip = idx.host<int32_t>();
   int64_t* fp = f.host<int64_t>();
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j < S; ++j) fp[i * S + j] = (by_key ? j : i) * R + ip[i * S + j];
-  return to_device_like(f, like);
+  return device_table(f, like);
 }
 
 // x [B, H, N, R] -> [B, H, T, S]: out[b, h, i, j] = x[b, h, row(i, j), idx[i, j]].
@@ -119,7 +119,7 @@ Tensor window_mask(const AttnDims& d, const Tensor& like) {
   const int64_t off = d.S - d.T;
   for (int64_t i = 0; i < d.T; ++i)
     for (int64_t j = 0; j < d.S && j <= i + off - d.window; ++j) m.set(i * d.S + j, 1.0);
-  return to_device_like(m, like);
+  return device_table(m, like);
 }
 
 }  // namespace
@@ -174,8 +174,8 @@ namespace {
 AttnRel backend_rel(const RelTerms& rel, int64_t Rq, int64_t Rk, const Tensor& qd) {
   AttnRel r;
   r.Rq = Rq, r.Rk = Rk;
-  if (rel.qidx.defined() && Rq > 0) r.qidx = rel.qidx.device() == qd.device() ? rel.qidx : to_device_like(rel.qidx, qd);
-  if (rel.kidx.defined() && Rk > 0) r.kidx = rel.kidx.device() == qd.device() ? rel.kidx : to_device_like(rel.kidx, qd);
+  if (rel.qidx.defined() && Rq > 0) r.qidx = rel.qidx.device() == qd.device() ? rel.qidx : device_table(rel.qidx, qd);
+  if (rel.kidx.defined() && Rk > 0) r.kidx = rel.kidx.device() == qd.device() ? rel.kidx : device_table(rel.kidx, qd);
   if (rel.qrel.defined()) r.qrel = rel.qrel.data();
   if (rel.krel.defined()) r.krel = rel.krel.data();
   if (rel.vrel.defined()) r.vrel = rel.vrel.data();

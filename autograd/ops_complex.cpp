@@ -33,7 +33,7 @@ Variable complex_order_embed(const Variable& wte, const Variable& freq, const Te
   // t_n = float(pos0 + n % T), in the tensor's dtype (float32 positions for f32 runs)
   Tensor tpos = Tensor::empty({N, 1}, DType::F64);
   for (int64_t n = 0; n < N; ++n) tpos.host<double>()[n] = (double)(pos0 + n % T);
-  tpos = to_device_like(tpos.to(w.dtype()), w);
+  tpos = device_table(tpos.to(w.dtype()), w);
 
   Tensor E = seq::like(w, {N, D}), Om = seq::like(w, {N, K});
   be.index_select(w, 0, ids, E);

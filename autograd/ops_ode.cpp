@@ -92,7 +92,7 @@ Variable ode_positions(const Variable& p0v, const Variable& w1v, const Variable&
   Tensor tau_t = Tensor::empty({std::max<int64_t>(4 * S, 1), 1}, DType::F64);
   for (int64_t i = 0; i < 4 * S; ++i) tau_t.host<double>()[i] = tau[(size_t)i];
   if (S == 0) tau_t.host<double>()[0] = 0;
-  tau_t = to_device_like(tau_t.to(p0.dtype()), p0);
+  tau_t = device_table(tau_t.to(p0.dtype()), p0);
 
   return make_result(P, "ode_positions", {p0v, w1v, b1v, wtv, w2v, b2v},
                      [=](const Tensor& gP) {

@@ -15,7 +15,7 @@ class Backend;
 
 // What the library hands back through its one C entry point `ctxlab_cuda_entry`
 // (core/cuda/module_entry.cpp). `abi` must equal kCudaModuleAbi (a stale .so is an error).
-constexpr int kCudaModuleAbi = 1;
+constexpr int kCudaModuleAbi = 2;  // 2: DeviceAllocator's arenas
 struct CudaModule {
   int abi;
   void (*ensure_allocator)();  // registers the caching allocator for Device::CUDA tensors

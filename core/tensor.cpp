@@ -39,7 +39,7 @@ void register_device_allocator(Device d, DeviceAllocator a) {
   if (d == Device::CUDA) g_cuda_alloc = a;
 }
 
-Storage::Storage(size_t nbytes, Device dev) : bytes(nbytes), device(dev) {
+Storage::Storage(size_t nbytes, Device dev, Arena a) : bytes(nbytes), device(dev), arena(a) {
   if (dev == Device::CPU) {
     data = BufferPool::host().alloc(nbytes);
   } else {
@@ -48,21 +48,21 @@ Storage::Storage(size_t nbytes, Device dev) : bytes(nbytes), device(dev) {
 #endif
     CTX_CHECK(g_cuda_alloc.alloc, "Tensor: CUDA device requested but this build has no CUDA "
               "backend (configure with -DCTXLAB_WITH_CUDA=ON on a machine with nvcc)");
-    data = g_cuda_alloc.alloc(nbytes);
+    data = g_cuda_alloc.alloc(nbytes, arena);
   }
 }
 
 Storage::~Storage() {
   if (device == Device::CPU) BufferPool::host().free(data, bytes);
-  else if (g_cuda_alloc.free) g_cuda_alloc.free(data, bytes);
+  else if (g_cuda_alloc.free) g_cuda_alloc.free(data, bytes, arena);
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device dev) {
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device dev, Arena arena) {
   for (int64_t d : shape)
     CTX_CHECK(d >= 0, "Tensor::empty: negative dimension in shape ", shape_str(shape));
   Tensor t;
   size_t bytes = (size_t)shape_numel(shape) * dtype_size(dtype);
-  t.storage_ = std::make_shared<Storage>(bytes ? bytes : 1, dev);
+  t.storage_ = std::make_shared<Storage>(bytes ? bytes : 1, dev, arena);
   t.shape_ = shape;
   t.dtype_ = dtype;
   return t;
@@ -143,11 +143,11 @@ Tensor Tensor::to(DType dt) const {
   return t;
 }
 
-Tensor Tensor::to(Device dev) const {
+Tensor Tensor::to(Device dev, Arena arena) const {
   if (dev == device()) return clone();
   Tensor t;
   try {
-    t = empty(shape_, dtype_, dev);  // registers the device allocator when compiled in
+    t = empty(shape_, dtype_, dev, arena);  // registers the device allocator when compiled in
   } catch (const Error& e) {
     throw Error(ctx::str("Tensor::to: transfer of ", str(), " ", device_name(device()), " -> ", device_name(dev), ": ",
                     e.what()));

@@ -20,25 +20,35 @@ int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "[2, 3, 4]"
 Shape contiguous_strides(const Shape& s);  // in elements
 
+// Where a device block comes from. Step: the caching pool every tensor uses (a step asks for the
+// same sizes each time, so after the first step no request reaches the driver). Table: a second
+// pool with its own free lists, for the constant tables device_table keeps across steps
+// (core/device_table.h): a kept table never holds a block that the step's temporaries took in
+// the step before, so keeping it cannot send a warm step to cudaMalloc. The host ignores it.
+enum class Arena : uint8_t { Step = 0, Table = 1 };
+
 // Device memory hooks: the CUDA backend registers these when it is compiled in.
-// copy moves `bytes` between host and device or within the device (synchronous); dst_dev and
-// src_dev say which side each pointer is on.
+// copy moves `bytes` between host and device or within the device; dst_dev and src_dev say which
+// side each pointer is on. Device -> host returns with the bytes there (the host waits); host ->
+// device may return before the device has them (queued on the stream behind earlier work, from a
+// pinned staging copy of the source, which the caller may then free or overwrite).
 struct DeviceAllocator {
-  void* (*alloc)(size_t bytes) = nullptr;
-  void (*free)(void* p, size_t bytes) = nullptr;
+  void* (*alloc)(size_t bytes, Arena arena) = nullptr;
+  void (*free)(void* p, size_t bytes, Arena arena) = nullptr;
   void (*copy)(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) = nullptr;
 };
 void register_device_allocator(Device d, DeviceAllocator a);
 
 // A block of memory on one device, returned to its pool when the last Tensor lets go.
 struct Storage {
-  Storage(size_t bytes, Device device);
+  Storage(size_t bytes, Device device, Arena arena = Arena::Step);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data = nullptr;
   size_t bytes = 0;
   Device device = Device::CPU;
+  Arena arena = Arena::Step;
   // Device storage uploaded from a host table (to_device_like): a host copy of the same bytes,
   // so that code needing the values on the host (index range checks, the CUDA index_add plan)
   // reads them without a device -> host copy. Dropped by the first mutable access (Tensor::raw()).
@@ -48,7 +58,8 @@ struct Storage {
 class Tensor {
  public:
   Tensor() = default;  // undefined tensor
-  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device dev = Device::CPU);
+  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device dev = Device::CPU,
+                      Arena arena = Arena::Step);
   static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device dev = Device::CPU);
   static Tensor full(const Shape& shape, double value, DType dtype = DType::F32,
                      Device dev = Device::CPU);
@@ -90,7 +101,7 @@ class Tensor {
   // Copies.
   Tensor clone() const;
   Tensor to(DType dt) const;     // converts (copy even when dtype equal)
-  Tensor to(Device dev) const;   // device transfer
+  Tensor to(Device dev, Arena arena = Arena::Step) const;  // device transfer
   void copy_from(const Tensor& src);  // same shape/numel, converts dtype on CPU
   // The host mirror of a device tensor (Storage::host_mirror): this tensor's values on the host
   // without a copy, or an undefined tensor when there is none (then copy with to(Device::CPU)).

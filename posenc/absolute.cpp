@@ -3,7 +3,7 @@
 // (fixed, interleaved sin/cos).
 #include <cmath>
 
-#include "core/device_table.h"  // to_device_like
+#include "core/device_table.h"  // device_table
 #include "core/rng.h"
 #include "posenc/posenc.h"
 
@@ -49,7 +49,7 @@ class Learned final : public PositionalEncoding {
     int64_t* ip = idx.host<int64_t>();
     if (pos0 + T <= L_) {
       for (int64_t t = 0; t < T; ++t) ip[t] = pos0 + t;
-      return add_table(x, index_select(wpe_, 0, to_device_like(idx, wpe_.data())));
+      return add_table(x, index_select(wpe_, 0, device_table(idx, wpe_.data())));
     }
     // Hierarchical: u = (wpe - a wpe[0]) / (1 - a); p[q L + r] = a u[q] + (1 - a) u[r]
     const double a = 0.4;
@@ -59,8 +59,8 @@ class Learned final : public PositionalEncoding {
       qi.host<int64_t>()[t] = (pos0 + t) / L_;
       ri.host<int64_t>()[t] = (pos0 + t) % L_;
     }
-    qi = to_device_like(qi, wpe_.data());
-    ri = to_device_like(ri, wpe_.data());
+    qi = device_table(qi, wpe_.data());
+    ri = device_table(ri, wpe_.data());
     Variable p = add(scale(index_select(u, 0, qi), a), scale(index_select(u, 0, ri), 1.0 - a));
     return add_table(x, p);
   }
@@ -89,7 +89,7 @@ class Sinusoidal final : public PositionalEncoding {
         p[t * D_ + 2 * k] = std::sin(ang);
         if (2 * k + 1 < D_) p[t * D_ + 2 * k + 1] = std::cos(ang);
       }
-    Tensor table = to_device_like(x.dtype() == DType::F32 ? pe : pe.to(x.dtype()), x.data());
+    Tensor table = device_table(x.dtype() == DType::F32 ? pe : pe.to(x.dtype()), x.data());
     return add_table(x, Variable(table, false));
   }
 

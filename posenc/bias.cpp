@@ -5,7 +5,7 @@
 // their scatter-add backward for free.
 #include <cmath>
 
-#include "core/device_table.h"  // to_device_like
+#include "core/device_table.h"  // device_table
 #include "core/rng.h"
 #include "posenc/posenc.h"
 
@@ -45,7 +45,7 @@ Variable distance_bias(const Variable& table, const AttnState& st) {
   int64_t* ip = idx.host<int64_t>();
   for (int64_t i = 0; i < st.T; ++i)
     for (int64_t j = 0; j < st.S; ++j) ip[i * st.S + j] = std::max<int64_t>(st.q_pos0 + i - j, 0);
-  return reshape(index_select(table, 1, to_device_like(idx, table.data())), {1, H, st.T, st.S});
+  return reshape(index_select(table, 1, device_table(idx, table.data())), {1, H, st.T, st.S});
 }
 
 // Number of distances a forward reaches: 0 .. q_pos0 + T - 1.
@@ -56,7 +56,7 @@ Variable const_table(const std::vector<double>& v, int64_t H, int64_t n, const V
   Tensor t = Tensor::empty({H, n}, DType::F64);
   std::copy(v.begin(), v.end(), t.host<double>());
   if (like.dtype() != DType::F64) t = t.to(like.dtype());
-  return Variable(to_device_like(t, like.data()), false);
+  return Variable(device_table(t, like.data()), false);
 }
 
 // Base of the four: bias(st) = distance_bias(table(n, st), st); fixed tables are cached per
@@ -141,7 +141,7 @@ class T5 final : public DistanceBias {
   Variable table(int64_t n, const AttnState&) override {
     Tensor b = Tensor::empty({n}, DType::I64);
     for (int64_t t = 0; t < n; ++t) b.host<int64_t>()[t] = posenc_t5_bucket(t, nb_, md_);
-    return transpose(index_select(w_, 0, to_device_like(b, w_.data())), 0, 1);  // [n, H] -> [H, n]
+    return transpose(index_select(w_, 0, device_table(b, w_.data())), 0, 1);  // [n, H] -> [H, n]
   }
 
  private:
@@ -198,7 +198,7 @@ class Kerple final : public DistanceBias {
  private:
   static Tensor to_like(Tensor t, DType dt, const AttnState& st) {
     if (dt != DType::F64) t = t.to(dt);
-    return to_device_like(t, st.q.data());
+    return device_table(t, st.q.data());
   }
   bool power_;
   std::shared_ptr<nn::Module> mod_;

@@ -13,7 +13,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/device_table.h"  // to_device_like
+#include "core/device_table.h"  // device_table
 #include "core/rng.h"
 #include "posenc/posenc.h"
 
@@ -51,7 +51,7 @@ void fill_const(Variable& v, double x) { backend_of(v.data()).fill(v.data(), x);
 
 // i32 [T, S] with idx[i, j] = fn(i, j) for query row i and key j, on q's device, cached per
 // (T, S, q_pos0, device): every layer of one forward reuses the table. Built on the host and
-// moved once (to_device_like).
+// kept on the device (device_table).
 class IndexCache {
  public:
   const Tensor& get(const AttnState& st, const std::function<int64_t(int64_t, int64_t)>& fn) {
@@ -61,7 +61,7 @@ class IndexCache {
       int32_t* ip = h.host<int32_t>();
       for (int64_t i = 0; i < st.T; ++i)
         for (int64_t j = 0; j < st.S; ++j) ip[i * st.S + j] = (int32_t)fn(i, j);
-      t_ = to_device_like(h, st.q.data());
+      t_ = device_table(h, st.q.data());
       T_ = st.T, S_ = st.S, p0_ = st.q_pos0;
     }
     return t_;
@@ -81,7 +81,7 @@ Variable split_heads(const Variable& t, int64_t B, int64_t H) {
 
 // A fixed float32 table (built on the host) converted to like's dtype, on like's device.
 Variable fixed_table(const Tensor& f32, const Variable& like) {
-  return Variable(to_device_like(like.dtype() == DType::F32 ? f32 : f32.to(like.dtype()), like.data()), false);
+  return Variable(device_table(like.dtype() == DType::F32 ? f32 : f32.to(like.dtype()), like.data()), false);
 }
 
 // ---- shaw ------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "autograd/ops_rope.h"
-#include "core/device_table.h"  // to_device_like
+#include "core/device_table.h"  // device_table
 #include "posenc/posenc.h"
 
 namespace ctx {
@@ -63,7 +63,7 @@ std::pair<Tensor, Tensor> trig_tables(const std::vector<double>& ang, int64_t ro
     s[i] = std::sin(ang[(size_t)i]) * f;
   }
   if (like.dtype() != DType::F64) C = C.to(like.dtype()), S = S.to(like.dtype());
-  return {to_device_like(C, like.data()), to_device_like(S, like.data())};
+  return {device_table(C, like.data()), device_table(S, like.data())};
 }
 
 // float32 angles float(pos0 + t) * theta_k as doubles: [rows, d/2]
@@ -181,7 +181,7 @@ class Rope final : public PositionalEncoding {
       const float lnL = std::log((float)sc_.L);
       for (int64_t t = 0; t < st.T; ++t)
         f.host<double>()[t] = (double)std::max(1.0f, std::log((float)(st.q_pos0 + t + 1)) / lnL);
-      Tensor ft = to_device_like(f.to(st.q.dtype()), st.q.data());
+      Tensor ft = device_table(f.to(st.q.dtype()), st.q.data());
       st.q = mul(st.q, Variable(ft, false));
     }
     if (is_rerope()) return;  // logits() builds both branches
@@ -243,7 +243,7 @@ class Rope final : public PositionalEncoding {
     Tensor mask = Tensor::empty({st.T, st.S}, near.dtype());
     for (int64_t i = 0; i < st.T; ++i)
       for (int64_t j = 0; j < st.S; ++j) mask.set(i * st.S + j, (p0 + i) - j < w ? 1.0 : 0.0);
-    mask = to_device_like(mask, near.data());
+    mask = device_table(mask, near.data());
     Variable s = where(mask, near, far);
     Variable b = bias(st);
     return b.defined() ? add(s, b) : s;

@@ -99,12 +99,13 @@ TEST(CudaCheckpoint, SameBytesFromEitherDevice) {
 }
 
 // The trainer on cuda, quiet, reporting at the first step, then every 4 steps (eval and
-// checkpoint only at the end):
-// steps 2, 3, 5, 6, 7 (warm, between reports) copy nothing device -> host; host -> device they
-// copy the batch (inputs and targets), the embeddings' index_add plans (built on the host from
-// the indices) and the tables the encoding rebuilds each step (learned: the position indices and
-// their plan; rope: cos and sin) and AdamW's tile table, a fixed number per step (docs/cuda.md). The reporting step 4 reads back exactly the two history buffers (losses,
-// squared gradient norms).
+// checkpoint only at the end). Steps 2, 3, 5, 6, 7 (warm, between reports) copy nothing device ->
+// host and make no synchronous host -> device copy: they queue exactly three uploads through
+// pinned staging (inputs, targets, the token embedding's index_add plan), allocate no staging
+// block and no device block, and upload no table (the encoding's cos/sin or positions and their
+// plan, AdamW's tile table: all kept on the device by device_table since step 1). The reporting
+// step 4 reads back exactly the two history buffers (losses, squared gradient norms)
+// (docs/cuda.md).
 TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
   if (no_gpu()) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
   for (const char* pe : {"learned", "rope"}) {
@@ -126,29 +127,42 @@ TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
     o.plot = false;
     o.quiet = true;
     o.seed = pe[0] == 'l' ? 101 : 202;  // other batches than the other run (whose uploads are still kept)
-    struct Delta { int64_t step; bool reported; cuda::HostCopyStats d; };
+    struct Counts {
+      cuda::HostCopyStats c;
+      uint64_t mallocs, table_uploads;
+    };
+    auto counts = [] {
+      return Counts{cuda::host_copy_stats(), cuda::device_alloc_stats().device_mallocs, table_cache_stats().uploads};
+    };
+    struct Delta { int64_t step; bool reported; Counts d; };
     std::vector<Delta> log;
-    cuda::HostCopyStats prev = cuda::host_copy_stats();
+    Counts prev = counts();
     train(m, o, 0, "", -1, [&](int64_t step, bool reported) {
-      const cuda::HostCopyStats now = cuda::host_copy_stats();
-      log.push_back({step, reported, {now.to_host - prev.to_host, now.to_device - prev.to_device}});
+      const Counts now = counts();
+      log.push_back({step, reported,
+                     {{now.c.to_host - prev.c.to_host, now.c.to_device - prev.c.to_device,
+                       now.c.to_device_queued - prev.c.to_device_queued, now.c.staging_allocs - prev.c.staging_allocs},
+                      now.mallocs - prev.mallocs,
+                      now.table_uploads - prev.table_uploads}});
       prev = now;
     });
     ASSERT_EQ(log.size(), 8u);
+    EXPECT_GT(log[0].d.table_uploads, 0u) << "step 1 uploads the tables it keeps";
     for (const Delta& d : log) {
       SCOPED_TRACE("step " + std::to_string(d.step));
       EXPECT_EQ(d.reported, d.step == 1 || d.step == 4 || d.step == 8);  // the first step, every 4th, the last
       if (d.step == 1 || d.step == 8) continue;  // the first step uploads tables; the last evaluates and saves
       if (d.step == 4) {
-        EXPECT_EQ(d.d.to_host, 2u) << "a report reads the loss and norm buffers, one copy each";
+        EXPECT_EQ(d.d.c.to_host, 2u) << "a report reads the loss and norm buffers, one copy each";
       } else {
-        EXPECT_EQ(d.d.to_host, 0u) << "a warm step between reports waited for the device";
+        EXPECT_EQ(d.d.c.to_host, 0u) << "a warm step between reports waited for the device";
       }
-      // 5 = inputs, targets, the token embedding's index_add plan, the AdamW tile table (sum_squares
-      // and adamw_flat); + the encoding's tables: learned 2 (positions, their plan), rope 4 (cos and
-      // sin, rebuilt in each of the 2 layers)
-      EXPECT_EQ(d.d.to_device, pe[0] == 'l' ? 7u : 9u) << "host -> device: the batch, the index_add plans, the AdamW tiles and "
-                                      "the encoding's tables only";
+      EXPECT_EQ(d.d.c.to_device, 0u) << "a synchronous host -> device copy in a warm step";
+      EXPECT_EQ(d.d.c.to_device_queued, 3u) << "a warm step uploads the batch (inputs, targets) and the token "
+                                                "embedding's index_add plan, nothing else";
+      EXPECT_EQ(d.d.c.staging_allocs, 0u) << "a warm step allocated a pinned staging block";
+      EXPECT_EQ(d.d.mallocs, 0u) << "a warm step reached cudaMalloc";
+      EXPECT_EQ(d.d.table_uploads, 0u) << "a warm step uploaded a constant table again";
     }
     std::filesystem::remove_all(o.out);
   }

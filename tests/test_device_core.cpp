@@ -319,8 +319,8 @@ struct FakeDevice {
   FakeDevice() {
 #ifndef CTXLAB_WITH_CUDA
     DeviceAllocator a;
-    a.alloc = [](size_t n) -> void* { ++g_fake_allocs; return std::malloc(n); };
-    a.free = [](void* p, size_t) { std::free(p); };
+    a.alloc = [](size_t n, Arena) -> void* { ++g_fake_allocs; return std::malloc(n); };
+    a.free = [](void* p, size_t, Arena) { std::free(p); };
     a.copy = [](void* d, Device, const void* s, Device, size_t n) { std::memcpy(d, s, n); };
     register_device_allocator(Device::CUDA, a);
     counting = true;
@@ -375,6 +375,57 @@ TEST(DeviceCore, ToDeviceLikeAndToHostDoNotCopyOnTheCpu) {
   Tensor like = Tensor::zeros({3}, DType::F32);
   EXPECT_EQ(to_device_like(h, like).storage(), h.storage());
   EXPECT_EQ(to_host(h).storage(), h.storage());
+}
+
+// device_table: a constant table is uploaded once per distinct content and served again, from
+// the Table arena, with its values; other content, dtype or shape is another table; a written
+// copy is never served again; on the CPU the table itself.
+TEST(DeviceCore, DeviceTableUploadsEachDistinctTableOnce) {
+  NEED_DEVICE();
+  clear_table_cache();
+  const Tensor like = Tensor::zeros({1}, DType::F32, Device::CUDA);
+  auto table = [](std::vector<int64_t> v) { return Tensor::from_vector<int64_t>(v, {(int64_t)v.size()}); };
+  const TableCacheStats s0 = table_cache_stats();
+  Tensor a = device_table(table({0, 1, 2, 3}), like);
+  EXPECT_EQ(a.device(), Device::CUDA);
+  EXPECT_EQ(a.storage()->arena, Arena::Table);
+  EXPECT_EQ(host_values(a).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(to_host(a).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3})) << "the device bytes";
+  Tensor a2 = device_table(table({0, 1, 2, 3}), like);  // built afresh, same bytes
+  EXPECT_EQ(a2.storage(), a.storage()) << "the same table was uploaded twice";
+  Tensor b = device_table(table({0, 1, 2, 4}), like);
+  EXPECT_NE(b.storage(), a.storage()) << "a different table was served the kept one";
+  EXPECT_EQ(to_host(b).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 4}));
+  Tensor c = device_table(Tensor::from_vector<int64_t>({0, 1, 2, 3}, {2, 2}), like);  // other shape
+  EXPECT_NE(c.storage(), a.storage());
+  Tensor f = device_table(Tensor::from_vector<double>({0, 1}, {2}), like);  // other dtype, same length
+  EXPECT_EQ(f.dtype(), DType::F64);
+  TableCacheStats s1 = table_cache_stats();
+  EXPECT_EQ(s1.uploads - s0.uploads, 4u);
+  EXPECT_EQ(s1.hits - s0.hits, 1u);
+  // a mutable access to a served copy (it may have been written): the next call uploads afresh
+  a2.raw();
+  Tensor a3 = device_table(table({0, 1, 2, 3}), like);
+  EXPECT_NE(a3.storage(), a.storage()) << "a copy that may have been written was served";
+  EXPECT_EQ(table_cache_stats().uploads - s1.uploads, 1u);
+  // on the cpu: the host table itself, nothing kept
+  Tensor h = table({5, 6});
+  EXPECT_EQ(device_table(h, Tensor::zeros({1})).storage(), h.storage());
+  expect_error([&] { device_table(a, like); }, {"device_table", "built on the cpu"});
+  // bounded: past 256 tables the least recently used go, and the kept bytes follow
+  clear_table_cache();
+  const TableCacheStats s2 = table_cache_stats();
+  for (int64_t i = 0; i < 300; ++i) device_table(table({i}), like);
+  EXPECT_EQ(table_cache_stats().entries, 256);
+  EXPECT_EQ(table_cache_stats().evictions - s2.evictions, 44u);
+  EXPECT_EQ(table_cache_stats().bytes, 256u * sizeof(int64_t));
+  EXPECT_EQ(device_table(table({299}), like).storage(), device_table(table({299}), like).storage());
+  const uint64_t up = table_cache_stats().uploads;
+  device_table(table({0}), like);  // evicted: uploaded again
+  EXPECT_EQ(table_cache_stats().uploads, up + 1);
+  clear_table_cache();
+  EXPECT_EQ(table_cache_stats().entries, 0);
+  EXPECT_EQ(table_cache_stats().bytes, 0u);
 }
 
 TEST(DeviceCore, ModuleToMovesEveryParameterOnceKeepingNamesAndTies) {

@@ -14,6 +14,7 @@
 #include "core/backend.h"
 #include "core/cuda/attention.h"
 #include "core/cuda/cuda_runtime.h"
+#include "core/device_table.h"
 #include "core/cuda/dispatch.h"
 #include "core/cuda/kernels.h"
 
@@ -427,11 +428,19 @@ class CudaBackend final : public Backend {
     const size_t pos0 = plan.size();
     plan.resize(pos0 + (size_t)m);
     for (int64_t i = 0; i < m; ++i) plan[pos0 + (size_t)slot[(size_t)h[(size_t)i]]++] = i;
-    // capacity 3m + 1 whatever U is: the same pool size class every step
-    Tensor dplan = Tensor::empty({3 * m + 1}, DType::I64, Device::CUDA);
-    copy_to_device(dplan.raw(), plan.data(), plan.size() * sizeof(int64_t));
+    // A kept index table (device_table: positions, relative indices) has a kept plan; a batch's
+    // indices (tokens) get theirs uploaded, capacity 3m + 1 whatever U is (the same pool size
+    // class every step).
+    Tensor dplan;
+    if (idx.storage()->arena == Arena::Table) {
+      dplan = device_table(Tensor::from_vector(plan, {(int64_t)plan.size()}), out);
+    } else {
+      dplan = Tensor::empty({3 * m + 1}, DType::I64, Device::CUDA);
+      copy_to_device(dplan.raw(), plan.data(), plan.size() * sizeof(int64_t));
+    }
+    const Tensor& plan_d = dplan;  // read-only from here (a kept table must not be written)
     CTX_CUDA_DISPATCH_FLOAT(out.dtype(), "index_add",
-                            cuda::index_add<T>(ptr<T>(out), dplan.data<int64_t>(), U, ptr<T>(src), outer, n, m,
+                            cuda::index_add<T>(ptr<T>(out), plan_d.data<int64_t>(), U, ptr<T>(src), outer, n, m,
                                                inner));
   }
 
@@ -578,7 +587,7 @@ class CudaBackend final : public Backend {
   }
 
   // The tiles of kernels.h (begin, end, decay), at most kFlatTile elements each, in chunk order,
-  // uploaded as one i64 tensor (its size depends only on the chunks: the same pool block each step).
+  // as one i64 tensor kept on the device (device_table: the chunks are the same every step).
   static Tensor upload_tiles(const char* op, const std::vector<FlatChunk>& chunks, const Tensor& x, int64_t& ntiles) {
     std::vector<int64_t> t;
     for (const FlatChunk& c : chunks) {
@@ -591,9 +600,8 @@ class CudaBackend final : public Backend {
       }
     }
     ntiles = (int64_t)t.size() / 3;
-    Tensor d = Tensor::empty({std::max<int64_t>(1, (int64_t)t.size())}, DType::I64, Device::CUDA);
-    if (!t.empty()) copy_to_device(d.raw(), t.data(), t.size() * sizeof(int64_t));
-    return d;
+    if (t.empty()) t.push_back(0);
+    return device_table(Tensor::from_vector(t, {(int64_t)t.size()}), x);
   }
 
   void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) override {
@@ -602,7 +610,7 @@ class CudaBackend final : public Backend {
               out.str());
     CTX_CHECK(is_float(x.dtype()), "sum_squares: x must be f32 or f64, got ", x.str());
     int64_t ntiles = 0;
-    Tensor tiles = upload_tiles("sum_squares", chunks, x, ntiles);
+    const Tensor tiles = upload_tiles("sum_squares", chunks, x, ntiles);
     Tensor part = Tensor::empty({std::max<int64_t>(1, ntiles)}, DType::F64, Device::CUDA);
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "sum_squares",
                             cuda::sum_squares_tiles<T>(ptr<T>(x), tiles.data<int64_t>(), ntiles, part.data<double>(),
@@ -623,7 +631,7 @@ class CudaBackend final : public Backend {
       CTX_CHECK(norm_sq.numel() == 1 && norm_sq.dtype() == DType::F64,
                 "adamw_flat: norm_sq must be one f64 element (sum_squares' output), got ", norm_sq.str());
     int64_t ntiles = 0;
-    Tensor tiles = upload_tiles("adamw_flat", chunks, p, ntiles);
+    const Tensor tiles = upload_tiles("adamw_flat", chunks, p, ntiles);
     const double* ns = clip ? norm_sq.data<double>() : nullptr;
     CTX_CUDA_DISPATCH_FLOAT(p.dtype(), "adamw_flat",
                             cuda::adamw_tiles<T>(ptr<T>(p), ptr<T>(g), ptr<T>(m), ptr<T>(v), tiles.data<int64_t>(),

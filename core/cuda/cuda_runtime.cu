@@ -1,6 +1,7 @@
 // core/cuda/cuda_runtime.cu — device discovery, the caching device allocator and the copy hook
 // that Tensor::to uses (see cuda_runtime.h).
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -38,25 +39,26 @@ bool emulated() {
 }
 
 namespace {
-std::atomic<uint64_t> g_to_host{0}, g_to_device{0};  // host_copy_stats()
+std::atomic<uint64_t> g_to_host{0}, g_to_device{0}, g_to_device_queued{0};  // host_copy_stats()
 
-// Size-class cache of device blocks (same classes as the host pool). Blocks are never given
-// back to the driver: a training step asks for the same sizes every step.
+// Size-class caches of device blocks (same classes as the host pool), one per Arena: Step for
+// every tensor, Table for device_table's kept tables. Blocks are never given back to the driver:
+// a training step asks for the same sizes every step.
 struct DevicePool {
   std::mutex mu;
-  std::map<size_t, std::vector<void*>> free;
+  std::map<size_t, std::vector<void*>> free[2];  // by Arena
   DeviceAllocStats stats;
 };
 DevicePool& pool() {
   static DevicePool* p = new DevicePool();  // never destroyed: tensors may outlive statics
   return *p;
 }
-void* dev_alloc(size_t bytes) {
+void* dev_alloc(size_t bytes, Arena arena) {
   size_t cls = BufferPool::size_class(bytes);
   {
     std::lock_guard<std::mutex> lk(pool().mu);
     pool().stats.requests++;
-    auto& v = pool().free[cls];
+    auto& v = pool().free[(int)arena][cls];
     if (!v.empty()) {
       void* p = v.back();
       v.pop_back();
@@ -72,19 +74,84 @@ void* dev_alloc(size_t bytes) {
   pool().stats.device_mallocs++;
   return p;
 }
-void dev_free(void* p, size_t bytes) {
+void dev_free(void* p, size_t bytes, Arena arena) {
   const size_t cls = BufferPool::size_class(bytes);
   std::lock_guard<std::mutex> lk(pool().mu);
-  pool().free[cls].push_back(p);
+  pool().free[(int)arena][cls].push_back(p);
   pool().stats.bytes_cached += cls;
 }
 
+// Host -> device through pinned staging (what PyTorch's pin_memory + non_blocking does): the
+// source is copied into a pinned block, the block is queued with cudaMemcpyAsync on the stream
+// the kernels use, and an event recorded behind it says when the block may be reused. The host
+// does not wait for the device (a cudaMemcpy from pageable memory synchronises the stream first).
+// Blocks are cached by size class; a block comes back when its event has completed, so after the
+// first steps no upload allocates. Uploads above kStagedMax (a model's weights, a checkpoint)
+// take the plain synchronous cudaMemcpy instead of keeping a pinned block that large.
+constexpr size_t kStagedMax = size_t(4) << 20;
+struct PinnedBlock {
+  void* p = nullptr;
+  size_t cls = 0;
+  cudaEvent_t done = nullptr;
+};
+struct Staging {
+  std::mutex mu;
+  std::map<size_t, std::vector<PinnedBlock>> free;
+  std::vector<PinnedBlock> in_flight;  // queued copies whose event may not have completed
+  uint64_t allocs = 0;
+};
+Staging& staging() {
+  static Staging* s = new Staging();  // never destroyed (as the pool)
+  return *s;
+}
+void staged_upload(void* dst, const void* src, size_t bytes) {
+  Staging& st = staging();
+  std::lock_guard<std::mutex> lk(st.mu);
+  for (size_t i = 0; i < st.in_flight.size();) {  // retire the blocks whose copy has finished
+    const cudaError_t q = cudaEventQuery(st.in_flight[i].done);
+    if (q == cudaErrorNotReady) {
+      ++i;
+      continue;
+    }
+    CTX_CUDA_CHECK(q);
+    st.free[st.in_flight[i].cls].push_back(st.in_flight[i]);
+    st.in_flight[i] = st.in_flight.back();
+    st.in_flight.pop_back();
+  }
+  const size_t cls = BufferPool::size_class(bytes);
+  PinnedBlock b;
+  auto& v = st.free[cls];
+  if (!v.empty()) {
+    b = v.back();
+    v.pop_back();
+  } else {
+    b.cls = cls;
+    CTX_CUDA_CHECK(cudaMallocHost(&b.p, cls));
+    CTX_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
+    st.allocs++;
+  }
+  std::memcpy(b.p, src, bytes);
+  CTX_CUDA_CHECK(cudaMemcpyAsync(dst, b.p, bytes, cudaMemcpyHostToDevice, 0));
+  CTX_CUDA_CHECK(cudaEventRecord(b.done, 0));
+  st.in_flight.push_back(b);
+}
+
+void upload(void* dst, const void* src, size_t bytes) {
+  if (bytes <= kStagedMax) {
+    g_to_device_queued++;
+    staged_upload(dst, src, bytes);
+  } else {
+    g_to_device++;
+    CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  }
+}
+
 void dev_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {
+  if (dst_dev != Device::CPU && src_dev == Device::CPU) return upload(dst, src, bytes);
   const cudaMemcpyKind kind = dst_dev == Device::CPU
                                   ? (src_dev == Device::CPU ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
-                                  : (src_dev == Device::CPU ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
+                                  : cudaMemcpyDeviceToDevice;
   if (kind == cudaMemcpyDeviceToHost) g_to_host++;
-  if (kind == cudaMemcpyHostToDevice) g_to_device++;
   CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
 }
 }  // namespace
@@ -99,12 +166,14 @@ void ensure_allocator() {
   std::call_once(once, [] { register_device_allocator(Device::CUDA, DeviceAllocator{dev_alloc, dev_free, dev_copy}); });
 }
 
-HostCopyStats host_copy_stats() { return {g_to_host.load(), g_to_device.load()}; }
-
-void copy_to_device(void* dst, const void* src, size_t bytes) {
-  g_to_device++;
-  CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+HostCopyStats host_copy_stats() {
+  HostCopyStats h{g_to_host.load(), g_to_device.load(), g_to_device_queued.load(), 0};
+  std::lock_guard<std::mutex> lk(staging().mu);
+  h.staging_allocs = staging().allocs;
+  return h;
 }
+
+void copy_to_device(void* dst, const void* src, size_t bytes) { upload(dst, src, bytes); }
 void copy_to_host(void* dst, const void* src, size_t bytes) {
   g_to_host++;
   CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));

@@ -13,7 +13,9 @@ int device_count();          // 0 when no driver / no GPU (never throws)
 std::string device_name();   // of device 0, "" if none
 bool emulated();             // true in the CTXLAB_CUDA_EMULATOR build (kernels run on the CPU)
 void ensure_allocator();     // registers the caching allocator for Device::CUDA tensors
-// Host <-> device copies (bytes), synchronous.
+// Host -> device (bytes): queued behind the stream's earlier work from a pinned staging copy of
+// src (src may be reused at once; the host does not wait), or a plain synchronous cudaMemcpy
+// above 4 MiB. Device -> host: synchronous (the host waits for the device).
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void synchronize();          // waits for every queued kernel; a kernel's runtime error shows here
@@ -31,13 +33,16 @@ struct DeviceAllocStats {
 };
 DeviceAllocStats device_alloc_stats();
 
-// Host <-> device copies made through this layer (process-wide): every one of them is a
-// cudaMemcpy, which on a GPU waits for the kernels queued before it (device -> host always;
-// host -> device from pageable memory as well), so a count that grows inside a training step is
-// a host round trip. Device -> device copies stay on the stream and are not counted.
+// Host <-> device copies made through this layer (process-wide), every one of them: to_host and
+// to_device are a cudaMemcpy, which waits for the kernels queued before it (device -> host; host
+// -> device from pageable memory), so either count growing inside a training step is a host
+// round trip. to_device_queued are the staged uploads (pinned block, cudaMemcpyAsync, an event):
+// the host goes on. Device -> device copies stay on the stream and are not counted.
 struct HostCopyStats {
-  uint64_t to_host = 0;    // device -> host (the host waits for the result)
-  uint64_t to_device = 0;  // host -> device
+  uint64_t to_host = 0;           // device -> host (the host waits for the result)
+  uint64_t to_device = 0;         // host -> device, synchronous (above 4 MiB: weights, checkpoints)
+  uint64_t to_device_queued = 0;  // host -> device through pinned staging (the host does not wait)
+  uint64_t staging_allocs = 0;    // pinned staging blocks allocated (cudaMallocHost)
 };
 HostCopyStats host_copy_stats();
 
