@@ -17,7 +17,7 @@ namespace {
 
 // Checks the arguments (errors name the op and the shapes); returns the sizes.
 AttnDims check_args(const char* op, const Variable& q, const Variable& k, const Variable& v,
-                              const Variable& bias, double scale, int64_t window) {
+                              const Variable& bias, double scale, int64_t window, int64_t keys = 0) {
   CTX_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
   const Tensor &qd = q.data(), &kd = k.data(), &vd = v.data();
   CTX_CHECK(is_float(qd.dtype()), op, ": q must be f32 or f64, got ", qd.str());
@@ -31,6 +31,9 @@ AttnDims check_args(const char* op, const Variable& q, const Variable& k, const 
             ": k ", kd.str(), " does not match q ", qd.str(), " (q [B, H, T, Dh], k [B, H, S, Dh])");
   AttnDims d;
   d.B = qd.size(0), d.H = qd.size(1), d.T = qd.size(2), d.S = kd.size(2), d.Dh = qd.size(3);
+  CTX_CHECK(keys >= 0 && keys <= kd.size(2), op, ": keys must be in [0, ", kd.size(2), "] (the rows of k ",
+            kd.str(), "; 0: all), got ", keys);
+  if (keys > 0 && keys < kd.size(2)) d.S = keys, d.kv_rows = kd.size(2);
   d.window = window;
   d.scale = scale;
   CTX_CHECK(d.S >= d.T, op, ": k ", kd.str(), " has fewer keys than q ", qd.str(),
@@ -186,12 +189,15 @@ AttnRel backend_rel(const RelTerms& rel, int64_t Rq, int64_t Rk, const Tensor& q
 
 Variable fused_causal_attention(const Variable& q, const Variable& k, const Variable& v,
                                 const Variable& bias, double scale, int64_t window,
-                                const RelTerms& rel) {
+                                const RelTerms& rel, int64_t keys) {
   const char* op = "fused_causal_attention";
-  const AttnDims d = check_args(op, q, k, v, bias, scale, window);
+  const AttnDims d = check_args(op, q, k, v, bias, scale, window, keys);
   const Tensor qd = q.data(), kd = k.data(), vd = v.data();
   Backend& be = backend_of(qd);
-  if (!be.has(Fused::Attention)) return causal_attention_composed(q, k, v, bias, scale, window, rel);
+  if (!be.has(Fused::Attention)) {
+    if (d.kv_rows == 0) return causal_attention_composed(q, k, v, bias, scale, window, rel);
+    return causal_attention_composed(q, slice(k, 2, 0, d.S), slice(v, 2, 0, d.S), bias, scale, window, rel);
+  }
   const std::pair<int64_t, int64_t> R = check_rel(op, rel, qd, d.B, d.H, d.T, d.S, d.Dh);
   const AttnRel br = backend_rel(rel, R.first, R.second, qd);
   const Tensor bd = bias.defined() ? bias.data() : Tensor();

@@ -31,9 +31,12 @@ struct RelTerms {
 // Returns o = softmax(scale * q k^T + bias, masked) v: [B, H, T, Dh]. The [T, S] probabilities
 // are never stored: backward recomputes them from o and the per-row logsumexp.
 // rel: content-position terms (see RelTerms); their gradients flow to qrel, krel and vrel.
+// keys > 0: only the first `keys` rows of k and v (dim 2) are the keys (S = keys; the bias and
+// rel are sized by it): a decoding step passes the KV cache's buffers without copying its rows
+// out (AttnDims::kv_rows); the gradient of the other rows is 0. 0: every row.
 Variable fused_causal_attention(const Variable& q, const Variable& k, const Variable& v,
                                 const Variable& bias, double scale, int64_t window = 0,
-                                const RelTerms& rel = {});
+                                const RelTerms& rel = {}, int64_t keys = 0);
 
 // The same attention from matmul / scale / add / causal_mask / masked_fill / softmax / matmul
 // (same arguments, same checks).

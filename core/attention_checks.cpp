@@ -25,11 +25,12 @@ DType check_inputs(const char* op, const AttnDims& d, const Tensor& q, const Ten
   CTX_CHECK(q.defined(), op, ": q is undefined");
   const DType dt = q.dtype();
   CTX_CHECK(dt == DType::F32 || dt == DType::F64, op, ": q must be f32 or f64, got ", q.str());
-  CTX_CHECK(d.S >= d.T && d.T >= 0 && d.window >= 0, op, ": bad sizes T = ", d.T, ", S = ", d.S, ", window = ",
-            d.window);
+  CTX_CHECK(d.S >= d.T && d.T >= 0 && d.window >= 0 && (d.kv_rows == 0 || d.kv_rows >= d.S), op,
+            ": bad sizes T = ", d.T, ", S = ", d.S, ", window = ", d.window, ", kv_rows = ", d.kv_rows,
+            " (S >= T, kv_rows 0 or >= S)");
   expect(op, "q", q, dt, {d.B, d.H, d.T, d.Dh}, dev);
-  expect(op, "k", k, dt, {d.B, d.H, d.S, d.Dh}, dev);
-  expect(op, "v", v, dt, {d.B, d.H, d.S, d.Dh}, dev);
+  expect(op, "k", k, dt, {d.B, d.H, d.kv_stride(), d.Dh}, dev);
+  expect(op, "v", v, dt, {d.B, d.H, d.kv_stride(), d.Dh}, dev);
   if (bias.defined()) expect_bias(op, "bias", bias, dt, d, dev);
   if (rel.qrel.defined() || rel.vrel.defined()) expect(op, "rel.qidx", rel.qidx, DType::I32, {d.T, d.S}, dev);
   if (rel.krel.defined()) expect(op, "rel.kidx", rel.kidx, DType::I32, {d.T, d.S}, dev);
@@ -57,8 +58,8 @@ DType check_attention_backward(const AttnDims& d, const Tensor& q, const Tensor&
   const DType dt = check_inputs(op, d, q, k, v, bias, out, lse, rel, dev);
   expect(op, "dout", dout, dt, {d.B, d.H, d.T, d.Dh}, dev);
   expect(op, "dq", dq, dt, {d.B, d.H, d.T, d.Dh}, dev);
-  expect(op, "dk", dk, dt, {d.B, d.H, d.S, d.Dh}, dev);
-  expect(op, "dv", dv, dt, {d.B, d.H, d.S, d.Dh}, dev);
+  expect(op, "dk", dk, dt, {d.B, d.H, d.kv_stride(), d.Dh}, dev);
+  expect(op, "dv", dv, dt, {d.B, d.H, d.kv_stride(), d.Dh}, dev);
   if (dbias.defined()) expect_bias(op, "dbias", dbias, dt, d, dev);
   if (drel.dqrel.defined()) expect(op, "drel.dqrel", drel.dqrel, dt, {d.B, d.H, d.T, rel.Rq}, dev);
   if (drel.dkrel.defined()) expect(op, "drel.dkrel", drel.dkrel, dt, {d.B, d.H, d.S, rel.Rk}, dev);

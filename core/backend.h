@@ -74,6 +74,10 @@ struct AttnDims {
   int64_t B = 0, H = 0, T = 0, S = 0, Dh = 0;
   int64_t window = 0;  // 0: full causal attention
   double scale = 1.0;  // multiplies q . k (and the relative terms), not the bias
+  // Rows per (b, h) in k and v (and dk, dv): k, v are [B, H, kv_rows, Dh] of which the first S
+  // rows are the keys (a decoding step reads the KV cache's buffers in place); 0: S.
+  int64_t kv_rows = 0;
+  int64_t kv_stride() const { return kv_rows > 0 ? kv_rows : S; }
 };
 
 // Content-position terms of attention (shaw, xl, deberta, tupe), each optional (undefined:

@@ -93,9 +93,14 @@ Variable Attention::forward_cached(const Variable& x, KVCache& cache) const {
   kv_write_rows(heads[2].data(), c.v, pos0);
   auto rows = [&](const Tensor& buf) { return slice(Variable(buf, false), 2, 0, n); };  // [B, H, n, Dh]
   AttnState st = new_state(layer_, H_, Dh_, *qkv, B, T, n, pos0);
-  st.v = rows(c.v);
   st.decode = cache.posenc_state();
   const bool stable = pe_->decode_keys_stable(n);
+  // The fused attention reads the cache's buffers in place ([B, H, capacity, Dh], the first n
+  // rows the keys: fused_causal_attention's `keys`), unless the composed path or the encoding's
+  // score terms need the n rows as a tensor of their own (then they are copied out).
+  const bool fused = fused_attention_enabled() && backend_of(c.v).has(Fused::Attention);
+  const bool in_place = fused && stable && c.rotated == pos0 && pe_->fused_attention_ok(st) && !pe_->terms_read_keys();
+  st.v = in_place ? Variable(c.v, false) : rows(c.v);
   if (stable && c.rotated == pos0) {
     // rotate only the new queries and keys (keys at k_pos0 = pos0), append the rotated keys
     AttnState fresh = st;
@@ -108,7 +113,7 @@ Variable Attention::forward_cached(const Variable& x, KVCache& cache) const {
     kv_write_rows(fresh.k.data(), c.k_rot, pos0);
     c.rotated = n;
     st.q = fresh.q;
-    st.k = rows(c.k_rot);
+    st.k = in_place ? Variable(c.k_rot, false) : rows(c.k_rot);
   } else {
     // the rotation of old keys depends on n (xpos, dynamic NTK beyond L): rotate them all again
     st.q = heads[0];
@@ -128,9 +133,11 @@ Variable Attention::forward_cached(const Variable& x, KVCache& cache) const {
     window = window == 0 ? mem_len + 1 : std::min(window, mem_len + 1);
   }
   Variable o;                                                           // [B, H, T, Dh]
-  if (fused_attention_enabled() && backend_of(st.q.data()).has(Fused::Attention))
-    o = pe_->fused_attention(st, window);
-  if (!o.defined()) o = pe_->output(st, softmax(causal_mask(pe_->logits(st), st.S - st.T, window)));
+  if (fused) o = pe_->fused_attention(st, window);
+  if (!o.defined()) {
+    if (in_place) st.k = rows(c.k_rot), st.v = rows(c.v);  // e.g. a bias per batch row
+    o = pe_->output(st, softmax(causal_mask(pe_->logits(st), st.S - st.T, window)));
+  }
   return proj->forward(merge_heads(o));
 }
 

@@ -235,6 +235,7 @@ class DeBERTa final : public PositionalEncoding {
     fill_const(norm_b_, 0.0);
   }
   bool fused_attention_ok(const AttnState&) const override { return true; }
+  bool terms_read_keys() const override { return true; }  // the p2c term: k . Qr
   std::unique_ptr<PosencDecodeState> begin_decode(int64_t) override {
     auto d = std::make_unique<Decode>();
     d->qr.resize((size_t)n_layers_);
@@ -271,7 +272,7 @@ class DeBERTa final : public PositionalEncoding {
     });
     t.rel.kidx = t.rel.qidx;
     t.rel.qrel = matmul(st.q, kr, false, true);  // c2p: q_i . Kr[delta]  [B, H, T, 2A]
-    t.rel.krel = matmul(st.k, qr, false, true);  // p2c: k_j . Qr[delta]  [B, H, S, 2A]
+    t.rel.krel = matmul(st.k, qr, false, true);  // p2c: k_j . Qr[delta]  [B, H, S, 2A]  (terms_read_keys)
     return t;
   }
 

@@ -106,6 +106,10 @@ class PositionalEncoding {
   // True when this encoding keeps the default logits and output, so that attention may run them
   // as one fused kernel (autograd/ops_attention.h). Encodings opt in (all but rerope).
   virtual bool fused_attention_ok(const AttnState& st) const { (void)st; return false; }
+  // True when terms() reads st.k (DeBERTa's p2c term). A decoding step otherwise hands the fused
+  // attention the KV cache's whole buffers as st.k / st.v (rows S.. unused) instead of copying
+  // the first S rows out (nn/attention.cpp, Attention::forward_cached).
+  virtual bool terms_read_keys() const { return false; }
 
   // ---- incremental decoding (nn/kv_cache.h) ----
   // A state for one generation of up to `capacity` positions, or null when the encoding needs

@@ -1060,8 +1060,10 @@ void attention_cases(std::vector<Case>& cs) {
   // bias: 0 none, 1 [H, T, S], 2 [1, H, T, S], 3 [H, T, S] with query row 0 of head 0 fully at
   // -inf (that row sees no finite logit: lse +inf, output 0, no gradient). T = 0: no queries
   // (dk, dv, dkrel, dvrel are zeros). Dh = 96 in f64: the CUDA kernels' tiles need more than
-  // 48 KiB of shared memory (asked for with cudaFuncSetAttribute).
-  struct AC { int64_t B, H, Tn, Sn, Dh, window; int bias; int rel; int64_t Rq, Rk; };
+  // 48 KiB of shared memory (asked for with cudaFuncSetAttribute). KS > 0: k and v (and dk, dv)
+  // hold KS rows per (b, h), the first Sn the keys (AttnDims::kv_rows, a decoding step reading the
+  // KV cache in place): rows Sn.. are random and must change nothing, their gradient is 0.
+  struct AC { int64_t B, H, Tn, Sn, Dh, window; int bias; int rel; int64_t Rq, Rk; int64_t KS = 0; };
   for (const AC& a : {AC{1, 1, 1, 1, 1, 0, 0, 0, 0, 0}, AC{2, 3, 5, 5, 4, 0, 1, 0, 0, 0},
                       AC{1, 2, 3, 7, 8, 0, 0, 0, 0, 0}, AC{2, 1, 6, 6, 3, 2, 1, 0, 0, 0},
                       AC{1, 2, 33, 33, 5, 0, 1, 0, 0, 0}, AC{1, 1, 1, 1, 1, 0, 1, kQrel | kKrel | kVrel, 1, 1},
@@ -1069,21 +1071,25 @@ void attention_cases(std::vector<Case>& cs) {
                       AC{2, 1, 5, 5, 6, 0, 0, kKrel, 0, 3}, AC{1, 3, 9, 9, 33, 0, 2, kVrel, 4, 0},
                       AC{3, 2, 35, 70, 16, 20, 1, kQrel | kKrel | kVrel, 11, 9}, AC{2, 2, 4, 6, 2, 0, 3, kQrel, 3, 0},
                       AC{1, 1, 37, 37, 64, 0, 2, 0, 0, 0}, AC{1, 2, 0, 3, 4, 0, 1, kQrel | kKrel | kVrel, 2, 2},
-                      AC{1, 1, 5, 6, 96, 0, 1, kVrel, 3, 0}}) {
+                      AC{1, 1, 5, 6, 96, 0, 1, kVrel, 3, 0}, AC{1, 2, 1, 5, 8, 0, 1, 0, 0, 0, 9},
+                      AC{2, 1, 3, 7, 4, 2, 0, kQrel | kKrel | kVrel, 3, 2, 12}, AC{1, 3, 2, 40, 32, 0, 0, 0, 0, 0, 64}}) {
     AttnDims d;
     d.B = a.B; d.H = a.H; d.T = a.Tn; d.S = a.Sn; d.Dh = a.Dh; d.window = a.window;
     d.scale = 1.0 / std::sqrt((double)a.Dh);
-    const Shape qs{a.B, a.H, a.Tn, a.Dh}, ks{a.B, a.H, a.Sn, a.Dh}, ls{a.B, a.H, a.Tn};
+    d.kv_rows = a.KS;
+    const int64_t KR = a.KS > 0 ? a.KS : a.Sn;  // rows per (b, h) of k, v as the device gets them
+    const Shape qs{a.B, a.H, a.Tn, a.Dh}, ks{a.B, a.H, a.Sn, a.Dh}, kfs{a.B, a.H, KR, a.Dh}, ls{a.B, a.H, a.Tn};
     const Shape bs = a.bias == 2 ? Shape{1, a.H, a.Tn, a.Sn} : Shape{a.H, a.Tn, a.Sn};
     const Shape is{a.Tn, a.Sn}, qrs{a.B, a.H, a.Tn, a.Rq}, krs{a.B, a.H, a.Sn, a.Rk}, vrs{a.Rq, a.Dh};
     const bool hq = a.rel & kQrel, hk = a.rel & kKrel, hv = a.rel & kVrel;
     const std::string nm = str(tn<T>(), " B", a.B, " H", a.H, " T", a.Tn, " S", a.Sn, " Dh", a.Dh, " window ", a.window,
                                a.bias ? str(" bias", S(bs), a.bias == 3 ? " (a row at -inf)" : "") : std::string(),
                                hq ? str(" qrel R", a.Rq) : std::string(), hk ? str(" krel R", a.Rk) : std::string(),
-                               hv ? str(" vrel R", a.Rq) : std::string());
+                               hv ? str(" vrel R", a.Rq) : std::string(),
+                               a.KS ? str(" kv_rows ", a.KS) : std::string());
     // the inputs, on the host (the same for the device run and the reference)
     auto inputs = [=] {
-      std::vector<Tensor> in = {rnd(qs, dt, 181, -2, 2), rnd(ks, dt, 182, -2, 2), rnd(ks, dt, 183), rnd(bs, dt, 184),
+      std::vector<Tensor> in = {rnd(qs, dt, 181, -2, 2), rnd(kfs, dt, 182, -2, 2), rnd(kfs, dt, 183), rnd(bs, dt, 184),
                                 rnd(qs, dt, 185), rnd(is, DType::I32, 186, 0, (double)a.Rq),
                                 rnd(is, DType::I32, 187, 0, (double)a.Rk), rnd(qrs, dt, 188, -2, 2),
                                 rnd(krs, dt, 189, -2, 2), rnd(vrs, dt, 190)};
@@ -1107,7 +1113,7 @@ void attention_cases(std::vector<Case>& cs) {
                     if (hv) rel.vrel = D.in(h[9]);
                     Tensor out = D.out(qs, dt), lse = D.out(ls, dt);
                     D.be().attention_forward(d, q, k, v, bias, out, lse, rel);
-                    Tensor dout = D.in(h[4]), dq = D.out(qs, dt), dk = D.out(ks, dt), dv = D.out(ks, dt);
+                    Tensor dout = D.in(h[4]), dq = D.out(qs, dt), dk = D.out(kfs, dt), dv = D.out(kfs, dt);
                     Tensor dbias = a.bias ? D.out(bs, dt) : Tensor();
                     AttnRelGrad g;
                     if (hq) g.dqrel = D.out(qrs, dt);
@@ -1121,6 +1127,23 @@ void attention_cases(std::vector<Case>& cs) {
                   },
                   [=] {
                     std::vector<Tensor> h = inputs();
+                    // the reference on the keys alone: rows [0, Sn) of each (b, h) of k and v
+                    auto keys_of = [&](const Tensor& full) {
+                      Tensor c = Tensor::empty(ks, dt);
+                      for (int64_t bh = 0; bh < a.B * a.H; ++bh)
+                        for (int64_t e = 0; e < a.Sn * a.Dh; ++e) c.set(bh * a.Sn * a.Dh + e, full.at(bh * KR * a.Dh + e));
+                      return c;
+                    };
+                    // and its key gradients back in KR rows, 0 in rows Sn..
+                    auto rows_of = [&](const Tensor& c) {
+                      Tensor full = Tensor::zeros(kfs, dt);
+                      for (int64_t bh = 0; bh < a.B * a.H; ++bh)
+                        for (int64_t e = 0; e < a.Sn * a.Dh; ++e) full.set(bh * KR * a.Dh + e, c.at(bh * a.Sn * a.Dh + e));
+                      return full;
+                    };
+                    h[1] = keys_of(h[1]), h[2] = keys_of(h[2]);
+                    AttnDims dr = d;
+                    dr.kv_rows = 0;
                     Tensor out = Tensor::empty(qs, dt), lse = Tensor::empty(ls, dt);
                     Tensor dq = Tensor::empty(qs, dt), dk = Tensor::empty(ks, dt), dv = Tensor::empty(ks, dt),
                            dbias = Tensor::empty(bs, dt), dqrel = Tensor::empty(qrs, dt),
@@ -1131,10 +1154,10 @@ void attention_cases(std::vector<Case>& cs) {
                     if (hq) r.qrel = P<T>(h[7]), r.dqrel = P<T>(dqrel);
                     if (hk) r.krel = P<T>(h[8]), r.dkrel = P<T>(dkrel);
                     if (hv) r.vrel = P<T>(h[9]), r.dvrel = P<T>(dvrel);
-                    attention_reference<T>(d, P<T>(h[0]), P<T>(h[1]), P<T>(h[2]), a.bias ? P<T>(h[3]) : nullptr,
+                    attention_reference<T>(dr, P<T>(h[0]), P<T>(h[1]), P<T>(h[2]), a.bias ? P<T>(h[3]) : nullptr,
                                            P<T>(out), P<T>(lse), P<T>(h[4]), P<T>(dq), P<T>(dk), P<T>(dv),
                                            a.bias ? P<T>(dbias) : nullptr, r);
-                    std::vector<Tensor> res = {out, lse, dq, dk, dv};
+                    std::vector<Tensor> res = {out, lse, dq, rows_of(dk), rows_of(dv)};
                     if (a.bias) res.push_back(dbias);
                     if (hq) res.push_back(dqrel);
                     if (hk) res.push_back(dkrel);

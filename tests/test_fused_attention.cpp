@@ -184,6 +184,50 @@ TEST(FusedAttention, GradcheckF64) {
   }
 }
 
+// keys > 0 (a decoding step reading the KV cache's buffers in place): k, v hold more rows than
+// keys; the result and the gradients of q, the bias and the key rows equal those of the call on
+// the first `keys` rows alone, the other rows get a zero gradient and change nothing (they hold
+// random values); gradcheck in f64 through the in-place call; a bad `keys` is an error.
+TEST(FusedAttention, KeysReadInPlaceFromLargerBuffers) {
+  Rng r(23);
+  const int64_t B = 2, H = 2, T = 3, S = 7, R = 11, Dh = 5;
+  for (DType dt : {DType::F32, DType::F64}) {
+    SCOPED_TRACE(dt == DType::F32 ? "f32" : "f64");
+    const Tensor q = uniform_tensor(r, {B, H, T, Dh}, dt, -1.5, 1.5);
+    const Tensor kf = uniform_tensor(r, {B, H, R, Dh}, dt, -1.5, 1.5), vf = uniform_tensor(r, {B, H, R, Dh}, dt);
+    const Tensor bias = uniform_tensor(r, {H, T, S}, dt, -2.0, 2.0), g = uniform_tensor(r, {B, H, T, Dh}, dt);
+    Variable q1(q.clone(), true), k1(kf.clone(), true), v1(vf.clone(), true), b1(bias.clone(), true);
+    Variable o1 = fused_causal_attention(q1, k1, v1, b1, 0.4, 0, {}, S);
+    o1.backward(g);
+    Variable q2(q.clone(), true), b2(bias.clone(), true);
+    Variable kr(kf.clone(), true), vr(vf.clone(), true);
+    Variable o2 = fused_causal_attention(q2, slice(kr, 2, 0, S), slice(vr, 2, 0, S), b2, 0.4, 0);
+    o2.backward(g);
+    const double tol = dt == DType::F32 ? 1e-6 : 1e-13;
+    EXPECT_LE(rel_err(o1.data(), o2.data()), tol) << "output";
+    EXPECT_LE(rel_err(q1.grad(), q2.grad()), tol) << "dq";
+    EXPECT_LE(rel_err(b1.grad(), b2.grad()), tol) << "dbias";
+    EXPECT_LE(rel_err(k1.grad(), kr.grad()), tol) << "dk (rows S.. zero on both sides)";
+    EXPECT_LE(rel_err(v1.grad(), vr.grad()), tol) << "dv";
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t e = S * Dh; e < R * Dh; ++e) {
+        ASSERT_EQ(k1.grad().at(bh * R * Dh + e), 0.0) << "a row past the keys got a gradient";
+        ASSERT_EQ(v1.grad().at(bh * R * Dh + e), 0.0);
+      }
+  }
+  std::vector<Tensor> in = {uniform_tensor(r, {1, 2, 2, 3}, DType::F64), uniform_tensor(r, {1, 2, 6, 3}, DType::F64),
+                            uniform_tensor(r, {1, 2, 6, 3}, DType::F64)};
+  GradcheckResult res = gradcheck(
+      [](const std::vector<Variable>& x) { return fused_causal_attention(x[0], x[1], x[2], Variable(), 0.9, 0, {}, 4); },
+      in, {"q", "k", "v"});
+  EXPECT_TRUE(res.pass) << res.summary();
+  Variable q(in[0], false), k(in[1], false), v(in[2], false);
+  expect_error([&] { fused_causal_attention(q, k, v, Variable(), 1.0, 0, {}, 7); },
+               {"fused_causal_attention", "keys must be in [0, 6]", "got 7"});
+  expect_error([&] { fused_causal_attention(q, k, v, Variable(), 1.0, 0, {}, 1); },
+               {"fused_causal_attention", "fewer keys than"});
+}
+
 TEST(FusedAttention, GradcheckF64SeveralTiles) {
   // T and S beyond one 64-wide tile, memory offset 9; a subset of the elements
   Rng r(12);

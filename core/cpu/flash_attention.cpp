@@ -349,6 +349,7 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
                              const F* bias, F* o, F* lse, const FlashRel<F>& rel) {
   const Geom g(d);
   const int64_t T = d.T, S = d.S, Dh = d.Dh, H = d.H, Dp = g.Dp, nkb = g.nkb;
+  const int64_t KS = d.kv_stride();  // rows per (b, h) in k, v
   if (g.BH == 0 || T == 0) return;
   const F sc = (F)d.scale;
   const F ninf = -std::numeric_limits<F>::infinity();
@@ -361,8 +362,8 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
   {
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < g.BH; ++bh) {
-      pack_tiles_t(k + bh * S * Dh, S, Dh, nkb, Dp, kt.data() + bh * g.Sp * Dp);
-      rows_dp(v + bh * S * Dh, S, Dh, Dp, vp.data() + bh * S * Dp);
+      pack_tiles_t(k + bh * KS * Dh, S, Dh, nkb, Dp, kt.data() + bh * g.Sp * Dp);
+      rows_dp(v + bh * KS * Dh, S, Dh, Dp, vp.data() + bh * S * Dp);
     }
     // prel: the value term's weights of each query row, sum_j p_ij over qidx[i, j] = r [BR, Rq]
     Scratch<F> qbuf(BR * Dp), st(BR * BC), ot(BR * Dp), m(BR), l(BR), prel(rel.vrel ? BR * rel.Rq : 0);
@@ -382,7 +383,7 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
       for (int64_t kb = jlo / BC; kb * BC < jhi; ++kb) {
         const int64_t j0 = kb * BC, nb = std::min(BC, S - j0);
         const F* ktile = kt.data() + (bh * nkb + kb) * Dp * BC;  // [Dp, BC]
-        const F* vtile = (Dh == Dp ? v : vp.data()) + (bh * S + j0) * Dp;  // [nb, Dp]
+        const F* vtile = Dh == Dp ? v + (bh * KS + j0) * Dp : vp.data() + (bh * S + j0) * Dp;  // [nb, Dp]
         auto seen = [&](int64_t m0, int64_t m1) { return cols_seen(i0, m0, m1, j0, nb, g, d.window); };
         tile_mm<F, false>(rows, BC, Dp, qt, Dp, 1, ktile, BC, st.data(), BC, [&](int64_t m0, int64_t m1) {
           const ColRange c = seen(m0, m1);
@@ -452,15 +453,20 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
                               F* dv, F* dbias, const FlashRel<F>& rel) {
   const Geom g(d);
   const int64_t B = d.B, H = d.H, T = d.T, S = d.S, Dh = d.Dh, Dp = g.Dp, nkb = g.nkb;
+  const int64_t KS = d.kv_stride();  // rows per (b, h) in k, v, dk, dv
   const int64_t HTS = H * T * S;
   if (dbias) std::fill(dbias, dbias + HTS, F(0));
   if (rel.vrel && rel.dvrel) std::fill(rel.dvrel, rel.dvrel + rel.Rq * Dh, F(0));
   if (g.BH == 0) return;
   if (T == 0) {
     if (rel.krel && rel.dkrel) std::fill(rel.dkrel, rel.dkrel + g.BH * S * rel.Rk, F(0));
-    std::fill(dk, dk + g.BH * S * Dh, F(0));
-    std::fill(dv, dv + g.BH * S * Dh, F(0));
+    std::fill(dk, dk + g.BH * KS * Dh, F(0));
+    std::fill(dv, dv + g.BH * KS * Dh, F(0));
     return;
+  }
+  if (KS != S) {  // rows S.. of each (b, h) are not keys: their gradient is 0
+    std::fill(dk, dk + g.BH * KS * Dh, F(0));
+    std::fill(dv, dv + g.BH * KS * Dh, F(0));
   }
   const F sc = (F)d.scale;
   const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -509,9 +515,9 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
         }
         const F* qr = rows_dp(qb_, T, Dh, Dp, qp.data());              // [T, Dp]
         const F* gr = rows_dp(gb, T, Dh, Dp, dop.data());              // [T, Dp]
-        const F* kr = rows_dp(k + bh * S * Dh, S, Dh, Dp, kp.data());  // [S, Dp]
-        pack_tiles_t(k + bh * S * Dh, S, Dh, nkb, Dp, ktt.data());
-        pack_tiles_t(v + bh * S * Dh, S, Dh, nkb, Dp, vtt.data());
+        const F* kr = rows_dp(k + bh * KS * Dh, S, Dh, Dp, kp.data());  // [S, Dp]
+        pack_tiles_t(k + bh * KS * Dh, S, Dh, nkb, Dp, ktt.data());
+        pack_tiles_t(v + bh * KS * Dh, S, Dh, nkb, Dp, vtt.data());
         for (int64_t i = 0; i < T; ++i) {  // D_i = do_i . o_i
           F s = 0;
           for (int64_t c = 0; c < Dh; ++c) s += gb[i * Dh + c] * ob[i * Dh + c];
@@ -605,8 +611,8 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
             tile_mm<F, true>(rows, Dp, nb, ds.data(), BC, 1, kr + j0 * Dp, Dp, dqa.data() + i0 * Dp, Dp,
                              by_query(false));                                                   // dq += ds k
           }
-          F* dkb = dk + (bh * S + j0) * Dh;
-          F* dvb = dv + (bh * S + j0) * Dh;
+          F* dkb = dk + (bh * KS + j0) * Dh;
+          F* dvb = dv + (bh * KS + j0) * Dh;
           for (int64_t r = 0; r < nb; ++r)
             for (int64_t c = 0; c < Dh; ++c) {
               dkb[r * Dh + c] = sc * dka[r * Dp + c];

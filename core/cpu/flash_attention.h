@@ -34,7 +34,8 @@ struct FlashRel {
   bool logit_terms() const { return qrel || krel; }
 };
 
-// q: [B, H, T, Dh]; k, v: [B, H, S, Dh]; bias: [H, T, S] shared over the batch, or null.
+// q: [B, H, T, Dh]; k, v: [B, H, S, Dh] ([B, H, kv_rows, Dh] when d.kv_rows > 0, the keys the
+// first S rows of each (b, h)); bias: [H, T, S] shared over the batch, or null.
 // Writes o: [B, H, T, Dh] and lse: [B, H, T] (logsumexp of each row's masked logits; +inf for
 // a row that sees no key with a finite logit, whose output is then 0).
 template <class F>

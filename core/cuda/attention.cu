@@ -46,11 +46,12 @@ constexpr unsigned kFull = 0xffffffffu;
 // The operands of one call (device pointers; null: absent).
 template <class F>
 struct Args {
-  const F *q, *k, *v;          // [B, H, T, Dh], [B, H, S, Dh] x2
+  const F *q, *k, *v;          // [B, H, T, Dh], [B, H, KS, Dh] x2 (the first S rows are keys)
   const F* bias;               // [H, T, S]
   const int32_t *qidx, *kidx;  // [T, S]
   const F *qrel, *krel, *vrel; // [B, H, T, Rq], [B, H, S, Rk], [Rq, Dh]
   int64_t B, H, T, S, Dh, window, Rq, Rk, off;  // off = S - T
+  int64_t KS;                  // rows per (b, h) in k, v, dk, dv (AttnDims::kv_stride)
   F scale;
 };
 
@@ -157,8 +158,8 @@ __global__ void attn_forward_kernel(Args<T> a, int64_t ntiles, T* out, T* lse) {
   for (int64_t j0 = jlo; j0 < jhi; j0 += kTile) {
     const int64_t nb = imin(kTile, a.S - j0);
     __syncthreads();  // the previous tile is no longer read
-    load_rows(a.k + bh * a.S * Dh, j0, nb, kTile, Dh, Ks);
-    load_rows(a.v + bh * a.S * Dh, j0, nb, kTile, Dh, Vs);
+    load_rows(a.k + bh * a.KS * Dh, j0, nb, kTile, Dh, Ks);
+    load_rows(a.v + bh * a.KS * Dh, j0, nb, kTile, Dh, Vs);
     __syncthreads();
     if (!row) continue;  // warp-uniform
     const int64_t j = j0 + lane;
@@ -252,8 +253,8 @@ __global__ void attn_dq_kernel(Args<T> a, int64_t ntiles, bool walk_batch, const
     for (int64_t j0 = jlo; j0 < jhi; j0 += kTile) {
       const int64_t nb = imin(kTile, a.S - j0);
       __syncthreads();
-      load_rows(a.k + bh * a.S * Dh, j0, nb, kTile, Dh, Ks);
-      load_rows(a.v + bh * a.S * Dh, j0, nb, kTile, Dh, Vs);
+      load_rows(a.k + bh * a.KS * Dh, j0, nb, kTile, Dh, Ks);
+      load_rows(a.v + bh * a.KS * Dh, j0, nb, kTile, Dh, Vs);
       __syncthreads();
       if (!row) continue;
       const int64_t j = j0 + lane;
@@ -303,8 +304,8 @@ __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const
   const int64_t bh = blockIdx.x / ntiles, h = bh % a.H, j0 = (blockIdx.x % ntiles) * kRows, j = j0 + w;
   const bool row = j < a.S;
   const int64_t jlast = imin(a.S, j0 + kRows) - 1;
-  load_rows(a.k + bh * a.S * Dh, j0, a.S - j0, kRows, Dh, Kr);
-  load_rows(a.v + bh * a.S * Dh, j0, a.S - j0, kRows, Dh, Vr);
+  load_rows(a.k + bh * a.KS * Dh, j0, a.S - j0, kRows, Dh, Kr);
+  load_rows(a.v + bh * a.KS * Dh, j0, a.S - j0, kRows, Dh, Vr);
   for (int64_t e = threadIdx.x; e < kRows * ld; e += blockDim.x) dKa[e] = dVa[e] = T(0);
   __syncthreads();  // the owners read these even when no query tile follows (keys nobody sees)
   T* dkr = row && dkrel ? dkrel + (bh * a.S + j) * a.Rk : nullptr;
@@ -346,7 +347,7 @@ __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const
     __syncwarp();
   }
   if (!row) return;
-  const int64_t n = bh * a.S + j;
+  const int64_t n = bh * a.KS + j;
   for (int64_t c = lane; c < Dh; c += 32) {
     dk[n * Dh + c] = a.scale * dKa[w * ld + c];
     dv[n * Dh + c] = dVa[w * ld + c];
@@ -396,7 +397,7 @@ Args<T> make_args(const AttnDims& d, const Tensor& q, const Tensor& k, const Ten
   a.kidx = rel.krel.defined() ? rel.kidx.data<int32_t>() : nullptr;
   a.qrel = cptr<T>(rel.qrel), a.krel = cptr<T>(rel.krel), a.vrel = cptr<T>(rel.vrel);
   a.B = d.B, a.H = d.H, a.T = d.T, a.S = d.S, a.Dh = d.Dh, a.window = d.window;
-  a.Rq = rel.Rq, a.Rk = rel.Rk, a.off = d.S - d.T;
+  a.Rq = rel.Rq, a.Rk = rel.Rk, a.off = d.S - d.T, a.KS = d.kv_stride();
   a.scale = (T)d.scale;
   return a;
 }
@@ -444,6 +445,10 @@ void backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor&
                dout.data<T>(), lse.data<T>(), (const T*)D.data<T>(), dq.data<T>(), dbias_p, dqrel_p,
                dvrel_p ? prel.data<T>() : (T*)nullptr);
     CTX_CUDA_LAUNCH_CHECK("attn_dq_kernel");
+    if (d.kv_stride() != d.S) {  // rows S.. of each (b, h) are not keys: their gradient is 0
+      fill<T>(dk.data<T>(), dk.numel(), T(0));
+      fill<T>(dv.data<T>(), dv.numel(), T(0));
+    }
     const int64_t kt = cdiv(d.S, kRows);
     const size_t smem_kv = sizeof(T) * (size_t)((2 * kTile + 4 * kRows) * pad(d.Dh) + 2 * kTile + 2 * kRows * kTile);
     allow_shared(attn_dkdv_kernel<T>, smem_kv);
