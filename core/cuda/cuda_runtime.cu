@@ -137,6 +137,7 @@ void staged_upload(void* dst, const void* src, size_t bytes) {
 }
 
 void upload(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
   if (bytes <= kStagedMax) {
     g_to_device_queued++;
     staged_upload(dst, src, bytes);
