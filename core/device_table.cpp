@@ -36,13 +36,11 @@ uint64_t hash_of(const Tensor& h) {
   return x;
 }
 
-// The kept copy still holds `host`'s values: nothing wrote to it (the mirror is there) and the
-// bytes are the same.
+// The kept copy (not written to: its mirror is there) holds `host`'s values on `dev`.
 bool same(const Entry& e, uint64_t hash, const Tensor& host, Device dev) {
   if (e.hash != hash || e.dev.device() != dev || e.dev.dtype() != host.dtype() || e.dev.shape() != host.shape())
     return false;
-  const Tensor m = e.dev.host_mirror();
-  return m.defined() && std::memcmp(m.raw(), host.raw(), host.nbytes()) == 0;
+  return std::memcmp(e.dev.storage()->host_mirror->data, host.raw(), host.nbytes()) == 0;
 }
 
 }  // namespace
@@ -56,20 +54,18 @@ Tensor device_table(const Tensor& host, const Tensor& like) {
   const uint64_t h = hash_of(host);
   TableCache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
-  for (auto it = c.lru.begin(); it != c.lru.end(); ++it) {
-    if (!same(*it, h, host, dev)) continue;
-    c.st.hits++;
-    c.lru.splice(c.lru.begin(), c.lru, it);
-    return c.lru.front().dev;
-  }
-  // Entries with the same key whose copy was written to are stale: drop them.
   for (auto it = c.lru.begin(); it != c.lru.end();) {
-    if (it->hash == h && !it->dev.host_mirror().defined()) {
+    if (!it->dev.storage()->host_mirror) {  // written to since it was kept: never served again
       c.st.bytes -= it->dev.nbytes();
       it = c.lru.erase(it);
-    } else {
-      ++it;
+      continue;
     }
+    if (same(*it, h, host, dev)) {
+      c.st.hits++;
+      c.lru.splice(c.lru.begin(), c.lru, it);
+      return c.lru.front().dev;
+    }
+    ++it;
   }
   Tensor d = host.to(dev, Arena::Table);
   d.set_host_mirror(host);
