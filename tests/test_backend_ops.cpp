@@ -1063,6 +1063,7 @@ void attention_cases(std::vector<Case>& cs) {
   // 48 KiB of shared memory (asked for with cudaFuncSetAttribute). KS > 0: k and v (and dk, dv)
   // hold KS rows per (b, h), the first Sn the keys (AttnDims::kv_rows, a decoding step reading the
   // KV cache in place): rows Sn.. are random and must change nothing, their gradient is 0.
+  // T <= 4 (the CPU forward's direct scores, no K^T tiles): over several key tiles, windowed too.
   struct AC { int64_t B, H, Tn, Sn, Dh, window; int bias; int rel; int64_t Rq, Rk; int64_t KS = 0; };
   for (const AC& a : {AC{1, 1, 1, 1, 1, 0, 0, 0, 0, 0}, AC{2, 3, 5, 5, 4, 0, 1, 0, 0, 0},
                       AC{1, 2, 3, 7, 8, 0, 0, 0, 0, 0}, AC{2, 1, 6, 6, 3, 2, 1, 0, 0, 0},
@@ -1072,7 +1073,8 @@ void attention_cases(std::vector<Case>& cs) {
                       AC{3, 2, 35, 70, 16, 20, 1, kQrel | kKrel | kVrel, 11, 9}, AC{2, 2, 4, 6, 2, 0, 3, kQrel, 3, 0},
                       AC{1, 1, 37, 37, 64, 0, 2, 0, 0, 0}, AC{1, 2, 0, 3, 4, 0, 1, kQrel | kKrel | kVrel, 2, 2},
                       AC{1, 1, 5, 6, 96, 0, 1, kVrel, 3, 0}, AC{1, 2, 1, 5, 8, 0, 1, 0, 0, 0, 9},
-                      AC{2, 1, 3, 7, 4, 2, 0, kQrel | kKrel | kVrel, 3, 2, 12}, AC{1, 3, 2, 40, 32, 0, 0, 0, 0, 0, 64}}) {
+                      AC{2, 1, 3, 7, 4, 2, 0, kQrel | kKrel | kVrel, 3, 2, 12}, AC{1, 3, 2, 40, 32, 0, 0, 0, 0, 0, 64},
+                      AC{1, 2, 1, 130, 32, 50, 1, kQrel | kKrel | kVrel, 4, 3, 200}, AC{2, 1, 4, 100, 16, 0, 0, 0, 0, 0}}) {
     AttnDims d;
     d.B = a.B; d.H = a.H; d.T = a.Tn; d.S = a.Sn; d.Dh = a.Dh; d.window = a.window;
     d.scale = 1.0 / std::sqrt((double)a.Dh);

@@ -182,8 +182,23 @@ void tile_mm(int64_t M, int64_t N, int64_t K, const F* A, int64_t sar, int64_t s
   for (; i < M; ++i) rows(std::integral_constant<int, 1>(), i);
 }
 
+// a . b over n elements (the scores of a few queries read straight from row-major keys)
+template <class F>
+inline F dot_n(const F* a, const F* b, int64_t n) {
+  Vec<F> acc{};
+  int64_t i = 0;
+  for (; i + kW<F> <= n; i += kW<F>) acc += vload(a + i) * vload(b + i);
+  F s = hsum<F>(acc);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
 // ---- tiles and packing ----
 constexpr int64_t BR = 64;  // queries per block
+// At most this many queries (a decode step: one), the forward reads the keys in place, one dot
+// product per visible (query, key), instead of packing K^T tiles: packing costs as much as the
+// products themselves when each key is used by one query.
+constexpr int64_t kDirectRows = 4;
 constexpr int64_t BC = 64;  // keys per block (a multiple of 2 vectors of any width here)
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -354,7 +369,8 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
   const F sc = (F)d.scale;
   const F ninf = -std::numeric_limits<F>::infinity();
   // keys of (b, h): K^T tiles [nkb][Dp][BC]; V as rows of Dp ([S, Dp]: v itself when Dh == Dp)
-  Scratch<F> kt(g.BH * g.Sp * Dp), vp(Dh == Dp ? 0 : g.BH * S * Dp);
+  const bool direct = T <= kDirectRows;  // scores from k in place, no K^T tiles
+  Scratch<F> kt(direct ? 0 : g.BH * g.Sp * Dp), vp(Dh == Dp ? 0 : g.BH * S * Dp);
   const int64_t ntask = g.BH * g.nqb;
   Scratch<int32_t> qconst(rel.qidx ? T * nkb : 0);  // constant qidx per (row, key tile), or -1
   if (rel.qidx) const_index_rows(rel.qidx, g, T, S, d.window, qconst.data());
@@ -362,7 +378,7 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
   {
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < g.BH; ++bh) {
-      pack_tiles_t(k + bh * KS * Dh, S, Dh, nkb, Dp, kt.data() + bh * g.Sp * Dp);
+      if (!direct) pack_tiles_t(k + bh * KS * Dh, S, Dh, nkb, Dp, kt.data() + bh * g.Sp * Dp);
       rows_dp(v + bh * KS * Dh, S, Dh, Dp, vp.data() + bh * S * Dp);
     }
     // prel: the value term's weights of each query row, sum_j p_ij over qidx[i, j] = r [BR, Rq]
@@ -382,13 +398,21 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
       const int64_t jhi = std::min(S, i0 + rows + g.off);  // exclusive
       for (int64_t kb = jlo / BC; kb * BC < jhi; ++kb) {
         const int64_t j0 = kb * BC, nb = std::min(BC, S - j0);
-        const F* ktile = kt.data() + (bh * nkb + kb) * Dp * BC;  // [Dp, BC]
         const F* vtile = Dh == Dp ? v + (bh * KS + j0) * Dp : vp.data() + (bh * S + j0) * Dp;  // [nb, Dp]
         auto seen = [&](int64_t m0, int64_t m1) { return cols_seen(i0, m0, m1, j0, nb, g, d.window); };
-        tile_mm<F, false>(rows, BC, Dp, qt, Dp, 1, ktile, BC, st.data(), BC, [&](int64_t m0, int64_t m1) {
-          const ColRange c = seen(m0, m1);
-          return Span{c.cl, c.ch, 0, kAll};
-        });  // s = q k^T
+        if (direct) {  // s = q k^T over the visible columns, keys read in place ([nb, Dh] rows)
+          const F* krows = k + (bh * KS + j0) * Dh;
+          for (int64_t r = 0; r < rows; ++r) {
+            const ColRange c = seen(r, r + 1);
+            for (int64_t col = c.cl; col < c.ch; ++col) st[r * BC + col] = dot_n(qt + r * Dp, krows + col * Dh, Dh);
+          }
+        } else {
+          const F* ktile = kt.data() + (bh * nkb + kb) * Dp * BC;  // [Dp, BC]
+          tile_mm<F, false>(rows, BC, Dp, qt, Dp, 1, ktile, BC, st.data(), BC, [&](int64_t m0, int64_t m1) {
+            const ColRange c = seen(m0, m1);
+            return Span{c.cl, c.ch, 0, kAll};
+          });  // s = q k^T
+        }
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = i0 + r;
           F* srow = st.data() + r * BC;
