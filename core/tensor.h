@@ -53,6 +53,11 @@ struct Storage {
   // so that code needing the values on the host (index range checks, the CUDA index_add plan)
   // reads them without a device -> host copy. Dropped by the first mutable access (Tensor::raw()).
   std::shared_ptr<Storage> host_mirror;
+  // An f32 host storage's values rounded to bf16 (u16 bits, same element order), made once for
+  // the bf16 GEMMs that read it as a weight (cpu::bf16_copy, core/cpu/bf16_convert.h) and reused
+  // by every GEMM until the storage is written. Dropped by the first mutable access, like the
+  // host mirror.
+  std::shared_ptr<Storage> bf16_copy;
 };
 
 class Tensor {
@@ -87,8 +92,9 @@ class Tensor {
   template <class T> T* host();
   template <class T> const T* host() const;
   void check_host(const char* what) const;  // the check of host(); `what` names the caller
-  void* raw() {  // mutable access: the storage may change, so its host mirror is dropped
+  void* raw() {  // mutable access: the storage may change, so the copies made of it are dropped
     if (storage_->host_mirror) storage_->host_mirror.reset();
+    if (storage_->bf16_copy) storage_->bf16_copy.reset();
     return (char*)storage_->data + offset_ * dtype_size(dtype_);
   }
   const void* raw() const { return (const char*)storage_->data + offset_ * dtype_size(dtype_); }

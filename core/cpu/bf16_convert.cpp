@@ -8,9 +8,12 @@
 
 #include <immintrin.h>
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <omp.h>
 
 #include "core/bf16.h"
+#include "core/error.h"
 #include "core/precision.h"
 
 namespace ctx::cpu {
@@ -98,5 +101,35 @@ bool convert_f32_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n) {
 void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   if (!convert_f32_to_bf16_avx512(src, dst, n)) convert_f32_to_bf16_portable(src, dst, n);
 }
+
+namespace {
+std::atomic<size_t> g_copies{0};
+std::mutex g_copy_mutex;  // two threads asking for the same weight's copy make one
+}  // namespace
+
+const uint16_t* bf16_copy_if_kept(const Tensor& t) {
+  if (!t.defined() || t.dtype() != DType::F32 || t.device() != Device::CPU) return nullptr;
+  const std::shared_ptr<Storage>& c = t.storage()->bf16_copy;
+  return c ? static_cast<const uint16_t*>(c->data) + t.offset() : nullptr;
+}
+
+const uint16_t* bf16_copy(const Tensor& t) {
+  CTX_CHECK(t.defined() && t.dtype() == DType::F32 && t.device() == Device::CPU,
+            "bf16_copy: needs an f32 CPU tensor, got ", t.defined() ? t.str() : std::string("undefined"));
+  Storage& s = *t.storage();
+  if (!s.bf16_copy) {
+    std::lock_guard<std::mutex> lock(g_copy_mutex);
+    if (!s.bf16_copy) {
+      const int64_t n = (int64_t)(s.bytes / sizeof(float));
+      auto c = std::make_shared<Storage>((size_t)std::max<int64_t>(n, 1) * sizeof(uint16_t), Device::CPU);
+      convert_f32_to_bf16(static_cast<const float*>(s.data), static_cast<uint16_t*>(c->data), n);
+      s.bf16_copy = std::move(c);
+      g_copies.fetch_add(1);
+    }
+  }
+  return static_cast<const uint16_t*>(s.bf16_copy->data) + t.offset();
+}
+
+size_t bf16_copies_made() { return g_copies.load(); }
 
 }  // namespace ctx::cpu

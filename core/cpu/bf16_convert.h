@@ -3,7 +3,10 @@
 // kernel (VCVTNE2PS2BF16, 32 values per instruction) chosen at run time on CPUs with
 // avx512_bf16. OpenMP-parallel above a size where it pays.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+
+#include "core/tensor.h"
 
 namespace ctx::cpu {
 
@@ -13,5 +16,17 @@ void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
 void convert_f32_to_bf16_portable(const float* src, uint16_t* dst, int64_t n);
 // The AVX-512 kernel; false (nothing written) when this CPU has no avx512_bf16.
 bool convert_f32_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n);
+
+// The bf16 rounding of a weight, converted once: the bits of f32 CPU tensor `t`'s elements in
+// the bf16 copy of its whole storage (Storage::bf16_copy), made on the first call and kept until
+// the storage is next written (a mutable Tensor::raw(): the optimizer's update, a load). So a
+// Linear's weight is converted once per optimizer step, not once per GEMM, and a decode converts
+// its weights once for all its tokens. For tensors read by many GEMMs between writes (weights);
+// an activation read once gains nothing from it.
+const uint16_t* bf16_copy(const Tensor& t);
+// The kept copy of `t`'s storage when one exists (no conversion), else null.
+const uint16_t* bf16_copy_if_kept(const Tensor& t);
+// Copies made so far in this process (for the tests that count conversions).
+size_t bf16_copies_made();
 
 }  // namespace ctx::cpu

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/backend.h"
+#include "core/cpu/bf16_convert.h"
 #include "core/cpu/fused.h"
 #include "core/cpu/gelu_fast.h"
 #include "core/cpu/gemm.h"
@@ -296,7 +297,9 @@ class CpuBackend final : public Backend {
     }
     CTX_CHECK(A.dtype() == DType::F32, "gemm: expected f32 or f64, got ", A.str());
     if (gemm_precision() == Precision::BF16) {  // bf16 inputs: oneDNN's bf16 kernels (precision.h)
-      gemm_onednn_bf16(g, A.data<float>(), B.data<float>(), C.data<float>());
+      // a weight's kept bf16 copy (made by its Linear's forward) is not converted again
+      gemm_onednn_bf16(g, A.data<float>(), B.data<float>(), C.data<float>(), bf16_copy_if_kept(A),
+                       bf16_copy_if_kept(B));
       return;
     }
     switch (current_gemm_impl(g)) {

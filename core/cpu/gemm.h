@@ -30,13 +30,18 @@ template <class T>
 void gemm_reference(const GemmDesc& g, const T* A, const T* B, T* C);
 void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C);
 // bf16 inputs (core/precision.h): A and B rounded to bf16 (core/bf16.h) and multiplied by
-// oneDNN's bf16 kernels (AVX512_BF16 / AMX) with fp32 accumulation into the f32 C.
-void gemm_onednn_bf16(const GemmDesc& g, const float* A, const float* B, float* C);
+// oneDNN's bf16 kernels (AVX512_BF16 / AMX) with fp32 accumulation into the f32 C. A16 / B16,
+// when not null, are A / B already rounded (a kept bf16_copy, core/cpu/bf16_convert.h).
+void gemm_onednn_bf16(const GemmDesc& g, const float* A, const float* B, float* C,
+                      const uint16_t* A16 = nullptr, const uint16_t* B16 = nullptr);
 void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C);
 // C = op(A) op(B) + bias (bias [N] added to every row, inside the matmul primitive): the Linear
-// forward. g.batch must be 1 and g.beta 0. bf16: inputs as gemm_onednn_bf16.
+// forward. g.batch must be 1 and g.beta 0. bf16: inputs as gemm_onednn_bf16 (B16: B rounded).
 void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const float* bias,
-                      float* C, bool bf16 = false);
+                      float* C, bool bf16 = false, const uint16_t* B16 = nullptr);
+// True when the GEMM implementation was chosen by the user (CTXLAB_GEMM or set_gemm_impl), not
+// by the built-in per-shape rule: the Linear then takes no kernel of its own (cpu::gemv).
+bool gemm_impl_chosen();
 // Shared by the implementations: checks g's sizes (throws naming `op`); returns false when
 // there is nothing to multiply (empty C; or K == 0, after setting C = beta * C).
 bool gemm_prologue(const char* op, const GemmDesc& g, float* C);

@@ -112,11 +112,12 @@ void run(const GemmDesc& g, const In* A, const In* B, const float* bias, float* 
     run(one, A + b * g.stride_a, B + b * g.stride_b, nullptr, C + b * g.stride_c);
 }
 
+// bf16: an operand given already converted (A16, B16: a kept bf16_copy) is not converted again.
 void dispatch(const GemmDesc& g, const float* A, const float* B, const float* bias, float* C,
-              bool bf16) {
+              bool bf16, const uint16_t* A16 = nullptr, const uint16_t* B16 = nullptr) {
   if (!bf16) return run<float>(g, A, B, bias, C);
-  const uint16_t* a = to_bf16(0, A, operand_extent(g, g.M, g.K, g.stride_a));
-  const uint16_t* b = to_bf16(1, B, operand_extent(g, g.K, g.N, g.stride_b));
+  const uint16_t* a = A16 ? A16 : to_bf16(0, A, operand_extent(g, g.M, g.K, g.stride_a));
+  const uint16_t* b = B16 ? B16 : to_bf16(1, B, operand_extent(g, g.K, g.N, g.stride_b));
   run<uint16_t>(g, a, b, bias, C);
 }
 
@@ -127,13 +128,14 @@ void gemm_onednn(const GemmDesc& g, const float* A, const float* B, float* C) {
   dispatch(g, A, B, nullptr, C, false);
 }
 
-void gemm_onednn_bf16(const GemmDesc& g, const float* A, const float* B, float* C) {
+void gemm_onednn_bf16(const GemmDesc& g, const float* A, const float* B, float* C, const uint16_t* A16,
+                      const uint16_t* B16) {
   if (!gemm_prologue("gemm_onednn_bf16", g, C)) return;
-  dispatch(g, A, B, nullptr, C, true);
+  dispatch(g, A, B, nullptr, C, true, A16, B16);
 }
 
 void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const float* bias,
-                      float* C, bool bf16) {
+                      float* C, bool bf16, const uint16_t* B16) {
   CTX_CHECK(g.batch == 1 && g.beta == 0.f, "gemm_onednn_bias: needs batch 1 and beta 0, got batch ",
             g.batch, " beta ", g.beta);
   if (!gemm_prologue("gemm_onednn_bias", g, C)) {  // K == 0: C = bias
@@ -141,7 +143,7 @@ void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const f
       for (int64_t j = 0; j < g.N; ++j) C[i * g.N + j] = bias[j];
     return;
   }
-  dispatch(g, A, B, bias, C, bf16);
+  dispatch(g, A, B, bias, C, bf16, nullptr, B16);
 }
 
 size_t onednn_gemm_cache_size() { return cache().size(); }

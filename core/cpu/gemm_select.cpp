@@ -81,6 +81,8 @@ GemmImpl current_gemm_impl() {
   return o == kNotSet ? default_gemm_impl() : (GemmImpl)o;
 }
 
+bool gemm_impl_chosen() { return g_override.load() != kNotSet || env_choice() != kNotSet; }
+
 GemmImpl current_gemm_impl(const GemmDesc& g) {
   const int o = g_override.load();
   if (o != kNotSet) return (GemmImpl)o;

@@ -2,9 +2,13 @@
 // y [R, N] = x [R, K] w^T + b as one GEMM with the bias inside it: oneDNN's bias argument when
 // oneDNN runs this shape (f32), else y pre-filled with the broadcast bias and the GEMM run with
 // beta = 1 (f64, or another GEMM implementation chosen). bf16 GEMM inputs (core/precision.h)
-// always take oneDNN's bias path.
+// take oneDNN's bias path with the weight's kept bf16 copy (core/cpu/bf16_convert.h). One row
+// (R = 1, a batch-1 decode step) takes the GEMV kernels (core/cpu/gemv.h), fp32 or bf16, unless
+// the user chose a GEMM implementation.
 #include "core/cpu/fused.h"
+#include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
+#include "core/cpu/gemv.h"
 #include "core/precision.h"
 
 namespace ctx {
@@ -29,8 +33,15 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
   g.N = N;
   g.K = K;
   const bool bf16 = x.dtype() == DType::F32 && gemm_precision() == Precision::BF16;
+  // bf16: the weight converted once until it is written (bf16_copy), not once per call
+  const uint16_t* w16 = bf16 && R > 0 && N > 0 && K > 0 ? bf16_copy(w) : nullptr;
+  if (R == 1 && x.dtype() == DType::F32 && N > 0 && K > 0 && !gemm_impl_chosen()) {  // a decode step's row
+    if (bf16 ? gemv_bf16(w16, x.data<float>(), b.data<float>(), y.data<float>(), N, K)
+             : gemv_f32(w.data<float>(), x.data<float>(), b.data<float>(), y.data<float>(), N, K))
+      return;
+  }
   if (x.dtype() == DType::F32 && R > 0 && N > 0 && (bf16 || current_gemm_impl(g) == GemmImpl::OneDNN)) {
-    gemm_onednn_bias(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(), bf16);
+    gemm_onednn_bias(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(), bf16, w16);
     return;
   }
   // y = broadcast(b), then y += x w^T

@@ -1,0 +1,202 @@
+// tests/test_gemv.cpp — the M = 1 Linear (core/cpu/gemv.h) and the kept bf16 weight copy
+// (core/cpu/bf16_convert.h): the fp32 and bf16 GEMV kernels against their reference loops over
+// ragged shapes (K tails, row remainders, the threaded split), Backend::linear at one row taking
+// them, and a weight converted once until it is written (the convert-once rule of bf16 training
+// and decoding), with the backward reusing the forward's copy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "autograd/variable.h"
+#include "core/backend.h"
+#include "core/bf16.h"
+#include "core/cpu/bf16_convert.h"
+#include "core/cpu/gemm.h"
+#include "core/cpu/gemv.h"
+#include "core/cpu/threading.h"
+#include "core/precision.h"
+
+namespace ctx {
+namespace {
+
+std::vector<float> random_vec(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v((size_t)n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+std::vector<uint16_t> to_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = float_to_bf16_rne(v[i]);
+  return b;
+}
+
+struct Shape2 {
+  int64_t N, K;
+};
+// K: below, at and past the 16 / 32 lanes; N: row remainders of the 4-row blocks; the last one
+// large enough (N K >= 2^20) for the rows to split over the threads.
+const Shape2 kShapes[] = {{1, 1}, {3, 15}, {4, 16}, {5, 17}, {7, 31}, {9, 32}, {13, 33}, {64, 256},
+                          {6, 1000}, {1030, 1024}};
+
+// |y - ref| within the fp32 accumulation bound (K + 2) 2^-24 sum|w x| (+ |b|).
+void expect_close(const std::vector<float>& y, const std::vector<float>& ref, const std::vector<double>& mag,
+                  int64_t K, const char* what, int64_t N) {
+  const double acc = (K + 2) * std::ldexp(1.0, -24);
+  for (int64_t n = 0; n < N; ++n)
+    ASSERT_NEAR(y[n], ref[n], acc * mag[n] + 1e-30) << what << " N=" << N << " K=" << K << " row " << n;
+}
+
+std::vector<double> magnitudes(const std::vector<float>& W, const std::vector<float>& x, const std::vector<float>& b,
+                               int64_t N, int64_t K) {
+  std::vector<double> m((size_t)N);
+  for (int64_t n = 0; n < N; ++n) {
+    double s = std::fabs(b[n]);
+    for (int64_t k = 0; k < K; ++k) s += std::fabs((double)W[n * K + k] * x[k]);
+    m[n] = s;
+  }
+  return m;
+}
+
+TEST(Gemv, F32KernelMatchesReference) {
+  cpu::init_threading();
+  uint32_t seed = 1;
+  for (const Shape2 s : kShapes) {
+    const auto W = random_vec(s.N * s.K, seed++), x = random_vec(s.K, seed++), b = random_vec(s.N, seed++);
+    std::vector<float> y((size_t)s.N, -7.f), ref((size_t)s.N);
+    if (!cpu::gemv_f32(W.data(), x.data(), b.data(), y.data(), s.N, s.K)) {
+      std::printf("this build has no AVX-512F GEMV kernel (not compiled for AVX-512): checked that it refuses\n");
+      EXPECT_EQ(y[0], -7.f);
+      return;
+    }
+    cpu::gemv_reference(W.data(), nullptr, x.data(), b.data(), ref.data(), s.N, s.K);
+    expect_close(y, ref, magnitudes(W, x, b, s.N, s.K), s.K, "f32", s.N);
+    // no bias
+    cpu::gemv_f32(W.data(), x.data(), nullptr, y.data(), s.N, s.K);
+    for (int64_t n = 0; n < s.N; ++n) ref[n] -= b[n];
+    expect_close(y, ref, magnitudes(W, x, b, s.N, s.K), s.K, "f32 without bias", s.N);
+  }
+}
+
+TEST(Gemv, Bf16KernelMatchesReference) {
+  cpu::init_threading();
+  uint32_t seed = 100;
+  for (const Shape2 s : kShapes) {
+    const auto W = random_vec(s.N * s.K, seed++), x = random_vec(s.K, seed++), b = random_vec(s.N, seed++);
+    const auto Wb = to_bits(W);
+    std::vector<float> y((size_t)s.N, -7.f), ref((size_t)s.N), ref32((size_t)s.N);
+    if (!cpu::gemv_bf16(Wb.data(), x.data(), b.data(), y.data(), s.N, s.K)) {
+      ASSERT_FALSE(cpu_has_avx512_bf16()) << "the bf16 GEMV refused on a CPU with avx512_bf16";
+      std::printf("this CPU has no avx512_bf16: checked that the bf16 GEMV refuses\n");
+      EXPECT_EQ(y[0], -7.f);
+      return;
+    }
+    // against the bf16 semantics (rounded inputs, exact products, fp32 sums) ...
+    cpu::gemv_reference(nullptr, Wb.data(), x.data(), b.data(), ref.data(), s.N, s.K);
+    expect_close(y, ref, magnitudes(W, x, b, s.N, s.K), s.K, "bf16", s.N);
+    // ... and, from K = 16 on, not the fp32 result: the inputs were rounded
+    cpu::gemv_reference(W.data(), nullptr, x.data(), b.data(), ref32.data(), s.N, s.K);
+    int differ = 0;
+    for (int64_t n = 0; n < s.N; ++n) differ += y[n] != ref32[n];
+    if (s.K >= 16) {
+      EXPECT_GT(differ, 0) << "bf16 GEMV equals fp32 at N=" << s.N << " K=" << s.K;
+    }
+  }
+}
+
+// Backend::linear with one row takes the GEMV (fp32 and bf16), and agrees with a many-row call
+// holding the same row (oneDNN's matmul) within the accumulation bound.
+TEST(Gemv, LinearOneRowTakesTheGemv) {
+  cpu::init_threading();
+  const int64_t K = 96, N = 72;
+  const auto x = random_vec(K, 7), w = random_vec(N * K, 8), b = random_vec(N, 9);
+  Tensor tx = Tensor::from_vector(x, {1, K}), tw = Tensor::from_vector(w, {N, K}), tb = Tensor::from_vector(b, {N});
+  const std::vector<double> mag = magnitudes(w, x, b, N, K);
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    if (p == Precision::BF16 && !cpu_has_avx512_bf16()) {
+      std::printf("this CPU has no avx512_bf16: the bf16 one-row Linear is not checked\n");
+      continue;
+    }
+    PrecisionScope scope(p);
+    Tensor y = Tensor::empty({1, N}, DType::F32);
+    backend(Device::CPU).linear(tx, tw, tb, y);
+    std::vector<float> ref((size_t)N), got = y.to_vector<float>();
+    const auto wb = to_bits(w);
+    cpu::gemv_reference(p == Precision::FP32 ? w.data() : nullptr, p == Precision::BF16 ? wb.data() : nullptr,
+                        x.data(), b.data(), ref.data(), N, K);
+    expect_close(got, ref, mag, K, precision_name(p), N);
+    // the same row inside a 3-row call (the GEMM path): equal within the bound
+    std::vector<float> x3 = random_vec(3 * K, 10);
+    std::copy(x.begin(), x.end(), x3.begin() + K);
+    Tensor y3 = Tensor::empty({3, N}, DType::F32);
+    backend(Device::CPU).linear(Tensor::from_vector(x3, {3, K}), tw, tb, y3);
+    const std::vector<float> all3 = y3.to_vector<float>();
+    const std::vector<float> mid(all3.begin() + N, all3.begin() + 2 * N);
+    expect_close(got, mid, mag, 2 * K, "one row vs three rows", N);
+  }
+}
+
+TEST(Bf16Copy, ConvertedOnceUntilWritten) {
+  Tensor w = Tensor::from_vector(random_vec(64, 3), {8, 8});
+  Tensor row = w.select0(5);  // a view: offset 40 into the same storage
+  ASSERT_EQ(cpu::bf16_copy_if_kept(w), nullptr);
+  const size_t made = cpu::bf16_copies_made();
+  const uint16_t* c = cpu::bf16_copy(w);
+  EXPECT_EQ(cpu::bf16_copies_made(), made + 1);
+  const Tensor& cw = w;  // reads through a const tensor (a mutable data() would drop the copy)
+  for (int64_t i = 0; i < 64; ++i) ASSERT_EQ(c[i], float_to_bf16_rne(cw.data<float>()[i])) << i;
+  EXPECT_EQ(cpu::bf16_copy(w), c);                 // kept: no second conversion
+  EXPECT_EQ(cpu::bf16_copy(row), c + 40);          // a view reads its elements of the same copy
+  EXPECT_EQ(cpu::bf16_copy_if_kept(row), c + 40);
+  EXPECT_EQ(cpu::bf16_copies_made(), made + 1);
+  row.data<float>()[2] = 3.0f;  // a write through any view drops the copy
+  EXPECT_EQ(cpu::bf16_copy_if_kept(w), nullptr);
+  const uint16_t* c2 = cpu::bf16_copy(w);
+  EXPECT_EQ(cpu::bf16_copies_made(), made + 2);
+  EXPECT_EQ(c2[42], float_to_bf16_rne(3.0f));
+  Tensor d = Tensor::zeros({4}, DType::F64);
+  EXPECT_THROW(cpu::bf16_copy(d), Error);
+  EXPECT_EQ(cpu::bf16_copy_if_kept(d), nullptr);
+}
+
+// A bf16 Linear's forward converts its weight once and the backward (dx = dy w) reads the same
+// copy; an update of the weight (what the optimizer does) makes the next forward convert again.
+TEST(Bf16Copy, LinearForwardAndBackwardConvertTheWeightOnce) {
+  if (!cpu_has_avx512_bf16()) {
+    std::printf("this CPU has no avx512_bf16: --precision bf16 runs fp32 here, nothing to convert\n");
+    return;
+  }
+  cpu::init_threading();
+  const int64_t R = 24, K = 48, N = 40;
+  Variable w(Tensor::from_vector(random_vec(N * K, 21), {N, K}), true);
+  Variable b(Tensor::from_vector(random_vec(N, 22), {N}), true);
+  Variable x(Tensor::from_vector(random_vec(R * K, 23), {R, K}), true);
+  PrecisionScope bf16(Precision::BF16);
+  auto step = [&] {
+    w.zero_grad(), b.zero_grad(), x.zero_grad();
+    Variable y = linear(x, w, b);
+    sum(mul(y, y)).backward();
+    return std::vector<std::vector<float>>{y.data().to_vector<float>(), x.grad().to_vector<float>(),
+                                           w.grad().to_vector<float>()};
+  };
+  const size_t made = cpu::bf16_copies_made();
+  const auto first = step();
+  EXPECT_EQ(cpu::bf16_copies_made(), made + 1) << "forward + backward should convert w once";
+  const auto again = step();  // w unchanged: its copy is still good
+  EXPECT_EQ(cpu::bf16_copies_made(), made + 1);
+  EXPECT_EQ(first, again);
+  // a mutable access to w (as an update makes) drops the copy; the next step converts afresh
+  w.data().data<float>();
+  ASSERT_EQ(cpu::bf16_copy_if_kept(w.data()), nullptr);
+  EXPECT_EQ(step(), first);
+  EXPECT_EQ(cpu::bf16_copies_made(), made + 2) << "a write to w makes the next forward convert again";
+}
+
+}  // namespace
+}  // namespace ctx
