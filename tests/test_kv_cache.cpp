@@ -17,7 +17,9 @@
 #include "tests/test_util.h"
 #include "autograd/variable.h"
 #include "core/allocator.h"
+#include "core/cpu/bf16_convert.h"
 #include "core/cpu/threading.h"
+#include "core/precision.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
 #include "train/sample.h"
@@ -142,7 +144,7 @@ constexpr double kTol = 1e-4;
 
 // Prompt through the cache, then kSteps tokens one at a time; each step's logits against the
 // full forward over the whole sequence so far (with the same window). Returns the worst error.
-double max_cache_error(const Case& c, bool* positions_matter = nullptr) {
+double max_cache_error(const Case& c, bool* positions_matter = nullptr, double tol = kTol) {
   auto m = model_for(c.posenc, c.context);
   NoGradGuard g;
   const auto seq = tokens(kPrompt + kSteps, 17);
@@ -165,7 +167,7 @@ double max_cache_error(const Case& c, bool* positions_matter = nullptr) {
     const auto full = last(m->forward(as_tensor(seq, 0, end)));
     const auto cached = last(zc);
     const double e = rel_err(cached, full);
-    EXPECT_LE(e, kTol) << c.name << ": step " << s << " (position " << end - 1 << ")";
+    EXPECT_LE(e, tol) << c.name << ": step " << s << " (position " << end - 1 << ")";
     worst = std::max(worst, e);
     if (!prev.empty() && rel_err(prev, full) > 1e-3) varies = true;
     prev = full;
@@ -212,6 +214,40 @@ TEST_F(KVCacheTest, WarmDecodeAllocatesNothingFromTheSystem) {
     std::printf("  %-6s pool requests per token: %.1f, system allocations: %llu\n", type,
                 (double)requests / kSteps, (unsigned long long)system);
   }
+}
+
+// --precision bf16 decoding (the one-row Linear on the bf16 GEMV, weights converted once): each
+// cached step follows the bf16 full forward (the same bf16 rounding of every weight and input;
+// the sums differ in order only, and an activation's rounding may flip with them: 1e-3), the
+// weights are converted once for the whole generation (not per token), and bf16 was used (the
+// logits differ from fp32's).
+TEST_F(KVCacheTest, Bf16DecodeConvertsEachWeightOnce) {
+  if (!cpu_has_avx512_bf16()) {
+    std::printf("this CPU has no avx512_bf16: --precision bf16 runs fp32 here (nothing to check)\n");
+    return;
+  }
+  const Case c{"rope", {{"type", "rope"}}};
+  const size_t params = model_for(c.posenc, c.context)->named_parameters().size();
+  const size_t before = cpu::bf16_copies_made();
+  double e = 0;
+  {
+    PrecisionScope bf16(Precision::BF16);
+    e = max_cache_error(c, nullptr, 1e-3);
+  }
+  const size_t made = cpu::bf16_copies_made() - before;
+  EXPECT_GT(made, 0u) << "no weight was converted: the bf16 path was not taken";
+  EXPECT_LE(made, params) << "weights converted per token (" << made << " copies for " << params
+                          << " parameters over " << kSteps << " tokens)";
+  const double fp32 = max_cache_error(c);
+  std::printf("  bf16 decode: %zu weight copies for %lld tokens, worst cached-vs-full %.2e (fp32 %.2e)\n", made,
+              (long long)(kPrompt + kSteps), e, fp32);
+  // bf16 was used: the bf16 logits differ from the fp32 ones
+  auto m = model_for(c.posenc, c.context);
+  NoGradGuard g;
+  const auto seq = tokens(kPrompt, 17);
+  const auto z32 = last(m->forward(as_tensor(seq, 0, kPrompt)));
+  PrecisionScope bf16(Precision::BF16);
+  EXPECT_GT(rel_err(last(m->forward(as_tensor(seq, 0, kPrompt))), z32), 1e-5);
 }
 
 // Transformer-XL with memory: the reference is the segment recurrence (the prompt as one segment,

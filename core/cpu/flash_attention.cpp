@@ -183,12 +183,29 @@ void tile_mm(int64_t M, int64_t N, int64_t K, const F* A, int64_t sar, int64_t s
 }
 
 // a . b over n elements (the scores of a few queries read straight from row-major keys)
+// The lanes of a Bytes-wide vector summed by halving (log2 lanes adds; hsum adds them one by one).
+template <class F, int Bytes>
+inline F hsum_tree(const void* v) {
+  if constexpr (Bytes == (int)sizeof(F)) {
+    F x;
+    std::memcpy(&x, v, sizeof x);
+    return x;
+  } else {
+    typedef F Half __attribute__((vector_size(Bytes / 2)));
+    Half lo, hi;
+    std::memcpy(&lo, v, sizeof lo);
+    std::memcpy(&hi, static_cast<const char*>(v) + Bytes / 2, sizeof hi);
+    const Half s = lo + hi;
+    return hsum_tree<F, Bytes / 2>(&s);
+  }
+}
+
 template <class F>
 inline F dot_n(const F* a, const F* b, int64_t n) {
   Vec<F> acc{};
   int64_t i = 0;
   for (; i + kW<F> <= n; i += kW<F>) acc += vload(a + i) * vload(b + i);
-  F s = hsum<F>(acc);
+  F s = hsum_tree<F, kVecBytes>(&acc);
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
