@@ -288,7 +288,9 @@ int run_sample(int argc, char** argv) {
       "\n"
       "examples:\n"
       "  ctxlab sample --checkpoint runs/small/model.safetensors --prompt \"It is a truth\"\n"
-      "  ctxlab sample --checkpoint model.safetensors --temperature 0 --max-tokens 100   # greedy");
+      "  ctxlab sample --checkpoint model.safetensors --temperature 0 --max-tokens 100   # greedy\n"
+      "  ctxlab sample --checkpoint model.safetensors --precision bf16   # CPUs with avx512_bf16: each token\n"
+      "      reads the weights as bf16 (converted once), ~2x the tokens/s of fp32 (docs/sampling.md)");
   o.add_options()("checkpoint", "model checkpoint (.safetensors), e.g. runs/small/model.safetensors",
                   cxxopts::value<std::string>())(
       "prompt", "text to continue, e.g. \"It is a truth\" (empty: start from a newline, which is not printed)",
