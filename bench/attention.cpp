@@ -3,8 +3,11 @@
 // runs without it): forward + backward and forward alone, ms per call, on the presets' attention
 // shapes, without a bias, with a constant ALiBi bias [1, H, T, S] and with a trainable one (its
 // gradient summed over the batch, as KERPLE / T5). Prints a table, then one JSON line per row.
+// The fused op also runs under --precision bf16 (its products on bf16 inputs; fp32 on a CPU
+// without avx512_bf16), interleaved with the others: the bf16 columns.
 //   bench_attention [--repeats 20] [--threads 2] [--shape small|medium]
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -16,6 +19,7 @@
 #include "autograd/ops_attention.h"
 #include "bench/timing.h"
 #include "core/cpu/threading.h"
+#include "core/precision.h"
 #include "core/rng.h"
 
 namespace {
@@ -52,6 +56,7 @@ struct Row {
   std::string shape, bias;
   int threads;
   double fused_fb, unfused_fb, fused_f, unfused_f;  // median ms
+  double bf16_fb, bf16_f;                            // the fused op under --precision bf16
   double fused_fb_best, unfused_fb_best;
 };
 
@@ -107,31 +112,42 @@ int main(int argc, char** argv) {
                                : causal_attention_composed(q, k, v, bias, scale);
           };
         };
+        auto bf16 = [](std::function<void()> f) {
+          return [f] {
+            PrecisionScope p(Precision::BF16);
+            f();
+          };
+        };
         bench::Times t = bench::time_rounds({{"fused_fb", fb(true)},
                                              {"unfused_fb", fb(false)},
                                              {"fused_f", fwd(true)},
-                                             {"unfused_f", fwd(false)}},
+                                             {"unfused_f", fwd(false)},
+                                             {"bf16_fb", bf16(fb(true))},
+                                             {"bf16_f", bf16(fwd(true))}},
                                             repeats);
         rows.push_back({s.name, bias_name(bm), threads, bench::median(t["fused_fb"]),
                         bench::median(t["unfused_fb"]), bench::median(t["fused_f"]),
-                        bench::median(t["unfused_f"]), bench::best(t["fused_fb"]),
-                        bench::best(t["unfused_fb"])});
+                        bench::median(t["unfused_f"]), bench::median(t["bf16_fb"]), bench::median(t["bf16_f"]),
+                        bench::best(t["fused_fb"]), bench::best(t["unfused_fb"])});
       }
     }
   }
-  std::printf("\n%-7s %-9s %3s %20s %20s %7s %10s %10s %7s\n", "shape", "bias", "thr", "fused fwd+bwd",
-              "unfused fwd+bwd", "ratio", "fused fwd", "unf. fwd", "ratio");
+  std::printf("\n%-7s %-9s %3s %20s %20s %7s %10s %10s %7s %10s %9s\n", "shape", "bias", "thr", "fused fwd+bwd",
+              "unfused fwd+bwd", "ratio", "fused fwd", "unf. fwd", "ratio", "bf16 f+b", "bf16 fwd");
   for (const Row& r : rows)
-    std::printf("%-7s %-9s %3d %9.2f (%8.2f) %9.2f (%8.2f) %6.2fx %10.2f %10.2f %6.2fx\n", r.shape.c_str(),
-                r.bias.c_str(), r.threads, r.fused_fb, r.fused_fb_best, r.unfused_fb, r.unfused_fb_best,
-                r.unfused_fb / r.fused_fb, r.fused_f, r.unfused_f, r.unfused_f / r.fused_f);
-  std::printf("(ratio = unfused / fused: > 1 means the fused op is faster)\n\n");
+    std::printf("%-7s %-9s %3d %9.2f (%8.2f) %9.2f (%8.2f) %6.2fx %10.2f %10.2f %6.2fx %10.2f %9.2f\n",
+                r.shape.c_str(), r.bias.c_str(), r.threads, r.fused_fb, r.fused_fb_best, r.unfused_fb,
+                r.unfused_fb_best, r.unfused_fb / r.fused_fb, r.fused_f, r.unfused_f, r.unfused_f / r.fused_f,
+                r.bf16_fb, r.bf16_f);
+  std::printf("(ratio = unfused / fused: > 1 means the fused op is faster; bf16: the fused op under "
+              "--precision bf16%s)\n\n", cpu_has_avx512_bf16() ? "" : ", fp32 on this CPU (no avx512_bf16)");
   for (const Row& r : rows) {
     std::ostringstream js;
     js << "{\"bench\":\"attention\",\"shape\":\"" << r.shape << "\",\"bias\":\"" << r.bias
        << "\",\"threads\":" << r.threads << ",\"fused_fwd_bwd_ms\":" << r.fused_fb
        << ",\"unfused_fwd_bwd_ms\":" << r.unfused_fb << ",\"fused_fwd_ms\":" << r.fused_f
-       << ",\"unfused_fwd_ms\":" << r.unfused_f << "}";
+       << ",\"unfused_fwd_ms\":" << r.unfused_f << ",\"bf16_fused_fwd_bwd_ms\":" << r.bf16_fb
+       << ",\"bf16_fused_fwd_ms\":" << r.bf16_f << "}";
     std::printf("%s\n", js.str().c_str());
   }
   return 0;

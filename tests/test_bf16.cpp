@@ -272,6 +272,80 @@ TEST(Bf16, Fp32DefaultUnchangedBitwise) {
   EXPECT_EQ(std::memcmp(d1.data<double>(), d2.data<double>(), 37 * 29 * 8), 0);
 }
 
+// The fused attention's products under --precision bf16 (core/cpu/flash_attention.cpp: q k^T,
+// p v and the backward's four products take bf16 inputs, fp32 sums). Against the fp32 kernels:
+// o within the bound of bf16 rounding (each score moves by at most e_i = scale max_j sum_d
+// |q_id k_jd| 2^-8, so each row's weights by a factor within e^(+-2 e_i); p and v by 2^-8 each:
+// |do_i| <= max|v| (2^-7 + 2 e_i) + fp32 slack), the gradients within 2% of their tensor's max
+// (the ctxlab grads test's 3e-2 per tensor, at the model's scale), and not equal to fp32: the
+// bf16 products ran. Shapes: several query and key tiles (BC = BR = 64) with partial ones, a
+// window, a bias, and Dh not a multiple of the vector (zero-padded rows).
+TEST(Bf16, FusedAttentionWithinTheBf16Bound) {
+  if (!cpu_has_avx512_bf16()) {
+    std::printf("this CPU has no avx512_bf16: the attention runs fp32 under --precision bf16 (nothing to check)\n");
+    return;
+  }
+  cpu::init_threading();
+  struct C { int64_t B, H, T, Dh, window; bool bias; };
+  uint32_t seed = 300;
+  for (const C c : {C{1, 2, 130, 32, 0, false}, C{2, 1, 100, 20, 37, true}, C{1, 1, 64, 64, 0, true}}) {
+    AttnDims d;
+    d.B = c.B, d.H = c.H, d.T = c.T, d.S = c.T, d.Dh = c.Dh, d.window = c.window;
+    d.scale = 1.0 / std::sqrt((double)c.Dh);
+    const Shape qs{c.B, c.H, c.T, c.Dh};
+    const int64_t n = c.B * c.H * c.T * c.Dh;
+    Tensor q = Tensor::from_vector(random_vec(n, seed++), qs), k = Tensor::from_vector(random_vec(n, seed++), qs);
+    Tensor v = Tensor::from_vector(random_vec(n, seed++), qs), go = Tensor::from_vector(random_vec(n, seed++), qs);
+    Tensor bias = c.bias ? Tensor::from_vector(random_vec(c.H * c.T * c.T, seed++), {c.H, c.T, c.T}) : Tensor();
+    struct Out { std::vector<float> o, dq, dk, dv; };
+    auto run = [&](Precision p) {
+      PrecisionScope scope(p);
+      Tensor o = Tensor::empty(qs), lse = Tensor::empty({c.B, c.H, c.T});
+      Tensor dq = Tensor::empty(qs), dk = Tensor::empty(qs), dv = Tensor::empty(qs), db;
+      AttnRelGrad drel;
+      backend(Device::CPU).attention_forward(d, q, k, v, bias, o, lse, AttnRel{});
+      backend(Device::CPU).attention_backward(d, q, k, v, bias, o, lse, go, dq, dk, dv, db, AttnRel{}, drel);
+      return Out{o.to_vector<float>(), dq.to_vector<float>(), dk.to_vector<float>(), dv.to_vector<float>()};
+    };
+    const Out a = run(Precision::FP32), b = run(Precision::BF16);
+    const std::vector<float> qv = q.to_vector<float>(), kv = k.to_vector<float>(), vv = v.to_vector<float>();
+    double vmax = 0;
+    for (float x : vv) vmax = std::max(vmax, (double)std::fabs(x));
+    const double u = std::ldexp(1.0, -8);
+    int differ = 0;
+    for (int64_t bh = 0; bh < c.B * c.H; ++bh)
+      for (int64_t i = 0; i < c.T; ++i) {
+        double e = 0;  // this row's score bound
+        for (int64_t j = 0; j <= i; ++j) {
+          double m = 0;
+          for (int64_t x = 0; x < c.Dh; ++x) m += std::fabs((double)qv[(bh * c.T + i) * c.Dh + x] * kv[(bh * c.T + j) * c.Dh + x]);
+          e = std::max(e, d.scale * m * u);
+        }
+        const double tol = vmax * (2 * u + 2 * (std::exp(2 * e) - 1)) + 1e-5;
+        for (int64_t x = 0; x < c.Dh; ++x) {
+          const size_t at = (size_t)((bh * c.T + i) * c.Dh + x);
+          ASSERT_NEAR(b.o[at], a.o[at], tol) << "o at " << at << " T=" << c.T << " Dh=" << c.Dh;
+          differ += b.o[at] != a.o[at];
+        }
+      }
+    EXPECT_GT(differ, 0) << "bf16 attention equals fp32: the bf16 products did not run";
+    auto check = [&](const std::vector<float>& x, const std::vector<float>& ref, const char* what) {
+      double mx = 0, err = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        mx = std::max(mx, (double)std::fabs(ref[i]));
+        err = std::max(err, (double)std::fabs(x[i] - ref[i]));
+      }
+      EXPECT_LE(err, 0.02 * mx) << what << " T=" << c.T << " Dh=" << c.Dh << " window " << c.window;
+      EXPECT_GT(err, 0.0) << what << ": bf16 equals fp32";
+      std::printf("  attention T=%lld Dh=%lld window %lld: %s max |bf16 - fp32| = %.2e of max %.2e\n",
+                  (long long)c.T, (long long)c.Dh, (long long)c.window, what, err, mx);
+    };
+    check(b.dq, a.dq, "dq");
+    check(b.dk, a.dk, "dk");
+    check(b.dv, a.dv, "dv");
+  }
+}
+
 TEST(Bf16, PrecisionRequestOnThisCpu) {
   EXPECT_EQ(precision_from_string("bf16"), Precision::BF16);
   EXPECT_EQ(precision_from_string("fp32"), Precision::FP32);

@@ -30,6 +30,9 @@
 #include "core/cpu/flash_attention.h"
 
 #include "core/allocator.h"
+#include "core/precision.h"
+
+#include <immintrin.h>
 
 #include <omp.h>
 
@@ -37,6 +40,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 #include <type_traits>
 
 namespace ctx::cpu {
@@ -208,6 +212,137 @@ inline F dot_n(const F* a, const F* b, int64_t n) {
   F s = hsum_tree<F, kVecBytes>(&acc);
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+// ---- the bf16 tile product (--precision bf16: the attention products take bf16 inputs) ----
+// tile_mm's contract for float (C (+)= A B over span's columns and k range, N a multiple of 32),
+// with A and B rounded to bf16 and the products summed in fp32 by VDPBF16PS, which multiplies
+// pairs of adjacent k: B is packed per call as [ceil(K/2)][N][2] (the two rows of a pair
+// interleaved per column), A as one u32 pair (k even, k odd) per (row, k pair). Each row block
+// reduces over the pairs that cover span's k range: an edge pair's other element is masked, so
+// zero in A by tile_mm's contract, times a finite row of B. Rounding: VCVTNE2PS2BF16 (nearest
+// even; a denormal input counts as zero).
+#if defined(__AVX512F__)
+#define CTX_FA_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// (lo[i], hi[i]) interleaved: the bf16 of lo in even lanes, of hi in odd lanes (32 x u16)
+CTX_FA_BF16 inline __m512i pairs_bf16(__m512 lo, __m512 hi) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+CTX_FA_BF16 inline __m512 load_n(const float* p, int64_t n) {  // n <= 16 floats, zeros after
+  return n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+}
+
+// C[R rows, 2 vectors] (+)= sum over np pairs; pair (r, p) at Ap[r * spr + p * spk]; Bp [np][N][2]
+template <int R, bool Acc>
+CTX_FA_BF16 inline void micro_bf16(int64_t np, const uint32_t* Ap, int64_t spr, int64_t spk, const uint16_t* Bp,
+                                   int64_t N, float* C, int64_t ldc) {
+  __m512 c[R][2];
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < 2; ++n) c[r][n] = Acc ? _mm512_loadu_ps(C + r * ldc + 16 * n) : _mm512_setzero_ps();
+  for (int64_t p = 0; p < np; ++p) {
+    const uint16_t* b = Bp + p * N * 2;
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 32);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32((int)Ap[r * spr + p * spk]);
+      c[r][0] = _mm512_dpbf16_ps(c[r][0], a, b0);
+      c[r][1] = _mm512_dpbf16_ps(c[r][1], a, b1);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < 2; ++n) _mm512_storeu_ps(C + r * ldc + 16 * n, c[r][n]);
+}
+
+template <bool Acc, class SpanFn>
+CTX_FA_BF16 void tile_mm_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t sar, int64_t sak,
+                              const float* Bm, int64_t ldb, float* C, int64_t ldc, const SpanFn& span) {
+  const int64_t np = (K + 1) / 2;
+  thread_local std::vector<uint16_t> bbuf;
+  thread_local std::vector<uint32_t> abuf;
+  if ((int64_t)bbuf.size() < np * N * 2) bbuf.resize((size_t)(np * N * 2));
+  if ((int64_t)abuf.size() < np * M) abuf.resize((size_t)(np * M));
+  uint16_t* Bp = bbuf.data();
+  uint32_t* Ap = abuf.data();
+  for (int64_t p = 0; p < np; ++p) {  // B's rows 2p, 2p + 1 interleaved
+    const float* r0 = Bm + 2 * p * ldb;
+    const float* r1 = 2 * p + 1 < K ? r0 + ldb : nullptr;
+    for (int64_t n = 0; n < N; n += 16)
+      _mm512_storeu_si512(Bp + (p * N + n) * 2,
+                          pairs_bf16(_mm512_loadu_ps(r0 + n), r1 ? _mm512_loadu_ps(r1 + n) : _mm512_setzero_ps()));
+  }
+  // A's pairs: rows contiguous in k (sak == 1): [M][np], a row's bf16 in order; else (columns
+  // contiguous, sar == 1): [np][M], two columns interleaved
+  int64_t spr, spk;
+  if (sak == 1) {
+    spr = np, spk = 1;
+    for (int64_t r = 0; r < M; ++r) {
+      const float* a = A + r * sar;
+      uint16_t* out = reinterpret_cast<uint16_t*>(Ap + r * np);
+      for (int64_t k = 0; k < 2 * np; k += 32) {
+        const __m512 lo = load_n(a + k, std::max<int64_t>(0, std::min<int64_t>(16, K - k)));
+        const __m512 hi = load_n(a + k + 16, std::max<int64_t>(0, std::min<int64_t>(16, K - k - 16)));
+        const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        const int64_t left = std::min<int64_t>(32, 2 * np - k);
+        _mm512_mask_storeu_epi16(out + k, (__mmask32)(left >= 32 ? ~0u : ((1u << left) - 1)), v);
+      }
+    }
+  } else {
+    spr = 1, spk = M;
+    for (int64_t p = 0; p < np; ++p) {
+      const float* c0 = A + 2 * p * sak;
+      const float* c1 = 2 * p + 1 < K ? c0 + sak : nullptr;
+      for (int64_t r = 0; r < M; r += 16) {
+        const int64_t n = std::min<int64_t>(16, M - r);
+        const __m512i v = pairs_bf16(load_n(c0 + r * sar, n), c1 ? load_n(c1 + r * sar, n) : _mm512_setzero_ps());
+        _mm512_mask_storeu_epi32(Ap + p * M + r, (__mmask16)(n >= 16 ? 0xFFFF : ((1u << n) - 1)), v);
+      }
+    }
+  }
+  constexpr int64_t NB = 32;
+  auto rows = [&](auto rc, int64_t i) {
+    constexpr int R = decltype(rc)::value;
+    const Span sp = span(i, i + R);
+    const int64_t k0 = std::max<int64_t>(0, sp.k0), k1 = std::min(K, sp.k1);
+    const int64_t p0 = k0 / 2, p1 = k1 > k0 ? (k1 + 1) / 2 : p0;
+    const int64_t n0 = std::max<int64_t>(0, sp.n0) / NB * NB;
+    const int64_t n1 = std::min(N, (std::min(N, sp.n1) + NB - 1) / NB * NB);
+    const uint32_t* a = Ap + i * spr + p0 * spk;
+    for (int64_t j = n0; j < n1; j += NB)
+      micro_bf16<R, Acc>(p1 - p0, a, spr, spk, Bp + (p0 * N + j) * 2, N, C + i * ldc + j, ldc);
+  };
+  int64_t i = 0;
+  for (; i + 6 <= M; i += 6) rows(std::integral_constant<int, 6>(), i);
+  for (; i + 2 <= M; i += 2) rows(std::integral_constant<int, 2>(), i);
+  for (; i < M; ++i) rows(std::integral_constant<int, 1>(), i);
+}
+#endif
+
+// tile_mm in fp32, or with bf16 inputs when `bf16` (float on an AVX-512 build; the caller checks
+// the CPU: attention_bf16()).
+template <class F, bool Acc, class SpanFn = FullSpan>
+void tile_mm_p(bool bf16, int64_t M, int64_t N, int64_t K, const F* A, int64_t sar, int64_t sak, const F* Bm,
+               int64_t ldb, F* C, int64_t ldc, const SpanFn& span = SpanFn()) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<F, float>) {
+    if (bf16) return tile_mm_bf16<Acc>(M, N, K, A, sar, sak, Bm, ldb, C, ldc, span);
+  }
+#endif
+  (void)bf16;
+  tile_mm<F, Acc>(M, N, K, A, sar, sak, Bm, ldb, C, ldc, span);
+}
+
+// Whether float attention products take bf16 inputs: --precision bf16 on a CPU with avx512_bf16,
+// in an AVX-512 build.
+template <class F>
+bool attention_bf16() {
+#if defined(__AVX512F__)
+  static const bool cpu = cpu_has_avx512_bf16() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return std::is_same_v<F, float> && cpu && gemm_precision() == Precision::BF16;
+#else
+  return false;
+#endif
 }
 
 // ---- tiles and packing ----
@@ -387,6 +522,9 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
   const F ninf = -std::numeric_limits<F>::infinity();
   // keys of (b, h): K^T tiles [nkb][Dp][BC]; V as rows of Dp ([S, Dp]: v itself when Dh == Dp)
   const bool direct = T <= kDirectRows;  // scores from k in place, no K^T tiles
+  // bf16 products (--precision bf16); not for a decode step's few queries, where packing the
+  // tiles per call would cost more than the products
+  const bool bf16 = !direct && attention_bf16<F>();
   Scratch<F> kt(direct ? 0 : g.BH * g.Sp * Dp), vp(Dh == Dp ? 0 : g.BH * S * Dp);
   const int64_t ntask = g.BH * g.nqb;
   Scratch<int32_t> qconst(rel.qidx ? T * nkb : 0);  // constant qidx per (row, key tile), or -1
@@ -425,7 +563,7 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
           }
         } else {
           const F* ktile = kt.data() + (bh * nkb + kb) * Dp * BC;  // [Dp, BC]
-          tile_mm<F, false>(rows, BC, Dp, qt, Dp, 1, ktile, BC, st.data(), BC, [&](int64_t m0, int64_t m1) {
+          tile_mm_p<F, false>(bf16, rows, BC, Dp, qt, Dp, 1, ktile, BC, st.data(), BC, [&](int64_t m0, int64_t m1) {
             const ColRange c = seen(m0, m1);
             return Span{c.cl, c.ch, 0, kAll};
           });  // s = q k^T
@@ -457,7 +595,7 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
           if (rel.vrel) bin_row(prel.data() + r * rel.Rq, srow, rel.qidx + i * S + j0, cr, qconst[i * nkb + kb]);
           m[r] = mnew;
         }
-        tile_mm<F, true>(rows, Dp, nb, st.data(), BC, 1, vtile, Dp, ot.data(), Dp, [&](int64_t m0, int64_t m1) {
+        tile_mm_p<F, true>(bf16, rows, Dp, nb, st.data(), BC, 1, vtile, Dp, ot.data(), Dp, [&](int64_t m0, int64_t m1) {
           const ColRange c = seen(m0, m1);
           return Span{0, kAll, c.cl, c.ch};
         });  // o += p v
@@ -493,6 +631,7 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
                               const F* bias, const F* o, const F* lse, const F* dout, F* dq, F* dk,
                               F* dv, F* dbias, const FlashRel<F>& rel) {
   const Geom g(d);
+  const bool bf16 = attention_bf16<F>();  // bf16 products (--precision bf16)
   const int64_t B = d.B, H = d.H, T = d.T, S = d.S, Dh = d.Dh, Dp = g.Dp, nkb = g.nkb;
   const int64_t KS = d.kv_stride();  // rows per (b, h) in k, v, dk, dv
   const int64_t HTS = H * T * S;
@@ -589,8 +728,8 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
               const ColRange r = rows_seeing(j0, m0, m1, i0, rows, g, d.window);
               return Span{0, kAll, r.cl, r.ch};
             };
-            tile_mm<F, false>(rows, BC, Dp, qt, Dp, 1, ktile, BC, p.data(), BC, by_query(true));   // q k^T
-            tile_mm<F, false>(rows, BC, Dp, gt, Dp, 1, vtile, BC, ds.data(), BC, by_query(true));  // dp = do v^T
+            tile_mm_p<F, false>(bf16, rows, BC, Dp, qt, Dp, 1, ktile, BC, p.data(), BC, by_query(true));   // q k^T
+            tile_mm_p<F, false>(bf16, rows, BC, Dp, gt, Dp, 1, vtile, BC, ds.data(), BC, by_query(true));  // dp = do v^T
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r;
               F* prow = p.data() + r * BC;
@@ -647,10 +786,10 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
                 for (int64_t c = cr.cl; c < cr.ch; ++c) dbr[c] += drow[c];
               }
             }
-            tile_mm<F, true>(nb, Dp, rows, p.data(), 1, BC, gt, Dp, dva.data(), Dp, by_key);   // dv += p^T do
-            tile_mm<F, true>(nb, Dp, rows, ds.data(), 1, BC, qt, Dp, dka.data(), Dp, by_key);  // dk += ds^T q
-            tile_mm<F, true>(rows, Dp, nb, ds.data(), BC, 1, kr + j0 * Dp, Dp, dqa.data() + i0 * Dp, Dp,
-                             by_query(false));                                                   // dq += ds k
+            tile_mm_p<F, true>(bf16, nb, Dp, rows, p.data(), 1, BC, gt, Dp, dva.data(), Dp, by_key);   // dv += p^T do
+            tile_mm_p<F, true>(bf16, nb, Dp, rows, ds.data(), 1, BC, qt, Dp, dka.data(), Dp, by_key);  // dk += ds^T q
+            tile_mm_p<F, true>(bf16, rows, Dp, nb, ds.data(), BC, 1, kr + j0 * Dp, Dp, dqa.data() + i0 * Dp, Dp,
+                               by_query(false));                                                   // dq += ds k
           }
           F* dkb = dk + (bh * KS + j0) * Dh;
           F* dvb = dv + (bh * KS + j0) * Dh;
