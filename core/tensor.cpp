@@ -53,6 +53,7 @@ Storage::Storage(size_t nbytes, Device dev, Arena a) : bytes(nbytes), device(dev
 }
 
 Storage::~Storage() {
+  delete bf16_copy.load();
   if (device == Device::CPU) BufferPool::host().free(data, bytes);
   else if (g_cuda_alloc.free) g_cuda_alloc.free(data, bytes, arena);
 }

@@ -3,6 +3,7 @@
 // free views of the same storage; everything else (permute, general slices) materialises
 // through the backend. Memory comes from the device's buffer pool.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -56,8 +57,12 @@ struct Storage {
   // An f32 host storage's values rounded to bf16 (u16 bits, same element order), made once for
   // the bf16 GEMMs that read it as a weight (cpu::bf16_copy, core/cpu/bf16_convert.h) and reused
   // by every GEMM until the storage is written. Dropped by the first mutable access, like the
-  // host mirror.
-  std::shared_ptr<Storage> bf16_copy;
+  // host mirror; owned here (atomic: threads of a parallel region may all take a mutable
+  // pointer to one storage, and exactly one of them frees the copy).
+  std::atomic<Storage*> bf16_copy{nullptr};
+  void drop_bf16_copy() {
+    if (bf16_copy.load(std::memory_order_relaxed)) delete bf16_copy.exchange(nullptr);
+  }
 };
 
 class Tensor {
@@ -94,7 +99,7 @@ class Tensor {
   void check_host(const char* what) const;  // the check of host(); `what` names the caller
   void* raw() {  // mutable access: the storage may change, so the copies made of it are dropped
     if (storage_->host_mirror) storage_->host_mirror.reset();
-    if (storage_->bf16_copy) storage_->bf16_copy.reset();
+    storage_->drop_bf16_copy();
     return (char*)storage_->data + offset_ * dtype_size(dtype_);
   }
   const void* raw() const { return (const char*)storage_->data + offset_ * dtype_size(dtype_); }

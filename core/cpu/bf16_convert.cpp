@@ -109,7 +109,7 @@ std::mutex g_copy_mutex;  // two threads asking for the same weight's copy make 
 
 const uint16_t* bf16_copy_if_kept(const Tensor& t) {
   if (!t.defined() || t.dtype() != DType::F32 || t.device() != Device::CPU) return nullptr;
-  const std::shared_ptr<Storage>& c = t.storage()->bf16_copy;
+  const Storage* c = t.storage()->bf16_copy.load();
   return c ? static_cast<const uint16_t*>(c->data) + t.offset() : nullptr;
 }
 
@@ -117,17 +117,17 @@ const uint16_t* bf16_copy(const Tensor& t) {
   CTX_CHECK(t.defined() && t.dtype() == DType::F32 && t.device() == Device::CPU,
             "bf16_copy: needs an f32 CPU tensor, got ", t.defined() ? t.str() : std::string("undefined"));
   Storage& s = *t.storage();
-  if (!s.bf16_copy) {
+  if (!s.bf16_copy.load()) {
     std::lock_guard<std::mutex> lock(g_copy_mutex);
-    if (!s.bf16_copy) {
+    if (!s.bf16_copy.load()) {
       const int64_t n = (int64_t)(s.bytes / sizeof(float));
-      auto c = std::make_shared<Storage>((size_t)std::max<int64_t>(n, 1) * sizeof(uint16_t), Device::CPU);
+      auto* c = new Storage((size_t)std::max<int64_t>(n, 1) * sizeof(uint16_t), Device::CPU);
       convert_f32_to_bf16(static_cast<const float*>(s.data), static_cast<uint16_t*>(c->data), n);
-      s.bf16_copy = std::move(c);
+      s.bf16_copy.store(c);
       g_copies.fetch_add(1);
     }
   }
-  return static_cast<const uint16_t*>(s.bf16_copy->data) + t.offset();
+  return static_cast<const uint16_t*>(s.bf16_copy.load()->data) + t.offset();
 }
 
 size_t bf16_copies_made() { return g_copies.load(); }
