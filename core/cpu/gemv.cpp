@@ -51,7 +51,7 @@ void split_rows(int64_t N, int64_t K, const Rows& rows) {
 typedef float F16 __attribute__((vector_size(64)));
 typedef float F8 __attribute__((vector_size(32)));
 typedef float F4 __attribute__((vector_size(16)));
-inline float hsum16(F16 x) {
+__attribute__((target("avx512f"))) inline float hsum16(F16 x) {  // (a 512-bit argument needs avx512f)
   const F8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
                __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
   const F4 c = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
