@@ -3,8 +3,8 @@
 // runs without it): forward + backward and forward alone, ms per call, on the presets' attention
 // shapes, without a bias, with a constant ALiBi bias [1, H, T, S] and with a trainable one (its
 // gradient summed over the batch, as KERPLE / T5). Prints a table, then one JSON line per row.
-// The fused op also runs under --precision bf16 (its products on bf16 inputs; fp32 on a CPU
-// without avx512_bf16), interleaved with the others: the bf16 columns.
+// The fused op also runs with its bf16 tile products (--precision bf16, CTXLAB_BF16_ATTENTION=1;
+// fp32 on a CPU without avx512_bf16), interleaved with the others: the bf16 columns.
 //   bench_attention [--repeats 20] [--threads 2] [--shape small|medium]
 #include <cmath>
 #include <functional>
@@ -18,6 +18,7 @@
 #include "autograd/ops.h"
 #include "autograd/ops_attention.h"
 #include "bench/timing.h"
+#include "core/cpu/flash_attention.h"
 #include "core/cpu/threading.h"
 #include "core/precision.h"
 #include "core/rng.h"
@@ -115,7 +116,9 @@ int main(int argc, char** argv) {
         auto bf16 = [](std::function<void()> f) {
           return [f] {
             PrecisionScope p(Precision::BF16);
+            cpu::set_bf16_attention(true);  // the opt-in bf16 products (CTXLAB_BF16_ATTENTION=1)
             f();
+            cpu::reset_bf16_attention();
           };
         };
         bench::Times t = bench::time_rounds({{"fused_fb", fb(true)},

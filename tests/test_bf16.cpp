@@ -15,6 +15,7 @@
 #include "core/backend.h"
 #include "core/bf16.h"
 #include "core/cpu/bf16_convert.h"
+#include "core/cpu/flash_attention.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/threading.h"
 #include "core/precision.h"
@@ -272,8 +273,9 @@ TEST(Bf16, Fp32DefaultUnchangedBitwise) {
   EXPECT_EQ(std::memcmp(d1.data<double>(), d2.data<double>(), 37 * 29 * 8), 0);
 }
 
-// The fused attention's products under --precision bf16 (core/cpu/flash_attention.cpp: q k^T,
-// p v and the backward's four products take bf16 inputs, fp32 sums). Against the fp32 kernels:
+// The fused attention's products under --precision bf16 with CTXLAB_BF16_ATTENTION=1 (opt-in;
+// core/cpu/flash_attention.cpp: q k^T, p v and the backward's four products take bf16 inputs,
+// fp32 sums); off (the default), the attention is fp32 bit for bit. Against the fp32 kernels:
 // o within the bound of bf16 rounding (each score moves by at most e_i = scale max_j sum_d
 // |q_id k_jd| 2^-8, so each row's weights by a factor within e^(+-2 e_i); p and v by 2^-8 each:
 // |do_i| <= max|v| (2^-7 + 2 e_i) + fp32 slack), the gradients within 2% of their tensor's max
@@ -286,6 +288,10 @@ TEST(Bf16, FusedAttentionWithinTheBf16Bound) {
     return;
   }
   cpu::init_threading();
+  struct Opt {  // the bf16 products are opt-in (CTXLAB_BF16_ATTENTION=1)
+    Opt() { cpu::set_bf16_attention(true); }
+    ~Opt() { cpu::reset_bf16_attention(); }
+  };
   struct C { int64_t B, H, T, Dh, window; bool bias; };
   uint32_t seed = 300;
   for (const C c : {C{1, 2, 130, 32, 0, false}, C{2, 1, 100, 20, 37, true}, C{1, 1, 64, 64, 0, true}}) {
@@ -307,7 +313,17 @@ TEST(Bf16, FusedAttentionWithinTheBf16Bound) {
       backend(Device::CPU).attention_backward(d, q, k, v, bias, o, lse, go, dq, dk, dv, db, AttnRel{}, drel);
       return Out{o.to_vector<float>(), dq.to_vector<float>(), dk.to_vector<float>(), dv.to_vector<float>()};
     };
-    const Out a = run(Precision::FP32), b = run(Precision::BF16);
+    const Out a = run(Precision::FP32);
+    // by default --precision bf16 leaves the attention products in fp32: the same bits as fp32
+    cpu::set_bf16_attention(false);
+    const Out off = run(Precision::BF16);
+    EXPECT_TRUE(off.o == a.o && off.dq == a.dq && off.dk == a.dk && off.dv == a.dv)
+        << "CTXLAB_BF16_ATTENTION off: the attention changed under --precision bf16";
+    Out b;
+    {
+      Opt on;
+      b = run(Precision::BF16);
+    }
     const std::vector<float> qv = q.to_vector<float>(), kv = k.to_vector<float>(), vv = v.to_vector<float>();
     double vmax = 0;
     for (float x : vv) vmax = std::max(vmax, (double)std::fabs(x));

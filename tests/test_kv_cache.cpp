@@ -217,10 +217,9 @@ TEST_F(KVCacheTest, WarmDecodeAllocatesNothingFromTheSystem) {
 }
 
 // --precision bf16 decoding (the one-row Linear on the bf16 GEMV, weights converted once): each
-// cached step follows the bf16 full forward within 3e-2 (the same bf16 rounding of every weight
-// and Linear input, but the full forward's attention products take bf16 inputs, while a decode
-// step's one query keeps fp32 products: 2^-8 per product over two layers of this test's
-// large-weight model; observed 1.4e-2), the weights are converted once for the whole generation
+// cached step follows the bf16 full forward (the same bf16 rounding of every weight and Linear
+// input, fp32 attention products in both; the sums differ in order only, and an activation's
+// rounding may flip with them: 1e-3), the weights are converted once for the whole generation
 // (not per token), and bf16 was used (the logits differ from fp32's).
 TEST_F(KVCacheTest, Bf16DecodeConvertsEachWeightOnce) {
   if (!cpu_has_avx512_bf16()) {
@@ -233,7 +232,7 @@ TEST_F(KVCacheTest, Bf16DecodeConvertsEachWeightOnce) {
   double e = 0;
   {
     PrecisionScope bf16(Precision::BF16);
-    e = max_cache_error(c, nullptr, 3e-2);
+    e = max_cache_error(c, nullptr, 1e-3);
   }
   const size_t made = cpu::bf16_copies_made() - before;
   EXPECT_GT(made, 0u) << "no weight was converted: the bf16 path was not taken";

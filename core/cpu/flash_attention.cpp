@@ -31,6 +31,7 @@
 
 #include "core/allocator.h"
 #include "core/precision.h"
+#include "core/switch.h"
 
 #include <immintrin.h>
 
@@ -333,13 +334,15 @@ void tile_mm_p(bool bf16, int64_t M, int64_t N, int64_t K, const F* A, int64_t s
   tile_mm<F, Acc>(M, N, K, A, sar, sak, Bm, ldb, C, ldc, span);
 }
 
-// Whether float attention products take bf16 inputs: --precision bf16 on a CPU with avx512_bf16,
-// in an AVX-512 build.
+// Whether float attention products take bf16 inputs: --precision bf16 with CTXLAB_BF16_ATTENTION=1
+// (opt-in: docs/performance.md, "Attention") on a CPU with avx512_bf16, in an AVX-512 build.
+FastPathSwitch g_bf16_attention("CTXLAB_BF16_ATTENTION", /*default_on=*/false);
+
 template <class F>
 bool attention_bf16() {
 #if defined(__AVX512F__)
   static const bool cpu = cpu_has_avx512_bf16() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return std::is_same_v<F, float> && cpu && gemm_precision() == Precision::BF16;
+  return std::is_same_v<F, float> && cpu && gemm_precision() == Precision::BF16 && g_bf16_attention.enabled();
 #else
   return false;
 #endif
@@ -841,5 +844,9 @@ template void flash_attention_backward<double>(const FlashAttnDims&, const doubl
                                                const double*, const double*, const double*,
                                                const double*, const double*, double*, double*,
                                                double*, double*, const FlashRel<double>&);
+
+bool bf16_attention_enabled() { return g_bf16_attention.enabled(); }
+void set_bf16_attention(bool on) { g_bf16_attention.set(on); }
+void reset_bf16_attention() { g_bf16_attention.reset(); }
 
 }  // namespace ctx::cpu
