@@ -6,9 +6,9 @@
 //   bf16  f32 GEMMs (linear layers forward and backward, every matmul autograd issues) round A
 //         and B to bf16 (round to nearest even, NaN kept: bf16_round in core/bf16.h) and
 //         accumulate in fp32 into an fp32 C. Everything else stays fp32: master weights,
-//         gradients, optimizer state, norms, softmax, the loss, every reduction. The CPU fused
-//         attention's tile products (q k^T, p v and the backward's) take bf16 inputs too (fp32
-//         softmax and sums); the CUDA attention kernels keep fp32 products.
+//         gradients, optimizer state, norms, softmax, the loss, every reduction, and the fused
+//         attention's products (opt-in bf16 on the CPU: CTXLAB_BF16_ATTENTION=1,
+//         core/cpu/flash_attention.h; measured to cost validation loss, docs/performance.md).
 // tf32 (CUDA only; independent of the precision, moot under bf16): fp32 GEMMs may round their
 // inputs to TF32 on tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32), as torch's allow_tf32.
 // f64 GEMMs are never affected (gradcheck stays exact).
