@@ -19,6 +19,7 @@
 #include "core/cpu/gemm.h"
 #include "core/cpu/threading.h"
 #include "core/precision.h"
+#include "tests/test_util.h"
 
 namespace ctx {
 namespace {
@@ -117,13 +118,7 @@ TEST(Bf16, Avx512KernelEqualsPortableBitForBit) {
   for (int i = 0; i < 96; ++i) EXPECT_EQ(m[i], float_to_bf16_rne(mix[i])) << i;
 }
 
-std::vector<float> random_vec(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> v((size_t)n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+using testing_util::random_vec;
 std::vector<float> rounded(std::vector<float> v) {
   for (float& x : v) x = bf16_round(x);
   return v;

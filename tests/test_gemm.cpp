@@ -29,13 +29,7 @@ GemmFn gemm_fn(GemmImpl impl) {
   return impl == GemmImpl::OneDNN ? gemm_onednn : gemm_openblas;
 }
 
-std::vector<float> random_vec(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> v((size_t)n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+using testing_util::random_vec;
 
 // One case: the element counts the operands need, given strides (0 = broadcast).
 struct Case {

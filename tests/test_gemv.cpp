@@ -19,17 +19,12 @@
 #include "core/cpu/gemv.h"
 #include "core/cpu/threading.h"
 #include "core/precision.h"
+#include "tests/test_util.h"
 
 namespace ctx {
 namespace {
 
-std::vector<float> random_vec(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> v((size_t)n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+using testing_util::random_vec;
 
 std::vector<uint16_t> to_bits(const std::vector<float>& v) {
   std::vector<uint16_t> b(v.size());

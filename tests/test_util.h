@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <functional>
 #include <initializer_list>
+#include <random>
 #include <string>
 
 #include <set>
@@ -72,6 +73,15 @@ inline Tensor uniform_tensor(Rng& r, const Shape& s, DType dt, double lo = -1.0,
   Tensor t = Tensor::empty(s, DType::F64);
   r.fill_uniform(t, lo, hi);
   return dt == DType::F64 ? t : t.to(dt);
+}
+
+// n floats uniform in [-1, 1) from std::mt19937(seed): the GEMM / GEMV / bf16 tests' operands.
+inline std::vector<float> random_vec(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v((size_t)n);
+  for (float& x : v) x = u(rng);
+  return v;
 }
 
 // max |a - b| / max |b|: the error relative to the size of the reference tensor b.

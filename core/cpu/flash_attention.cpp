@@ -30,6 +30,7 @@
 #include "core/cpu/flash_attention.h"
 
 #include "core/allocator.h"
+#include "core/cpu/hsum.h"
 #include "core/precision.h"
 #include "core/switch.h"
 
@@ -187,24 +188,8 @@ void tile_mm(int64_t M, int64_t N, int64_t K, const F* A, int64_t sar, int64_t s
   for (; i < M; ++i) rows(std::integral_constant<int, 1>(), i);
 }
 
-// a . b over n elements (the scores of a few queries read straight from row-major keys)
-// The lanes of a Bytes-wide vector summed by halving (log2 lanes adds; hsum adds them one by one).
-template <class F, int Bytes>
-inline F hsum_tree(const void* v) {
-  if constexpr (Bytes == (int)sizeof(F)) {
-    F x;
-    std::memcpy(&x, v, sizeof x);
-    return x;
-  } else {
-    typedef F Half __attribute__((vector_size(Bytes / 2)));
-    Half lo, hi;
-    std::memcpy(&lo, v, sizeof lo);
-    std::memcpy(&hi, static_cast<const char*>(v) + Bytes / 2, sizeof hi);
-    const Half s = lo + hi;
-    return hsum_tree<F, Bytes / 2>(&s);
-  }
-}
-
+// a . b over n elements (the scores of a few queries read straight from row-major keys), the
+// lanes summed by halving (hsum adds them one by one)
 template <class F>
 inline F dot_n(const F* a, const F* b, int64_t n) {
   Vec<F> acc{};

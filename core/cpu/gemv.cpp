@@ -12,6 +12,7 @@
 
 #include "core/bf16.h"
 #include "core/cpu/bf16_convert.h"
+#include "core/cpu/hsum.h"
 #include "core/precision.h"
 
 namespace ctx::cpu {
@@ -47,17 +48,6 @@ void split_rows(int64_t N, int64_t K, const Rows& rows) {
   }
 }
 
-// The sum of a vector's 16 lanes, by halves (GCC 12 warns about _mm512_reduce_add_ps's own).
-typedef float F16 __attribute__((vector_size(64)));
-typedef float F8 __attribute__((vector_size(32)));
-typedef float F4 __attribute__((vector_size(16)));
-__attribute__((target("avx512f"))) inline float hsum16(F16 x) {  // (a 512-bit argument needs avx512f)
-  const F8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
-               __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
-  const F4 c = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  return (c[0] + c[2]) + (c[1] + c[3]);
-}
-
 #if defined(__AVX512F__)
 // fp32: 16 floats per vector; R rows of W at a time.
 template <int R>
@@ -74,7 +64,7 @@ inline void rows_f32(const float* W, const float* x, const float* b, float* y, i
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + k);
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, W + (n + r) * K + k), xv, acc[r]);
   }
-  for (int r = 0; r < R; ++r) y[n + r] = hsum16((F16)acc[r]) + (b ? b[n + r] : 0.f);
+  for (int r = 0; r < R; ++r) y[n + r] = hsum_tree<float, 64>(&acc[r]) + (b ? b[n + r] : 0.f);
 }
 #endif
 
@@ -98,7 +88,7 @@ CTX_GEMV_BF16_TARGET inline void rows_bf16(const uint16_t* W, const uint16_t* xb
     for (int r = 0; r < R; ++r)
       acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_maskz_loadu_epi16(m, W + (n + r) * K + k), xv);
   }
-  for (int r = 0; r < R; ++r) y[n + r] = hsum16((F16)acc[r]) + (b ? b[n + r] : 0.f);
+  for (int r = 0; r < R; ++r) y[n + r] = hsum_tree<float, 64>(&acc[r]) + (b ? b[n + r] : 0.f);
 }
 
 CTX_GEMV_BF16_TARGET void gemv_bf16_rows(const uint16_t* W, const uint16_t* xb, const float* b, float* y,
