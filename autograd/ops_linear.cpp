@@ -1,6 +1,9 @@
 // autograd/ops_linear.cpp — Linear, y = x w^T + b (w [out, in], b [out]), as one node.
 // Forward: Backend::linear (Fused::Linear: one GEMM with the bias inside it; CPU:
-// core/cpu/linear.cpp). Backward: dx = dy w (NN), dw = dy^T x (TN), db = column sums of dy.
+// core/cpu/linear.cpp). Backward: dx = dy w (NN), dw = dy^T x (TN), db = column sums of dy;
+// dw and db go straight into the parameter's gradient buffer when it has one (grad_target: the
+// trainer's flat gradient slot, or an earlier gradient, with beta = 1), and the backend hears
+// that dy is read by two GEMMs (gemm_operand_reused: the CPU converts it to bf16 once).
 // Without a bias, on a backend without Fused::Linear, or with CTXLAB_FUSED_LINEAR=0
 // (ops_linear.h), it is matmul (+ add).
 #include "autograd/ops.h"
@@ -50,6 +53,7 @@ Variable linear(const Variable& x, const Variable& w, const Variable& bias) {
 
   return make_result(y, "linear", {x, w, bias}, [x, w, bias, xd, wd, N, K, R](const Tensor& dy) {
     Backend& be = backend_of(dy);
+    if (x.requires_grad() && w.requires_grad()) be.gemm_operand_reused(dy);  // read by dx and dw
     if (x.requires_grad()) {  // dx [R, K] = dy [R, N] w [N, K]
       Tensor dx = Tensor::empty(xd.shape(), xd.dtype(), xd.device());
       GemmDesc g;
@@ -57,18 +61,33 @@ Variable linear(const Variable& x, const Variable& w, const Variable& bias) {
       be.gemm(g, dy, wd, dx);
       acc(x, dx);
     }
-    if (w.requires_grad()) {  // dw [N, K] = dy^T [N, R] x [R, K]
-      Tensor dw = Tensor::empty(wd.shape(), wd.dtype(), wd.device());
+    if (w.requires_grad()) {  // dw [N, K] (+)= dy^T [N, R] x [R, K]
       GemmDesc g;
       g.trans_a = true;
       g.M = N; g.N = K; g.K = R;
-      be.gemm(g, dy, xd, dw);
-      acc(w, dw);
+      bool add = false;
+      Tensor dw = grad_target(*w.impl(), add);  // w's gradient buffer, written in place
+      if (dw.defined()) {
+        g.beta = add ? 1.f : 0.f;
+        be.gemm(g, dy, xd, dw);
+        grad_written(*w.impl(), dw);
+      } else {
+        dw = Tensor::empty(wd.shape(), wd.dtype(), wd.device());
+        be.gemm(g, dy, xd, dw);
+        acc(w, dw);
+      }
     }
     if (bias.requires_grad()) {  // db [N] = sum over rows of dy
-      Tensor db = Tensor::empty({N}, dy.dtype(), dy.device());
-      be.reduce_sum(dy, db);
-      acc(bias, db);
+      bool add = false;
+      Tensor db = grad_target(*bias.impl(), add);
+      if (db.defined() && !add) {  // the first write into a preassigned slot
+        be.reduce_sum(dy, db);
+        grad_written(*bias.impl(), db);
+      } else {
+        db = Tensor::empty({N}, dy.dtype(), dy.device());
+        be.reduce_sum(dy, db);
+        acc(bias, db);
+      }
     }
   });
 }

@@ -53,6 +53,17 @@ void accumulate_grad(VarImpl& v, const Tensor& g) {
   }
 }
 
+Tensor grad_target(const VarImpl& v, bool& accumulate) {
+  accumulate = v.grad.defined();
+  return accumulate ? v.grad : v.grad_slot;
+}
+
+void grad_written(VarImpl& v, const Tensor& target) {
+  CTX_CHECK(target.shape() == v.data.shape(), "autograd: gradient ", target.str(),
+            " does not match variable ", v.data.str(), (v.node ? " made by " + v.node->name : ""));
+  v.grad = target;
+}
+
 Variable make_result(Tensor out, const std::string& name, std::vector<Variable> inputs,
                      std::function<void(const Tensor&)> backward_fn) {
   if (prof::enabled()) prof::forward_op(name);

@@ -72,6 +72,14 @@ struct VarImpl {
 // g must have v's shape.
 void accumulate_grad(VarImpl& v, const Tensor& g);
 
+// For a backward that can write v's gradient in place (a GEMM with beta): the tensor to write,
+// and whether to add to it (`accumulate`: v already has a gradient) or overwrite it (v's
+// preassigned grad_slot, first use after zero_grad()). Undefined when v has neither: then the
+// backward computes a fresh tensor and accumulate_grad adopts it. After writing, call
+// grad_written(v, target). Saves accumulate_grad's copy into the slot (or its add).
+Tensor grad_target(const VarImpl& v, bool& accumulate);
+void grad_written(VarImpl& v, const Tensor& target);
+
 // Record `node` as the producer of `out` if grad mode is on and some input requires grad.
 // Returns true when recorded (the op's backward closure will run later).
 bool grad_enabled();

@@ -157,6 +157,10 @@ class Backend {
 
   // --- linear algebra ---
   virtual void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) = 0;
+  // A hint that `t` is about to be an input of several GEMMs (a Linear's output gradient: its dx
+  // and dw). A backend whose GEMMs convert their inputs (the CPU under --precision bf16) converts
+  // it once now and keeps the copy with t's storage until the storage is written. Base: nothing.
+  virtual void gemm_operand_reused(const Tensor&) {}
 
   // --- normalisation / softmax (over the last dim; x viewed as [N, C]) ---
   virtual void softmax(const Tensor& x, Tensor& y, bool log) = 0;

@@ -1,12 +1,14 @@
 // examples/step_timing.cpp — times forward+backward of a preset on random tokens (a quick
 // health check of speed; the full benchmark is `ctxlab bench`). CTXLAB_PROFILE=1 adds the
-// per-op profile of the warm steps:  CTXLAB_PROFILE=1 build/example_step_timing small 8 ['{"type":"shaw"}']
+// per-op profile of the warm steps:
+//   CTXLAB_PROFILE=1 build/example_step_timing small 8 ['{"type":"shaw"}' [bf16]]
 #include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "autograd/profiler.h"
 #include "core/allocator.h"
+#include "core/precision.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
 
@@ -16,7 +18,11 @@ int main(int argc, char** argv) {
   std::string preset = argc > 1 ? argv[1] : "small";
   int64_t B = argc > 2 ? std::stoll(argv[2]) : 8;
   ModelConfig cfg = preset_config(preset);
-  if (argc > 3) cfg.posenc = nlohmann::json::parse(argv[3]);  // e.g. '{"type":"shaw"}'
+  if (argc > 3 && std::string(argv[3]) != "-") cfg.posenc = nlohmann::json::parse(argv[3]);  // e.g. '{"type":"shaw"}'
+  if (argc > 4) {  // fp32 | bf16, as --precision (says so and runs fp32 without avx512_bf16)
+    std::string note = apply_precision_request(precision_from_string(argv[4]), false, Device::CPU);
+    if (!note.empty()) std::printf("%s\n", note.c_str());
+  }
   nn::GPT model(cfg);
   model.init_weights(0);
   Rng rng(1);

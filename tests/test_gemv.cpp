@@ -12,6 +12,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/variable.h"
+#include "core/allocator.h"
 #include "core/backend.h"
 #include "core/bf16.h"
 #include "core/cpu/bf16_convert.h"
@@ -162,7 +163,7 @@ TEST(Bf16Copy, ConvertedOnceUntilWritten) {
 
 // A bf16 Linear's forward converts its weight once and the backward (dx = dy w) reads the same
 // copy; an update of the weight (what the optimizer does) makes the next forward convert again.
-TEST(Bf16Copy, LinearForwardAndBackwardConvertTheWeightOnce) {
+TEST(Bf16Copy, LinearForwardAndBackwardConvertEachOperandOnce) {
   if (!cpu_has_avx512_bf16()) {
     std::printf("this CPU has no avx512_bf16: --precision bf16 runs fp32 here, nothing to convert\n");
     return;
@@ -176,21 +177,63 @@ TEST(Bf16Copy, LinearForwardAndBackwardConvertTheWeightOnce) {
   auto step = [&] {
     w.zero_grad(), b.zero_grad(), x.zero_grad();
     Variable y = linear(x, w, b);
-    sum(mul(y, y)).backward();
+    Variable dy = mul(y, y);  // sum(y^2): dy = 2y, a fresh tensor each step
+    sum(dy).backward();
     return std::vector<std::vector<float>>{y.data().to_vector<float>(), x.grad().to_vector<float>(),
                                            w.grad().to_vector<float>()};
   };
   const size_t made = cpu::bf16_copies_made();
+  size_t values = cpu::bf16_values_converted();
   const auto first = step();
   EXPECT_EQ(cpu::bf16_copies_made(), made + 1) << "forward + backward should convert w once";
-  const auto again = step();  // w unchanged: its copy is still good
+  // w, x (kept by the forward for dw), dy (kept for dx and dw): each once, not once per GEMM
+  EXPECT_EQ(cpu::bf16_values_converted() - values, (size_t)(N * K + R * K + R * N));
+  values = cpu::bf16_values_converted();
+  const auto again = step();  // w and x unchanged: their copies are still good; dy is new
   EXPECT_EQ(cpu::bf16_copies_made(), made + 1);
+  EXPECT_EQ(cpu::bf16_values_converted() - values, (size_t)(R * N));
   EXPECT_EQ(first, again);
   // a mutable access to w (as an update makes) drops the copy; the next step converts afresh
   w.data().data<float>();
   ASSERT_EQ(cpu::bf16_copy_if_kept(w.data()), nullptr);
   EXPECT_EQ(step(), first);
   EXPECT_EQ(cpu::bf16_copies_made(), made + 2) << "a write to w makes the next forward convert again";
+}
+
+// The backward writes dw straight into a preassigned gradient slot (the trainer's flat buffer),
+// and adds into an existing gradient: the same values as the unfused composition, both ways.
+TEST(LinearGradTarget, WritesTheSlotAndAccumulates) {
+  const int64_t R = 6, K = 5, N = 4;
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    PrecisionScope scope(p);
+    Variable w(Tensor::from_vector(random_vec(N * K, 31), {N, K}), true);
+    Variable b(Tensor::from_vector(random_vec(N, 32), {N}), true);
+    Variable x(Tensor::from_vector(random_vec(R * K, 33), {R, K}), true);
+    // two Linears share w and b: the second adds to the gradient the first wrote
+    auto run = [&] { sum(mul(linear(x, w, b), linear(x, w, b))).backward(); };
+    auto requests = [] { return BufferPool::host().stats().requests; };
+    run();  // warm-up (one-time allocations out of the count)
+    w.zero_grad(), b.zero_grad(), x.zero_grad();
+    uint64_t r0 = requests();
+    run();
+    const uint64_t fresh = requests() - r0;
+    const auto w1 = w.grad().to_vector<float>(), b1 = b.grad().to_vector<float>();
+    // a slot with stale contents: overwritten, not added to
+    Tensor slot_w = Tensor::full({N, K}, 7.0), slot_b = Tensor::full({N}, -3.0);
+    w.zero_grad(), b.zero_grad();
+    w.impl()->grad_slot = slot_w, b.impl()->grad_slot = slot_b;
+    r0 = requests();
+    run();
+    EXPECT_EQ(requests() - r0 + 2, fresh) << "dw and db should be written into their slots, not allocated";
+    EXPECT_EQ(w.grad().storage(), slot_w.storage()) << "dw not written into the slot";
+    EXPECT_EQ(b.grad().storage(), slot_b.storage());
+    EXPECT_EQ(w.grad().to_vector<float>(), w1);
+    EXPECT_EQ(b.grad().to_vector<float>(), b1);
+    run();  // a second backward without zero_grad adds
+    const auto w2 = w.grad().to_vector<float>(), b2 = b.grad().to_vector<float>();
+    for (size_t i = 0; i < w1.size(); ++i) EXPECT_NEAR(w2[i], 2 * w1[i], 1e-5f * (1 + std::fabs(w1[i])));
+    for (size_t i = 0; i < b1.size(); ++i) EXPECT_NEAR(b2[i], 2 * b1[i], 1e-5f * (1 + std::fabs(b1[i])));
+  }
 }
 
 }  // namespace

@@ -98,14 +98,31 @@ bool convert_f32_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n) {
   return true;
 }
 
+namespace {
+std::atomic<size_t> g_copies{0}, g_values{0};
+std::mutex g_copy_mutex;  // two threads asking for the same storage's copy make one
+
+// t's storage's kept copy, made now if it has none (`made` counts the copies made)
+const uint16_t* keep(const Tensor& t, std::atomic<size_t>* made) {
+  Storage& s = *t.storage();
+  if (!s.bf16_copy.load()) {
+    std::lock_guard<std::mutex> lock(g_copy_mutex);
+    if (!s.bf16_copy.load()) {
+      const int64_t n = (int64_t)(s.bytes / sizeof(float));
+      auto* c = new Storage((size_t)std::max<int64_t>(n, 1) * sizeof(uint16_t), Device::CPU);
+      convert_f32_to_bf16(static_cast<const float*>(s.data), static_cast<uint16_t*>(c->data), n);
+      s.bf16_copy.store(c);
+      if (made) made->fetch_add(1);
+    }
+  }
+  return static_cast<const uint16_t*>(s.bf16_copy.load()->data) + t.offset();
+}
+}  // namespace
+
 void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  g_values.fetch_add((size_t)std::max<int64_t>(n, 0), std::memory_order_relaxed);
   if (!convert_f32_to_bf16_avx512(src, dst, n)) convert_f32_to_bf16_portable(src, dst, n);
 }
-
-namespace {
-std::atomic<size_t> g_copies{0};
-std::mutex g_copy_mutex;  // two threads asking for the same weight's copy make one
-}  // namespace
 
 const uint16_t* bf16_copy_if_kept(const Tensor& t) {
   if (!t.defined() || t.dtype() != DType::F32 || t.device() != Device::CPU) return nullptr;
@@ -116,20 +133,16 @@ const uint16_t* bf16_copy_if_kept(const Tensor& t) {
 const uint16_t* bf16_copy(const Tensor& t) {
   CTX_CHECK(t.defined() && t.dtype() == DType::F32 && t.device() == Device::CPU,
             "bf16_copy: needs an f32 CPU tensor, got ", t.defined() ? t.str() : std::string("undefined"));
-  Storage& s = *t.storage();
-  if (!s.bf16_copy.load()) {
-    std::lock_guard<std::mutex> lock(g_copy_mutex);
-    if (!s.bf16_copy.load()) {
-      const int64_t n = (int64_t)(s.bytes / sizeof(float));
-      auto* c = new Storage((size_t)std::max<int64_t>(n, 1) * sizeof(uint16_t), Device::CPU);
-      convert_f32_to_bf16(static_cast<const float*>(s.data), static_cast<uint16_t*>(c->data), n);
-      s.bf16_copy.store(c);
-      g_copies.fetch_add(1);
-    }
-  }
-  return static_cast<const uint16_t*>(s.bf16_copy.load()->data) + t.offset();
+  return keep(t, &g_copies);
+}
+
+const uint16_t* bf16_copy_whole(const Tensor& t) {
+  const bool whole = t.defined() && t.dtype() == DType::F32 && t.device() == Device::CPU && t.offset() == 0 &&
+                     t.nbytes() == t.storage()->bytes && t.numel() > 0;
+  return whole ? keep(t, nullptr) : nullptr;
 }
 
 size_t bf16_copies_made() { return g_copies.load(); }
+size_t bf16_values_converted() { return g_values.load(); }
 
 }  // namespace ctx::cpu

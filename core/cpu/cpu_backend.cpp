@@ -309,6 +309,10 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void gemm_operand_reused(const Tensor& t) override {
+    if (gemm_precision() == Precision::BF16) bf16_copy_whole(t);
+  }
+
   void softmax(const Tensor& x, Tensor& y, bool log) override {
     check_cpu(x, "softmax", "x");
     check_same(x, y, "softmax");

@@ -36,9 +36,10 @@ void gemm_onednn_bf16(const GemmDesc& g, const float* A, const float* B, float* 
                       const uint16_t* A16 = nullptr, const uint16_t* B16 = nullptr);
 void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C);
 // C = op(A) op(B) + bias (bias [N] added to every row, inside the matmul primitive): the Linear
-// forward. g.batch must be 1 and g.beta 0. bf16: inputs as gemm_onednn_bf16 (B16: B rounded).
+// forward. g.batch must be 1 and g.beta 0. bf16: inputs as gemm_onednn_bf16 (A16, B16 rounded).
 void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const float* bias,
-                      float* C, bool bf16 = false, const uint16_t* B16 = nullptr);
+                      float* C, bool bf16 = false, const uint16_t* A16 = nullptr,
+                      const uint16_t* B16 = nullptr);
 // True when the GEMM implementation was chosen by the user (CTXLAB_GEMM or set_gemm_impl), not
 // by the built-in per-shape rule: the Linear then takes no kernel of its own (cpu::gemv).
 bool gemm_impl_chosen();

@@ -135,7 +135,7 @@ void gemm_onednn_bf16(const GemmDesc& g, const float* A, const float* B, float* 
 }
 
 void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const float* bias,
-                      float* C, bool bf16, const uint16_t* B16) {
+                      float* C, bool bf16, const uint16_t* A16, const uint16_t* B16) {
   CTX_CHECK(g.batch == 1 && g.beta == 0.f, "gemm_onednn_bias: needs batch 1 and beta 0, got batch ",
             g.batch, " beta ", g.beta);
   if (!gemm_prologue("gemm_onednn_bias", g, C)) {  // K == 0: C = bias
@@ -143,7 +143,7 @@ void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const f
       for (int64_t j = 0; j < g.N; ++j) C[i * g.N + j] = bias[j];
     return;
   }
-  dispatch(g, A, B, bias, C, bf16, nullptr, B16);
+  dispatch(g, A, B, bias, C, bf16, A16, B16);
 }
 
 size_t onednn_gemm_cache_size() { return cache().size(); }

@@ -2,7 +2,8 @@
 // y [R, N] = x [R, K] w^T + b as one GEMM with the bias inside it: oneDNN's bias argument when
 // oneDNN runs this shape (f32), else y pre-filled with the broadcast bias and the GEMM run with
 // beta = 1 (f64, or another GEMM implementation chosen). bf16 GEMM inputs (core/precision.h)
-// take oneDNN's bias path with the weight's kept bf16 copy (core/cpu/bf16_convert.h). One row
+// take oneDNN's bias path with the weight's kept bf16 copy (core/cpu/bf16_convert.h), and x's
+// copy kept too (bf16_copy_whole), which the backward's dw = dy^T x reads again. One row
 // (R = 1, a batch-1 decode step) takes the GEMV kernels (core/cpu/gemv.h), fp32 or bf16, unless
 // the user chose a GEMM implementation.
 #include "core/cpu/fused.h"
@@ -41,7 +42,8 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
       return;
   }
   if (x.dtype() == DType::F32 && R > 0 && N > 0 && (bf16 || current_gemm_impl(g) == GemmImpl::OneDNN)) {
-    gemm_onednn_bias(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(), bf16, w16);
+    const uint16_t* x16 = bf16 && K > 0 ? bf16_copy_whole(x) : nullptr;
+    gemm_onednn_bias(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(), bf16, x16, w16);
     return;
   }
   // y = broadcast(b), then y += x w^T
