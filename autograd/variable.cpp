@@ -35,6 +35,18 @@ void Variable::zero_grad() { if (p_) p_->grad = Tensor(); }
 std::string Variable::op_name() const { return p_ && p_->node ? p_->node->name : "leaf"; }
 Variable Variable::detach() const { return Variable(data(), false); }
 
+namespace {
+// Nobody else holds t's storage and t spans all of it: t may be written in place.
+bool exclusive(const Tensor& t) {
+  const auto& st = t.storage();
+  return st.use_count() == 1 && t.offset() == 0 && t.nbytes() == st->bytes;
+}
+// v's gradient may be added to in place: a leaf's (its own storage, or its preassigned slot in
+// a flat buffer; in place as PyTorch's .grad, so a held reference sees the sum), or an
+// intermediate's that nobody else holds.
+bool writable(const VarImpl& v) { return !v.node || exclusive(v.grad); }
+}  // namespace
+
 void accumulate_grad(VarImpl& v, const Tensor& g) {
   CTX_CHECK(g.shape() == v.data.shape(), "autograd: gradient ", g.str(),
             " does not match variable ", v.data.str(), (v.node ? " made by " + v.node->name : ""));
@@ -42,20 +54,24 @@ void accumulate_grad(VarImpl& v, const Tensor& g) {
     v.grad_slot.copy_from(g);  // the slot's old contents are stale: overwrite, do not add
     v.grad = v.grad_slot;
   } else if (!v.grad.defined()) {
-    // A gradient nobody else holds (a backward closure's fresh result) is adopted as it is;
-    // one that may be shared (the incoming gradient passed through, a view) is copied, since
-    // later accumulation writes into it.
-    const auto& st = g.storage();
-    bool sole = st.use_count() == 1 && g.offset() == 0 && g.nbytes() == st->bytes;
-    v.grad = sole ? g : g.clone();
-  } else {
+    // An intermediate's gradient (freed when the backward has used it) adopts g even when g is
+    // shared (a gradient passed through: add's dy goes to both inputs); a later accumulation
+    // then adds out of place (below). A leaf's gradient is the user's: it gets its own storage
+    // unless g is a fresh result nobody else holds.
+    v.grad = v.node || exclusive(g) ? g : g.clone();
+  } else if (writable(v)) {
     backend_of(v.grad).binary(BinaryOp::Add, v.grad, g, v.grad);
+  } else {  // shared with another gradient (adopted above): the sum goes to new storage
+    Tensor sum = Tensor::empty(v.grad.shape(), v.grad.dtype(), v.grad.device());
+    backend_of(v.grad).binary(BinaryOp::Add, v.grad, g, sum);
+    v.grad = sum;
   }
 }
 
 Tensor grad_target(const VarImpl& v, bool& accumulate) {
   accumulate = v.grad.defined();
-  return accumulate ? v.grad : v.grad_slot;
+  if (accumulate) return writable(v) ? v.grad : Tensor();  // shared: never written in place
+  return v.grad_slot;
 }
 
 void grad_written(VarImpl& v, const Tensor& target) {

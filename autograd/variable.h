@@ -68,13 +68,16 @@ struct VarImpl {
   Tensor grad_slot;
 };
 
-// grad(v) += g (on first use: into v.grad_slot if set, else adopting or copying g).
+// grad(v) += g (on first use: into v.grad_slot if set, else adopting g, or for a leaf a copy of
+// g when g is shared). An intermediate's gradient may share storage with another's (add's dy
+// passed to both inputs); it is then summed out of place, never written in place while shared.
 // g must have v's shape.
 void accumulate_grad(VarImpl& v, const Tensor& g);
 
 // For a backward that can write v's gradient in place (a GEMM with beta): the tensor to write,
-// and whether to add to it (`accumulate`: v already has a gradient) or overwrite it (v's
-// preassigned grad_slot, first use after zero_grad()). Undefined when v has neither: then the
+// and whether to add to it (`accumulate`: v already has a gradient that nobody else holds) or
+// overwrite it (v's preassigned grad_slot, first use after zero_grad()). Undefined otherwise
+// (no gradient and no slot, or a shared gradient): then the
 // backward computes a fresh tensor and accumulate_grad adopts it. After writing, call
 // grad_written(v, target). Saves accumulate_grad's copy into the slot (or its add).
 Tensor grad_target(const VarImpl& v, bool& accumulate);

@@ -3,6 +3,7 @@
 // that include size-1 and odd dims, plus the autograd engine itself (accumulation, reuse,
 // NoGradGuard, freed graphs, retain_graph). Small shapes: the whole file runs in about a second.
 #include <gtest/gtest.h>
+#include "core/allocator.h"
 
 #include <cmath>
 #include <functional>
@@ -784,6 +785,24 @@ TEST(GradcheckOps, Composition) {
 }
 
 // ------------------------------------------------------------------ autograd engine ----
+
+// add's dy goes to both inputs without a copy: two intermediates then share one gradient's
+// storage, and accumulating into one of them must not change the other (out of place). The
+// residual stream's pattern: s = a + b, t = s + a; dt/dx with a = 2x, b = 3x is 7.
+TEST(Autograd, SharedGradientsAreNeverAddedToInPlace) {
+  Rng r(301);
+  Tensor x = uniform(r, {4, 6});
+  Variable xv(x, true);
+  Variable a = scale(xv, 2.0), b = scale(xv, 3.0);
+  Variable t = add(add(a, b), a);
+  const uint64_t r0 = BufferPool::host().stats().requests;
+  sum(t).backward();
+  const uint64_t requests = BufferPool::host().stats().requests - r0;
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(xv.grad().at(i), 7.0) << "element " << i;
+  // 6: the seed, sum's broadcast, a's out-of-place sum, scale's two results, one more for
+  // x's first; copying each passed-through gradient (the rule before) made 8
+  EXPECT_LE(requests, 6u) << "a passed-through gradient was copied";
+}
 
 TEST(Autograd, GradientsAccumulateAcrossBackwardCalls) {
   Rng r(300);
