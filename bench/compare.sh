@@ -15,7 +15,10 @@ usage: bench/compare.sh [options] [-- args for both benchmarks, e.g. --steps 5 -
   --rounds N              pairs of runs, ctxlab then pytorch each round (default 3)
   --preset NAME           tiny | small | medium (default small)
   --posenc X              type name or JSON (default: the preset's, learned)
-  --torch-settings S      best: PyTorch with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE=$CORETYPE
+  --torch-settings S      best: PyTorch's fastest wait policy, measured (docs/threading.md):
+                          GOMP_SPINCOUNT=1000 for today's PyTorch (as the ctxlab CLI sets it),
+                          OMP_WAIT_POLICY=PASSIVE for Debian's 1.13 (its OpenBLAS pthread pool
+                          loses to any spin), and OPENBLAS_CORETYPE=$CORETYPE
                           (default Cooperlake on an AVX-512 CPU, else Haswell; see
                           bench/README.md); installed: PyTorch as installed
                           (OMP_WAIT_POLICY, GOMP_SPINCOUNT, OPENBLAS_CORETYPE removed from its
@@ -89,6 +92,9 @@ esac
 [[ -x "$PY" ]] || command -v "$PY" >/dev/null 2>&1 || die "--peer: '$PY' is not an executable python"
 TORCH_VERSION="$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)" ||
   die "--peer: $PY cannot import torch"
+# the peer's fastest wait policy (--torch-settings best): torch 1.x (Debian's, GEMMs on OpenBLAS's
+# pthread pool) never spinning, torch 2.x (oneDNN on the OpenMP pool) a short spin
+if [[ "$TORCH_VERSION" == 1.* ]]; then TORCH_WAIT=OMP_WAIT_POLICY=PASSIVE; else TORCH_WAIT=GOMP_SPINCOUNT=1000; fi
 if [[ "$PEER_MODE" == compile ]]; then
   "$PY" -c 'import sys, torch; sys.exit(0 if hasattr(torch, "compile") else 1)' ||
     die "--peer-mode compile: torch $TORCH_VERSION ($PY) has no torch.compile (use --peer venv)"
@@ -125,13 +131,13 @@ COMMON+=("${EXTRA[@]}")
 PEER_ARGS=(--threads "$THREADS" --attention "$ATTENTION")
 [[ "$PEER_MODE" == compile ]] && PEER_ARGS+=(--compile)
 
-# ctxlab always runs as its CLI does (OMP_WAIT_POLICY=PASSIVE, docs/threading.md).
+# ctxlab always runs as its CLI does (GOMP_SPINCOUNT=1000, docs/threading.md).
 # Helpers' arithmetic runs on the system python (the peer's may be any interpreter).
 HPY="$(command -v python3 || echo /usr/bin/python3)"
-run_ctxlab() { env OMP_WAIT_POLICY=PASSIVE CTXLAB_THREADS="$THREADS" "$CTXLAB" bench "$@"; }
+run_ctxlab() { env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 CTXLAB_THREADS="$THREADS" "$CTXLAB" bench "$@"; }
 run_torch() {
   if [[ "$SETTINGS" == best ]]; then
-    env OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE="$CORETYPE" "$PY" "$PEER" "$@"
+    env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT $TORCH_WAIT OPENBLAS_CORETYPE="$CORETYPE" "$PY" "$PEER" "$@"
   else
     env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_CORETYPE "$PY" "$PEER" "$@"
   fi
@@ -166,7 +172,7 @@ fi
 echo "machine: ${CPU_MODEL:-unknown CPU}${CPU_ID:+ ($CPU_ID)}, $(nproc) cores visible; flags: ${CPU_FLAGS:-(none of avx2 fma avx512f avx512_vnni avx512_bf16 amx_tile amx_bf16)}"
 echo "peer: torch $TORCH_VERSION ($PY), $PEER_MODE; precision $PRECISION"
 echo "compare: preset $PRESET, posenc ${POSENC:-(preset default)}, threads $THREADS, torch settings $SETTINGS$(
-  [[ $SETTINGS == best ]] && echo " (OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=$CORETYPE)"), attention $ATTENTION,"
+  [[ $SETTINGS == best ]] && echo " ($TORCH_WAIT OPENBLAS_CORETYPE=$CORETYPE)"), attention $ATTENTION,"
 echo "         extra args: ${EXTRA[*]:-(none)}; peak $PEAK GFLOP/s ($PEAK_NOTE); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-5s %12s %12s %7s %10s %10s %9s %9s %9s %6s\n' round ctxlab_tok/s torch_tok/s ratio ctx_ms torch_ms ctx_RSS torch_RSS compile_s load1
 RATIOS=() ROWS=() GA=() GB=()

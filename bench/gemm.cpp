@@ -5,6 +5,7 @@
 //   bench_gemm [--repeats 30] [--threads 1,2] [--shape qkv]
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <random>
 #include <sstream>
@@ -18,6 +19,9 @@
 #include "core/cpu/gemm.h"
 #include "core/cpu/threading.h"
 #include "core/settings.h"
+#include "core/cpu/bf16_convert.h"
+#include "core/precision.h"
+#include "nn/config.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace {
@@ -41,28 +45,43 @@ GemmDesc desc(int64_t M, int64_t N, int64_t K, bool ta, bool tb, int64_t batch =
   return g;
 }
 
-// Every GEMM of one training step of the default model (MODEL_SPEC: D 256, 6 layers, 8 heads of
-// 32, F 1024, V 256 tied, batch 8 x 256 tokens = 2048 rows). Linear weights are [out, in], so a
-// forward is X W^T (NT), its input gradient dY W (NN), its weight gradient dY^T X (TN).
-// Attention runs per (batch, head): 64 items.
-const std::vector<Shape> kShapes = {
-    {"qkv", "X[2048,256] W^T, W [768,256]", desc(2048, 768, 256, false, true), 6},
-    {"qkv_dx", "dY[2048,768] W[768,256]", desc(2048, 256, 768, false, false), 6},
-    {"qkv_dw", "dY^T X: dY [2048,768], X [2048,256]", desc(768, 256, 2048, true, false), 6},
-    {"dxd", "X[2048,256] W^T, W [256,256] (proj, LM head)", desc(2048, 256, 256, false, true), 7},
-    {"dxd_dx", "dY[2048,256] W[256,256]", desc(2048, 256, 256, false, false), 7},
-    {"dxd_dw", "dY^T X: dY, X [2048,256]", desc(256, 256, 2048, true, false), 7},
-    {"fc", "X[2048,256] W^T, W [1024,256]", desc(2048, 1024, 256, false, true), 6},
-    {"fc_dx", "dH[2048,1024] W[1024,256]", desc(2048, 256, 1024, false, false), 6},
-    {"fc_dw", "dH^T X: dH [2048,1024], X [2048,256]", desc(1024, 256, 2048, true, false), 6},
-    {"mproj", "H[2048,1024] W^T, W [256,1024]", desc(2048, 256, 1024, false, true), 6},
-    {"mproj_dx", "dY[2048,256] W[256,1024]", desc(2048, 1024, 256, false, false), 6},
-    {"mproj_dw", "dY^T H: dY [2048,256], H [2048,1024]", desc(256, 1024, 2048, true, false), 6},
-    {"att_nt", "64 x Q[256,32] K^T; dO V^T", desc(256, 256, 32, false, true, 64), 12},
-    {"att_nn", "64 x P[256,256] V[256,32]; dS K", desc(256, 32, 256, false, false, 64), 12},
-    {"att_tn", "64 x P^T dO; dS^T Q", desc(256, 32, 256, true, false, 64), 12},
-    {"call16", "16x16x16: the fixed cost of one call", desc(16, 16, 16, false, false), 0},
-};
+// Every GEMM of one training step of a preset (`--preset`, default small: MODEL_SPEC's D 256, 6
+// layers, 8 heads of 32, F 1024, V 256 tied, batch 8 x 256 tokens = 2048 rows; medium: D 512, 8
+// layers, 8 heads of 64, F 2048, `ctxlab bench`'s batch 4 x 512 = 2048 rows). Linear weights are
+// [out, in], so a forward is X W^T (NT), its input gradient dY W (NN), its weight gradient dY^T X
+// (TN). Attention runs per (batch, head). The names say which Linear: `dxd` is [D, D] (the
+// attention's output projection, and the LM head when V == D).
+std::vector<Shape> model_shapes(const ctx::ModelConfig& c, int64_t batch) {
+  const int64_t R = batch * c.context, D = c.d_model, F = c.ff_dim(), L = c.n_layers, Dh = D / c.n_heads;
+  const int64_t BH = batch * c.n_heads, T = c.context;
+  auto fmt = [](const char* f, auto... a) {
+    static std::deque<std::string> keep;  // the descriptions live as long as the shapes (a deque
+                                          // never moves its strings)
+    char buf[160];
+    std::snprintf(buf, sizeof buf, f, (long long)a...);
+    keep.push_back(buf);
+    return keep.back().c_str();
+  };
+  auto linear = [&](std::vector<Shape>& v, const char* name, int64_t out, int64_t in, int n) {
+    static std::deque<std::string> names;
+    names.push_back(name), names.push_back(std::string(name) + "_dx"), names.push_back(std::string(name) + "_dw");
+    const size_t k = names.size() - 3;
+    v.push_back({names[k].c_str(), fmt("X[%lld,%lld] W^T, W [%lld,%lld]", R, in, out, in), desc(R, out, in, false, true), n});
+    v.push_back({names[k + 1].c_str(), fmt("dY[%lld,%lld] W[%lld,%lld]", R, out, out, in), desc(R, in, out, false, false), n});
+    v.push_back({names[k + 2].c_str(), fmt("dY^T X: dY [%lld,%lld], X [%lld,%lld]", R, out, R, in),
+                 desc(out, in, R, true, false), n});
+  };
+  std::vector<Shape> v;
+  linear(v, "qkv", 3 * D, D, (int)L);
+  linear(v, "dxd", D, D, (int)L + (c.vocab_size == D ? 1 : 0));
+  linear(v, "fc", F, D, (int)L);
+  linear(v, "mproj", D, F, (int)L);
+  v.push_back({"att_nt", fmt("%lld x Q[%lld,%lld] K^T; dO V^T", BH, T, Dh), desc(T, T, Dh, false, true, BH), 2 * (int)L});
+  v.push_back({"att_nn", fmt("%lld x P[%lld,%lld] V[%lld,%lld]; dS K", BH, T, T, T, Dh), desc(T, Dh, T, false, false, BH), 2 * (int)L});
+  v.push_back({"att_tn", fmt("%lld x P^T dO; dS^T Q", BH), desc(T, Dh, T, true, false, BH), 2 * (int)L});
+  v.push_back({"call16", "16x16x16: the fixed cost of one call", desc(16, 16, 16, false, false), 0});
+  return v;
+}
 
 // The raw oneDNN matmul: plain layouts by format tag, created once, memories created once.
 struct RawMatmul {
@@ -125,6 +144,7 @@ int main(int argc, char** argv) {
       ("repeats", "timed rounds (median)", cxxopts::value<int>()->default_value("30"))  //
       ("threads", "thread counts", cxxopts::value<std::vector<int>>()->default_value("1,2"))  //
       ("shape", "only this shape", cxxopts::value<std::string>()->default_value(""))  //
+      ("preset", "the model whose GEMMs to time: small | medium", cxxopts::value<std::string>()->default_value("small"))  //
       ("h,help", "help");
   const auto args = opts.parse(argc, argv);
   if (args.count("help")) {
@@ -134,6 +154,8 @@ int main(int argc, char** argv) {
   const int repeats = args["repeats"].as<int>();
   const std::string only = args["shape"].as<std::string>();
 
+  const std::string preset = args["preset"].as<std::string>();
+  const std::vector<Shape> kShapes = model_shapes(ctx::preset_config(preset), preset == "medium" ? 4 : 8);
   cpu::init_threading();
   ctx::Backend& be = ctx::backend(ctx::Device::CPU);
   const bool have_blas = cpu::openblas_available();
@@ -143,8 +165,12 @@ int main(int argc, char** argv) {
               [] { const char* v = ctx::setting_env("CTXLAB_GEMM"); return v ? v : "(unset: built-in per-shape choice)"; }(),
               bench::env_or("OMP_WAIT_POLICY", "(unset)"));
 
-  const std::vector<std::string> cols = {"ctx_onednn", "dnnl_matmul", "dnnl_sgemm", "ctx_openblas",
-                                         "cblas_sgemm"};
+  // bf16 columns on a CPU with avx512_bf16 (--precision bf16's GEMMs): ctx_bf16 converts both
+  // operands per call (an operand met once), bf16_kept reads both from kept copies (a weight, or
+  // an activation the Linear converted once: core/cpu/bf16_convert.h), the GEMM alone
+  const bool bf16 = ctx::cpu_has_avx512_bf16();
+  std::vector<std::string> cols = {"ctx_onednn", "dnnl_matmul", "dnnl_sgemm", "ctx_openblas", "cblas_sgemm"};
+  if (bf16) cols.insert(cols.end(), {"ctx_bf16", "bf16_kept"});
   std::vector<Row> rows;
   std::mt19937 rng(0);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -188,6 +214,18 @@ int main(int argc, char** argv) {
                           b + i * g.stride_b, ldb, 0.f, c + i * g.stride_c, g.N);
            }}};
       if (have_blas) omp_pool.push_back({"ctx_openblas", ctx_with(cpu::GemmImpl::OpenBLAS)});
+      Tensor A16 = A.clone(), B16 = B.clone();  // operands with kept bf16 copies
+      if (bf16) {
+        cpu::bf16_copy(A16), cpu::bf16_copy(B16);
+        omp_pool.push_back({"ctx_bf16", [&] {
+                              ctx::PrecisionScope p(ctx::Precision::BF16);
+                              be.gemm(g, A, B, C);
+                            }});
+        omp_pool.push_back({"bf16_kept", [&] {
+                              ctx::PrecisionScope p(ctx::Precision::BF16);
+                              be.gemm(g, A16, B16, C);
+                            }});
+      }
       // One-threaded OpenBLAS joins the interleaved rounds; with its own pool (t > 1) it runs
       // alone afterwards, so that its spinning threads never meet OpenMP's.
       if (have_blas && t == 1) omp_pool.push_back({"cblas_sgemm", cblas});

@@ -42,7 +42,7 @@ const std::vector<Setting>& settings() {
        "1: time every autograd op by name (ctxlab bench --profile, example_step_timing print it)",
        "autograd/profiler.cpp"},
       {"CTXLAB_NO_REEXEC", "unset", "any value",
-       "set: the CLI does not restart itself with OMP_WAIT_POLICY=PASSIVE", "train/main.cpp"},
+       "set: the CLI does not restart itself with GOMP_SPINCOUNT=1000", "train/main.cpp"},
       // The CUDA emulator (core/cuda/emu, a library that does not depend on ctxlab's core) reads
       // its own variables with getenv; they are listed here so that this table is complete.
       {"CTXLAB_EMU_SCHEDULE", "forward", "forward | reverse | shuffle | shuffle:SEED",
