@@ -116,19 +116,6 @@ inline F hsum(Vec<F> v) {
   return s;
 }
 
-// p[c] = e^(p[c] - m) for c < n (n a multiple of the vector width); returns the sum.
-template <class F>
-F exp_sub_row(F* p, int64_t n, F m) {
-  const Vec<F> mv = splat(m);
-  Vec<F> acc{};
-  for (int64_t c = 0; c < n; c += kW<F>) {
-    const Vec<F> e = exp_vec(vload(p + c) - mv);
-    vstore(p + c, e);
-    acc += e;
-  }
-  return hsum<F>(acc);
-}
-
 // ---- the tile product ----
 // C[R rows, NV vectors] (+)= sum_k A(r, k) B[k, :], A(r, k) = A[r * sar + k * sak].
 template <class F, int R, int NV, bool Acc>
@@ -411,28 +398,53 @@ inline ColRange rows_seeing(int64_t j0, int64_t m0, int64_t m1, int64_t i0, int6
 constexpr int64_t kAll = std::numeric_limits<int64_t>::max();
 
 // row[c] = scale * row[c] + bias[c] for c in [cl, ch), -inf elsewhere in [0, BC); returns the max.
+// Whole vectors (the compiler does not vectorise a float max reduction by itself); the bias is
+// read only where visible (a row's last tile may end before BC).
 template <class F>
 F logits_row(F* row, const F* brow, F sc, ColRange cr) {
+  constexpr int64_t W = kW<F>;
   const F ninf = -std::numeric_limits<F>::infinity();
-  F mx = ninf;
-  for (int64_t c = 0; c < cr.cl; ++c) row[c] = ninf;
-  if (brow) {
-#pragma omp simd reduction(max : mx)
-    for (int64_t c = cr.cl; c < cr.ch; ++c) {
-      const F x = row[c] * sc + brow[c];
-      row[c] = x;
-      mx = std::max(mx, x);
+  const Vec<F> scv = splat(sc), ni = splat(ninf);
+  Vec<F> mxv = ni;
+  for (int64_t c = 0; c < BC; c += W) {
+    if (c + W <= cr.cl || c >= cr.ch) {
+      vstore(row + c, ni);
+      continue;
     }
-  } else {
-#pragma omp simd reduction(max : mx)
-    for (int64_t c = cr.cl; c < cr.ch; ++c) {
-      const F x = row[c] * sc;
-      row[c] = x;
-      mx = std::max(mx, x);
+    Vec<F> x = vload(row + c) * scv;
+    if (c >= cr.cl && c + W <= cr.ch) {
+      if (brow) x += vload(brow + c);
+    } else {  // partly visible
+      for (int64_t l = 0; l < W; ++l) {
+        const int64_t col = c + l;
+        x[l] = col >= cr.cl && col < cr.ch ? (brow ? x[l] + brow[col] : x[l]) : ninf;
+      }
     }
+    vstore(row + c, x);
+    mxv = mxv < x ? x : mxv;  // std::max(mx, x) per lane
   }
-  for (int64_t c = cr.ch; c < BC; ++c) row[c] = ninf;
+  F mx = ninf;
+  for (int64_t l = 0; l < W; ++l) mx = std::max(mx, mxv[l]);
   return mx;
+}
+
+// p[c] = e^(p[c] - m) on the vectors that hold the visible columns [cl, ch) (the masked lanes
+// there are -inf: 0), p = 0 on the others (no exp where a tile is masked whole: half of a
+// diagonal tile); returns the sum.
+template <class F>
+F exp_sub_row(F* p, ColRange cr, F m) {
+  constexpr int64_t W = kW<F>;
+  const int64_t lo = cr.cl / W * W, hi = std::min<int64_t>(BC, (cr.ch + W - 1) / W * W);
+  std::fill(p, p + lo, F(0));
+  std::fill(p + std::max(lo, hi), p + BC, F(0));
+  const Vec<F> mv = splat(m);
+  Vec<F> acc{};
+  for (int64_t c = lo; c < hi; c += W) {
+    const Vec<F> e = exp_vec(vload(p + c) - mv);
+    vstore(p + c, e);
+    acc += e;
+  }
+  return hsum<F>(acc);
 }
 
 // Relative logit terms of query i on the key tile starting at j0: row[c] += qrel[i, qidx[i, j]]
@@ -572,11 +584,12 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
           }
           const F mnew = std::max(m[r], mx);
           const F alpha = std::exp(m[r] - mnew);  // 0 on the first visible tile (m = -inf)
-          const F sum = exp_sub_row(srow, BC, mnew);
+          const F sum = exp_sub_row(srow, cr, mnew);
           l[r] = l[r] * alpha + sum;
           if (alpha != F(1)) {
             F* orow = ot.data() + r * Dp;
-            for (int64_t c = 0; c < Dp; ++c) orow[c] *= alpha;
+            const Vec<F> av = splat(alpha);
+            for (int64_t c = 0; c < Dp; c += kW<F>) vstore(orow + c, vload(orow + c) * av);
             if (rel.vrel)
               for (int64_t x = 0; x < rel.Rq; ++x) prel[r * rel.Rq + x] *= alpha;
           }
@@ -733,7 +746,7 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
               const int32_t qc = rel.qidx ? qconst[i * nkb + kb] : -1;
               if (rel.logit_terms()) add_rel_row(prow, rel, qrel_bh, krel_bh, S, i, j0, cr, qc);
               logits_row(prow, brow, sc, cr);
-              exp_sub_row(prow, BC, L);  // p = e^(s - lse)
+              exp_sub_row(prow, cr, L);  // p = e^(s - lse)
               if (rel.vrel) {  // dp_ij += do_i . vrel[qidx[i, j]]
                 const int32_t* ix = rel.qidx + i * S + j0;
                 const F* gv = Gv.data() + i * Rq;
