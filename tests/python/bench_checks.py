@@ -8,6 +8,7 @@
 - bench/gpu_compare.sh: bad arguments exit 2 naming the option; no GPU (no nvidia-smi, an
   nvidia-smi listing nothing, a torch without CUDA) exits 3 with the reason; --dry-run lists
   every run, A and B, in order.
+- bench/ab_steps.sh: the pair ratios and medians from two commands' JSON; refusals.
 - bench/compare.sh: bad --peer / --peer-mode / --precision exit 2 with the reason (before any
   run); compile mode refuses torch 1.13.
 - bench/torch_peer.py (Debian's torch): --precision bf16 runs under autocast with fp32 master
@@ -134,6 +135,17 @@ try:
                       (["--peer", "debian", "--peer-mode", "compile"], "has no torch.compile")):
         rc, out, err = run([C] + args)
         check(rc == 2 and msg in err, f"compare.sh {' '.join(args)}: exit 2 with \"{msg}\" (got {rc}: {err.strip()[-120:]})")
+
+    # ------------------------------------------------------------ ab_steps.sh (arithmetic, refusals)
+    AB = os.path.join(ROOT, "bench", "ab_steps.sh")
+    fake = lambda ms: f"echo '{{\"ms_per_step\":{{\"median\":{ms}}}}}'"
+    rc, out, err = run([AB, "2", fake(10), fake(4)])
+    check(rc == 0 and sum(l.startswith("pair") and l.endswith("A/B 2.5") for l in out.splitlines()) == 2 and "median pair ratio A/B 2.500" in out,
+          f"ab_steps.sh: 2 pairs of 10 / 4 ms -> ratio 2.500 ({rc}: {out.strip()[-160:]} {err.strip()[-120:]})")
+    rc, out, err = run([AB, "1", "true", fake(4)])
+    check(rc == 1 and "no bench JSON line (ms_per_step) from: true" in err, f"ab_steps.sh: a command without bench's JSON -> exit 1 naming it ({rc}: {err.strip()})")
+    rc, out, err = run([AB, "0", "true", "true"])
+    check(rc == 2 and "usage" in err, f"ab_steps.sh 0 pairs -> exit 2 with the usage ({rc}: {err.strip()})")
 
     # ------------------------------------------------------------ torch_peer.py (Debian's torch)
     P = [sys.executable, os.path.join(ROOT, "bench", "torch_peer.py")]
