@@ -38,8 +38,7 @@ Variable Variable::detach() const { return Variable(data(), false); }
 namespace {
 // Nobody else holds t's storage and t spans all of it: t may be written in place.
 bool exclusive(const Tensor& t) {
-  const auto& st = t.storage();
-  return st.use_count() == 1 && t.offset() == 0 && t.nbytes() == st->bytes;
+  return t.storage().use_count() == 1 && t.spans_storage();
 }
 // v's gradient may be added to in place: a leaf's (its own storage, or its preassigned slot in
 // a flat buffer; in place as PyTorch's .grad, so a held reference sees the sum), or an

@@ -2,10 +2,10 @@
 // implementation) against the raw library calls (oneDNN matmul primitive, dnnl_sgemm, OpenBLAS
 // cblas_sgemm) on the model's shapes, at 1 and 2 threads. Prints a table and one JSON line per
 // (shape, threads); "overhead" is ctxlab's time over the raw call of the same library.
-//   bench_gemm [--repeats 30] [--threads 1,2] [--shape qkv]
+//   bench_gemm [--repeats 30] [--threads 1,2] [--shape qkv] [--preset small|medium]
+// On a CPU with avx512_bf16 two bf16 columns too: operands converted per call, and kept copies.
 #include <algorithm>
 #include <cstdio>
-#include <deque>
 #include <map>
 #include <random>
 #include <sstream>
@@ -16,11 +16,11 @@
 
 #include "bench/timing.h"
 #include "core/backend.h"
+#include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/threading.h"
-#include "core/settings.h"
-#include "core/cpu/bf16_convert.h"
 #include "core/precision.h"
+#include "core/settings.h"
 #include "nn/config.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -32,8 +32,8 @@ using ctx::Tensor;
 namespace cpu = ctx::cpu;
 
 struct Shape {
-  const char* name;
-  const char* what;
+  std::string name;
+  std::string what;
   GemmDesc g;
   int per_step;  // how many times one training step of the default model runs it
 };
@@ -55,20 +55,14 @@ std::vector<Shape> model_shapes(const ctx::ModelConfig& c, int64_t batch) {
   const int64_t R = batch * c.context, D = c.d_model, F = c.ff_dim(), L = c.n_layers, Dh = D / c.n_heads;
   const int64_t BH = batch * c.n_heads, T = c.context;
   auto fmt = [](const char* f, auto... a) {
-    static std::deque<std::string> keep;  // the descriptions live as long as the shapes (a deque
-                                          // never moves its strings)
     char buf[160];
     std::snprintf(buf, sizeof buf, f, (long long)a...);
-    keep.push_back(buf);
-    return keep.back().c_str();
+    return std::string(buf);
   };
-  auto linear = [&](std::vector<Shape>& v, const char* name, int64_t out, int64_t in, int n) {
-    static std::deque<std::string> names;
-    names.push_back(name), names.push_back(std::string(name) + "_dx"), names.push_back(std::string(name) + "_dw");
-    const size_t k = names.size() - 3;
-    v.push_back({names[k].c_str(), fmt("X[%lld,%lld] W^T, W [%lld,%lld]", R, in, out, in), desc(R, out, in, false, true), n});
-    v.push_back({names[k + 1].c_str(), fmt("dY[%lld,%lld] W[%lld,%lld]", R, out, out, in), desc(R, in, out, false, false), n});
-    v.push_back({names[k + 2].c_str(), fmt("dY^T X: dY [%lld,%lld], X [%lld,%lld]", R, out, R, in),
+  auto linear = [&](std::vector<Shape>& v, const std::string& name, int64_t out, int64_t in, int n) {
+    v.push_back({name, fmt("X[%lld,%lld] W^T, W [%lld,%lld]", R, in, out, in), desc(R, out, in, false, true), n});
+    v.push_back({name + "_dx", fmt("dY[%lld,%lld] W[%lld,%lld]", R, out, out, in), desc(R, in, out, false, false), n});
+    v.push_back({name + "_dw", fmt("dY^T X: dY [%lld,%lld], X [%lld,%lld]", R, out, R, in),
                  desc(out, in, R, true, false), n});
   };
   std::vector<Shape> v;
@@ -214,8 +208,9 @@ int main(int argc, char** argv) {
                           b + i * g.stride_b, ldb, 0.f, c + i * g.stride_c, g.N);
            }}};
       if (have_blas) omp_pool.push_back({"ctx_openblas", ctx_with(cpu::GemmImpl::OpenBLAS)});
-      Tensor A16 = A.clone(), B16 = B.clone();  // operands with kept bf16 copies
+      Tensor A16, B16;  // operands with kept bf16 copies
       if (bf16) {
+        A16 = A.clone(), B16 = B.clone();
         cpu::bf16_copy(A16), cpu::bf16_copy(B16);
         omp_pool.push_back({"ctx_bf16", [&] {
                               ctx::PrecisionScope p(ctx::Precision::BF16);
@@ -238,7 +233,7 @@ int main(int argc, char** argv) {
       }
 
       if (t == args["threads"].as<std::vector<int>>().front())
-        std::printf("# %-8s %s; oneDNN matmul impl: %s\n", s.name, s.what, raw.impl.c_str());
+        std::printf("# %-8s %s; oneDNN matmul impl: %s\n", s.name.c_str(), s.what.c_str(), raw.impl.c_str());
       rows.push_back({&s, t, std::move(times)});
     }
   }
@@ -251,7 +246,7 @@ int main(int argc, char** argv) {
     if (best) std::printf(" %9s %6s %9s %6s", "ovh_dnnl%", "us", "ovh_blas%", "us");
     std::printf("\n");
     for (const Row& r : rows) {
-      std::printf("%-9s %3d", r.shape->name, r.threads);
+      std::printf("%-9s %3d", r.shape->name.c_str(), r.threads);
       for (const auto& col : cols) std::printf(" %12.1f", r.gflops(col, best));
       if (best)
         std::printf(" %9.1f %6.1f %9.1f %6.1f", r.ovh_pct("ctx_onednn", "dnnl_matmul"),

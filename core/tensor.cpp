@@ -169,7 +169,7 @@ Tensor Tensor::host_mirror() const {
 
 void Tensor::set_host_mirror(const Tensor& host) {
   CTX_CHECK(defined() && device() != Device::CPU && host.device() == Device::CPU && host.dtype() == dtype_ &&
-                host.shape() == shape_ && offset_ == 0 && nbytes() == storage_->bytes,
+                host.shape() == shape_ && spans_storage(),
             "set_host_mirror: ", host.str(), " on ", device_name(host.device()), " cannot mirror ", str(), " on ",
             device_name(device()), " (same shape and dtype, the whole storage)");
   auto m = std::make_shared<Storage>(storage_->bytes, Device::CPU);

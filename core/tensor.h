@@ -86,6 +86,8 @@ class Tensor {
   Device device() const { return storage_ ? storage_->device : Device::CPU; }
   size_t nbytes() const { return (size_t)numel() * dtype_size(dtype_); }
   int64_t offset() const { return offset_; }
+  // The tensor covers its whole storage (offset 0, every byte): not a view of part of another.
+  bool spans_storage() const { return storage_ && offset_ == 0 && nbytes() == storage_->bytes; }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   std::string str() const;  // "f32[2, 3]"
 

@@ -137,8 +137,8 @@ const uint16_t* bf16_copy(const Tensor& t) {
 }
 
 const uint16_t* bf16_copy_whole(const Tensor& t) {
-  const bool whole = t.defined() && t.dtype() == DType::F32 && t.device() == Device::CPU && t.offset() == 0 &&
-                     t.nbytes() == t.storage()->bytes && t.numel() > 0;
+  const bool whole = t.defined() && t.dtype() == DType::F32 && t.device() == Device::CPU && t.spans_storage() &&
+                     t.numel() > 0;
   return whole ? keep(t, nullptr) : nullptr;
 }
 
