@@ -17,6 +17,7 @@
 #include "core/backend.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/threading.h"
+#include "core/determinism.h"
 #include "core/error.h"
 #include "test_util.h"
 
@@ -287,5 +288,55 @@ TEST(GemmBackend, EveryImplThroughBackendGemmMatchesTheReference) {
   reset_gemm_impl();
 }
 
+}  // namespace
+}  // namespace ctx::cpu
+
+namespace ctx::cpu {
+namespace {
+// --deterministic's promise (docs/distributed.md): inside a canonical piece every sum is
+// independent of the thread count, so 1 thread and 2 threads train bit for bit the same model.
+// The GEMMs of a tiny/small piece (1024 rows): forward, dx, and the weight gradient dY^T X (long K),
+// plus a batched one, through Backend::gemm's built-in choice under deterministic_algorithms()
+// (OpenBLAS, in blocks fixed by the shape: gemm_select.cpp, gemm_openblas.cpp), for 1, 2 and 3
+// threads. Without the switch neither library holds this here (OpenBLAS's thread-count split on
+// Haswell kernels, oneDNN's matmul at 3 threads), so the switch is what the test holds.
+TEST(GemmThreading, BitsDoNotDependOnTheThreadCount) {
+  init_threading();
+  CTX_REQUIRE_DEP("openblas", openblas_available(), openblas_config());
+  const int n = num_threads();
+  struct S { int64_t M, N, K; bool ta, tb; int64_t batch; };
+  const S shapes[] = {{1024, 192, 64, false, true, 1}, {1024, 64, 192, false, false, 1},
+                      {192, 64, 1024, true, false, 1}, {1024, 256, 64, false, true, 1},
+                      {64, 256, 1024, true, false, 1}, {256, 64, 1024, true, false, 1},
+                      {1024, 768, 256, false, true, 1}, {768, 256, 1024, true, false, 1},
+                      {1024, 256, 768, false, false, 1}, {256, 128, 512, true, false, 3}};
+  DeterministicScope scope(true);
+  reset_gemm_impl();
+  for (const S& s : shapes) {
+    GemmDesc g;
+    g.M = s.M, g.N = s.N, g.K = s.K, g.trans_a = s.ta, g.trans_b = s.tb, g.batch = s.batch;
+    g.stride_a = s.M * s.K, g.stride_b = s.K * s.N, g.stride_c = s.M * s.N;
+    ASSERT_EQ(current_gemm_impl(g), GemmImpl::OpenBLAS) << "deterministic_algorithms() must choose OpenBLAS";
+    Tensor A = Tensor::from_vector(random_vec(s.batch * s.M * s.K, 1), {s.batch * s.M * s.K});
+    Tensor B = Tensor::from_vector(random_vec(s.batch * s.K * s.N, 2), {s.batch * s.K * s.N});
+    std::vector<float> want;
+    for (int t : {1, 2, 3}) {
+      set_num_threads(t);
+      Tensor C = Tensor::zeros({s.batch * s.M * s.N});
+      backend(Device::CPU).gemm(g, A, B, C);
+      const std::vector<float> got = C.to_vector<float>();
+      if (want.empty()) {
+        want = got;
+        continue;
+      }
+      int64_t differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+      EXPECT_EQ(differ, 0) << "M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << s.ta << " tb=" << s.tb
+                           << " batch=" << s.batch << ": 1 thread vs " << t << " threads";
+    }
+  }
+  set_num_threads(n);
+  reset_gemm_impl();
+}
 }  // namespace
 }  // namespace ctx::cpu

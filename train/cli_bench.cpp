@@ -24,6 +24,7 @@
 
 #include "core/backend.h"  // backend(dev).synchronize()
 #include "core/cpu/gemm.h"
+#include "core/determinism.h"
 #include "core/device_table.h"  // to_host
 #include "core/cpu/threading.h"
 #include "core/precision.h"
@@ -309,6 +310,7 @@ int run_bench(int argc, char** argv) {
   std::vector<double> fwd, bwd, opt, total;
   double last_loss = 0;
   const bool deterministic = a["deterministic"].as<bool>();
+  const DeterministicScope deterministic_kernels(deterministic);  // as train --deterministic
   const auto shards = deterministic ? canonical_shards(B, T) : std::vector<std::pair<int64_t, int64_t>>{{0, B}};
   GradTree grad_tree(params);
   for (int64_t s = 0; s < warmup + steps; ++s) {

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/determinism.h"
 #include "core/device_table.h"  // to_host
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -137,6 +138,8 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
             opt.optimizer, "'");
   const int64_t T = opt.context > 0 ? opt.context : model.cfg.context;
   model.pe->check_length(T);
+  // --deterministic: thread-count-invariant kernels too (the GEMMs' blocks fixed by the shape)
+  const DeterministicScope deterministic_kernels(opt.deterministic);
   // Data parallel (docs/distributed.md): every rank draws the same global batch and trains on
   // its rows [r0, r1); rank 0 alone prints and writes files.
   const auto [r0, r1] = dist::batch_rows(opt.batch, "--batch");

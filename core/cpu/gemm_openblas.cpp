@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include "core/cpu/gemm.h"
+#include "core/determinism.h"
 #include "core/error.h"
 #include "core/settings.h"
 
@@ -141,6 +142,18 @@ void sgemm_block(const OpenBlasApi& api, const GemmDesc& g, const float* A, cons
             (int)(g.trans_b ? g.K : g.N), g.beta, C + i0 * g.N + j0, (int)g.N);
 }
 
+// The deterministic split of one batch item: a power of two (even work for 1, 2 or 4 threads)
+// with blocks of at least kMinBlock rows (or columns), at most kMaxSplits: a function of the shape
+// only. Each block repacks the other operand, so the split stays coarse.
+int64_t shape_splits(const GemmDesc& g, int64_t align) {
+  constexpr int64_t kMinBlock = 128, kMaxSplits = 4;
+  if (g.batch * g.M * g.N * g.K < (int64_t)1 << 20) return 1;
+  const int64_t dim = std::max(g.M, g.N);
+  int64_t s = 1;
+  while (s < kMaxSplits && dim / (2 * s) >= std::max(kMinBlock, align)) s *= 2;
+  return s;
+}
+
 }  // namespace
 
 bool openblas_available() { return loaded().api.sgemm != nullptr; }
@@ -155,11 +168,16 @@ void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C) 
   CTX_CHECK(g.M * g.K <= kMaxInt && g.K * g.N <= kMaxInt && g.M * g.N <= kMaxInt,
             "gemm_openblas: M=", g.M, " N=", g.N, " K=", g.K, " exceeds OpenBLAS's 32-bit sizes");
 
-  // Work split: `splits` blocks per batch item, each one single-threaded cblas call.
+  // Work split: `splits` blocks per batch item, each one single-threaded cblas call. An OpenBLAS
+  // call's bits depend on its block's extent (measured on Haswell kernels), so the split that
+  // follows the thread count changes the bits with it; under deterministic_algorithms() the split
+  // follows the shape alone (core/determinism.h): 1 thread runs the same blocks one after another.
   int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (g.batch * g.M * g.N * g.K < (int64_t)1 << 20) threads = 1;  // < ~10 us: one thread
-  const int64_t splits = g.batch >= threads ? 1 : (threads + g.batch - 1) / g.batch;
   constexpr int64_t kAlign = 16;  // block edges on whole micro-kernel tiles
+  const int64_t splits = deterministic_algorithms() ? shape_splits(g, kAlign)
+                         : g.batch >= threads       ? 1
+                                                    : (threads + g.batch - 1) / g.batch;
   auto block = [&](int64_t n) {
     const int64_t per = (n + splits - 1) / splits;
     return (per + kAlign - 1) / kAlign * kAlign;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "core/cpu/gemm.h"
+#include "core/determinism.h"
 #include "core/error.h"
 #include "core/settings.h"
 
@@ -88,6 +89,10 @@ GemmImpl current_gemm_impl(const GemmDesc& g) {
   if (o != kNotSet) return (GemmImpl)o;
   const int e = env_choice();
   if (e != kNotSet) return (GemmImpl)e;
+  // deterministic_algorithms(): OpenBLAS, whose blocks then follow the shape alone (the same bits
+  // for any thread count, gemm_openblas.cpp); oneDNN's matmul changes its bits between 1 and 3
+  // threads at the model's shapes (tests/test_gemm.cpp GemmThreading.BitsDoNotDependOnTheThreadCount).
+  if (deterministic_algorithms() && openblas_available()) return GemmImpl::OpenBLAS;
   return openblas_is_faster(g) ? GemmImpl::OpenBLAS : GemmImpl::OneDNN;
 }
 

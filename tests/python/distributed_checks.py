@@ -100,7 +100,7 @@ def same_run(btl):
     noise, and the same run follows whatever N, whatever the thread count, and with --accum 2."""
     tag = "tcp" if btl else "shm"
     sgd = ["--optimizer", "sgd", "--lr", "0.05"]
-    d = {k: fresh(f"{k}_{tag}") for k in ("sgd1", "sgd2", "adam1", "adam1t1", "adam2", "adam1b4", "adam1acc",
+    d = {k: fresh(f"{k}_{tag}") for k in ("sgd1", "sgd2", "adam1", "adam1t1", "adam1t3", "adam2", "adam1b4", "adam1acc",
                                           "fast1", "fast2")}
     base = TINY + ["--steps", 20, "--batch", 32, "--deterministic"]  # 32 x 64 rows: 2 canonical shards, one per rank
     fast = TINY + ["--steps", 20, "--batch", 32]  # the default: no shards, no tree
@@ -108,6 +108,8 @@ def same_run(btl):
     ok = run(single(base + sgd + ["--out", d["sgd1"]])).returncode == 0
     ok &= run(single(base + ["--out", d["adam1"]])).returncode == 0
     ok &= subprocess.run(single(base + ["--out", d["adam1t1"]]), env=env1, capture_output=True).returncode == 0
+    env3 = dict(os.environ, CTXLAB_THREADS="3")  # an odd count: the GEMMs' blocks follow the shape only
+    ok &= subprocess.run(single(base + ["--out", d["adam1t3"]]), env=env3, capture_output=True).returncode == 0
     ok &= run(single(TINY + ["--steps", 20, "--batch", 16, "--deterministic", "--out", d["adam1b4"]])).returncode == 0
     ok &= run(single(TINY + ["--steps", 20, "--batch", 16, "--accum", 2, "--deterministic", "--out", d["adam1acc"]])).returncode == 0
     ok &= run(single(fast + ["--out", d["fast1"]])).returncode == 0
@@ -122,6 +124,8 @@ def same_run(btl):
     check(f"adamw --deterministic: np2 ({tag}) == np1 after 20 steps, batch 32 (worst rel {r:.2e} in {name})", r <= 1e-5)
     r, name = max_rel(params(d["adam1t1"]), params(d["adam1"]))
     check(f"adamw --deterministic: one process, 1 thread == 2 threads (worst rel {r:.2e} in {name})", r <= 1e-5)
+    r, name = max_rel(params(d["adam1t3"]), params(d["adam1"]))
+    check(f"adamw --deterministic: one process, 3 threads == 2 threads (worst rel {r:.2e} in {name})", r <= 1e-5)
     r, name = max_rel(params(d["adam1acc"]), params(d["adam2"]))
     check(f"adamw --deterministic: --batch 16 --accum 2 == np2 ({tag}) --batch 32 (worst rel {r:.2e} in {name})",
           r <= 1e-5)
