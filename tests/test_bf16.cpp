@@ -357,6 +357,31 @@ TEST(Bf16, FusedAttentionWithinTheBf16Bound) {
   }
 }
 
+// Which bf16 GEMM this CPU runs: oneDNN's bf16 matmul wherever it has AVX-512 (native VDPBF16PS,
+// or oneDNN's own emulation on AVX-512 without avx512_bf16); without AVX-512 oneDNN has none and
+// the operands' bf16 bits are widened to fp32 for the fp32 primitive (gemm_onednn.cpp). Either way
+// GemmWithinTheBf16BoundOfFp32 holds the arithmetic; this holds the probe to the CPU's flags, and
+// the emulated path to an exact reference: fp32 GEMM of the rounded inputs, bit for bit.
+TEST(Bf16, GemmPathFollowsTheCpu) {
+  cpu::init_threading();
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  EXPECT_EQ(cpu::onednn_bf16_matmul_available(), avx512);
+  std::printf("this CPU: %s\n", avx512 ? "oneDNN bf16 matmul" : "no AVX-512: bf16 operands widened to fp32");
+  if (avx512) return;  // the native kernels' sums differ from the fp32 primitive's order
+  const GemmDesc g = desc(48, 40, 96, false, true);
+  const std::vector<float> A = random_vec(48 * 96, 5), B = random_vec(96 * 40, 6);
+  Tensor tA = Tensor::from_vector(A, {48 * 96}), tB = Tensor::from_vector(B, {96 * 40});
+  Tensor rA = Tensor::from_vector(rounded(A), {48 * 96}), rB = Tensor::from_vector(rounded(B), {96 * 40});
+  Tensor c16 = Tensor::zeros({48 * 40}), cr = Tensor::zeros({48 * 40});
+  {
+    PrecisionScope bf16(Precision::BF16);
+    backend(Device::CPU).gemm(g, tA, tB, c16);
+  }
+  cpu::gemm_onednn(g, rA.data<float>(), rB.data<float>(), cr.data<float>());
+  const std::vector<float> got = c16.to_vector<float>(), want = cr.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+}
+
 TEST(Bf16, PrecisionRequestOnThisCpu) {
   EXPECT_EQ(precision_from_string("bf16"), Precision::BF16);
   EXPECT_EQ(precision_from_string("fp32"), Precision::FP32);

@@ -52,6 +52,10 @@ bool openblas_available();  // false if libopenblas could not be loaded (openbla
 // oneDNN matmul primitives created so far (one per shape, transposes, strides, alpha, beta, input
 // type and thread count; a shape seen before never creates another).
 size_t onednn_gemm_cache_size();
+// True when oneDNN has a bf16 matmul on this CPU (native VDPBF16PS / AMX, or its AVX-512
+// emulation); false without AVX-512, where the bf16 GEMMs widen their bf16 operands back to fp32
+// and run the fp32 primitive (the same arithmetic: gemm_onednn.cpp). Probed once.
+bool onednn_bf16_matmul_available();
 
 // The bf16 peak of `ctxlab bench --precision bf16` where oneDNN runs bf16 matmuls on AMX tiles:
 // the best GFLOP/s of `repeats` oneDNN bf16 [n, n] x [n, n] matmuls (f32 dst) on inputs already

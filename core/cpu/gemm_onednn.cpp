@@ -7,11 +7,17 @@
 // bf16 inputs (core/precision.h): A and B are rounded to bf16 (convert_f32_to_bf16, same layout
 // and strides) into buffers owned by the calling thread, grown to the largest size seen (a warm
 // step allocates nothing), and the primitive takes bf16 src / weights with an f32 dst: oneDNN's
-// avx512_core_bf16 (VDPBF16PS) or AMX kernels, fp32 accumulation.
+// avx512_core_bf16 (VDPBF16PS) or AMX kernels, fp32 accumulation. Where oneDNN has no bf16 matmul
+// at all (CPUs without AVX-512: it rejects the primitive), the same bf16 operands are widened
+// back to fp32 (exact) and run through the fp32 primitive: a bf16 x bf16 product is exact in fp32,
+// so this is the same arithmetic (bf16 inputs, fp32 accumulation), only slower. The CLI never
+// takes it (apply_precision_request runs fp32 on such CPUs and says so); a library user's
+// PrecisionScope(BF16) and the tests do, so bf16 semantics hold on every CPU.
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/onednn_util.h"
@@ -112,13 +118,25 @@ void run(const GemmDesc& g, const In* A, const In* B, const float* bias, float* 
     run(one, A + b * g.stride_a, B + b * g.stride_b, nullptr, C + b * g.stride_c);
 }
 
+// bf16 bits `x` (n values) widened to fp32 (exact) into this thread's buffer `slot` (0: A, 1: B).
+const float* widened(int slot, const uint16_t* x, int64_t n) {
+  thread_local std::vector<float> buf[2];
+  if ((int64_t)buf[slot].size() < n) buf[slot].resize((size_t)n);
+  float* out = buf[slot].data();
+#pragma omp parallel for simd if (n > (int64_t)1 << 18)
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(x[i]);
+  return out;
+}
+
 // bf16: an operand given already converted (A16, B16: a kept bf16_copy) is not converted again.
 void dispatch(const GemmDesc& g, const float* A, const float* B, const float* bias, float* C,
               bool bf16, const uint16_t* A16 = nullptr, const uint16_t* B16 = nullptr) {
   if (!bf16) return run<float>(g, A, B, bias, C);
-  const uint16_t* a = A16 ? A16 : to_bf16(0, A, operand_extent(g, g.M, g.K, g.stride_a));
-  const uint16_t* b = B16 ? B16 : to_bf16(1, B, operand_extent(g, g.K, g.N, g.stride_b));
-  run<uint16_t>(g, a, b, bias, C);
+  const int64_t na = operand_extent(g, g.M, g.K, g.stride_a), nb = operand_extent(g, g.K, g.N, g.stride_b);
+  const uint16_t* a = A16 ? A16 : to_bf16(0, A, na);
+  const uint16_t* b = B16 ? B16 : to_bf16(1, B, nb);
+  if (onednn_bf16_matmul_available()) return run<uint16_t>(g, a, b, bias, C);
+  run<float>(g, widened(0, a, na), widened(1, b, nb), bias, C);  // no bf16 matmul here: see the top
 }
 
 }  // namespace
@@ -147,6 +165,19 @@ void gemm_onednn_bias(const GemmDesc& g, const float* A, const float* B, const f
 }
 
 size_t onednn_gemm_cache_size() { return cache().size(); }
+
+bool onednn_bf16_matmul_available() {
+  static const bool ok = [] {
+    GemmDesc g;
+    g.M = g.N = g.K = 16;
+    try {
+      return create(g, false, true).ok;
+    } catch (const Error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
 
 double onednn_bf16_matmul_gflops(int64_t n, int repeats) {
   GemmDesc g;
