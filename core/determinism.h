@@ -3,11 +3,13 @@
 // count cuts its work by the shape alone, so 1, 2 or N threads compute the same bits. Set by
 // `train/finetune/bench --deterministic` (train/trainer.cpp, train/cli_bench.cpp) together with the
 // canonical shards and gradient tree (docs/distributed.md). Off by default: the fastest split.
-// Read by: core/cpu/gemm_openblas.cpp (its blocks of single-threaded calls; an OpenBLAS call's bits
-// depend on the block's extent, measured: tests/test_gemm.cpp GemmThreading.BitsDoNotDependOnTheThreadCount).
-// Everything else on the CPU is thread-count invariant in either mode (the column sums of
-// core/cpu/ref_kernels.h colsum_tree; oneDNN's matmul splits rows and columns at the model's shapes,
-// held by the same test).
+// Read by: core/cpu/gemm_select.cpp (every fp32 GEMM to OpenBLAS unless the user chose one) and
+// core/cpu/gemm_openblas.cpp (its blocks of single-threaded calls cut by the shape, not the thread
+// count). Neither library is thread-count invariant by itself: an OpenBLAS call's bits depend on
+// its block's extent, and oneDNN's matmul changed its bits between 1 and 3 threads at the model's
+// shapes (tests/test_gemm.cpp GemmThreading.BitsDoNotDependOnTheThreadCount). The rest of the CPU
+// backend is invariant in either mode (column sums: core/cpu/ref_kernels.h colsum_tree; the
+// fused kernels split rows, heads or columns). Not covered: bf16 GEMMs (oneDNN's bf16 kernels).
 #pragma once
 
 namespace ctx {
