@@ -83,12 +83,20 @@ int64_t operand_extent(const GemmDesc& g, int64_t rows, int64_t cols, int64_t st
   return (g.batch > 1 ? (g.batch - 1) * stride : 0) + rows * cols;
 }
 
-// `x` (n floats) rounded to bf16 into this thread's buffer `slot` (0: A, 1: B), grown as needed.
-const uint16_t* to_bf16(int slot, const float* x, int64_t n) {
-  thread_local std::vector<uint16_t> buf[2];
+// This thread's operand buffer `slot` (0: A, 1: B) of element type T, grown to n as needed (kept:
+// a warm step allocates nothing).
+template <class T>
+T* thread_buffer(int slot, int64_t n) {
+  thread_local std::vector<T> buf[2];
   if ((int64_t)buf[slot].size() < n) buf[slot].resize((size_t)n);
-  convert_f32_to_bf16(x, buf[slot].data(), n);
   return buf[slot].data();
+}
+
+// `x` (n floats) rounded to bf16 into this thread's buffer `slot`.
+const uint16_t* to_bf16(int slot, const float* x, int64_t n) {
+  uint16_t* out = thread_buffer<uint16_t>(slot, n);
+  convert_f32_to_bf16(x, out, n);
+  return out;
 }
 
 onednn::Key make_key(const GemmDesc& g, bool bias, bool bf16) {
@@ -118,11 +126,9 @@ void run(const GemmDesc& g, const In* A, const In* B, const float* bias, float* 
     run(one, A + b * g.stride_a, B + b * g.stride_b, nullptr, C + b * g.stride_c);
 }
 
-// bf16 bits `x` (n values) widened to fp32 (exact) into this thread's buffer `slot` (0: A, 1: B).
+// bf16 bits `x` (n values) widened to fp32 (exact) into this thread's buffer `slot`.
 const float* widened(int slot, const uint16_t* x, int64_t n) {
-  thread_local std::vector<float> buf[2];
-  if ((int64_t)buf[slot].size() < n) buf[slot].resize((size_t)n);
-  float* out = buf[slot].data();
+  float* out = thread_buffer<float>(slot, n);
 #pragma omp parallel for simd if (n > (int64_t)1 << 18)
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(x[i]);
   return out;

@@ -142,12 +142,14 @@ void sgemm_block(const OpenBlasApi& api, const GemmDesc& g, const float* A, cons
             (int)(g.trans_b ? g.K : g.N), g.beta, C + i0 * g.N + j0, (int)g.N);
 }
 
+constexpr int64_t kOneThreadWork = (int64_t)1 << 20;  // batch M N K below this (< ~10 us): one call
+
 // The deterministic split of one batch item: a power of two (even work for 1, 2 or 4 threads)
 // with blocks of at least kMinBlock rows (or columns), at most kMaxSplits: a function of the shape
 // only. Each block repacks the other operand, so the split stays coarse.
 int64_t shape_splits(const GemmDesc& g, int64_t align) {
   constexpr int64_t kMinBlock = 128, kMaxSplits = 4;
-  if (g.batch * g.M * g.N * g.K < (int64_t)1 << 20) return 1;
+  if (g.batch * g.M * g.N * g.K < kOneThreadWork) return 1;
   const int64_t dim = std::max(g.M, g.N);
   int64_t s = 1;
   while (s < kMaxSplits && dim / (2 * s) >= std::max(kMinBlock, align)) s *= 2;
@@ -173,7 +175,7 @@ void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C) 
   // follows the thread count changes the bits with it; under deterministic_algorithms() the split
   // follows the shape alone (core/determinism.h): 1 thread runs the same blocks one after another.
   int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (g.batch * g.M * g.N * g.K < (int64_t)1 << 20) threads = 1;  // < ~10 us: one thread
+  if (g.batch * g.M * g.N * g.K < kOneThreadWork) threads = 1;
   constexpr int64_t kAlign = 16;  // block edges on whole micro-kernel tiles
   const int64_t splits = deterministic_algorithms() ? shape_splits(g, kAlign)
                          : g.batch >= threads       ? 1
