@@ -37,7 +37,8 @@ Variable pow(const Variable& x, double p);
 Variable square(const Variable& x);
 Variable clamp(const Variable& x, double lo, double hi);  // gradient 0 outside [lo, hi]
 // Inverted dropout: zero with probability p, scale kept ones by 1/(1-p); identity when
-// !training or p == 0. Masks come from `rng` (deterministic).
+// !training or p == 0. Each call draws one seed from `rng`; the mask is a function of it
+// (core/dropout_mask.h), the same on every device.
 Variable dropout(const Variable& x, double p, bool training, Rng& rng);
 
 // ---- linear algebra (ops_linalg.cpp) ----

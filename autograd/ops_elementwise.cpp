@@ -90,17 +90,20 @@ Variable clamp(const Variable& x, double lo, double hi) {
 }
 
 // ---- dropout: y = x * mask, mask in {0, 1/(1-p)} ----
+// The mask is a function of one seed drawn from rng (core/dropout_mask.h): nothing is stored or
+// uploaded, and the backward recomputes it on the gradient's device.
 Variable dropout(const Variable& x, double p, bool training, Rng& rng) {
   CTX_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p);
   if (!training || p == 0) return x;
   const Tensor& xd = x.data();
-  Tensor mask_h = Tensor::empty(xd.shape(), xd.dtype());  // built on the host
-  const double keep = 1.0 / (1.0 - p);
-  for (int64_t i = 0; i < mask_h.numel(); ++i) mask_h.set(i, rng.uniform() < p ? 0.0 : keep);
-  Tensor mask = to_device_like(mask_h, xd);
-  Tensor y = binary_fwd(BinaryOp::Mul, xd, mask);
-  return make_result(y, "dropout", {x}, [x, mask](const Tensor& g) {
-    acc(x, binary_fwd(BinaryOp::Mul, g, mask));
+  CTX_CHECK(is_float(xd.dtype()), "dropout: expected a float tensor, got ", xd.str());
+  const DropoutMask m = dropout_mask(p, rng.next_u64());
+  Tensor y = empty_like(xd);
+  backend_of(xd).dropout(xd, m, y);
+  return make_result(y, "dropout", {x}, [x, m](const Tensor& g) {
+    Tensor dx = empty_like(g);
+    backend_of(g).dropout(g, m, dx);
+    acc(x, dx);
   });
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dropout_mask.h"
 #include "core/tensor.h"
 
 namespace ctx {
@@ -154,6 +155,9 @@ class Backend {
   // x[..., i, j] = value where j > i + diag, x viewed as [N, T, S]; window > 0 also fills
   // j <= i + diag - window (sliding-window attention of width `window`)
   virtual void causal_fill(Tensor& x, double value, int64_t diag, int64_t window = 0) = 0;
+  // y = x * m.factor(i): dropout with a mask recomputed from its seed (core/dropout_mask.h);
+  // the backward is the same call on dy. y may be x.
+  virtual void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) = 0;
 
   // --- linear algebra ---
   virtual void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) = 0;

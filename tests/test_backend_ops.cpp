@@ -192,7 +192,7 @@ void memory_cases(std::vector<Case>& cs) {
     }
 }
 
-// --- elementwise: unary (+ backward), binary, where, causal_fill ---
+// --- elementwise: unary (+ backward), binary, where, causal_fill, dropout ---
 bool unary_exact(UnaryOp op) {
   return op == UnaryOp::Neg || op == UnaryOp::Scale || op == UnaryOp::AddScalar || op == UnaryOp::Relu ||
          op == UnaryOp::Clamp || op == UnaryOp::Square;
@@ -295,6 +295,22 @@ void elementwise_cases(std::vector<Case>& cs) {
                     return std::vector<Tensor>{x};
                   }});
   }
+  // dropout: the mask is computed on the device from the seed, so the devices must agree exactly
+  for (double p : {0.1, 0.5, 0.9})
+    for (Shape s : {Shape{1}, Shape{37}, Shape{3, 5, 70}, Shape{2, 4, 33, 33}}) {
+      const DropoutMask m = dropout_mask(p, 0xD00Dull + (uint64_t)(p * 10));
+      cs.push_back({str("dropout p ", p, " ", tn<T>(), S(s)), dt, true, 1, {},
+                    [=](const Dev& D) {
+                      Tensor x = D.in(rnd(s, dt, 51)), y = D.out(s, dt);
+                      D.be().dropout(x, m, y);
+                      return hosts({y});
+                    },
+                    [=] {
+                      Tensor x = rnd(s, dt, 51), y = Tensor::empty(s, dt);
+                      ref::dropout<T>(P<T>(x), P<T>(y), x.numel(), m);
+                      return std::vector<Tensor>{y};
+                    }});
+    }
 }
 
 // --- reduce_sum ---

@@ -56,6 +56,7 @@ class RecordingBackend final : public Backend {
   void where_scalar(const Tensor& m, const Tensor& a, double b, Tensor& y) override { in_.where_scalar(m, a, b, y); }
   void where(const Tensor& m, const Tensor& a, const Tensor& b, Tensor& y) override { in_.where(m, a, b, y); }
   void causal_fill(Tensor& x, double v, int64_t diag, int64_t w) override { in_.causal_fill(x, v, diag, w); }
+  void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override { in_.dropout(x, m, y); }
   void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override { in_.gemm(g, A, B, C); }
   void softmax(const Tensor& x, Tensor& y, bool log) override { in_.softmax(x, y, log); }
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {

@@ -205,6 +205,50 @@ TEST(GradcheckOps, DropoutSameMaskForwardAndBackward) {
   EXPECT_TRUE(differs);
 }
 
+// The mask is element i of the SplitMix64 sequence started at the call's seed (core/dropout_mask.h):
+// checked against the published first output for seed 0 and against Rng's own SplitMix64 (its
+// seeding draws the sequence's first four elements); then the statistics of the decisions.
+TEST(GradcheckOps, DropoutMaskIsSplitMix64AndDropsAboutP) {
+  DropoutMask m = dropout_mask(0.5, 0);
+  m.threshold = 0xE220A839ull;  // the top half of SplitMix64(0)'s first output, 0xE220A8397B1DCDAF
+  EXPECT_TRUE(m.keep(0));
+  m.threshold += 1;
+  EXPECT_FALSE(m.keep(0));
+  for (uint64_t seed : {1ull, 0x5DEECE66Dull, ~0ull}) {
+    const auto words = Rng(seed).state().s;
+    for (uint64_t k = 0; k < 4; ++k) {
+      DropoutMask at = dropout_mask(0.5, seed);
+      at.threshold = words[k] >> 32;
+      EXPECT_TRUE(at.keep(k)) << "seed " << seed << " element " << k;
+      at.threshold += 1;
+      EXPECT_FALSE(at.keep(k)) << "seed " << seed << " element " << k;
+    }
+  }
+  const int64_t n = 1 << 20;
+  Tensor ones = Tensor::empty({n}, DType::F64), y = Tensor::empty({n}, DType::F64);
+  backend(Device::CPU).fill(ones, 1.0);
+  Rng seeds(77);
+  for (double p : {0.1, 0.5, 0.9}) {
+    SCOPED_TRACE("p " + std::to_string(p));
+    backend(Device::CPU).dropout(ones, dropout_mask(p, seeds.next_u64()), y);
+    int64_t dropped = 0, both = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = y.at(i);
+      ASSERT_TRUE(v == 0.0 || v == 1.0 / (1.0 - p)) << v;
+      dropped += v == 0.0;
+      both += i > 0 && v == 0.0 && y.at(i - 1) == 0.0;
+    }
+    const double sd = std::sqrt(p * (1 - p) / n);  // 5 sd: fails by chance with probability ~6e-7
+    EXPECT_NEAR((double)dropped / n, p, 5 * sd);
+    EXPECT_NEAR((double)both / (n - 1), p * p, 5 * std::sqrt(p * p * (1 - p * p) / n) * 2);  // neighbours independent
+  }
+  // NaN * 0 stays NaN (PyTorch's x * mask * scale), so a dropped non-finite value is not hidden
+  Tensor nan = Tensor::empty({64}, DType::F32), yn = Tensor::empty({64}, DType::F32);
+  backend(Device::CPU).fill(nan, NAN);
+  backend(Device::CPU).dropout(nan, dropout_mask(0.5, 3), yn);
+  for (int64_t i = 0; i < 64; ++i) EXPECT_TRUE(std::isnan(yn.at(i))) << i;
+}
+
 TEST(GradcheckOps, Dropout) {
   Rng r(31);
   for (int trial = 0; trial < 3; ++trial) {

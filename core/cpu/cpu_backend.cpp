@@ -272,6 +272,12 @@ class CpuBackend final : public Backend {
                        ref::causal_fill<T>(x.data<T>(), N, T_, S, (T)value, diag, window));
   }
 
+  void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override {
+    check_cpu(x, "dropout", "x");
+    check_same(x, y, "dropout");
+    CTX_DISPATCH_FLOAT(x.dtype(), "dropout", ref::dropout<T>(x.data<T>(), y.data<T>(), x.numel(), m));
+  }
+
   void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {
     check_cpu(A, "gemm", "A");
     check_cpu(B, "gemm", "B");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/dropout_mask.h"
 
 namespace ctx::cpu::ref {
 
@@ -100,6 +101,13 @@ template <class T>
 void unary_backward(UnaryOp op, const T* x, const T* y, const T* dy, T* dx, int64_t n, T a, T b) {
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b);
+}
+
+// y = x * mask factor (core/dropout_mask.h); the backward is the same call on dy
+template <class T>
+void dropout(const T* x, T* y, int64_t n, const DropoutMask& m) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * m.factor<T>((uint64_t)i);
 }
 
 template <class T>

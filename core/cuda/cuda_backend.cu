@@ -224,6 +224,12 @@ class CudaBackend final : public Backend {
                             cuda::causal_fill<T>(ptr<T>(x), N, T_, S, (T)value, diag, window));
   }
 
+  void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override {
+    check_cuda(x, "dropout", "x");
+    check_same(x, y, "dropout");
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "dropout", cuda::dropout<T>(ptr<T>(x), ptr<T>(y), x.numel(), m));
+  }
+
   void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {
     check_cuda(A, "gemm", "A");
     check_cuda(B, "gemm", "B");

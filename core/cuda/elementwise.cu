@@ -1,5 +1,6 @@
 // core/cuda/elementwise.cu — unary ops and their derivatives, broadcasting binary ops,
-// where / masked fill, the causal (and sliding-window) fill. The formulas are those of
+// where / masked fill, the causal (and sliding-window) fill, dropout (the mask computed from its
+// seed, core/dropout_mask.h). The formulas are those of
 // core/cpu/ref_kernels.h (unary_fwd, unary_deriv, binary_fwd), term for term.
 #include <cmath>
 #include <cstdint>
@@ -121,6 +122,11 @@ __global__ void causal_fill_kernel(T* x, int64_t N, int64_t Tq, int64_t S, T v, 
   }
 }
 
+template <class T>
+__global__ void dropout_kernel(const T* x, T* y, int64_t n, DropoutMask m) {
+  CTX_GRID_STRIDE(i, n) y[i] = x[i] * m.factor<T>((uint64_t)i);
+}
+
 }  // namespace
 
 template <class T>
@@ -159,6 +165,13 @@ void causal_fill(T* x, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag, int6
   CTX_CUDA_LAUNCH_CHECK("causal_fill_kernel");
 }
 
+template <class T>
+void dropout(const T* x, T* y, int64_t n, const DropoutMask& m) {
+  if (n == 0) return;
+  CTX_LAUNCH(dropout_kernel<T>, grid_for(n), kThreads, 0, 0, x, y, n, m);
+  CTX_CUDA_LAUNCH_CHECK("dropout_kernel");
+}
+
 #define CTX_INST_SELECT(T, M) \
   template void select<T, M>(const M*, const T*, T, const T*, T, T*, const NdStrides<1>&, int64_t);
 #define CTX_INST_ELEMENTWISE(T)                                                                     \
@@ -166,6 +179,7 @@ void causal_fill(T* x, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag, int6
   template void unary_backward<T>(UnaryOp, const T*, const T*, const T*, T*, int64_t, T, T);        \
   template void binary<T>(BinaryOp, const T*, const T*, T*, const NdStrides<2>&, int64_t);          \
   template void causal_fill<T>(T*, int64_t, int64_t, int64_t, T, int64_t, int64_t);                 \
+  template void dropout<T>(const T*, T*, int64_t, const DropoutMask&);                              \
   CTX_INST_SELECT(T, float) CTX_INST_SELECT(T, double) CTX_INST_SELECT(T, int32_t) CTX_INST_SELECT(T, int64_t)
 CTX_INST_ELEMENTWISE(float)
 CTX_INST_ELEMENTWISE(double)

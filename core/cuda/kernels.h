@@ -33,6 +33,8 @@ template <class T, class M> void select(const M* mask, const T* t, T ts, const T
 // x [N, Tq, S]: x[n, i, j] = v where j > i + diag, or (window > 0) j <= i + diag - window
 template <class T> void causal_fill(T* x, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag,
                                     int64_t window);
+// y[i] = x[i] * m.factor(i) (core/dropout_mask.h: the mask computed in the kernel, never uploaded)
+template <class T> void dropout(const T* x, T* y, int64_t n, const DropoutMask& m);
 
 // --- reduce.cu ---
 // out[o] = sum_r x[kept.off(o) + red.off(r)]: kept walks out's elements (no of them), red the
