@@ -40,6 +40,9 @@ Variable clamp(const Variable& x, double lo, double hi);  // gradient 0 outside 
 // !training or p == 0. Each call draws one seed from `rng`; the mask is a function of it
 // (core/dropout_mask.h), the same on every device.
 Variable dropout(const Variable& x, double p, bool training, Rng& rng);
+// Dropout with a given mask (core/dropout_mask.h; element i of x, row-major, takes m.factor(i));
+// the identity for an inactive mask. Fused attention applies the same mask to its probabilities.
+Variable dropout(const Variable& x, const DropoutMask& m);
 
 // ---- linear algebra (ops_linalg.cpp) ----
 // a: [..., M, K] (or [..., K, M] if ta), b: [..., K, N] (or [..., N, K] if tb); batch dims of

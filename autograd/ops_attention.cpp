@@ -160,14 +160,14 @@ Variable relative_output(const Variable& p, const Variable& v, const RelTerms& r
 
 Variable causal_attention_composed(const Variable& q, const Variable& k, const Variable& v,
                                    const Variable& bias, double scale_, int64_t window,
-                                   const RelTerms& rel) {
+                                   const RelTerms& rel, const DropoutMask& dropout_) {
   const char* op = "causal_attention_composed";
   const AttnDims d = check_args(op, q, k, v, bias, scale_, window);
   check_rel(op, rel, q.data(), d.B, d.H, d.T, d.S, d.Dh);
   Variable s = relative_logits(q, k, bias, scale_, rel);  // [B, H, T, S]
   s = causal_mask(s, d.S - d.T);
   if (window > 0 && window < d.S) s = masked_fill(s, window_mask(d, q.data()), -INFINITY);
-  return relative_output(softmax(s), v, rel);              // [B, H, T, Dh]
+  return relative_output(dropout(softmax(s), dropout_), v, rel);  // [B, H, T, Dh]
 }
 
 namespace {
@@ -189,14 +189,16 @@ AttnRel backend_rel(const RelTerms& rel, int64_t Rq, int64_t Rk, const Tensor& q
 
 Variable fused_causal_attention(const Variable& q, const Variable& k, const Variable& v,
                                 const Variable& bias, double scale, int64_t window,
-                                const RelTerms& rel, int64_t keys) {
+                                const RelTerms& rel, int64_t keys, const DropoutMask& dropout) {
   const char* op = "fused_causal_attention";
-  const AttnDims d = check_args(op, q, k, v, bias, scale, window, keys);
+  AttnDims d = check_args(op, q, k, v, bias, scale, window, keys);
+  d.dropout = dropout;
   const Tensor qd = q.data(), kd = k.data(), vd = v.data();
   Backend& be = backend_of(qd);
   if (!be.has(Fused::Attention)) {
-    if (d.kv_rows == 0) return causal_attention_composed(q, k, v, bias, scale, window, rel);
-    return causal_attention_composed(q, slice(k, 2, 0, d.S), slice(v, 2, 0, d.S), bias, scale, window, rel);
+    if (d.kv_rows == 0) return causal_attention_composed(q, k, v, bias, scale, window, rel, dropout);
+    return causal_attention_composed(q, slice(k, 2, 0, d.S), slice(v, 2, 0, d.S), bias, scale, window, rel,
+                                     dropout);
   }
   const std::pair<int64_t, int64_t> R = check_rel(op, rel, qd, d.B, d.H, d.T, d.S, d.Dh);
   const AttnRel br = backend_rel(rel, R.first, R.second, qd);

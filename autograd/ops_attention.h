@@ -34,15 +34,18 @@ struct RelTerms {
 // keys > 0: only the first `keys` rows of k and v (dim 2) are the keys (S = keys; the bias and
 // rel are sized by it): a decoding step passes the KV cache's buffers without copying its rows
 // out (AttnDims::kv_rows); the gradient of the other rows is 0. 0: every row.
+// dropout: an active mask drops probabilities as dropout(p, mask) would on p [B, H, T, S]
+// (training; AttnDims::dropout): the same mask as the composed version's, so the two agree.
 Variable fused_causal_attention(const Variable& q, const Variable& k, const Variable& v,
                                 const Variable& bias, double scale, int64_t window = 0,
-                                const RelTerms& rel = {}, int64_t keys = 0);
+                                const RelTerms& rel = {}, int64_t keys = 0,
+                                const DropoutMask& dropout = {});
 
 // The same attention from matmul / scale / add / causal_mask / masked_fill / softmax / matmul
 // (same arguments, same checks).
 Variable causal_attention_composed(const Variable& q, const Variable& k, const Variable& v,
                                    const Variable& bias, double scale, int64_t window = 0,
-                                   const RelTerms& rel = {});
+                                   const RelTerms& rel = {}, const DropoutMask& dropout = {});
 
 // The two halves of the composed version, for the general path (nn/attention.cpp runs the mask,
 // softmax and dropout between them). relative_logits: the unmasked logits [B, H, T, S] of

@@ -95,9 +95,13 @@ Variable clamp(const Variable& x, double lo, double hi) {
 Variable dropout(const Variable& x, double p, bool training, Rng& rng) {
   CTX_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p);
   if (!training || p == 0) return x;
+  return dropout(x, dropout_mask(p, rng.next_u64()));
+}
+
+Variable dropout(const Variable& x, const DropoutMask& m) {
+  if (!m.active()) return x;
   const Tensor& xd = x.data();
   CTX_CHECK(is_float(xd.dtype()), "dropout: expected a float tensor, got ", xd.str());
-  const DropoutMask m = dropout_mask(p, rng.next_u64());
   Tensor y = empty_like(xd);
   backend_of(xd).dropout(xd, m, y);
   return make_result(y, "dropout", {x}, [x, m](const Tensor& g) {

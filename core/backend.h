@@ -79,6 +79,10 @@ struct AttnDims {
   // rows are the keys (a decoding step reads the KV cache's buffers in place); 0: S.
   int64_t kv_rows = 0;
   int64_t kv_stride() const { return kv_rows > 0 ? kv_rows : S; }
+  // Dropout on the probabilities (training; inactive by default): o_i = sum_j p_ij z_ij (v_j + ...)
+  // with z_ij = dropout.factor(((b * H + h) * T + i) * S + j), the mask dropout() would draw for
+  // p [B, H, T, S] with the same seed; the logsumexp is that of the undropped p.
+  DropoutMask dropout;
 };
 
 // Content-position terms of attention (shaw, xl, deberta, tupe), each optional (undefined:

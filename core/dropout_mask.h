@@ -34,6 +34,8 @@ struct DropoutMask {
     z ^= z >> 31;
     return (z >> 32) >= threshold;
   }
+  // false for the default mask (keeps everything, factor 1): no dropout
+  CTX_HOST_DEVICE bool active() const { return threshold > 0 || scale != 1.0; }
   // The factor element i is multiplied by, in the tensor's dtype.
   template <class T> CTX_HOST_DEVICE T factor(uint64_t i) const { return keep(i) ? (T)scale : T(0); }
 };

@@ -4,7 +4,7 @@
 //   rotate (rotary encodings), logits = scale q k^T + bias   // [B, H, T, S]
 //   causal mask, softmax, o = p v (+ value terms)            // [B, H, T, Dh]
 //     (one fused op, autograd/ops_attention.h, when the backend has Fused::Attention, the
-//      encoding keeps the default logits and output and dropout is off;
+//      encoding keeps the default logits and output (dropout included: the kernels apply the mask);
 //      CTXLAB_FUSED_ATTENTION=0 or set_fused_attention(false): never)
 //   out = merge_heads(o) Wp^T + bp            // [B, T, D]
 #include "nn/attention.h"
@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "autograd/ops_heads.h"
+#include "core/rng.h"
 #include "core/switch.h"
 
 namespace ctx::nn {
@@ -65,13 +66,14 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   st.v = heads[2];
   pe_->rotate(st);
   Variable o;                                                           // [B, H, T, Dh]
-  const bool drop = rng && dropout_ > 0 && is_training();
-  if (!drop && fused_attention_enabled() && backend_of(st.q.data()).has(Fused::Attention))
-    o = pe_->fused_attention(st, window_);  // undefined when the encoding cannot take it
+  // dropout on the probabilities: one seed per call, the same mask on either path
+  const DropoutMask drop = rng && dropout_ > 0 && is_training() ? dropout_mask(dropout_, rng->next_u64())
+                                                                 : DropoutMask{};
+  if (fused_attention_enabled() && backend_of(st.q.data()).has(Fused::Attention))
+    o = pe_->fused_attention(st, window_, drop);  // undefined when the encoding cannot take it
   if (!o.defined()) {
     Variable s = pe_->logits(st);                                       // [B, H, T, S]
-    Variable p = softmax(causal_mask(s, st.S - st.T, window_));
-    if (rng && dropout_ > 0) p = dropout(p, dropout_, is_training(), *rng);
+    Variable p = dropout(softmax(causal_mask(s, st.S - st.T, window_)), drop);
     o = pe_->output(st, p);                                             // [B, H, T, Dh]
   }
   Variable merged = merge_heads(o);                                     // [B, T, D]

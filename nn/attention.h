@@ -42,7 +42,8 @@ class Attention : public Module {
 };
 
 // Fused attention (autograd/ops_attention.h) for encodings with the default logits and output
-// (PositionalEncoding::fused_attention_ok) while dropout is inactive. On unless the environment
+// (PositionalEncoding::fused_attention_ok), dropout included (the kernels apply the mask the
+// composed path would draw). On unless the environment
 // sets CTXLAB_FUSED_ATTENTION=0 (read once); set_fused_attention() overrides that (tests,
 // benchmarks), reset_fused_attention() returns to it.
 bool fused_attention_enabled();

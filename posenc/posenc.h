@@ -147,8 +147,9 @@ class PositionalEncoding {
   const ScoreTerms& score_terms(AttnState& st);
   // Logits, causal mask (with a sliding window when window > 0), softmax and output as one
   // fused op when fused_attention_ok(st) and the bias (if any) is shared over the batch; else
-  // undefined (the caller composes logits / softmax / output).
-  Variable fused_attention(AttnState& st, int64_t window);
+  // undefined (the caller composes logits / softmax / output). An active dropout mask drops the
+  // probabilities (training), as dropout(p, mask) on the composed path.
+  Variable fused_attention(AttnState& st, int64_t window, const DropoutMask& dropout = {});
 };
 
 // Builds the encoding named by config.posenc["type"], validating its parameters (unknown key or

@@ -978,7 +978,7 @@ void large_cases(std::vector<Case>& cs) {
 // AttnRel: the reference materialises each row's logits. Query i sits at key position
 // i + S - T; window > 0 keeps `window` keys. Per (b, h):
 //   logit_ij = scale (q_i . k_j + qrel[i, qidx_ij] + krel[j, kidx_ij]) + bias[h, i, j]
-//   o_i = sum_j p_ij (v_j + vrel[qidx_ij]) ---
+//   o_i = sum_j p_ij z_ij (v_j + vrel[qidx_ij])   (z: AttnDims::dropout's factor, else 1) ---
 template <class T>
 struct AttnRefRel {
   int64_t Rq = 0, Rk = 0;
@@ -1037,11 +1037,15 @@ void attention_reference(const AttnDims& d, const T* q, const T* k, const T* v, 
         const T l = mx + std::log(sum);
         lse[bh * Tn + i] = l;
         std::fill(oi, oi + Dh, T(0));
+        auto z = [&](int64_t j) {  // the dropout factor of p[b, h, i, j]
+          return d.dropout.active() ? d.dropout.factor<T>((uint64_t)((bh * Tn + i) * Sn + j)) : T(1);
+        };
         for (int64_t j = 0; j < Sn; ++j) {
           p[(size_t)j] = std::exp(p[(size_t)j] - l);
           if (p[(size_t)j] == T(0)) continue;
           const T* vv = value(bh, i, j);
-          for (int64_t c = 0; c < Dh; ++c) oi[c] += p[(size_t)j] * vv[c];
+          const T pz = p[(size_t)j] * z(j);
+          for (int64_t c = 0; c < Dh; ++c) oi[c] += pz * vv[c];
         }
         if (!dout) continue;
         const T* gi = dout + (bh * Tn + i) * Dh;
@@ -1052,12 +1056,13 @@ void attention_reference(const AttnDims& d, const T* q, const T* k, const T* v, 
           const T* vv = value(bh, i, j);
           T dp = 0;
           for (int64_t c = 0; c < Dh; ++c) dp += gi[c] * vv[c];
-          const T ds = p[(size_t)j] * (dp - Di);
+          const T zj = z(j), pz = p[(size_t)j] * zj;
+          const T ds = p[(size_t)j] * (zj * dp - Di);
           for (int64_t c = 0; c < Dh; ++c) {
             dq[(bh * Tn + i) * Dh + c] += sc * ds * k[(bh * Sn + j) * Dh + c];
             dk[(bh * Sn + j) * Dh + c] += sc * ds * qi[c];
-            dv[(bh * Sn + j) * Dh + c] += p[(size_t)j] * gi[c];
-            if (r.dvrel) r.dvrel[r.qidx[i * Sn + j] * Dh + c] += p[(size_t)j] * gi[c];
+            dv[(bh * Sn + j) * Dh + c] += pz * gi[c];
+            if (r.dvrel) r.dvrel[r.qidx[i * Sn + j] * Dh + c] += pz * gi[c];
           }
           if (dbias) dbias[(h * Tn + i) * Sn + j] += ds;
           if (r.dqrel) r.dqrel[(bh * Tn + i) * r.Rq + r.qidx[i * Sn + j]] += sc * ds;
@@ -1080,7 +1085,8 @@ void attention_cases(std::vector<Case>& cs) {
   // hold KS rows per (b, h), the first Sn the keys (AttnDims::kv_rows, a decoding step reading the
   // KV cache in place): rows Sn.. are random and must change nothing, their gradient is 0.
   // T <= 4 (the CPU forward's direct scores, no K^T tiles): over several key tiles, windowed too.
-  struct AC { int64_t B, H, Tn, Sn, Dh, window; int bias; int rel; int64_t Rq, Rk; int64_t KS = 0; };
+  // drop > 0: dropout on the probabilities (AttnDims::dropout) with that rate.
+  struct AC { int64_t B, H, Tn, Sn, Dh, window; int bias; int rel; int64_t Rq, Rk; int64_t KS = 0; double drop = 0; };
   for (const AC& a : {AC{1, 1, 1, 1, 1, 0, 0, 0, 0, 0}, AC{2, 3, 5, 5, 4, 0, 1, 0, 0, 0},
                       AC{1, 2, 3, 7, 8, 0, 0, 0, 0, 0}, AC{2, 1, 6, 6, 3, 2, 1, 0, 0, 0},
                       AC{1, 2, 33, 33, 5, 0, 1, 0, 0, 0}, AC{1, 1, 1, 1, 1, 0, 1, kQrel | kKrel | kVrel, 1, 1},
@@ -1090,11 +1096,15 @@ void attention_cases(std::vector<Case>& cs) {
                       AC{1, 1, 37, 37, 64, 0, 2, 0, 0, 0}, AC{1, 2, 0, 3, 4, 0, 1, kQrel | kKrel | kVrel, 2, 2},
                       AC{1, 1, 5, 6, 96, 0, 1, kVrel, 3, 0}, AC{1, 2, 1, 5, 8, 0, 1, 0, 0, 0, 9},
                       AC{2, 1, 3, 7, 4, 2, 0, kQrel | kKrel | kVrel, 3, 2, 12}, AC{1, 3, 2, 40, 32, 0, 0, 0, 0, 0, 64},
-                      AC{1, 2, 1, 130, 32, 50, 1, kQrel | kKrel | kVrel, 4, 3, 200}, AC{2, 1, 4, 100, 16, 0, 0, 0, 0, 0}}) {
+                      AC{1, 2, 1, 130, 32, 50, 1, kQrel | kKrel | kVrel, 4, 3, 200}, AC{2, 1, 4, 100, 16, 0, 0, 0, 0, 0},
+                      AC{2, 3, 5, 5, 4, 0, 1, 0, 0, 0, 0, 0.3}, AC{2, 2, 7, 9, 37, 3, 1, kQrel | kKrel | kVrel, 5, 4, 0, 0.5},
+                      AC{3, 2, 35, 70, 16, 20, 1, kQrel | kKrel | kVrel, 11, 9, 0, 0.1},
+                      AC{2, 1, 4, 100, 16, 0, 0, 0, 0, 0, 0, 0.2}, AC{1, 2, 70, 70, 8, 0, 0, kVrel, 4, 0, 0, 0.3}}) {
     AttnDims d;
     d.B = a.B; d.H = a.H; d.T = a.Tn; d.S = a.Sn; d.Dh = a.Dh; d.window = a.window;
     d.scale = 1.0 / std::sqrt((double)a.Dh);
     d.kv_rows = a.KS;
+    if (a.drop > 0) d.dropout = dropout_mask(a.drop, 0xA77E + (uint64_t)a.Sn);
     const int64_t KR = a.KS > 0 ? a.KS : a.Sn;  // rows per (b, h) of k, v as the device gets them
     const Shape qs{a.B, a.H, a.Tn, a.Dh}, ks{a.B, a.H, a.Sn, a.Dh}, kfs{a.B, a.H, KR, a.Dh}, ls{a.B, a.H, a.Tn};
     const Shape bs = a.bias == 2 ? Shape{1, a.H, a.Tn, a.Sn} : Shape{a.H, a.Tn, a.Sn};
@@ -1104,7 +1114,8 @@ void attention_cases(std::vector<Case>& cs) {
                                a.bias ? str(" bias", S(bs), a.bias == 3 ? " (a row at -inf)" : "") : std::string(),
                                hq ? str(" qrel R", a.Rq) : std::string(), hk ? str(" krel R", a.Rk) : std::string(),
                                hv ? str(" vrel R", a.Rq) : std::string(),
-                               a.KS ? str(" kv_rows ", a.KS) : std::string());
+                               a.KS ? str(" kv_rows ", a.KS) : std::string(),
+                               a.drop > 0 ? str(" dropout ", a.drop) : std::string());
     // the inputs, on the host (the same for the device run and the reference)
     auto inputs = [=] {
       std::vector<Tensor> in = {rnd(qs, dt, 181, -2, 2), rnd(kfs, dt, 182, -2, 2), rnd(kfs, dt, 183), rnd(bs, dt, 184),

@@ -48,9 +48,10 @@ struct Case {
   }
 };
 
-// Fused vs composed: output and every gradient (seeded with a random dL/do).
-void compare_with_composed(const Case& c, DType dt, double tol, uint64_t seed) {
-  SCOPED_TRACE(c.str() + (dt == DType::F32 ? " f32" : " f64"));
+// Fused vs composed: output and every gradient (seeded with a random dL/do), with the same
+// dropout mask on both when `drop` is active. Returns the fused output.
+Tensor compare_with_composed(const Case& c, DType dt, double tol, uint64_t seed, const DropoutMask& drop = {}) {
+  SCOPED_TRACE(c.str() + (dt == DType::F32 ? " f32" : " f64") + (drop.active() ? " dropout" : ""));
   Rng r(seed);
   const Tensor q = uniform_tensor(r, {c.B, c.H, c.T, c.Dh}, dt, -1.5, 1.5);
   const Tensor k = uniform_tensor(r, {c.B, c.H, c.S, c.Dh}, dt, -1.5, 1.5);
@@ -67,8 +68,8 @@ void compare_with_composed(const Case& c, DType dt, double tol, uint64_t seed) {
   auto run = [&](bool fused) {
     Run x{Variable(q.clone(), true), Variable(k.clone(), true), Variable(v.clone(), true),
           bias.defined() ? Variable(bias.clone(), true) : Variable(), Variable()};
-    x.o = fused ? fused_causal_attention(x.q, x.k, x.v, x.b, scale, c.window)
-                : causal_attention_composed(x.q, x.k, x.v, x.b, scale, c.window);
+    x.o = fused ? fused_causal_attention(x.q, x.k, x.v, x.b, scale, c.window, {}, 0, drop)
+                : causal_attention_composed(x.q, x.k, x.v, x.b, scale, c.window, {}, drop);
     x.o.backward(seed_grad);
     return x;
   };
@@ -81,6 +82,7 @@ void compare_with_composed(const Case& c, DType dt, double tol, uint64_t seed) {
   if (bias.defined()) {
     EXPECT_LE(rel_err(f.b.grad(), u.b.grad()), tol) << "dbias";
   }
+  return f.o.data();
 }
 
 // Shapes: T = 1, odd T and Dh, memory (S > T), T and S spanning several 64-key tiles and not
@@ -108,6 +110,25 @@ TEST(FusedAttention, MatchesComposedF32) {
 TEST(FusedAttention, MatchesComposedF64) {
   uint64_t seed = 1000;
   for (const Case& c : all_cases()) compare_with_composed(c, DType::F64, 1e-10, seed++);
+}
+
+// Dropout on the probabilities inside the kernels (AttnDims::dropout): the same mask as
+// dropout(softmax(s), mask) on the composed path, so the two agree as without dropout; and the
+// mask does something (the output moves against the undropped one).
+TEST(FusedAttention, MatchesComposedWithDropout) {
+  uint64_t seed = 2000;
+  for (const Case& c : all_cases()) {
+    for (DType dt : {DType::F32, DType::F64}) {
+      const double p = seed % 3 == 0 ? 0.1 : (seed % 3 == 1 ? 0.3 : 0.6);
+      const Tensor dropped = compare_with_composed(c, dt, dt == DType::F32 ? 1e-5 : 1e-10, seed,
+                                                   dropout_mask(p, seed * 7919));
+      if (c.T * c.S >= 20) {  // enough probabilities that some are dropped
+        const Tensor plain = compare_with_composed(c, dt, dt == DType::F32 ? 1e-5 : 1e-10, seed);
+        EXPECT_GT(rel_err(dropped, plain), 1e-3) << c.str() << ": dropout changed nothing";
+      }
+      ++seed;
+    }
+  }
 }
 
 TEST(FusedAttention, BiasGradientWithMoreThreadsThanHeads) {
@@ -175,12 +196,16 @@ TEST(FusedAttention, GradcheckF64) {
       names.push_back("bias");
     }
     const int64_t w = c.window;
-    GradcheckResult res = gradcheck(
-        [w](const std::vector<Variable>& x) {
-          return fused_causal_attention(x[0], x[1], x[2], x.size() > 3 ? x[3] : Variable(), 0.8, w);
-        },
-        in, names);
-    EXPECT_TRUE(res.pass) << res.summary();
+    for (double p : {0.0, 0.4}) {  // a fixed mask: the op is a smooth function of its inputs
+      SCOPED_TRACE("dropout " + std::to_string(p));
+      const DropoutMask drop = p > 0 ? dropout_mask(p, 99) : DropoutMask{};
+      GradcheckResult res = gradcheck(
+          [w, drop](const std::vector<Variable>& x) {
+            return fused_causal_attention(x[0], x[1], x[2], x.size() > 3 ? x[3] : Variable(), 0.8, w, {}, 0, drop);
+          },
+          in, names);
+      EXPECT_TRUE(res.pass) << res.summary();
+    }
   }
 }
 
@@ -303,9 +328,14 @@ LossGrads loss_and_grads(nn::GPT& m, const Tensor& in, const Tensor& tg, bool fu
   return r;
 }
 
-void check_model(const json& posenc, int64_t window, uint64_t seed) {
-  SCOPED_TRACE(posenc.dump() + " window " + std::to_string(window));
-  nn::GPT m(tiny_cfg(posenc));
+// dropout > 0: the model trains with dropout; both runs start from the same dropout Rng state,
+// so they draw the same masks (the fused kernels apply the attention mask themselves).
+void check_model(const json& posenc, int64_t window, uint64_t seed, double dropout = 0) {
+  SCOPED_TRACE(posenc.dump() + " window " + std::to_string(window) + " dropout " + std::to_string(dropout));
+  ModelConfig cfg = tiny_cfg(posenc);
+  cfg.dropout = dropout;
+  nn::GPT m(cfg);
+  m.train();
   m.init_weights(seed);
   Rng r(seed + 1);
   for (auto& [name, p] : m.named_parameters())  // larger weights: attention far from uniform
@@ -318,7 +348,10 @@ void check_model(const json& posenc, int64_t window, uint64_t seed) {
     in.set(i, (double)r.below(17));
     tg.set(i, (double)r.below(17));
   }
-  LossGrads u = loss_and_grads(m, in, tg, false), f = loss_and_grads(m, in, tg, true);
+  m.dropout_rng.seed_with(seed + 2);
+  LossGrads u = loss_and_grads(m, in, tg, false);
+  m.dropout_rng.seed_with(seed + 2);
+  LossGrads f = loss_and_grads(m, in, tg, true);
   EXPECT_FALSE(u.fused_in_graph);
   EXPECT_TRUE(f.fused_in_graph) << "the fused path was not taken";
   EXPECT_LE(std::fabs(f.loss - u.loss), 1e-5 * std::fabs(u.loss));
@@ -380,15 +413,28 @@ TEST(FusedAttentionModel, WhichEncodingsTakeTheFusedPath) {
   }
 }
 
-TEST(FusedAttentionModel, DropoutInTrainingTakesTheUnfusedPath) {
+// Training with dropout keeps the fused path (the kernels drop the probabilities), with the
+// loss and gradients of the unfused path under the same masks, for plain, bias and
+// content-position encodings and a window.
+TEST(FusedAttentionModel, DropoutInTrainingTakesTheFusedPath) {
+  uint64_t seed = 120;
+  for (const json& pe : {json{{"type", "rope"}}, json{{"type", "alibi"}}, json{{"type", "learned"}},
+                         json{{"type", "shaw"}, {"max_relative_position", 4}}, json{{"type", "xl"}},
+                         json{{"type", "deberta"}, {"position_buckets", 8}, {"max_relative_positions", 16}}})
+    check_model(pe, 0, seed++, 0.2);
+  check_model(json{{"type", "t5"}}, 5, seed++, 0.3);
+  // and the dropout does something: another dropout seed gives another loss
   ModelConfig c = tiny_cfg({{"type", "rope"}});
-  c.dropout = 0.1;
+  c.dropout = 0.3;
   nn::GPT m(c);
   m.init_weights(4);
+  m.train();
   FusedGuard guard(true);
   Tensor in = Tensor::zeros({1, 6}, DType::I64);
-  m.train();
-  EXPECT_FALSE(graph_has_op(m.loss(in, in), "fused_causal_attention"));
+  m.dropout_rng.seed_with(1);
+  const double l1 = m.loss(in, in).data().item();
+  m.dropout_rng.seed_with(2);
+  EXPECT_NE(m.loss(in, in).data().item(), l1);
   m.eval();
   EXPECT_TRUE(graph_has_op(m.loss(in, in), "fused_causal_attention"));
   nn::set_fused_attention(false);

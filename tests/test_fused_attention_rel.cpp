@@ -82,7 +82,7 @@ struct Outcome {
   RelTerms rel;
 };
 
-Outcome run(const Inputs& in, const Case& c, const Tensor& seed_grad, bool fused) {
+Outcome run(const Inputs& in, const Case& c, const Tensor& seed_grad, bool fused, const DropoutMask& drop = {}) {
   auto leaf = [](const Tensor& t) { return t.defined() ? Variable(t.clone(), true) : Variable(); };
   Outcome x{leaf(in.q), leaf(in.k), leaf(in.v), leaf(in.bias), Variable(), {}};
   x.rel.qidx = in.qidx;
@@ -91,18 +91,19 @@ Outcome run(const Inputs& in, const Case& c, const Tensor& seed_grad, bool fused
   x.rel.krel = leaf(in.krel);
   x.rel.vrel = leaf(in.vrel);
   const double scale = 1.0 / std::sqrt((double)c.Dh);
-  x.o = fused ? fused_causal_attention(x.q, x.k, x.v, x.bias, scale, c.window, x.rel)
-              : causal_attention_composed(x.q, x.k, x.v, x.bias, scale, c.window, x.rel);
+  x.o = fused ? fused_causal_attention(x.q, x.k, x.v, x.bias, scale, c.window, x.rel, 0, drop)
+              : causal_attention_composed(x.q, x.k, x.v, x.bias, scale, c.window, x.rel, drop);
   x.o.backward(seed_grad);
   return x;
 }
 
-void compare_with_composed(const Case& c, DType dt, double tol, uint64_t seed) {
-  SCOPED_TRACE(c.str() + (dt == DType::F32 ? " f32" : " f64"));
+// drop: the same dropout mask on both paths (inactive: none)
+void compare_with_composed(const Case& c, DType dt, double tol, uint64_t seed, const DropoutMask& drop = {}) {
+  SCOPED_TRACE(c.str() + (dt == DType::F32 ? " f32" : " f64") + (drop.active() ? " dropout" : ""));
   Rng r(seed);
   const Inputs in = make_inputs(c, dt, r);
   const Tensor g = uniform_tensor(r, {c.B, c.H, c.T, c.Dh}, dt);
-  Outcome f = run(in, c, g, true), u = run(in, c, g, false);
+  Outcome f = run(in, c, g, true, drop), u = run(in, c, g, false, drop);
   EXPECT_EQ(f.o.op_name(), "fused_causal_attention");
   EXPECT_LE(rel_err(f.o.data(), u.o.data()), tol) << "output";
   EXPECT_LE(rel_err(f.q.grad(), u.q.grad()), tol) << "dq";
@@ -154,6 +155,17 @@ TEST(FusedAttentionRel, MatchesComposedF32) {
 TEST(FusedAttentionRel, MatchesComposedF64) {
   uint64_t seed = 300;
   for (const Case& c : all_cases()) compare_with_composed(c, DType::F64, 1e-10, seed++);
+}
+
+// Dropout inside the kernels: the value term's weights and dvrel take the dropped
+// probabilities, ds the undropped ones times the mask (AttnDims::dropout).
+TEST(FusedAttentionRel, MatchesComposedWithDropout) {
+  uint64_t seed = 500;
+  for (const Case& c : all_cases()) {
+    compare_with_composed(c, DType::F32, 2e-5, seed, dropout_mask(0.3, seed));
+    compare_with_composed(c, DType::F64, 1e-10, seed + 1, dropout_mask(0.5, seed + 1));
+    seed += 2;
+  }
 }
 
 TEST(FusedAttentionRel, GradcheckF64EachTerm) {

@@ -15,6 +15,9 @@
 //   l = l e^(m - m') + rowsum p;  o = o e^(m - m') + p v;  at the end o /= l, lse = m + ln l
 // Backward (recomputation), per (b, h), key blocks outer, query blocks inner:
 //   D_i = do_i . o_i;  p = e^(s - lse_i);  dv += p^T do;  dp = do v^T;  ds = p (dp - D_i)
+// Dropout (AttnDims::dropout, training): the forward multiplies p by the mask's factor z after the
+// normaliser has summed it (o = (p z) v / l); the backward takes dv += (p z)^T do and
+// ds = p (z dp - D_i), D_i = do_i . o_i unchanged (sum_j p_ij z_ij dp_ij = do_i . o_i).
 //   dq += scale ds k;  dk += scale ds^T q;  dbias[h] += ds (summed over the batch)
 // OpenMP: forward over (b, h, query block), longest blocks first; backward over (b, h) — dk, dv
 // and dq of one (b, h) belong to one thread. A bias gradient is shared by the batch: then the
@@ -447,6 +450,13 @@ F exp_sub_row(F* p, ColRange cr, F m) {
   return hsum<F>(acc);
 }
 
+// p[c] *= z(base + c) on the visible columns [cl, ch): the dropout factor of element (i, j0 + c)
+// of p [B, H, T, S] (AttnDims::dropout); the others are 0 already.
+template <class F>
+void drop_row(F* p, ColRange cr, const DropoutMask& m, uint64_t base) {
+  for (int64_t c = cr.cl; c < cr.ch; ++c) p[c] *= m.factor<F>(base + (uint64_t)c);
+}
+
 // Relative logit terms of query i on the key tile starting at j0: row[c] += qrel[i, qidx[i, j]]
 // + krel[j, kidx[i, j]] (j = j0 + c) for the visible columns [cl, ch), before scaling.
 // qrel_bh, krel_bh: the (b, h) slices of qrel [T, Rq] and krel [S, Rk].
@@ -520,6 +530,7 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
   if (g.BH == 0 || T == 0) return;
   const F sc = (F)d.scale;
   const F ninf = -std::numeric_limits<F>::infinity();
+  const bool dropping = d.dropout.active();
   // keys of (b, h): K^T tiles [nkb][Dp][BC]; V as rows of Dp ([S, Dp]: v itself when Dh == Dp)
   const bool direct = T <= kDirectRows;  // scores from k in place, no K^T tiles
   // bf16 products (--precision bf16); not for a decode step's few queries, where packing the
@@ -585,7 +596,8 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
           const F mnew = std::max(m[r], mx);
           const F alpha = std::exp(m[r] - mnew);  // 0 on the first visible tile (m = -inf)
           const F sum = exp_sub_row(srow, cr, mnew);
-          l[r] = l[r] * alpha + sum;
+          l[r] = l[r] * alpha + sum;  // the normaliser sums the undropped p
+          if (dropping) drop_row(srow, cr, d.dropout, (uint64_t)((bh * T + i) * S + j0));
           if (alpha != F(1)) {
             F* orow = ot.data() + r * Dp;
             const Vec<F> av = splat(alpha);
@@ -650,6 +662,7 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
     std::fill(dv, dv + g.BH * KS * Dh, F(0));
   }
   const F sc = (F)d.scale;
+  const bool dropping = d.dropout.active();
   const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   const int64_t G = dbias ? std::min<int64_t>(B, ceil_div(nt, H)) : B;  // batch groups
   Scratch<F> extra(dbias && G > 1 ? (G - 1) * HTS : 0);
@@ -757,13 +770,22 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
                 } else {
                   for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] += gv[ix[c]];
                 }
-                if (want_dvrel) bin_row(prel.data() + i * Rq, prow, ix, cr, qc);
               }
               const F Di = D[i];  // ds = p (dp - D) where visible, else 0 (dp is not computed there)
               std::fill(drow, drow + cr.cl, F(0));
+              if (dropping) {  // dp above is d/d(p z): ds = p (z dp - D); dv and prel take p z
+                const uint64_t base = (uint64_t)((bh * T + i) * S + j0);
+                for (int64_t c = cr.cl; c < cr.ch; ++c) {
+                  const F z = d.dropout.factor<F>(base + (uint64_t)c);
+                  drow[c] = prow[c] * (z * drow[c] - Di);
+                  prow[c] *= z;
+                }
+              } else {
 #pragma omp simd
-              for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] = prow[c] * (drow[c] - Di);
+                for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] = prow[c] * (drow[c] - Di);
+              }
               std::fill(drow + cr.ch, drow + BC, F(0));
+              if (want_dvrel) bin_row(prel.data() + i * Rq, prow, rel.qidx + i * S + j0, cr, qc);
               if (dqrel_bh) {  // dqrel[i, qidx[i, j]] += scale ds_ij
                 const int32_t* ix = rel.qidx + i * S + j0;
                 F* dqr = dqrel_bh + i * Rq;

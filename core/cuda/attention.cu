@@ -17,6 +17,8 @@
 //                  dk_j = scale sum_i ds_ij q_i, dkrel[j, kidx_ij] += scale ds_ij
 //             dvrel[r, c] = sum over (b, h, i) of prel[b, h, i, r] do[b, h, i, c]: partials over
 //                  fixed row chunks, then the chunks added in order (reduce.cu's column_sum_add)
+// Dropout (AttnDims::dropout): the forward weights v by p z after l has summed p; the backward
+// takes ds = p (z dp - D_i), dv and prel from p z (D_i = do_i . o_i still holds).
 // The relative bins (dqrel, prel, dkrel) belong to one row; the lane owning index r (r mod 32)
 // adds the tile's entries in order. Every sum has a fixed order: results are bitwise the same
 // run to run and under every thread schedule. No atomics.
@@ -53,6 +55,12 @@ struct Args {
   int64_t B, H, T, S, Dh, window, Rq, Rk, off;  // off = S - T
   int64_t KS;                  // rows per (b, h) in k, v, dk, dv (AttnDims::kv_stride)
   F scale;
+  DropoutMask drop;            // AttnDims::dropout (inactive: no dropout)
+  bool dropping;
+  // z_ij: the dropout factor of p[b, h, i, j] (1 without dropout)
+  __device__ F z(int64_t bh, int64_t i, int64_t j) const {
+    return dropping ? drop.factor<F>((uint64_t)((bh * T + i) * S + j)) : F(1);
+  }
 };
 
 __device__ inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -170,8 +178,8 @@ __global__ void attn_forward_kernel(Args<T> a, int64_t ntiles, T* out, T* lse) {
     const T mnew = m < mx ? mx : m;
     const T alpha = std::exp(m - mnew);  // 0 on the first visible tile
     const T p = std::exp(s - mnew);
-    l = l * alpha + warp_sum(p);
-    Ps[w * kTile + lane] = p;
+    l = l * alpha + warp_sum(p);  // the normaliser sums the undropped p
+    Ps[w * kTile + lane] = a.dropping && lane < nb ? p * a.z(bh, i, j) : p;
     __syncwarp();
     for (int64_t c = lane; c < Dh; c += 32) {
       T o = Os[w * ld + c] * alpha;
@@ -262,7 +270,13 @@ __global__ void attn_dq_kernel(Args<T> a, int64_t ntiles, bool walk_batch, const
       const bool vis = lane < nb && sees(a, i, j);
       if (vis && finite(L)) {
         p = std::exp(logit(a, bh, h, i, j, dot(Qs + w * ld, Ks + lane * ld, Dh)) - L);
-        ds = p * (dprob(a, Gs + w * ld, Vs + lane * ld, i, j) - Di);
+        if (a.dropping) {  // dprob is d/d(p z): ds = p (z dp - D); prel bins p z
+          const T zj = a.z(bh, i, j);
+          ds = p * (zj * dprob(a, Gs + w * ld, Vs + lane * ld, i, j) - Di);
+          p *= zj;
+        } else {
+          ds = p * (dprob(a, Gs + w * ld, Vs + lane * ld, i, j) - Di);
+        }
       }
       if (dbias && vis) dbias[(h * a.T + i) * a.S + j] += ds;
       DSs[w * kTile + lane] = ds;
@@ -329,7 +343,13 @@ __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const
     T p = T(0), ds = T(0);
     if (lane < nq && sees(a, i, j) && finite(Ls[lane])) {
       p = std::exp(logit(a, bh, h, i, j, dot(Qs + lane * ld, Kr + w * ld, Dh)) - Ls[lane]);
-      ds = p * (dprob(a, Gs + lane * ld, Vr + w * ld, i, j) - Dsm[lane]);
+      if (a.dropping) {  // ds = p (z dp - D); dv takes p z
+        const T zj = a.z(bh, i, j);
+        ds = p * (zj * dprob(a, Gs + lane * ld, Vr + w * ld, i, j) - Dsm[lane]);
+        p *= zj;
+      } else {
+        ds = p * (dprob(a, Gs + lane * ld, Vr + w * ld, i, j) - Dsm[lane]);
+      }
     }
     Ps[w * kTile + lane] = p;
     DSs[w * kTile + lane] = ds;
@@ -399,6 +419,8 @@ Args<T> make_args(const AttnDims& d, const Tensor& q, const Tensor& k, const Ten
   a.B = d.B, a.H = d.H, a.T = d.T, a.S = d.S, a.Dh = d.Dh, a.window = d.window;
   a.Rq = rel.Rq, a.Rk = rel.Rk, a.off = d.S - d.T, a.KS = d.kv_stride();
   a.scale = (T)d.scale;
+  a.drop = d.dropout;
+  a.dropping = d.dropout.active();
   return a;
 }
 
