@@ -13,7 +13,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 foreach(dir core core/cpu autograd nn posenc train)
-  file(GLOB _hdrs ${CMAKE_SOURCE_DIR}/${dir}/*.h)
+  file(GLOB _hdrs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/${dir}/*.h)  # a new header installs without a re-configure
   install(FILES ${_hdrs} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ctxlab/${dir})
 endforeach()
 install(FILES ${CMAKE_SOURCE_DIR}/include/ctxlab/ctxlab.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ctxlab)
