@@ -216,6 +216,33 @@ def cmd_resume():
         diffs = tensors_equal(os.path.join(S1, f), os.path.join(S2, f))
         check(f"resume: sgd {f} equal bit for bit after resume", not diffs, "; ".join(diffs[:5]))
 
+    # Dropout: the masks come from the dropout Rng's state (one seed per call), saved with the
+    # optimizer state, so a resumed run with dropout ends bit for bit like the uninterrupted one;
+    # and dropout is on (the first loss differs from the run without it).
+    cfg = os.path.join(d, "tiny_dropout.json")
+    with open(cfg, "w") as f:
+        json.dump({"vocab_size": 256, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256, "context": 64,
+                   "norm": "layernorm", "tie_embeddings": True, "dropout": 0.2,
+                   "posenc": {"type": "rope"}}, f)
+    D1, D2, D0 = os.path.join(d, "D1"), os.path.join(d, "D2"), os.path.join(d, "D0")
+    drop = ["train", "--config", cfg, "--quiet", "--no-plot", "--steps", 6, "--batch", 2, "--eval-interval", 0]
+    must_run("resume: dropout 0.2 runs", drop + ["--out", D1])
+    must_run("resume: dropout stopped after 3", drop + ["--out", D2, "--stop-after", 3])
+    must_run("resume: dropout --resume", ["train", "--resume", D2, "--quiet"])
+    for f in ("model.safetensors", "model.optim.safetensors"):
+        diffs = tensors_equal(os.path.join(D1, f), os.path.join(D2, f))
+        check(f"resume: dropout {f} equal bit for bit after resume", not diffs, "; ".join(diffs[:5]))
+    with open(cfg) as f:
+        c0 = json.load(f)
+    c0["dropout"] = 0.0
+    cfg0 = os.path.join(d, "tiny_nodropout.json")
+    with open(cfg0, "w") as f:
+        json.dump(c0, f)
+    must_run("resume: the same model without dropout", [a if a != cfg else cfg0 for a in drop] + ["--out", D0])
+    l_drop = read_csv(os.path.join(D1, "train.csv"))[0]["loss"]
+    l_none = read_csv(os.path.join(D0, "train.csv"))[0]["loss"]
+    check("resume: dropout changes the first loss", l_drop != l_none, f"{l_drop} vs {l_none}")
+
     # Gradient accumulation: --batch 4 --accum 2 draws the same 8 windows as --batch 8 (the
     # sampler draws window starts in order), so losses agree to float rounding.
     G1, G2 = os.path.join(d, "G1"), os.path.join(d, "G2")
