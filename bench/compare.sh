@@ -14,6 +14,8 @@ usage: bench/compare.sh [options] [-- args for both benchmarks, e.g. --steps 5 -
 
   --rounds N              pairs of runs, ctxlab then pytorch each round (default 3)
   --preset NAME           tiny | small | medium (default small)
+  --config FILE           a model config JSON (MODEL_SPEC §2) instead of the preset, for both
+                          (e.g. bench/configs/small-dropout.json: small with dropout 0.1)
   --posenc X              type name or JSON (default: the preset's, learned)
   --torch-settings S      best: PyTorch's fastest wait policy, measured (docs/threading.md):
                           GOMP_SPINCOUNT=1000 for today's PyTorch (as the ctxlab CLI sets it),
@@ -45,11 +47,12 @@ examples:
   bench/compare.sh --torch-settings installed --posenc alibi --attention fast
   bench/compare.sh --peer venv --peer-mode compile --preset small --posenc rope
   bench/compare.sh --peer venv --precision bf16 --preset medium
+  bench/compare.sh --peer venv --attention fast --config bench/configs/small-dropout.json
 EOF
 }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ROUNDS=3 PRESET=small POSENC="" SETTINGS=best ATTENTION=manual THREADS=2 PEAK="" CSV="" JSONDIR=""
+ROUNDS=3 PRESET=small CONFIG="" POSENC="" SETTINGS=best ATTENTION=manual THREADS=2 PEAK="" CSV="" JSONDIR=""
 CTXLAB="" PEER_ARG=debian PEER_MODE=eager PRECISION=fp32
 # PyTorch's best OpenBLAS core type: Cooperlake on an AVX-512 CPU (the machines export Haswell,
 # which halves OpenBLAS there), Haswell on an AVX2-only one (bench/README.md measures both)
@@ -61,6 +64,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS="${2:?}"; shift 2 ;;
     --preset) PRESET="${2:?}"; shift 2 ;;
+    --config) CONFIG="${2:?}"; shift 2 ;;
     --posenc) POSENC="${2:?}"; shift 2 ;;
     --torch-settings) SETTINGS="${2:?}"; shift 2 ;;
     --attention) ATTENTION="${2:?}"; shift 2 ;;
@@ -122,7 +126,14 @@ TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 [[ -n "$JSONDIR" ]] && mkdir -p "$JSONDIR"
 
-COMMON=(--preset "$PRESET")
+if [[ -n "$CONFIG" ]]; then
+  [[ -f "$CONFIG" ]] || die "--config: no such file '$CONFIG'"
+  COMMON=(--config "$CONFIG")
+  MODEL_NAME="$CONFIG"
+else
+  COMMON=(--preset "$PRESET")
+  MODEL_NAME="$PRESET"
+fi
 [[ -n "$POSENC" ]] && COMMON+=(--posenc "$POSENC")
 # --precision fp32 is each side's default and is not passed (a ctxlab without the flag still runs);
 # bf16 goes to both: ctxlab's own bf16 GEMMs, the peer's torch.autocast.
@@ -171,7 +182,7 @@ fi
 
 echo "machine: ${CPU_MODEL:-unknown CPU}${CPU_ID:+ ($CPU_ID)}, $(nproc) cores visible; flags: ${CPU_FLAGS:-(none of avx2 fma avx512f avx512_vnni avx512_bf16 amx_tile amx_bf16)}"
 echo "peer: torch $TORCH_VERSION ($PY), $PEER_MODE; precision $PRECISION"
-echo "compare: preset $PRESET, posenc ${POSENC:-(preset default)}, threads $THREADS, torch settings $SETTINGS$(
+echo "compare: model $MODEL_NAME, posenc ${POSENC:-(preset default)}, threads $THREADS, torch settings $SETTINGS$(
   [[ $SETTINGS == best ]] && echo " ($TORCH_WAIT OPENBLAS_CORETYPE=$CORETYPE)"), attention $ATTENTION,"
 echo "         extra args: ${EXTRA[*]:-(none)}; peak $PEAK GFLOP/s ($PEAK_NOTE); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-5s %12s %12s %7s %10s %10s %9s %9s %9s %6s\n' round ctxlab_tok/s torch_tok/s ratio ctx_ms torch_ms ctx_RSS torch_RSS compile_s load1
@@ -183,15 +194,15 @@ for ((r = 1; r <= ROUNDS; r++)); do
   run_torch "${COMMON[@]}" "${PEER_ARGS[@]}" --peak-gflops "$PEAK" --json "$B" \
     >/dev/null 2>"$TMP/torch$r.err" || { cat "$TMP/torch$r.err" >&2; die "torch_peer.py failed in round $r"; }
   load1="$(cut -d' ' -f1 /proc/loadavg)"
-  [[ -n "$JSONDIR" ]] && cp "$A" "$JSONDIR/ctxlab-$PRESET-$PRECISION-r$r.json" &&
-    cp "$B" "$JSONDIR/pytorch-$TORCH_VERSION-$PEER_MODE-$PRECISION-$PRESET-r$r.json"
+  [[ -n "$JSONDIR" ]] && cp "$A" "$JSONDIR/ctxlab-$(basename "$MODEL_NAME" .json)-$PRECISION-r$r.json" &&
+    cp "$B" "$JSONDIR/pytorch-$TORCH_VERSION-$PEER_MODE-$PRECISION-$(basename "$MODEL_NAME" .json)-r$r.json"
   ta="$(jget "$A" tokens_per_s)" tb="$(jget "$B" tokens_per_s)"
   ratio="$("$HPY" -c 'import sys; print("%.3f" % (float(sys.argv[1]) / float(sys.argv[2])))' "$ta" "$tb")"
   RATIOS+=("$ratio")
   csec="$(jget "$B" compile_s)"; [[ "$csec" == null || "$csec" == None ]] && csec=-
   printf '%-5s %12s %12s %7s %10s %10s %9s %9s %9s %6s\n' "$r" "$ta" "$tb" "$ratio" "$(jget "$A" ms_per_step.median)" \
     "$(jget "$B" ms_per_step.median)" "$(jget "$A" peak_rss_mb)MB" "$(jget "$B" peak_rss_mb)MB" "$csec" "$load1"
-  ROWS+=("$r,$PRESET,$(jget "$A" posenc),$(jget "$A" batch),$(jget "$A" context),$THREADS,$SETTINGS,$ATTENTION,$TORCH_VERSION,$PEER_MODE,$PRECISION,$csec,$ta,$tb,$ratio,$(
+  ROWS+=("$r,$MODEL_NAME,$(jget "$A" posenc),$(jget "$A" batch),$(jget "$A" context),$THREADS,$SETTINGS,$ATTENTION,$TORCH_VERSION,$PEER_MODE,$PRECISION,$csec,$ta,$tb,$ratio,$(
     jget "$A" ms_per_step.median),$(jget "$B" ms_per_step.median),$(jget "$A" forward_ms),$(jget "$A" backward_ms),$(
     jget "$A" optimizer_ms),$(jget "$B" forward_ms),$(jget "$B" backward_ms),$(jget "$B" optimizer_ms),$(
     jget "$A" peak_rss_mb),$(jget "$B" peak_rss_mb),$(jget "$A" achieved_gflops),$(jget "$B" achieved_gflops),$load1")

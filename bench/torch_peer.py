@@ -80,11 +80,12 @@ FAST_NOTES_SDPA = {
 }
 
 
-def sdpa_causal(q, k, v):
-    """Causal attention through the installed torch's SDPA, [B, H, T, d] -> [B, H, T, d]."""
+def sdpa_causal(q, k, v, dropout_p=0.0):
+    """Causal attention through the installed torch's SDPA, [B, H, T, d] -> [B, H, T, d]
+    (dropout_p: on the probabilities, training only)."""
     if HAS_SDPA:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return F._scaled_dot_product_attention(q, k, v, is_causal=True)[0]
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+    return F._scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)[0]
 
 
 def preset_config(name, posenc, config_file=None):
@@ -154,6 +155,7 @@ class Attention(nn.Module):
         self.type = cfg["posenc"]["type"]
         self.pec = cfg["posenc"]
         self.fast = fast
+        self.drop = cfg["dropout"]  # on the probabilities, as nn/attention.cpp
         self.scale = 1.0 / math.sqrt(self.d)
         self.qkv = nn.Linear(D, 3 * D)
         self.proj = nn.Linear(D, D)
@@ -180,11 +182,13 @@ class Attention(nn.Module):
         if t == "rope":
             cos, sin = tabs["cos"][:T], tabs["sin"][:T]
             q, k = rope_rotate(q, cos, sin, self.pec["pairing"]), rope_rotate(k, cos, sin, self.pec["pairing"])
+        pdrop = self.drop if self.training else 0.0
         if self.fast and t in ("none", "learned", "sinusoidal", "rope"):
-            o = sdpa_causal(q, k, v)
+            o = sdpa_causal(q, k, v, pdrop)
             return self.proj(o.transpose(1, 2).reshape(B, T, D))
         if self.fast and HAS_SDPA and t == "alibi":
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=tabs["alibi"][:, :T, :T].to(q.dtype))
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=tabs["alibi"][:, :T, :T].to(q.dtype),
+                                               dropout_p=pdrop)
             return self.proj(o.transpose(1, 2).reshape(B, T, D))
         if t == "rope":
             s = self.scores(q, k, mask)
@@ -217,6 +221,8 @@ class Attention(nn.Module):
         else:  # none, learned, sinusoidal
             s = self.scores(q, k, mask)
         p = torch.softmax(s, dim=-1)
+        if pdrop > 0:
+            p = F.dropout(p, pdrop, True)
         o = torch.matmul(p, v)
         if extra_v is not None:  # shaw value term: bucket the probabilities, then one small matmul
             n = self.pe.rel_v.shape[0]
@@ -259,10 +265,14 @@ class Block(nn.Module):
         self.attn = Attention(cfg, T, fast)
         self.norm2 = nn.LayerNorm(D, eps=eps)
         self.mlp = MLP(D, cfg["d_ff"])
+        self.drop = cfg["dropout"]  # on both residual branches, as nn/gpt.cpp
 
     def forward(self, x, tabs, shared):
-        x = x + self.attn(self.norm1(x), tabs, shared)
-        return x + self.mlp(self.norm2(x))
+        if self.drop == 0:  # the graph without dropout nodes at all
+            x = x + self.attn(self.norm1(x), tabs, shared)
+            return x + self.mlp(self.norm2(x))
+        x = x + F.dropout(self.attn(self.norm1(x), tabs, shared), self.drop, self.training)
+        return x + F.dropout(self.mlp(self.norm2(x)), self.drop, self.training)
 
 
 class GPT(nn.Module):
@@ -349,6 +359,8 @@ class GPT(nn.Module):
             scale = 1.0 / math.sqrt(2 * d)
             rel = self.pe.rel_bias(tabs["t5_idx"][:T, :T]).permute(2, 0, 1)             # [H, T, T]
             shared = torch.baddbmm(rel + tabs["mask"][:T, :T], uq, uk.transpose(1, 2), alpha=scale)
+        if self.cfg["dropout"] > 0:  # the embedding's, as nn/gpt.cpp
+            x = F.dropout(x, self.cfg["dropout"], self.training)
         for blk in self.blocks:
             x = blk(x, tabs, shared)
         w = self.wte.weight if self.cfg["tie_embeddings"] else self.lm_head.weight

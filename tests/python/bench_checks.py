@@ -132,7 +132,8 @@ try:
     for args, msg in ((["--peer-mode", "jit"], "--peer-mode must be eager or compile"),
                       (["--precision", "fp16"], "--precision must be fp32 or bf16"),
                       (["--peer", "/nonexistent/python"], "is not an executable python"),
-                      (["--peer", "debian", "--peer-mode", "compile"], "has no torch.compile")):
+                      (["--peer", "debian", "--peer-mode", "compile"], "has no torch.compile"),
+                      (["--config", "/nonexistent/model.json"], "--config: no such file")):
         rc, out, err = run([C] + args)
         check(rc == 2 and msg in err, f"compare.sh {' '.join(args)}: exit 2 with \"{msg}\" (got {rc}: {err.strip()[-120:]})")
 
@@ -163,6 +164,15 @@ try:
     check(rc1 == 0 and rc2 == 0 and j1.get("params") == j2.get("params") and j1.get("final_loss") == j2.get("final_loss"),
           f"torch_peer --config (tiny's fields) == --preset tiny: params {j1.get('params')} / {j2.get('params')}, "
           f"loss {j1.get('final_loss')} / {j2.get('final_loss')}")
+    # the config's dropout is applied (embedding, probabilities, residual branches, as nn/gpt.cpp)
+    cfgd = os.path.join(tmp, "tiny_dropout.json")
+    with open(cfgd, "w") as f:
+        json.dump({"vocab_size": 256, "d_model": 64, "n_layers": 2, "n_heads": 4, "context": 64, "dropout": 0.3}, f)
+    rc3, out3, err3 = run(P + base[2:] + ["--config", cfgd])
+    j3 = json.loads(out3) if rc3 == 0 else {}
+    check(rc3 == 0 and rc2 == 0 and j3.get("params") == j2.get("params") and j3.get("final_loss") != j2.get("final_loss"),
+          f"torch_peer --config with dropout 0.3: runs, another loss than without ({j3.get('final_loss')} vs "
+          f"{j2.get('final_loss')}; {rc3}: {err3.strip()[-160:]})")
     for args, msg in ((["--precision", "tf32"], "--precision tf32 is a CUDA mode"),
                       (["--config", os.path.join(tmp, "missing.json")], "missing.json"),
                       (["--compile"] if not hasattr(torch, "compile") else ["--compile", "--warmup", "1"],
