@@ -1,7 +1,8 @@
 // examples/step_timing.cpp — times forward+backward of a preset on random tokens (a quick
 // health check of speed; the full benchmark is `ctxlab bench`). CTXLAB_PROFILE=1 adds the
 // per-op profile of the warm steps:
-//   CTXLAB_PROFILE=1 build/example_step_timing small 8 ['{"type":"shaw"}' [bf16]]
+//   CTXLAB_PROFILE=1 build/example_step_timing small 8 ['{"type":"shaw"}' [bf16 [dropout]]]
+// ('-' keeps the preset's encoding; dropout: the config's dropout rate, training mode)
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   int64_t B = argc > 2 ? std::stoll(argv[2]) : 8;
   ModelConfig cfg = preset_config(preset);
   if (argc > 3 && std::string(argv[3]) != "-") cfg.posenc = nlohmann::json::parse(argv[3]);  // e.g. '{"type":"shaw"}'
+  if (argc > 5) cfg.dropout = std::stod(argv[5]);  // e.g. 0.1
   if (argc > 4) {  // fp32 | bf16, as --precision (says so and runs fp32 without avx512_bf16)
     std::string note = apply_precision_request(precision_from_string(argv[4]), false, Device::CPU);
     if (!note.empty()) std::printf("%s\n", note.c_str());
