@@ -15,10 +15,10 @@
 //   l = l e^(m - m') + rowsum p;  o = o e^(m - m') + p v;  at the end o /= l, lse = m + ln l
 // Backward (recomputation), per (b, h), key blocks outer, query blocks inner:
 //   D_i = do_i . o_i;  p = e^(s - lse_i);  dv += p^T do;  dp = do v^T;  ds = p (dp - D_i)
+//   dq += scale ds k;  dk += scale ds^T q;  dbias[h] += ds (summed over the batch)
 // Dropout (AttnDims::dropout, training): the forward multiplies p by the mask's factor z after the
 // normaliser has summed it (o = (p z) v / l); the backward takes dv += (p z)^T do and
 // ds = p (z dp - D_i), D_i = do_i . o_i unchanged (sum_j p_ij z_ij dp_ij = do_i . o_i).
-//   dq += scale ds k;  dk += scale ds^T q;  dbias[h] += ds (summed over the batch)
 // OpenMP: forward over (b, h, query block), longest blocks first; backward over (b, h) — dk, dv
 // and dq of one (b, h) belong to one thread. A bias gradient is shared by the batch: then the
 // work items are (h, group of batch rows) and each group adds into its own [H, T, S] buffer,
