@@ -167,6 +167,11 @@ std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all) {
   return {in, tg};
 }
 
+const char* const kDeterministicHelp =
+    "the same run whatever the number of MPI ranks, --accum or threads, bit for bit: the batch runs as canonical "
+    "shards of <= 1024 rows whose gradients add in a fixed tree (train/grad_tree.h), and every fp32 GEMM in "
+    "OpenBLAS blocks fixed by the shape (core/determinism.h); slower: docs/distributed.md measures it";
+
 void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt) {
   if (a.count("data")) opt.data = a["data"].as<std::string>();
   opt.val_fraction = a["val-fraction"].as<double>();

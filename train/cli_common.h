@@ -26,6 +26,8 @@ void require(const cxxopts::ParseResult& r, const char* name, const cxxopts::Opt
 // warmup, weight-decay, beta1, beta2, grad-clip, seed, out, log/eval/ckpt intervals, eval-batches,
 // no-plot, quiet), read into `opt`; each verb sets the rest (context, optimizer, min-lr, ...).
 void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt);
+// The help of --deterministic, which `train` and `finetune` both define (read_train_options reads it).
+extern const char* const kDeterministicHelp;
 // --device cpu|cuda: the device named; throws one line when it is not "cpu" or "cuda", or when
 // this build has no CUDA backend.
 Device device_from_option(const std::string& s);

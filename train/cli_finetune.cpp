@@ -88,7 +88,7 @@ int run_finetune(int argc, char** argv) {
   o.add_options("optimisation")("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value("200"))(
       "batch", "sequences per micro-batch", cxxopts::value<int64_t>()->default_value("4"))(
       "accum", "micro-batches per step", cxxopts::value<int64_t>()->default_value("1"))(
-      "deterministic", "the same run whatever the number of MPI ranks, --accum or threads, bit for bit: the batch runs as canonical shards of <= 1024 rows whose gradients add in a fixed tree (train/grad_tree.h), and every fp32 GEMM in OpenBLAS blocks fixed by the shape (core/determinism.h); slower: docs/distributed.md measures it")(
+      "deterministic", kDeterministicHelp)(
       "lr", "learning rate after warmup (constant unless --min-lr is lower: then cosine to it)",
       cxxopts::value<double>()->default_value("2e-4"))(
       "min-lr", "final learning rate (default: --lr, i.e. constant)", cxxopts::value<double>())(

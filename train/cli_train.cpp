@@ -40,7 +40,7 @@ int run_train(int argc, char** argv) {
   o.add_options("optimisation")("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value(s(d.steps)))(
       "batch", "sequences per micro-batch", cxxopts::value<int64_t>()->default_value(s(d.batch)))(
       "accum", "micro-batches per step (gradient accumulation)", cxxopts::value<int64_t>()->default_value("1"))(
-      "deterministic", "the same run whatever the number of MPI ranks, --accum or threads, bit for bit: the batch runs as canonical shards of <= 1024 rows whose gradients add in a fixed tree (train/grad_tree.h), and every fp32 GEMM in OpenBLAS blocks fixed by the shape (core/determinism.h); slower: docs/distributed.md measures it")(
+      "deterministic", kDeterministicHelp)(
       "optimizer", "adamw | sgd", cxxopts::value<std::string>()->default_value(d.optimizer))(
       "lr", "peak learning rate", cxxopts::value<double>()->default_value("1e-3"))(
       "min-lr", "learning rate at the end of the cosine", cxxopts::value<double>()->default_value("1e-4"))(

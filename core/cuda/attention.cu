@@ -57,7 +57,8 @@ struct Args {
   F scale;
   DropoutMask drop;            // AttnDims::dropout (inactive: no dropout)
   bool dropping;
-  // z_ij: the dropout factor of p[b, h, i, j] (1 without dropout)
+  // z_ij: the dropout factor of p[b, h, i, j]; exactly 1 without dropout, so the products with
+  // it leave the no-dropout bits unchanged
   __device__ F z(int64_t bh, int64_t i, int64_t j) const {
     return dropping ? drop.factor<F>((uint64_t)((bh * T + i) * S + j)) : F(1);
   }
@@ -179,7 +180,7 @@ __global__ void attn_forward_kernel(Args<T> a, int64_t ntiles, T* out, T* lse) {
     const T alpha = std::exp(m - mnew);  // 0 on the first visible tile
     const T p = std::exp(s - mnew);
     l = l * alpha + warp_sum(p);  // the normaliser sums the undropped p
-    Ps[w * kTile + lane] = a.dropping && lane < nb ? p * a.z(bh, i, j) : p;
+    Ps[w * kTile + lane] = p * a.z(bh, i, j);  // p z (p = 0 past the tile or the mask)
     __syncwarp();
     for (int64_t c = lane; c < Dh; c += 32) {
       T o = Os[w * ld + c] * alpha;
@@ -270,13 +271,9 @@ __global__ void attn_dq_kernel(Args<T> a, int64_t ntiles, bool walk_batch, const
       const bool vis = lane < nb && sees(a, i, j);
       if (vis && finite(L)) {
         p = std::exp(logit(a, bh, h, i, j, dot(Qs + w * ld, Ks + lane * ld, Dh)) - L);
-        if (a.dropping) {  // dprob is d/d(p z): ds = p (z dp - D); prel bins p z
-          const T zj = a.z(bh, i, j);
-          ds = p * (zj * dprob(a, Gs + w * ld, Vs + lane * ld, i, j) - Di);
-          p *= zj;
-        } else {
-          ds = p * (dprob(a, Gs + w * ld, Vs + lane * ld, i, j) - Di);
-        }
+        const T zj = a.z(bh, i, j);  // dprob is d/d(p z): ds = p (z dp - D); prel bins p z
+        ds = p * (zj * dprob(a, Gs + w * ld, Vs + lane * ld, i, j) - Di);
+        p *= zj;
       }
       if (dbias && vis) dbias[(h * a.T + i) * a.S + j] += ds;
       DSs[w * kTile + lane] = ds;
@@ -343,13 +340,9 @@ __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const
     T p = T(0), ds = T(0);
     if (lane < nq && sees(a, i, j) && finite(Ls[lane])) {
       p = std::exp(logit(a, bh, h, i, j, dot(Qs + lane * ld, Kr + w * ld, Dh)) - Ls[lane]);
-      if (a.dropping) {  // ds = p (z dp - D); dv takes p z
-        const T zj = a.z(bh, i, j);
-        ds = p * (zj * dprob(a, Gs + lane * ld, Vr + w * ld, i, j) - Dsm[lane]);
-        p *= zj;
-      } else {
-        ds = p * (dprob(a, Gs + lane * ld, Vr + w * ld, i, j) - Dsm[lane]);
-      }
+      const T zj = a.z(bh, i, j);  // ds = p (z dp - D); dv takes p z
+      ds = p * (zj * dprob(a, Gs + lane * ld, Vr + w * ld, i, j) - Dsm[lane]);
+      p *= zj;
     }
     Ps[w * kTile + lane] = p;
     DSs[w * kTile + lane] = ds;
