@@ -3,10 +3,17 @@
 // stored, built on the host or uploaded: the forward and the backward each recompute it from the
 // call's seed (as PyTorch's CUDA dropout draws Philox numbers from (seed, offset)).
 //
-//   u_i  = top 32 bits of SplitMix64's output function at seed + (i + 1) * 0x9E3779B97F4A7C15
-//          (element i of the SplitMix64 sequence started at seed)
-//   keep = u_i >= threshold,  threshold = round(p * 2^32)    (P(drop) = p within 2^-33)
-//   y_i  = x_i * (keep ? 1 / (1 - p) : 0)                     (in x's dtype; NaN * 0 stays NaN)
+//   mix(x) = lowbias32 (C. Wellons' hash-prospector): x ^= x >> 16; x *= 0x7feb352d;
+//            x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16            (a bijection of 32-bit words)
+//   k0 = lo32(seed) ^ 0x9E3779B9,  k1 = hi32(seed) ^ 0x85EBCA6B
+//   u_i  = mix(mix(lo32(i) ^ k0) ^ hi32(i) ^ k1)                    (two rounds, 32-bit words only)
+//   keep = u_i >= threshold,  threshold = min(round(p * 2^32), 2^32 - 1)  (P(drop) = p within 2^-32)
+//   y_i  = x_i * (keep ? 1 / (1 - p) : 0)                           (in x's dtype; NaN * 0 stays NaN)
+//
+// 32-bit words because neither AVX2 nor a GPU has a 64-bit multiply: SplitMix64 (the first
+// version of this file) cost ~1.3 ns an element on an AVX2 core, this ~0.1 ns in 8-lane vectors
+// (core/cpu/dropout_simd.h). `mix` is a template so that the CPU's vector code runs this very
+// formula on vector types.
 //
 // The autograd op (autograd/ops_elementwise.cpp) draws one seed per call from the model's dropout
 // Rng, so a checkpoint's Rng state resumes the same masks.
@@ -24,16 +31,24 @@ namespace ctx {
 
 struct DropoutMask {
   uint64_t seed = 0;
-  uint64_t threshold = 0;  // dropped iff the 32-bit draw is below it (0: keep everything)
+  uint32_t threshold = 0;  // dropped iff the 32-bit draw is below it (0: keep everything)
   double scale = 1.0;      // 1 / (1 - p), the factor of the kept elements
 
-  CTX_HOST_DEVICE bool keep(uint64_t i) const {
-    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (z >> 32) >= threshold;
+  // lowbias32 on one word, or lane by lane on a vector of uint32 (GCC vector extensions)
+  template <class U>
+  CTX_HOST_DEVICE static U mix(U x) {
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
   }
+  CTX_HOST_DEVICE uint32_t key0() const { return (uint32_t)seed ^ 0x9E3779B9U; }
+  // the second round's key for the elements whose index has these high 32 bits
+  CTX_HOST_DEVICE uint32_t key1(uint32_t hi) const { return (uint32_t)(seed >> 32) ^ 0x85EBCA6BU ^ hi; }
+  CTX_HOST_DEVICE uint32_t draw(uint64_t i) const { return mix(mix((uint32_t)i ^ key0()) ^ key1((uint32_t)(i >> 32))); }
+  CTX_HOST_DEVICE bool keep(uint64_t i) const { return draw(i) >= threshold; }
   // false for the default mask (keeps everything, factor 1): no dropout
   CTX_HOST_DEVICE bool active() const { return threshold > 0 || scale != 1.0; }
   // The factor element i is multiplied by, in the tensor's dtype.
@@ -44,7 +59,8 @@ struct DropoutMask {
 inline DropoutMask dropout_mask(double p, uint64_t seed) {
   DropoutMask m;
   m.seed = seed;
-  m.threshold = (uint64_t)std::llround(p * 4294967296.0);
+  const long long t = std::llround(p * 4294967296.0);
+  m.threshold = (uint32_t)(t > 0xFFFFFFFFLL ? 0xFFFFFFFFLL : t);
   m.scale = 1.0 / (1.0 - p);
   return m;
 }

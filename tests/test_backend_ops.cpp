@@ -297,7 +297,7 @@ void elementwise_cases(std::vector<Case>& cs) {
   }
   // dropout: the mask is computed on the device from the seed, so the devices must agree exactly
   for (double p : {0.1, 0.5, 0.9})
-    for (Shape s : {Shape{1}, Shape{37}, Shape{3, 5, 70}, Shape{2, 4, 33, 33}}) {
+    for (Shape s : {Shape{1}, Shape{37}, Shape{3, 5, 70}, Shape{2, 4, 33, 33}, Shape{5, 41, 1031}}) {
       const DropoutMask m = dropout_mask(p, 0xD00Dull + (uint64_t)(p * 10));
       cs.push_back({str("dropout p ", p, " ", tn<T>(), S(s)), dt, true, 1, {},
                     [=](const Dev& D) {

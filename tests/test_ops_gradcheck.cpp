@@ -13,6 +13,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
+#include "core/cpu/dropout_simd.h"
 #include "core/rng.h"
 
 using namespace ctx;
@@ -205,23 +206,42 @@ TEST(GradcheckOps, DropoutSameMaskForwardAndBackward) {
   EXPECT_TRUE(differs);
 }
 
-// The mask is element i of the SplitMix64 sequence started at the call's seed (core/dropout_mask.h):
-// checked against the published first output for seed 0 and against Rng's own SplitMix64 (its
-// seeding draws the sequence's first four elements); then the statistics of the decisions.
-TEST(GradcheckOps, DropoutMaskIsSplitMix64AndDropsAboutP) {
-  DropoutMask m = dropout_mask(0.5, 0);
-  m.threshold = 0xE220A839ull;  // the top half of SplitMix64(0)'s first output, 0xE220A8397B1DCDAF
-  EXPECT_TRUE(m.keep(0));
-  m.threshold += 1;
-  EXPECT_FALSE(m.keep(0));
-  for (uint64_t seed : {1ull, 0x5DEECE66Dull, ~0ull}) {
-    const auto words = Rng(seed).state().s;
-    for (uint64_t k = 0; k < 4; ++k) {
-      DropoutMask at = dropout_mask(0.5, seed);
-      at.threshold = words[k] >> 32;
-      EXPECT_TRUE(at.keep(k)) << "seed " << seed << " element " << k;
-      at.threshold += 1;
-      EXPECT_FALSE(at.keep(k)) << "seed " << seed << " element " << k;
+// The mask's draw is two rounds of lowbias32 over 32-bit words (core/dropout_mask.h): known
+// answers from an independent implementation (Python integers, the header's formula), the CPU's
+// 8-lane draws (core/cpu/dropout_simd.h) equal to the scalar ones across a 2^32 boundary of the
+// index, then the statistics of the decisions.
+TEST(GradcheckOps, DropoutMaskDrawsAreKnownAndDropAboutP) {
+  struct Known {
+    uint64_t seed, i;
+    uint32_t u;
+  };
+  for (const Known& k : {Known{0, 0, 0x15b131aaU}, Known{0, 1, 0xc9c0929cU}, Known{0x0123456789ABCDEFull, 7, 0x003a0a7aU},
+                         Known{~0ull, (1ull << 32) + 5, 0xb4593159U}, Known{12345, (1ull << 32) - 1, 0x1fcdafe7U}}) {
+    DropoutMask at = dropout_mask(0.5, k.seed);
+    EXPECT_EQ(at.draw(k.i), k.u) << "seed " << k.seed << " element " << k.i;
+    at.threshold = k.u;
+    EXPECT_TRUE(at.keep(k.i));
+    at.threshold = k.u + 1;
+    EXPECT_FALSE(at.keep(k.i));
+  }
+  {
+    const DropoutMask m = dropout_mask(0.3, 0xFEEDull);
+    std::vector<uint32_t> u(1000);
+    for (uint64_t base : {0ull, 3ull, (1ull << 32) - 501, (7ull << 32) - 3}) {
+      cpu::dropout_draws(m, base, (int64_t)u.size(), u.data());
+      for (uint64_t c = 0; c < u.size(); ++c) ASSERT_EQ(u[c], m.draw(base + c)) << "base " << base << " c " << c;
+    }
+  }
+  EXPECT_EQ(dropout_mask(1.0 - 1e-12, 1).threshold, 0xFFFFFFFFU);  // p near 1: capped, not wrapped to 0
+  {  // masks of seeds one bit apart (low word, high word), and elements 2^32 apart, are unrelated
+    const int64_t n = 1 << 20;
+    const uint64_t a = 0x9D2C5680A3B1E7F1ull;
+    const DropoutMask m = dropout_mask(0.5, a);
+    for (const auto& [other, shift] : {std::pair{dropout_mask(0.5, a ^ 1), 0ull}, std::pair{dropout_mask(0.5, a ^ (1ull << 32)), 0ull},
+                                      std::pair{dropout_mask(0.5, a), 1ull << 32}}) {
+      int64_t agree = 0;
+      for (int64_t i = 0; i < n; ++i) agree += m.keep((uint64_t)i) == other.keep((uint64_t)i + shift);
+      EXPECT_NEAR((double)agree / n, 0.5, 5 * 0.5 / std::sqrt((double)n)) << "seed " << other.seed << " shift " << shift;
     }
   }
   const int64_t n = 1 << 20;

@@ -7,6 +7,7 @@
 
 #include "core/backend.h"
 #include "core/cpu/bf16_convert.h"
+#include "core/cpu/dropout_simd.h"
 #include "core/cpu/fused.h"
 #include "core/cpu/gelu_fast.h"
 #include "core/cpu/gemm.h"
@@ -275,7 +276,7 @@ class CpuBackend final : public Backend {
   void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override {
     check_cpu(x, "dropout", "x");
     check_same(x, y, "dropout");
-    CTX_DISPATCH_FLOAT(x.dtype(), "dropout", ref::dropout<T>(x.data<T>(), y.data<T>(), x.numel(), m));
+    CTX_DISPATCH_FLOAT(x.dtype(), "dropout", dropout_fast<T>(x.data<T>(), y.data<T>(), x.numel(), m));
   }
 
   void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {

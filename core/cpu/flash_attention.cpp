@@ -33,6 +33,7 @@
 #include "core/cpu/flash_attention.h"
 
 #include "core/allocator.h"
+#include "core/cpu/dropout_simd.h"
 #include "core/cpu/hsum.h"
 #include "core/precision.h"
 #include "core/switch.h"
@@ -454,7 +455,7 @@ F exp_sub_row(F* p, ColRange cr, F m) {
 // of p [B, H, T, S] (AttnDims::dropout); the others are 0 already.
 template <class F>
 void drop_row(F* p, ColRange cr, const DropoutMask& m, uint64_t base) {
-  for (int64_t c = cr.cl; c < cr.ch; ++c) p[c] *= m.factor<F>(base + (uint64_t)c);
+  if (cr.ch > cr.cl) dropout_apply(p + cr.cl, p + cr.cl, cr.ch - cr.cl, m, base + (uint64_t)cr.cl);
 }
 
 // Relative logit terms of query i on the key tile starting at j0: row[c] += qrel[i, qidx[i, j]]
@@ -775,8 +776,13 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
               std::fill(drow, drow + cr.cl, F(0));
               if (dropping) {  // dp above is d/d(p z): ds = p (z dp - D); dv and prel take p z
                 const uint64_t base = (uint64_t)((bh * T + i) * S + j0);
+                uint32_t u[BC];  // the draws of columns [cl, ch)
+                if (cr.ch > cr.cl) dropout_draws(d.dropout, base + (uint64_t)cr.cl, cr.ch - cr.cl, u);
+                const F zs = (F)d.dropout.scale;
+                const uint32_t thr = d.dropout.threshold;
+#pragma omp simd
                 for (int64_t c = cr.cl; c < cr.ch; ++c) {
-                  const F z = d.dropout.factor<F>(base + (uint64_t)c);
+                  const F z = u[c - cr.cl] >= thr ? zs : F(0);
                   drow[c] = prow[c] * (z * drow[c] - Di);
                   prow[c] *= z;
                 }
