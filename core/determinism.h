@@ -9,7 +9,10 @@
 // its block's extent, and oneDNN's matmul changed its bits between 1 and 3 threads at the model's
 // shapes (tests/test_gemm.cpp GemmThreading.BitsDoNotDependOnTheThreadCount). The rest of the CPU
 // backend is invariant in either mode (column sums: core/cpu/ref_kernels.h colsum_tree; the
-// fused kernels split rows, heads or columns). Not covered: bf16 GEMMs (oneDNN's bf16 kernels).
+// fused kernels split rows, heads or columns). bf16 GEMMs (core/precision.h) are covered too:
+// under the switch they take their bf16 operands widened to fp32 (exact) through the same OpenBLAS
+// blocks instead of oneDNN's bf16 kernels (core/cpu/gemm_onednn.cpp): the same numerics, the fp32 rate.
+// Also read by core/cpu/gemm_onednn.cpp.
 #pragma once
 
 namespace ctx {

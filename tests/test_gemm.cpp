@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <omp.h>
@@ -19,6 +21,7 @@
 #include "core/cpu/threading.h"
 #include "core/determinism.h"
 #include "core/error.h"
+#include "core/precision.h"
 #include "test_util.h"
 
 namespace ctx::cpu {
@@ -297,13 +300,33 @@ namespace {
 // independent of the thread count, so 1 thread and 2 threads train bit for bit the same model.
 // The GEMMs of a tiny/small piece (1024 rows): forward, dx, and the weight gradient dY^T X (long K),
 // plus a batched one, through Backend::gemm's built-in choice under deterministic_algorithms()
-// (OpenBLAS, in blocks fixed by the shape: gemm_select.cpp, gemm_openblas.cpp), for 1, 2 and 3
-// threads. Without the switch neither library holds this here (OpenBLAS's thread-count split on
-// Haswell kernels, oneDNN's matmul at 3 threads), so the switch is what the test holds.
-TEST(GemmThreading, BitsDoNotDependOnTheThreadCount) {
+// (OpenBLAS, in blocks fixed by the shape: gemm_select.cpp, gemm_openblas.cpp), and the Linear
+// forward (bias inside the GEMM), for 1, 2 and 3 threads; in fp32 and with bf16 inputs (the
+// bf16 GEMMs then take their widened operands through the same blocks: gemm_onednn.cpp). Without
+// the switch neither library holds this here (OpenBLAS's thread-count split on Haswell kernels,
+// oneDNN's matmul at 3 threads), so the switch is what the test holds.
+void expect_same_bits_for_1_2_3_threads(const std::string& what, const std::function<std::vector<float>()>& run) {
+  const int n = num_threads();
+  std::vector<float> want;
+  for (int t : {1, 2, 3}) {
+    set_num_threads(t);
+    const std::vector<float> got = run();
+    if (want.empty()) {
+      want = got;
+      continue;
+    }
+    int64_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+    EXPECT_EQ(differ, 0) << what << ": 1 thread vs " << t << " threads";
+  }
+  set_num_threads(n);
+}
+
+class GemmThreading : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(GemmThreading, BitsDoNotDependOnTheThreadCount) {
   init_threading();
   CTX_REQUIRE_DEP("openblas", openblas_available(), openblas_config());
-  const int n = num_threads();
   struct S { int64_t M, N, K; bool ta, tb; int64_t batch; };
   const S shapes[] = {{1024, 192, 64, false, true, 1}, {1024, 64, 192, false, false, 1},
                       {192, 64, 1024, true, false, 1}, {1024, 256, 64, false, true, 1},
@@ -311,6 +334,7 @@ TEST(GemmThreading, BitsDoNotDependOnTheThreadCount) {
                       {1024, 768, 256, false, true, 1}, {768, 256, 1024, true, false, 1},
                       {1024, 256, 768, false, false, 1}, {256, 128, 512, true, false, 3}};
   DeterministicScope scope(true);
+  PrecisionScope precision(GetParam());
   reset_gemm_impl();
   for (const S& s : shapes) {
     GemmDesc g;
@@ -319,24 +343,27 @@ TEST(GemmThreading, BitsDoNotDependOnTheThreadCount) {
     ASSERT_EQ(current_gemm_impl(g), GemmImpl::OpenBLAS) << "deterministic_algorithms() must choose OpenBLAS";
     Tensor A = Tensor::from_vector(random_vec(s.batch * s.M * s.K, 1), {s.batch * s.M * s.K});
     Tensor B = Tensor::from_vector(random_vec(s.batch * s.K * s.N, 2), {s.batch * s.K * s.N});
-    std::vector<float> want;
-    for (int t : {1, 2, 3}) {
-      set_num_threads(t);
-      Tensor C = Tensor::zeros({s.batch * s.M * s.N});
-      backend(Device::CPU).gemm(g, A, B, C);
-      const std::vector<float> got = C.to_vector<float>();
-      if (want.empty()) {
-        want = got;
-        continue;
-      }
-      int64_t differ = 0;
-      for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
-      EXPECT_EQ(differ, 0) << "M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << s.ta << " tb=" << s.tb
-                           << " batch=" << s.batch << ": 1 thread vs " << t << " threads";
-    }
+    expect_same_bits_for_1_2_3_threads(str("M=", s.M, " N=", s.N, " K=", s.K, " ta=", s.ta, " tb=", s.tb, " batch=", s.batch),
+                                       [&] {
+                                         Tensor C = Tensor::zeros({s.batch * s.M * s.N});
+                                         backend(Device::CPU).gemm(g, A, B, C);
+                                         return C.to_vector<float>();
+                                       });
   }
-  set_num_threads(n);
+  for (const auto& [R, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1024, 768, 256}, {1024, 256, 1024}, {1024, 256, 256}}) {
+    Tensor x = Tensor::from_vector(random_vec(R * K, 3), {R, K});
+    Tensor w = Tensor::from_vector(random_vec(N * K, 4), {N, K});
+    Tensor b = Tensor::from_vector(random_vec(N, 5), {N});
+    expect_same_bits_for_1_2_3_threads(str("linear R=", R, " N=", N, " K=", K), [&] {
+      Tensor y = Tensor::zeros({R, N});
+      backend(Device::CPU).linear(x, w, b, y);
+      return y.to_vector<float>();
+    });
+  }
   reset_gemm_impl();
 }
+
+INSTANTIATE_TEST_SUITE_P(Precisions, GemmThreading, ::testing::Values(Precision::FP32, Precision::BF16),
+                         [](const auto& info) { return std::string(info.param == Precision::BF16 ? "bf16" : "fp32"); });
 }  // namespace
 }  // namespace ctx::cpu

@@ -150,6 +150,11 @@ void apply_precision_options(const cxxopts::ParseResult& r) {
   const Device dev = r.count("device") && r["device"].as<std::string>() == "cuda" ? Device::CUDA : Device::CPU;
   const std::string note = apply_precision_request(p, r.count("tf32") > 0, dev);
   if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+  if (dev == Device::CPU && gemm_precision() == Precision::BF16 && r.count("deterministic") && r["deterministic"].as<bool>())
+    std::fprintf(stderr,
+                 "--deterministic with --precision bf16: the bf16 GEMMs take their bf16 operands widened to fp32 "
+                 "through OpenBLAS's shape-fixed blocks (the same numerics, the same bits for any thread count; "
+                 "the fp32 rate, not bf16's)\n");
 }
 
 void start_distributed(const cxxopts::ParseResult& r) { dist::init(r.count("distributed") > 0); }
@@ -169,8 +174,8 @@ std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all) {
 
 const char* const kDeterministicHelp =
     "the same run whatever the number of MPI ranks, --accum or threads, bit for bit: the batch runs as canonical "
-    "shards of <= 1024 rows whose gradients add in a fixed tree (train/grad_tree.h), and every fp32 GEMM in "
-    "OpenBLAS blocks fixed by the shape (core/determinism.h); slower: docs/distributed.md measures it";
+    "shards of <= 1024 rows whose gradients add in a fixed tree (train/grad_tree.h), and every CPU GEMM in "
+    "OpenBLAS blocks fixed by the shape (core/determinism.h; with --precision bf16 on its bf16 operands widened to fp32); slower: docs/distributed.md measures it";
 
 void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt) {
   if (a.count("data")) opt.data = a["data"].as<std::string>();

@@ -13,6 +13,9 @@
 // so this is the same arithmetic (bf16 inputs, fp32 accumulation), only slower. The CLI never
 // takes it (apply_precision_request runs fp32 on such CPUs and says so); a library user's
 // PrecisionScope(BF16) and the tests do, so bf16 semantics hold on every CPU.
+// Under deterministic_algorithms() (core/determinism.h) every bf16 GEMM takes the widened
+// operands through OpenBLAS's blocks fixed by the shape (gemm_openblas.cpp), as fp32 GEMMs do:
+// the same arithmetic, the same bits for any thread count, at the fp32 rate.
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -21,6 +24,7 @@
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/onednn_util.h"
+#include "core/determinism.h"
 #include "core/error.h"
 
 namespace ctx::cpu {
@@ -141,8 +145,19 @@ void dispatch(const GemmDesc& g, const float* A, const float* B, const float* bi
   const int64_t na = operand_extent(g, g.M, g.K, g.stride_a), nb = operand_extent(g, g.K, g.N, g.stride_b);
   const uint16_t* a = A16 ? A16 : to_bf16(0, A, na);
   const uint16_t* b = B16 ? B16 : to_bf16(1, B, nb);
-  if (onednn_bf16_matmul_available()) return run<uint16_t>(g, a, b, bias, C);
-  run<float>(g, widened(0, a, na), widened(1, b, nb), bias, C);  // no bf16 matmul here: see the top
+  // deterministic_algorithms(): oneDNN's bf16 and fp32 matmuls may change their bits with the
+  // thread count, so the widened operands go through OpenBLAS's shape-fixed blocks instead
+  const bool fixed_split = deterministic_algorithms() && openblas_available();
+  if (onednn_bf16_matmul_available() && !fixed_split) return run<uint16_t>(g, a, b, bias, C);
+  const float *wa = widened(0, a, na), *wb = widened(1, b, nb);
+  if (!fixed_split) return run<float>(g, wa, wb, bias, C);  // no bf16 matmul here: see the top
+  if (!bias) return gemm_openblas(g, wa, wb, C);
+  // Linear (batch 1, beta 0): C = bias in every row, then C += op(A) op(B)
+  CTX_CHECK(g.batch <= 1 && g.beta == 0.f && g.alpha == 1.f, "gemm_onednn_bias: needs batch 1, alpha 1, beta 0");
+  for (int64_t r = 0; r < g.M; ++r) std::copy(bias, bias + g.N, C + r * g.N);
+  GemmDesc acc = g;
+  acc.beta = 1.f;
+  gemm_openblas(acc, wa, wb, C);
 }
 
 }  // namespace
