@@ -21,11 +21,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define CTX_HOST_DEVICE __host__ __device__
-#else
-#define CTX_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace ctx {
 

@@ -11,6 +11,7 @@
 
 #include "core/backend.h"
 #include "core/dropout_mask.h"
+#include "core/elementwise_formulas.h"
 
 namespace ctx::cpu::ref {
 
@@ -38,69 +39,17 @@ void for_each_strided(const Shape& shape, const std::vector<int64_t>& sa, int64_
   }
 }
 
-// ---- elementwise ----
-template <class T>
-inline T unary_fwd(UnaryOp op, T x, T a, T b) {
-  switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Scale: return a * x;
-    case UnaryOp::AddScalar: return x + a;
-    case UnaryOp::Exp: return std::exp(x);
-    case UnaryOp::Log: return std::log(x);
-    case UnaryOp::Tanh: return std::tanh(x);
-    case UnaryOp::Sin: return std::sin(x);
-    case UnaryOp::Cos: return std::cos(x);
-    case UnaryOp::Sqrt: return std::sqrt(x);
-    case UnaryOp::Relu: return x > T(0) ? x : T(0);
-    case UnaryOp::GeluTanh: {
-      const T c = T(0.7978845608028654);  // sqrt(2/pi)
-      return T(0.5) * x * (T(1) + std::tanh(c * (x + T(0.044715) * x * x * x)));
-    }
-    case UnaryOp::Pow: return std::pow(x, a);
-    case UnaryOp::Clamp: return std::min(std::max(x, a), b);
-    case UnaryOp::Square: return x * x;
-  }
-  return x;
-}
-
-// d f(x) / dx (given x and y = f(x))
-template <class T>
-inline T unary_deriv(UnaryOp op, T x, T y, T a, T b) {
-  switch (op) {
-    case UnaryOp::Neg: return T(-1);
-    case UnaryOp::Scale: return a;
-    case UnaryOp::AddScalar: return T(1);
-    case UnaryOp::Exp: return y;
-    case UnaryOp::Log: return T(1) / x;
-    case UnaryOp::Tanh: return T(1) - y * y;
-    case UnaryOp::Sin: return std::cos(x);
-    case UnaryOp::Cos: return -std::sin(x);
-    case UnaryOp::Sqrt: return T(0.5) / y;
-    case UnaryOp::Relu: return x > T(0) ? T(1) : T(0);
-    case UnaryOp::GeluTanh: {
-      const T c = T(0.7978845608028654);
-      T u = c * (x + T(0.044715) * x * x * x);
-      T t = std::tanh(u);
-      T du = c * (T(1) + T(3 * 0.044715) * x * x);
-      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
-    }
-    case UnaryOp::Pow: return a * std::pow(x, a - T(1));
-    case UnaryOp::Clamp: return (x >= a && x <= b) ? T(1) : T(0);
-    case UnaryOp::Square: return T(2) * x;
-  }
-  return T(0);
-}
-
+// ---- elementwise (the per-element formulas: core/elementwise_formulas.h) ----
 template <class T>
 void unary(UnaryOp op, const T* x, T* y, int64_t n, T a, T b) {
 #pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) y[i] = unary_fwd(op, x[i], a, b);
+  for (int64_t i = 0; i < n; ++i) y[i] = formula::unary(op, x[i], a, b);
 }
 
 template <class T>
 void unary_backward(UnaryOp op, const T* x, const T* y, const T* dy, T* dx, int64_t n, T a, T b) {
 #pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b);
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * formula::unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b);
 }
 
 // y = x * mask factor (core/dropout_mask.h); the backward is the same call on dy
@@ -108,17 +57,6 @@ template <class T>
 void dropout(const T* x, T* y, int64_t n, const DropoutMask& m) {
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * m.factor<T>((uint64_t)i);
-}
-
-template <class T>
-inline T binary_fwd(BinaryOp op, T a, T b) {
-  switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
-    case BinaryOp::Div: return a / b;
-  }
-  return a;
 }
 
 // ---- softmax over the last dim: x, y [N, C] ----
@@ -429,13 +367,13 @@ void binary(BinaryOp op, const T* ap, const std::vector<int64_t>& sa, const T* b
   if (n == 0) return;
   if (na == n && nb == n) {
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) out[i] = binary_fwd(op, ap[i], bp[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = formula::binary(op, ap[i], bp[i]);
     return;
   }
   if (na == n && nb == 1) {
     const T bv = bp[0];
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) out[i] = binary_fwd(op, ap[i], bv);
+    for (int64_t i = 0; i < n; ++i) out[i] = formula::binary(op, ap[i], bv);
     return;
   }
   const int64_t nd = (int64_t)os.size();
@@ -451,7 +389,7 @@ void binary(BinaryOp op, const T* ap, const std::vector<int64_t>& sa, const T* b
       pb += idx * sb[d];
     }
     T* orow = out + o * inner;
-    for (int64_t i = 0; i < inner; ++i) orow[i] = binary_fwd(op, ap[pa + i * ia], bp[pb + i * ib]);
+    for (int64_t i = 0; i < inner; ++i) orow[i] = formula::binary(op, ap[pa + i * ia], bp[pb + i * ib]);
   }
 }
 

@@ -1,94 +1,29 @@
 // core/cuda/elementwise.cu — unary ops and their derivatives, broadcasting binary ops,
 // where / masked fill, the causal (and sliding-window) fill, dropout (the mask computed from its
-// seed, core/dropout_mask.h). The formulas are those of
-// core/cpu/ref_kernels.h (unary_fwd, unary_deriv, binary_fwd), term for term.
+// seed, core/dropout_mask.h). The per-element formulas are core/elementwise_formulas.h, the
+// same code as the CPU's reference loops.
 #include <cmath>
 #include <cstdint>
 
 #include "core/cuda/check.h"
+#include "core/elementwise_formulas.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.h"
 
 namespace ctx::cuda {
 namespace {
 
-template <class T>
-__device__ T unary_fwd(UnaryOp op, T x, T a, T b) {
-  switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Scale: return a * x;
-    case UnaryOp::AddScalar: return x + a;
-    case UnaryOp::Exp: return std::exp(x);
-    case UnaryOp::Log: return std::log(x);
-    case UnaryOp::Tanh: return std::tanh(x);
-    case UnaryOp::Sin: return std::sin(x);
-    case UnaryOp::Cos: return std::cos(x);
-    case UnaryOp::Sqrt: return std::sqrt(x);
-    case UnaryOp::Relu: return x > T(0) ? x : T(0);
-    case UnaryOp::GeluTanh: {
-      const T c = T(0.7978845608028654);  // sqrt(2/pi)
-      return T(0.5) * x * (T(1) + std::tanh(c * (x + T(0.044715) * x * x * x)));
-    }
-    case UnaryOp::Pow: return std::pow(x, a);
-    case UnaryOp::Clamp: {  // std::min(std::max(x, a), b)
-      const T lo = x < a ? a : x;
-      return b < lo ? b : lo;
-    }
-    case UnaryOp::Square: return x * x;
-  }
-  return x;
-}
-
-// d f(x) / dx given x and y = f(x)
-template <class T>
-__device__ T unary_deriv(UnaryOp op, T x, T y, T a, T b) {
-  switch (op) {
-    case UnaryOp::Neg: return T(-1);
-    case UnaryOp::Scale: return a;
-    case UnaryOp::AddScalar: return T(1);
-    case UnaryOp::Exp: return y;
-    case UnaryOp::Log: return T(1) / x;
-    case UnaryOp::Tanh: return T(1) - y * y;
-    case UnaryOp::Sin: return std::cos(x);
-    case UnaryOp::Cos: return -std::sin(x);
-    case UnaryOp::Sqrt: return T(0.5) / y;
-    case UnaryOp::Relu: return x > T(0) ? T(1) : T(0);
-    case UnaryOp::GeluTanh: {
-      const T c = T(0.7978845608028654);
-      T u = c * (x + T(0.044715) * x * x * x);
-      T t = std::tanh(u);
-      T du = c * (T(1) + T(3 * 0.044715) * x * x);
-      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
-    }
-    case UnaryOp::Pow: return a * std::pow(x, a - T(1));
-    case UnaryOp::Clamp: return (x >= a && x <= b) ? T(1) : T(0);
-    case UnaryOp::Square: return T(2) * x;
-  }
-  return T(0);
-}
-
-template <class T>
-__device__ T binary_fwd(BinaryOp op, T a, T b) {
-  switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
-    case BinaryOp::Div: return a / b;
-  }
-  return a;
-}
-
 // x, y are (n)
 template <class T>
 __global__ void unary_kernel(UnaryOp op, const T* x, T* y, int64_t n, T a, T b) {
-  CTX_GRID_STRIDE(i, n) y[i] = unary_fwd(op, x[i], a, b);
+  CTX_GRID_STRIDE(i, n) y[i] = formula::unary(op, x[i], a, b);
 }
 
 // x, y (either may be null: the op does not need it), dy, dx are (n)
 template <class T>
 __global__ void unary_backward_kernel(UnaryOp op, const T* x, const T* y, const T* dy, T* dx,
                                       int64_t n, T a, T b) {
-  CTX_GRID_STRIDE(i, n) dx[i] = dy[i] * unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b);
+  CTX_GRID_STRIDE(i, n) dx[i] = dy[i] * formula::unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b);
 }
 
 // out is (n) over nd's shape; a, b strided (stride 0 where broadcast)
@@ -97,7 +32,7 @@ __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, NdStr
   CTX_GRID_STRIDE(i, n) {
     int64_t off[2];
     nd.offsets(i, off);
-    out[i] = binary_fwd(op, a[off[0]], b[off[1]]);
+    out[i] = formula::binary(op, a[off[0]], b[off[1]]);
   }
 }
 
