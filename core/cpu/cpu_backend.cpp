@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/backend.h"
+#include "core/backend_checks.h"
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/dropout_simd.h"
 #include "core/cpu/fused.h"
@@ -71,34 +72,7 @@ namespace {
     case DType::I64: { using T = int64_t; __VA_ARGS__; break; } \
   }
 
-void check_cpu(const Tensor& t, const char* op, const char* what) {
-  CTX_CHECK(t.defined(), op, ": ", what, " is undefined");
-  CTX_CHECK(t.device() == Device::CPU, op, ": ", what, " ", t.str(), " is on ",
-            device_name(t.device()), ", expected cpu");
-}
-void check_same(const Tensor& a, const Tensor& b, const char* op) {
-  CTX_CHECK(a.shape() == b.shape(), op, ": shape mismatch ", a.str(), " vs ", b.str());
-  CTX_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch ", a.str(), " vs ", b.str());
-}
-void check_dtype(const Tensor& a, const Tensor& b, const char* op) {
-  CTX_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch ", a.str(), " vs ", b.str());
-}
-
-// Strides of `s` (rank r) when broadcast to `out` (rank R >= r): 0 where broadcast.
-std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out, const char* op,
-                                       const Shape& other) {
-  std::vector<int64_t> st(out.size(), 0);
-  Shape cs = contiguous_strides(s);
-  int64_t off = (int64_t)out.size() - (int64_t)s.size();
-  CTX_CHECK(off >= 0, op, ": cannot broadcast ", shape_str(s), " and ", shape_str(other));
-  for (size_t i = 0; i < s.size(); ++i) {
-    int64_t o = out[i + off];
-    CTX_CHECK(s[i] == o || s[i] == 1, op, ": cannot broadcast ", shape_str(s), " and ",
-              shape_str(other));
-    st[i + off] = (s[i] == 1 && o != 1) ? 0 : cs[i];
-  }
-  return st;
-}
+void check_cpu(const Tensor& t, const char* op, const char* what) { checks::on(Device::CPU, t, op, what); }
 
 class CpuBackend final : public Backend {
  public:
@@ -118,23 +92,7 @@ class CpuBackend final : public Backend {
 
   void copy_strided(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d,
                     const Shape& shape, bool accumulate) override {
-    check_cpu(src, "copy_strided", "src");
-    check_cpu(dst, "copy_strided", "dst");
-    check_dtype(src, dst, "copy_strided");
-    CTX_CHECK(s.strides.size() == shape.size() && d.strides.size() == shape.size(),
-              "copy_strided: strides rank does not match shape ", shape_str(shape));
-    // Bounds: the largest offset reached must lie inside each tensor.
-    auto max_off = [&](const Strided& st) {
-      int64_t m = st.offset;
-      for (size_t i = 0; i < shape.size(); ++i)
-        if (shape[i] > 0) m += (shape[i] - 1) * std::max<int64_t>(st.strides[i], 0);
-      return m;
-    };
-    if (shape_numel(shape) == 0) return;
-    CTX_CHECK(s.offset >= 0 && max_off(s) < src.numel(), "copy_strided: source view out of bounds of ",
-              src.str());
-    CTX_CHECK(d.offset >= 0 && max_off(d) < dst.numel(), "copy_strided: destination view out of bounds of ",
-              dst.str());
+    if (!checks::copy_strided(Device::CPU, src, s, dst, d, shape)) return;
     CTX_DISPATCH_ALL(src.dtype(), "copy_strided", {
       const T* sp = src.data<T>();
       T* dp = dst.data<T>();
@@ -164,7 +122,7 @@ class CpuBackend final : public Backend {
 
   void unary(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
     check_cpu(x, unary_name(op), "x");
-    check_same(x, y, unary_name(op));
+    checks::same(x, y, unary_name(op));
     if (op == UnaryOp::GeluTanh && x.dtype() == DType::F32) {
       const GeluImpl gi = gelu_impl(false);
       if (gi == GeluImpl::OneDNN && onednn_gelu_tanh_f32(x.data<float>(), y.data<float>(), x.numel()))
@@ -180,10 +138,7 @@ class CpuBackend final : public Backend {
 
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
                       double a, double b) override {
-    check_cpu(dy, unary_name(op), "dy");
-    check_same(dy, dx, unary_name(op));
-    if (x.defined()) check_same(x, dy, unary_name(op));
-    if (y.defined()) check_same(y, dy, unary_name(op));
+    checks::unary_backward(Device::CPU, unary_name(op), x, y, dy, dx);
     if (op == UnaryOp::GeluTanh && dy.dtype() == DType::F32 && x.defined()) {
       const GeluImpl gi = gelu_impl(true);
       if (gi == GeluImpl::OneDNN &&
@@ -204,11 +159,11 @@ class CpuBackend final : public Backend {
     const char* nm = binary_name(op);
     check_cpu(a, nm, "a");
     check_cpu(b, nm, "b");
-    check_dtype(a, b, nm);
-    check_dtype(a, out, nm);
+    checks::same_dtype(a, b, nm);
+    checks::same_dtype(a, out, nm);
     const Shape& os = out.shape();
-    auto sa = broadcast_strides(a.shape(), os, nm, b.shape());
-    auto sb = broadcast_strides(b.shape(), os, nm, a.shape());
+    auto sa = checks::broadcast_strides(a.shape(), os, nm, b.shape());
+    auto sb = checks::broadcast_strides(b.shape(), os, nm, a.shape());
     CTX_DISPATCH_FLOAT(a.dtype(), nm,
                        ref::binary<T>(op, a.data<T>(), sa, b.data<T>(), sb, out.data<T>(), os,
                                       a.numel(), b.numel()));
@@ -217,18 +172,18 @@ class CpuBackend final : public Backend {
   void reduce_sum(const Tensor& x, Tensor& out) override {
     check_cpu(x, "reduce_sum", "x");
     check_cpu(out, "reduce_sum", "out");
-    check_dtype(x, out, "reduce_sum");
+    checks::same_dtype(x, out, "reduce_sum");
     const Shape& xs = x.shape();
     // out's shape right-aligned to x; dims where out is 1 are summed.
-    auto so = broadcast_strides(out.shape(), xs, "reduce_sum", xs);
+    auto so = checks::broadcast_strides(out.shape(), xs, "reduce_sum", xs);
     CTX_DISPATCH_FLOAT(x.dtype(), "reduce_sum",
                        ref::reduce_sum<T>(x.data<T>(), xs, so, out.data<T>(), out.numel()));
   }
 
   void where_scalar(const Tensor& mask, const Tensor& a, double b, Tensor& y) override {
     check_cpu(mask, "masked_fill", "mask");
-    check_same(a, y, "masked_fill");
-    auto sm = broadcast_strides(mask.shape(), a.shape(), "masked_fill", a.shape());
+    checks::same(a, y, "masked_fill");
+    auto sm = checks::broadcast_strides(mask.shape(), a.shape(), "masked_fill", a.shape());
     Shape ca = contiguous_strides(a.shape());
     CTX_DISPATCH_FLOAT(a.dtype(), "masked_fill", {
       const T* ap = a.data<T>();
@@ -246,9 +201,9 @@ class CpuBackend final : public Backend {
 
   void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y) override {
     check_cpu(mask, "where", "mask");
-    check_same(a, b, "where");
-    check_same(a, y, "where");
-    auto sm = broadcast_strides(mask.shape(), a.shape(), "where", a.shape());
+    checks::same(a, b, "where");
+    checks::same(a, y, "where");
+    auto sm = checks::broadcast_strides(mask.shape(), a.shape(), "where", a.shape());
     Shape ca = contiguous_strides(a.shape());
     CTX_DISPATCH_FLOAT(a.dtype(), "where", {
       const T* ap = a.data<T>();
@@ -275,7 +230,7 @@ class CpuBackend final : public Backend {
 
   void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override {
     check_cpu(x, "dropout", "x");
-    check_same(x, y, "dropout");
+    checks::same(x, y, "dropout");
     CTX_DISPATCH_FLOAT(x.dtype(), "dropout", dropout_fast<T>(x.data<T>(), y.data<T>(), x.numel(), m));
   }
 
@@ -283,8 +238,8 @@ class CpuBackend final : public Backend {
     check_cpu(A, "gemm", "A");
     check_cpu(B, "gemm", "B");
     check_cpu(C, "gemm", "C");
-    check_dtype(A, B, "gemm");
-    check_dtype(A, C, "gemm");
+    checks::same_dtype(A, B, "gemm");
+    checks::same_dtype(A, C, "gemm");
     // Bounds: every batch item must fit.
     auto need = [&](int64_t stride, int64_t rows, int64_t cols) {
       return (g.batch - 1) * stride + rows * cols;
@@ -322,7 +277,7 @@ class CpuBackend final : public Backend {
 
   void softmax(const Tensor& x, Tensor& y, bool log) override {
     check_cpu(x, "softmax", "x");
-    check_same(x, y, "softmax");
+    checks::same(x, y, "softmax");
     if (x.numel() == 0) return;
     const int64_t C = x.size(-1), N = x.numel() / C;
     if (x.dtype() == DType::F32 && onednn_op_enabled(log ? "log_softmax" : "softmax") &&
@@ -333,8 +288,8 @@ class CpuBackend final : public Backend {
 
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
     check_cpu(y, "softmax_backward", "y");
-    check_same(y, dy, "softmax_backward");
-    check_same(y, dx, "softmax_backward");
+    checks::same(y, dy, "softmax_backward");
+    checks::same(y, dx, "softmax_backward");
     if (y.numel() == 0) return;
     const int64_t C = y.size(-1), N = y.numel() / C;
     if (y.dtype() == DType::F32 && onednn_op_enabled(log ? "log_softmax_backward" : "softmax_backward") &&
@@ -344,23 +299,10 @@ class CpuBackend final : public Backend {
                        ref::softmax_backward<T>(y.data<T>(), dy.data<T>(), dx.data<T>(), N, C, log));
   }
 
-  void check_norm(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
-    check_cpu(x, op, "x");
-    check_cpu(w, op, "weight");
-    CTX_CHECK(x.dim() >= 1, op, ": x must have at least one dim, got ", x.str());
-    CTX_CHECK(w.dim() == 1 && w.size(0) == x.size(-1), op, ": weight ", w.str(),
-              " does not match the last dim of x ", x.str());
-    check_dtype(x, w, op);
-    if (b.defined()) {
-      CTX_CHECK(b.shape() == w.shape(), op, ": bias ", b.str(), " does not match weight ", w.str());
-      check_dtype(x, b, op);
-    }
-  }
-
   void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y,
                  Tensor& mean, Tensor& rstd) override {
-    check_norm("layer_norm", x, w, b);
-    check_same(x, y, "layer_norm");
+    checks::norm(Device::CPU, "layer_norm", x, w, b);
+    checks::same(x, y, "layer_norm");
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     CTX_CHECK(mean.numel() == N && rstd.numel() == N, "layer_norm: mean/rstd need ", N, " elements");
     if (x.dtype() == DType::F32 && onednn_op_enabled("layernorm") &&
@@ -374,10 +316,10 @@ class CpuBackend final : public Backend {
 
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                           const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
-    check_norm("layer_norm_backward", x, w, db);
-    check_same(x, dy, "layer_norm_backward");
-    check_same(x, dx, "layer_norm_backward");
-    check_same(w, dw, "layer_norm_backward");
+    checks::norm(Device::CPU, "layer_norm_backward", x, w, db);
+    checks::same(x, dy, "layer_norm_backward");
+    checks::same(x, dx, "layer_norm_backward");
+    checks::same(w, dw, "layer_norm_backward");
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     if (x.dtype() == DType::F32 && onednn_op_enabled("layernorm_backward") &&
         onednn_layernorm_backward_f32(dy.data<float>(), x.data<float>(), w.data<float>(), mean.data<float>(),
@@ -391,8 +333,8 @@ class CpuBackend final : public Backend {
   }
 
   void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
-    check_norm("rms_norm", x, w, Tensor());
-    check_same(x, y, "rms_norm");
+    checks::norm(Device::CPU, "rms_norm", x, w, Tensor());
+    checks::same(x, y, "rms_norm");
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     CTX_CHECK(rstd.numel() == N, "rms_norm: rstd needs ", N, " elements");
     CTX_DISPATCH_FLOAT(x.dtype(), "rms_norm",
@@ -401,10 +343,10 @@ class CpuBackend final : public Backend {
 
   void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                         Tensor& dx, Tensor& dw) override {
-    check_norm("rms_norm_backward", x, w, Tensor());
-    check_same(x, dy, "rms_norm_backward");
-    check_same(x, dx, "rms_norm_backward");
-    check_same(w, dw, "rms_norm_backward");
+    checks::norm(Device::CPU, "rms_norm_backward", x, w, Tensor());
+    checks::same(x, dy, "rms_norm_backward");
+    checks::same(x, dx, "rms_norm_backward");
+    checks::same(w, dw, "rms_norm_backward");
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     CTX_DISPATCH_FLOAT(x.dtype(), "rms_norm_backward",
                        ref::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), w.data<T>(), rstd.data<T>(),
@@ -412,18 +354,9 @@ class CpuBackend final : public Backend {
   }
 
   void check_targets(const char* op, const Tensor& logits, const Tensor& targets) {
-    check_cpu(logits, op, "logits");
-    check_cpu(targets, op, "targets");
-    CTX_CHECK(logits.dim() == 2, op, ": logits must be [N, V], got ", logits.str());
-    CTX_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), op, ": targets ",
-              targets.str(), " do not match logits ", logits.str());
-    const int64_t V = logits.size(1);
-    CTX_DISPATCH_INDEX(targets.dtype(), op, {
-      const I* t = targets.data<I>();
-      for (int64_t i = 0; i < targets.numel(); ++i)
-        CTX_CHECK(t[i] >= -1 && t[i] < V, op, ": target ", (int64_t)t[i], " at row ", i,
-                  " out of range [0, ", V, ") for logits ", logits.str(), " (targets ", targets.str(), ")");
-    });
+    checks::targets(Device::CPU, op, logits, targets);
+    CTX_DISPATCH_INDEX(targets.dtype(), op,
+                       checks::targets_in_range(op, targets.data<I>(), targets.numel(), logits, targets));
   }
 
   void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override {
@@ -440,7 +373,7 @@ class CpuBackend final : public Backend {
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               const Tensor& dloss, Tensor& dlogits) override {
     check_targets("cross_entropy_backward", logits, targets);
-    check_same(logits, dlogits, "cross_entropy_backward");
+    checks::same(logits, dlogits, "cross_entropy_backward");
     const int64_t N = logits.size(0), V = logits.size(1);
     CTX_CHECK(dloss.numel() == N && lse.numel() == N, "cross_entropy_backward: dloss/lse need ", N,
               " elements");
@@ -452,35 +385,19 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // x viewed as [outer, n, inner] around dim
-  static void split_dims(const Shape& s, int64_t dim, int64_t& outer, int64_t& n, int64_t& inner) {
-    outer = 1;
-    inner = 1;
-    for (int64_t i = 0; i < dim; ++i) outer *= s[i];
-    n = s[dim];
-    for (size_t i = dim + 1; i < s.size(); ++i) inner *= s[i];
-  }
-
   void check_indices(const char* op, const Tensor& idx, int64_t n, const Tensor& x) {
     check_cpu(idx, op, "indices");
-    CTX_DISPATCH_INDEX(idx.dtype(), op, {
-      const I* ip = idx.data<I>();
-      for (int64_t i = 0; i < idx.numel(); ++i)
-        CTX_CHECK(ip[i] >= 0 && ip[i] < n, op, ": index ", (int64_t)ip[i], " at position ", i,
-                  " out of range [0, ", n, ") for ", x.str(), " (indices ", idx.str(), ")");
-    });
+    CTX_DISPATCH_INDEX(idx.dtype(), op, checks::indices_in_range(op, idx.data<I>(), idx.numel(), n, x, idx));
   }
 
   void index_select(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& out) override {
     check_cpu(x, "index_select", "x");
-    CTX_CHECK(dim >= 0 && dim < x.dim(), "index_select: dim ", dim, " out of range for ", x.str());
-    int64_t outer, n, inner;
-    split_dims(x.shape(), dim, outer, n, inner);
+    const auto [outer, n, inner] = checks::split_at("index_select", x, dim);
     check_indices("index_select", idx, n, x);
     const int64_t m = idx.numel();
     CTX_CHECK(out.numel() == outer * m * inner, "index_select: out ", out.str(), " should have ",
               outer * m * inner, " elements");
-    check_dtype(x, out, "index_select");
+    checks::same_dtype(x, out, "index_select");
     CTX_DISPATCH_ALL(x.dtype(), "index_select", {
       using X = T;
       CTX_DISPATCH_INDEX(idx.dtype(), "index_select",
@@ -492,10 +409,8 @@ class CpuBackend final : public Backend {
   void index_add(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src) override {
     check_cpu(out, "index_add", "out");
     check_cpu(src, "index_add", "src");
-    check_dtype(out, src, "index_add");
-    CTX_CHECK(dim >= 0 && dim < out.dim(), "index_add: dim ", dim, " out of range for ", out.str());
-    int64_t outer, n, inner;
-    split_dims(out.shape(), dim, outer, n, inner);
+    checks::same_dtype(out, src, "index_add");
+    const auto [outer, n, inner] = checks::split_at("index_add", out, dim);
     check_indices("index_add", idx, n, out);
     const int64_t m = idx.numel();
     CTX_CHECK(src.numel() == outer * m * inner, "index_add: src ", src.str(), " does not match out ",
@@ -510,11 +425,7 @@ class CpuBackend final : public Backend {
 
   void adamw(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2,
              double eps, double wd, int64_t step) override {
-    check_cpu(p, "adamw", "param");
-    check_same(p, g, "adamw");
-    check_same(p, m, "adamw");
-    check_same(p, v, "adamw");
-    CTX_CHECK(step >= 1, "adamw: step must be >= 1, got ", step);
+    checks::adamw(Device::CPU, p, g, m, v, step);
     CTX_DISPATCH_FLOAT(p.dtype(), "adamw",
                        ref::adamw<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
                                      lr, b1, b2, eps, wd, step));

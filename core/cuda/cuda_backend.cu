@@ -1,5 +1,6 @@
 // core/cuda/cuda_backend.cu — the CUDA implementation of core/backend.h: validates arguments
-// with the CPU backend's messages, dispatches on dtype and calls the kernels of kernels.h.
+// (core/backend_checks.h, the CPU backend's checks and messages), dispatches on dtype and calls
+// the kernels of kernels.h.
 // Index ranges (index_select / index_add indices, cross-entropy targets) are checked on the host:
 // the indices are copied back (one synchronous copy of m integers) before any kernel reads them,
 // so a bad index throws at the call with the CPU's message and nothing is written; index_add
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/backend_checks.h"
 #include "core/cuda/attention.h"
 #include "core/cuda/cuda_runtime.h"
 #include "core/device_table.h"
@@ -22,32 +24,7 @@ namespace ctx {
 namespace cuda {
 namespace {
 
-void check_cuda(const Tensor& t, const char* op, const char* what) {
-  CTX_CHECK(t.defined(), op, ": ", what, " is undefined");
-  CTX_CHECK(t.device() == Device::CUDA, op, ": ", what, " ", t.str(), " is on ", device_name(t.device()),
-            ", expected cuda");
-}
-void check_same(const Tensor& a, const Tensor& b, const char* op) {
-  CTX_CHECK(a.shape() == b.shape(), op, ": shape mismatch ", a.str(), " vs ", b.str());
-  CTX_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch ", a.str(), " vs ", b.str());
-}
-void check_dtype(const Tensor& a, const Tensor& b, const char* op) {
-  CTX_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch ", a.str(), " vs ", b.str());
-}
-
-// Strides of `s` (rank r) broadcast to `out` (rank R >= r): 0 where broadcast (as the CPU backend).
-std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out, const char* op, const Shape& other) {
-  std::vector<int64_t> st(out.size(), 0);
-  Shape cs = contiguous_strides(s);
-  int64_t off = (int64_t)out.size() - (int64_t)s.size();
-  CTX_CHECK(off >= 0, op, ": cannot broadcast ", shape_str(s), " and ", shape_str(other));
-  for (size_t i = 0; i < s.size(); ++i) {
-    int64_t o = out[i + off];
-    CTX_CHECK(s[i] == o || s[i] == 1, op, ": cannot broadcast ", shape_str(s), " and ", shape_str(other));
-    st[i + off] = (s[i] == 1 && o != 1) ? 0 : cs[i];
-  }
-  return st;
-}
+void check_cuda(const Tensor& t, const char* op, const char* what) { checks::on(Device::CUDA, t, op, what); }
 
 // The index tensor's values on the host, as int64: from its host mirror when it was uploaded
 // from a host table (token batches, relative-position tables: no copy, no wait), else one
@@ -91,22 +68,8 @@ class CudaBackend final : public Backend {
 
   void copy_strided(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d, const Shape& shape,
                     bool accumulate) override {
-    check_cuda(src, "copy_strided", "src");
-    check_cuda(dst, "copy_strided", "dst");
-    check_dtype(src, dst, "copy_strided");
-    CTX_CHECK(s.strides.size() == shape.size() && d.strides.size() == shape.size(),
-              "copy_strided: strides rank does not match shape ", shape_str(shape));
-    auto max_off = [&](const Strided& st) {
-      int64_t m = st.offset;
-      for (size_t i = 0; i < shape.size(); ++i)
-        if (shape[i] > 0) m += (shape[i] - 1) * std::max<int64_t>(st.strides[i], 0);
-      return m;
-    };
+    if (!checks::copy_strided(Device::CUDA, src, s, dst, d, shape)) return;
     const int64_t n = shape_numel(shape);
-    if (n == 0) return;
-    CTX_CHECK(s.offset >= 0 && max_off(s) < src.numel(), "copy_strided: source view out of bounds of ", src.str());
-    CTX_CHECK(d.offset >= 0 && max_off(d) < dst.numel(), "copy_strided: destination view out of bounds of ",
-              dst.str());
     // A destination that revisits an element (stride 0 over a dim > 1) is walked by one thread in
     // index order: the CPU's result, deterministic.
     bool overlap = false;
@@ -128,17 +91,14 @@ class CudaBackend final : public Backend {
 
   void unary(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
     check_cuda(x, unary_name(op), "x");
-    check_same(x, y, unary_name(op));
+    checks::same(x, y, unary_name(op));
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), unary_name(op),
                             cuda::unary<T>(op, ptr<T>(x), ptr<T>(y), x.numel(), (T)a, (T)b));
   }
 
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a,
                       double b) override {
-    check_cuda(dy, unary_name(op), "dy");
-    check_same(dy, dx, unary_name(op));
-    if (x.defined()) check_same(x, dy, unary_name(op));
-    if (y.defined()) check_same(y, dy, unary_name(op));
+    checks::unary_backward(Device::CUDA, unary_name(op), x, y, dy, dx);
     CTX_CUDA_DISPATCH_FLOAT(dy.dtype(), unary_name(op),
                             cuda::unary_backward<T>(op, ptr_or_null<T>(x), ptr_or_null<T>(y), ptr<T>(dy),
                                                     ptr<T>(dx), dy.numel(), (T)a, (T)b));
@@ -149,11 +109,11 @@ class CudaBackend final : public Backend {
     check_cuda(a, nm, "a");
     check_cuda(b, nm, "b");
     check_cuda(out, nm, "out");
-    check_dtype(a, b, nm);
-    check_dtype(a, out, nm);
+    checks::same_dtype(a, b, nm);
+    checks::same_dtype(a, out, nm);
     const Shape& os = out.shape();
-    auto sa = broadcast_strides(a.shape(), os, nm, b.shape());
-    auto sb = broadcast_strides(b.shape(), os, nm, a.shape());
+    auto sa = checks::broadcast_strides(a.shape(), os, nm, b.shape());
+    auto sb = checks::broadcast_strides(b.shape(), os, nm, a.shape());
     const NdStrides<2> nd = make_nd<2>(nm, os, {&sa, &sb}, {0, 0});
     CTX_CUDA_DISPATCH_FLOAT(a.dtype(), nm,
                             cuda::binary<T>(op, ptr<T>(a), ptr<T>(b), ptr<T>(out), nd, out.numel()));
@@ -162,9 +122,9 @@ class CudaBackend final : public Backend {
   void reduce_sum(const Tensor& x, Tensor& out) override {
     check_cuda(x, "reduce_sum", "x");
     check_cuda(out, "reduce_sum", "out");
-    check_dtype(x, out, "reduce_sum");
+    checks::same_dtype(x, out, "reduce_sum");
     const Shape& xs = x.shape();
-    auto so = broadcast_strides(out.shape(), xs, "reduce_sum", xs);
+    auto so = checks::broadcast_strides(out.shape(), xs, "reduce_sum", xs);
     // x's dims split into kept (walked by the output index, in out's order) and summed ones
     const Shape xst = contiguous_strides(xs);
     Shape kshape, rshape;
@@ -192,8 +152,8 @@ class CudaBackend final : public Backend {
               double fs, Tensor& y) {
     check_cuda(mask, op, "mask");
     check_cuda(a, op, "a");
-    check_same(a, y, op);
-    auto sm = broadcast_strides(mask.shape(), a.shape(), op, a.shape());
+    checks::same(a, y, op);
+    auto sm = checks::broadcast_strides(mask.shape(), a.shape(), op, a.shape());
     const NdStrides<1> nd = make_nd<1>(op, a.shape(), {&sm}, {0});
     CTX_CUDA_DISPATCH_FLOAT(a.dtype(), op, {
       using V = T;
@@ -211,7 +171,7 @@ class CudaBackend final : public Backend {
 
   void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y) override {
     check_cuda(b, "where", "b");
-    check_same(a, b, "where");
+    checks::same(a, b, "where");
     select("where", mask, a, &a, 0.0, &b, 0.0, y);
   }
 
@@ -226,7 +186,7 @@ class CudaBackend final : public Backend {
 
   void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override {
     check_cuda(x, "dropout", "x");
-    check_same(x, y, "dropout");
+    checks::same(x, y, "dropout");
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "dropout", cuda::dropout<T>(ptr<T>(x), ptr<T>(y), x.numel(), m));
   }
 
@@ -234,8 +194,8 @@ class CudaBackend final : public Backend {
     check_cuda(A, "gemm", "A");
     check_cuda(B, "gemm", "B");
     check_cuda(C, "gemm", "C");
-    check_dtype(A, B, "gemm");
-    check_dtype(A, C, "gemm");
+    checks::same_dtype(A, B, "gemm");
+    checks::same_dtype(A, C, "gemm");
     auto need = [&](int64_t stride, int64_t rows, int64_t cols) { return (g.batch - 1) * stride + rows * cols; };
     CTX_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0 && g.batch >= 1, "gemm: bad sizes M=", g.M, " N=", g.N, " K=", g.K,
               " batch=", g.batch);
@@ -250,7 +210,7 @@ class CudaBackend final : public Backend {
 
   void softmax(const Tensor& x, Tensor& y, bool log) override {
     check_cuda(x, "softmax", "x");
-    check_same(x, y, "softmax");
+    checks::same(x, y, "softmax");
     if (x.numel() == 0) return;
     const int64_t C = x.size(-1), N = x.numel() / C;
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "softmax", cuda::softmax<T>(ptr<T>(x), ptr<T>(y), N, C, log));
@@ -258,32 +218,18 @@ class CudaBackend final : public Backend {
 
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
     check_cuda(y, "softmax_backward", "y");
-    check_same(y, dy, "softmax_backward");
-    check_same(y, dx, "softmax_backward");
+    checks::same(y, dy, "softmax_backward");
+    checks::same(y, dx, "softmax_backward");
     if (y.numel() == 0) return;
     const int64_t C = y.size(-1), N = y.numel() / C;
     CTX_CUDA_DISPATCH_FLOAT(y.dtype(), "softmax_backward",
                             cuda::softmax_backward<T>(ptr<T>(y), ptr<T>(dy), ptr<T>(dx), N, C, log));
   }
 
-  void check_norm(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
-    check_cuda(x, op, "x");
-    check_cuda(w, op, "weight");
-    CTX_CHECK(x.dim() >= 1, op, ": x must have at least one dim, got ", x.str());
-    CTX_CHECK(w.dim() == 1 && w.size(0) == x.size(-1), op, ": weight ", w.str(),
-              " does not match the last dim of x ", x.str());
-    check_dtype(x, w, op);
-    if (b.defined()) {
-      check_cuda(b, op, "bias");
-      CTX_CHECK(b.shape() == w.shape(), op, ": bias ", b.str(), " does not match weight ", w.str());
-      check_dtype(x, b, op);
-    }
-  }
-
   void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
                  Tensor& rstd) override {
-    check_norm("layer_norm", x, w, b);
-    check_same(x, y, "layer_norm");
+    checks::norm(Device::CUDA, "layer_norm", x, w, b);
+    checks::same(x, y, "layer_norm");
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     CTX_CHECK(mean.numel() == N && rstd.numel() == N, "layer_norm: mean/rstd need ", N, " elements");
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm",
@@ -293,10 +239,10 @@ class CudaBackend final : public Backend {
 
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                           const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
-    check_norm("layer_norm_backward", x, w, db);
-    check_same(x, dy, "layer_norm_backward");
-    check_same(x, dx, "layer_norm_backward");
-    check_same(w, dw, "layer_norm_backward");
+    checks::norm(Device::CUDA, "layer_norm_backward", x, w, db);
+    checks::same(x, dy, "layer_norm_backward");
+    checks::same(x, dx, "layer_norm_backward");
+    checks::same(w, dw, "layer_norm_backward");
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     Tensor part = Tensor::empty({2, column_chunks(N), C}, x.dtype(), Device::CUDA);
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward",
@@ -306,8 +252,8 @@ class CudaBackend final : public Backend {
   }
 
   void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
-    check_norm("rms_norm", x, w, Tensor());
-    check_same(x, y, "rms_norm");
+    checks::norm(Device::CUDA, "rms_norm", x, w, Tensor());
+    checks::same(x, y, "rms_norm");
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     CTX_CHECK(rstd.numel() == N, "rms_norm: rstd needs ", N, " elements");
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rms_norm",
@@ -316,10 +262,10 @@ class CudaBackend final : public Backend {
 
   void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                         Tensor& dw) override {
-    check_norm("rms_norm_backward", x, w, Tensor());
-    check_same(x, dy, "rms_norm_backward");
-    check_same(x, dx, "rms_norm_backward");
-    check_same(w, dw, "rms_norm_backward");
+    checks::norm(Device::CUDA, "rms_norm_backward", x, w, Tensor());
+    checks::same(x, dy, "rms_norm_backward");
+    checks::same(x, dx, "rms_norm_backward");
+    checks::same(w, dw, "rms_norm_backward");
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     Tensor part = Tensor::empty({column_chunks(N), C}, x.dtype(), Device::CUDA);
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rms_norm_backward",
@@ -328,16 +274,9 @@ class CudaBackend final : public Backend {
   }
 
   void check_targets(const char* op, const Tensor& logits, const Tensor& targets) {
-    check_cuda(logits, op, "logits");
-    check_cuda(targets, op, "targets");
-    CTX_CHECK(logits.dim() == 2, op, ": logits must be [N, V], got ", logits.str());
-    CTX_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), op, ": targets ", targets.str(),
-              " do not match logits ", logits.str());
-    const int64_t V = logits.size(1);
+    checks::targets(Device::CUDA, op, logits, targets);
     const std::vector<int64_t> t = host_indices(targets, op);
-    for (size_t i = 0; i < t.size(); ++i)
-      CTX_CHECK(t[i] >= -1 && t[i] < V, op, ": target ", t[i], " at row ", i, " out of range [0, ", V,
-                ") for logits ", logits.str(), " (targets ", targets.str(), ")");
+    checks::targets_in_range(op, t.data(), (int64_t)t.size(), logits, targets);
   }
 
   void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override {
@@ -355,7 +294,7 @@ class CudaBackend final : public Backend {
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& dloss,
                               Tensor& dlogits) override {
     check_targets("cross_entropy_backward", logits, targets);
-    check_same(logits, dlogits, "cross_entropy_backward");
+    checks::same(logits, dlogits, "cross_entropy_backward");
     const int64_t N = logits.size(0), V = logits.size(1);
     CTX_CHECK(dloss.numel() == N && lse.numel() == N, "cross_entropy_backward: dloss/lse need ", N, " elements");
     CTX_CUDA_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward", {
@@ -366,35 +305,22 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // x viewed as [outer, n, inner] around dim
-  static void split_dims(const Shape& s, int64_t dim, int64_t& outer, int64_t& n, int64_t& inner) {
-    outer = 1;
-    inner = 1;
-    for (int64_t i = 0; i < dim; ++i) outer *= s[i];
-    n = s[dim];
-    for (size_t i = dim + 1; i < s.size(); ++i) inner *= s[i];
-  }
-
   std::vector<int64_t> checked_indices(const char* op, const Tensor& idx, int64_t n, const Tensor& x) {
     check_cuda(idx, op, "indices");
     std::vector<int64_t> h = host_indices(idx, op);
-    for (size_t i = 0; i < h.size(); ++i)
-      CTX_CHECK(h[i] >= 0 && h[i] < n, op, ": index ", h[i], " at position ", i, " out of range [0, ", n,
-                ") for ", x.str(), " (indices ", idx.str(), ")");
+    checks::indices_in_range(op, h.data(), (int64_t)h.size(), n, x, idx);
     return h;
   }
 
   void index_select(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& out) override {
     check_cuda(x, "index_select", "x");
-    CTX_CHECK(dim >= 0 && dim < x.dim(), "index_select: dim ", dim, " out of range for ", x.str());
-    int64_t outer, n, inner;
-    split_dims(x.shape(), dim, outer, n, inner);
+    const auto [outer, n, inner] = checks::split_at("index_select", x, dim);
     checked_indices("index_select", idx, n, x);
     const int64_t m = idx.numel();
     CTX_CHECK(out.numel() == outer * m * inner, "index_select: out ", out.str(), " should have ", outer * m * inner,
               " elements");
     check_cuda(out, "index_select", "out");
-    check_dtype(x, out, "index_select");
+    checks::same_dtype(x, out, "index_select");
     CTX_CUDA_DISPATCH_ALL(x.dtype(), {
       using X = T;
       CTX_CUDA_DISPATCH_INDEX(idx.dtype(), "index_select",
@@ -405,10 +331,8 @@ class CudaBackend final : public Backend {
   void index_add(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src) override {
     check_cuda(out, "index_add", "out");
     check_cuda(src, "index_add", "src");
-    check_dtype(out, src, "index_add");
-    CTX_CHECK(dim >= 0 && dim < out.dim(), "index_add: dim ", dim, " out of range for ", out.str());
-    int64_t outer, n, inner;
-    split_dims(out.shape(), dim, outer, n, inner);
+    checks::same_dtype(out, src, "index_add");
+    const auto [outer, n, inner] = checks::split_at("index_add", out, dim);
     const std::vector<int64_t> h = checked_indices("index_add", idx, n, out);
     const int64_t m = idx.numel();
     CTX_CHECK(src.numel() == outer * m * inner, "index_add: src ", src.str(), " does not match out ", out.str(),
@@ -646,11 +570,7 @@ class CudaBackend final : public Backend {
 
   void adamw(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,
              double wd, int64_t step) override {
-    check_cuda(p, "adamw", "param");
-    check_same(p, g, "adamw");
-    check_same(p, m, "adamw");
-    check_same(p, v, "adamw");
-    CTX_CHECK(step >= 1, "adamw: step must be >= 1, got ", step);
+    checks::adamw(Device::CUDA, p, g, m, v, step);
     const double bc1 = 1.0 - std::pow(b1, (double)step);
     const double bc2 = 1.0 - std::pow(b2, (double)step);
     CTX_CUDA_DISPATCH_FLOAT(p.dtype(), "adamw",
