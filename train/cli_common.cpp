@@ -14,8 +14,43 @@ void add_config_options(cxxopts::Options& o) {
   o.add_options("model")("config", "model config JSON file (MODEL_SPEC §2)", cxxopts::value<std::string>())(
       "preset", "built-in config: tiny | small | medium", cxxopts::value<std::string>())(
       "posenc", "positional encoding, a type name or JSON, e.g. rope or '{\"type\":\"alibi\"}'",
-      cxxopts::value<std::string>());
+      cxxopts::value<std::string>())(
+      "set", "override one field of the config (MODEL_SPEC §2) as KEY=VALUE, VALUE as JSON or a bare word; "
+      "repeatable, e.g. --set n_layers=4 --set norm=rmsnorm (d_ff follows a new d_model unless set too; "
+      "posenc: --posenc)",
+      cxxopts::value<std::vector<std::string>>())(
+      "dropout", "dropout probability in training, in [0, 1): the embedding, the attention probabilities and "
+      "both residual branches (docs/training.md); overrides the config's (0 in every preset)",
+      cxxopts::value<double>());
 }
+
+namespace {
+// --set KEY=VALUE and --dropout P applied to cfg's JSON (validated by config_from_json, which
+// names an unknown key or a bad value)
+ModelConfig apply_overrides(const ModelConfig& cfg, const cxxopts::ParseResult& r, std::string& source) {
+  nlohmann::json j = config_to_json(cfg);
+  bool d_ff_given = false, d_model_given = false;
+  auto put = [&](const std::string& key, const nlohmann::json& v, const std::string& shown) {
+    CTX_CHECK(key != "posenc", "--set posenc=...: use --posenc");
+    j[key] = v;
+    d_ff_given = d_ff_given || key == "d_ff";
+    d_model_given = d_model_given || key == "d_model";
+    source += " with " + shown;
+  };
+  if (r.count("set"))
+    for (const std::string& kv : r["set"].as<std::vector<std::string>>()) {
+      const size_t eq = kv.find('=');
+      CTX_CHECK(eq != std::string::npos && eq > 0, "--set: expected KEY=VALUE (e.g. n_layers=4), got '", kv, "'");
+      const std::string key = kv.substr(0, eq), text = kv.substr(eq + 1);
+      nlohmann::json v = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (v.is_discarded()) v = text;  // a bare word: norm=rmsnorm
+      put(key, v, "--set " + kv);
+    }
+  if (r.count("dropout")) put("dropout", r["dropout"].as<double>(), str("--dropout ", r["dropout"].as<double>()));
+  if (d_model_given && !d_ff_given && cfg.d_ff == 4 * cfg.d_model) j.erase("d_ff");  // d_ff = 4 d_model again
+  return config_from_json(j, source);
+}
+}  // namespace
 
 std::pair<ModelConfig, std::string> config_from_options(const cxxopts::ParseResult& r) {
   CTX_CHECK(!(r.count("config") && r.count("preset")), "give --config or --preset, not both");
@@ -46,6 +81,7 @@ std::pair<ModelConfig, std::string> config_from_options(const cxxopts::ParseResu
     source += " with --posenc";
     cfg = config_from_json(full, source);
   }
+  if (r.count("set") || r.count("dropout")) cfg = apply_overrides(cfg, r, source);
   return {cfg, source};
 }
 

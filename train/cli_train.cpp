@@ -79,9 +79,21 @@ int run_train(int argc, char** argv) {
     auto it = lm.metadata.find("train_options");
     CTX_CHECK(it != lm.metadata.end(), mp, ": __metadata__.train_options missing (not written by ctxlab train)");
     TrainOptions opt = train_options_from_json(nlohmann::json::parse(it->second), mp + " (train_options)");
+    // The run's config and options are saved with it: an option that would change them is an
+    // error, not silently ignored. What may be given: --steps, --stop-after, where and how it runs
+    // (--device, --precision, --tf32, --distributed, --tokenizer: the same one) and its output.
+    for (const char* k : {"config", "preset", "posenc", "set", "dropout", "data", "val-fraction", "context", "batch",
+                          "accum", "deterministic", "optimizer", "lr", "min-lr", "warmup", "weight-decay", "beta1",
+                          "beta2", "momentum", "grad-clip", "seed", "out", "log-interval", "eval-interval",
+                          "eval-batches", "ckpt-interval"})
+      CTX_CHECK(!a.count(k), "--resume ", dir, ": --", k, " cannot change a resumed run (its config and training "
+                "options are saved in ", mp, "); with --resume give only --steps, --stop-after, --device, "
+                "--precision, --tokenizer, --quiet or --no-plot");
     opt.tokenizer = checkpoint_tokenizer(lm, a, mp);
     opt.out = dir;
     if (a.count("steps")) opt.steps = a["steps"].as<int64_t>();
+    if (a.count("quiet")) opt.quiet = true;
+    if (a.count("no-plot")) opt.plot = false;
     // The optimizer state must belong to the model's step. A run killed between the two writes
     // of a checkpoint has it in model.optim.prev.safetensors (see save() in trainer.cpp).
     const std::string op = dir + "/model.optim.safetensors", pp = dir + "/model.optim.prev.safetensors";

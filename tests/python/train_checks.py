@@ -242,6 +242,22 @@ def cmd_resume():
     l_drop = read_csv(os.path.join(D1, "train.csv"))[0]["loss"]
     l_none = read_csv(os.path.join(D0, "train.csv"))[0]["loss"]
     check("resume: dropout changes the first loss", l_drop != l_none, f"{l_drop} vs {l_none}")
+    # The same model from the command line (--preset tiny --posenc rope --dropout 0.2) is the same
+    # run as the config file's, bit for bit; --set changes the fields it names (d_ff follows d_model).
+    D3 = os.path.join(d, "D3")
+    must_run("resume: --dropout 0.2 from the command line", ["train", "--preset", "tiny", "--posenc", "rope",
+                                                            "--dropout", 0.2] + drop[3:] + ["--out", D3])
+    for f in ("model.safetensors", "model.optim.safetensors"):
+        diffs = tensors_equal(os.path.join(D1, f), os.path.join(D3, f))
+        check(f"resume: --dropout 0.2 gives the config file's run ({f} bit for bit)", not diffs, "; ".join(diffs[:5]))
+    I = os.path.join(d, "set.safetensors")
+    must_run("resume: init with --set", ["init", "--preset", "tiny", "--set", "d_model=32", "--set", "n_layers=1",
+                                         "--set", "norm=rmsnorm", "--out", I])
+    c = json.loads(st_io.read_safetensors(I)[1]["config"])
+    check("resume: --set d_model=32 n_layers=1 norm=rmsnorm lands in the config, d_ff follows (128)",
+          (c["d_model"], c["n_layers"], c["norm"], c["d_ff"]) == (32, 1, "rmsnorm", 128), str(c))
+    # --quiet / --no-plot are honoured on --resume (output only)
+    must_run("resume: --resume with --quiet --no-plot", ["train", "--resume", D3, "--steps", 7, "--quiet", "--no-plot"])
 
     # Gradient accumulation: --batch 4 --accum 2 draws the same 8 windows as --batch 8 (the
     # sampler draws window starts in order), so losses agree to float rounding.
@@ -522,6 +538,24 @@ def cmd_badinput():
     expect_failure("unknown extra tensor", grads(bad), [bad, "extra.weight"], guard_files=[gout])
     bad = variant("nocfg.safetensors", lambda t, m: m.pop("config"))
     expect_failure("metadata config missing", grads(bad), [bad, "config"], guard_files=[gout])
+
+    # --resume with an option that would change the saved run: refused, naming it; the run's
+    # files untouched. Config overrides that are malformed: refused, naming the key or value.
+    R_steps = ["train", "--resume", R, "--steps", 4, "--quiet"]
+    expect_failure("train --resume with --lr", R_steps + ["--lr", "1e-4"], ["--resume", "--lr", "model.safetensors"],
+                   guard_dir=R)
+    expect_failure("train --resume with --dropout", R_steps + ["--dropout", "0.1"], ["--resume", "--dropout"],
+                   guard_dir=R)
+    expect_failure("train --resume with --preset", R_steps + ["--preset", "small"], ["--resume", "--preset"],
+                   guard_dir=R)
+    tiny_into_R = TINY + ["--steps", 2, "--out", R]
+    expect_failure("train --set of an unknown key", tiny_into_R + ["--set", "n_layer=4"],
+                   ["n_layer", "did you mean 'n_layers'"], guard_dir=R)
+    expect_failure("train --set without '='", tiny_into_R + ["--set", "n_layers"], ["--set", "KEY=VALUE", "n_layers"],
+                   guard_dir=R)
+    expect_failure("train --set of a bad value", tiny_into_R + ["--set", "n_heads=four"], ["n_heads", "four"],
+                   guard_dir=R)
+    expect_failure("train --dropout 1", tiny_into_R + ["--dropout", "1"], ["dropout", "[0, 1)"], guard_dir=R)
 
     # A damaged checkpoint in a run directory: --resume fails and leaves the run's files alone.
     R2 = P("run_damaged")
