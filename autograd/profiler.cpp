@@ -42,8 +42,7 @@ std::atomic<int> g_enabled{-1};  // -1: not read from the environment yet
 bool enabled() {
   int e = g_enabled.load(std::memory_order_relaxed);
   if (e < 0) {
-    const char* v = setting_env("CTXLAB_PROFILE");
-    e = (v && std::strcmp(v, "0") != 0 && *v) ? 1 : 0;
+    e = setting_flag("CTXLAB_PROFILE", false) ? 1 : 0;
     g_enabled.store(e);
   }
   return e == 1;

@@ -38,7 +38,7 @@ const std::vector<Setting>& settings() {
       {"CTXLAB_FUSED_GRU", "1", "0 | 1",
        "0: the rnn encoding's GRU as the composed loop (each gate its own GEMM and ~20 primitives per step)",
        "autograd/ops_gru.cpp"},
-      {"CTXLAB_PROFILE", "0", "0 | 1 (any other value: 1)",
+      {"CTXLAB_PROFILE", "0", "0 | 1",
        "1: time every autograd op by name (ctxlab bench --profile, example_step_timing print it)",
        "autograd/profiler.cpp"},
       {"CTXLAB_NO_REEXEC", "unset", "any value",
@@ -71,6 +71,18 @@ const char* setting_env(const char* name) {
   CTX_CHECK(known, "setting_env: ", name, " is not in the settings table (core/settings.cpp)");
   const char* v = std::getenv(name);
   return v && *v ? v : nullptr;
+}
+
+bool setting_flag(const char* name, bool default_on) {
+  const char* v = setting_env(name);
+  if (!v) return default_on;
+  CTX_CHECK(!std::strcmp(v, "0") || !std::strcmp(v, "1"), name, "=", v, ": expected 0 or 1 (docs/settings.md)");
+  return v[0] == '1';
+}
+
+void check_setting_flags() {
+  for (const Setting& s : settings())
+    if (!std::strcmp(s.values, "0 | 1")) (void)setting_flag(s.name, false);
 }
 
 std::string settings_help() {

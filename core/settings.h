@@ -23,6 +23,13 @@ const std::vector<Setting>& settings();  // in the order --help prints them
 // is not in the table.
 const char* setting_env(const char* name);
 
+// A 0 | 1 switch: its default when unset or empty, else 0 or 1; any other value throws ctx::Error
+// naming the variable and the allowed values ("CTXLAB_FUSED_ATTENTION=off: expected 0 or 1").
+bool setting_flag(const char* name, bool default_on);
+// Reads every 0 | 1 switch of the table that is set, so that a bad value stops the CLI before it
+// starts work (main), not at the first use of the switch.
+void check_setting_flags();
+
 // The table as help text: one "  NAME  values (default: ...)  meaning" line per variable.
 std::string settings_help();
 

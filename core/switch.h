@@ -1,7 +1,8 @@
 // core/switch.h — the on/off switch of a fast path (fused attention, fused Linear, fused head
-// split, ...): on unless its environment variable (a row of core/settings.h) is "0" (read once,
-// on first use), and overridable at run time by tests and A/B benchmarks until reset(). A
-// switch made with default_on = false (an opt-in path) is off while its variable is unset.
+// split, ...): its environment variable (a row of core/settings.h) is 0 or 1, read once on first
+// use (setting_flag: any other value is an error naming it); unset, the path is on, or off for an
+// opt-in switch (default_on = false). Tests and A/B benchmarks override it at run time until
+// reset().
 #pragma once
 #include <atomic>
 #include <cstring>
@@ -18,8 +19,7 @@ class FastPathSwitch {
     if (o >= 0) return o == 1;
     int e = env_on_.load(std::memory_order_relaxed);
     if (e < 0) {
-      const char* v = setting_env(env_);
-      e = v ? (std::strcmp(v, "0") == 0 ? 0 : 1) : (default_on_ ? 1 : 0);
+      e = setting_flag(env_, default_on_) ? 1 : 0;  // throws for a value other than 0 / 1
       env_on_.store(e, std::memory_order_relaxed);
     }
     return e == 1;

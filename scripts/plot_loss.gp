@@ -1,5 +1,5 @@
 # scripts/plot_loss.gp — loss curves of a training run: gnuplot -e "dir='runs/small'" scripts/plot_loss.gp
-# Reads <dir>/train.csv (step,loss,...) and <dir>/val.csv (step,val_loss); writes <dir>/loss.png.
+# Reads <dir>/train.csv (step,loss,...) and <dir>/val.csv (step,val_loss,...); writes <dir>/loss.png.
 set datafile separator ","
 set terminal pngcairo size 900,540 noenhanced
 set output dir."/loss.png"

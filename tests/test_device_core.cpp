@@ -510,5 +510,24 @@ TEST(Settings, UnknownNamesAreRefused) {
   ::unsetenv("CTXLAB_GELU");
 }
 
+// A 0 | 1 switch takes 0 or 1: "off" or "false" is an error naming the variable, not "on" (the old
+// reading was "anything but 0 is 1", so CTXLAB_BF16_ATTENTION=false turned the opt-in path on).
+TEST(Settings, SwitchesTakeZeroOrOneOnly) {
+  for (const char* bad : {"off", "false", "2", "yes"}) {
+    ::setenv("CTXLAB_FUSED_ODE", bad, 1);
+    FastPathSwitch sw("CTXLAB_FUSED_ODE");
+    expect_error([&] { (void)sw.enabled(); }, {"CTXLAB_FUSED_ODE", bad, "expected 0 or 1"});
+    expect_error([] { check_setting_flags(); }, {"CTXLAB_FUSED_ODE", "expected 0 or 1"});
+  }
+  ::setenv("CTXLAB_FUSED_ODE", "0", 1);
+  EXPECT_FALSE(FastPathSwitch("CTXLAB_FUSED_ODE").enabled());
+  ::setenv("CTXLAB_FUSED_ODE", "1", 1);
+  EXPECT_TRUE(FastPathSwitch("CTXLAB_FUSED_ODE", /*default_on=*/false).enabled());
+  ::unsetenv("CTXLAB_FUSED_ODE");
+  EXPECT_TRUE(FastPathSwitch("CTXLAB_FUSED_ODE").enabled());
+  EXPECT_FALSE(FastPathSwitch("CTXLAB_FUSED_ODE", /*default_on=*/false).enabled());
+  check_setting_flags();  // nothing set: no error
+}
+
 }  // namespace
 }  // namespace ctx

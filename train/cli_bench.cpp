@@ -27,6 +27,7 @@
 #include "core/determinism.h"
 #include "core/device_table.h"  // to_host
 #include "core/cpu/threading.h"
+#include "autograd/profiler.h"
 #include "core/precision.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
@@ -223,6 +224,8 @@ int run_bench(int argc, char** argv) {
       "deterministic", "time the step `train --deterministic` takes (canonical shards + gradient tree)")(
       "peak-only", "only measure the peak: print {\"peak_gflops\", \"peak_isa\", \"threads\"} and exit")(
       "json", "also write the JSON object to this file", cxxopts::value<std::string>())(
+      "profile", "time every autograd op by name during the timed steps (as CTXLAB_PROFILE=1): the per-op table "
+      "goes to stderr and under \"profile\" in the JSON; the hooks add a little time to each op")(
       "seed", "seed of the init and of the token batches", cxxopts::value<uint64_t>()->default_value("1337"))(
       "h,help", "this help");
   add_device_option(o, "where the timed steps run (phases are timed after a device synchronisation)");
@@ -313,7 +316,9 @@ int run_bench(int argc, char** argv) {
   const DeterministicScope deterministic_kernels(deterministic);  // as train --deterministic
   const auto shards = deterministic ? canonical_shards(B, T) : std::vector<std::pair<int64_t, int64_t>>{{0, B}};
   GradTree grad_tree(params);
+  if (a.count("profile")) prof::set_enabled(true);
   for (int64_t s = 0; s < warmup + steps; ++s) {
+    if (s == warmup) prof::reset();  // the per-op profile covers the timed steps only
     auto [x, y] = batch();
     be.synchronize();  // on a GPU the launches are asynchronous: each phase ends when its kernels do
     // the step `train` takes: one forward/backward per canonical shard, the gradients summed in
@@ -391,6 +396,7 @@ int run_bench(int argc, char** argv) {
   j["precision"] = precision_name(gemm_precision());
   j["optimizer_call"] = has_clip_and_step<AdamW>::value ? "AdamW clip_and_step (trainer's fused path)"
                                                         : "clip_grad_norm + AdamW step";
+  if (prof::enabled()) j["profile"] = prof::to_json((int)steps);
   const std::string out = j.dump();
 
   std::fprintf(stderr,
@@ -404,6 +410,9 @@ int run_bench(int argc, char** argv) {
                *std::min_element(total.begin(), total.end()), median(fwd), median(bwd), median(opt),
                flop_per_token / 1e6, achieved, peak, peak_source.c_str(), peak_isa.empty() ? "" : ", ",
                peak_isa.c_str(), 100.0 * mfu, rss_mb);
+  if (prof::enabled())
+    std::fprintf(stderr, "per-op profile, mean of %lld timed steps:\n%s", (long long)steps,
+                 prof::table((int)steps).c_str());
   std::printf("%s\n", out.c_str());
   std::fflush(stdout);
   if (a.count("json")) {

@@ -12,7 +12,8 @@ namespace ctx::cli {
 
 void add_config_options(cxxopts::Options& o) {
   o.add_options("model")("config", "model config JSON file (MODEL_SPEC §2)", cxxopts::value<std::string>())(
-      "preset", "built-in config: tiny | small | medium", cxxopts::value<std::string>())(
+      "preset", "built-in config: tiny | small | medium (without --config or --preset: small)",
+      cxxopts::value<std::string>())(
       "posenc", "positional encoding, a type name or JSON, e.g. rope or '{\"type\":\"alibi\"}'",
       cxxopts::value<std::string>())(
       "set", "override one field of the config (MODEL_SPEC §2) as KEY=VALUE, VALUE as JSON or a bare word; "
@@ -95,6 +96,21 @@ std::optional<cxxopts::ParseResult> parse_or_help(cxxopts::Options& o, int argc,
     if (!r.unmatched().empty())
       throw Error(str("unexpected argument '", r.unmatched()[0], "' (see --help)"));
     return r;
+  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+    // cxxopts names the value only ("Argument 'fast' failed to parse"): find the flag it was given to
+    const std::string what = e.what();
+    const size_t a = what.find(cxxopts::LQUOTE), b = what.rfind(cxxopts::RQUOTE);
+    const size_t v0 = a + cxxopts::LQUOTE.size();
+    const std::string value = a != std::string::npos && b != std::string::npos && b >= v0 ? what.substr(v0, b - v0) : "";
+    for (int i = 1; i < argc && !value.empty(); ++i) {
+      const std::string arg = argv[i];
+      const size_t eq = arg.find('=');
+      if (arg.rfind("--", 0) == 0 && eq != std::string::npos && arg.substr(eq + 1) == value)
+        throw Error(str(arg.substr(0, eq), ": '", value, "' is not a valid value (see --help)"));
+      if (arg == value && i > 1 && argv[i - 1][0] == '-')
+        throw Error(str(argv[i - 1], ": '", value, "' is not a valid value (see --help)"));
+    }
+    throw Error(str(what, " (see --help)"));
   } catch (const cxxopts::exceptions::exception& e) {
     throw Error(str(e.what(), " (see --help)"));
   }

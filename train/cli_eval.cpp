@@ -80,6 +80,10 @@ nlohmann::json posenc_override(const cxxopts::ParseResult& r, const std::string&
   CTX_CHECK(scaling || !r.count("original-context"),
             "--original-context needs --rope-scaling TYPE (e.g. --rope-scaling yarn --factor 4 --original-context 256)");
   if (scaling) {
+    LoadedModel plain = load_checkpoint(ckpt);
+    const nlohmann::json& pe = plain.model->cfg.posenc;
+    const std::string type = pe.value("type", std::string("none"));
+    CTX_CHECK(type == "rope", ckpt, ": --rope-scaling needs a rope model (config.posenc.type is \"", type, "\")");
     nlohmann::json sc = {{"type", r["rope-scaling"].as<std::string>()}};
     if (r.count("factor")) {
       double f = r["factor"].as<double>();
@@ -93,8 +97,6 @@ nlohmann::json posenc_override(const cxxopts::ParseResult& r, const std::string&
     } else {
       // Keep the pretraining context a fine-tuned checkpoint recorded (POSENC_SPEC §2: L must
       // not change when the scaling is overridden).
-      LoadedModel plain = load_checkpoint(ckpt);
-      const nlohmann::json& pe = plain.model->cfg.posenc;
       if (pe.contains("scaling") && pe["scaling"].is_object() && pe["scaling"].contains("original_context"))
         sc["original_context"] = pe["scaling"]["original_context"];
     }
@@ -119,7 +121,7 @@ int run_eval(int argc, char** argv) {
       "the last 10% of the bytes of data/pride_and_prejudice.txt.\n"
       "\n"
       "examples:\n"
-      "  ctxlab eval --checkpoint runs/small/model.safetensors --lengths 128,256,512\n"
+      "  ctxlab eval --checkpoint runs/small/model.safetensors --lengths 64,128,256   # learned: <= its context\n"
       "  ctxlab eval --checkpoint learned.safetensors --lengths 256,1024 --hierarchical --csv out.csv\n"
       "  ctxlab eval --checkpoint rope.safetensors --lengths 1024 --rope-scaling pi --factor 4\n"
       "  ctxlab eval --checkpoint alibi.safetensors --lengths 256,1024 --window 256   # local attention\n"

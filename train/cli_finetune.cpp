@@ -145,8 +145,7 @@ int run_finetune(int argc, char** argv) {
   opt.context = context;
   opt.optimizer = "adamw";
   opt.min_lr = a.count("min-lr") ? a["min-lr"].as<double>() : opt.lr;
-  CTX_CHECK(opt.lr > 0 && opt.min_lr >= 0 && opt.min_lr <= opt.lr, "--lr must be > 0 and 0 <= --min-lr <= --lr, got ",
-            opt.lr, " and ", opt.min_lr);
+  validate_train_options(opt);
   if (!opt.quiet && dist::is_root())
     std::printf("finetune: %s (step %lld, context %lld) -> context %lld, posenc %s\n"
                 "threads: %d, gemm: %s\n",

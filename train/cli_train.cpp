@@ -23,7 +23,7 @@ int run_train(int argc, char** argv) {
   cxxopts::Options o("ctxlab train",
                      "Train a GPT (MODEL_SPEC) on a text corpus: byte-level tokens, or a SentencePiece\n"
                      "tokenizer (`ctxlab tokenizer train`) with --tokenizer; vocab_size follows the tokenizer.\n"
-                     "  ctxlab train --preset small --out runs/small            # the README's main job\n"
+                     "  ctxlab train --preset small --steps 1000 --lr 3e-3 --warmup 50 --out runs/small   # the README's main job\n"
                      "  ctxlab train --preset tiny --posenc alibi --steps 300 --out runs/tiny-alibi\n"
                      "  ctxlab train --resume runs/small                        # continue the same run\n"
                      "  ctxlab train --preset small --tokenizer bpe4k.model --out runs/small-bpe\n"
@@ -43,7 +43,8 @@ int run_train(int argc, char** argv) {
       "deterministic", kDeterministicHelp)(
       "optimizer", "adamw | sgd", cxxopts::value<std::string>()->default_value(d.optimizer))(
       "lr", "peak learning rate", cxxopts::value<double>()->default_value("1e-3"))(
-      "min-lr", "learning rate at the end of the cosine", cxxopts::value<double>()->default_value("1e-4"))(
+      "min-lr", "learning rate at the end of the cosine, <= --lr (default: 1e-4, or --lr when that is lower)",
+      cxxopts::value<double>())(
       "warmup", "linear warmup steps", cxxopts::value<int64_t>()->default_value(s(d.warmup)))(
       "weight-decay", "decoupled weight decay (matrices only)", cxxopts::value<double>()->default_value("0.1"))(
       "beta1", "AdamW beta1", cxxopts::value<double>()->default_value("0.9"))(
@@ -58,7 +59,8 @@ int run_train(int argc, char** argv) {
       "ckpt-interval", "steps between checkpoints", cxxopts::value<int64_t>()->default_value(s(d.ckpt_interval)))(
       "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
       "resume", "continue the run saved in this directory", cxxopts::value<std::string>())(
-      "stop-after", "stop (with a checkpoint) after this many steps, as an interruption would",
+      "stop-after", "stop (with a checkpoint) after step N of the run, counted from its start (also when resumed), "
+      "as an interruption would: for trying --resume",
       cxxopts::value<int64_t>()->default_value("-1"))(
       "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)")(
       "h,help", "this help");
@@ -128,8 +130,9 @@ int run_train(int argc, char** argv) {
   read_train_options(a, opt);
   if (a.count("context")) opt.context = a["context"].as<int64_t>();
   opt.optimizer = a["optimizer"].as<std::string>();
-  opt.min_lr = a["min-lr"].as<double>();
+  opt.min_lr = a.count("min-lr") ? a["min-lr"].as<double>() : std::min(1e-4, opt.lr);
   opt.momentum = a["momentum"].as<double>();
+  validate_train_options(opt);  // before the model is built: a bad flag fails at once
   opt.tokenizer = tokenizer_from_option(a);
   cfg.vocab_size = opt.tokenizer->vocab_size();  // the config's vocab_size follows the tokenizer
 

@@ -27,8 +27,10 @@ void print_help() {
   std::printf(
       "\n"
       "examples:\n"
-      "  ctxlab train --preset small --out runs/small          # main job, shipped corpus\n"
-      "  ctxlab eval --checkpoint runs/small/model.safetensors --lengths 256,512,1024\n"
+      "  ctxlab train --preset small --steps 1000 --lr 3e-3 --warmup 50 --out runs/small   # the README's main job\n"
+      "  ctxlab eval --checkpoint runs/small/model.safetensors --lengths 64,128,256\n"
+      "  ctxlab train --preset small --posenc rope --lr 3e-3 --warmup 50 --out runs/rope   # extrapolates:\n"
+      "  ctxlab eval --checkpoint runs/rope/model.safetensors --lengths 256,512,1024\n"
       "  ctxlab sample --checkpoint runs/small/model.safetensors --prompt \"It is a truth\"\n"
       "\n"
       "every verb also takes --plugin PATH.so (repeatable): load a shared library that registers\n"
@@ -71,6 +73,7 @@ int main(int argc, char** argv) {
   for (const auto& v : ctx::cli::verbs()) {
     if (verb != v.name) continue;
     try {
+      ctx::check_setting_flags();  // CTXLAB_FUSED_ATTENTION=off: an error now, not at the first step
       const int rc = v.run(argc - 1, argv + 1);
       ctx::dist::finalize();  // before the CUDA runtime's exit handlers (NCCL), when MPI was started
       return rc;

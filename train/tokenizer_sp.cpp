@@ -122,8 +122,14 @@ std::string train_sentencepiece(const SentencePieceTrainOptions& opt) {
   }
   std::string model;
   auto st = sentencepiece::SentencePieceTrainer::Train(kw, nullptr, &model);
-  CTX_CHECK(st.ok(), opt.data, ": training a ", opt.type, " tokenizer with --vocab ", opt.vocab, " failed: ",
-            status_message(st));
+  if (!st.ok()) {
+    // SentencePiece's own advice names its options ("--character_coverage"), which ctxlab does not
+    // expose (every character is kept: character_coverage 1.0): say what to change here instead.
+    std::string msg = status_message(st);
+    const size_t hint = msg.find(" Increase vocab_size");
+    if (hint != std::string::npos) msg = msg.substr(0, hint) + " (raise --vocab to at least the number after 'vs')";
+    throw Error(str(opt.data, ": training a ", opt.type, " tokenizer with --vocab ", opt.vocab, " failed: ", msg));
+  }
   return model;
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -131,11 +132,48 @@ void plot(const std::string& out) {
 
 }  // namespace
 
+// Every option in range, named as its command-line flag (train and finetune share these; a
+// resumed run's saved options pass through here too).
+void validate_train_options(const TrainOptions& o) {
+  auto positive_int = [](int64_t v, const char* flag) {
+    CTX_CHECK(v >= 1, flag, " must be a positive integer, got ", v);
+  };
+  auto at_least_zero = [](int64_t v, const char* flag, const char* zero) {
+    CTX_CHECK(v >= 0, flag, " must be >= 0 (0: ", zero, "), got ", v);
+  };
+  auto number_in = [](double v, double lo, bool lo_open, double hi, bool hi_open, const char* flag) {
+    const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+    if (std::isinf(hi)) CTX_CHECK(ok, flag, " must be a finite number ", lo_open ? "> " : ">= ", lo, ", got ", v);
+    CTX_CHECK(ok, flag, " must be in ", lo_open ? "(" : "[", lo, ", ", hi, hi_open ? ")" : "]", ", got ", v);
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  positive_int(o.steps, "--steps");
+  positive_int(o.batch, "--batch");
+  positive_int(o.accum, "--accum");
+  CTX_CHECK(o.context == -1 || o.context >= 1, "--context must be a positive integer, got ", o.context);
+  CTX_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd", "--optimizer must be adamw or sgd, got '", o.optimizer,
+            "'");
+  number_in(o.lr, 0, true, inf, true, "--lr");
+  number_in(o.min_lr, 0, false, o.lr, false, "--min-lr (at most --lr)");
+  at_least_zero(o.warmup, "--warmup", "no warmup");
+  number_in(o.beta1, 0, false, 1, true, "--beta1");
+  number_in(o.beta2, 0, false, 1, true, "--beta2");
+  number_in(o.eps, 0, true, inf, true, "AdamW eps");
+  number_in(o.weight_decay, 0, false, inf, true, "--weight-decay");
+  number_in(o.momentum, 0, false, 1, true, "--momentum");
+  number_in(o.grad_clip, 0, false, inf, true, "--grad-clip (0: off)");
+  number_in(o.val_fraction, 0, true, 1, true, "--val-fraction");
+  positive_int(o.log_interval, "--log-interval");
+  at_least_zero(o.eval_interval, "--eval-interval", "at the end only");
+  positive_int(o.eval_batches, "--eval-batches");
+  at_least_zero(o.ckpt_interval, "--ckpt-interval", "a checkpoint at the end only");
+}
+
 TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, const std::string& resume_dir,
                   int64_t stop_after, const std::function<void(int64_t, bool)>& after_step) {
-  CTX_CHECK(opt.steps > 0 && opt.batch > 0 && opt.accum > 0, "train: steps, batch and accum must be positive");
-  CTX_CHECK(opt.optimizer == "adamw" || opt.optimizer == "sgd", "train: optimizer must be adamw or sgd, got '",
-            opt.optimizer, "'");
+  validate_train_options(opt);
+  CTX_CHECK(stop_after <= 0 || stop_after > start_step, "--stop-after ", stop_after, ": the run is already at step ",
+            start_step, " (--stop-after counts the run's steps from its start)");
   const int64_t T = opt.context > 0 ? opt.context : model.cfg.context;
   model.pe->check_length(T);
   // --deterministic: thread-count-invariant kernels too (the GEMMs' blocks fixed by the shape)
@@ -248,6 +286,11 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
     keep_upto(opt.out + "/val.csv", false);
   }
 
+  // A new run over an old one replaces its files: say so (even under --quiet), once the inputs
+  // are known to be good, and how to continue the old one instead.
+  if (start_step == 0 && root && std::filesystem::exists(opt.out + "/model.safetensors"))
+    std::fprintf(stderr, "train: %s already holds a run; this new run replaces its checkpoint and logs "
+                 "(`ctxlab train --resume %s` continues the old one instead)\n", opt.out.c_str(), opt.out.c_str());
   // Only rank 0 opens the logs (streams left closed on the other ranks write nothing).
   const auto mode = start_step > 0 ? std::ios::app : std::ios::trunc;
   std::ofstream jsonl, tcsv, vcsv;
@@ -258,7 +301,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   }
   if (start_step == 0 && root) {
     tcsv << "step,loss,lr,grad_norm,ms,tok_s\n";
-    vcsv << "step,val_loss\n";
+    vcsv << "step,val_loss,val_bpb\n";
   }
 
   model.train();
@@ -419,7 +462,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
       double vl = validation_loss(model, corpus, opt.batch, T, opt.eval_batches, tok, &vbpb);
       model.set_memory_state(mem);
       res.final_val_loss = vl;
-      vcsv << step + 1 << "," << vl << "\n";
+      vcsv << step + 1 << "," << vl << "," << vbpb << "\n";
       jsonl << nlohmann::json{{"step", step + 1}, {"val_loss", vl}, {"val_bpb", vbpb}}.dump() << "\n";
       if (!quiet)
         std::printf("step %5" PRId64 " | val loss %.4f | ppl %.2f | %.3f bits/byte\n", step + 1, vl,

@@ -51,6 +51,9 @@ struct TrainResult {
 // as an interruption would; `--resume` then continues it. after_step (tests): called at the end
 // of every step with its 1-based number and whether the step read its losses back (a report:
 // the logging interval, or a step that evaluates, checkpoints or stops).
+// Throws ctx::Error naming the command-line flag of the first option out of range.
+void validate_train_options(const TrainOptions& o);
+
 TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step = 0,
                   const std::string& resume_dir = "", int64_t stop_after = -1,
                   const std::function<void(int64_t step, bool reported)>& after_step = {});

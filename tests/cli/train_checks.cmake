@@ -7,6 +7,7 @@
 #                         the file and field, existing outputs untouched
 #   train_checkpoints     F64 / F16 / BF16 checkpoint tensors converted (MODEL_SPEC §5)
 #   train_main_job_smoke  the main job in miniature: all outputs written, the loss goes down
+#   train_bench           `ctxlab bench`: a self-consistent JSON, --json, --profile, refusals
 # Every test uses the tiny preset and a few steps; each takes 1-12 s on 2 idle cores
 # (kill9 the longest), well under a minute on 2 loaded ones.
 
@@ -18,7 +19,7 @@ endif()
 set(_tc_script ${CMAKE_SOURCE_DIR}/tests/python/train_checks.py)
 set(_tc_work ${CMAKE_BINARY_DIR}/cli_train_checks)
 
-foreach(_tc_sub resume kill9 badinput checkpoints main_job_smoke)
+foreach(_tc_sub resume kill9 badinput checkpoints main_job_smoke bench)
   add_test(NAME train_${_tc_sub}
            COMMAND ${_tc_py} ${_tc_script} ${_tc_sub} --bin $<TARGET_FILE:ctxlab> --work ${_tc_work})
   set_tests_properties(train_${_tc_sub} PROPERTIES

@@ -20,6 +20,8 @@ Subcommands (one ctest each, see tests/cli/train_checks.cmake):
                   the same loss and gradients as an F32 file of the converted values.
   main_job_smoke  the README's main job in miniature: every output file is written and the loss
                   goes down.
+  bench           `ctxlab bench`: its JSON is self-consistent (tokens/s, GFLOP/s, MFU), --json and
+                  --profile write what they say, bad options and CTXLAB_* switches are refused.
 
 Each subcommand prints one line per check, then "N passed, N failed", and exits 1 on failure.
 Only NumPy and tests/python/st_io.py are needed.
@@ -69,10 +71,11 @@ def check(name, ok, detail=""):
     return ok
 
 
-def run(args, timeout=120, check_rc=None):
-    """Runs ctxlab with `args`; returns the CompletedProcess (text mode)."""
+def run(args, timeout=120, check_rc=None, env=None):
+    """Runs ctxlab with `args` (and `env` added to the environment); returns the CompletedProcess."""
     cmd = [BIN] + [str(a) for a in args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace",
+                       env=dict(os.environ, **env) if env else None)
     if check_rc is not None and p.returncode != check_rc:
         print(f"  command: {' '.join(cmd)}\n  rc {p.returncode}\n  stdout: {p.stdout[-2000:]}\n"
               f"  stderr: {p.stderr[-2000:]}")
@@ -803,10 +806,57 @@ def cmd_main_job_smoke():
               "CTXLAB_ALLOW_MISSING=gnuplot where it cannot be)", False)
 
 
+# ---------------------------------------------------------------------------------------------
+# bench
+
+def cmd_bench():
+    """`ctxlab bench`: its JSON is self-consistent, --json writes the same object, --profile adds the
+    per-op table (stderr) and "profile" (JSON); bad options and a bad CTXLAB_* switch are refused."""
+    d = fresh_dir("bench")
+    jf = os.path.join(d, "b.json")
+    base = ["bench", "--preset", "tiny", "--steps", 3, "--warmup", 1, "--peak-gflops", 100]
+    p = must_run("bench: tiny, 3 timed steps, --profile, --json", base + ["--profile", "--json", jf])
+    try:
+        j = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as e:
+        check("bench: the last stdout line is the JSON object", False, f"{e}: {p.stdout[-300:]}")
+        return
+    with open(jf) as f:
+        check("bench: --json writes the object printed on stdout", json.load(f) == j)
+    B, T, med = j["batch"], j["context"], j["ms_per_step"]["median"]
+    check("bench: batch 8 x context 64 (tiny), 3 timed steps", (B, T, j["steps"]) == (8, 64, 3), str((B, T, j["steps"])))
+    tok = B * T / (med / 1000.0)
+    check(f"bench: tokens/s = B T / median step ({j['tokens_per_s']} vs {tok:.1f})",
+          abs(j["tokens_per_s"] - tok) <= 1e-3 * tok + 0.1)
+    ach = j["flop_per_token"] * j["tokens_per_s"] / 1e9
+    check(f"bench: achieved GFLOP/s = FLOP/token x tokens/s ({j['achieved_gflops']} vs {ach:.2f})",
+          abs(j["achieved_gflops"] - ach) <= 1e-3 * ach + 0.01)
+    check(f"bench: MFU = achieved / the given peak 100 ({j['mfu']})",
+          j["peak_gflops"] == 100 and abs(j["mfu"] - j["achieved_gflops"] / 100) <= 1e-3)
+    check("bench: the final loss is finite and about ln 256 for a fresh model",
+          math.isfinite(j["final_loss"]) and abs(j["final_loss"] - math.log(256)) < 1.0, str(j["final_loss"]))
+    prof = j.get("profile")
+    rows = {(r["phase"], r["op"]): r for r in prof} if isinstance(prof, list) else {}
+    check("bench --profile: the JSON's profile has forward and backward rows for linear",
+          ("forward", "linear") in rows and ("backward", "linear") in rows, str(prof)[:300])
+    lin = rows.get(("forward", "linear"), {})
+    check("bench --profile: 8 Linear calls a step in the forward (2 layers x qkv, proj, fc, mproj)",
+          lin.get("calls_per_step") == 8, str(lin))
+    check("bench --profile: the per-op table goes to stderr", "per-op profile, mean of 3 timed steps" in p.stderr,
+          p.stderr[-300:])
+    p = must_run("bench: without --profile", base)
+    check("bench: no profile without --profile", "profile" not in json.loads(p.stdout.strip().splitlines()[-1]))
+    expect_failure("bench --steps 0", base[:3] + ["--steps", 0], ["--steps", "0"])
+    expect_failure("bench --peak-gflops x", base + ["--peak-gflops", "x"], ["--peak-gflops", "'x'"])
+    p = run(base, env={"CTXLAB_FUSED_ATTENTION": "off"})
+    check("bench with CTXLAB_FUSED_ATTENTION=off: refused, naming it and 0 or 1",
+          p.returncode == 1 and "CTXLAB_FUSED_ATTENTION=off: expected 0 or 1" in p.stderr, p.stderr.strip()[-300:])
+
+
 def main():
     global BIN, WORK
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["resume", "kill9", "badinput", "checkpoints", "main_job_smoke"])
+    ap.add_argument("command", choices=["resume", "kill9", "badinput", "checkpoints", "main_job_smoke", "bench"])
     ap.add_argument("--bin", required=True, help="the ctxlab binary")
     ap.add_argument("--work", required=True, help="scratch directory")
     ap.add_argument("--rounds", type=int, default=15, help="kill9: kills")
@@ -824,6 +874,8 @@ def main():
             cmd_badinput()
         elif a.command == "checkpoints":
             cmd_checkpoints()
+        elif a.command == "bench":
+            cmd_bench()
         else:
             cmd_main_job_smoke()
     except Exception as e:  # noqa: BLE001 — count it, still print the summary
