@@ -559,6 +559,28 @@ def cmd_badinput():
     expect_failure("train --set of a bad value", tiny_into_R + ["--set", "n_heads=four"], ["n_heads", "four"],
                    guard_dir=R)
     expect_failure("train --dropout 1", tiny_into_R + ["--dropout", "1"], ["dropout", "[0, 1)"], guard_dir=R)
+    # Training options out of range: refused before any work, naming the flag and the value
+    for flag, val, subs in (("--lr", "-1", ["--lr", "> 0", "-1"]), ("--context", "0", ["--context", "0"]),
+                            ("--eval-batches", "0", ["--eval-batches", "0"]), ("--beta2", "1", ["--beta2", "[0, 1)"]),
+                            ("--min-lr", "0.5", ["--min-lr", "at most --lr"]), ("--warmup", "-1", ["--warmup", "-1"]),
+                            ("--grad-clip", "-1", ["--grad-clip", "-1"]), ("--batch", "0", ["--batch", "0"]),
+                            ("--lr", "fast", ["--lr", "'fast'"])):
+        expect_failure(f"train {flag} {val}", tiny_into_R + [flag, val], subs, guard_dir=R)
+    # --stop-after counts the run's steps from its start: at or below a resumed run's step it is refused
+    expect_failure("train --resume --stop-after at the run's step", R_steps + ["--stop-after", 2],
+                   ["--stop-after 2", "already at step 2"], guard_dir=R)
+    expect_failure("eval --rope-scaling on a learned model", ["eval", "--checkpoint", good, "--lengths", 64,
+                                                              "--rope-scaling", "pi", "--factor", 2],
+                   [good, "--rope-scaling needs a rope model", "learned"])
+    corpus = P("corpus.txt")
+    with open(corpus, "w") as f:
+        f.write("".join(chr(0x41 + (i * 7) % 40) for i in range(4000)) + "\n")
+    expect_failure("tokenizer train --vocab below the corpus's characters", ["tokenizer", "train", "--data", corpus,
+                                                                             "--vocab", 10, "--out", P("t.model")],
+                   [corpus, "--vocab 10", "raise --vocab"])
+    p = run(["tokenizer", "train", "--data", corpus, "--vocab", 10, "--out", P("t.model")])
+    check("badinput: the tokenizer's error names no SentencePiece-only option", "character_coverage" not in p.stderr,
+          p.stderr.strip())
 
     # A damaged checkpoint in a run directory: --resume fails and leaves the run's files alone.
     R2 = P("run_damaged")
