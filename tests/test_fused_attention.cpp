@@ -441,4 +441,48 @@ TEST(FusedAttentionModel, DropoutInTrainingTakesTheFusedPath) {
   EXPECT_FALSE(graph_has_op(m.loss(in, in), "fused_causal_attention"));
 }
 
+// The attention module itself drops its probabilities in training: nn::Attention has no residual
+// dropout of its own (the blocks do), so its training output differs from its eval output only
+// through the probabilities' mask. One seed is drawn from the dropout Rng per call, and the fused
+// and unfused paths give the same output from the same Rng state. (The model-level checks above
+// would pass with the attention's mask dropped: the embedding and residual dropouts move the loss.)
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.at(i) - b.at(i)));
+  return m;
+}
+
+TEST(FusedAttentionModel, TheAttentionModuleDropsItsProbabilities) {
+  for (const json& pe : {json{{"type", "rope"}}, json{{"type", "alibi"}}, json{{"type", "learned"}}}) {
+    SCOPED_TRACE(pe.dump());
+    ModelConfig c = tiny_cfg(pe);
+    c.dropout = 0.5;
+    nn::GPT m(c);
+    m.init_weights(7);
+    const nn::Attention& attn = *m.blocks[0]->attn;
+    Rng r(8);
+    Tensor x = Tensor::empty({2, 9, c.d_model}, DType::F32);
+    r.fill_normal(x, 0.0, 1.0);
+    auto out = [&](bool training, bool fused, uint64_t seed, Rng::State* after = nullptr) {
+      FusedGuard guard(fused);
+      training ? m.train() : m.eval();
+      Rng rng(seed);
+      Tensor o = attn.forward(Variable(x, false), &rng).data().clone();
+      if (after) *after = rng.state();
+      return o;
+    };
+    Rng::State st;
+    const Tensor eval_o = out(false, true, 1), train_f = out(true, true, 1, &st), train_u = out(true, false, 1);
+    Rng one(1);
+    one.next_u64();
+    EXPECT_EQ(st.s, one.state().s) << "one seed drawn per call";
+    const double size = max_abs_diff(eval_o, Tensor::zeros(eval_o.shape()));  // the output's scale
+    ASSERT_GT(size, 1e-4);
+    EXPECT_GT(max_abs_diff(train_f, eval_o), 0.1 * size) << "training output equals the eval output: no dropout";
+    EXPECT_LT(max_abs_diff(train_f, train_u), 1e-5 * size) << "fused and unfused differ under the same Rng state";
+    EXPECT_GT(max_abs_diff(train_f, out(true, true, 2)), 0.1 * size) << "another seed, the same mask";
+    EXPECT_LT(max_abs_diff(eval_o, out(false, false, 3)), 1e-5 * size);  // eval: no dropout, either path
+  }
+}
+
 }  // namespace

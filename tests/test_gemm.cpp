@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include "core/backend.h"
+#include "core/bf16.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/threading.h"
 #include "core/determinism.h"
@@ -258,13 +259,19 @@ TEST(GemmThreading, SetNumThreadsDrivesTheOpenMPPoolAndCachesPerThreadCount) {
   const int n = num_threads();
   EXPECT_GE(n, 1);
   EXPECT_THROW(set_num_threads(0), Error);
-  // A primitive made for one thread count is not reused for another: results stay right.
-  const Case c = make_case(96, 80, 64, false, false, 1.f, 0.f);
-  for (int t : {1, 2, n}) {
+  // A primitive made for one thread count is not reused for another: each new thread count adds
+  // one cache entry for the same shape, a count seen before adds none; results stay right.
+  const Case c = make_case(91, 77, 59, false, false, 1.f, 0.f);  // a shape no other test uses
+  std::vector<int> seen;
+  for (int t : {1, 2, 3, 2, 1}) {
     set_num_threads(t);
     EXPECT_EQ(num_threads(), t);
     EXPECT_EQ(omp_get_max_threads(), t);
+    const size_t before = onednn_gemm_cache_size();
     check_case(gemm_onednn, c, 500 + t);
+    const bool fresh = std::find(seen.begin(), seen.end(), t) == seen.end();
+    EXPECT_EQ(onednn_gemm_cache_size() - before, fresh ? 1u : 0u) << t << " threads, " << (fresh ? "new" : "seen before");
+    seen.push_back(t);
     check_case(gemm_openblas, c, 600 + t);
   }
   set_num_threads(n);
@@ -305,7 +312,8 @@ namespace {
 // bf16 GEMMs then take their widened operands through the same blocks: gemm_onednn.cpp). Without
 // the switch neither library holds this here (OpenBLAS's thread-count split on Haswell kernels,
 // oneDNN's matmul at 3 threads), so the switch is what the test holds.
-void expect_same_bits_for_1_2_3_threads(const std::string& what, const std::function<std::vector<float>()>& run) {
+std::vector<float> expect_same_bits_for_1_2_3_threads(const std::string& what,
+                                                      const std::function<std::vector<float>()>& run) {
   const int n = num_threads();
   std::vector<float> want;
   for (int t : {1, 2, 3}) {
@@ -320,6 +328,24 @@ void expect_same_bits_for_1_2_3_threads(const std::string& what, const std::func
     EXPECT_EQ(differ, 0) << what << ": 1 thread vs " << t << " threads";
   }
   set_num_threads(n);
+  return want;
+}
+
+// What the deterministic path must compute, bit for bit: OpenBLAS's shape-fixed blocks on the
+// operands as given (fp32) or rounded to bf16 and widened (bf16). Equality shows the path taken.
+std::vector<float> openblas_blocks(const GemmDesc& g, std::vector<float> A, std::vector<float> B, bool bf16,
+                                   std::vector<float> C) {
+  if (bf16) {
+    for (float& v : A) v = bf16_round(v);
+    for (float& v : B) v = bf16_round(v);
+  }
+  gemm_openblas(g, A.data(), B.data(), C.data());
+  return C;
+}
+int64_t count_differ(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += a[i] != b[i];
+  return d;
 }
 
 class GemmThreading : public ::testing::TestWithParam<Precision> {};
@@ -335,6 +361,7 @@ TEST_P(GemmThreading, BitsDoNotDependOnTheThreadCount) {
                       {1024, 256, 768, false, false, 1}, {256, 128, 512, true, false, 3}};
   DeterministicScope scope(true);
   PrecisionScope precision(GetParam());
+  const bool bf16 = GetParam() == Precision::BF16;
   reset_gemm_impl();
   for (const S& s : shapes) {
     GemmDesc g;
@@ -343,22 +370,32 @@ TEST_P(GemmThreading, BitsDoNotDependOnTheThreadCount) {
     ASSERT_EQ(current_gemm_impl(g), GemmImpl::OpenBLAS) << "deterministic_algorithms() must choose OpenBLAS";
     Tensor A = Tensor::from_vector(random_vec(s.batch * s.M * s.K, 1), {s.batch * s.M * s.K});
     Tensor B = Tensor::from_vector(random_vec(s.batch * s.K * s.N, 2), {s.batch * s.K * s.N});
-    expect_same_bits_for_1_2_3_threads(str("M=", s.M, " N=", s.N, " K=", s.K, " ta=", s.ta, " tb=", s.tb, " batch=", s.batch),
-                                       [&] {
-                                         Tensor C = Tensor::zeros({s.batch * s.M * s.N});
-                                         backend(Device::CPU).gemm(g, A, B, C);
-                                         return C.to_vector<float>();
-                                       });
+    const std::string what = str("M=", s.M, " N=", s.N, " K=", s.K, " ta=", s.ta, " tb=", s.tb, " batch=", s.batch);
+    const std::vector<float> got = expect_same_bits_for_1_2_3_threads(what, [&] {
+      Tensor C = Tensor::zeros({s.batch * s.M * s.N});
+      backend(Device::CPU).gemm(g, A, B, C);
+      return C.to_vector<float>();
+    });
+    const std::vector<float> want = openblas_blocks(g, A.to_vector<float>(), B.to_vector<float>(), bf16,
+                                                    std::vector<float>((size_t)(s.batch * s.M * s.N), 0.f));
+    EXPECT_EQ(count_differ(got, want), 0) << what << ": not the bits of OpenBLAS's shape-fixed blocks";
   }
   for (const auto& [R, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1024, 768, 256}, {1024, 256, 1024}, {1024, 256, 256}}) {
     Tensor x = Tensor::from_vector(random_vec(R * K, 3), {R, K});
     Tensor w = Tensor::from_vector(random_vec(N * K, 4), {N, K});
     Tensor b = Tensor::from_vector(random_vec(N, 5), {N});
-    expect_same_bits_for_1_2_3_threads(str("linear R=", R, " N=", N, " K=", K), [&] {
+    const std::vector<float> got = expect_same_bits_for_1_2_3_threads(str("linear R=", R, " N=", N, " K=", K), [&] {
       Tensor y = Tensor::zeros({R, N});
       backend(Device::CPU).linear(x, w, b, y);
       return y.to_vector<float>();
     });
+    GemmDesc g;  // y = bias in every row, then y += x w^T
+    g.M = R, g.N = N, g.K = K, g.trans_b = true, g.beta = 1.f;
+    std::vector<float> y0((size_t)(R * N));
+    const std::vector<float> bv = b.to_vector<float>();
+    for (int64_t r = 0; r < R; ++r) std::copy(bv.begin(), bv.end(), y0.begin() + r * N);
+    const std::vector<float> want = openblas_blocks(g, x.to_vector<float>(), w.to_vector<float>(), bf16, y0);
+    EXPECT_EQ(count_differ(got, want), 0) << "linear R=" << R << ": not the bits of OpenBLAS's shape-fixed blocks";
   }
   reset_gemm_impl();
 }

@@ -259,8 +259,20 @@ def cmd_resume():
     c = json.loads(st_io.read_safetensors(I)[1]["config"])
     check("resume: --set d_model=32 n_layers=1 norm=rmsnorm lands in the config, d_ff follows (128)",
           (c["d_model"], c["n_layers"], c["norm"], c["d_ff"]) == (32, 1, "rmsnorm", 128), str(c))
-    # --quiet / --no-plot are honoured on --resume (output only)
-    must_run("resume: --resume with --quiet --no-plot", ["train", "--resume", D3, "--steps", 7, "--quiet", "--no-plot"])
+    # --quiet / --no-plot are honoured on --resume (output only): a run trained with progress lines
+    # and a plot, resumed with both turned off, prints no step lines and writes no loss.png
+    D4 = os.path.join(d, "D4")
+    p = must_run("resume: a run with progress lines and a plot", ["train", "--preset", "tiny", "--steps", 3, "--batch", 2,
+                                                                  "--log-interval", 1, "--out", D4])
+    check("resume: it printed progress lines", "step     1/3" in p.stdout or "step 1/3" in p.stdout.replace("  ", " "),
+          p.stdout[:300])
+    if os.path.exists(os.path.join(D4, "loss.png")):
+        os.remove(os.path.join(D4, "loss.png"))
+    p = must_run("resume: --resume with --quiet --no-plot", ["train", "--resume", D4, "--steps", 5, "--quiet", "--no-plot"])
+    check("resume: --quiet on --resume: no progress lines", "/5" not in p.stdout, p.stdout[:300])
+    check("resume: --no-plot on --resume: no loss.png", not os.path.exists(os.path.join(D4, "loss.png")))
+    check("resume: the resumed run reached step 5",
+          [r["step"] for r in read_csv(os.path.join(D4, "train.csv"))][-1:] == ["5"])
 
     # Gradient accumulation: --batch 4 --accum 2 draws the same 8 windows as --batch 8 (the
     # sampler draws window starts in order), so losses agree to float rounding.
@@ -850,7 +862,12 @@ def cmd_bench():
     tok = B * T / (med / 1000.0)
     check(f"bench: tokens/s = B T / median step ({j['tokens_per_s']} vs {tok:.1f})",
           abs(j["tokens_per_s"] - tok) <= 1e-3 * tok + 0.1)
-    ach = j["flop_per_token"] * j["tokens_per_s"] / 1e9
+    # tiny (V 256, D 64, L 2, d_ff 256, T 64): 6 N + 12 L T D, N = L (4 D^2 + 2 D d_ff) + V D
+    V, D, L, F = 256, 64, 2, 256
+    flop = 6 * (L * (4 * D * D + 2 * D * F) + V * D) + 12 * L * T * D
+    check(f"bench: FLOP/token is 6 N + 12 L T D = {flop} for tiny", j["flop_per_token"] == flop,
+          str(j["flop_per_token"]))
+    ach = flop * j["tokens_per_s"] / 1e9
     check(f"bench: achieved GFLOP/s = FLOP/token x tokens/s ({j['achieved_gflops']} vs {ach:.2f})",
           abs(j["achieved_gflops"] - ach) <= 1e-3 * ach + 0.01)
     check(f"bench: MFU = achieved / the given peak 100 ({j['mfu']})",
