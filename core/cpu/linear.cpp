@@ -3,13 +3,15 @@
 // oneDNN runs this shape (f32), else y pre-filled with the broadcast bias and the GEMM run with
 // beta = 1 (f64, or another GEMM implementation chosen). bf16 GEMM inputs (core/precision.h)
 // take oneDNN's bias path with the weight's kept bf16 copy (core/cpu/bf16_convert.h), and x's
-// copy kept too (bf16_copy_whole), which the backward's dw = dy^T x reads again. One row
+// copy kept too (bf16_copy_whole), which the backward's dw = dy^T x reads again; under
+// deterministic_algorithms() they take the prefilled path like fp32. One row
 // (R = 1, a batch-1 decode step) takes the GEMV kernels (core/cpu/gemv.h), fp32 or bf16, unless
 // the user chose a GEMM implementation.
 #include "core/cpu/fused.h"
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/gemv.h"
+#include "core/determinism.h"
 #include "core/precision.h"
 
 namespace ctx {
@@ -41,7 +43,11 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
              : gemv_f32(w.data<float>(), x.data<float>(), b.data<float>(), y.data<float>(), N, K))
       return;
   }
-  if (x.dtype() == DType::F32 && R > 0 && N > 0 && (bf16 || current_gemm_impl(g) == GemmImpl::OneDNN)) {
+  // bf16 takes oneDNN's bias path, except under deterministic_algorithms(), where its GEMMs run in
+  // OpenBLAS's shape-fixed blocks (gemm_onednn.cpp) and the bias is prefilled as below
+  const bool onednn_bias = bf16 ? !(deterministic_algorithms() && openblas_available())
+                                : current_gemm_impl(g) == GemmImpl::OneDNN;
+  if (x.dtype() == DType::F32 && R > 0 && N > 0 && onednn_bias) {
     const uint16_t* x16 = bf16 && K > 0 ? bf16_copy_whole(x) : nullptr;
     gemm_onednn_bias(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(), bf16, x16, w16);
     return;
