@@ -11,6 +11,8 @@
 #include <mutex>
 #include <vector>
 
+#include "core/backend.h"
+#include "core/cuda_module.h"
 #include "core/settings.h"
 
 namespace ctx::prof {
@@ -39,6 +41,12 @@ std::atomic<int> g_enabled{-1};  // -1: not read from the environment yet
 
 }  // namespace
 
+void sync() {
+  // A GPU runs the queued kernels after the host has moved on: without this wait each op would be
+  // charged its launch, and the op that next waits for the device would be charged everyone's work.
+  if (cuda_module_loaded()) backend(Device::CUDA).synchronize();
+}
+
 bool enabled() {
   int e = g_enabled.load(std::memory_order_relaxed);
   if (e < 0) {
@@ -54,6 +62,7 @@ void set_enabled(bool on) {
 }
 
 void reset() {
+  sync();
   State& s = state();
   std::lock_guard<std::mutex> g(s.mu);
   s.stats.clear();
@@ -61,12 +70,14 @@ void reset() {
 }
 
 void mark() {
+  sync();
   State& s = state();
   std::lock_guard<std::mutex> g(s.mu);
   s.last = Clock::now();
 }
 
 void forward_op(const std::string& name) {
+  sync();
   State& s = state();
   std::lock_guard<std::mutex> g(s.mu);
   const auto now = Clock::now();

@@ -5,7 +5,8 @@
 // Forward time is attributed by marks: every op result (autograd make_result) charges the time
 // since the previous mark to that op, so call prof::mark() where a forward starts (GPT::forward)
 // to keep unrelated work out. Backward time is measured around each node's backward closure.
-// `ctxlab bench --profile` prints the table.
+// `ctxlab bench --profile` prints the table. On a GPU every mark waits for the device (sync()), so
+// each op is charged its kernels' time rather than their launch; profiling slows a GPU step down.
 #pragma once
 #include <string>
 
@@ -16,6 +17,7 @@ namespace ctx::prof {
 bool enabled();
 void set_enabled(bool on);
 void reset();                                    // forget all samples
+void sync();                                     // wait for the GPU, if one is in use (else nothing)
 void mark();                                     // restart the forward clock (no charge)
 void forward_op(const std::string& name);        // charge time since the last mark to name
 void add(const char* phase, const std::string& name, double seconds);  // e.g. ("backward", "matmul", dt)

@@ -140,8 +140,10 @@ void Variable::backward(const Tensor& seed, bool retain_graph) {
     VarImpl* v = *it;
     if (!v->node || !v->grad.defined()) continue;
     if (prof::enabled()) {
+      prof::sync();
       auto t0 = std::chrono::steady_clock::now();
       v->node->backward(v->grad);
+      prof::sync();
       prof::add("backward", v->node->name,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     } else {

@@ -19,6 +19,7 @@ const char* fused_name(Fused f) {
 }
 
 bool Backend::has(Fused) const { return false; }
+bool Backend::prefers_fused_attention(int64_t, int64_t, int64_t, int64_t) const { return has(Fused::Attention); }
 
 namespace {
 [[noreturn]] void unsupported(const Backend& b, const char* method, Fused f) {

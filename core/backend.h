@@ -206,6 +206,10 @@ class Backend {
 
   // ======== fused methods: call only when has() says so ========
   virtual bool has(Fused f) const;  // base: none
+  // Whether the fused attention is also the faster choice for q [B, H, T, Dh] against S keys: a
+  // measured per-backend policy (base: whenever has(Fused::Attention)). nn/attention.cpp asks it
+  // unless the fused path was asked for explicitly (CTXLAB_FUSED_ATTENTION=1).
+  virtual bool prefers_fused_attention(int64_t B, int64_t H, int64_t T, int64_t S) const;
 
   // --- causal attention (Fused::Attention), FlashAttention-2 style: the [T, S] probabilities
   // are never stored ---

@@ -23,8 +23,10 @@ const std::vector<Setting>& settings() {
        "use oneDNN for every softmax / layer norm / GELU op, or for none", "core/cpu/onednn_ops.cpp"},
       {"CTXLAB_GELU", "measured policy (fast or oneDNN)", "reference | fast | onednn",
        "the CPU GELU (tanh) implementation", "core/cpu/gelu_fast.cpp"},
-      {"CTXLAB_FUSED_ATTENTION", "1", "0 | 1",
-       "0: attention always composed (matmul, mask, softmax, matmul) instead of fused", "nn/attention.cpp"},
+      {"CTXLAB_FUSED_ATTENTION", "unset: fused on the CPU; on CUDA the backend's measured choice (composed "
+       "for training shapes, fused past 2^27 scores and for decoding)", "0 | 1",
+       "0: attention always composed (matmul, mask, softmax, matmul); 1: fused wherever the backend has it",
+       "nn/attention.cpp"},
       {"CTXLAB_BF16_ATTENTION", "0", "0 | 1",
        "1: under --precision bf16 the CPU fused attention's tile products take bf16 inputs too "
        "(faster; measured +1.8% validation loss on the main job)", "core/cpu/flash_attention.cpp"},

@@ -5,7 +5,8 @@
 //   causal mask, softmax, o = p v (+ value terms)            // [B, H, T, Dh]
 //     (one fused op, autograd/ops_attention.h, when the backend has Fused::Attention, the
 //      encoding keeps the default logits and output (dropout included: the kernels apply the mask);
-//      CTXLAB_FUSED_ATTENTION=0 or set_fused_attention(false): never)
+//      and prefers it for the dims (on CUDA: not for training shapes, measured); CTXLAB_FUSED_ATTENTION
+//      =1 or set_fused_attention(true): whenever it has it; =0 or set_fused_attention(false): never)
 //   out = merge_heads(o) Wp^T + bp            // [B, T, D]
 #include "nn/attention.h"
 
@@ -24,6 +25,13 @@ static FastPathSwitch g_fused_attention("CTXLAB_FUSED_ATTENTION");
 bool fused_attention_enabled() { return g_fused_attention.enabled(); }
 void set_fused_attention(bool on) { g_fused_attention.set(on); }
 void reset_fused_attention() { g_fused_attention.reset(); }
+
+// Fused when the switch allows it, the backend has the kernels, and the backend prefers them for
+// these dims (Backend::prefers_fused_attention, measured) or they were asked for explicitly.
+static bool use_fused_attention(const Backend& be, int64_t B, int64_t H, int64_t T, int64_t S) {
+  return fused_attention_enabled() && be.has(Fused::Attention) &&
+         (g_fused_attention.forced_on() || be.prefers_fused_attention(B, H, T, S));
+}
 
 Attention::Attention(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt)
     : layer_(layer), H_(cfg.n_heads), Dh_(cfg.head_dim()), D_(cfg.d_model), dropout_(cfg.dropout), pe_(pe) {
@@ -69,7 +77,7 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   // dropout on the probabilities: one seed per call, the same mask on either path
   const DropoutMask drop = rng && dropout_ > 0 && is_training() ? dropout_mask(dropout_, rng->next_u64())
                                                                  : DropoutMask{};
-  if (fused_attention_enabled() && backend_of(st.q.data()).has(Fused::Attention))
+  if (use_fused_attention(backend_of(st.q.data()), B, H_, T, S))
     o = pe_->fused_attention(st, window_, drop);  // undefined when the encoding cannot take it
   if (!o.defined()) {
     Variable s = pe_->logits(st);                                       // [B, H, T, S]
@@ -100,7 +108,7 @@ Variable Attention::forward_cached(const Variable& x, KVCache& cache) const {
   // The fused attention reads the cache's buffers in place ([B, H, capacity, Dh], the first n
   // rows the keys: fused_causal_attention's `keys`), unless the composed path or the encoding's
   // score terms need the n rows as a tensor of their own (then they are copied out).
-  const bool fused = fused_attention_enabled() && backend_of(c.v).has(Fused::Attention);
+  const bool fused = use_fused_attention(backend_of(c.v), B, H_, T, n);
   const bool in_place = fused && stable && c.rotated == pos0 && pe_->fused_attention_ok(st) && !pe_->terms_read_keys();
   st.v = in_place ? Variable(c.v, false) : rows(c.v);
   if (stable && c.rotated == pos0) {

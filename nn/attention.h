@@ -43,9 +43,11 @@ class Attention : public Module {
 
 // Fused attention (autograd/ops_attention.h) for encodings with the default logits and output
 // (PositionalEncoding::fused_attention_ok), dropout included (the kernels apply the mask the
-// composed path would draw). On unless the environment
-// sets CTXLAB_FUSED_ATTENTION=0 (read once); set_fused_attention() overrides that (tests,
-// benchmarks), reset_fused_attention() returns to it.
+// composed path would draw). Unset, it runs where the backend has it and prefers it for the dims
+// (Backend::prefers_fused_attention: always on the CPU; on CUDA only past 2^27 scores and for
+// decoding, measured); CTXLAB_FUSED_ATTENTION=1 (read once) takes it wherever the backend has it, =0
+// never. set_fused_attention() overrides the environment (tests, benchmarks: set(true) counts as
+// an explicit 1), reset_fused_attention() returns to it.
 bool fused_attention_enabled();
 void set_fused_attention(bool on);
 void reset_fused_attention();

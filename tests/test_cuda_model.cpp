@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "nn/attention.h"
 #include "nn/gpt.h"
 #include "tests/test_util.h"
 #include "train/optim.h"
@@ -75,8 +76,15 @@ void expect_same_step(const StepResult& c, const StepResult& g, double tol) {
 class CudaModel : public ::testing::TestWithParam<json> {};
 
 // Two training steps of the tiny GPT with `posenc` (and a sliding attention window when
-// window > 0) on cpu and on cuda agree; see expect_same_step.
-void check_training_steps(const json& posenc, int64_t window) {
+// window > 0) on cpu and on cuda agree; see expect_same_step. `fused`: the device's attention
+// runs the fused kernels (forced, as CTXLAB_FUSED_ATTENTION=1), else the backend's own choice,
+// which for this training shape is the composed path (Backend::prefers_fused_attention).
+void check_training_steps_with(const json& posenc, int64_t window, bool fused) {
+  SCOPED_TRACE(fused ? "fused attention (forced)" : "the backend's choice: composed attention");
+  if (fused) nn::set_fused_attention(true);
+  struct Reset {
+    ~Reset() { nn::reset_fused_attention(); }
+  } reset;
   nn::GPT mc(tiny_cfg(posenc)), mg(tiny_cfg(posenc));
   mc.init_weights(7);
   mg.init_weights(7);
@@ -96,16 +104,38 @@ void check_training_steps(const json& posenc, int64_t window) {
     tg.set(i, (double)r.below(17));
   }
   const Tensor in_g = in.to(Device::CUDA), tg_g = tg.to(Device::CUDA);
-  // f32 on both sides, different summation orders: agreement to a few 1e-5. Every layer runs the
-  // fused attention kernels on the device (forward and backward once per layer and step).
+  // f32 on both sides, different summation orders: agreement to a few 1e-5. Forced, every layer
+  // runs the fused attention kernels on the device (forward and backward once per layer and
+  // step); by the backend's choice none does.
   const cuda::AttentionCalls calls0 = cuda::attention_calls();
   expect_same_step(train_step(mc, oc, in, tg), train_step(mg, og, in_g, tg_g), 2e-5);
   const cuda::AttentionCalls calls1 = cuda::attention_calls();
-  EXPECT_EQ(calls1.forward - calls0.forward, (uint64_t)mg.cfg.n_layers) << "the fused forward did not run on cuda";
-  EXPECT_EQ(calls1.backward - calls0.backward, (uint64_t)mg.cfg.n_layers) << "the fused backward did not run";
+  const uint64_t want = fused ? (uint64_t)mg.cfg.n_layers : 0;
+  EXPECT_EQ(calls1.forward - calls0.forward, want) << "fused attention forward calls on cuda";
+  EXPECT_EQ(calls1.backward - calls0.backward, want) << "fused attention backward calls on cuda";
   const uint64_t mallocs = cuda::device_alloc_stats().device_mallocs;
   expect_same_step(train_step(mc, oc, in, tg), train_step(mg, og, in_g, tg_g), 5e-5);
   EXPECT_EQ(cuda::device_alloc_stats().device_mallocs, mallocs) << "the second (warm) step reached cudaMalloc";
+}
+
+void check_training_steps(const json& posenc, int64_t window) {
+  check_training_steps_with(posenc, window, true);
+  check_training_steps_with(posenc, window, false);
+}
+
+// The CUDA backend's attention policy (measured on an H200, docs/results/gpu.md): composed for
+// training shapes up to 2^27 scores, fused past that and for decoding (one query row).
+TEST(CudaModelAttention, ComposedForTrainingShapesFusedForLargeScoresAndDecoding) {
+  if (!cuda::emulated() && cuda::device_count() == 0) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  const Backend& be = backend(Device::CUDA);
+  ASSERT_TRUE(be.has(Fused::Attention));
+  EXPECT_FALSE(be.prefers_fused_attention(8, 12, 1024, 1024)) << "GPT-2 small, T 1024: measured 2.2x faster composed";
+  EXPECT_FALSE(be.prefers_fused_attention(8, 4, 256, 256)) << "small: measured 1.6x faster composed";
+  EXPECT_FALSE(be.prefers_fused_attention(8, 16, 1024, 1024)) << "exactly 2^27 scores";
+  EXPECT_TRUE(be.prefers_fused_attention(8, 16, 1024, 1025)) << "past 2^27 scores";
+  EXPECT_TRUE(be.prefers_fused_attention(8, 12, 4096, 4096)) << "long context";
+  EXPECT_TRUE(be.prefers_fused_attention(4, 12, 1, 300)) << "decoding one token";
+  EXPECT_TRUE(backend(Device::CPU).prefers_fused_attention(8, 12, 1024, 1024)) << "the CPU always prefers its fused kernel";
 }
 
 TEST_P(CudaModel, TrainingStepsMatchTheCpu) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/device_table.h"
+#include "nn/attention.h"
 #include "nn/gpt.h"
 #include "tests/test_util.h"
 #include "train/checkpoint.h"
@@ -109,10 +110,18 @@ TEST(CudaCheckpoint, SameBytesFromEitherDevice) {
 // seed per call (core/dropout_mask.h), so it uploads no more than the others.
 TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
   if (no_gpu()) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
-  struct Run { const char* pe; double dropout; uint64_t seed; };
-  for (const Run& run : {Run{"learned", 0.0, 101}, Run{"rope", 0.0, 202}, Run{"alibi", 0.1, 303}}) {
+  // fused: the fused attention forced on (CTXLAB_FUSED_ATTENTION=1); else the backend's choice for
+  // this shape, the composed attention
+  struct Run { const char* pe; double dropout; uint64_t seed; bool fused; };
+  for (const Run& run : {Run{"learned", 0.0, 101, false}, Run{"rope", 0.0, 202, false}, Run{"alibi", 0.1, 303, false},
+                         Run{"rope", 0.0, 404, true}, Run{"alibi", 0.1, 505, true}}) {
     const std::string pe = run.pe;
-    SCOPED_TRACE(pe + " dropout " + std::to_string(run.dropout));
+    SCOPED_TRACE(pe + " dropout " + std::to_string(run.dropout) + (run.fused ? " fused attention" : " composed attention"));
+    if (run.fused) nn::set_fused_attention(true);
+    struct Reset {
+      ~Reset() { nn::reset_fused_attention(); }
+    } reset;
+    clear_table_cache();  // a run repeating an encoding would otherwise find its tables kept
     ModelConfig cfg = tiny_cfg(json{{"type", pe}});
     cfg.vocab_size = 256;  // the shipped corpus is bytes
     cfg.dropout = run.dropout;

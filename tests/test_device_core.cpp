@@ -37,6 +37,13 @@ class RecordingBackend final : public Backend {
  public:
   RecordingBackend(Backend& inner, bool fused) : in_(inner), fused_(fused) {}
   Device device() const override { return Device::CPU; }
+  // the backend's measured choice (Backend::prefers_fused_attention), and the dims it was asked for
+  bool prefer_fused_attention = true;
+  mutable std::vector<std::array<int64_t, 4>> attention_dims_asked;
+  bool prefers_fused_attention(int64_t B, int64_t H, int64_t T, int64_t S) const override {
+    attention_dims_asked.push_back({B, H, T, S});
+    return prefer_fused_attention;
+  }
   std::string name() const override { return fused_ ? "recording" : "composed-only"; }
   std::map<std::string, int> calls;  // fused method -> times called
 
@@ -233,6 +240,42 @@ TEST(DeviceCore, TheBackendsReportChoosesFusedOrComposedWithTheSameResults) {
       EXPECT_LE(rel_err(fused.params[i].second, composed.params[i].second), 1e-9);
     }
   }
+}
+
+TEST(DeviceCore, AttentionFollowsTheBackendsPreferenceUnlessForcedOn) {
+  // A backend that has the fused attention but prefers the composed path for these dims (as the
+  // CUDA backend does for training shapes) gets the composed path, with the same results, unless
+  // the fused one is asked for explicitly (set_fused_attention(true) = CTXLAB_FUSED_ATTENTION=1).
+  const json pe = {{"type", "rope"}};
+  StepResult preferred, declined, forced;
+  {
+    InstallBackend b(true);
+    preferred = train_two_steps(pe);
+    EXPECT_GT(b.rb.calls["attention_forward"], 0);
+  }
+  {
+    InstallBackend b(true);
+    b.rb.prefer_fused_attention = false;
+    declined = train_two_steps(pe);
+    EXPECT_EQ(b.rb.calls["attention_forward"], 0) << "the fused attention ran where the backend declined it";
+    EXPECT_EQ(b.rb.calls["attention_backward"], 0);
+    EXPECT_GT(b.rb.calls["linear"], 0) << "the other fused methods still run";
+    ASSERT_FALSE(b.rb.attention_dims_asked.empty());
+    const std::array<int64_t, 4> want = {2, tiny_cfg(pe).n_heads, 13, 13};  // B, H, T, S of train_two_steps
+    EXPECT_EQ(b.rb.attention_dims_asked.front(), want);
+  }
+  {
+    InstallBackend b(true);
+    b.rb.prefer_fused_attention = false;
+    nn::set_fused_attention(true);
+    forced = train_two_steps(pe);
+    nn::reset_fused_attention();
+    EXPECT_GT(b.rb.calls["attention_forward"], 0) << "CTXLAB_FUSED_ATTENTION=1 did not take the fused path";
+  }
+  EXPECT_NEAR(declined.loss, preferred.loss, 1e-12 * std::fabs(preferred.loss));
+  EXPECT_EQ(forced.loss, preferred.loss);
+  for (size_t i = 0; i < declined.params.size(); ++i)
+    EXPECT_LE(rel_err(declined.params[i].second, preferred.params[i].second), 1e-9) << declined.params[i].first;
 }
 
 TEST(DeviceCore, TheSwitchTurnsAnExistingFusedPathOffButCannotTurnOneOn) {

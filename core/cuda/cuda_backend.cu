@@ -378,6 +378,16 @@ class CudaBackend final : public Backend {
   // FLOATER's RK4 runs through the composed ops here (a sequential integration of [1, D] products
   // would need a single-block kernel; not written): autograd/ops_ode.cpp's reference loop.
   bool has(Fused f) const override { return f != Fused::OdeRk4; }
+  // Measured on an H200 (docs/results/gpu.md, 2026-11-26): these SIMT FlashAttention kernels lose
+  // to the composed path (cuBLAS batched GEMMs, mask, softmax) at every training shape timed:
+  // GPT-2 small (B 8, H 12, T 1024) 452 -> 207 ms a step in fp32, 343 -> 93 ms in bf16; `small`
+  // (B 8, T 256) 8.9 -> 5.7 / 7.5 -> 4.7 ms. The fused kernels stay where the composed path's
+  // [B, H, T, S] scores would be large (over 2^27 elements, 512 MiB each in fp32: it keeps several
+  // per layer for the backward) and for decoding (T == 1: they read the KV cache in place).
+  static constexpr int64_t kComposedAttentionMaxScores = int64_t(1) << 27;
+  bool prefers_fused_attention(int64_t B, int64_t H, int64_t T, int64_t S) const override {
+    return T == 1 || B * H * T * S > kComposedAttentionMaxScores;
+  }
 
   void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                          Tensor& out, Tensor& lse, const AttnRel& rel) override {

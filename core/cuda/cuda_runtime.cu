@@ -85,10 +85,11 @@ void dev_free(void* p, size_t bytes, Arena arena) {
 // source is copied into a pinned block, the block is queued with cudaMemcpyAsync on the stream
 // the kernels use, and an event recorded behind it says when the block may be reused. The host
 // does not wait for the device (a cudaMemcpy from pageable memory synchronises the stream first).
-// Blocks are cached by size class; a block comes back when its event has completed, so after the
-// first steps no upload allocates. Uploads above kStagedMax (a model's weights, a checkpoint)
+// Blocks are cached by size (powers of two from kStagedMin); a block comes back when its event has
+// completed, so after the first steps no upload allocates. Uploads above kStagedMax (a model's weights, a checkpoint)
 // take the plain synchronous cudaMemcpy instead of keeping a pinned block that large.
 constexpr size_t kStagedMax = size_t(4) << 20;
+constexpr size_t kStagedMin = size_t(64) << 10;
 struct PinnedBlock {
   void* p = nullptr;
   size_t cls = 0;
@@ -118,12 +119,17 @@ void staged_upload(void* dst, const void* src, size_t bytes) {
     st.in_flight[i] = st.in_flight.back();
     st.in_flight.pop_back();
   }
-  const size_t cls = BufferPool::size_class(bytes);
+  // Blocks come in powers of two from 64 KiB, and any free block at least as large serves: an
+  // upload whose size varies from step to step (the index_add plan depends on the batch's tokens)
+  // still finds a block, so only a step with more uploads in flight than ever before allocates.
+  size_t cls = kStagedMin;
+  while (cls < bytes) cls <<= 1;
   PinnedBlock b;
-  auto& v = st.free[cls];
-  if (!v.empty()) {
-    b = v.back();
-    v.pop_back();
+  auto it = st.free.lower_bound(cls);
+  while (it != st.free.end() && it->second.empty()) ++it;
+  if (it != st.free.end()) {
+    b = it->second.back();
+    it->second.pop_back();
   } else {
     b.cls = cls;
     CTX_CUDA_CHECK(cudaMallocHost(&b.p, cls));
