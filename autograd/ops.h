@@ -47,7 +47,8 @@ Variable dropout(const Variable& x, const DropoutMask& m);
 // ---- linear algebra (ops_linalg.cpp) ----
 // a: [..., M, K] (or [..., K, M] if ta), b: [..., K, N] (or [..., N, K] if tb); batch dims of
 // a and b must match, or b may be 2-D (shared across the batch). out: [..., M, N].
-Variable matmul(const Variable& a, const Variable& b, bool ta = false, bool tb = false);
+// alpha op(a) op(b); alpha is the GEMM's own scale (no separate pass), applied in the backward too.
+Variable matmul(const Variable& a, const Variable& b, bool ta = false, bool tb = false, double alpha = 1.0);
 // x @ w^T + bias (PyTorch Linear; w [out, in], bias [out] or undefined)
 Variable linear(const Variable& x, const Variable& w, const Variable& bias = Variable());
 
@@ -79,6 +80,9 @@ Variable causal_mask(const Variable& scores, int64_t diag = 0, int64_t window = 
 
 // ---- neural-net ops (ops_nn.cpp), all over the last dim ----
 Variable softmax(const Variable& x);
+// softmax(causal_mask(scores, diag, window)) as one node: the same forward, and a backward that is
+// softmax's alone (the masked probabilities are 0, so their gradient is 0 with no mask pass).
+Variable causal_softmax(const Variable& scores, int64_t diag = 0, int64_t window = 0);
 Variable log_softmax(const Variable& x);
 Variable layer_norm(const Variable& x, const Variable& w, const Variable& b, double eps);
 Variable rms_norm(const Variable& x, const Variable& w, double eps);

@@ -133,10 +133,12 @@ Variable relative_logits(const Variable& q, const Variable& k, const Variable& b
   CTX_CHECK(q.defined() && k.defined() && q.dim() == 4 && k.dim() == 4, op,
             ": q and k must be defined [B, H, T, Dh] / [B, H, S, Dh] tensors");
   check_rel(op, rel, q.data(), q.size(0), q.size(1), q.size(2), k.size(2), q.size(3));
-  Variable s = matmul(q, k, false, true);                                 // [B, H, T, S]
+  // Without score terms the scale is the GEMM's alpha (no pass over [B, H, T, S] either way).
+  const bool terms = rel.qrel.defined() || rel.krel.defined();
+  Variable s = matmul(q, k, false, true, terms ? 1.0 : scale_);           // [B, H, T, S]
   if (rel.qrel.defined()) s = add(s, gather_rel(rel.qrel, rel.qidx, false));
   if (rel.krel.defined()) s = add(s, gather_rel(rel.krel, rel.kidx, true));
-  s = scale(s, scale_);
+  if (terms) s = scale(s, scale_);
   return bias.defined() ? add(s, bias) : s;  // [H, T, S] / [1, H, T, S] broadcast over B
 }
 
@@ -165,9 +167,8 @@ Variable causal_attention_composed(const Variable& q, const Variable& k, const V
   const AttnDims d = check_args(op, q, k, v, bias, scale_, window);
   check_rel(op, rel, q.data(), d.B, d.H, d.T, d.S, d.Dh);
   Variable s = relative_logits(q, k, bias, scale_, rel);  // [B, H, T, S]
-  s = causal_mask(s, d.S - d.T);
   if (window > 0 && window < d.S) s = masked_fill(s, window_mask(d, q.data()), -INFINITY);
-  return relative_output(dropout(softmax(s), dropout_), v, rel);  // [B, H, T, Dh]
+  return relative_output(dropout(causal_softmax(s, d.S - d.T), dropout_), v, rel);  // [B, H, T, Dh]
 }
 
 namespace {

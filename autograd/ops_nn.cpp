@@ -18,6 +18,21 @@ static Variable softmax_impl(const Variable& x, bool log) {
   });
 }
 Variable softmax(const Variable& x) { return softmax_impl(x, false); }
+
+Variable causal_softmax(const Variable& scores, int64_t diag, int64_t window) {
+  const Tensor xd = scores.data();
+  CTX_CHECK(window >= 0, "causal_softmax: window must be >= 0 (0 = no window), got ", window);
+  CTX_CHECK(xd.dim() >= 2, "causal_softmax: scores must be [..., T, S], got ", xd.str());
+  Tensor y = xd.clone();  // [..., T, S]
+  Backend& be = backend_of(y);
+  be.causal_fill(y, -INFINITY, diag, window);
+  be.softmax(y, y, false);  // in place: each row is read whole before it is written
+  return make_result(y, "causal_softmax", {scores}, [scores, y](const Tensor& g) {
+    Tensor dx = empty_like(g);
+    backend_of(g).softmax_backward(y, g, dx, false);  // y = 0 where masked: dx = y (g - <g, y>) = 0
+    acc(scores, dx);
+  });
+}
 Variable log_softmax(const Variable& x) { return softmax_impl(x, true); }
 
 Variable layer_norm(const Variable& x, const Variable& w, const Variable& b, double eps) {

@@ -44,7 +44,7 @@ struct GemmDesc {
   int64_t M = 0, N = 0, K = 0;
   int64_t batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
-  float alpha = 1.f, beta = 0.f;
+  double alpha = 1.0, beta = 0.0;  // each backend rounds them to the GEMM's type (exact for f64)
 };
 
 // A strided view description for copy_strided (element units, relative to the tensor's data).

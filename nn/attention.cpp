@@ -81,7 +81,7 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
     o = pe_->fused_attention(st, window_, drop);  // undefined when the encoding cannot take it
   if (!o.defined()) {
     Variable s = pe_->logits(st);                                       // [B, H, T, S]
-    Variable p = dropout(softmax(causal_mask(s, st.S - st.T, window_)), drop);
+    Variable p = dropout(causal_softmax(s, st.S - st.T, window_), drop);
     o = pe_->output(st, p);                                             // [B, H, T, Dh]
   }
   Variable merged = merge_heads(o);                                     // [B, T, D]
@@ -146,7 +146,7 @@ Variable Attention::forward_cached(const Variable& x, KVCache& cache) const {
   if (fused) o = pe_->fused_attention(st, window);
   if (!o.defined()) {
     if (in_place) st.k = rows(c.k_rot), st.v = rows(c.v);  // e.g. a bias per batch row
-    o = pe_->output(st, softmax(causal_mask(pe_->logits(st), st.S - st.T, window)));
+    o = pe_->output(st, causal_softmax(pe_->logits(st), st.S - st.T, window));
   }
   return proj->forward(merge_heads(o));
 }

@@ -56,8 +56,8 @@ onednn::Prim create(const GemmDesc& g, bool bias, bool bf16) {
   const memory::desc b = operand_desc(g.batch, g.K, g.N, g.trans_b, g.stride_b, in);
   const memory::desc c = operand_desc(g.batch, g.M, g.N, false, g.stride_c);
   dnnl::primitive_attr attr = onednn::attr();
-  if (g.alpha != 1.f) attr.set_output_scales(0, {g.alpha});
-  if (g.beta != 0.f) {
+  if (g.alpha != 1.0) attr.set_output_scales(0, {(float)g.alpha});
+  if (g.beta != 0.0) {
     dnnl::post_ops po;
     po.append_sum(g.beta);
     attr.set_post_ops(po);
@@ -106,7 +106,7 @@ const uint16_t* to_bf16(int slot, const float* x, int64_t n) {
 onednn::Key make_key(const GemmDesc& g, bool bias, bool bf16) {
   onednn::Key key;
   key.v = {g.M, g.N, g.K, g.batch, g.trans_a, g.trans_b, g.stride_a, g.stride_b, g.stride_c,
-           onednn::float_bits(g.alpha), onednn::float_bits(g.beta), bias, bf16};
+           onednn::float_bits((float)g.alpha), onednn::float_bits((float)g.beta), bias, bf16};
   return key;
 }
 

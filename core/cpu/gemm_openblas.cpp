@@ -133,13 +133,13 @@ void sgemm_block(const OpenBlasApi& api, const GemmDesc& g, const float* A, cons
     // one row of C: a GEMV over columns [j0, j1). op(A) is a K-vector either way (stored [K, 1]
     // or [1, K], contiguous). op(B)^T columns j0..j1: B stored [N, K] (trans_b) -> no-trans
     // sgemv of its rows j0..j1; stored [K, N] -> trans sgemv of its columns j0..j1.
-    if (g.trans_b) api.sgemv(kRowMajor, kNoTrans, (int)(j1 - j0), (int)g.K, g.alpha, b, (int)g.K, A, 1, g.beta, C + j0, 1);
-    else api.sgemv(kRowMajor, kTrans, (int)g.K, (int)(j1 - j0), g.alpha, b, (int)g.N, A, 1, g.beta, C + j0, 1);
+    if (g.trans_b) api.sgemv(kRowMajor, kNoTrans, (int)(j1 - j0), (int)g.K, (float)g.alpha, b, (int)g.K, A, 1, (float)g.beta, C + j0, 1);
+    else api.sgemv(kRowMajor, kTrans, (int)g.K, (int)(j1 - j0), (float)g.alpha, b, (int)g.N, A, 1, (float)g.beta, C + j0, 1);
     return;
   }
   api.sgemm(kRowMajor, g.trans_a ? kTrans : kNoTrans, g.trans_b ? kTrans : kNoTrans,
-            (int)(i1 - i0), (int)(j1 - j0), (int)g.K, g.alpha, a, (int)(g.trans_a ? g.M : g.K), b,
-            (int)(g.trans_b ? g.K : g.N), g.beta, C + i0 * g.N + j0, (int)g.N);
+            (int)(i1 - i0), (int)(j1 - j0), (int)g.K, (float)g.alpha, a, (int)(g.trans_a ? g.M : g.K), b,
+            (int)(g.trans_b ? g.K : g.N), (float)g.beta, C + i0 * g.N + j0, (int)g.N);
 }
 
 constexpr int64_t kOneThreadWork = (int64_t)1 << 20;  // batch M N K below this (< ~10 us): one call

@@ -61,17 +61,17 @@ __global__ void scale_batched_kernel(T* C, int64_t batch, int64_t stride_c, int6
   }
 }
 
-cublasStatus_t gemm_sb(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-                       const float* A, int lda, long long sa, const float* B, int ldb, long long sb, float beta,
+cublasStatus_t gemm_sb(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, double alpha,
+                       const float* A, int lda, long long sa, const float* B, int ldb, long long sb, double beta,
                        float* C, int ldc, long long sc, int batch) {
-  return cublasSgemmStridedBatched(handle(), ta, tb, m, n, k, &alpha, A, lda, sa, B, ldb, sb, &beta, C, ldc, sc,
-                                   batch);
+  const float a = (float)alpha, b = (float)beta;
+  return cublasSgemmStridedBatched(handle(), ta, tb, m, n, k, &a, A, lda, sa, B, ldb, sb, &b, C, ldc, sc, batch);
 }
-cublasStatus_t gemm_sb(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-                       const double* A, int lda, long long sa, const double* B, int ldb, long long sb, float beta,
+cublasStatus_t gemm_sb(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, double alpha,
+                       const double* A, int lda, long long sa, const double* B, int ldb, long long sb, double beta,
                        double* C, int ldc, long long sc, int batch) {
-  const double a = alpha, b = beta;
-  return cublasDgemmStridedBatched(handle(), ta, tb, m, n, k, &a, A, lda, sa, B, ldb, sb, &b, C, ldc, sc, batch);
+  return cublasDgemmStridedBatched(handle(), ta, tb, m, n, k, &alpha, A, lda, sa, B, ldb, sb, &beta, C, ldc, sc,
+                                   batch);
 }
 
 // ---- the speed modes through cuBLASLt ----
@@ -166,7 +166,8 @@ void gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool b
                                                   &found));
   CTX_CHECK(found > 0, "gemm (", bf16 ? "bf16" : "tf32", "): cuBLASLt has no algorithm for M=", g.M, " N=", g.N,
             " K=", g.K, " batch=", g.batch);
-  CTX_CUBLAS_CHECK(cublasLtMatmul(lt_handle(), c.desc, &g.alpha, b, c.l[0], a, c.l[1], &g.beta, C, c.l[2], C, c.l[2],
+  const float alpha = (float)g.alpha, beta = (float)g.beta;  // CUBLAS_COMPUTE_32F: fp32 scales
+  CTX_CUBLAS_CHECK(cublasLtMatmul(lt_handle(), c.desc, &alpha, b, c.l[0], a, c.l[1], &beta, C, c.l[2], C, c.l[2],
                                   &res.algo, ws, kLtWorkspace, 0));
 }
 
