@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "core/cuda_module.h"
 #include "core/settings.h"
 
 namespace ctx::prof {
@@ -44,7 +43,7 @@ std::atomic<int> g_enabled{-1};  // -1: not read from the environment yet
 void sync() {
   // A GPU runs the queued kernels after the host has moved on: without this wait each op would be
   // charged its launch, and the op that next waits for the device would be charged everyone's work.
-  if (cuda_module_loaded()) backend(Device::CUDA).synchronize();
+  synchronize_devices();
 }
 
 bool enabled() {

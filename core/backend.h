@@ -312,6 +312,7 @@ OdeDims check_ode_rk4(const char* op, const Tensor& v, const Tensor& w1, const T
                       std::initializer_list<const Tensor*> fvec, const Tensor* dvec);
 
 Backend& backend(Device d);  // the backend for a device (throws if not compiled in)
+void synchronize_devices();   // wait for the queued work of every device in use (none: returns)
 inline Backend& backend_of(const Tensor& t) { return backend(t.device()); }
 void register_backend(Device d, Backend* b);
 

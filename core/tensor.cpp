@@ -236,4 +236,14 @@ Backend& backend(Device d) {
   return *g_backends[1];
 }
 
+void synchronize_devices() {
+  if (g_backends[1]) {
+    g_backends[1]->synchronize();
+    return;
+  }
+#ifdef CTXLAB_WITH_CUDA
+  if (cuda_module_loaded()) cuda_module().backend().synchronize();  // never loads it
+#endif
+}
+
 }  // namespace ctx
