@@ -47,7 +47,7 @@ run() {
 CUDA_TESTS='^(BackendOpsCuda\.|Cuda\.|CudaModel[A-Za-z]*\.|CudaCheckpoint\.|CudaTrainStep\.|DeviceCore\.|Devices/BackendOps\..*/cuda|Encodings/CudaModel\.|device_.*cuda_vs_cpu|precision_.*_cuda)'
 
 section_env() {
-  run 30 nvidia-smi
+  run 30 nvidia-smi || { say "no usable nvidia-smi: is there a GPU?"; return 1; }
   run 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
   run 10 lscpu
   say "cpu flags of note: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
