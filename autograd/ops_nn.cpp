@@ -23,13 +23,11 @@ Variable causal_softmax(const Variable& scores, int64_t diag, int64_t window) {
   const Tensor xd = scores.data();
   CTX_CHECK(window >= 0, "causal_softmax: window must be >= 0 (0 = no window), got ", window);
   CTX_CHECK(xd.dim() >= 2, "causal_softmax: scores must be [..., T, S], got ", xd.str());
-  Tensor y = xd.clone();  // [..., T, S]
-  Backend& be = backend_of(y);
-  be.causal_fill(y, -INFINITY, diag, window);
-  be.softmax(y, y, false);  // in place: each row is read whole before it is written
-  return make_result(y, "causal_softmax", {scores}, [scores, y](const Tensor& g) {
+  Tensor y = empty_like(xd);  // [..., T, S]
+  backend_of(xd).causal_softmax(xd, y, diag, window);  // one pass: the mask, then the softmax
+  return make_result(y, "causal_softmax", {scores}, [scores, y, diag, window](const Tensor& g) {
     Tensor dx = empty_like(g);
-    backend_of(g).softmax_backward(y, g, dx, false);  // y = 0 where masked: dx = y (g - <g, y>) = 0
+    backend_of(g).causal_softmax_backward(y, g, dx, diag, window);  // 0 where masked
     acc(scores, dx);
   });
 }

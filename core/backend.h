@@ -173,6 +173,13 @@ class Backend {
   // --- normalisation / softmax (over the last dim; x viewed as [N, C]) ---
   virtual void softmax(const Tensor& x, Tensor& y, bool log) = 0;
   virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) = 0;
+  // The attention probabilities of the composed path in one pass: x, y [..., T, S], y[..., i, :] =
+  // softmax over the keys query i sees (j <= i + diag; window > 0: also j > i + diag - window,
+  // core/causal_rows.h), 0 on the others; equal to causal_fill(-inf) then softmax. y may be x.
+  virtual void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t window) = 0;
+  // dx = y (dy - <dy, y>) over each row's visible keys, 0 on the others (y: causal_softmax's)
+  virtual void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag,
+                                       int64_t window) = 0;
   // y = (x - mean) * rstd * w + b; saves mean, rstd [N]. b may be undefined (no bias).
   virtual void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y,
                          Tensor& mean, Tensor& rstd) = 0;

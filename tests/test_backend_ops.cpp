@@ -376,6 +376,45 @@ void gemm_cases(std::vector<Case>& cs) {
 template <class T>
 void row_cases(std::vector<Case>& cs) {
   const DType dt = dtype_of<T>::value;
+  // causal_softmax and its backward (core/causal_rows.h): the mask and the softmax in one pass,
+  // against the reference's masked rows; diag -1 leaves row 0 of each matrix without a key; the
+  // last shapes have rows past one block of threads; "in place" passes y = x.
+  struct CS { Shape s; int64_t diag, window; bool in_place; };
+  for (const CS& c : {CS{{2, 5, 7}, 0, 0, false}, CS{{2, 5, 7}, 2, 0, true}, CS{{3, 6, 6}, 0, 3, false},
+                      CS{{1, 1, 1}, 0, 0, false}, CS{{4, 9}, -1, 2, false}, CS{{2, 3, 5, 5}, -1, 0, true},
+                      CS{{2, 33, 1100}, 1067, 0, false}, CS{{1, 40, 1030}, 990, 300, true}}) {
+    const int64_t C = c.s.back(), N = shape_numel(c.s) / C;
+    const CausalRows rows{c.s[c.s.size() - 2], c.diag, c.window};
+    const std::string tag = str(tn<T>(), S(c.s), " diag ", c.diag, " window ", c.window, c.in_place ? " in place" : "");
+    cs.push_back({"causal_softmax " + tag, dt, false, C, {},
+                  [=](const Dev& D) {
+                    Tensor x = D.in(rnd(c.s, dt, 74, -4, 4));
+                    Tensor y = c.in_place ? x : D.out(c.s, dt);
+                    D.be().causal_softmax(x, y, c.diag, c.window);
+                    return hosts({y});
+                  },
+                  [=] {
+                    Tensor x = rnd(c.s, dt, 74, -4, 4), y = Tensor::empty(c.s, dt);
+                    ref::softmax<T>(P<T>(x), P<T>(y), N, C, false, rows);
+                    return std::vector<Tensor>{y};
+                  }});
+    auto make_y = [=] {
+      Tensor x = rnd(c.s, dt, 75, -4, 4), y = Tensor::empty(c.s, dt);
+      ref::softmax<T>(P<T>(x), P<T>(y), N, C, false, rows);
+      return y;
+    };
+    cs.push_back({"causal_softmax_backward " + tag, dt, false, C, {},
+                  [=](const Dev& D) {
+                    Tensor y = D.in(make_y()), dy = D.in(rnd(c.s, dt, 76)), dx = D.out(c.s, dt);
+                    D.be().causal_softmax_backward(y, dy, dx, c.diag, c.window);
+                    return hosts({dx});
+                  },
+                  [=] {
+                    Tensor y = make_y(), dy = rnd(c.s, dt, 76), dx = Tensor::empty(c.s, dt);
+                    ref::softmax_backward<T>(P<T>(y), P<T>(dy), P<T>(dx), N, C, false, rows);
+                    return std::vector<Tensor>{dx};
+                  }});
+  }
   const std::vector<Shape> shapes = {{1, 1}, {3, 7}, {2, 300}, {4, 1, 9}, {70, 5}};
   for (const Shape& s : shapes) {
     const int64_t C = s.back(), N = shape_numel(s) / C;

@@ -66,6 +66,12 @@ class RecordingBackend final : public Backend {
   void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override { in_.dropout(x, m, y); }
   void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override { in_.gemm(g, A, B, C); }
   void softmax(const Tensor& x, Tensor& y, bool log) override { in_.softmax(x, y, log); }
+  void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t w) override {
+    in_.causal_softmax(x, y, diag, w);
+  }
+  void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag, int64_t w) override {
+    in_.causal_softmax_backward(y, dy, dx, diag, w);
+  }
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
     in_.softmax_backward(y, dy, dx, log);
   }

@@ -775,8 +775,9 @@ TEST(GradcheckOps, CausalSoftmaxIsSoftmaxOfTheMaskInOneNode) {
       }
     }
   }
-  // f32 (the CPU's fast softmax, here run in place on the masked copy): the same bits as the
-  // two-node composition, forward and backward
+  // f32 (the CPU's fast softmax, run in place on the masked copy): the same bits as the two-node
+  // composition in the forward; the backward sums only the visible columns (another order than
+  // the whole row's), so its gradient is held to a few ulps of the row's largest term
   {
     Tensor x32 = uniform(r, {2, 3, 64, 64}, -3, 3).to(DType::F32);
     Variable a(x32, true), b(x32, true);
@@ -785,9 +786,13 @@ TEST(GradcheckOps, CausalSoftmaxIsSoftmaxOfTheMaskInOneNode) {
     pa.backward(seed);
     pb.backward(seed);
     int64_t differ = 0;
-    for (int64_t k = 0; k < x32.numel(); ++k)
-      differ += pa.data().at(k) != pb.data().at(k) || a.grad().at(k) != b.grad().at(k);
-    EXPECT_EQ(differ, 0) << "f32 elements (value or gradient) that differ from the two-node composition";
+    double worst = 0;
+    for (int64_t k = 0; k < x32.numel(); ++k) {
+      differ += pa.data().at(k) != pb.data().at(k);
+      worst = std::max(worst, std::abs(a.grad().at(k) - b.grad().at(k)));
+    }
+    EXPECT_EQ(differ, 0) << "f32 values that differ from the two-node composition";
+    EXPECT_LE(worst, 64 * 6e-8) << "f32 gradient against the two-node composition (|y| <= 1, |seed| <= 1, 64 columns)";
   }
   EXPECT_THROW(causal_softmax(Variable(uniform(r, {2, 2}), false), 0, -1), Error);
   EXPECT_THROW(causal_softmax(Variable(uniform(r, {4}), false)), Error);

@@ -299,6 +299,48 @@ class CpuBackend final : public Backend {
                        ref::softmax_backward<T>(y.data<T>(), dy.data<T>(), dx.data<T>(), N, C, log));
   }
 
+  // f32: the mask filled in, then oneDNN's softmax (its vector exp outruns the reference's one
+  // pass); else the reference, which reads only the visible columns.
+  void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t window) override {
+    check_cpu(x, "causal_softmax", "x");
+    checks::same(x, y, "causal_softmax");
+    CTX_CHECK(x.dim() >= 2, "causal_softmax: needs [..., T, S], got ", x.str());
+    if (x.numel() == 0) return;
+    const int64_t C = x.size(-1), N = x.numel() / C, Tq = x.size(-2);
+    const CausalRows rows{Tq, diag, window};
+    if (x.dtype() == DType::F32 && onednn_op_enabled("softmax")) {
+      float* yp = y.data<float>();
+      if (yp != x.data<float>()) std::memcpy(yp, x.data<float>(), (size_t)x.numel() * sizeof(float));
+      ref::causal_fill<float>(yp, N / Tq, Tq, C, -INFINITY, diag, window);
+      if (onednn_softmax_f32(yp, yp, N, C, false)) {
+        for (int64_t n = 0; n < N; ++n)  // a row that sees no key: 0 (oneDNN gives NaN)
+          if (rows.hi(n, C) <= rows.lo(n)) std::fill(yp + n * C, yp + (n + 1) * C, 0.f);
+        return;
+      }
+      ref::softmax<float>(yp, yp, N, C, false, rows);
+      return;
+    }
+    CTX_DISPATCH_FLOAT(x.dtype(), "causal_softmax", ref::softmax<T>(x.data<T>(), y.data<T>(), N, C, false, rows));
+  }
+
+  // f32: oneDNN's softmax backward over whole rows (y = 0 where masked, so dx = 0 there); else
+  // the reference over the visible columns.
+  void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag,
+                               int64_t window) override {
+    check_cpu(y, "causal_softmax_backward", "y");
+    checks::same(y, dy, "causal_softmax_backward");
+    checks::same(y, dx, "causal_softmax_backward");
+    CTX_CHECK(y.dim() >= 2, "causal_softmax_backward: needs [..., T, S], got ", y.str());
+    if (y.numel() == 0) return;
+    const int64_t C = y.size(-1), N = y.numel() / C;
+    if (y.dtype() == DType::F32 && onednn_op_enabled("softmax_backward") &&
+        onednn_softmax_backward_f32(y.data<float>(), dy.data<float>(), dx.data<float>(), N, C, false))
+      return;
+    const CausalRows rows{y.size(-2), diag, window};
+    CTX_DISPATCH_FLOAT(y.dtype(), "causal_softmax_backward",
+                       ref::softmax_backward<T>(y.data<T>(), dy.data<T>(), dx.data<T>(), N, C, false, rows));
+  }
+
   void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y,
                  Tensor& mean, Tensor& rstd) override {
     checks::norm(Device::CPU, "layer_norm", x, w, b);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/causal_rows.h"
 #include "core/dropout_mask.h"
 #include "core/elementwise_formulas.h"
 
@@ -60,57 +61,68 @@ void dropout(const T* x, T* y, int64_t n, const DropoutMask& m) {
 }
 
 // ---- softmax over the last dim: x, y [N, C] ----
+// With `rows` (a causal mask, core/causal_rows.h) each row is the softmax of its visible columns
+// [lo, hi) and 0 elsewhere (log: -inf), the masked inputs never read: the same values as
+// causal_fill(-inf) then softmax, in one pass. y may be x.
 template <class T>
-void softmax(const T* x, T* y, int64_t N, int64_t C, bool log) {
+void softmax(const T* x, T* y, int64_t N, int64_t C, bool log, CausalRows rows = {}) {
 #pragma omp parallel for schedule(static) if (N * C > 16384)
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     T* yr = y + n * C;
+    const int64_t lo = rows.lo(n), hi = std::max(lo, rows.hi(n, C));
+    const T out = log ? -INFINITY : T(0);  // the masked columns' value
     T mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-    for (int64_t c = 0; c < C; ++c) mx = std::max(mx, xr[c]);
+    for (int64_t c = lo; c < hi; ++c) mx = std::max(mx, xr[c]);
     if (mx == -INFINITY) {  // fully masked row: define softmax as 0 (log: -inf)
-      for (int64_t c = 0; c < C; ++c) yr[c] = log ? -INFINITY : T(0);
+      for (int64_t c = 0; c < C; ++c) yr[c] = out;
       continue;
     }
     T s = 0;
     if (log) {
 #pragma omp simd reduction(+ : s)
-      for (int64_t c = 0; c < C; ++c) s += std::exp(xr[c] - mx);
+      for (int64_t c = lo; c < hi; ++c) s += std::exp(xr[c] - mx);
       const T ls = std::log(s) + mx;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] - ls;
+      for (int64_t c = lo; c < hi; ++c) yr[c] = xr[c] - ls;
     } else {  // exp once, stored, then scaled
-      for (int64_t c = 0; c < C; ++c) {
+      for (int64_t c = lo; c < hi; ++c) {
         yr[c] = std::exp(xr[c] - mx);
         s += yr[c];
       }
       const T inv = T(1) / s;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) yr[c] *= inv;
+      for (int64_t c = lo; c < hi; ++c) yr[c] *= inv;
     }
+    for (int64_t c = 0; c < lo; ++c) yr[c] = out;
+    for (int64_t c = hi; c < C; ++c) yr[c] = out;
   }
 }
 
+// With `rows`: the gradient of the masked softmax above, 0 in the masked columns (their inputs
+// were overwritten by the mask), dy read only where visible.
 template <class T>
-void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C, bool log) {
+void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C, bool log, CausalRows rows = {}) {
 #pragma omp parallel for schedule(static) if (N * C > 16384)
   for (int64_t n = 0; n < N; ++n) {
     const T* yr = y + n * C;
     const T* gr = dy + n * C;
     T* dr = dx + n * C;
+    const int64_t lo = rows.lo(n), hi = std::max(lo, rows.hi(n, C));
+    T s = 0;
     if (log) {  // dx = dy - softmax * sum(dy)
-      T s = 0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t c = 0; c < C; ++c) s += gr[c];
-      for (int64_t c = 0; c < C; ++c) dr[c] = gr[c] - std::exp(yr[c]) * s;
+      for (int64_t c = lo; c < hi; ++c) s += gr[c];
+      for (int64_t c = lo; c < hi; ++c) dr[c] = gr[c] - std::exp(yr[c]) * s;
     } else {  // dx = y * (dy - sum(dy * y))
-      T s = 0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t c = 0; c < C; ++c) s += gr[c] * yr[c];
+      for (int64_t c = lo; c < hi; ++c) s += gr[c] * yr[c];
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) dr[c] = yr[c] * (gr[c] - s);
+      for (int64_t c = lo; c < hi; ++c) dr[c] = yr[c] * (gr[c] - s);
     }
+    for (int64_t c = 0; c < lo; ++c) dr[c] = T(0);
+    for (int64_t c = hi; c < C; ++c) dr[c] = T(0);
   }
 }
 

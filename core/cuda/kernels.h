@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/backend.h"       // UnaryOp, BinaryOp, GemmDesc
+#include "core/causal_rows.h"
 #include "core/cuda/nd_index.h"
 
 namespace ctx::cuda {
@@ -47,10 +48,11 @@ template <class T> void column_sum_add(const T* part, T* out, int64_t K, int64_t
 int64_t column_chunks(int64_t N);
 
 // --- softmax_loss.cu ---
-// x, y [N, C] over the last dim
-template <class T> void softmax(const T* x, T* y, int64_t N, int64_t C, bool log);
+// x, y [N, C] over the last dim; with rows.Tq > 0 only over each row's visible columns (0 / -inf
+// elsewhere: Backend::causal_softmax, core/causal_rows.h)
+template <class T> void softmax(const T* x, T* y, int64_t N, int64_t C, bool log, CausalRows rows = {});
 template <class T> void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C,
-                                         bool log);
+                                         bool log, CausalRows rows = {});
 // logits [N, V], targets [N] (validated: -1 <= t < V), loss, lse [N]
 template <class T, class I> void cross_entropy(const T* logits, const I* tgt, T* loss, T* lse,
                                                int64_t N, int64_t V);
