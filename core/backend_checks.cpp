@@ -61,6 +61,16 @@ void unary_backward(Device dev, const char* op, const Tensor& x, const Tensor& y
   if (y.defined()) same(y, dy, op);
 }
 
+CausalRows causal_rows(Device dev, const char* op, const Tensor& a, const Tensor& b, const Tensor& c, int64_t diag,
+                       int64_t window) {
+  on(dev, a, op, c.defined() ? "y" : "x");
+  same(a, b, op);
+  if (c.defined()) same(a, c, op);
+  CTX_CHECK(a.dim() >= 2, op, ": needs [..., T, S], got ", a.str());
+  CTX_CHECK(window >= 0, op, ": window must be >= 0 (0 = no window), got ", window);
+  return CausalRows{a.size(-2), diag, window};
+}
+
 void norm(Device dev, const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
   on(dev, x, op, "x");
   on(dev, w, op, "weight");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/causal_rows.h"
 #include "core/error.h"
 
 namespace ctx::checks {
@@ -32,6 +33,11 @@ void unary_backward(Device dev, const char* op, const Tensor& x, const Tensor& y
 
 // layer_norm / rms_norm: x [..., C] on dev, weight [C] (and bias [C] when defined) of x's dtype
 void norm(Device dev, const char* op, const Tensor& x, const Tensor& w, const Tensor& b);
+
+// causal_softmax (x, y) and its backward (y, dy, dx; c defined): a [..., T, S] on dev, b and c of
+// its shape and dtype, window >= 0; returns the mask's rows (core/causal_rows.h)
+CausalRows causal_rows(Device dev, const char* op, const Tensor& a, const Tensor& b, const Tensor& c, int64_t diag,
+                       int64_t window);
 
 // cross_entropy: logits [N, V] and targets [N] on dev (the values: targets_in_range)
 void targets(Device dev, const char* op, const Tensor& logits, const Tensor& targets);

@@ -1423,6 +1423,36 @@ TEST_P(BackendOps, BadIndicesThrowTheCpuMessage) {
   }
 }
 
+// causal_softmax's argument errors (core/backend_checks.h causal_rows): one message on every device
+TEST_P(BackendOps, CausalSoftmaxRefusesBadArgumentsWithTheCpuMessage) {
+  const std::string dev = GetParam();
+  if (!device_available(dev)) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  const Dev D{device_of(dev)}, C{Device::CPU};
+  auto message = [](const Dev& E, const Shape& xs, const Shape& ys, int64_t window, bool backward) {
+    try {
+      Tensor x = E.in(rnd(xs, DType::F32, 5)), y = E.out(ys, DType::F32);
+      if (backward) {
+        Tensor dx = E.out(xs, DType::F32);
+        E.be().causal_softmax_backward(x, y, dx, 0, window);
+      } else {
+        E.be().causal_softmax(x, y, 0, window);
+      }
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  struct Bad { Shape xs, ys; int64_t window; bool backward; const char* expect; };
+  for (const Bad& b : {Bad{{6}, {6}, 0, false, "causal_softmax: needs [..., T, S], got"},
+                       Bad{{2, 3, 4}, {2, 3, 5}, 0, false, "causal_softmax"},
+                       Bad{{3, 4}, {3, 4}, -1, false, "causal_softmax: window must be >= 0"},
+                       Bad{{2, 3, 4}, {2, 4, 3}, 0, true, "causal_softmax_backward"}}) {
+    const std::string want = message(C, b.xs, b.ys, b.window, b.backward);
+    EXPECT_NE(want.find(b.expect), std::string::npos) << want;
+    EXPECT_EQ(message(D, b.xs, b.ys, b.window, b.backward), want);
+  }
+}
+
 #ifdef CTXLAB_WITH_CUDA
 INSTANTIATE_TEST_SUITE_P(Devices, BackendOps, ::testing::Values("cpu", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });

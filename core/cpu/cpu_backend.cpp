@@ -302,12 +302,9 @@ class CpuBackend final : public Backend {
   // f32: the mask filled in, then oneDNN's softmax (its vector exp outruns the reference's one
   // pass); else the reference, which reads only the visible columns.
   void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t window) override {
-    check_cpu(x, "causal_softmax", "x");
-    checks::same(x, y, "causal_softmax");
-    CTX_CHECK(x.dim() >= 2, "causal_softmax: needs [..., T, S], got ", x.str());
+    const CausalRows rows = checks::causal_rows(Device::CPU, "causal_softmax", x, y, Tensor(), diag, window);
     if (x.numel() == 0) return;
-    const int64_t C = x.size(-1), N = x.numel() / C, Tq = x.size(-2);
-    const CausalRows rows{Tq, diag, window};
+    const int64_t C = x.size(-1), N = x.numel() / C, Tq = rows.Tq;
     if (x.dtype() == DType::F32 && onednn_op_enabled("softmax")) {
       float* yp = y.data<float>();
       if (yp != x.data<float>()) std::memcpy(yp, x.data<float>(), (size_t)x.numel() * sizeof(float));
@@ -327,16 +324,12 @@ class CpuBackend final : public Backend {
   // the reference over the visible columns.
   void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag,
                                int64_t window) override {
-    check_cpu(y, "causal_softmax_backward", "y");
-    checks::same(y, dy, "causal_softmax_backward");
-    checks::same(y, dx, "causal_softmax_backward");
-    CTX_CHECK(y.dim() >= 2, "causal_softmax_backward: needs [..., T, S], got ", y.str());
+    const CausalRows rows = checks::causal_rows(Device::CPU, "causal_softmax_backward", y, dy, dx, diag, window);
     if (y.numel() == 0) return;
     const int64_t C = y.size(-1), N = y.numel() / C;
     if (y.dtype() == DType::F32 && onednn_op_enabled("softmax_backward") &&
         onednn_softmax_backward_f32(y.data<float>(), dy.data<float>(), dx.data<float>(), N, C, false))
       return;
-    const CausalRows rows{y.size(-2), diag, window};
     CTX_DISPATCH_FLOAT(y.dtype(), "causal_softmax_backward",
                        ref::softmax_backward<T>(y.data<T>(), dy.data<T>(), dx.data<T>(), N, C, false, rows));
   }

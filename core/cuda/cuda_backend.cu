@@ -227,25 +227,18 @@ class CudaBackend final : public Backend {
   }
 
   void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t window) override {
-    check_cuda(x, "causal_softmax", "x");
-    checks::same(x, y, "causal_softmax");
-    CTX_CHECK(x.dim() >= 2, "causal_softmax: needs [..., T, S], got ", x.str());
+    const CausalRows rows = checks::causal_rows(Device::CUDA, "causal_softmax", x, y, Tensor(), diag, window);
     if (x.numel() == 0) return;
     const int64_t C = x.size(-1), N = x.numel() / C;
-    const CausalRows rows{x.size(-2), diag, window};
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "causal_softmax",
                             cuda::softmax<T>(ptr<T>(x), ptr<T>(y), N, C, false, rows));
   }
 
   void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag,
                                int64_t window) override {
-    check_cuda(y, "causal_softmax_backward", "y");
-    checks::same(y, dy, "causal_softmax_backward");
-    checks::same(y, dx, "causal_softmax_backward");
-    CTX_CHECK(y.dim() >= 2, "causal_softmax_backward: needs [..., T, S], got ", y.str());
+    const CausalRows rows = checks::causal_rows(Device::CUDA, "causal_softmax_backward", y, dy, dx, diag, window);
     if (y.numel() == 0) return;
     const int64_t C = y.size(-1), N = y.numel() / C;
-    const CausalRows rows{y.size(-2), diag, window};
     CTX_CUDA_DISPATCH_FLOAT(y.dtype(), "causal_softmax_backward",
                             cuda::softmax_backward<T>(ptr<T>(y), ptr<T>(dy), ptr<T>(dx), N, C, false, rows));
   }
