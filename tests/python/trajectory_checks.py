@@ -11,7 +11,7 @@ torch.optim.AdamW, torch.nn.utils.clip_grad_norm_) from `ctxlab init`'s weights 
 seed. The batches are made predictable: the training split holds exactly T + 2 tokens, so the
 trainer's random window always starts at 0 and every row of every batch is tokens [0, T].
 
-Checked per encoding (learned, rope): the loss, the pre-clip gradient norm and the learning rate
+Checked for learned, rope and learned with --accum 2: the loss, the pre-clip gradient norm and the learning rate
 of every step (metrics.jsonl), and every final weight. ctxlab computes in float32, the reference
 in float64: the tolerances (below) are a few times the float32 rounding a step accumulates, and
 far below what a changed step does (a learning rate one step late, weight decay on the wrong
@@ -111,36 +111,40 @@ def torch_run(w0_path, tokens):
     return losses, norms, lrs, {k: v.detach() for k, v in P.items()}
 
 
-def check_encoding(binary, work, posenc, corpus, tokens):
-    out = os.path.join(work, f"run-{posenc}")
+def check_encoding(binary, work, posenc, corpus, tokens, accum=1):
+    """One run: the trainer with --accum `accum` (micro-batches of identical rows, so the reference
+    is the same run; a loss or gradient not averaged over them shows in the norms)."""
+    label = posenc if accum == 1 else f"{posenc}, --accum {accum}"
+    out = os.path.join(work, f"run-{posenc}-accum{accum}")
     shutil.rmtree(out, ignore_errors=True)
     w0 = os.path.join(work, f"init-{posenc}.safetensors")
     run([binary, "init", "--preset", "tiny", "--posenc", posenc, "--seed", str(OPTS["seed"]), "--out", w0])
     run([binary, "train", "--preset", "tiny", "--posenc", posenc, "--data", corpus, "--val-fraction", "0.5",
          "--steps", str(STEPS), "--lr", str(OPTS["lr"]), "--warmup", str(OPTS["warmup"]),
-         "--min-lr", str(OPTS["min_lr"]), "--batch", str(OPTS["batch"]), "--seed", str(OPTS["seed"]),
+         "--min-lr", str(OPTS["min_lr"]), "--batch", str(OPTS["batch"]), "--accum", str(accum),
+         "--seed", str(OPTS["seed"]),
          "--grad-clip", str(OPTS["grad_clip"]), "--log-interval", "1", "--quiet", "--out", out])
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in line]
     rows = [r for r in rows if "step" in r and "grad_norm" in r]
-    if not check(f"{posenc}: metrics.jsonl has one line per step", [r["step"] for r in rows] == list(range(1, STEPS + 1)),
+    if not check(f"{label}: metrics.jsonl has one line per step", [r["step"] for r in rows] == list(range(1, STEPS + 1)),
                  f"steps {[r['step'] for r in rows]}"):
         return
     losses, norms, lrs, P = torch_run(w0, tokens)
     rel = lambda a, b: abs(a - b) / max(abs(b), 1e-30)  # noqa: E731
 
-    def within(label, ours, theirs, tols):
+    def within(what, ours, theirs, tols):
         errs = [rel(x, y) for x, y in zip(ours, theirs)]
         early, every = max(errs[:EARLY]), max(errs)
-        check(f"{posenc}: {label} within {tols[0]:g} relative of PyTorch's over steps 1-{EARLY}, "
+        check(f"{label}: {what} within {tols[0]:g} relative of PyTorch's over steps 1-{EARLY}, "
               f"{tols[1]:g} over all {STEPS}", early <= tols[0] and every <= tols[1],
               f"max {early:.1e} / {every:.1e}")
 
     within("loss", [r["loss"] for r in rows], losses, LOSS_RTOL)
     within("pre-clip gradient norm", [r["grad_norm"] for r in rows], norms, NORM_RTOL)
-    check(f"{posenc}: clipping acted on some steps and not on others",
+    check(f"{label}: clipping acted on some steps and not on others",
           0 < sum(n > OPTS["grad_clip"] for n in norms) < STEPS, f"norms {', '.join(f'{n:.2f}' for n in norms)}")
     lre = max(rel(r["lr"], l) for r, l in zip(rows, lrs))
-    check(f"{posenc}: learning rate of every step is the schedule's", lre <= 1e-12, f"max {lre:.1e}")
+    check(f"{label}: learning rate of every step is the schedule's", lre <= 1e-12, f"max {lre:.1e}")
     _, P0 = R.load_checkpoint(w0, torch.float64)
     _, Pc = R.load_checkpoint(os.path.join(out, "model.safetensors"), torch.float64)
     worst, where = 0.0, ""
@@ -148,10 +152,10 @@ def check_encoding(binary, work, posenc, corpus, tokens):
         e = float((Pc[k] - v).norm() / (v - P0[k]).norm().clamp_min(1e-30))
         if e > worst:
             worst, where = e, k
-    check(f"{posenc}: every weight tensor after {STEPS} steps: ||ctxlab - torch|| <= {WEIGHT_TOL:g} "
+    check(f"{label}: every weight tensor after {STEPS} steps: ||ctxlab - torch|| <= {WEIGHT_TOL:g} "
           f"||torch - init||", worst <= WEIGHT_TOL and set(Pc) == set(P), f"worst {worst:.1e} ({where})")
     drop = losses[0] - losses[-1]
-    check(f"{posenc}: the run learns (loss falls by > 0.5)", drop > 0.5, f"{losses[0]:.3f} -> {losses[-1]:.3f}")
+    check(f"{label}: the run learns (loss falls by > 0.5)", drop > 0.5, f"{losses[0]:.3f} -> {losses[-1]:.3f}")
 
 
 def main():
@@ -165,11 +169,11 @@ def main():
     corpus = os.path.join(a.work, "corpus.txt")
     open(corpus, "wb").write(text)
     tokens = np.frombuffer(text[:T + 1], dtype=np.uint8).astype(np.int64)  # the only window
-    for posenc in ("learned", "rope"):
+    for posenc, accum in (("learned", 1), ("rope", 1), ("learned", 2)):
         try:
-            check_encoding(a.bin, a.work, posenc, corpus, tokens)
+            check_encoding(a.bin, a.work, posenc, corpus, tokens, accum)
         except Exception as e:  # a failing command: one line, not a traceback
-            check(f"{posenc}: runs", False, str(e))
+            check(f"{posenc} (--accum {accum}): runs", False, str(e))
     print(f"{len(PASSED)} passed, {len(FAILED)} failed")
     sys.exit(1 if FAILED else 0)
 
