@@ -2,6 +2,7 @@
 // cross-entropy (softmax + NLL in one pass, gradient softmax - onehot), all over the last dim.
 #include "autograd/ops.h"
 #include "autograd/ops_util.h"
+#include "core/switch.h"
 
 namespace ctx {
 using namespace detail;
@@ -19,15 +20,33 @@ static Variable softmax_impl(const Variable& x, bool log) {
 }
 Variable softmax(const Variable& x) { return softmax_impl(x, false); }
 
+static FastPathSwitch g_fused_causal_softmax("CTXLAB_FUSED_CAUSAL_SOFTMAX");
+void set_fused_causal_softmax(bool on) { g_fused_causal_softmax.set(on); }
+void reset_fused_causal_softmax() { g_fused_causal_softmax.reset(); }
+
 Variable causal_softmax(const Variable& scores, int64_t diag, int64_t window) {
   const Tensor xd = scores.data();
   CTX_CHECK(window >= 0, "causal_softmax: window must be >= 0 (0 = no window), got ", window);
   CTX_CHECK(xd.dim() >= 2, "causal_softmax: scores must be [..., T, S], got ", xd.str());
-  Tensor y = empty_like(xd);  // [..., T, S]
-  backend_of(xd).causal_softmax(xd, y, diag, window);  // one pass: the mask, then the softmax
-  return make_result(y, "causal_softmax", {scores}, [scores, y, diag, window](const Tensor& g) {
+  Backend& be = backend_of(xd);
+  const bool fused = g_fused_causal_softmax.enabled();
+  Tensor y;  // [..., T, S]
+  if (fused) {  // one pass: the mask, then the softmax
+    y = empty_like(xd);
+    be.causal_softmax(xd, y, diag, window);
+  } else {  // two: the mask on a copy, then the softmax in place (each row is read before written)
+    y = xd.clone();
+    be.causal_fill(y, -INFINITY, diag, window);
+    be.softmax(y, y, false);
+  }
+  return make_result(y, "causal_softmax", {scores}, [scores, y, diag, window, fused](const Tensor& g) {
     Tensor dx = empty_like(g);
-    backend_of(g).causal_softmax_backward(y, g, dx, diag, window);  // 0 where masked
+    Backend& b = backend_of(g);
+    if (fused) {
+      b.causal_softmax_backward(y, g, dx, diag, window);  // 0 where masked
+    } else {
+      b.softmax_backward(y, g, dx, false);  // y = 0 where masked: dx = y (g - <g, y>) = 0
+    }
     acc(scores, dx);
   });
 }

@@ -30,6 +30,9 @@ const std::vector<Setting>& settings() {
       {"CTXLAB_BF16_ATTENTION", "0", "0 | 1",
        "1: under --precision bf16 the CPU fused attention's tile products take bf16 inputs too "
        "(faster; measured +1.8% validation loss on the main job)", "core/cpu/flash_attention.cpp"},
+      {"CTXLAB_FUSED_CAUSAL_SOFTMAX", "1", "0 | 1",
+       "0: the composed attention's mask and softmax as causal_fill + softmax (two passes) instead of "
+       "Backend::causal_softmax (one pass each way)", "autograd/ops_nn.cpp"},
       {"CTXLAB_FUSED_HEADS", "1", "0 | 1", "0: head split / merge through reshape + permute + slice",
        "autograd/ops_heads.cpp"},
       {"CTXLAB_FUSED_LINEAR", "1", "0 | 1", "0: Linear as matmul + add (two nodes) instead of one GEMM with bias",

@@ -46,6 +46,7 @@ class RecordingBackend final : public Backend {
   }
   std::string name() const override { return fused_ ? "recording" : "composed-only"; }
   std::map<std::string, int> calls;  // fused method -> times called
+  std::map<std::string, int> row_calls;  // causal_fill, softmax, causal_softmax and backwards -> times called
 
   void fill(Tensor& x, double v) override { in_.fill(x, v); }
   void copy_strided(const Tensor& s, const Strided& ss, Tensor& d, const Strided& ds, const Shape& sh,
@@ -62,17 +63,26 @@ class RecordingBackend final : public Backend {
   void reduce_sum(const Tensor& x, Tensor& o) override { in_.reduce_sum(x, o); }
   void where_scalar(const Tensor& m, const Tensor& a, double b, Tensor& y) override { in_.where_scalar(m, a, b, y); }
   void where(const Tensor& m, const Tensor& a, const Tensor& b, Tensor& y) override { in_.where(m, a, b, y); }
-  void causal_fill(Tensor& x, double v, int64_t diag, int64_t w) override { in_.causal_fill(x, v, diag, w); }
+  void causal_fill(Tensor& x, double v, int64_t diag, int64_t w) override {
+    ++row_calls["causal_fill"];
+    in_.causal_fill(x, v, diag, w);
+  }
   void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override { in_.dropout(x, m, y); }
   void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override { in_.gemm(g, A, B, C); }
-  void softmax(const Tensor& x, Tensor& y, bool log) override { in_.softmax(x, y, log); }
+  void softmax(const Tensor& x, Tensor& y, bool log) override {
+    ++row_calls["softmax"];
+    in_.softmax(x, y, log);
+  }
   void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t w) override {
+    ++row_calls["causal_softmax"];
     in_.causal_softmax(x, y, diag, w);
   }
   void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag, int64_t w) override {
+    ++row_calls["causal_softmax_backward"];
     in_.causal_softmax_backward(y, dy, dx, diag, w);
   }
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
+    ++row_calls["softmax_backward"];
     in_.softmax_backward(y, dy, dx, log);
   }
   void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
@@ -245,6 +255,34 @@ TEST(DeviceCore, TheBackendsReportChoosesFusedOrComposedWithTheSameResults) {
       EXPECT_EQ(fused.params[i].first, composed.params[i].first);
       EXPECT_LE(rel_err(fused.params[i].second, composed.params[i].second), 1e-9);
     }
+  }
+}
+
+// The op causal_softmax calls the backend's one-pass method each way, or with
+// CTXLAB_FUSED_CAUSAL_SOFTMAX=0 (set_fused_causal_softmax(false)) the two-pass composition, with
+// the same values (f64: bit for bit forward) and gradients.
+TEST(DeviceCore, CausalSoftmaxIsOnePassUnlessSwitchedOff) {
+  Rng r(31);
+  const Tensor x = testing_util::uniform_tensor(r, {2, 3, 7, 9}, DType::F64, -3, 3);
+  const Tensor seed = testing_util::uniform_tensor(r, {2, 3, 7, 9}, DType::F64);
+  Tensor y[2], g[2];
+  std::map<std::string, int> seen[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    set_fused_causal_softmax(fused == 1);
+    InstallBackend b(false);
+    Variable v(x, true);
+    Variable p = causal_softmax(v, 2, 4);
+    p.backward(seed);
+    y[fused] = p.data();
+    g[fused] = v.grad();
+    seen[fused] = b.rb.row_calls;
+  }
+  reset_fused_causal_softmax();
+  EXPECT_EQ(seen[1], (std::map<std::string, int>{{"causal_softmax", 1}, {"causal_softmax_backward", 1}}));
+  EXPECT_EQ(seen[0], (std::map<std::string, int>{{"causal_fill", 1}, {"softmax", 1}, {"softmax_backward", 1}}));
+  for (int64_t k = 0; k < x.numel(); ++k) {
+    EXPECT_EQ(y[1].at(k), y[0].at(k)) << "value " << k;
+    EXPECT_NEAR(g[1].at(k), g[0].at(k), 1e-15) << "gradient " << k;
   }
 }
 
@@ -528,7 +566,7 @@ TEST(DeviceCore, ModuleToMovesEveryParameterOnceKeepingNamesAndTies) {
 
 TEST(Settings, EveryVariableIsInTheTableAndDocumented) {
   const auto& t = settings();
-  EXPECT_EQ(t.size(), 19u);
+  EXPECT_EQ(t.size(), 20u);
   std::ifstream f(std::string(CTXLAB_SOURCE_DIR) + "/docs/settings.md");
   ASSERT_TRUE(f.good()) << "docs/settings.md is missing";
   std::stringstream doc;
