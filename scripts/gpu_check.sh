@@ -11,7 +11,8 @@
 #              comparisons with the CPU, bf16/tf32), on the real GPU; none may skip
 #   sanitizer  compute-sanitizer memcheck over the model check (rope) and the trainer step
 #   bench      `ctxlab bench --device cuda`: small fp32 / tf32 / bf16, GPT-2 small fp32 / bf16; MFU
-#              against the H100/H200 SXM datasheet peaks (fp32 66.9, tf32 494.7, bf16 989.4 TFLOP/s)
+#              against the H100/H200 SXM datasheet peaks (fp32 66.9, tf32 494.7, bf16 989.4 TFLOP/s);
+#              GPT-2 bf16 with CTXLAB_FUSED_CAUSAL_SOFTMAX=0 vs 1 (bench/ab_steps.sh, 2 pairs)
 #   compare    bench/gpu_compare.sh against the machine's PyTorch (eager), 2 rounds
 #   cpu-bf16   issue 17 on this host's CPU when it has avx512_bf16: ctxlab fp32 vs bf16 and the
 #              peer's bf16 autocast, pinned to 2 cores (skipped, with the reason, without it)
@@ -83,6 +84,10 @@ section_bench() {
   run 120 "$b" bench --preset small --device cuda --steps 30 --precision bf16 --peak-gflops 989400 --json "$j/small-bf16.json" || rc=1
   run 180 "$b" bench --config bench/configs/gpt2-small.json --device cuda --steps 10 --peak-gflops 66900 --json "$j/gpt2-fp32.json" || rc=1
   run 180 "$b" bench --config bench/configs/gpt2-small.json --device cuda --steps 10 --precision bf16 --peak-gflops 989400 --json "$j/gpt2-bf16.json" || rc=1
+  # the composed attention's mask + softmax: two passes (A) against Backend::causal_softmax (B)
+  run 300 bench/ab_steps.sh 2 \
+    "CTXLAB_FUSED_CAUSAL_SOFTMAX=0 $b bench --config bench/configs/gpt2-small.json --device cuda --steps 10 --precision bf16" \
+    "$b bench --config bench/configs/gpt2-small.json --device cuda --steps 10 --precision bf16" || rc=1
   return $rc
 }
 
