@@ -11,12 +11,12 @@ torch.optim.AdamW, torch.nn.utils.clip_grad_norm_) from `ctxlab init`'s weights 
 seed. The batches are made predictable: the training split holds exactly T + 2 tokens, so the
 trainer's random window always starts at 0 and every row of every batch is tokens [0, T].
 
-Checked for learned, rope and learned with --accum 2: the loss, the pre-clip gradient norm and the learning rate
-of every step (metrics.jsonl), and every final weight. ctxlab computes in float32, the reference
-in float64: the tolerances (below) are a few times the float32 rounding a step accumulates, and
-far below what a changed step does (a learning rate one step late, weight decay on the wrong
-group, no bias correction: each moves the losses by > 1e-3 relative after a few steps, checked by
-hand when this was written).
+Checked for learned, rope and learned with --accum 2: the loss, the pre-clip gradient norm and the
+learning rate of every step (metrics.jsonl), and every final weight. ctxlab computes in float32,
+the reference in float64: the tolerances (below) are a few times the float32 rounding a step
+accumulates, and far below what a changed step does. Each of these, made on the PyTorch side by
+hand when this was written, fails the checks: the learning rate one step late, weight decay on
+every tensor, no clipping, beta2 0.999 (losses off by 8e-4 to 2e-1 relative).
 
 One line per check, then "N passed, N failed"; exit 1 on failure (a missing torch fails too:
 tests/python/deps.py).
