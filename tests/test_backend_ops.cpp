@@ -426,17 +426,19 @@ void row_cases(std::vector<Case>& cs) {
           for (int64_t c = 0; c < C; ++c) x.set(c, -INFINITY);
         return x;
       };
-      cs.push_back({str(lg ? "log_softmax " : "softmax ", tn<T>(), S(s)), dt, false, C, {},
-                    [=](const Dev& D) {
-                      Tensor x = D.in(make_x()), y = D.out(s, dt);
-                      D.be().softmax(x, y, lg);
-                      return hosts({y});
-                    },
-                    [=] {
-                      Tensor x = make_x(), y = Tensor::empty(s, dt);
-                      ref::softmax<T>(P<T>(x), P<T>(y), N, C, lg);
-                      return std::vector<Tensor>{y};
-                    }});
+      for (bool in_place : {false, true})
+        cs.push_back({str(lg ? "log_softmax " : "softmax ", tn<T>(), S(s), in_place ? " in place" : ""), dt, false, C,
+                      {},
+                      [=](const Dev& D) {
+                        Tensor x = D.in(make_x()), y = in_place ? x : D.out(s, dt);
+                        D.be().softmax(x, y, lg);
+                        return hosts({y});
+                      },
+                      [=] {
+                        Tensor x = make_x(), y = Tensor::empty(s, dt);
+                        ref::softmax<T>(P<T>(x), P<T>(y), N, C, lg);
+                        return std::vector<Tensor>{y};
+                      }});
       auto make_y = [=] {
         Tensor x = rnd(s, dt, 72, -4, 4), y = Tensor::empty(s, dt);
         ref::softmax<T>(P<T>(x), P<T>(y), N, C, lg);

@@ -309,11 +309,7 @@ class CpuBackend final : public Backend {
       float* yp = y.data<float>();
       if (yp != x.data<float>()) std::memcpy(yp, x.data<float>(), (size_t)x.numel() * sizeof(float));
       ref::causal_fill<float>(yp, N / Tq, Tq, C, -INFINITY, diag, window);
-      if (onednn_softmax_f32(yp, yp, N, C, false)) {
-        for (int64_t n = 0; n < N; ++n)  // a row that sees no key: 0 (oneDNN gives NaN)
-          if (rows.hi(n, C) <= rows.lo(n)) std::fill(yp + n * C, yp + (n + 1) * C, 0.f);
-        return;
-      }
+      if (onednn_softmax_f32(yp, yp, N, C, false)) return;  // (a row that sees no key: 0)
       ref::softmax<float>(yp, yp, N, C, false, rows);
       return;
     }

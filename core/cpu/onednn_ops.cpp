@@ -117,18 +117,22 @@ float* scratch(std::vector<float>& v, int64_t n) {
 
 bool onednn_softmax_f32(const float* x, float* y, int64_t N, int64_t C, bool log) {
   if (N <= 0 || C <= 0) return false;
+  // oneDNN gives NaN for a fully masked row (all -inf); the reference defines it as 0 (log: -inf).
+  // Those rows are found before the call, which overwrites x when it runs in place (y == x): only
+  // a row whose first element is -inf can be one, so any other row costs one compare.
+  thread_local std::vector<int64_t> masked;  // keeps its capacity: no allocation once warm
+  masked.clear();
+  for (int64_t n = 0; n < N; ++n) {
+    const float* r = x + n * C;
+    int64_t c = 0;
+    while (c < C && r[c] == -INFINITY) ++c;
+    if (c == C) masked.push_back(n);
+  }
   if (!run(key_of({kSoftmax, N, C, log}),
            [&] { return dnnl::softmax_v2_forward(softmax_pd(plain({N, C}), log)); },
            {{DNNL_ARG_SRC, {N, C}, x}, {DNNL_ARG_DST, {N, C}, y}}))
     return false;
-  // oneDNN gives NaN for a fully masked row (all -inf); the reference defines it as 0 (log: -inf).
-  for (int64_t n = 0; n < N; ++n) {
-    if (!std::isnan(y[n * C])) continue;
-    bool masked = true;
-    for (int64_t c = 0; c < C && masked; ++c) masked = x[n * C + c] == -INFINITY;
-    if (masked)
-      for (int64_t c = 0; c < C; ++c) y[n * C + c] = log ? -INFINITY : 0.f;
-  }
+  for (int64_t n : masked) std::fill(y + n * C, y + (n + 1) * C, log ? -INFINITY : 0.f);
   return true;
 }
 
