@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import torch_ref as R  # noqa: E402
+from optim_checks import hand_lr  # noqa: E402  (the schedule written out, checked there)
 
 STEPS = 12
 T = 64  # the tiny preset's context
@@ -62,14 +63,6 @@ def check(name, ok, detail=""):
     print(f"{'ok  ' if ok else 'FAIL'} {name}" + (f": {detail}" if detail else ""), flush=True)
     (PASSED if ok else FAILED).append(name)
     return ok
-
-
-def hand_lr(step, warmup, total, lr, min_lr):
-    """Linear warmup (step + 1) / warmup, then a half cosine from lr to min_lr at `total`."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    t = (step - warmup) / max(1, total - warmup)
-    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * t)) / 2
 
 
 def decays(name, t):
