@@ -1,4 +1,4 @@
-// bench/allreduce.cpp — the time of one gradient allreduce (train/distributed.h:
+// bench/allreduce.cpp — the time of one gradient allreduce (train/dist/distributed.h:
 // allreduce_mean, what every data-parallel step pays) for the presets' flat gradient buffers,
 // under mpirun -np N. Ranks are lined up with a barrier before each call, so the time is the
 // allreduce itself, not waiting for a slower rank. Rank 0 prints one JSON line per preset:
@@ -16,7 +16,7 @@
 
 #include "nn/config.h"
 #include "nn/gpt.h"
-#include "train/distributed.h"
+#include "train/dist/distributed.h"
 
 int main(int argc, char** argv) {
   using namespace ctx;

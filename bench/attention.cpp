@@ -19,7 +19,7 @@
 #include "autograd/ops_attention.h"
 #include "bench/timing.h"
 #include "core/cpu/flash_attention.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/precision.h"
 #include "core/rng.h"
 
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
               bench::env_or("OMP_WAIT_POLICY", "(unset)"), repeats);
   std::vector<Row> rows;
   for (int threads : args["threads"].as<std::vector<int>>()) {
-    cpu::set_num_threads(threads);
+    ctx::set_num_threads(threads);
     for (const AttnShape& s : kShapes) {
       if (!only.empty() && only != s.name) continue;
       Rng rng(1);

@@ -12,14 +12,14 @@
 #include "core/cpu/gelu_fast.h"
 #include "core/cpu/onednn_ops.h"
 #include "core/cpu/ref_kernels.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/rng.h"
 
 using namespace ctx;
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::stoi(argv[1]) : 20;
-  cpu::init_threading();
+  ctx::init_threading();
   const int64_t n = 2048 * 1024;
   std::vector<float> x(n), dy(n), y(n), dx(n);
   Rng r(1);

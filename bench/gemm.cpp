@@ -18,7 +18,7 @@
 #include "core/backend.h"
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/precision.h"
 #include "core/settings.h"
 #include "nn/config.h"
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
 
   const std::string preset = args["preset"].as<std::string>();
   const std::vector<Shape> kShapes = model_shapes(ctx::preset_config(preset), preset == "medium" ? 4 : 8);
-  cpu::init_threading();
+  ctx::init_threading();
   ctx::Backend& be = ctx::backend(ctx::Device::CPU);
   const bool have_blas = cpu::openblas_available();
   const cpu::OpenBlasApi& blas = cpu::openblas_api();
@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
     };
 
     for (int t : args["threads"].as<std::vector<int>>()) {
-      cpu::set_num_threads(t);
+      ctx::set_num_threads(t);
       RawMatmul raw(g, a, b, c);  // created under t threads, like ctxlab's cached primitives
       Candidates omp_pool = {  // everything that runs on the OpenMP pool, interleaved
           {"ctx_onednn", ctx_with(cpu::GemmImpl::OneDNN)},

@@ -14,7 +14,7 @@
 #include "bench/timing.h"
 #include "core/cpu/onednn_ops.h"
 #include "core/cpu/ref_kernels.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/error.h"
 
 namespace {
@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const int repeats = args["repeats"].as<int>();
-  ctx::cpu::init_threading();
+  ctx::init_threading();
   std::printf("# OMP_WAIT_POLICY=%s\n", bench::env_or("OMP_WAIT_POLICY", "(unset)"));
 
   Buffers att(64 * 256, 256), lm(2048, 256), ln(2048, 256), mlp(2048, 1024);
@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
               "ref_us", "loops_us", "vs_ref", "vs_loops");
   std::vector<std::string> json;
   for (int t : args["threads"].as<std::vector<int>>()) {
-    ctx::cpu::set_num_threads(t);
+    ctx::set_num_threads(t);
     for (const OpCase& c : cases) {
       const bool taken = c.onednn();  // also creates the primitive
       bench::Candidates cands = {{"ref", c.ref}, {"loops", c.loops}};

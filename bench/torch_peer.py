@@ -46,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 import torch_ref  # noqa: E402  (spec-faithful reference: config parsing, init, tables)
 
-PRESETS = {  # train/config.cpp preset_config
+PRESETS = {  # train/io/config.cpp preset_config
     "tiny": dict(d_model=64, n_layers=2, n_heads=4, context=64),
     "small": dict(d_model=256, n_layers=6, n_heads=8, context=256),
     "medium": dict(d_model=512, n_layers=8, n_heads=8, context=512),
@@ -89,7 +89,7 @@ def sdpa_causal(q, k, v, dropout_p=0.0):
 
 
 def preset_config(name, posenc, config_file=None):
-    """The preset's config (train/config.cpp), or MODEL_SPEC JSON from config_file."""
+    """The preset's config (train/io/config.cpp), or MODEL_SPEC JSON from config_file."""
     if config_file is not None:
         try:
             with open(config_file) as f:

@@ -1,5 +1,5 @@
 # cmake/install.cmake — `cmake --install BUILD --prefix DIR`: ctxlab as a library (docs/extending.md).
-#   DIR/include/ctxlab/{ctxlab.h, core/, autograd/, nn/, posenc/, train/}  public headers; the
+#   DIR/include/ctxlab/{ctxlab.h, core/, autograd/, nn/, posenc/, train/{,io,dist,cli}/}  public headers; the
 #       library's own includes are "core/tensor.h"-style, so DIR/include/ctxlab is an include
 #       directory of the package too
 #   DIR/lib/libctxlab.a          ctxlab_lib, the same objects the CLI links (nothing rebuilt)
@@ -12,7 +12,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-foreach(dir core core/cpu autograd nn posenc train)
+foreach(dir core core/cpu autograd nn posenc train train/io train/dist train/cli)
   file(GLOB _hdrs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/${dir}/*.h)  # a new header installs without a re-configure
   install(FILES ${_hdrs} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ctxlab/${dir})
 endforeach()

@@ -321,6 +321,10 @@ OdeDims check_ode_rk4(const char* op, const Tensor& v, const Tensor& w1, const T
 Backend& backend(Device d);  // the backend for a device (throws if not compiled in)
 void synchronize_devices();   // wait for the queued work of every device in use (none: returns)
 inline Backend& backend_of(const Tensor& t) { return backend(t.device()); }
-void register_backend(Device d, Backend* b);
+void register_backend(Device d, Backend* b);  // an override (tests); nullptr restores the default
+// The default backend of a device, registered by its library as that library is loaded (the CPU
+// backend by a static registrar in core/cpu/cpu_backend.cpp): core itself never names a
+// backend, so the layers stay one-way (docs/architecture.md). The factory is called on first use.
+void register_default_backend(Device d, Backend& (*factory)());
 
 }  // namespace ctx

@@ -20,6 +20,7 @@ namespace ctx {
 
 namespace {
 std::atomic<const CudaModule*> g_module{nullptr};
+void* g_handle = nullptr;  // the dlopen handle, set with g_module under g_mu
 std::mutex g_mu;
 
 std::string module_path() {
@@ -50,6 +51,7 @@ const CudaModule* load() {
   const CudaModule* m = entry();
   CTX_CHECK(m && m->abi == kCudaModuleAbi, "--device cuda: cannot load ", path, ": interface version ",
             m ? m->abi : -1, ", this executable needs ", kCudaModuleAbi, " (rebuild both)");
+  g_handle = h;
   return m;
 }
 }  // namespace
@@ -62,6 +64,12 @@ const CudaModule& cuda_module() {
 }
 
 bool cuda_module_loaded() { return g_module.load(std::memory_order_acquire) != nullptr; }
+
+void* cuda_module_symbol(const char* name) {
+  cuda_module();  // loads the library (throws when it cannot)
+  std::lock_guard<std::mutex> lk(g_mu);
+  return dlsym(g_handle, name);
+}
 
 }  // namespace ctx
 #endif  // CTXLAB_WITH_CUDA

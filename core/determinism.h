@@ -1,7 +1,7 @@
 // core/determinism.h — "deterministic algorithms": one process-wide switch (as PyTorch's
 // torch.use_deterministic_algorithms) under which a kernel whose bits could depend on the thread
 // count cuts its work by the shape alone, so 1, 2 or N threads compute the same bits. Set by
-// `train/finetune/bench --deterministic` (train/trainer.cpp, train/cli_bench.cpp) together with the
+// `train/finetune/bench --deterministic` (train/trainer.cpp, train/cli/cli_bench.cpp) together with the
 // canonical shards and gradient tree (docs/distributed.md). Off by default: the fastest split.
 // Read by: core/cpu/gemm_select.cpp (every fp32 GEMM to OpenBLAS unless the user chose one) and
 // core/cpu/gemm_openblas.cpp (its blocks of single-threaded calls cut by the shape, not the thread

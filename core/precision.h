@@ -1,5 +1,5 @@
 // core/precision.h — the autocast setting: in what precision float32 GEMMs take their inputs.
-// One process-wide value, set by the CLI (--precision, --tf32: train/cli_common.cpp) or by a
+// One process-wide value, set by the CLI (--precision, --tf32: train/cli/cli_common.cpp) or by a
 // PrecisionScope, read by the backends' gemm / linear (core/cpu/gemm_onednn.cpp,
 // core/cuda/gemm.cu). Semantics as torch.autocast(dtype=torch.bfloat16) for the ops it covers:
 //   fp32  every GEMM exact fp32 (the default; bitwise what ctxlab computed before this setting)

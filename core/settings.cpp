@@ -13,7 +13,7 @@ namespace ctx {
 const std::vector<Setting>& settings() {
   static const std::vector<Setting> table = {
       {"CTXLAB_THREADS", "OMP_NUM_THREADS, else the cores in the affinity mask", "a positive integer",
-       "threads of the OpenMP / oneDNN pool", "core/cpu/threading.cpp"},
+       "threads of the OpenMP / oneDNN pool", "core/threads.cpp"},
       {"CTXLAB_GEMM", "per-shape choice (oneDNN; OpenBLAS for long-K weight gradients without AVX-512)",
        "onednn | openblas | reference", "the CPU GEMM implementation for every GEMM", "core/cpu/gemm_select.cpp"},
       {"CTXLAB_OPENBLAS_CORETYPE", "OPENBLAS_CORETYPE, or autodetect on AVX-512 CPUs",
@@ -47,7 +47,7 @@ const std::vector<Setting>& settings() {
        "1: time every autograd op by name (ctxlab bench --profile, example_step_timing print it)",
        "autograd/profiler.cpp"},
       {"CTXLAB_NO_REEXEC", "unset", "any value",
-       "set: the CLI does not restart itself with GOMP_SPINCOUNT=1000", "train/main.cpp"},
+       "set: the CLI does not restart itself with GOMP_SPINCOUNT=1000", "train/cli/main.cpp"},
       // The CUDA emulator (core/cuda/emu, a library that does not depend on ctxlab's core) reads
       // its own variables with getenv; they are listed here so that this table is complete.
       {"CTXLAB_EMU_SCHEDULE", "forward", "forward | reverse | shuffle | shuffle:SEED",

@@ -225,10 +225,16 @@ double Tensor::item() const {
 
 // ---- backend registry ----
 static Backend* g_backends[2] = {nullptr, nullptr};
+static Backend& (*g_default_backends[2])() = {nullptr, nullptr};  // constant-initialised
 void register_backend(Device d, Backend* b) { g_backends[(int)d] = b; }
-Backend& cpu_backend_instance();  // core/cpu/cpu_backend.cpp
+void register_default_backend(Device d, Backend& (*factory)()) { g_default_backends[(int)d] = factory; }
 Backend& backend(Device d) {
-  if (d == Device::CPU) return g_backends[0] ? *g_backends[0] : cpu_backend_instance();
+  if (d == Device::CPU) {
+    if (g_backends[0]) return *g_backends[0];
+    CTX_CHECK(g_default_backends[0], "backend: no CPU backend linked in (link the whole ctxlab library: ",
+              "CMake's ctxlab::ctxlab does)");
+    return g_default_backends[0]();
+  }
 #ifdef CTXLAB_WITH_CUDA
   if (!g_backends[1]) return cuda_module().backend();  // loads libctxlab_cuda.so
 #endif

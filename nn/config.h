@@ -1,7 +1,7 @@
 // nn/config.h — the model configuration (MODEL_SPEC §2): JSON <-> ModelConfig with strict
 // validation (unknown keys, wrong types and inconsistent sizes are one-line errors naming the
 // source and the field), and the built-in presets (tiny, small, medium). Reading configs from
-// text and files: train/config.h.
+// text and files: train/io/config.h.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -17,7 +17,7 @@
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/flash_attention.h"
 #include "core/cpu/gemm.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/precision.h"
 #include "tests/test_util.h"
 
@@ -182,7 +182,7 @@ GemmDesc desc(int64_t M, int64_t N, int64_t K, bool ta, bool tb, float alpha = 1
 }
 
 TEST(Bf16, GemmWithinTheBf16BoundOfFp32) {
-  cpu::init_threading();
+  ctx::init_threading();
   uint32_t seed = 10;
   for (int t = 0; t < 4; ++t) {
     check_bf16_gemm(desc(33, 17, 65, t & 1, t & 2), seed++);
@@ -194,7 +194,7 @@ TEST(Bf16, GemmWithinTheBf16BoundOfFp32) {
 }
 
 TEST(Bf16, LinearWithinTheBound) {
-  cpu::init_threading();
+  ctx::init_threading();
   const int64_t R = 40, K = 96, N = 72;
   const std::vector<float> x = random_vec(R * K, 1), w = random_vec(N * K, 2), b = random_vec(N, 3);
   Tensor tx = Tensor::from_vector(x, {R, K}), tw = Tensor::from_vector(w, {N, K}), tb = Tensor::from_vector(b, {N});
@@ -224,7 +224,7 @@ TEST(Bf16, LinearWithinTheBound) {
 }
 
 TEST(Bf16, WarmGemmCreatesNoPrimitive) {
-  cpu::init_threading();
+  ctx::init_threading();
   const GemmDesc g = desc(64, 48, 80, false, true);
   check_bf16_gemm(g, 77);  // creates the bf16 (and fp32) primitives for this shape
   const size_t n = cpu::onednn_gemm_cache_size();
@@ -236,7 +236,7 @@ TEST(Bf16, WarmGemmCreatesNoPrimitive) {
 // and linear at the default precision equal the plain oneDNN fp32 GEMM (the path they took
 // before), also after a bf16 scope has come and gone, and f64 is never touched by bf16.
 TEST(Bf16, Fp32DefaultUnchangedBitwise) {
-  cpu::init_threading();
+  ctx::init_threading();
   ASSERT_EQ(gemm_precision(), Precision::FP32);
   ASSERT_FALSE(gemm_allow_tf32());
   const GemmDesc g = desc(37, 29, 70, false, true, 1.f, 0.f);
@@ -282,7 +282,7 @@ TEST(Bf16, FusedAttentionWithinTheBf16Bound) {
     std::printf("this CPU has no avx512_bf16: the attention runs fp32 under --precision bf16 (nothing to check)\n");
     return;
   }
-  cpu::init_threading();
+  ctx::init_threading();
   struct Opt {  // the bf16 products are opt-in (CTXLAB_BF16_ATTENTION=1)
     Opt() { cpu::set_bf16_attention(true); }
     ~Opt() { cpu::reset_bf16_attention(); }
@@ -363,7 +363,7 @@ TEST(Bf16, FusedAttentionWithinTheBf16Bound) {
 // GemmWithinTheBf16BoundOfFp32 holds the arithmetic; this holds the probe to the CPU's flags, and
 // the emulated path to an exact reference: fp32 GEMM of the rounded inputs, bit for bit.
 TEST(Bf16, GemmPathFollowsTheCpu) {
-  cpu::init_threading();
+  ctx::init_threading();
   const bool avx512 = __builtin_cpu_supports("avx512f");
   EXPECT_EQ(cpu::onednn_bf16_matmul_available(), avx512);
   std::printf("this CPU: %s\n", avx512 ? "oneDNN bf16 matmul" : "no AVX-512: bf16 operands widened to fp32");

@@ -16,9 +16,9 @@
 #include "nn/attention.h"
 #include "nn/gpt.h"
 #include "tests/test_util.h"
-#include "train/checkpoint.h"
+#include "train/io/checkpoint.h"
 #include "train/optim.h"
-#include "train/safetensors.h"
+#include "train/io/safetensors.h"
 #include "train/trainer.h"
 #ifdef CTXLAB_WITH_CUDA
 #include "core/cuda/cuda_runtime.h"

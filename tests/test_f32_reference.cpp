@@ -14,7 +14,7 @@
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "core/rng.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 
 using namespace ctx;
 
@@ -149,8 +149,8 @@ TEST(F32Reference, GeluTanh) {
 // order: the same bits on every run at any thread count (an `omp critical` add is not, from 3
 // threads on). Large enough to take the parallel paths.
 TEST(Determinism, RowReductionsRepeatBitForBitAtThreeThreads) {
-  const int saved = cpu::num_threads();
-  cpu::set_num_threads(3);
+  const int saved = ctx::num_threads();
+  ctx::set_num_threads(3);
   Rng r(77);
   const int64_t N = 4099, C = 64;
   Tensor x = Tensor::empty({N, C});
@@ -171,5 +171,5 @@ TEST(Determinism, RowReductionsRepeatBitForBitAtThreeThreads) {
     for (size_t k = 0; k < a.size(); ++k)
       ASSERT_EQ(0, std::memcmp(a[k].data<float>(), b[k].data<float>(), a[k].numel() * sizeof(float))) << k;
   }
-  cpu::set_num_threads(saved);
+  ctx::set_num_threads(saved);
 }

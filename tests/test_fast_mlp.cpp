@@ -14,7 +14,7 @@
 #include "core/cpu/gemm.h"
 #include "core/cpu/onednn_ops.h"
 #include "core/cpu/ref_kernels.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "test_util.h"
 
@@ -76,7 +76,7 @@ std::vector<float> gelu_inputs() {
 }
 
 TEST(FastGelu, MatchesTheDoubleFormula) {
-  cpu::init_threading();
+  ctx::init_threading();
   const std::vector<float> x = gelu_inputs();
   const int64_t n = (int64_t)x.size();
   std::vector<float> y(n), dy(n, 1.f), dx(n);

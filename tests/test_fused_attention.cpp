@@ -17,7 +17,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/ops_attention.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "nn/attention.h"
 #include "nn/gpt.h"
@@ -133,13 +133,13 @@ TEST(FusedAttention, MatchesComposedWithDropout) {
 
 TEST(FusedAttention, BiasGradientWithMoreThreadsThanHeads) {
   // the backward then splits the batch into groups with their own bias-gradient buffers
-  const int prev = cpu::num_threads();
+  const int prev = ctx::num_threads();
   for (int threads : {1, 3, 4}) {
-    cpu::set_num_threads(threads);
+    ctx::set_num_threads(threads);
     compare_with_composed({5, 1, 9, 13, 4, BiasKind::HTS, 0}, DType::F64, 1e-10, 40 + threads);
     compare_with_composed({3, 2, 70, 70, 8, BiasKind::OneHTS, 6}, DType::F32, 1e-5, 50 + threads);
   }
-  cpu::set_num_threads(prev);
+  ctx::set_num_threads(prev);
 }
 
 TEST(FusedAttention, LargeLogitsAndPartialGradients) {

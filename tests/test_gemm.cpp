@@ -19,7 +19,7 @@
 #include "core/backend.h"
 #include "core/bf16.h"
 #include "core/cpu/gemm.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/determinism.h"
 #include "core/error.h"
 #include "core/precision.h"

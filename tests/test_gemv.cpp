@@ -18,7 +18,7 @@
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/gemv.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/precision.h"
 #include "tests/test_util.h"
 
@@ -61,7 +61,7 @@ std::vector<double> magnitudes(const std::vector<float>& W, const std::vector<fl
 }
 
 TEST(Gemv, F32KernelMatchesReference) {
-  cpu::init_threading();
+  ctx::init_threading();
   uint32_t seed = 1;
   for (const Shape2 s : kShapes) {
     const auto W = random_vec(s.N * s.K, seed++), x = random_vec(s.K, seed++), b = random_vec(s.N, seed++);
@@ -81,7 +81,7 @@ TEST(Gemv, F32KernelMatchesReference) {
 }
 
 TEST(Gemv, Bf16KernelMatchesReference) {
-  cpu::init_threading();
+  ctx::init_threading();
   uint32_t seed = 100;
   for (const Shape2 s : kShapes) {
     const auto W = random_vec(s.N * s.K, seed++), x = random_vec(s.K, seed++), b = random_vec(s.N, seed++);
@@ -109,7 +109,7 @@ TEST(Gemv, Bf16KernelMatchesReference) {
 // Backend::linear with one row takes the GEMV (fp32 and bf16), and agrees with a many-row call
 // holding the same row (oneDNN's matmul) within the accumulation bound.
 TEST(Gemv, LinearOneRowTakesTheGemv) {
-  cpu::init_threading();
+  ctx::init_threading();
   const int64_t K = 96, N = 72;
   const auto x = random_vec(K, 7), w = random_vec(N * K, 8), b = random_vec(N, 9);
   Tensor tx = Tensor::from_vector(x, {1, K}), tw = Tensor::from_vector(w, {N, K}), tb = Tensor::from_vector(b, {N});
@@ -168,7 +168,7 @@ TEST(Bf16Copy, LinearForwardAndBackwardConvertEachOperandOnce) {
     std::printf("this CPU has no avx512_bf16: --precision bf16 runs fp32 here, nothing to convert\n");
     return;
   }
-  cpu::init_threading();
+  ctx::init_threading();
   const int64_t R = 24, K = 48, N = 40;
   Variable w(Tensor::from_vector(random_vec(N * K, 21), {N, K}), true);
   Variable b(Tensor::from_vector(random_vec(N, 22), {N}), true);

@@ -1,5 +1,5 @@
 // tests/test_grad_tree.cpp — the canonical summation orders that make a run the same whatever the
-// number of MPI ranks, --accum or the thread count (train/grad_tree.h, core/cpu/ref_kernels.h
+// number of MPI ranks, --accum or the thread count (train/dist/grad_tree.h, core/cpu/ref_kernels.h
 // colsum_tree; docs/distributed.md): column sums of a gradient over rows equal, bit for bit, the
 // sum of the two halves' column sums (what two ranks' allreduce computes) and do not depend on the
 // thread count; the canonical shards of a batch are the shards of its halves side by side; and
@@ -12,10 +12,10 @@
 
 #include "autograd/ops.h"
 #include "core/cpu/ref_kernels.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
-#include "train/grad_tree.h"
+#include "train/dist/grad_tree.h"
 
 using namespace ctx;
 
@@ -36,15 +36,15 @@ TEST(GradTree, ColumnSumsSplitIntoHalvesAndIgnoreThreads) {
   const int64_t R = 2048, C = 200;  // R * C > 65536: the threaded path
   const auto x = random_rows(R, C, 1);
   std::vector<float> full(C), lo(C), hi(C), halves(C), one(C);
-  const int saved = cpu::num_threads();
-  cpu::set_num_threads(2);
+  const int saved = ctx::num_threads();
+  ctx::set_num_threads(2);
   cpu::ref::colsum_rows(x.data(), R, C, full.data());
   cpu::ref::colsum_rows(x.data(), R / 2, C, lo.data());
   cpu::ref::colsum_rows(x.data() + (R / 2) * C, R / 2, C, hi.data());
   for (int64_t c = 0; c < C; ++c) halves[(size_t)c] = lo[(size_t)c] + hi[(size_t)c];
-  cpu::set_num_threads(1);
+  ctx::set_num_threads(1);
   cpu::ref::colsum_rows(x.data(), R, C, one.data());
-  cpu::set_num_threads(saved);
+  ctx::set_num_threads(saved);
   EXPECT_TRUE(same_bits(full.data(), halves.data(), C)) << "tree(R) != tree(R/2) + tree(R/2)";
   EXPECT_TRUE(same_bits(full.data(), one.data(), C)) << "the sums depend on the thread count";
   // and they are sums: against f64

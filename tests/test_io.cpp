@@ -20,10 +20,10 @@
 #include "tests/test_util.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "train/config.h"
-#include "train/npy.h"
-#include "train/safetensors.h"
-#include "train/tokenizer.h"
+#include "train/io/config.h"
+#include "train/io/npy.h"
+#include "train/io/safetensors.h"
+#include "train/io/tokenizer.h"
 
 using namespace ctx;
 using json = nlohmann::json;

@@ -18,7 +18,7 @@
 #include "autograd/variable.h"
 #include "core/allocator.h"
 #include "core/cpu/bf16_convert.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/precision.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
@@ -34,9 +34,9 @@ constexpr int64_t kPrompt = 5, kSteps = 64;
 // loaded machine from stretching the test (as tests/test_posenc_content.cpp).
 class KVCacheTest : public ::testing::Test {
  protected:
-  void SetUp() override { cpu::set_num_threads(1); }
-  void TearDown() override { cpu::set_num_threads(saved_); }
-  int saved_ = cpu::num_threads();
+  void SetUp() override { ctx::set_num_threads(1); }
+  void TearDown() override { ctx::set_num_threads(saved_); }
+  int saved_ = ctx::num_threads();
 };
 
 struct Case {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/cpu/onednn_ops.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/error.h"
 
 namespace ctx::cpu {

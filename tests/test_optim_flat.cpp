@@ -15,12 +15,12 @@
 #include <unistd.h>
 
 #include "core/allocator.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
-#include "train/checkpoint.h"
+#include "train/io/checkpoint.h"
 #include "train/optim.h"
-#include "train/safetensors.h"
+#include "train/io/safetensors.h"
 
 using namespace ctx;
 
@@ -148,8 +148,8 @@ void copy_grads(const nn::GPT& from, nn::GPT& to) {
 // (see copy_grads for why). Restores the previous count.
 class AtMostTwoThreads {
  public:
-  AtMostTwoThreads() : prev_(cpu::num_threads()) { cpu::set_num_threads(std::min(prev_, 2)); }
-  ~AtMostTwoThreads() { cpu::set_num_threads(prev_); }
+  AtMostTwoThreads() : prev_(ctx::num_threads()) { ctx::set_num_threads(std::min(prev_, 2)); }
+  ~AtMostTwoThreads() { ctx::set_num_threads(prev_); }
 
  private:
   int prev_;

@@ -17,7 +17,7 @@
 #include "tests/test_util.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
 
@@ -93,9 +93,9 @@ GradcheckResult gradcheck_model(const nlohmann::json& posenc, int64_t n_layers, 
 // loaded machine from stretching the thousands of forwards of a gradcheck (measured: 100 s for
 // xl with 2 threads under load, under 1 s with one).
 struct SingleThread {
-  int saved = cpu::num_threads();
-  SingleThread() { cpu::set_num_threads(1); }
-  ~SingleThread() { cpu::set_num_threads(saved); }
+  int saved = ctx::num_threads();
+  SingleThread() { ctx::set_num_threads(1); }
+  ~SingleThread() { ctx::set_num_threads(saved); }
 };
 
 void expect_gradcheck(const nlohmann::json& posenc, int64_t n_layers, int64_t T,

@@ -17,7 +17,7 @@
 #include "tests/test_util.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops_survey.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
 
@@ -41,9 +41,9 @@ Tensor ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
 }
 
 struct SingleThread {
-  int saved = cpu::num_threads();
-  SingleThread() { cpu::set_num_threads(1); }
-  ~SingleThread() { cpu::set_num_threads(saved); }
+  int saved = ctx::num_threads();
+  SingleThread() { ctx::set_num_threads(1); }
+  ~SingleThread() { ctx::set_num_threads(saved); }
 };
 
 void expect_pass(const GradcheckResult& r, size_t n_inputs) {

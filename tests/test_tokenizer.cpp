@@ -10,13 +10,13 @@
 #include <fstream>
 
 #include "test_util.h"
-#include "train/base64.h"
-#include "train/checkpoint.h"
+#include "train/io/base64.h"
+#include "train/io/checkpoint.h"
 #include "train/data.h"
 #include "train/eval.h"
-#include "train/fileio.h"
-#include "train/safetensors.h"
-#include "train/tokenizer_sp.h"
+#include "train/io/fileio.h"
+#include "train/io/safetensors.h"
+#include "train/io/tokenizer_sp.h"
 #include "train/trainer.h"
 
 using namespace ctx;

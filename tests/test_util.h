@@ -17,7 +17,7 @@
 #include "autograd/variable.h"
 #include "core/rng.h"
 #include "core/error.h"
-#include "train/config.h"
+#include "train/io/config.h"
 
 namespace ctx::testing_util {
 

@@ -1,8 +1,8 @@
 // train/data.cpp — corpus loading, the split and batches (see data.h).
 #include "train/data.h"
 
-#include "train/fileio.h"
-#include "train/tokenizer.h"
+#include "train/io/fileio.h"
+#include "train/io/tokenizer.h"
 
 namespace ctx {
 

@@ -9,7 +9,7 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "train/tokenizer.h"
+#include "train/io/tokenizer.h"
 
 namespace ctx {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "nn/gpt.h"
-#include "train/tokenizer.h"
+#include "train/io/tokenizer.h"
 
 namespace ctx {
 

@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "autograd/variable.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "core/device_table.h"  // to_host
 
 namespace ctx {
@@ -158,12 +158,12 @@ std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, 
   struct OneThread {
     int saved = 0;
     explicit OneThread(bool on) {
-      if (on) saved = cpu::num_threads(), cpu::set_num_threads(1);
+      if (on) saved = ctx::num_threads(), ctx::set_num_threads(1);
     }
     ~OneThread() {
-      if (saved > 0) cpu::set_num_threads(saved);
+      if (saved > 0) ctx::set_num_threads(saved);
     }
-  } one_thread(cache && model.wte->weight.data().device() == Device::CPU && !cpu::threads_chosen_by_user());
+  } one_thread(cache && model.wte->weight.data().device() == Device::CPU && !ctx::threads_chosen_by_user());
   for (int64_t s = 0;; ++s) {
     const int32_t next = sample_next(row.host<float>(), V, opt.temperature, opt.top_k, rng);
     seq.push_back(next);

@@ -1,6 +1,6 @@
 // train/trainer.cpp — the training loop (see trainer.h).
 #include "train/trainer.h"
-#include "train/grad_tree.h"
+#include "train/dist/grad_tree.h"
 
 #include <chrono>
 #include <cinttypes>
@@ -20,12 +20,12 @@
 
 #include "core/determinism.h"
 #include "core/device_table.h"  // to_host
-#include "train/checkpoint.h"
+#include "train/io/checkpoint.h"
 #include "train/data.h"
-#include "train/distributed.h"
-#include "train/fileio.h"
+#include "train/dist/distributed.h"
+#include "train/io/fileio.h"
 #include "train/optim.h"
-#include "train/safetensors.h"
+#include "train/io/safetensors.h"
 
 namespace ctx {
 
@@ -329,7 +329,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
   pending.reserve((size_t)window);
   // --deterministic: each micro-batch runs as its canonical shards, and the gradients of every
   // shard of every micro-batch are summed in one pairwise tree: the same bits whatever the number
-  // of ranks, --accum or threads (train/grad_tree.h). Otherwise one piece per micro-batch, and
+  // of ranks, --accum or threads (train/dist/grad_tree.h). Otherwise one piece per micro-batch, and
   // the micro-batches accumulate in order. XL's segments keep one memory per stream: one piece.
   const std::vector<std::pair<int64_t, int64_t>> shards =
       opt.deterministic && !segments ? canonical_shards(r1 - r0, T)
@@ -353,7 +353,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
         x = x.slice0(r0, r1).clone();
         y = y.slice0(r0, r1).clone();
       }
-      // one forward/backward per canonical shard (train/grad_tree.h), summed in the tree
+      // one forward/backward per canonical shard (train/dist/grad_tree.h), summed in the tree
       const int64_t k = slot * opt.accum + a;
       for (size_t si = 0; si < shards.size(); ++si) {
         const auto [b0, b1] = shards[si];

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/gpt.h"
-#include "train/tokenizer.h"
+#include "train/io/tokenizer.h"
 
 namespace ctx {
 
@@ -31,7 +31,7 @@ struct TrainOptions {
   bool plot = true;
   bool quiet = false;
   // Text -> tokens (nullptr: bytes). Not part of the JSON below: the checkpoint records it in
-  // its own metadata (train/tokenizer.h), and --resume restores it from there.
+  // its own metadata (train/io/tokenizer.h), and --resume restores it from there.
   std::shared_ptr<const Tokenizer> tokenizer;
 };
 

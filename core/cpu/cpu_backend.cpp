@@ -15,7 +15,7 @@
 #include "core/precision.h"
 #include "core/cpu/onednn_ops.h"
 #include "core/cpu/ref_kernels.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 
 namespace ctx {
 
@@ -76,7 +76,10 @@ void check_cpu(const Tensor& t, const char* op, const char* what) { checks::on(D
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() { init_threading(); }
+  CpuBackend() {
+    init_threading();
+    pin_openblas_if_loaded();
+  }
   Device device() const override { return Device::CPU; }
   std::string name() const override { return "cpu"; }
 
@@ -551,5 +554,10 @@ Backend& cpu_backend_instance() {
   static cpu::CpuBackend* b = new cpu::CpuBackend();
   return *b;
 }
+
+namespace {
+// core's backend(Device::CPU) finds this backend through the registration (core names no backend)
+[[maybe_unused]] const bool g_cpu_backend_registered = (register_default_backend(Device::CPU, &cpu_backend_instance), true);
+}  // namespace
 
 }  // namespace ctx

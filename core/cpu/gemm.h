@@ -81,5 +81,9 @@ struct OpenBlasApi {
   char* (*get_corename)() = nullptr;
 };
 const OpenBlasApi& openblas_api();
+// When something other than ctxlab already brought OpenBLAS into the process, load our view of
+// it now (which pins it to one thread), so that its pool never runs beside ours. Called once by
+// the CPU backend as it starts; ctxlab's own GEMMs load it lazily through openblas_api().
+void pin_openblas_if_loaded();
 
 }  // namespace ctx::cpu

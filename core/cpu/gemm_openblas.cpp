@@ -162,6 +162,13 @@ bool openblas_available() { return loaded().api.sgemm != nullptr; }
 std::string openblas_config() { return loaded().config; }
 const OpenBlasApi& openblas_api() { return loaded().api; }
 
+void pin_openblas_if_loaded() {
+  if (void* h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD)) {
+    openblas_api();
+    dlclose(h);
+  }
+}
+
 void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C) {
   const Loaded& L = loaded();
   CTX_CHECK(L.api.sgemm, "gemm_openblas: ", L.config, "; use CTXLAB_GEMM=onednn");

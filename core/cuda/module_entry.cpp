@@ -2,9 +2,6 @@
 // ctxlab_lib calls after dlopen (core/cuda_module.h). Plain C++: no CUDA types.
 #include "core/cuda/cuda_runtime.h"
 #include "core/cuda_module.h"
-#ifdef CTXLAB_WITH_NCCL
-#include "train/nccl/nccl_allreduce.h"
-#endif
 
 namespace ctx {
 Backend& cuda_backend_instance();  // core/cuda/cuda_backend.cu
@@ -15,13 +12,6 @@ extern "C" __attribute__((visibility("default"))) const ctx::CudaModule* ctxlab_
       ctx::kCudaModuleAbi,
       &ctx::cuda::ensure_allocator,
       &ctx::cuda_backend_instance,
-#ifdef CTXLAB_WITH_NCCL
-      &ctx::dist::nccl::allreduce_mean_f32,
-      &ctx::dist::nccl::finalize,
-#else
-      nullptr,
-      nullptr,
-#endif
   };
   return &m;
 }

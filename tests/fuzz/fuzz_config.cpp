@@ -22,9 +22,9 @@
 #include "core/error.h"
 #include "nn/gpt.h"
 #include "posenc/posenc.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/safetensors.h"
+#include "train/io/checkpoint.h"
+#include "train/io/config.h"
+#include "train/io/safetensors.h"
 
 static void fail(const char* what) {
   std::fprintf(stderr, "fuzz_config: %s\n", what);

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "train/npy.h"
+#include "train/io/npy.h"
 
 static void fail(const char* what) {
   std::fprintf(stderr, "fuzz_npy: round trip failed: %s\n", what);

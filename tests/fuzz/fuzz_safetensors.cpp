@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "train/safetensors.h"
+#include "train/io/safetensors.h"
 
 static void fail(const char* what) {
   std::fprintf(stderr, "fuzz_safetensors: round trip failed: %s\n", what);

@@ -7,7 +7,7 @@
                          process with --batch 32 after 20 steps (max |a-b| / max |b| <= 1e-5 for every
                          tensor, SGD and AdamW; bit for bit in practice), and so do 1 vs 2 threads and
                          `--batch 16 --accum 2`; a different global batch (16) does not (the comparison
-                         can fail). Tiny's 32 x 64 rows make 2 canonical shards (train/grad_tree.h).
+                         can fail). Tiny's 32 x 64 rows make 2 canonical shards (train/dist/grad_tree.h).
                          --btl self,tcp forces the TCP transport of a multi-node run.
   resume_across_n        a run stopped at step 10 with N = 2 resumes with N = 1 (and the other way
                          round) and ends where the uninterrupted single process ends.

@@ -647,7 +647,7 @@ def cmd_badinput():
         return change
     for label, value in (("NaN", np.nan), ("+inf", np.inf)):
         bad = variant(f"nonfinite_{label[-3:]}.safetensors", poison(value))
-        # documented behaviour (train/checkpoint.h): a non-finite parameter is a load error
+        # documented behaviour (train/io/checkpoint.h): a non-finite parameter is a load error
         expect_failure(f"{label} weight in a checkpoint (grads)", grads(bad),
                        [bad, "blocks.1.attn.qkv.weight", "non-finite", "37"], guard_files=[gout])
         expect_failure(f"{label} weight in a checkpoint (eval)",

@@ -25,9 +25,9 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/ops.h"
-#include "core/cpu/threading.h"
+#include "core/threads.h"
 #include "train/optim.h"
-#include "train/safetensors.h"
+#include "train/io/safetensors.h"
 
 using namespace ctx;
 
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    cpu::init_threading();
+    ctx::init_threading();
     const SafetensorsFile in = load_safetensors(argv[1]);
     auto sp = in.metadata.find("spec");
     CTX_CHECK(sp != in.metadata.end(), argv[1], ": __metadata__.spec missing");

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <ctxlab/ctxlab.h>
-#include "core/cpu/threading.h"  // cpu::set_num_threads: tiny f64 shapes run fastest on one thread
+#include "core/threads.h"  // ctx::set_num_threads: tiny f64 shapes run fastest on one thread
 #include "core/cuda_module.h"    // cuda_module_loaded
 
 #include <cmath>
@@ -132,10 +132,10 @@ TEST(FireModel, GradcheckThroughModelF64) {
       yi.push_back(ids[(size_t)(b * 7 + t + 1)]);
     }
   Tensor x = Tensor::from_vector(xi, {2, 6}), y = Tensor::from_vector(yi, {2, 6});
-  const int threads = cpu::num_threads();
-  cpu::set_num_threads(1);
+  const int threads = ctx::num_threads();
+  ctx::set_num_threads(1);
   GradcheckResult r = gradcheck_params(m.named_parameters(), [&] { return m.loss(x, y); });
-  cpu::set_num_threads(threads);
+  ctx::set_num_threads(threads);
   EXPECT_TRUE(r.pass) << r.summary();
   int pe_checked = 0;
   for (auto& t : r.tensors) pe_checked += t.name.rfind("pe.", 0) == 0;

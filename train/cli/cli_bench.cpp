@@ -1,0 +1,414 @@
+// train/cli/cli_bench.cpp — `ctxlab bench`: times training steps of a preset/config on random tokens
+// (forward / backward / optimizer split), and reports tokens/s, peak RSS, achieved GFLOP/s and
+// MFU against a measured FMA peak (bf16: a VDPBF16PS / AMX peak), as one JSON object on stdout. bench/torch_peer.py is the
+// PyTorch peer with the same JSON keys; bench/compare.sh runs the two alternately.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <cxxopts.hpp>
+#include <nlohmann/json.hpp>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CTX_BENCH_X86 1
+#endif
+
+#include "core/backend.h"  // backend(dev).synchronize()
+#include "core/cpu/gemm.h"
+#include "core/determinism.h"
+#include "core/device_table.h"  // to_host
+#include "core/threads.h"
+#include "autograd/profiler.h"
+#include "core/precision.h"
+#include "core/rng.h"
+#include "nn/gpt.h"
+#include "train/cli/cli.h"
+#include "train/dist/grad_tree.h"
+#include "train/cli/cli_common.h"
+#include "train/io/fileio.h"
+#include "train/optim.h"
+
+namespace ctx::cli {
+namespace {
+
+// ---- peak FLOP/s: independent FMA chains on every OpenMP thread ----------------------------
+// 12 accumulators cover the FMA latency (4-5 cycles) times the FMA ports (2) of current x86 cores.
+constexpr int kAcc = 12;
+
+// kAcc chains a = a * m + c of the vector type V (GCC vector extensions; the multiply-add becomes
+// one FMA under the ISA of the function it is inlined into: -ffp-contract=fast, GCC's default in
+// its GNU modes, which the fused attention's tile products rely on too). The callers below pick
+// the width; `objdump -d` shows vfmadd on ymm / zmm registers in them.
+template <class V>
+inline __attribute__((always_inline)) float fma_chains(int64_t iters, float seed) {
+  V a[kAcc];
+  for (int k = 0; k < kAcc; ++k) a[k] = (seed + 0.001f * (float)k) - V{};
+  const V m = 0.999999f - V{}, c = 1e-6f - V{};
+  for (int64_t i = 0; i < iters; ++i)
+    for (int k = 0; k < kAcc; ++k) a[k] = a[k] * m + c;
+  V s = a[0];
+  for (int k = 1; k < kAcc; ++k) s += a[k];
+  return s[0] + s[sizeof(V) / sizeof(float) - 1];
+}
+typedef float Floats8 __attribute__((vector_size(32)));
+typedef float Floats16 __attribute__((vector_size(64)));
+
+#ifdef CTX_BENCH_X86
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters, float seed) {
+  return fma_chains<Floats8>(iters, seed);
+}
+__attribute__((target("avx512f"))) float fma_loop_avx512(int64_t iters, float seed) {
+  return fma_chains<Floats16>(iters, seed);
+}
+
+// The bf16 peak: VDPBF16PS, acc[i] += x[2i] y[2i] + x[2i+1] y[2i+1] (fp32 accumulators): 32
+// multiply-adds, 64 FLOP per instruction (twice the FMA's 32 FLOP).
+__attribute__((target("avx512f,avx512bf16"))) float dpbf16_loop_avx512(int64_t iters, float seed) {
+  __m512 a[kAcc];
+  for (int k = 0; k < kAcc; ++k) a[k] = _mm512_set1_ps(seed + 0.001f * (float)k);
+  const __m512bh x = (__m512bh)_mm512_set1_epi16((short)0x3f80);  // 1.0
+  const __m512bh y = (__m512bh)_mm512_set1_epi16((short)0x3586);  // ~1e-6
+  for (int64_t i = 0; i < iters; ++i)
+    for (int k = 0; k < kAcc; ++k) a[k] = _mm512_dpbf16_ps(a[k], x, y);
+  __m512 s = a[0];
+  for (int k = 1; k < kAcc; ++k) s = _mm512_add_ps(s, a[k]);
+  alignas(64) float out[16];
+  _mm512_store_ps(out, s);
+  return out[0] + out[15];
+}
+#endif
+
+// Portable fallback (the build's own ISA; 8 lanes assumed for the count).
+float fma_loop_generic(int64_t iters, float seed) { return fma_chains<Floats8>(iters, seed); }
+
+struct Peak {
+  double gflops = 0;
+  std::string isa;
+};
+
+// Best GFLOP/s of ten ~20 ms repeats of the FMA loop run on `threads` OpenMP threads at once
+// (~0.25 s in all; on a shared machine interference only lowers a repeat, so the best one is
+// kept). FLOP = 2 (multiply + add) x lanes x FMAs.
+// bf16 (--precision bf16): the VDPBF16PS loop instead (FLOP = 4 x lanes per instruction); and
+// where oneDNN runs its bf16 matmuls on AMX tiles (which VDPBF16PS does not bound), the peak is
+// the better of that loop and the best of five oneDNN bf16 2048^3 matmuls on bf16 inputs
+// (labelled "amx: oneDNN bf16 matmul 2048^3"): the rate the GEMMs of the step can reach.
+Peak measure_peak(int threads, bool bf16 = false) {
+  float (*kernel)(int64_t, float) = fma_loop_generic;
+  int lanes = 8;
+  Peak p{0, "generic"};
+#ifdef CTX_BENCH_X86
+  __builtin_cpu_init();
+  if (bf16 && cpu_has_avx512_bf16()) {
+    kernel = dpbf16_loop_avx512, lanes = 32, p.isa = "avx512_bf16 VDPBF16PS loop";
+  } else if (__builtin_cpu_supports("avx512f")) {
+    kernel = fma_loop_avx512, lanes = 16, p.isa = "avx512f";
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    kernel = fma_loop_avx2, lanes = 8, p.isa = "avx2+fma";
+  }
+#endif
+  std::vector<float> sink((size_t)threads, 0.0f);
+  auto run = [&](int64_t iters) {
+    auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      int t = omp_get_thread_num();
+      sink[(size_t)t] += kernel(iters, 1.0f + 0.01f * (float)t);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  run(10000);  // wake the threads
+  int64_t iters = 200000;
+  double dt = run(iters);
+  iters = std::max<int64_t>(10000, (int64_t)((double)iters * 0.02 / std::max(dt, 1e-6)));
+  for (int rep = 0; rep < 10; ++rep) {
+    double s = run(iters);
+    double flop = 2.0 * lanes * kAcc * (double)iters * threads;
+    p.gflops = std::max(p.gflops, flop / s / 1e9);
+  }
+  volatile float keep = 0;
+  for (float v : sink) keep = keep + v;
+  (void)keep;
+  if (bf16 && cpu_has_avx512_bf16() && cpu::onednn_has_amx()) {
+    const double amx = cpu::onednn_bf16_matmul_gflops(2048, 5);
+    if (amx > p.gflops) p = {amx, "amx: oneDNN bf16 matmul 2048^3"};
+  }
+  return p;
+}
+
+// The optimizer phase as the trainer runs it. Where this tree's Optimizer has clip_and_step (the
+// grad-norm clip folded into a fused AdamW) and zero_grad, they are used, as train/trainer.cpp
+// does; otherwise clip_grad_norm + step + Module::zero_grad.
+template <class O, class = void>
+struct has_clip_and_step : std::false_type {};
+template <class O>
+struct has_clip_and_step<O, std::void_t<decltype(std::declval<O&>().clip_and_step(1.0, 1.0))>> : std::true_type {};
+template <class O, class = void>
+struct has_zero_grad : std::false_type {};
+template <class O>
+struct has_zero_grad<O, std::void_t<decltype(std::declval<O&>().zero_grad())>> : std::true_type {};
+
+template <class O>
+void optimizer_phase(O& optim, nn::GPT& model, const nn::NamedParams& params, double lr, double clip) {
+  if constexpr (has_clip_and_step<O>::value) {
+    optim.clip_and_step(lr, clip);
+  } else {
+    clip_grad_norm(params, clip);
+    optim.step(lr);
+  }
+  if constexpr (has_zero_grad<O>::value) optim.zero_grad();
+  else model.zero_grad();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / (double)v.size();
+}
+double round_to(double x, int digits) {
+  double f = std::pow(10.0, digits);
+  return std::round(x * f) / f;
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv) {
+  cxxopts::Options o(
+      "ctxlab bench",
+      "Time training steps (AdamW, random tokens) and print one JSON object on stdout:\n"
+      "tokens/s, ms per step split into forward / backward / optimizer, peak RSS, parameters,\n"
+      "FLOP per token (6N + 12 L T D, N = matmul weights incl. the output head), achieved GFLOP/s\n"
+      "and MFU against the peak of an FMA loop measured at start-up on all threads (or --peak-gflops).\n"
+      "A human-readable summary goes to stderr.\n"
+      "  ctxlab bench --preset small                       # B 8, T 256, 2 warm-up + 10 timed steps\n"
+      "  ctxlab bench --preset small --posenc rope --steps 20 --json runs/bench-rope.json\n"
+      "  ctxlab bench --preset medium --posenc '{\"type\":\"alibi\"}' --batch 2\n"
+      "  ctxlab bench --preset tiny --steps 5 --peak-gflops 190   # skip the peak measurement\n"
+      "  CTXLAB_THREADS=1 ctxlab bench --preset small      # one thread\n"
+      "  ctxlab bench --peak-only                          # just the FMA-loop peak, as JSON\n"
+      "bench/compare.sh runs this against the PyTorch peer (bench/torch_peer.py); see bench/README.md.");
+  add_config_options(o);
+  o.add_options("bench")("steps", "timed steps", cxxopts::value<int64_t>()->default_value("10"))(
+      "warmup", "untimed steps first", cxxopts::value<int64_t>()->default_value("2"))(
+      "batch", "sequences per step (default: small 8, medium 4, tiny 8, --config 8)",
+      cxxopts::value<int64_t>())(
+      "context", "sequence length T (default: the config's context)", cxxopts::value<int64_t>())(
+      "threads", "threads (default: CTXLAB_THREADS, else the cores available)", cxxopts::value<int>())(
+      "peak-gflops", "peak GFLOP/s for MFU instead of measuring it", cxxopts::value<double>())(
+      "deterministic", "time the step `train --deterministic` takes (canonical shards + gradient tree)")(
+      "peak-only", "only measure the peak: print {\"peak_gflops\", \"peak_isa\", \"threads\"} and exit")(
+      "json", "also write the JSON object to this file", cxxopts::value<std::string>())(
+      "profile", "time every autograd op by name during the timed steps (as CTXLAB_PROFILE=1): the per-op table "
+      "goes to stderr and under \"profile\" in the JSON; the hooks add a little time to each op")(
+      "seed", "seed of the init and of the token batches", cxxopts::value<uint64_t>()->default_value("1337"))(
+      "h,help", "this help");
+  add_device_option(o, "where the timed steps run (phases are timed after a device synchronisation)");
+  add_precision_options(o);
+  auto r = parse_or_help(o, argc, argv);
+  if (!r) return 0;
+  apply_precision_options(*r);
+  const auto& a = *r;
+
+  auto [cfg, source] = config_from_options(a);
+  const std::string preset = a.count("config") ? "" : (a.count("preset") ? a["preset"].as<std::string>() : "small");
+  const int64_t steps = a["steps"].as<int64_t>(), warmup = a["warmup"].as<int64_t>();
+  CTX_CHECK(steps >= 1, "--steps must be at least 1, got ", steps);
+  CTX_CHECK(warmup >= 0, "--warmup must be non-negative, got ", warmup);
+  const int64_t B = a.count("batch") ? a["batch"].as<int64_t>() : (preset == "medium" ? 4 : 8);
+  const int64_t T = a.count("context") ? a["context"].as<int64_t>() : cfg.context;
+  CTX_CHECK(B >= 1, "--batch must be at least 1, got ", B);
+  CTX_CHECK(T >= 1, "--context must be at least 1, got ", T);
+  if (a.count("threads")) ctx::set_num_threads(a["threads"].as<int>());
+  const int threads = ctx::num_threads();
+  const bool bf16 = gemm_precision() == Precision::BF16;
+  if (a.count("peak-only")) {
+    Peak p = measure_peak(threads, bf16);
+    nlohmann::json j = {{"peak_gflops", round_to(p.gflops, 2)}, {"peak_isa", p.isa}, {"threads", threads}};
+    std::fprintf(stderr, "bench: peak %.1f GFLOP/s (%s%s, %d threads)\n", p.gflops, p.isa.c_str(),
+                 bf16 ? "" : " FMA loop", threads);
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  double peak = 0;
+  std::string peak_source = "given", peak_isa;
+  if (a.count("peak-gflops")) {
+    peak = a["peak-gflops"].as<double>();
+    CTX_CHECK(peak > 0 && std::isfinite(peak), "--peak-gflops must be a positive number, got ", peak);
+  }
+  const uint64_t seed = a["seed"].as<uint64_t>();
+  const Device dev = device_option(a);
+
+  nn::GPT model(cfg, DType::F32, source);
+  model.init_weights(seed);
+  model.pe->check_length(T);
+  move_model(model, dev);
+  model.train();
+  Backend& be = backend(dev);
+  nn::NamedParams params = model.named_parameters();
+  int64_t nparams = 0;
+  for (auto& p : params) nparams += p.second.data().numel();
+  // trainer.cpp's defaults: lr 1e-3, betas 0.9/0.99, eps 1e-8, weight decay 0.1, clip 1.0
+  AdamW optim(params, AdamWOptions{1e-3, 0.9, 0.99, 1e-8, 0.1});
+  const double lr = 1e-3, grad_clip = 1.0;
+
+  // FLOP per token: 6 N (forward 2 N, backward 4 N) over the matmul weights, plus the attention
+  // score and value products, 12 L T D (full T x T, no causal halving), as in the PaLM paper.
+  const int64_t D = cfg.d_model, L = cfg.n_layers, Fd = cfg.d_ff, V = cfg.vocab_size;
+  const int64_t n_matmul = L * (4 * D * D + 2 * D * Fd) + V * D;
+  const double flop_per_token = 6.0 * (double)n_matmul + 12.0 * (double)L * (double)T * (double)D;
+
+  if (!a.count("peak-gflops") && dev == Device::CUDA) {  // the CPU's FMA peak says nothing of a GPU
+    peak = std::nan("");
+    peak_source = "none (--device cuda: give the GPU's peak with --peak-gflops for MFU)";
+  } else if (!a.count("peak-gflops")) {
+    Peak p = measure_peak(threads, bf16);
+    peak = p.gflops, peak_source = "measured", peak_isa = p.isa;
+  }
+
+  Rng rng(seed ^ 0x9E3779B97F4A7C15ULL);
+  auto batch = [&]() {
+    Tensor x = Tensor::empty({B, T}, DType::I64), y = Tensor::empty({B, T}, DType::I64);
+    int64_t* xp = x.host<int64_t>();
+    int64_t* yp = y.host<int64_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t prev = (int64_t)rng.below((uint64_t)V);
+      for (int64_t t = 0; t < T; ++t) {
+        int64_t next = (int64_t)rng.below((uint64_t)V);
+        xp[b * T + t] = prev, yp[b * T + t] = next, prev = next;
+      }
+    }
+    return std::make_pair(x, y);
+  };
+
+  using clock = std::chrono::steady_clock;
+  auto ms_between = [](clock::time_point x, clock::time_point y) {
+    return std::chrono::duration<double, std::milli>(y - x).count();
+  };
+  std::vector<double> fwd, bwd, opt, total;
+  double last_loss = 0;
+  const bool deterministic = a["deterministic"].as<bool>();
+  const DeterministicScope deterministic_kernels(deterministic);  // as train --deterministic
+  const auto shards = deterministic ? canonical_shards(B, T) : std::vector<std::pair<int64_t, int64_t>>{{0, B}};
+  GradTree grad_tree(params);
+  if (a.count("profile")) prof::set_enabled(true);
+  for (int64_t s = 0; s < warmup + steps; ++s) {
+    if (s == warmup) prof::reset();  // the per-op profile covers the timed steps only
+    auto [x, y] = batch();
+    be.synchronize();  // on a GPU the launches are asynchronous: each phase ends when its kernels do
+    // the step `train` takes: one forward/backward per canonical shard, the gradients summed in
+    // the pairwise tree (train/dist/grad_tree.h); forward and backward times add up over the shards
+    double f_ms = 0, b_ms = 0;
+    last_loss = 0;
+    for (size_t si = 0; si < shards.size(); ++si) {
+      const auto [b0, b1] = shards[si];
+      const bool whole = shards.size() == 1;
+      auto ta = clock::now();
+      Variable loss = model.loss(whole ? x : x.slice0(b0, b1), whole ? y : y.slice0(b0, b1));
+      if (!whole) loss = scale(loss, (double)(b1 - b0) / (double)B);
+      be.synchronize();
+      auto tb = clock::now();
+      loss.backward();
+      if (!whole) (si + 1 < shards.size() ? grad_tree.push() : grad_tree.finish());
+      be.synchronize();
+      auto tc = clock::now();
+      f_ms += ms_between(ta, tb);
+      b_ms += ms_between(tb, tc);
+      last_loss += to_host(loss.data()).item();  // outside the timed phases
+    }
+    auto t2 = clock::now();
+    optimizer_phase(optim, model, params, lr, grad_clip);
+    be.synchronize();
+    auto t3 = clock::now();
+    CTX_CHECK(std::isfinite(last_loss), "bench: loss became ", last_loss, " at step ", s + 1);
+    if (s < warmup) continue;
+    fwd.push_back(f_ms);
+    bwd.push_back(b_ms);
+    opt.push_back(ms_between(t2, t3));
+    total.push_back(f_ms + b_ms + ms_between(t2, t3));
+  }
+
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const double rss_mb = (double)ru.ru_maxrss / 1024.0;  // Linux: kilobytes
+  const double step_med = median(total);
+  const double tok_s = (double)(B * T) / (step_med / 1000.0);
+  const double achieved = flop_per_token * tok_s / 1e9;
+  const double mfu = achieved / peak;
+
+  nlohmann::ordered_json j;  // keys in this order, as bench/torch_peer.py writes them
+  j["framework"] = "ctxlab";
+  j["preset"] = preset.empty() ? source : preset;
+  j["posenc"] = model.pe->type();
+  j["posenc_config"] = cfg.posenc;
+  j["batch"] = B;
+  j["deterministic"] = deterministic;  // canonical shards + gradient tree (train --deterministic)
+  j["context"] = T;
+  j["threads"] = threads;
+  j["warmup"] = warmup;
+  j["steps"] = steps;
+  j["tokens_per_s"] = round_to(tok_s, 1);
+  j["ms_per_step"] = {{"median", round_to(step_med, 3)},
+                      {"mean", round_to(mean(total), 3)},
+                      {"min", round_to(*std::min_element(total.begin(), total.end()), 3)}};
+  j["forward_ms"] = round_to(median(fwd), 3);
+  j["backward_ms"] = round_to(median(bwd), 3);
+  j["optimizer_ms"] = round_to(median(opt), 3);
+  j["peak_rss_mb"] = round_to(rss_mb, 1);
+  j["params"] = nparams;
+  j["matmul_params"] = n_matmul;
+  j["flop_per_token"] = flop_per_token;
+  j["flop_formula"] = "6*N + 12*n_layers*T*d_model, N = n_layers*(4*d_model^2 + 2*d_model*d_ff) + vocab*d_model";
+  j["achieved_gflops"] = round_to(achieved, 2);
+  j["peak_gflops"] = round_to(peak, 2);
+  j["peak_source"] = peak_source;
+  if (!peak_isa.empty()) j["peak_isa"] = peak_isa;
+  j["mfu"] = round_to(mfu, 4);
+  j["tokens_per_s_basis"] = "batch*context / median step";
+  j["final_loss"] = round_to(last_loss, 4);
+  j["gemm"] = dev == Device::CUDA ? std::string("cublas") : cpu::gemm_impl_name(cpu::current_gemm_impl());
+  j["device"] = device_name(dev);
+  j["precision"] = precision_name(gemm_precision());
+  j["optimizer_call"] = has_clip_and_step<AdamW>::value ? "AdamW clip_and_step (trainer's fused path)"
+                                                        : "clip_grad_norm + AdamW step";
+  if (prof::enabled()) j["profile"] = prof::to_json((int)steps);
+  const std::string out = j.dump();
+
+  std::fprintf(stderr,
+               "bench: %s, posenc %s, %lld params, B %lld x T %lld, %d threads, %lld timed steps after %lld warm-up\n"
+               "  %.0f tokens/s | step %.1f ms median (mean %.1f, min %.1f) | forward %.1f, backward %.1f, "
+               "optimizer %.1f ms\n"
+               "  %.2f MFLOP/token -> %.1f GFLOP/s achieved | peak %.1f GFLOP/s (%s%s%s) | MFU %.1f%% | "
+               "peak RSS %.0f MB\n",
+               source.c_str(), model.pe->type().c_str(), (long long)nparams, (long long)B, (long long)T, threads,
+               (long long)steps, (long long)warmup, tok_s, step_med, mean(total),
+               *std::min_element(total.begin(), total.end()), median(fwd), median(bwd), median(opt),
+               flop_per_token / 1e6, achieved, peak, peak_source.c_str(), peak_isa.empty() ? "" : ", ",
+               peak_isa.c_str(), 100.0 * mfu, rss_mb);
+  if (prof::enabled())
+    std::fprintf(stderr, "per-op profile, mean of %lld timed steps:\n%s", (long long)steps,
+                 prof::table((int)steps).c_str());
+  std::printf("%s\n", out.c_str());
+  std::fflush(stdout);
+  if (a.count("json")) {
+    const std::string path = a["json"].as<std::string>(), text = out + "\n";
+    write_file_atomic(path, {{text.data(), text.size()}}, "bench --json");
+  }
+  return 0;
+}
+
+}  // namespace ctx::cli

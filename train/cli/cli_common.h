@@ -1,0 +1,67 @@
+// train/cli/cli_common.h — option helpers shared by the CLI verbs: --config/--preset/--posenc,
+// parse-or-print-help, required options, --device, --precision / --tf32, and splitting a [B, T+1] token batch.
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <cxxopts.hpp>
+
+#include "core/tensor.h"
+#include "train/io/checkpoint.h"
+#include "nn/gpt.h"
+#include "train/io/config.h"
+#include "train/trainer.h"
+
+namespace ctx::cli {
+
+void add_config_options(cxxopts::Options& o);
+// The config selected by --config FILE or --preset NAME (default "small"), with --posenc JSON
+// (e.g. '{"type":"rope"}' or just rope) replacing config.posenc. Returns (config, source).
+std::pair<ModelConfig, std::string> config_from_options(const cxxopts::ParseResult& r);
+// Parses; prints help and returns nullopt on --help; throws ctx::Error on bad options.
+std::optional<cxxopts::ParseResult> parse_or_help(cxxopts::Options& o, int argc, char** argv);
+void require(const cxxopts::ParseResult& r, const char* name, const cxxopts::Options& o);
+// The training options `train` and `finetune` share (data, val-fraction, steps, batch, accum, lr,
+// warmup, weight-decay, beta1, beta2, grad-clip, seed, out, log/eval/ckpt intervals, eval-batches,
+// no-plot, quiet), read into `opt`; each verb sets the rest (context, optimizer, min-lr, ...).
+void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt);
+// The help of --deterministic, which `train` and `finetune` both define (read_train_options reads it).
+extern const char* const kDeterministicHelp;
+// --device cpu|cuda: the device named; throws one line when it is not "cpu" or "cuda", or when
+// this build has no CUDA backend.
+Device device_from_option(const std::string& s);
+// The one definition of --device (default cpu) that every verb adds; `what` ends the help line
+// ("cpu | cuda: <what>").
+void add_device_option(cxxopts::Options& o, const char* what);
+// The device --device names, checked by device_from_option (call it before any work, after
+// start_distributed: several MPI ranks on cuda need NCCL).
+Device device_option(const cxxopts::ParseResult& r);
+// Moves a model built or loaded on the host to `dev` (every parameter, buffer and table, tied
+// weights staying tied) and checks that every parameter arrived; the optimizer built afterwards
+// from model.named_parameters() (train/trainer.cpp) allocates its state on the same device, and
+// load_state() copies a checkpoint's host tensors into it.
+void move_model(nn::GPT& model, Device dev);
+// --precision fp32|bf16 and --tf32 (core/precision.h: the GEMM input precision; autocast), on
+// every verb that runs a model.
+void add_precision_options(cxxopts::Options& o);
+// Applies them for the verb's --device (cpu when the verb has none or it was not given); prints
+// the one-line note when the request cannot be honoured as asked (bf16 on a CPU without
+// avx512_bf16 runs fp32; --tf32 on the CPU does nothing). Call right after parsing.
+void apply_precision_options(const cxxopts::ParseResult& r);
+// Starts MPI (train/dist/distributed.h) when the process runs under mpirun or the verb was given
+// --distributed; a plain run stays a single process and never touches MPI.
+void start_distributed(const cxxopts::ParseResult& r);
+// --tokenizer FILE (a SentencePiece .model from `ctxlab tokenizer train`), with `help`.
+void add_tokenizer_option(cxxopts::Options& o, const std::string& help);
+// For `train`: the tokenizer of --tokenizer, or the byte tokenizer without it.
+std::shared_ptr<const Tokenizer> tokenizer_from_option(const cxxopts::ParseResult& r);
+// For the verbs that load a checkpoint: the tokenizer it records; --tokenizer, when given, must be
+// the same one (a one-line error otherwise). A checkpoint that records none reads bytes, or the
+// --tokenizer given when its vocabulary fits the config.
+std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const LoadedModel& lm, const cxxopts::ParseResult& r,
+                                                      const std::string& ckpt);
+// all [B, T+1] -> (inputs [B, T], targets [B, T])
+std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all);
+
+}  // namespace ctx::cli

@@ -1,0 +1,357 @@
+// train/cli/cli_eval.cpp — the verbs that use a trained model without changing it:
+//   ctxlab eval    --checkpoint C [--data F] --lengths 128,256,512 [--hierarchical]
+//                  [--rope-scaling TYPE --factor S [--original-context L]] [--window W | --segmented]
+//                  [--csv F] [--json F]
+//   ctxlab sample  --checkpoint C [--prompt TEXT] [--max-tokens N] [--temperature T] [--top-k K] [--seed S]
+// (MODEL_SPEC §6; evaluation in train/eval.h, sampling in train/sample.h.)
+#include <chrono>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "train/io/checkpoint.h"
+#include "train/cli/cli.h"
+#include "train/cli/cli_common.h"
+#include "train/data.h"
+#include "train/eval.h"
+#include "train/io/fileio.h"
+#include "train/sample.h"
+#include "train/io/tokenizer.h"
+
+namespace ctx::cli {
+
+namespace {
+
+// The shipped corpus. CTXLAB_SOURCE_DIR (a compile definition of this file, when the build sets
+// it) makes the default work from any directory; otherwise, or when that file is gone, the path
+// is taken relative to the current directory.
+const char* kCorpusRelative = "data/pride_and_prejudice.txt";
+
+std::string shipped_corpus_path() {
+#ifdef CTXLAB_SOURCE_DIR
+  std::string p = std::string(CTXLAB_SOURCE_DIR) + "/" + kCorpusRelative;
+  struct stat st;
+  if (::stat(p.c_str(), &st) == 0) return p;
+#endif
+  return kCorpusRelative;
+}
+
+// The validation split of the shipped corpus: its last floor(10% of n) bytes, the same split as
+// the trainer's (train/data.cpp split_text with val_fraction 0.1), encoded on its own.
+constexpr double kValidationFraction = 0.10;
+
+std::vector<int64_t> parse_lengths(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    std::string item = s.substr(i, j - i);
+    size_t used = 0;
+    long long v = 0;
+    bool ok = !item.empty() && item.find_first_not_of("0123456789") == std::string::npos;
+    if (ok) {
+      try {
+        v = std::stoll(item, &used);
+      } catch (...) {
+        ok = false;
+      }
+    }
+    CTX_CHECK(ok && used == item.size() && v >= 1, "--lengths: ", quoted_str(item),
+              " is not a positive integer (expected a comma-separated list, e.g. 128,256,512)");
+    out.push_back((int64_t)v);
+    i = j + 1;
+  }
+  return out;
+}
+
+// The posenc override built from --hierarchical and --rope-scaling/--factor/--original-context
+// (null when none is given).
+nlohmann::json posenc_override(const cxxopts::ParseResult& r, const std::string& ckpt) {
+  nlohmann::json ov = nlohmann::json::object();
+  if (r["hierarchical"].as<bool>()) ov["hierarchical"] = true;
+  const bool scaling = r.count("rope-scaling") > 0;
+  CTX_CHECK(scaling || !r.count("factor"), "--factor needs --rope-scaling TYPE (e.g. --rope-scaling pi --factor 4)");
+  CTX_CHECK(scaling || !r.count("original-context"),
+            "--original-context needs --rope-scaling TYPE (e.g. --rope-scaling yarn --factor 4 --original-context 256)");
+  if (scaling) {
+    LoadedModel plain = load_checkpoint(ckpt);
+    const nlohmann::json& pe = plain.model->cfg.posenc;
+    const std::string type = pe.value("type", std::string("none"));
+    CTX_CHECK(type == "rope", ckpt, ": --rope-scaling needs a rope model (config.posenc.type is \"", type, "\")");
+    nlohmann::json sc = {{"type", r["rope-scaling"].as<std::string>()}};
+    if (r.count("factor")) {
+      double f = r["factor"].as<double>();
+      CTX_CHECK(std::isfinite(f) && f > 0, "--factor must be a positive number (e.g. 4), got ", f);
+      sc["factor"] = f;
+    }
+    if (r.count("original-context")) {
+      int64_t L = r["original-context"].as<int64_t>();
+      CTX_CHECK(L >= 1, "--original-context must be a positive integer (e.g. 256), got ", L);
+      sc["original_context"] = L;
+    } else {
+      // Keep the pretraining context a fine-tuned checkpoint recorded (POSENC_SPEC §2: L must
+      // not change when the scaling is overridden).
+      if (pe.contains("scaling") && pe["scaling"].is_object() && pe["scaling"].contains("original_context"))
+        sc["original_context"] = pe["scaling"]["original_context"];
+    }
+    ov["scaling"] = sc;
+  }
+  return ov.empty() ? nlohmann::json() : ov;
+}
+
+void write_text(const std::string& path, const std::string& text, const char* what) {
+  write_file_atomic(path, {{text.data(), text.size()}}, what);
+}
+
+}  // namespace
+
+int run_eval(int argc, char** argv) {
+  cxxopts::Options o(
+      "ctxlab eval",
+      "Perplexity and bits per byte of a checkpoint at one or more context lengths.\n"
+      "The text is cut into non-overlapping windows of LENGTH+1 tokens; each window is evaluated on\n"
+      "its own (positions 0..LENGTH-1, nothing carried over), and the loss is the mean cross-entropy\n"
+      "over every predicted token. Without --data the validation split of the shipped corpus is used:\n"
+      "the last 10% of the bytes of data/pride_and_prejudice.txt.\n"
+      "\n"
+      "examples:\n"
+      "  ctxlab eval --checkpoint runs/small/model.safetensors --lengths 64,128,256   # learned: <= its context\n"
+      "  ctxlab eval --checkpoint learned.safetensors --lengths 256,1024 --hierarchical --csv out.csv\n"
+      "  ctxlab eval --checkpoint rope.safetensors --lengths 1024 --rope-scaling pi --factor 4\n"
+      "  ctxlab eval --checkpoint alibi.safetensors --lengths 256,1024 --window 256   # local attention\n"
+      "  ctxlab eval --checkpoint learned.safetensors --lengths 1024 --segmented     # chunks of L");
+  o.add_options()("checkpoint", "model checkpoint to evaluate (.safetensors), e.g. runs/small/model.safetensors",
+                  cxxopts::value<std::string>())(
+      "data", "text file to evaluate on, all of it (default: the last 10% of data/pride_and_prejudice.txt)",
+      cxxopts::value<std::string>())(
+      "lengths", "context lengths, comma-separated, e.g. 128,256,512 (default: the model's context)",
+      cxxopts::value<std::string>())(
+      "batch", "windows per forward pass; 0 = automatic (about 8192 tokens per forward), e.g. 4",
+      cxxopts::value<int64_t>()->default_value("0"))(
+      "max-windows", "use at most the first N windows per length (0 = all), e.g. 50 for a quick look",
+      cxxopts::value<int64_t>()->default_value("0"))(
+      "h,help", "this help");
+  o.add_options("positions")(
+      "hierarchical", "learned positions only: extend the table beyond the context L with Su's "
+      "hierarchical decomposition (POSENC_SPEC §1), needed for lengths > L")(
+      "rope-scaling", "rope only: context-extension method, one of pi | ntk | dynamic-ntk | yarn | "
+      "rerope | leaky-rerope (POSENC_SPEC §2), e.g. --rope-scaling yarn",
+      cxxopts::value<std::string>())(
+      "factor", "with --rope-scaling: the scale factor s (leaky-rerope: the leak k), e.g. 4",
+      cxxopts::value<double>())(
+      "original-context", "with --rope-scaling: the pretraining context L (default: the value the "
+      "checkpoint recorded, else its context), e.g. 256",
+      cxxopts::value<int64_t>());
+  o.add_options("baselines")(
+      "window", "sliding-window (local) attention: each token attends to its last W positions only, "
+      "e.g. --window 256 (the model's context is the usual choice)", cxxopts::value<int64_t>())(
+      "segmented", "evaluate each window in independent chunks of the model's context L (positions "
+      "restart at 0 in every chunk, no attention across chunks)");
+  o.add_options("output")("csv", "also write the table as CSV (length,windows,tokens,loss,ppl,bits_per_byte,bytes), "
+                          "e.g. results.csv", cxxopts::value<std::string>())(
+      "json", "also write the results as JSON, e.g. results.json", cxxopts::value<std::string>());
+  add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
+  add_device_option(o, "where the windows are evaluated");
+  add_precision_options(o);
+  auto r = parse_or_help(o, argc, argv);
+  if (!r) return 0;
+  apply_precision_options(*r);
+  require(*r, "checkpoint", o);
+  const Device dev = device_option(*r);
+  const int64_t batch_opt = (*r)["batch"].as<int64_t>();
+  const int64_t max_windows = (*r)["max-windows"].as<int64_t>();
+  CTX_CHECK(batch_opt >= 0, "--batch must be >= 0 (0 = automatic, e.g. 4), got ", batch_opt);
+  CTX_CHECK(max_windows >= 0, "--max-windows must be >= 0 (0 = all, e.g. 50), got ", max_windows);
+
+  const std::string ckpt = (*r)["checkpoint"].as<std::string>();
+  nlohmann::json ov = posenc_override(*r, ckpt);
+  LoadedModel lm;
+  try {
+    lm = load_checkpoint(ckpt, DType::F32, ov);
+  } catch (const Error& e) {
+    if (ov.is_null()) throw;
+    throw Error(str(e.what(), " (with the override posenc ", ov.dump(), " from --hierarchical / --rope-scaling)"));
+  }
+  nn::GPT& model = *lm.model;
+  const std::shared_ptr<const Tokenizer> tok = checkpoint_tokenizer(lm, *r, ckpt);
+  move_model(model, dev);
+  EvalMode mode;
+  if (r->count("window")) {
+    mode.window = (*r)["window"].as<int64_t>();
+    CTX_CHECK(mode.window >= 1, "--window must be a positive number of positions (e.g. ", model.cfg.context,
+              "), got ", mode.window);
+  }
+  if (r->count("segmented")) {
+    CTX_CHECK(mode.window == 0, "--window and --segmented are two different baselines; give one of them");
+    mode.segment = model.cfg.context;
+  }
+
+  std::string data, split;
+  std::vector<int32_t> tokens;
+  if (r->count("data")) {
+    data = (*r)["data"].as<std::string>();
+    tokens = load_text_tokens(data, tok.get());
+    split = "all";
+  } else {
+    data = shipped_corpus_path();
+    tokens = tok->encode(split_text(read_file(data, "text corpus"), kValidationFraction).second);
+    split = "validation (last 10%)";
+    data += " [validation split]";
+  }
+
+  std::vector<int64_t> lengths =
+      r->count("lengths") ? parse_lengths((*r)["lengths"].as<std::string>()) : std::vector<int64_t>{model.cfg.context};
+  // Every length is checked before any compute, so that a bad one fails at once.
+  const bool learned_plain = model.pe->type() == "learned" && !model.cfg.posenc.value("hierarchical", false);
+  for (int64_t len : lengths) {
+    try {
+      check_eval_length(model, (int64_t)tokens.size(), len, data, mode);
+    } catch (const Error& e) {
+      if (learned_plain && len > model.cfg.context)
+        throw Error(str(e.what(), " (ctxlab eval: pass --hierarchical, or --segmented, to evaluate beyond L)"));
+      throw;
+    }
+  }
+
+  const std::string mode_name = mode.window > 0    ? str("sliding window ", mode.window)
+                                : mode.segment > 0 ? str("segmented, chunks of ", mode.segment)
+                                                   : std::string("full causal attention");
+  std::printf("eval %s (posenc %s, context %lld, tokenizer %s) on %s: %zu tokens, %s\n", ckpt.c_str(),
+              model.cfg.posenc.dump().c_str(), (long long)model.cfg.context, tok->describe().c_str(), data.c_str(),
+              tokens.size(), mode_name.c_str());
+  std::printf("%8s %8s %10s %10s %12s %10s\n", "length", "windows", "tokens", "loss", "ppl", "bits/byte");
+  std::fflush(stdout);
+  std::vector<EvalResult> results;
+  for (int64_t len : lengths) {
+    const int64_t batch = batch_opt > 0 ? batch_opt : std::max<int64_t>(1, 8192 / len);
+    EvalResult e = evaluate(model, tokens, len, batch, max_windows, data, mode, tok.get());
+    std::printf("%8lld %8lld %10lld %10.4f %12.4f %10.4f\n", (long long)e.length, (long long)e.windows,
+                (long long)e.tokens, e.loss, e.ppl, e.bpb);
+    std::fflush(stdout);
+    results.push_back(e);
+  }
+
+  if (r->count("csv")) {
+    std::string csv = "length,windows,tokens,loss,ppl,bits_per_byte,bytes\n";
+    char buf[256];
+    for (auto& e : results) {
+      std::snprintf(buf, sizeof buf, "%lld,%lld,%lld,%.9g,%.9g,%.9g,%lld\n", (long long)e.length,
+                    (long long)e.windows, (long long)e.tokens, e.loss, e.ppl, e.bpb, (long long)e.bytes);
+      csv += buf;
+    }
+    std::string path = (*r)["csv"].as<std::string>();
+    write_text(path, csv, "eval CSV");
+    std::printf("wrote %s\n", path.c_str());
+  }
+  if (r->count("json")) {
+    nlohmann::json j = {{"checkpoint", ckpt},
+                        {"data", r->count("data") ? (*r)["data"].as<std::string>() : shipped_corpus_path()},
+                        {"split", split},
+                        {"posenc", model.cfg.posenc},
+                        {"context", model.cfg.context},
+                        {"step", lm.step},
+                        {"tokenizer", {{"type", tok->type()}, {"vocab_size", tok->vocab_size()},
+                                       {"fingerprint", tok->fingerprint()}}},
+                        {"mode", mode_name},
+                        {"window", mode.window},
+                        {"segment", mode.segment},
+                        {"results", nlohmann::json::array()}};
+    for (auto& e : results)
+      j["results"].push_back({{"length", e.length},
+                              {"windows", e.windows},
+                              {"tokens", e.tokens},
+                              {"loss", e.loss},
+                              {"ppl", e.ppl},
+                              {"bits_per_byte", e.bpb},
+                              {"bytes", e.bytes}});
+    std::string path = (*r)["json"].as<std::string>();
+    write_text(path, j.dump(2) + "\n", "eval JSON");
+    std::printf("wrote %s\n", path.c_str());
+  }
+  return 0;
+}
+
+int run_sample(int argc, char** argv) {
+  cxxopts::Options o(
+      "ctxlab sample",
+      "Generate text from a checkpoint, one token at a time: the prompt goes through the model once,\n"
+      "then each new token costs one position (KV cache; --no-cache recomputes the whole forward per\n"
+      "token). Tokens stream to stdout as they are produced (the prompt first); tokens/s go to stderr at\n"
+      "the end. Beyond the trained context the encoding extrapolates (with its config's scaling), or\n"
+      "--window W limits attention to the last W positions; learned / tupe positions shift the context\n"
+      "(--keep). Deterministic for a given checkpoint, prompt and seed\n"
+      "(docs/sampling.md).\n"
+      "\n"
+      "examples:\n"
+      "  ctxlab sample --checkpoint runs/small/model.safetensors --prompt \"It is a truth\"\n"
+      "  ctxlab sample --checkpoint model.safetensors --temperature 0 --max-tokens 100   # greedy\n"
+      "  ctxlab sample --checkpoint model.safetensors --precision bf16   # CPUs with avx512_bf16: each token\n"
+      "      reads the weights as bf16 (converted once), ~2x the tokens/s of fp32 (docs/sampling.md)");
+  o.add_options()("checkpoint", "model checkpoint (.safetensors), e.g. runs/small/model.safetensors",
+                  cxxopts::value<std::string>())(
+      "prompt", "text to continue, e.g. \"It is a truth\" (empty: start from a newline, which is not printed)",
+      cxxopts::value<std::string>()->default_value(""))(
+      "max-tokens", "number of tokens to generate (bytes, or pieces of a tokenizer), >= 0, e.g. 500",
+      cxxopts::value<int64_t>()->default_value("200"))(
+      "temperature", "softmax temperature, >= 0: lower is more conservative, 0 = greedy argmax, e.g. 1.0",
+      cxxopts::value<double>()->default_value("0.8"))(
+      "top-k", "draw only among the K most likely tokens, >= 0 (0 = all), e.g. 10",
+      cxxopts::value<int64_t>()->default_value("40"))(
+      "seed", "random seed for the draws; same seed, same text, e.g. 1234",
+      cxxopts::value<uint64_t>()->default_value("0"))(
+      "window", "sliding-window attention: each token sees its last W positions, >= 0 (0 = all), e.g. 256",
+      cxxopts::value<int64_t>()->default_value("0"))(
+      "no-cache", "recompute the full forward for every token instead of the KV cache (for comparison)")(
+      "keep", "learned / tupe positions: when the context is full keep the last K tokens, re-encoded at positions "
+      "0..K-1, and go on (0 = half the context; K = context: recompute the last `context` tokens every step)",
+      cxxopts::value<int64_t>()->default_value("0"))(
+      "h,help", "this help");
+  add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
+  add_device_option(o, "where the forward passes run (the draws are made on the host)");
+  add_precision_options(o);
+  auto r = parse_or_help(o, argc, argv);
+  if (!r) return 0;
+  apply_precision_options(*r);
+  require(*r, "checkpoint", o);
+  SampleOptions opt;
+  opt.window = (*r)["window"].as<int64_t>();
+  opt.use_cache = !(*r)["no-cache"].as<bool>();
+  opt.keep = (*r)["keep"].as<int64_t>();
+  opt.max_tokens = (*r)["max-tokens"].as<int64_t>();
+  opt.temperature = (*r)["temperature"].as<double>();
+  opt.top_k = (*r)["top-k"].as<int64_t>();
+  opt.seed = (*r)["seed"].as<uint64_t>();
+  check_sample_options(opt);
+  const Device dev = device_option(*r);
+  const std::string ckpt = (*r)["checkpoint"].as<std::string>();
+  LoadedModel lm = load_checkpoint(ckpt);
+  const std::shared_ptr<const Tokenizer> tok = checkpoint_tokenizer(lm, *r, ckpt);
+  CTX_CHECK(lm.model->cfg.vocab_size == tok->vocab_size(), ckpt, ": vocab_size is ", lm.model->cfg.vocab_size,
+            ", but sample reads and writes text with the ", tok->describe(), " tokenizer");
+  move_model(*lm.model, dev);
+  std::string prompt = (*r)["prompt"].as<std::string>();
+  std::vector<int32_t> ids = tok->encode(prompt.empty() ? std::string("\n") : prompt);
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int32_t> got = sample(*lm.model, ids, opt, [&](int32_t t) {
+    const std::string piece = tok->token_text(t);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr, "sample: %zu tokens in %.3f s, %.1f tokens/s (%s, prompt %zu tokens)\n", got.size(), secs,
+               secs > 0 ? (double)got.size() / secs : 0.0, opt.use_cache ? "kv cache" : "no cache, full recompute",
+               ids.size());
+  return 0;
+}
+
+}  // namespace ctx::cli

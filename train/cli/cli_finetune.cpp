@@ -1,0 +1,158 @@
+// train/cli/cli_finetune.cpp — `ctxlab finetune`: continue training a checkpoint at a longer context,
+// typically with a RoPE scaling method (Position Interpolation, Chen et al. 2023). The new
+// checkpoint's config carries the longer `context` and the `scaling` (with `original_context`,
+// the pretraining L, POSENC_SPEC §2), so `ctxlab eval` and `sample` need no flags afterwards.
+// The run directory is an ordinary training run: `ctxlab train --resume DIR` continues it.
+#include <cmath>
+#include <cstdio>
+
+#include <cxxopts.hpp>
+
+#include "core/cpu/gemm.h"
+#include "core/threads.h"
+#include "train/io/checkpoint.h"
+#include "train/cli/cli.h"
+#include "train/cli/cli_common.h"
+#include "train/dist/distributed.h"
+#include "train/trainer.h"
+
+namespace ctx::cli {
+
+namespace {
+
+// The scaling written into the fine-tuned config: --rope-scaling (with --factor, default
+// context / L) or, without it, the scaling the checkpoint already has (a second fine-tune).
+// original_context is the checkpoint's recorded one, else its context: it never changes.
+nlohmann::json finetune_posenc_override(const cxxopts::ParseResult& r, const ModelConfig& cfg, int64_t context,
+                                        const std::string& ckpt) {
+  const nlohmann::json& pe = cfg.posenc;
+  const bool has_scaling = pe.contains("scaling") && pe["scaling"].is_object();
+  if (!r.count("rope-scaling")) {
+    CTX_CHECK(!r.count("factor"), "--factor needs --rope-scaling TYPE (e.g. --rope-scaling pi --factor 4)");
+    return nlohmann::json();
+  }
+  const std::string type = pe.value("type", std::string("none"));
+  CTX_CHECK(type == "rope", ckpt, ": --rope-scaling needs a rope model (config.posenc.type is \"", type,
+            "\"); fine-tune other encodings at a longer context without --rope-scaling");
+  int64_t L = cfg.context;
+  if (has_scaling && pe["scaling"].contains("original_context") && pe["scaling"]["original_context"].is_number_integer())
+    L = pe["scaling"]["original_context"].get<int64_t>();
+  if (r.count("original-context")) {
+    L = r["original-context"].as<int64_t>();
+    CTX_CHECK(L >= 1, "--original-context must be a positive integer (e.g. 256), got ", L);
+  }
+  nlohmann::json sc = {{"type", r["rope-scaling"].as<std::string>()}, {"original_context", L}};
+  if (r.count("factor")) {
+    double f = r["factor"].as<double>();
+    CTX_CHECK(std::isfinite(f) && f > 0, "--factor must be a positive number (e.g. 4), got ", f);
+    sc["factor"] = f;
+  } else if (sc["type"] != "rerope" && sc["type"] != "leaky-rerope") {
+    sc["factor"] = (double)context / (double)L;  // PI: s = L' / L
+  }
+  return {{"scaling", sc}};
+}
+
+}  // namespace
+
+int run_finetune(int argc, char** argv) {
+  TrainOptions d;
+  cxxopts::Options o(
+      "ctxlab finetune",
+      "Continue training a checkpoint at a longer context (the Position Interpolation workflow).\n"
+      "The new checkpoint records the longer context and the RoPE scaling (with original_context = the\n"
+      "pretraining context L), so `ctxlab eval` uses them without flags. Defaults follow the PI paper's\n"
+      "recipe scaled down: AdamW (0.9, 0.95), no weight decay, a short linear warmup, then a constant\n"
+      "small learning rate.\n"
+      "\n"
+      "examples:\n"
+      "  ctxlab finetune --checkpoint runs/rope/model.safetensors --context 512 --rope-scaling pi \\\n"
+      "                  --steps 200 --out runs/rope-pi512        # factor defaults to 512 / L\n"
+      "  ctxlab finetune --checkpoint runs/rope/model.safetensors --context 1024 --rope-scaling yarn --factor 8\n"
+      "  ctxlab finetune --checkpoint runs/alibi/model.safetensors --context 512 --steps 100   # no scaling\n"
+      "  ctxlab eval --checkpoint runs/rope-pi512/model.safetensors --lengths 128,512\n"
+      "  ctxlab train --resume runs/rope-pi512 --steps 400      # extend an interrupted fine-tune");
+  o.add_options()("checkpoint", "the pretrained model (.safetensors), e.g. runs/rope/model.safetensors",
+                  cxxopts::value<std::string>())(
+      "context", "the new, longer training context L', e.g. 512", cxxopts::value<int64_t>())(
+      "rope-scaling", "rope only: pi | ntk | dynamic-ntk | yarn | rerope | leaky-rerope (POSENC_SPEC §2)",
+      cxxopts::value<std::string>())(
+      "factor", "scale factor s (default L' / L for pi, ntk, dynamic-ntk, yarn; leaky-rerope: the leak k)",
+      cxxopts::value<double>())(
+      "original-context", "the pretraining context L (default: the checkpoint's recorded one, else its context)",
+      cxxopts::value<int64_t>())(
+      "data", "training text file (default: the shipped corpus)", cxxopts::value<std::string>())(
+      "val-fraction", "last fraction of the corpus held out for validation",
+      cxxopts::value<double>()->default_value("0.1"))(
+      "h,help", "this help");
+  auto s = [](auto v) { return std::to_string(v); };
+  o.add_options("optimisation")("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value("200"))(
+      "batch", "sequences per micro-batch", cxxopts::value<int64_t>()->default_value("4"))(
+      "accum", "micro-batches per step", cxxopts::value<int64_t>()->default_value("1"))(
+      "deterministic", kDeterministicHelp)(
+      "lr", "learning rate after warmup (constant unless --min-lr is lower: then cosine to it)",
+      cxxopts::value<double>()->default_value("2e-4"))(
+      "min-lr", "final learning rate (default: --lr, i.e. constant)", cxxopts::value<double>())(
+      "warmup", "linear warmup steps", cxxopts::value<int64_t>()->default_value("20"))(
+      "weight-decay", "decoupled weight decay", cxxopts::value<double>()->default_value("0"))(
+      "beta1", "AdamW beta1", cxxopts::value<double>()->default_value("0.9"))(
+      "beta2", "AdamW beta2", cxxopts::value<double>()->default_value("0.95"))(
+      "grad-clip", "global grad-norm clip (0 = off)", cxxopts::value<double>()->default_value("1.0"))(
+      "seed", "seed of batches and dropout", cxxopts::value<uint64_t>()->default_value(s(d.seed)));
+  o.add_options("output")("out", "run directory", cxxopts::value<std::string>()->default_value("runs/finetune"))(
+      "log-interval", "steps between progress lines", cxxopts::value<int64_t>()->default_value("10"))(
+      "eval-interval", "steps between validation losses (at the new context)",
+      cxxopts::value<int64_t>()->default_value("25"))(
+      "eval-batches", "validation batches per evaluation", cxxopts::value<int64_t>()->default_value(s(d.eval_batches)))(
+      "ckpt-interval", "steps between checkpoints", cxxopts::value<int64_t>()->default_value("100"))(
+      "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
+      "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)");
+  add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
+  add_device_option(o, "where the model trains");
+  add_precision_options(o);
+  auto r = parse_or_help(o, argc, argv);
+  if (!r) return 0;
+  apply_precision_options(*r);
+  const auto& a = *r;
+  start_distributed(a);  // MPI under mpirun / --distributed; nothing otherwise
+  require(a, "checkpoint", o);
+  require(a, "context", o);
+  const Device dev = device_option(a);
+  const std::string ckpt = a["checkpoint"].as<std::string>();
+  const int64_t context = a["context"].as<int64_t>();
+  CTX_CHECK(context >= 1, "--context must be a positive integer (e.g. 512), got ", context);
+
+  LoadedModel plain = load_checkpoint(ckpt);
+  const ModelConfig& c0 = plain.model->cfg;
+  const std::string type = c0.posenc.value("type", std::string("none"));
+  CTX_CHECK(!((type == "learned" || type == "tupe") && context > c0.context), ckpt, ": posenc \"", type,
+            "\" has a table of context = ", c0.context, " positions and cannot be fine-tuned at --context ",
+            context, " (expected <= ", c0.context, "; rope, alibi, kerple, t5, ... have no such limit)");
+  nlohmann::json ov = finetune_posenc_override(a, c0, context, ckpt);
+  LoadedModel lm;
+  try {
+    lm = load_checkpoint(ckpt, DType::F32, ov, context);
+  } catch (const Error& e) {
+    if (ov.is_null()) throw;
+    throw Error(str(e.what(), " (with the scaling ", ov.dump(), " from --rope-scaling / --factor)"));
+  }
+  nn::GPT& model = *lm.model;
+  model.pe->check_length(context);
+  move_model(model, dev);
+
+  TrainOptions opt;
+  read_train_options(a, opt);
+  opt.tokenizer = checkpoint_tokenizer(lm, a, ckpt);
+  opt.context = context;
+  opt.optimizer = "adamw";
+  opt.min_lr = a.count("min-lr") ? a["min-lr"].as<double>() : opt.lr;
+  validate_train_options(opt);
+  if (!opt.quiet && dist::is_root())
+    std::printf("finetune: %s (step %lld, context %lld) -> context %lld, posenc %s\n"
+                "threads: %d, gemm: %s\n",
+                ckpt.c_str(), (long long)lm.step, (long long)c0.context, (long long)context,
+                model.cfg.posenc.dump().c_str(), ctx::num_threads(), cpu::gemm_impl_name(cpu::current_gemm_impl()));
+  train(model, opt, 0, "", -1);
+  return 0;
+}
+
+}  // namespace ctx::cli

@@ -1,0 +1,60 @@
+// train/cli/plugin.cpp — dlopen of --plugin libraries (see plugin.h).
+#include "train/cli/plugin.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "posenc/posenc.h"
+
+namespace ctx {
+
+std::vector<std::string> load_plugin(const std::string& path) {
+  const std::vector<std::string> before = posenc_types();  // the built-ins registered first
+  posenc_take_duplicates();
+  // A bare name would be searched in the library path; a plugin is a file the user names.
+  const std::string file = path.find('/') == std::string::npos ? "./" + path : path;
+  // RTLD_NOW: a symbol the executable lacks is an error here, not a crash mid-run.
+  void* h = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    std::string why = e ? e : "unknown error";
+    // dlerror starts with the file name already; keep the message to one line naming it once
+    if (why.compare(0, file.size() + 2, file + ": ") == 0) why = why.substr(file.size() + 2);
+    throw Error(str("--plugin ", path, ": cannot load: ", why));
+  }
+  const std::vector<std::string> dup = posenc_take_duplicates();
+  if (!dup.empty())
+    throw Error(str("--plugin ", path, ": registers posenc type '", dup[0],
+                    "', which is already registered (choose another name)"));
+  std::vector<std::string> added;
+  for (const std::string& t : posenc_types())
+    if (std::find(before.begin(), before.end(), t) == before.end()) added.push_back(t);
+  CTX_CHECK(!added.empty(), "--plugin ", path,
+            ": loaded, but it registered no positional encoding (expected a static "
+            "ctx::PosencRegistrar; docs/extending.md)");
+  return added;
+}
+
+std::vector<std::string> take_plugin_args(int& argc, char** argv, int first) {
+  std::vector<std::string> paths;
+  int out = first;
+  for (int i = first; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--plugin")) {
+      CTX_CHECK(i + 1 < argc && argv[i + 1][0] != '\0', "--plugin needs a path to a shared library (e.g. --plugin ./libfire.so)");
+      paths.push_back(argv[++i]);
+    } else if (!std::strncmp(argv[i], "--plugin=", 9)) {
+      CTX_CHECK(argv[i][9] != '\0', "--plugin needs a path to a shared library (e.g. --plugin=./libfire.so)");
+      paths.push_back(argv[i] + 9);
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  argc = out;
+  argv[argc] = nullptr;
+  return paths;
+}
+
+}  // namespace ctx

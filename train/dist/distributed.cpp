@@ -1,0 +1,215 @@
+// train/dist/distributed.cpp — MPI start-up, batch slices and reductions (see distributed.h).
+#include "train/dist/distributed.h"
+
+#define OMPI_SKIP_MPICXX 1   // the C API only: no C++ bindings (their header warns)
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "core/threads.h"
+#include "core/error.h"
+#include "core/settings.h"  // setting_env: CTXLAB_THREADS
+#ifdef CTXLAB_WITH_NCCL
+#include "core/cuda_module.h"  // NCCL lives in libctxlab_cuda.so, loaded with the CUDA backend
+#include "train/dist/nccl/nccl_allreduce.h"  // its entry point's table (plain C++)
+#endif
+
+namespace ctx::dist {
+
+namespace {
+
+bool g_active = false;
+int g_rank = 0, g_size = 1;
+
+// Throws a one-line error naming the MPI call when it failed.
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw Error(str("MPI: ", call, " failed on rank ", g_rank, " of ", g_size, ": ", std::string(msg, (size_t)len),
+                  " (another rank died or the network failed; the job ends)"));
+}
+
+int env_int(const char* name, int fallback) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return fallback;
+  char* end = nullptr;
+  long v = std::strtol(s, &end, 10);
+  return (end && *end == 0 && v > 0) ? (int)v : fallback;
+}
+
+// FNV-1a over the bytes of every parameter (host copies), names included.
+uint64_t params_hash(const nn::NamedParams& params) {
+  uint64_t h = 1469598103934665603ULL;
+  auto mix = [&](const void* p, size_t n) {
+    const unsigned char* b = (const unsigned char*)p;
+    for (size_t i = 0; i < n; ++i) { h ^= b[i]; h *= 1099511628211ULL; }
+  };
+  for (auto& [name, v] : params) {
+    mix(name.data(), name.size());
+    Tensor t = v.data().device() == Device::CPU ? v.data() : v.data().to(Device::CPU);
+    t = t.clone();  // contiguous host copy
+    mix(t.raw(), t.nbytes());
+  }
+  return h;
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
+}
+
+void init(bool forced) {
+  if (g_active || !(forced || launched_by_mpi())) return;
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) {
+    int provided = 0;
+    // Only the main thread calls MPI (OpenMP threads never do).
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      throw Error("MPI: MPI_Init_thread failed (is this process started by mpirun?)");
+    std::atexit(finalize);
+  }
+  g_active = true;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  check(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank), "MPI_Comm_rank");
+  check(MPI_Comm_size(MPI_COMM_WORLD, &g_size), "MPI_Comm_size");
+  // One GPU per rank on a node (--device cuda): the backend uses device 0, so each rank sees only
+  // the GPU of its local rank, unless the user (or the batch system) chose already.
+  if (const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); lr && !std::getenv("CUDA_VISIBLE_DEVICES"))
+    setenv("CUDA_VISIBLE_DEVICES", lr, 1);
+  // Threads per rank: an explicit CTXLAB_THREADS / OMP_NUM_THREADS wins (the user asked for it);
+  // otherwise the node's cores are shared among the ranks on this node, never oversubscribed.
+  if (!setting_env("CTXLAB_THREADS") && !std::getenv("OMP_NUM_THREADS")) {
+    const int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("MPI_LOCALNRANKS", g_size));
+    const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
+    const int per_rank = std::max(1, cores / std::max(1, local));
+    if (ctx::num_threads() > per_rank) ctx::set_num_threads(per_rank);
+  }
+}
+
+bool active() { return g_active; }
+int rank() { return g_rank; }
+int size() { return g_size; }
+
+std::string describe() {
+  if (!g_active) return "single process";
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(lib, &len);
+  std::string l(lib, (size_t)len);
+  if (auto nl = l.find_first_of(",\n"); nl != std::string::npos) l = l.substr(0, nl);
+  return str("MPI: ", g_size, " rank", g_size == 1 ? "" : "s", " (", l, "), ", ctx::num_threads(),
+             " thread", ctx::num_threads() == 1 ? "" : "s", " per rank");
+}
+
+std::pair<int64_t, int64_t> batch_rows(int64_t B, const std::string& what) {
+  CTX_CHECK(B % g_size == 0, what, " ", B, " (the global batch) does not split evenly across ", g_size,
+            " MPI ranks; use a multiple of ", g_size);
+  const int64_t per = B / g_size;
+  return {g_rank * per, (g_rank + 1) * per};
+}
+
+#ifdef CTXLAB_WITH_NCCL
+// The NCCL allreduce in libctxlab_cuda.so, behind its own entry point (train/dist/nccl).
+const nccl::NcclModule& nccl_module() {
+  static const nccl::NcclModule* m = [] {
+    auto entry = reinterpret_cast<nccl::NcclModuleEntry>(cuda_module_symbol("ctxlab_nccl_entry"));
+    CTX_CHECK(entry, "MPI: libctxlab_cuda.so has no NCCL entry point (rebuild it with NCCL found)");
+    const nccl::NcclModule* r = entry();
+    CTX_CHECK(r && r->abi == nccl::kNcclModuleAbi, "MPI: the NCCL entry of libctxlab_cuda.so has interface ",
+              r ? r->abi : -1, ", this executable needs ", nccl::kNcclModuleAbi, " (rebuild both)");
+    return r;
+  }();
+  return *m;
+}
+#endif
+
+void allreduce_mean(Tensor& g) {
+  if (g_size == 1) return;
+  CTX_CHECK(g.dtype() == DType::F32, "MPI: gradient allreduce supports F32, got ", dtype_name(g.dtype()));
+  if (g.device() != Device::CPU) {
+#ifdef CTXLAB_WITH_NCCL
+    nccl_module().allreduce_mean_f32(g.data<float>(), g.numel(), g_rank, g_size);
+    return;
+#else
+    throw Error(str("MPI: gradients on ", device_name(g.device()), " need NCCL, and this build has none "
+                    "(the real CUDA build with NCCL found; docs/distributed.md)"));
+#endif
+  }
+  CTX_CHECK(g.numel() < (int64_t)1 << 31, "MPI: gradient buffer of ", g.numel(), " elements exceeds one MPI count");
+  float* p = g.host<float>();
+  check(MPI_Allreduce(MPI_IN_PLACE, p, (int)g.numel(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (gradients)");
+  const float inv = 1.0f / (float)g_size;
+  for (int64_t i = 0, n = g.numel(); i < n; ++i) p[i] *= inv;
+}
+
+void average_gradients(const nn::NamedParams& params, const Tensor* flat_grads, bool all_views) {
+  if (g_size == 1) return;
+  if (flat_grads && all_views) {
+    Tensor g = *flat_grads;  // shares the storage: the parameters' gradients are views of it
+    allreduce_mean(g);
+    return;
+  }
+  for (auto& [name, v] : params) {
+    Tensor g = v.grad();
+    if (!g.defined()) continue;
+    allreduce_mean(g);
+  }
+}
+
+void allreduce_sum(double* v, int n) {
+  if (g_size == 1) return;
+  check(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (sums)");
+}
+
+std::vector<double> allgather(const double* v, int n) {
+  std::vector<double> out((size_t)g_size * (size_t)n);
+  if (g_size == 1) {
+    std::copy(v, v + n, out.begin());
+    return out;
+  }
+  check(MPI_Allgather(v, n, MPI_DOUBLE, out.data(), n, MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather (losses)");
+  return out;
+}
+
+void check_same_parameters(const nn::NamedParams& params, const std::string& when) {
+  if (g_size == 1) return;
+  unsigned long long h = params_hash(params), lo = h, hi = h;
+  check(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce (hash)");
+  check(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce (hash)");
+  CTX_CHECK(lo == hi, "MPI: the ranks hold different parameters ", when,
+            " (each rank must build the same model from the same seed or checkpoint)");
+}
+
+void barrier() {
+  if (g_size == 1) return;
+  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+void abort_job(int code) {
+  if (!g_active) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+void finalize() {
+  if (!g_active) return;
+  int fin = 0;
+  MPI_Finalized(&fin);
+#ifdef CTXLAB_WITH_NCCL
+  if (cuda_module_loaded()) nccl_module().finalize();  // never loads CUDA just to finalize
+#endif
+  if (!fin) MPI_Finalize();
+  g_active = false;
+}
+
+}  // namespace ctx::dist
