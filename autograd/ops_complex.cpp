@@ -1,4 +1,4 @@
-// autograd/ops_complex.cpp — complex_order_embed (ops_survey.h): each token's embedding as D/2
+// autograd/ops_complex.cpp — complex_order_embed (ops_position_gen.h): each token's embedding as D/2
 // complex numbers z_k = wte[w, 2k] + i wte[w, 2k+1], turned by phi = t * freq[w, k], as one node.
 // Forward (rows n = b*T + t, N = B*T):  E = wte[ids] [N, D], Om = freq[ids] [N, D/2],
 //   Phi = Om * t_n, out = the interleaved-pair rotation of E by Phi (Backend::rope_rotate).
@@ -7,7 +7,7 @@
 //   dPhi_k = G[2k+1] out[2k] - G[2k] out[2k+1] = pair sums of G * rot90(out);
 //   dOm = dPhi * t_n, scattered into dfreq by id.
 #include "autograd/ops_seq_util.h"
-#include "autograd/ops_survey.h"
+#include "autograd/ops_position_gen.h"
 
 namespace ctx {
 using namespace detail;

@@ -1,4 +1,4 @@
-// autograd/ops_gru.cpp — gru_sequence (ops_survey.h): a GRU layer through time as one node.
+// autograd/ops_gru.cpp — gru_sequence (ops_position_gen.h): a GRU layer through time as one node.
 // Layout: time-major and gate-separated so that every per-step tensor is a contiguous view.
 //   X  [T, B, In]            the input, time-major
 //   XG [3, T, B, H]          W_i{r,z,n} x_t + biases (r, z: b_i + b_h; n: b_in): 3 GEMMs for all t
@@ -19,7 +19,7 @@
 // kernel forward (gru_cell_forward) and one kernel plus one GEMM backward (gru_cell_backward),
 // and the weight gradients one GEMM each over all T*B rows.
 #include "autograd/ops_seq_util.h"
-#include "autograd/ops_survey.h"
+#include "autograd/ops_position_gen.h"
 #include "core/switch.h"
 
 namespace ctx {

@@ -1,4 +1,4 @@
-// autograd/ops_ode.cpp — ode_positions (ops_survey.h): FLOATER's positions from a fixed-step
+// autograd/ops_ode.cpp — ode_positions (ops_position_gen.h): FLOATER's positions from a fixed-step
 // classic RK4 integration, as one node whose backward differentiates every stage of the unrolled
 // solver (exact gradients of what the forward computed; not the adjoint method).
 // Field: h(p, tau) = W2 u + b2, u = tanh(W1 p + b1 + tau wt). Step s (tau = s eta):
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "autograd/ops_seq_util.h"
-#include "autograd/ops_survey.h"
+#include "autograd/ops_position_gen.h"
 #include "core/switch.h"
 
 namespace ctx {

@@ -6,7 +6,7 @@
 // unchanged). One autograd node with gradients to wte and freq (autograd/ops_complex.cpp).
 #include <cmath>
 
-#include "autograd/ops_survey.h"
+#include "autograd/ops_position_gen.h"
 #include "core/device_table.h"  // to_device_like
 #include "core/rng.h"
 #include "posenc/posenc.h"

@@ -6,7 +6,7 @@
 // through every stage (autograd/ops_ode.cpp); positions beyond L are integrated further.
 #include <cmath>
 
-#include "autograd/ops_survey.h"
+#include "autograd/ops_position_gen.h"
 #include "core/rng.h"
 #include "posenc/posenc.h"
 

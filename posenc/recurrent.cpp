@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/ops_survey.h"
+#include "autograd/ops_position_gen.h"
 #include "core/rng.h"
 #include "posenc/posenc.h"
 

@@ -1,5 +1,5 @@
 // tests/test_posenc_survey.cpp — the survey's encodings (POSENC_SPEC §5: rnn, floater,
-// complex-order) and their ops (autograd/ops_survey.h): f64 finite-difference gradchecks of
+// complex-order) and their ops (autograd/ops_position_gen.h): f64 finite-difference gradchecks of
 // gru_sequence, ode_positions and complex_order_embed (every input); each is one graph node;
 // properties: complex-order with all frequencies 0 is the token embedding, FLOATER with zero
 // dynamics gives p0 at every position and with constant dynamics a straight line, FLOATER at an
@@ -16,7 +16,7 @@
 
 #include "tests/test_util.h"
 #include "autograd/gradcheck.h"
-#include "autograd/ops_survey.h"
+#include "autograd/ops_position_gen.h"
 #include "core/threads.h"
 #include "core/rng.h"
 #include "nn/gpt.h"

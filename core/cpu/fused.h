@@ -5,7 +5,7 @@
 //   rope_rotate        core/cpu/rope.cpp
 //   split/merge heads  core/cpu/heads.cpp
 //   linear             core/cpu/linear.cpp     -> gemm.h (oneDNN bias epilogue, else beta = 1)
-//   sum_squares, adamw_flat  core/cpu/adamw_flat.cpp
+//   sum_squares, adamw_flat  core/cpu/flat_adamw.cpp
 //   gru_cell_*         core/cpu/gru_cell.cpp
 //   ode_rk4_*          core/cpu/ode_rk4.cpp
 // Shapes and semantics: the matching Backend method in core/backend.h.

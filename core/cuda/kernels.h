@@ -91,7 +91,7 @@ template <class T> void gru_cell_forward(const T* xg, const T* hg, const T* bhn,
 template <class T> void gru_cell_backward(const T* gy, const T* dhc, const T* hp, const T* rzn, const T* hn, T* d1,
                                           T* d2, T* dh, int64_t B, int64_t H);
 
-// --- rope_heads.cu --- (x, out [R, Tn, d]; C, S [Tn, d/2]; qkv [B, S, 3 H Dh]; q [B, H, S - q0, Dh];
+// --- rope.cu, heads.cu --- (x, out [R, Tn, d]; C, S [Tn, d/2]; qkv [B, S, 3 H Dh]; q [B, H, S - q0, Dh];
 // k, v [B, H, S, Dh]; merged [B, Tn, H Dh], o [B, H, Tn, Dh])
 template <class T> void rope_rotate(const T* x, const T* C, const T* S, T* out, int64_t R, int64_t Tn, int64_t d,
                                     bool interleaved, bool transpose);

@@ -1,4 +1,4 @@
-// core/cpu/adamw_flat.cpp — the optimizer over flat buffers on the CPU (Backend::sum_squares /
+// core/cpu/flat_adamw.cpp — the optimizer over flat buffers on the CPU (Backend::sum_squares /
 // adamw_flat, core/cpu/fused.h): the squared-gradient sum per chunk (f64, summed in chunk order,
 // so the value does not depend on the thread count) and one AdamW pass per chunk that reads the
 // gradient scaled by the clip factor, in two vectorizing loops around the square root. No

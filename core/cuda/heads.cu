@@ -1,7 +1,5 @@
-// core/cuda/rope_heads.cu — the data-movement kernels around attention (Backend fused methods
-// Rope and Heads): the rotary rotation (its backward is the same kernel, angle negated) and the
-// head split / merge with their backwards. One thread per element (pair for the rotation):
-// exact, no reductions.
+// core/cuda/heads.cu — the head split / merge around attention and their backwards (Backend fused
+// method Heads; the CPU twin is core/cpu/heads.cpp): one thread per element, exact, no reductions.
 #include <cstdint>
 
 #include "core/cuda/check.h"
@@ -10,21 +8,6 @@
 
 namespace ctx::cuda {
 namespace {
-
-// x, out are (R, T, d); C, S are (T, d/2): one thread per (r, t, pair k)
-template <class T>
-__global__ void rope_kernel(const T* x, const T* C, const T* S, T* out, int64_t R, int64_t Tn, int64_t d,
-                            bool interleaved, bool transpose) {
-  const int64_t h = d / 2;
-  const T sgn = transpose ? T(-1) : T(1);
-  CTX_GRID_STRIDE(e, R * Tn * h) {
-    const int64_t k = e % h, rt = e / h, t = rt % Tn;
-    const int64_t ia = interleaved ? 2 * k : k, ib = interleaved ? 2 * k + 1 : k + h;
-    const T a = x[rt * d + ia], b = x[rt * d + ib], c = C[t * h + k], sk = sgn * S[t * h + k];
-    out[rt * d + ia] = a * c - b * sk;
-    out[rt * d + ib] = b * c + a * sk;
-  }
-}
 
 // qkv is (B, S, 3D), D = H Dh; q (B, H, S - q0, Dh), k, v (B, H, S, Dh): one thread per qkv element
 template <class T>
@@ -78,15 +61,6 @@ __global__ void merge_heads_kernel(const T* src, T* dst, int64_t B, int64_t H, i
 }  // namespace
 
 template <class T>
-void rope_rotate(const T* x, const T* C, const T* S, T* out, int64_t R, int64_t Tn, int64_t d, bool interleaved,
-                 bool transpose) {
-  const int64_t n = R * Tn * (d / 2);
-  if (n == 0) return;
-  CTX_LAUNCH(rope_kernel<T>, grid_for(n), kThreads, 0, 0, x, C, S, out, R, Tn, d, interleaved, transpose);
-  CTX_CUDA_LAUNCH_CHECK("rope_kernel");
-}
-
-template <class T>
 void split_heads(const T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t H, int64_t Dh, int64_t q0) {
   const int64_t n = B * S * 3 * H * Dh;
   if (n == 0) return;
@@ -111,13 +85,12 @@ void merge_heads(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t
   CTX_CUDA_LAUNCH_CHECK("merge_heads_kernel");
 }
 
-#define CTX_INST_ROPE_HEADS(T)                                                                            \
-  template void rope_rotate<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t, bool, bool); \
-  template void split_heads<T>(const T*, T*, T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);       \
-  template void split_heads_backward<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t,     \
-                                        int64_t, int64_t);                                               \
+#define CTX_INST_HEADS(T)                                                                            \
+  template void split_heads<T>(const T*, T*, T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);   \
+  template void split_heads_backward<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t, \
+                                        int64_t, int64_t);                                           \
   template void merge_heads<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, bool);
-CTX_INST_ROPE_HEADS(float)
-CTX_INST_ROPE_HEADS(double)
+CTX_INST_HEADS(float)
+CTX_INST_HEADS(double)
 
 }  // namespace ctx::cuda
