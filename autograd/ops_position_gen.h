@@ -1,8 +1,8 @@
 // autograd/ops_position_gen.h — the single-node ops that generate positions for the survey's
 // encodings (POSENC_SPEC §5): a GRU layer through time (ops_gru.cpp), FLOATER's RK4-integrated
 // positions (ops_ode.cpp) and the complex-order rotation of token embeddings (ops_complex.cpp).
-// Each is one graph node with
-// a hand-written backward next to its forward; the inner loops use only Backend primitives.
+// Each is one graph node with a hand-written backward next to its forward; the inner loops use
+// only Backend primitives.
 #pragma once
 #include "autograd/ops.h"
 
