@@ -311,7 +311,9 @@ int run_eval(int argc, char** argv) {
   return 0;
 }
 
-int run_sample(int argc, char** argv) {
+namespace {
+
+cxxopts::Options sample_options() {
   cxxopts::Options o(
       "ctxlab sample",
       "Generate text from a checkpoint, one token at a time: the prompt goes through the model once,\n"
@@ -349,6 +351,13 @@ int run_sample(int argc, char** argv) {
   add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
   add_device_option(o, "where the forward passes run (the draws are made on the host)");
   add_precision_options(o);
+  return o;
+}
+
+}  // namespace
+
+int run_sample(int argc, char** argv) {
+  cxxopts::Options o = sample_options();
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   apply_precision_options(*r);
