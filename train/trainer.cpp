@@ -62,17 +62,17 @@ struct StepEvents {
   bool report = false;  // read the losses and norms back and log them (every rank)
 };
 
-// Where a run starts and ends, as train() was given it.
+// Where a run starts and ends, as train() was given it (after_step: the caller's, by reference).
 struct RunSpan {
-  int64_t start_step = 0;
-  std::string resume_dir;
-  int64_t stop_after = -1;
-  std::function<void(int64_t, bool)> after_step;
+  int64_t start_step;
+  const std::string& resume_dir;
+  int64_t stop_after;
+  const std::function<void(int64_t, bool)>& after_step;
 };
 
 class Trainer {
  public:
-  Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, RunSpan span);
+  Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSpan& span);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
   TrainResult run();
@@ -129,8 +129,8 @@ class Trainer {
   double allreduce_ms_ = 0;  // gradient averaging over the timed steps (distributed runs)
 };
 
-Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, RunSpan span)
-    : model_(model), opt_(opt), T_(T), span_(std::move(span)),
+Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSpan& span)
+    : model_(model), opt_(opt), T_(T), span_(span),
       root_(dist::is_root()), quiet_(opt.quiet || !root_),
       tok_(opt.tokenizer ? *opt.tokenizer : *byte_tokenizer()),
       corpus_(), sampler_(&corpus_.train, opt.seed), segments_(model.pe->memory_length() > 0) {

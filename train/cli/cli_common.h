@@ -1,5 +1,6 @@
 // train/cli/cli_common.h — option helpers shared by the CLI verbs: --config/--preset/--posenc,
-// parse-or-print-help, required options, --device, --precision / --tf32, and splitting a [B, T+1] token batch.
+// parse-or-print-help, required options, the training options of train / finetune, --device,
+// --precision / --tf32, and splitting a [B, T+1] token batch.
 #pragma once
 #include <optional>
 #include <string>
