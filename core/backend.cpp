@@ -12,7 +12,6 @@ const char* fused_name(Fused f) {
     case Fused::Heads: return "heads";
     case Fused::Linear: return "linear";
     case Fused::FlatAdamW: return "flat_adamw";
-    case Fused::GruCell: return "gru_cell";
     case Fused::OdeRk4: return "ode_rk4";
   }
   return "?";
@@ -38,20 +37,6 @@ void Backend::attention_backward(const AttnDims&, const Tensor&, const Tensor&, 
                                  AttnRelGrad&) {
   unsupported(*this, "attention_backward", Fused::Attention);
 }
-void check_gru_cell(const char* op, const Tensor& hp, NamedTensors bh, NamedTensors b3h, const Tensor* bhn) {
-  CTX_CHECK(hp.defined() && hp.dim() == 2 && (hp.dtype() == DType::F32 || hp.dtype() == DType::F64), op,
-            ": hp must be f32 or f64 [B, H], got ", hp.defined() ? hp.str() : std::string("undefined"));
-  const int64_t B = hp.size(0), H = hp.size(1);
-  auto check = [&](const char* name, const Tensor* t, const Shape& want) {
-    CTX_CHECK(t->defined() && t->dtype() == hp.dtype() && t->shape() == want && t->device() == hp.device(), op, ": ",
-              name, " must be ", dtype_name(hp.dtype()), shape_str(want), " on ", device_name(hp.device()),
-              " for hp ", hp.str(), ", got ", t->defined() ? t->str() : std::string("undefined"));
-  };
-  for (auto& [n, t] : bh) check(n, t, {B, H});
-  for (auto& [n, t] : b3h) check(n, t, {B, 3 * H});
-  if (bhn) check("bhn", bhn, {H});
-}
-
 OdeDims check_ode_rk4(const char* op, const Tensor& v, const Tensor& w1, const Tensor& w2, double dt,
                       int64_t substeps, const Tensor& P, const Tensor& Pt, const Tensor& U,
                       std::initializer_list<const Tensor*> fvec, const Tensor* dvec) {
@@ -88,14 +73,6 @@ void Backend::ode_rk4_backward(const Tensor&, const Tensor&, const Tensor&, cons
   unsupported(*this, "ode_rk4_backward", Fused::OdeRk4);
 }
 
-void Backend::gru_cell_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
-                               Tensor&) {
-  unsupported(*this, "gru_cell_forward", Fused::GruCell);
-}
-void Backend::gru_cell_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
-                                Tensor&, Tensor&) {
-  unsupported(*this, "gru_cell_backward", Fused::GruCell);
-}
 void Backend::rope_rotate(const Tensor&, const Tensor&, const Tensor&, Tensor&, bool, bool) {
   unsupported(*this, "rope_rotate", Fused::Rope);
 }

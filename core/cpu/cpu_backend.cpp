@@ -500,16 +500,6 @@ class CpuBackend final : public Backend {
     check_all_cpu("ode_rk4_backward", {&gP, &w1, &w2, &U, &gp0, &GK, &GA});
     cpu::ode_rk4_backward(gP, w1, w2, U, dt, substeps, gp0, GK, GA);
   }
-  void gru_cell_forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, const Tensor& hp, Tensor& h,
-                        Tensor& rzn, Tensor& hn) override {
-    check_all_cpu("gru_cell_forward", {&xg, &hg, &bhn, &hp, &h, &rzn, &hn});
-    cpu::gru_cell_forward(xg, hg, bhn, hp, h, rzn, hn);
-  }
-  void gru_cell_backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, const Tensor& rzn, const Tensor& hn,
-                         Tensor& d1, Tensor& d2, Tensor& dh) override {
-    check_all_cpu("gru_cell_backward", {&gy, &dhc, &hp, &rzn, &hn, &d1, &d2, &dh});
-    cpu::gru_cell_backward(gy, dhc, hp, rzn, hn, d1, d2, dh);
-  }
   void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
                    bool transpose) override {
     check_all_cpu("rope_rotate", {&x, &C, &S, &out});

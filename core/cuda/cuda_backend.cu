@@ -427,23 +427,6 @@ class CudaBackend final : public Backend {
               ", got ", t.str());
   }
 
-  void gru_cell_forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, const Tensor& hp, Tensor& h,
-                        Tensor& rzn, Tensor& hn) override {
-    check_all_cuda("gru_cell_forward", {&xg, &hg, &bhn, &hp, &h, &rzn, &hn});
-    check_gru_cell("gru_cell_forward", hp, {{"h", &h}, {"hn", &hn}}, {{"xg", &xg}, {"hg", &hg}, {"rzn", &rzn}}, &bhn);
-    CTX_CUDA_DISPATCH_FLOAT(hp.dtype(), "gru_cell_forward",
-                            cuda::gru_cell_forward<T>(ptr<T>(xg), ptr<T>(hg), ptr<T>(bhn), ptr<T>(hp), ptr<T>(h),
-                                                      ptr<T>(rzn), ptr<T>(hn), hp.size(0), hp.size(1)));
-  }
-  void gru_cell_backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, const Tensor& rzn, const Tensor& hn,
-                         Tensor& d1, Tensor& d2, Tensor& dh) override {
-    check_all_cuda("gru_cell_backward", {&gy, &dhc, &hp, &rzn, &hn, &d1, &d2, &dh});
-    check_gru_cell("gru_cell_backward", hp, {{"gy", &gy}, {"dhc", &dhc}, {"hn", &hn}, {"dh", &dh}},
-                   {{"rzn", &rzn}, {"d1", &d1}, {"d2", &d2}}, nullptr);
-    CTX_CUDA_DISPATCH_FLOAT(hp.dtype(), "gru_cell_backward",
-                            cuda::gru_cell_backward<T>(ptr<T>(gy), ptr<T>(dhc), ptr<T>(hp), ptr<T>(rzn), ptr<T>(hn),
-                                                       ptr<T>(d1), ptr<T>(d2), ptr<T>(dh), hp.size(0), hp.size(1)));
-  }
   void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
                    bool transpose) override {
     check_all_cuda("rope_rotate", {&x, &C, &S, &out});
