@@ -37,6 +37,7 @@ LAYERS = [
 # layer: the op that owns the kernels and calls them (a new encoding's kernels add a line here).
 OWNERS = {
     "autograd/kernels/gru_cell.h": "autograd/ops_gru.cpp",
+    "autograd/kernels/ode_rk4.h": "autograd/ops_ode.cpp",
 }
 SOURCE_EXT = (".h", ".cpp", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')

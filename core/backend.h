@@ -62,9 +62,8 @@ enum class Fused {
   Heads,      // split_heads / split_heads_backward / merge_heads / merge_heads_backward
   Linear,     // linear (the backward is gemm + reduce_sum)
   FlatAdamW,  // sum_squares / adamw_flat
-  OdeRk4,     // ode_rk4_forward / ode_rk4_backward
 };
-// "attention", "rope", "heads", "linear", "flat_adamw", "ode_rk4"
+// "attention", "rope", "heads", "linear", "flat_adamw"
 const char* fused_name(Fused f);
 
 // Sizes of one causal attention call. Query i (0 <= i < T) sits at key position i + (S - T)
@@ -263,20 +262,6 @@ class Backend {
   // (The backward needs only gemm and reduce_sum: dx = dy w, dw = dy^T x, db = sum of dy rows.)
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 
-  // --- FLOATER's RK4 integration (Fused::OdeRk4; autograd/ops_ode.cpp is the reference) ---
-  // Field h(p, tau) = W2 tanh(W1 p + b1 + tau wt) + b2 (w1 [F, D], b1, wt [F], w2 [D, F], b2 [D]);
-  // S = (n - 1) substeps classic RK4 steps of eta = dt / substeps from p0 [D], stage times and
-  // points as in ops_ode.cpp, in the tensors' precision. Writes P [n, D] (p at every dt) and, for
-  // the backward, the stage points Pt [4S, D] and activations U [4S, F] (row 4 s + j).
-  virtual void ode_rk4_forward(const Tensor& p0, const Tensor& w1, const Tensor& b1, const Tensor& wt,
-                               const Tensor& w2, const Tensor& b2, double dt, int64_t substeps, Tensor& P,
-                               Tensor& Pt, Tensor& U);
-  // Given gP = dL/dP [n, D] and the forward's U: writes gp0 = dL/dp0 [D] and every stage's
-  // GK = dL/dk [4S, D] and GA = dL/d(W1 p + b1 + tau wt) [4S, F] (the weight gradients are GEMMs
-  // of these over the 4S rows: the caller's).
-  virtual void ode_rk4_backward(const Tensor& gP, const Tensor& w1, const Tensor& w2, const Tensor& U, double dt,
-                                int64_t substeps, Tensor& gp0, Tensor& GK, Tensor& GA);
-
   // --- flat optimizer buffers (Fused::FlatAdamW) ---
   // out (one element, f64, x's device) = sum over chunks of x[i]^2, accumulated in f64 in a
   // fixed order (the same value for any thread count). The caller reads it only to log.
@@ -288,13 +273,6 @@ class Backend {
                           const std::vector<FlatChunk>& chunks, const AdamWHyper& h,
                           const Tensor& norm_sq);
 };
-
-// The argument checks of ode_rk4_*: v [D], w1 [F, D], w2 [D, F], dt > 0, substeps >= 1, P [n, D],
-// Pt [4S, D], U [4S, F] (S = (n - 1) substeps, n >= 2), every `fvec` [F] and dvec [D], one dtype.
-struct OdeDims { int64_t n, D, F; };
-OdeDims check_ode_rk4(const char* op, const Tensor& v, const Tensor& w1, const Tensor& w2, double dt,
-                      int64_t substeps, const Tensor& P, const Tensor& Pt, const Tensor& U,
-                      std::initializer_list<const Tensor*> fvec, const Tensor* dvec);
 
 Backend& backend(Device d);  // the backend for a device (throws if not compiled in)
 void synchronize_devices();   // wait for the queued work of every device in use (none: returns)

@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "autograd/kernels/gru_cell.h"
+#include "autograd/kernels/ode_rk4.h"
 #include "autograd/ops.h"
 #include "autograd/ops_attention.h"
 #include "autograd/ops_heads.h"
@@ -129,16 +130,6 @@ class RecordingBackend final : public Backend {
                           Tensor& dv, Tensor& dbias, const AttnRel& rel, AttnRelGrad& drel) override {
     ++calls["attention_backward"];
     in_.attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
-  }
-  void ode_rk4_forward(const Tensor& p0, const Tensor& w1, const Tensor& b1, const Tensor& wt, const Tensor& w2,
-                       const Tensor& b2, double dt, int64_t substeps, Tensor& P, Tensor& Pt, Tensor& U) override {
-    ++calls["ode_rk4_forward"];
-    in_.ode_rk4_forward(p0, w1, b1, wt, w2, b2, dt, substeps, P, Pt, U);
-  }
-  void ode_rk4_backward(const Tensor& gP, const Tensor& w1, const Tensor& w2, const Tensor& U, double dt,
-                        int64_t substeps, Tensor& gp0, Tensor& GK, Tensor& GA) override {
-    ++calls["ode_rk4_backward"];
-    in_.ode_rk4_backward(gP, w1, w2, U, dt, substeps, gp0, GK, GA);
   }
   void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool inter, bool tr) override {
     ++calls[tr ? "rope_rotate(transpose)" : "rope_rotate"];
@@ -336,9 +327,9 @@ TEST(DeviceCore, TheSwitchTurnsAnExistingFusedPathOffButCannotTurnOneOn) {
 
 TEST(DeviceCore, BaseClassFusedMethodsThrowNamingTheMethodAndTheBackend) {
   RecordingBackend rb(backend(Device::CPU), false);
-  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW, Fused::OdeRk4})
+  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW})
     EXPECT_FALSE(rb.Backend::has(f)) << fused_name(f);
-  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW, Fused::OdeRk4})
+  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW})
     EXPECT_TRUE(backend(Device::CPU).has(f)) << "the CPU backend lacks " << fused_name(f);
   Tensor t = Tensor::zeros({2, 4}, DType::F32), u = Tensor::zeros({2, 4}, DType::F32);
   Backend& base = rb;
@@ -397,9 +388,13 @@ TEST(DeviceCore, ExtensionKernelsAreTypedOnePerDeviceAndRefuseClearly) {
 TEST(DeviceCore, TheEncodingsKernelsAreRegisteredPerDevice) {
   EXPECT_TRUE(kernels::gru_cell_forward.has(Device::CPU));
   EXPECT_TRUE(kernels::gru_cell_backward.has(Device::CPU));
+  EXPECT_TRUE(kernels::ode_rk4_forward.has(Device::CPU));
+  EXPECT_TRUE(kernels::ode_rk4_backward.has(Device::CPU));
 #ifdef CTXLAB_WITH_CUDA
   EXPECT_TRUE(kernels::gru_cell_forward.has(Device::CUDA));  // registered as libctxlab_cuda.so loads
   EXPECT_TRUE(kernels::gru_cell_backward.has(Device::CUDA));
+  EXPECT_FALSE(kernels::ode_rk4_forward.has(Device::CUDA));  // not written: ops_ode.cpp composes there
+  EXPECT_FALSE(kernels::ode_rk4_backward.has(Device::CUDA));
 #endif
   const Tensor hp = Tensor::zeros({2, 3}, DType::F32), xg = Tensor::zeros({2, 9}, DType::F32),
                bhn = Tensor::zeros({3}, DType::F32), bad = Tensor::zeros({2, 8}, DType::F32);
@@ -407,6 +402,14 @@ TEST(DeviceCore, TheEncodingsKernelsAreRegisteredPerDevice) {
          hn = Tensor::zeros({2, 3}, DType::F32);
   expect_error([&] { kernels::gru_cell_forward(Device::CPU, bad, xg, bhn, hp, h, rzn, hn); },
                {"gru_cell_forward: xg must be f32[2, 9] on cpu", "f32[2, 8]"});
+  const Tensor p0 = Tensor::zeros({4}, DType::F32), w1 = Tensor::zeros({3, 4}, DType::F32),
+               f = Tensor::zeros({3}, DType::F32), w2 = Tensor::zeros({4, 3}, DType::F32);
+  Tensor P = Tensor::zeros({3, 4}, DType::F32), Pt = Tensor::zeros({16, 4}, DType::F32),
+         U = Tensor::zeros({16, 3}, DType::F32);
+  expect_error([&] { kernels::ode_rk4_forward(Device::CPU, p0, w1, f, f, w2, p0, 0.1, 3, P, Pt, U); },
+               {"ode_rk4_forward: Pt / GK must be f32[24, 4] on cpu", "f32[16, 4]"});
+  expect_error([&] { kernels::ode_rk4_forward(Device::CPU, p0, w1, f, f, w2, p0, 0.0, 2, P, Pt, U); },
+               {"ode_rk4_forward: need dt > 0"});
 #ifdef CTXLAB_WITH_CUDA
   expect_error([&] { kernels::gru_cell_forward(Device::CUDA, xg, xg, bhn, hp, h, rzn, hn); },
                {"gru_cell_forward: tensor f32[2, 9] is on cpu, expected cuda"});

@@ -392,9 +392,7 @@ class CudaBackend final : public Backend {
   }
 
   // ======== fused methods (all of them; attention in attention.cu) ========
-  // FLOATER's RK4 runs through the composed ops here (a sequential integration of [1, D] products
-  // would need a single-block kernel; not written): autograd/ops_ode.cpp's reference loop.
-  bool has(Fused f) const override { return f != Fused::OdeRk4; }
+  bool has(Fused) const override { return true; }
   // Measured on an H200 (docs/results/gpu.md, 2026-11-26): these SIMT FlashAttention kernels lose
   // to the composed path (cuBLAS batched GEMMs, mask, softmax) at every training shape timed:
   // GPT-2 small (B 8, H 12, T 1024) 452 -> 207 ms a step in fp32, 343 -> 93 ms in bf16; `small`
