@@ -4,7 +4,8 @@
 1. The source tree as it is: clean (the build runs the same check; this says so in ctest too).
 2. A copy of the tree with one planted include per rule the checker enforces: each is reported
    with its file, line and layer, and the checker exits 1 — an upward include into each layer
-   boundary, and a layer above core reaching a backend's private headers. Removing any rule from
+   boundary, a layer above core reaching a backend's private headers, and an op's extension
+   kernels (autograd/kernels/) included by anything but the op that owns them. Removing any rule from
    the checker's table (or the check itself) fails this test.
 usage: layers_checks.py SOURCE_ROOT
 """
@@ -30,6 +31,9 @@ PLANTS = [
     ("train/io/safetensors.h", "train/dist/distributed.h", "'io' layer"),
     ("train/dist/distributed.h", "train/trainer.h", "'dist' layer"),
     ("train/trainer.h", "train/cli/cli_common.h", "'train' layer"),
+    ("autograd/kernels/gru_cell.h", "autograd/variable.h", "'kernels' layer"),  # kernels sit below autograd
+    ("autograd/ops_ode.cpp", "autograd/kernels/gru_cell.h", "'autograd' layer"),  # only the owner, ops_gru.cpp
+    ("nn/module.h", "autograd/kernels/ode_rk4.h", "'nn' layer"),
     ("train/trainer.h", "core/cpu/threading_gone.h", None),           # a missing header is not ours to judge
 ]
 
