@@ -60,11 +60,17 @@ LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::j
   LoadedModel out;
   auto st = f.metadata.find("step");
   if (st != f.metadata.end()) {
+    // strict: digits only (no sign, no trailing text), within int64
+    const std::string& v = st->second;
+    size_t used = 0;
+    int64_t n = -1;
     try {
-      out.step = std::stoll(st->second);
+      if (!v.empty() && v[0] >= '0' && v[0] <= '9') n = std::stoll(v, &used);
     } catch (...) {
-      throw Error(str(path, ": __metadata__.step is \"", st->second, "\", expected an integer"));
     }
+    CTX_CHECK(used == v.size() && n >= 0, path, ": __metadata__.step is ", quoted_str(v),
+              ", expected a non-negative integer");
+    out.step = n;
   }
   out.metadata = f.metadata;
   out.tokenizer = tokenizer_from_metadata(f.metadata, path);
