@@ -254,7 +254,8 @@ void add_training_options(cxxopts::Options& o, const TrainingOptionBlock& b) {
       "eval-interval", b.eval_interval_help, cxxopts::value<int64_t>()->default_value(b.eval_interval))(
       "eval-batches", "validation batches per evaluation", cxxopts::value<int64_t>()->default_value(s(d.eval_batches)))(
       "ckpt-interval", "steps between checkpoints", cxxopts::value<int64_t>()->default_value(b.ckpt_interval))(
-      "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines");
+      "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
+      "force", "replace the run already in --out (its checkpoint and logs); without it a new run there is refused");
 }
 
 void add_distributed_option(cxxopts::Options& o) {
@@ -282,6 +283,7 @@ void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt) {
   opt.ckpt_interval = a["ckpt-interval"].as<int64_t>();
   opt.plot = !a.count("no-plot");
   opt.quiet = a.count("quiet") > 0;
+  opt.force = a.count("force") > 0;
   CTX_CHECK(opt.log_interval > 0, "--log-interval must be positive, got ", opt.log_interval);
 }
 
