@@ -28,6 +28,7 @@
 #include "train/dist/distributed.h"
 #include "train/dist/grad_tree.h"
 #include "train/eval.h"
+#include "train/io/limits.h"
 #include "train/optim.h"
 #include "train/run_dir.h"
 #include "train/run_log.h"
@@ -178,6 +179,8 @@ class Trainer {
   // one copy each when the steps are reported: at every logging interval, and at the steps that
   // evaluate, checkpoint or stop. [log_interval * accum] losses and [log_interval] norms.
   Tensor loss_hist_, norm_hist_;
+  // their length in steps: a report comes at least every log_interval steps and at the last
+  const int64_t history_ = std::max<int64_t>(1, std::min(opt_.log_interval, opt_.steps));
   struct Pending { int64_t step; double lr, ms; };
   std::vector<Pending> pending_;  // the steps since the last report
   TrainResult res_;
@@ -210,7 +213,7 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
   shards_ = opt_.deterministic && !segments_ ? canonical_shards(r1_ - r0_, T_)
                                              : std::vector<std::pair<int64_t, int64_t>>{{0, r1_ - r0_}};
   micro_steps_ = opt_.deterministic ? opt_.accum * (int64_t)shards_.size() : 1;
-  pending_.reserve((size_t)opt_.log_interval);
+  pending_.reserve((size_t)history_);
 }
 
 // One optimizer step: --accum micro-batches forward and backward (each as its shards), the
@@ -276,7 +279,7 @@ void Trainer::forward_backward(const Tensor& x, const Tensor& y, int64_t k, bool
     const bool whole = shards_.size() == 1;
     Variable loss = model_.loss(whole ? x : x.slice0(b0, b1), whole ? y : y.slice0(b0, b1), /*use_memory=*/segments_);
     if (!loss_hist_.defined())
-      loss_hist_ = Tensor::zeros({opt_.log_interval * opt_.accum}, loss.dtype(), loss.data().device());
+      loss_hist_ = Tensor::zeros({history_ * opt_.accum}, loss.dtype(), loss.data().device());
     // this shard's share of the micro-batch's mean loss (exact for halves: powers of two)
     const double share = (double)(b1 - b0) / (double)(r1_ - r0_);
     if (!whole) loss = scale(loss, share);
@@ -304,7 +307,7 @@ void Trainer::average_gradients(int64_t s) {
 
 // The step's squared gradient norm (f64 [1] on the device) into slot `slot` of norm_hist_.
 void Trainer::record_norm(const Tensor& norm_sq, int64_t slot) {
-  if (!norm_hist_.defined()) norm_hist_ = Tensor::zeros({opt_.log_interval}, DType::F64, norm_sq.device());
+  if (!norm_hist_.defined()) norm_hist_ = Tensor::zeros({history_}, DType::F64, norm_sq.device());
   norm_hist_.slice0(slot, slot + 1).copy_from(norm_sq.device() == norm_hist_.device() ? norm_sq
                                                                                       : norm_sq.to(norm_hist_.device()));
 }
@@ -437,6 +440,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
             start_step, " (--stop-after counts the run's steps from its start)");
   const int64_t T = opt.context > 0 ? opt.context : model.cfg.context;
   model.pe->check_length(T);
+  check_training_fits(model.cfg, "the model", opt.batch, T, std::min(opt.log_interval, opt.steps) * opt.accum);
   // --deterministic: thread-count-invariant kernels too (the GEMMs' blocks fixed by the shape)
   const DeterministicScope deterministic_kernels(opt.deterministic);
   Trainer trainer(model, opt, T, RunSpan{start_step, resume_dir, stop_after, after_step});

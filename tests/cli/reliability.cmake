@@ -13,7 +13,7 @@ add_library(ctxlab_test_null_plugin MODULE ${CMAKE_SOURCE_DIR}/tests/tools/null_
 target_include_directories(ctxlab_test_null_plugin PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
 set_target_properties(ctxlab_test_null_plugin PROPERTIES PREFIX "lib" OUTPUT_NAME "null_posenc_plugin")
 add_dependencies(ctxlab ctxlab_test_null_plugin)
-foreach(_rel_sub injection nonfinite overwrite lock signals strict plugin escapes early)
+foreach(_rel_sub injection nonfinite overwrite lock signals strict plugin escapes early limits)
   add_test(NAME reliability_${_rel_sub}
            COMMAND ${_rel_py} ${_rel_script} ${_rel_sub} --bin $<TARGET_FILE:ctxlab> --work ${_rel_work}
                    --plugin-lib $<TARGET_FILE:ctxlab_test_null_plugin>)

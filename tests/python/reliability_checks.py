@@ -449,7 +449,41 @@ def cmd_early():
                    ["not a SentencePiece model (the bytes do not parse"])
 
 
-COMMANDS = {"injection": cmd_injection, "nonfinite": cmd_nonfinite, "overwrite": cmd_overwrite, "lock": cmd_lock,
+def cmd_limits():
+    d = fresh_dir("limits")
+    ck = os.path.join(d, "ck.safetensors")
+    must_run("limits: init a tiny checkpoint", ["init", "--preset", "tiny", "--out", ck])
+    big = os.path.join(d, "big.safetensors")
+    shutil.copy(ck, big)
+    h, data = split_st(big)
+    cfg = json.loads(h["__metadata__"]["config"])
+    cfg["n_layers"] = 1000000
+    h["__metadata__"]["config"] = json.dumps(cfg)
+    join_st(big, h, data)
+    cases = [
+        ("init --set n_layers=1e6", ["init", "--preset", "tiny", "--set", "n_layers=1000000", "--out", os.path.join(d, "a")],
+         ["--set n_layers=1000000", "GiB", "machine's memory"]),
+        ("train --set d_model=5e8", TINY + ["--set", "d_model=500000000", "--out", os.path.join(d, "r0")],
+         ["--set d_model=500000000", "machine's memory"]),
+        ("a checkpoint whose config has 1e6 layers", ["eval", "--checkpoint", big, "--lengths", 64],
+         ["__metadata__.config", "1000000 layers", "machine's memory"]),
+        ("train --batch 1e12", TINY + ["--batch", 1000000000000, "--steps", 2, "--out", os.path.join(d, "r1")],
+         ["--batch 1000000000000", "machine's memory"]),
+        ("train --log-interval 1e10", TINY + ["--log-interval", 10000000000, "--steps", 20000000000,
+                                             "--out", os.path.join(d, "r2")], ["--log-interval", "machine's memory"]),
+        ("sample --max-tokens 4e18", ["sample", "--checkpoint", ck, "--max-tokens", 4000000000000000000],
+         ["--max-tokens", "machine's memory"]),
+    ]
+    for label, args, subs in cases:
+        t0 = time.time()
+        expect_failure(f"limits: {label} refused up front", args, subs)
+        check(f"limits: {label}: within seconds", time.time() - t0 < 20, f"{time.time() - t0:.1f} s")
+    must_run("limits: a --log-interval far above --steps is fine (histories sized by the run)",
+             TINY + ["--log-interval", 10000000000, "--steps", 3, "--batch", 2, "--eval-interval", 0,
+                     "--out", os.path.join(d, "r3")])
+
+
+COMMANDS = {"limits": cmd_limits, "injection": cmd_injection, "nonfinite": cmd_nonfinite, "overwrite": cmd_overwrite, "lock": cmd_lock,
             "signals": cmd_signals, "strict": cmd_strict, "plugin": cmd_plugin, "escapes": cmd_escapes,
             "early": cmd_early}
 

@@ -7,6 +7,7 @@
 #include "core/backend.h"  // backend(Device::CUDA) for --device cuda
 #include "core/precision.h"
 #include "train/dist/distributed.h"
+#include "train/io/limits.h"
 
 namespace ctx::cli {
 
@@ -83,6 +84,7 @@ std::pair<ModelConfig, std::string> config_from_options(const cxxopts::ParseResu
     cfg = config_from_json(full, source);
   }
   if (r.count("set") || r.count("dropout")) cfg = apply_overrides(cfg, r, source);
+  check_model_fits(cfg, source);  // a config that cannot fit: refused before any allocation
   return {cfg, source};
 }
 

@@ -8,6 +8,7 @@
 #include "core/cpu/gemm.h"
 #include "core/threads.h"
 #include "train/io/checkpoint.h"
+#include "train/io/limits.h"
 #include "train/checkpointer.h"
 #include "train/cli/cli.h"
 #include "train/cli/cli_common.h"
@@ -102,6 +103,8 @@ int new_run(const cxxopts::ParseResult& a, Device dev) {
   opt.min_lr = a.count("min-lr") ? a["min-lr"].as<double>() : std::min(1e-4, opt.lr);
   opt.momentum = a["momentum"].as<double>();
   validate_train_options(opt);  // before the model is built: a bad flag fails at once
+  check_training_fits(cfg, source, opt.batch, opt.context > 0 ? opt.context : cfg.context,
+                      std::min(opt.log_interval, opt.steps) * opt.accum);
   opt.tokenizer = tokenizer_from_option(a);
   cfg.vocab_size = opt.tokenizer->vocab_size();  // the config's vocab_size follows the tokenizer
 

@@ -6,6 +6,7 @@
 
 #include "core/device_table.h"  // to_host
 #include "train/io/config.h"  // config_from_string
+#include "train/io/limits.h"
 #include "train/io/safetensors.h"
 
 namespace ctx {
@@ -51,6 +52,7 @@ LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::j
   auto cj = f.metadata.find("config");
   CTX_CHECK(cj != f.metadata.end(), path, ": __metadata__.config missing");
   ModelConfig cfg = config_from_string(cj->second, path + " (__metadata__.config)");
+  check_model_fits(cfg, path + " (__metadata__.config)");  // before the model is built
   if (!posenc_override.is_null())
     for (auto& kv : posenc_override.items()) cfg.posenc[kv.key()] = kv.value();
   if (context_override > 0) {
