@@ -1,9 +1,11 @@
 # scripts/plot_loss.gp — loss curves of a training run: gnuplot -e "dir='runs/small'" scripts/plot_loss.gp
+# Optional: -e "title='...'" (default: dir), a single-quoted string ('' for a quote).
 # Reads <dir>/train.csv (step,loss,...) and <dir>/val.csv (step,val_loss,...); writes <dir>/loss.png.
 set datafile separator ","
 set terminal pngcairo size 900,540 noenhanced
 set output dir."/loss.png"
-set title "ctxlab training: ".dir
+if (!exists("title")) title = dir
+set title "ctxlab training: ".title
 set xlabel "optimizer step"
 set ylabel "loss (nats / byte)"
 set grid

@@ -23,9 +23,15 @@ class Checkpointer {
       : opt_(opt), model_(model), optim_(optim), data_rng_(data_rng), tok_(tok) {}
   // The optimizer state, its step count and both RNG states from <dir>/model.optim.safetensors
   // (the model itself is loaded by the caller).
+  // Strict: exactly the optimizer's tensors, all finite (second moments non-negative), the step
+  // count a non-negative integer, each RNG state well-formed and not all zero.
   void restore(const std::string& dir);
+  // The step of the last checkpoint known good (the resumed one, or the last saved).
+  void set_last_saved(int64_t step) { last_saved_ = step; }
   // Writes the checkpoint of `step` (optimizer steps done) into opt.out: the optimizer file first,
   // the previous one kept as model.optim.prev.safetensors until the new model is in place.
+  // A non-finite parameter or optimizer state (or a negative second moment) is never saved: it
+  // throws, naming the tensor and the step, with the files on disk untouched.
   void save(int64_t step);
 
  private:
@@ -34,6 +40,8 @@ class Checkpointer {
   Optimizer& optim_;
   Rng& data_rng_;
   const Tokenizer& tok_;
+  int64_t last_saved_ = 0;
+  void check_finite(int64_t step) const;
 };
 
 // For `--resume DIR` of a model saved at `step`: makes <dir>/model.optim.safetensors the

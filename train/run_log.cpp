@@ -4,8 +4,17 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <utility>
 #include <iterator>
+#include <vector>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +33,8 @@ RunLog::RunLog(const std::string& out, int64_t start_step, bool write, bool quie
   jsonl_.open(out + "/metrics.jsonl", mode);
   tcsv_.open(out + "/train.csv", mode);
   vcsv_.open(out + "/val.csv", mode);
+  for (auto [f, name] : {std::pair{&jsonl_, "metrics.jsonl"}, {&tcsv_, "train.csv"}, {&vcsv_, "val.csv"}})
+    CTX_CHECK(f->is_open(), "train: cannot open ", out, "/", name, " for writing: ", std::strerror(errno));
   if (start_step == 0) {
     tcsv_ << "step,loss,lr,grad_norm,ms,tok_s\n";
     vcsv_ << "step,val_loss,val_bpb\n";
@@ -58,6 +69,9 @@ void RunLog::flush() {
   jsonl_.flush();
   tcsv_.flush();
   vcsv_.flush();
+  // a full disk or a vanished directory: one line, not logs that silently stop
+  CTX_CHECK(!jsonl_.is_open() || (jsonl_.good() && tcsv_.good() && vcsv_.good()),
+            "train: writing the run's logs (metrics.jsonl, train.csv, val.csv) failed: ", std::strerror(errno));
 }
 
 void truncate_log(const std::string& path, bool jsonl, int64_t last_step) {
@@ -94,14 +108,41 @@ std::string fmt_duration(double sec) {
   return b;
 }
 
-void plot_loss(const std::string& out) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    std::printf("plot: gnuplot not found; skipping %s/loss.png (install gnuplot-nox)\n", out.c_str());
-    return;
+std::string gnuplot_single_quoted(const std::string& s) {
+  std::string q = "'";
+  for (unsigned char c : s) {
+    if (c == '\'') q += "''";  // the one escape of a single-quoted gnuplot string
+    else if (c < 0x20 || c == 0x7f) q += '?';  // a newline would end the -e command
+    else q += (char)c;
   }
-  std::string script = std::string(CTXLAB_SOURCE_DIR) + "/scripts/plot_loss.gp";
-  std::string cmd = "gnuplot -e \"dir='" + out + "'\" '" + script + "' 2>/dev/null";
-  if (std::system(cmd.c_str()) == 0) std::printf("plot: wrote %s/loss.png\n", out.c_str());
+  return q + "'";
+}
+
+int spawn_wait(const std::vector<std::string>& args, const std::string& cwd, bool quiet_stderr) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+  if (quiet_stderr) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  const int err = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (err != 0) return err == ENOENT ? -2 : -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void plot_loss(const std::string& out) {
+  // No shell and no user text in gnuplot's syntax beyond one escaped string: gnuplot runs with
+  // argv, in the run directory (dir='.'), and the path appears only as the title, single-quoted.
+  const std::string script = std::string(CTXLAB_SOURCE_DIR) + "/scripts/plot_loss.gp";
+  const int rc = spawn_wait({"gnuplot", "-e", "dir='.'; title=" + gnuplot_single_quoted(out), script}, out, true);
+  if (rc == -2) std::printf("plot: gnuplot not found; skipping %s/loss.png (install gnuplot-nox)\n", out.c_str());
+  else if (rc == 0) std::printf("plot: wrote %s/loss.png\n", out.c_str());
   else std::printf("plot: gnuplot failed; see %s\n", script.c_str());
 }
 

@@ -46,7 +46,14 @@ void truncate_log(const std::string& path, bool jsonl, int64_t last_step);
 std::string fmt_duration(double sec);
 
 // <out>/loss.png from <out>/train.csv and val.csv with scripts/plot_loss.gp, when gnuplot is
-// installed (a line on stdout either way).
+// installed (a line on stdout either way). gnuplot is spawned with an argument vector in the run
+// directory: no shell, and the path reaches gnuplot only as a single-quoted string (escaped).
 void plot_loss(const std::string& out);
+// `s` as a gnuplot single-quoted string: ' doubled, control characters replaced by '?'.
+std::string gnuplot_single_quoted(const std::string& s);
+// Runs args[0] (searched in PATH) with `args`, no shell, in `cwd` ("" = here), stderr to /dev/null
+// when `quiet_stderr`; waits. Returns its exit status, -2 when it is not found, -1 when it could
+// not start or died of a signal.
+int spawn_wait(const std::vector<std::string>& args, const std::string& cwd, bool quiet_stderr);
 
 }  // namespace ctx

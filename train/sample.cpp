@@ -1,6 +1,8 @@
 // train/sample.cpp — autoregressive sampling (see sample.h).
 #include "train/sample.h"
 
+#include "train/io/limits.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -17,6 +19,7 @@ void check_sample_options(const SampleOptions& opt) {
             "(0 = greedy, e.g. 0.8), got ", opt.temperature);
   CTX_CHECK(opt.top_k >= 0, "sample: --top-k must be >= 0 (0 = whole vocabulary, e.g. 40), got ", opt.top_k);
   CTX_CHECK(opt.max_tokens >= 0, "sample: --max-tokens must be >= 0 (e.g. 200), got ", opt.max_tokens);
+  check_count_fits((double)opt.max_tokens, 8.0, "sample: --max-tokens");  // the ids generated are kept
   CTX_CHECK(opt.window >= 0, "sample: --window must be >= 0 (0 = full attention, e.g. 256), got ", opt.window);
   CTX_CHECK(opt.keep >= 0, "sample: --keep must be >= 0 (0 = half the context, e.g. 128), got ", opt.keep);
 }
@@ -184,7 +187,7 @@ std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, 
   model.eval();
   Rng rng(opt.seed);
   std::vector<int32_t> out;
-  out.reserve((size_t)opt.max_tokens);
+  out.reserve((size_t)std::min<int64_t>(opt.max_tokens, 1 << 20));  // grows past that as tokens come
   if (opt.max_tokens == 0) return out;
 
   Decoder decoder(model, opt, prompt);

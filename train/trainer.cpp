@@ -4,10 +4,13 @@
 // train/eval.h's, the options' JSON and range checks train/train_options.cpp's.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -16,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/determinism.h"
 #include "core/device_table.h"  // to_host
 #include "train/checkpointer.h"
@@ -23,7 +28,9 @@
 #include "train/dist/distributed.h"
 #include "train/dist/grad_tree.h"
 #include "train/eval.h"
+#include "train/io/limits.h"
 #include "train/optim.h"
+#include "train/run_dir.h"
 #include "train/run_log.h"
 
 namespace ctx {
@@ -31,6 +38,55 @@ namespace ctx {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// SIGINT / SIGTERM while the loop runs: the first asks the run to stop after its step (with a
+// checkpoint); a second ends the process at once, as the default action would.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+  static const char msg[] = "\ntrain: interrupted; finishing this step and writing a checkpoint (again to quit at once)\n";
+  const ssize_t ignored = ::write(2, msg, sizeof msg - 1);
+  (void)ignored;
+}
+
+// Installs the handlers for the life of the loop, and puts back the previous ones.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_, old_term_;
+};
+
+// The signal that stops the run, the same on every rank (the largest any rank received).
+int agreed_stop_signal() {
+  double sig = (double)g_stop_signal;
+  if (dist::size() > 1) {
+    const std::vector<double> all = dist::allgather(&sig, 1);
+    for (double v : all) sig = std::max(sig, v);
+  }
+  return (int)sig;
+}
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -109,6 +165,8 @@ class Trainer {
   std::unique_ptr<Optimizer> optim_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<RunLog> log_;
+  RunDirLock run_dir_;     // rank 0: the run directory, locked for the run's life
+  int stop_signal_ = 0;    // SIGINT / SIGTERM received (agreed over the ranks)
   // --deterministic: each micro-batch runs as its canonical shards, and the gradients of every
   // shard of every micro-batch are summed in one pairwise tree: the same bits whatever the number
   // of ranks, --accum or threads (train/dist/grad_tree.h). Otherwise one piece per micro-batch, and
@@ -121,6 +179,8 @@ class Trainer {
   // one copy each when the steps are reported: at every logging interval, and at the steps that
   // evaluate, checkpoint or stop. [log_interval * accum] losses and [log_interval] norms.
   Tensor loss_hist_, norm_hist_;
+  // their length in steps: a report comes at least every log_interval steps and at the last
+  const int64_t history_ = std::max<int64_t>(1, std::min(opt_.log_interval, opt_.steps));
   struct Pending { int64_t step; double lr, ms; };
   std::vector<Pending> pending_;  // the steps since the last report
   TrainResult res_;
@@ -136,6 +196,7 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
       corpus_(), sampler_(&corpus_.train, opt.seed), segments_(model.pe->memory_length() > 0) {
   std::tie(r0_, r1_) = dist::batch_rows(opt.batch, "--batch");
   corpus_ = open_corpus(model_, opt_, T_, tok_, root_);
+  if (root_) run_dir_ = take_run_dir(opt_.out, "train", span_.start_step > 0, opt_.force);
   if (segments_) seg_ = std::make_unique<SegmentSampler>(&corpus_.train, opt_.batch, T_);
   model_.dropout_rng.seed_with(opt_.seed ^ 0x5DEECE66DULL);
   params_ = model_.named_parameters();
@@ -143,8 +204,8 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
   dist::check_same_parameters(params_, span_.start_step > 0 ? "after loading the checkpoint" : "after initialisation");
   checkpointer_ = std::make_unique<Checkpointer>(opt_, model_, *optim_, sampler_.rng(), tok_);
   if (span_.start_step > 0) checkpointer_->restore(span_.resume_dir);
-  // A new run over an old one replaces its files: say so (even under --quiet), once the inputs
-  // are known to be good, and how to continue the old one instead.
+  checkpointer_->set_last_saved(span_.start_step);
+  // A new run over an old one (--force) replaces its files: say so (even under --quiet).
   if (span_.start_step == 0 && root_ && std::filesystem::exists(opt_.out + "/model.safetensors"))
     std::fprintf(stderr, "train: %s already holds a run; this new run replaces its checkpoint and logs "
                  "(`ctxlab train --resume %s` continues the old one instead)\n", opt_.out.c_str(), opt_.out.c_str());
@@ -152,7 +213,7 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
   shards_ = opt_.deterministic && !segments_ ? canonical_shards(r1_ - r0_, T_)
                                              : std::vector<std::pair<int64_t, int64_t>>{{0, r1_ - r0_}};
   micro_steps_ = opt_.deterministic ? opt_.accum * (int64_t)shards_.size() : 1;
-  pending_.reserve((size_t)opt_.log_interval);
+  pending_.reserve((size_t)history_);
 }
 
 // One optimizer step: --accum micro-batches forward and backward (each as its shards), the
@@ -170,6 +231,7 @@ bool Trainer::step(int64_t s) {
   // clip_grad_norm + step (fused for AdamW: the norm stays on the device)
   record_norm(optim_->clip_and_step_deferred(lr, opt_.grad_clip), slot);
   optim_->zero_grad();
+  if (!stop_signal_) stop_signal_ = agreed_stop_signal();
   const StepEvents ev = events(s);
   pending_.push_back({s, lr, 0.0});
   if (!ev.report) {
@@ -182,7 +244,11 @@ bool Trainer::step(int64_t s) {
   log_->flush();
   if (ev.checkpoint && root_) checkpointer_->save(s + 1);
   if (span_.after_step) span_.after_step(s + 1, true);
-  if (ev.stop && !quiet_)
+  if (ev.stop && stop_signal_ && root_)
+    std::fprintf(stderr, "train: stopped by %s after step %lld; checkpoint written to %s; continue with "
+                 "`ctxlab train --resume %s`\n", stop_signal_ == SIGINT ? "SIGINT" : "SIGTERM", (long long)(s + 1),
+                 opt_.out.c_str(), opt_.out.c_str());
+  else if (ev.stop && !quiet_)
     std::printf("stopping after step %lld (--stop-after); continue with --resume %s\n", (long long)(s + 1),
                 opt_.out.c_str());
   return !ev.stop;
@@ -213,7 +279,7 @@ void Trainer::forward_backward(const Tensor& x, const Tensor& y, int64_t k, bool
     const bool whole = shards_.size() == 1;
     Variable loss = model_.loss(whole ? x : x.slice0(b0, b1), whole ? y : y.slice0(b0, b1), /*use_memory=*/segments_);
     if (!loss_hist_.defined())
-      loss_hist_ = Tensor::zeros({opt_.log_interval * opt_.accum}, loss.dtype(), loss.data().device());
+      loss_hist_ = Tensor::zeros({history_ * opt_.accum}, loss.dtype(), loss.data().device());
     // this shard's share of the micro-batch's mean loss (exact for halves: powers of two)
     const double share = (double)(b1 - b0) / (double)(r1_ - r0_);
     if (!whole) loss = scale(loss, share);
@@ -241,7 +307,7 @@ void Trainer::average_gradients(int64_t s) {
 
 // The step's squared gradient norm (f64 [1] on the device) into slot `slot` of norm_hist_.
 void Trainer::record_norm(const Tensor& norm_sq, int64_t slot) {
-  if (!norm_hist_.defined()) norm_hist_ = Tensor::zeros({opt_.log_interval}, DType::F64, norm_sq.device());
+  if (!norm_hist_.defined()) norm_hist_ = Tensor::zeros({history_}, DType::F64, norm_sq.device());
   norm_hist_.slice0(slot, slot + 1).copy_from(norm_sq.device() == norm_hist_.device() ? norm_sq
                                                                                       : norm_sq.to(norm_hist_.device()));
 }
@@ -250,7 +316,7 @@ StepEvents Trainer::events(int64_t s) const {
   StepEvents e;
   const int64_t n = s + 1;  // steps done
   e.last = n == opt_.steps;
-  e.stop = span_.stop_after > 0 && n == span_.stop_after && !e.last;
+  e.stop = ((span_.stop_after > 0 && n == span_.stop_after) || stop_signal_ != 0) && !e.last;
   e.evaluate = (opt_.eval_interval > 0 && n % opt_.eval_interval == 0) || e.last;
   e.checkpoint = (opt_.ckpt_interval > 0 && n % opt_.ckpt_interval == 0) || e.last || e.stop;
   e.print = !quiet_ && (n % opt_.log_interval == 0 || e.last || s == span_.start_step);
@@ -337,10 +403,12 @@ TrainResult Trainer::run() {
   print_start();
   const auto t_start = Clock::now();
   grad_tree_ = std::make_unique<GradTree>(params_);
+  const StopSignals signals;
   for (int64_t s = span_.start_step; s < opt_.steps; ++s) {
-    if (!step(s)) {  // stopped by --stop-after: a checkpoint, no summary
+    if (!step(s)) {  // stopped by --stop-after or a signal: a checkpoint, no summary
       res_.steps = s + 1;
       res_.final_train_loss = last_loss_;
+      res_.signal = stop_signal_;
       return res_;
     }
   }
@@ -372,6 +440,7 @@ TrainResult train(nn::GPT& model, const TrainOptions& opt, int64_t start_step, c
             start_step, " (--stop-after counts the run's steps from its start)");
   const int64_t T = opt.context > 0 ? opt.context : model.cfg.context;
   model.pe->check_length(T);
+  check_training_fits(model.cfg, "the model", opt.batch, T, std::min(opt.log_interval, opt.steps) * opt.accum);
   // --deterministic: thread-count-invariant kernels too (the GEMMs' blocks fixed by the shape)
   const DeterministicScope deterministic_kernels(opt.deterministic);
   Trainer trainer(model, opt, T, RunSpan{start_step, resume_dir, stop_after, after_step});

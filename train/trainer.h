@@ -31,6 +31,9 @@ struct TrainOptions {
   uint64_t seed = 1337;
   bool plot = true;
   bool quiet = false;
+  // Replace an existing run in `out` (train/run_dir.h); without it a new run there is refused.
+  // Not saved with the run.
+  bool force = false;
   // Text -> tokens (nullptr: bytes). Not part of the JSON below: the checkpoint records it in
   // its own metadata (train/io/tokenizer.h), and --resume restores it from there.
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -43,6 +46,9 @@ struct TrainResult {
   int64_t steps = 0;
   double final_train_loss = 0, final_val_loss = 0;
   double seconds = 0;
+  // SIGINT / SIGTERM stopped the run (after finishing its step and writing a checkpoint): the
+  // signal's number, the CLI exits 128 + it. 0: the run ended normally or by stop_after.
+  int signal = 0;
 };
 
 // Trains `model` (already initialised or loaded). start_step > 0 with `resume_dir` restores the
@@ -52,6 +58,10 @@ struct TrainResult {
 // as an interruption would; `--resume` then continues it. after_step (tests): called at the end
 // of every step with its 1-based number and whether the step read its losses back (a report:
 // the logging interval, or a step that evaluates, checkpoints or stops).
+// SIGINT / SIGTERM while the loop runs: the step finishes, a checkpoint is written and train()
+// returns with TrainResult::signal set; a second signal ends the process at once. Rank 0 takes
+// the run directory first (train/run_dir.h: writable, not another run unless resumed or
+// opt.force, locked for the run's life).
 // Throws ctx::Error naming the command-line flag of the first option out of range.
 void validate_train_options(const TrainOptions& o);
 

@@ -32,6 +32,7 @@
 #include "core/precision.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
+#include "train/run_dir.h"  // check_output_file
 #include "train/cli/cli.h"
 #include "train/dist/grad_tree.h"
 #include "train/cli/cli_common.h"
@@ -446,6 +447,7 @@ int run_bench(int argc, char** argv) {
   apply_precision_options(*r);
   const auto& a = *r;
   const BenchSpec b = bench_spec(a);
+  if (a.count("json")) check_output_file(a["json"].as<std::string>(), "--json");
   if (a.count("peak-only")) return print_peak_only(b.threads, b.bf16);
   BenchRun run;
   if (a.count("peak-gflops")) {

@@ -7,6 +7,7 @@
 #include "core/backend.h"  // backend(Device::CUDA) for --device cuda
 #include "core/precision.h"
 #include "train/dist/distributed.h"
+#include "train/io/limits.h"
 
 namespace ctx::cli {
 
@@ -83,6 +84,7 @@ std::pair<ModelConfig, std::string> config_from_options(const cxxopts::ParseResu
     cfg = config_from_json(full, source);
   }
   if (r.count("set") || r.count("dropout")) cfg = apply_overrides(cfg, r, source);
+  check_model_fits(cfg, source);  // a config that cannot fit: refused before any allocation
   return {cfg, source};
 }
 
@@ -254,7 +256,8 @@ void add_training_options(cxxopts::Options& o, const TrainingOptionBlock& b) {
       "eval-interval", b.eval_interval_help, cxxopts::value<int64_t>()->default_value(b.eval_interval))(
       "eval-batches", "validation batches per evaluation", cxxopts::value<int64_t>()->default_value(s(d.eval_batches)))(
       "ckpt-interval", "steps between checkpoints", cxxopts::value<int64_t>()->default_value(b.ckpt_interval))(
-      "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines");
+      "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
+      "force", "replace the run already in --out (its checkpoint and logs); without it a new run there is refused");
 }
 
 void add_distributed_option(cxxopts::Options& o) {
@@ -282,6 +285,7 @@ void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt) {
   opt.ckpt_interval = a["ckpt-interval"].as<int64_t>();
   opt.plot = !a.count("no-plot");
   opt.quiet = a.count("quiet") > 0;
+  opt.force = a.count("force") > 0;
   CTX_CHECK(opt.log_interval > 0, "--log-interval must be positive, got ", opt.log_interval);
 }
 

@@ -14,6 +14,7 @@
 
 #include <cxxopts.hpp>
 
+#include "train/run_dir.h"  // check_output_file
 #include "train/io/checkpoint.h"
 #include "train/cli/cli.h"
 #include "train/cli/cli_common.h"
@@ -266,6 +267,9 @@ int run_eval(int argc, char** argv) {
   CTX_CHECK(batch_opt >= 0, "--batch must be >= 0 (0 = automatic, e.g. 4), got ", batch_opt);
   CTX_CHECK(max_windows >= 0, "--max-windows must be >= 0 (0 = all, e.g. 50), got ", max_windows);
 
+  // where the results go, checked before the evaluation runs
+  if (r->count("csv")) check_output_file((*r)["csv"].as<std::string>(), "--csv");
+  if (r->count("json")) check_output_file((*r)["json"].as<std::string>(), "--json");
   const std::string ckpt = (*r)["checkpoint"].as<std::string>();
   LoadedModel lm = load_for_eval(*r, ckpt);
   nn::GPT& model = *lm.model;

@@ -157,8 +157,8 @@ int run_finetune(int argc, char** argv) {
                 "threads: %d, gemm: %s\n",
                 ckpt.c_str(), (long long)lm.step, (long long)context0, (long long)context,
                 model.cfg.posenc.dump().c_str(), ctx::num_threads(), cpu::gemm_impl_name(cpu::current_gemm_impl()));
-  train(model, opt, 0, "", -1);
-  return 0;
+  const int sig = train(model, opt, 0, "", -1).signal;  // SIGINT / SIGTERM: 130 / 143
+  return sig ? 128 + sig : 0;
 }
 
 }  // namespace ctx::cli

@@ -6,6 +6,7 @@
 #include <cxxopts.hpp>
 
 #include "core/device_table.h"  // to_host
+#include "train/run_dir.h"  // check_output_file
 #include "train/io/checkpoint.h"
 #include "train/cli/cli.h"
 #include "train/cli/cli_common.h"
@@ -22,6 +23,7 @@ int run_init(int argc, char** argv) {
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   require(*r, "out", o);
+  check_output_file((*r)["out"].as<std::string>(), "--out");
   auto [cfg, source] = config_from_options(*r);
   nn::GPT model(cfg, DType::F32, source);
   model.init_weights((*r)["seed"].as<uint64_t>());
@@ -58,6 +60,7 @@ int run_grads(int argc, char** argv) {
   DType dt = dts == "f32" ? DType::F32 : DType::F64;
   const Device dev = device_option(*r);
   std::string tok_path = (*r)["tokens"].as<std::string>();
+  if (r->count("out")) check_output_file((*r)["out"].as<std::string>(), "--out");
   LoadedModel lm = load_checkpoint((*r)["checkpoint"].as<std::string>(), dt);
   nn::GPT& model = *lm.model;
   move_model(model, dev);

@@ -4,6 +4,7 @@
 
 #include <cxxopts.hpp>
 
+#include "train/run_dir.h"  // check_output_file
 #include "train/cli/cli.h"
 #include "train/cli/cli_common.h"
 #include "train/io/fileio.h"
@@ -35,6 +36,7 @@ int run_tokenizer_train(int argc, char** argv) {
   if (!r) return 0;
   require(*r, "data", o);
   require(*r, "out", o);
+  check_output_file((*r)["out"].as<std::string>(), "--out");
   SentencePieceTrainOptions opt;
   opt.data = (*r)["data"].as<std::string>();
   opt.vocab = (*r)["vocab"].as<int64_t>();

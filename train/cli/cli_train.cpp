@@ -8,10 +8,12 @@
 #include "core/cpu/gemm.h"
 #include "core/threads.h"
 #include "train/io/checkpoint.h"
+#include "train/io/limits.h"
 #include "train/checkpointer.h"
 #include "train/cli/cli.h"
 #include "train/cli/cli_common.h"
 #include "train/dist/distributed.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 namespace ctx::cli {
@@ -58,8 +60,10 @@ void add_train_options(cxxopts::Options& o) {
 
 // `--resume DIR`: the run's model, config and options from its checkpoint; only --steps,
 // --stop-after, where and how it runs, and its output may be given.
-void resume_run(const cxxopts::ParseResult& a, Device dev) {
+int resume_run(const cxxopts::ParseResult& a, Device dev) {
   std::string dir = a["resume"].as<std::string>();
+  // The run directory is locked before its files are read or repaired (train/run_dir.h).
+  const RunDirLock lock = dist::is_root() ? take_run_dir(dir, "train", /*resume=*/true, false) : RunDirLock();
   std::string mp = dir + "/model.safetensors";
   LoadedModel lm = load_checkpoint(mp);
   auto it = lm.metadata.find("train_options");
@@ -71,7 +75,7 @@ void resume_run(const cxxopts::ParseResult& a, Device dev) {
   for (const char* k : {"config", "preset", "posenc", "set", "dropout", "data", "val-fraction", "context", "batch",
                         "accum", "deterministic", "optimizer", "lr", "min-lr", "warmup", "weight-decay", "beta1",
                         "beta2", "momentum", "grad-clip", "seed", "out", "log-interval", "eval-interval",
-                        "eval-batches", "ckpt-interval"})
+                        "eval-batches", "ckpt-interval", "force"})
     CTX_CHECK(!a.count(k), "--resume ", dir, ": --", k, " cannot change a resumed run (its config and training "
               "options are saved in ", mp, "); with --resume give only --steps, --stop-after, --device, "
               "--precision, --tokenizer, --quiet or --no-plot");
@@ -86,11 +90,11 @@ void resume_run(const cxxopts::ParseResult& a, Device dev) {
             "); pass --steps N to extend it");
   if (dist::is_root()) std::printf("resume: %s at step %lld of %lld\n", dir.c_str(), (long long)lm.step, (long long)opt.steps);
   move_model(*lm.model, dev);
-  train(*lm.model, opt, lm.step, dir, a["stop-after"].as<int64_t>());
+  return train(*lm.model, opt, lm.step, dir, a["stop-after"].as<int64_t>()).signal;
 }
 
 // A new run: the model of --config / --preset, initialised from --seed.
-void new_run(const cxxopts::ParseResult& a, Device dev) {
+int new_run(const cxxopts::ParseResult& a, Device dev) {
   auto [cfg, source] = config_from_options(a);
   TrainOptions opt;
   read_train_options(a, opt);
@@ -99,6 +103,8 @@ void new_run(const cxxopts::ParseResult& a, Device dev) {
   opt.min_lr = a.count("min-lr") ? a["min-lr"].as<double>() : std::min(1e-4, opt.lr);
   opt.momentum = a["momentum"].as<double>();
   validate_train_options(opt);  // before the model is built: a bad flag fails at once
+  check_training_fits(cfg, source, opt.batch, opt.context > 0 ? opt.context : cfg.context,
+                      std::min(opt.log_interval, opt.steps) * opt.accum);
   opt.tokenizer = tokenizer_from_option(a);
   cfg.vocab_size = opt.tokenizer->vocab_size();  // the config's vocab_size follows the tokenizer
 
@@ -115,7 +121,7 @@ void new_run(const cxxopts::ParseResult& a, Device dev) {
                 (long long)cfg.n_heads, (long long)cfg.context, model.pe->type().c_str(), opt.tokenizer->describe().c_str(), ctx::num_threads(),
                 dist::active() ? " per rank" : "",
                 cpu::gemm_impl_name(cpu::current_gemm_impl()));
-  train(model, opt, 0, "", a["stop-after"].as<int64_t>());
+  return train(model, opt, 0, "", a["stop-after"].as<int64_t>()).signal;
 }
 
 }  // namespace
@@ -136,11 +142,9 @@ int run_train(int argc, char** argv) {
   apply_precision_options(*r);
   start_distributed(*r);  // MPI under mpirun / --distributed; nothing otherwise
   const Device dev = device_option(*r);
-  if (r->count("resume"))
-    resume_run(*r, dev);
-  else
-    new_run(*r, dev);
-  return 0;
+  // SIGINT / SIGTERM stop the run with a checkpoint: exit 130 / 143, as the shell reports a signal
+  const int sig = r->count("resume") ? resume_run(*r, dev) : new_run(*r, dev);
+  return sig ? 128 + sig : 0;
 }
 
 }  // namespace ctx::cli

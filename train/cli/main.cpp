@@ -12,6 +12,7 @@
 #include "train/cli/cli.h"
 #include "train/dist/distributed.h"
 #include "train/cli/plugin.h"
+#include "train/io/fileio.h"  // escape_control
 
 namespace {
 
@@ -61,7 +62,7 @@ int main(int argc, char** argv) {
   try {
     for (const std::string& p : ctx::take_plugin_args(argc, argv, 1)) ctx::load_plugin(p);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ctxlab: error: %s\n", e.what());
+    std::fprintf(stderr, "ctxlab: error: %s\n", ctx::escape_control(e.what()).c_str());
     return 1;
   }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
@@ -80,13 +81,16 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       if (ctx::dist::size() > 1) {  // one rank failing ends the whole MPI job, not a hang
         std::fprintf(stderr, "ctxlab %s: error (rank %d of %d): %s\n", v.name, ctx::dist::rank(),
-                     ctx::dist::size(), e.what());
+                     ctx::dist::size(), ctx::escape_control(e.what()).c_str());
         ctx::dist::abort_job(1);
       }
-      std::fprintf(stderr, "ctxlab %s: error: %s\n", v.name, e.what());
+      // every message is one line, and whatever it echoes from files or options reaches the
+      // terminal with its control characters escaped
+      std::fprintf(stderr, "ctxlab %s: error: %s\n", v.name, ctx::escape_control(e.what()).c_str());
       return 1;
     }
   }
-  std::fprintf(stderr, "ctxlab: unknown verb '%s' (run 'ctxlab --help' for the list)\n", verb.c_str());
+  std::fprintf(stderr, "ctxlab: unknown verb '%s' (run 'ctxlab --help' for the list)\n",
+               ctx::escape_control(verb).c_str());
   return 2;
 }

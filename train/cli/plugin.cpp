@@ -5,17 +5,56 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "posenc/posenc.h"
+#include "nn/config.h"  // preset_config
 
 namespace ctx {
+
+namespace {
+
+// The plugins loaded so far (their dlopen handles) and the types each registered: a plugin given
+// twice is loaded once (dlopen hands back the same handle and runs no constructor again).
+std::map<void*, std::vector<std::string>>& loaded_plugins() {
+  static std::map<void*, std::vector<std::string>> m;
+  return m;
+}
+
+// Builds each new encoding once on the tiny preset with its default parameters: a factory that
+// returns nullptr is refused here, in one line, not a crash when a model is built. A factory
+// that needs parameters (throws) is checked when a model names it.
+void probe_factories(const std::string& path, const std::vector<std::string>& types) {
+  for (const std::string& t : types) {
+    ModelConfig cfg = preset_config("tiny");
+    cfg.posenc = nlohmann::json{{"type", t}};
+    std::unique_ptr<PositionalEncoding> pe;
+    bool threw = false;
+    try {
+      pe = make_posenc(cfg, str("--plugin ", path));
+    } catch (const std::exception&) {
+      threw = true;
+    }
+    CTX_CHECK(threw || pe != nullptr, "--plugin ", path, ": the factory of posenc type ", quoted_str(t),
+              " returned no encoding (nullptr); it must return a PositionalEncoding or throw ctx::Error");
+  }
+}
+
+}  // namespace
 
 std::vector<std::string> load_plugin(const std::string& path) {
   const std::vector<std::string> before = posenc_types();  // the built-ins registered first
   posenc_take_duplicates();
   // A bare name would be searched in the library path; a plugin is a file the user names.
   const std::string file = path.find('/') == std::string::npos ? "./" + path : path;
+  // Already loaded (the same file given twice, or by another path): nothing more to do.
+  if (void* again = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) {
+    auto it = loaded_plugins().find(again);
+    dlclose(again);  // RTLD_NOLOAD took a reference
+    if (it != loaded_plugins().end()) return it->second;
+  }
   // RTLD_NOW: a symbol the executable lacks is an error here, not a crash mid-run.
   void* h = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
@@ -35,6 +74,8 @@ std::vector<std::string> load_plugin(const std::string& path) {
   CTX_CHECK(!added.empty(), "--plugin ", path,
             ": loaded, but it registered no positional encoding (expected a static "
             "ctx::PosencRegistrar; docs/extending.md)");
+  probe_factories(path, added);
+  loaded_plugins()[h] = added;
   return added;
 }
 

@@ -1,4 +1,5 @@
 // train/cli/report.cpp — `ctxlab report RUN_DIR... --out report.html` (see report.h).
+#include "train/run_dir.h"  // check_output_file
 #include "train/cli/report.h"
 
 #include <algorithm>
@@ -501,6 +502,7 @@ int run_report(int argc, char** argv) {
   CTX_CHECK(r->count("runs"), "ctxlab report: give at least one run directory (e.g. ctxlab report runs/a runs/b "
             "--out report.html)");
   const std::string out = (*r)["out"].as<std::string>();
+  check_output_file(out, "--out");
   const auto dirs = (*r)["runs"].as<std::vector<std::string>>();
   write_report(dirs, out, (*r)["title"].as<std::string>());
   std::printf("report: %zu run%s -> %s\n", dirs.size(), dirs.size() == 1 ? "" : "s", out.c_str());

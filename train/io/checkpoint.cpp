@@ -6,6 +6,7 @@
 
 #include "core/device_table.h"  // to_host
 #include "train/io/config.h"  // config_from_string
+#include "train/io/limits.h"
 #include "train/io/safetensors.h"
 
 namespace ctx {
@@ -51,6 +52,7 @@ LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::j
   auto cj = f.metadata.find("config");
   CTX_CHECK(cj != f.metadata.end(), path, ": __metadata__.config missing");
   ModelConfig cfg = config_from_string(cj->second, path + " (__metadata__.config)");
+  check_model_fits(cfg, path + " (__metadata__.config)");  // before the model is built
   if (!posenc_override.is_null())
     for (auto& kv : posenc_override.items()) cfg.posenc[kv.key()] = kv.value();
   if (context_override > 0) {
@@ -60,11 +62,17 @@ LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::j
   LoadedModel out;
   auto st = f.metadata.find("step");
   if (st != f.metadata.end()) {
+    // strict: digits only (no sign, no trailing text), within int64
+    const std::string& v = st->second;
+    size_t used = 0;
+    int64_t n = -1;
     try {
-      out.step = std::stoll(st->second);
+      if (!v.empty() && v[0] >= '0' && v[0] <= '9') n = std::stoll(v, &used);
     } catch (...) {
-      throw Error(str(path, ": __metadata__.step is \"", st->second, "\", expected an integer"));
     }
+    CTX_CHECK(used == v.size() && n >= 0, path, ": __metadata__.step is ", quoted_str(v),
+              ", expected a non-negative integer");
+    out.step = n;
   }
   out.metadata = f.metadata;
   out.tokenizer = tokenizer_from_metadata(f.metadata, path);

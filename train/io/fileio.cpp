@@ -85,6 +85,28 @@ std::string read_file(const std::string& path, const std::string& what) {
   return out;
 }
 
+std::string escape_control(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  auto hex = [&](unsigned char c) {
+    char b[8];
+    std::snprintf(b, sizeof b, "\\x%02x", c);
+    out += b;
+  };
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = (unsigned char)s[i];
+    if (c < 0x20 || c == 0x7f) {
+      hex(c);
+    } else if (c == 0xc2 && i + 1 < s.size() && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f) {
+      hex(c);
+      hex((unsigned char)s[++i]);
+    } else {
+      out += (char)c;
+    }
+  }
+  return out;
+}
+
 std::string json_error_text(const std::exception& e) {
   std::string m = e.what();
   if (!m.empty() && m[0] == '[') {

@@ -32,6 +32,11 @@ std::string read_file(const std::string& path, const std::string& what);
 
 // quoted_str (quoting untrusted strings for messages) is in core/error.h.
 
+// `s` with its control characters written as \xNN (C0, DEL, and the C1 range U+0080..U+009F as
+// UTF-8): text echoed from a file or an option can then never move the cursor, recolour or retitle
+// a terminal, or split a one-line message. Every other byte passes unchanged.
+std::string escape_control(const std::string& s);
+
 // `s` cut to `max_len` characters (with "..."), for shapes and values echoed in messages.
 inline std::string brief(const std::string& s, size_t max_len = 100) {
   return s.size() <= max_len ? s : s.substr(0, max_len) + "...";

@@ -19,6 +19,10 @@ std::string status_message(const sentencepiece::util::Status& s) {
   const size_t b = m.find("] ");
   if (b != std::string::npos) m = m.substr(b + 2);
   while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  // SentencePiece gives no text for a protobuf that does not parse: say what that means
+  if (m.empty() || m == "INTERNAL" || m == "INTERNAL: ")
+    m = str("the bytes do not parse as a SentencePiece ModelProto: damaged, truncated or another format; status code ",
+            (int)s.code());
   return m;
 }
 
