@@ -48,83 +48,92 @@ class RecordingBackend final : public Backend {
   std::map<std::string, int> calls;  // fused method -> times called
   std::map<std::string, int> row_calls;  // causal_fill, softmax, causal_softmax and backwards -> times called
 
-  void fill(Tensor& x, double v) override { in_.fill(x, v); }
-  void copy_strided(const Tensor& s, const Strided& ss, Tensor& d, const Strided& ds, const Shape& sh,
-                    bool acc) override {
+  void fill_impl(Tensor& x, double v) override { in_.fill(x, v); }
+  void copy_strided_impl(const Tensor& s, const Strided& ss, Tensor& d, const Strided& ds, const Shape& sh,
+                         bool acc) override {
     in_.copy_strided(s, ss, d, ds, sh, acc);
   }
-  void convert(const Tensor& s, Tensor& d) override { in_.convert(s, d); }
-  void unary(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override { in_.unary(op, x, y, a, b); }
-  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a,
-                      double b) override {
+  void convert_impl(const Tensor& s, Tensor& d) override { in_.convert(s, d); }
+  void unary_impl(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override { in_.unary(op, x, y, a, b); }
+  void unary_backward_impl(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a,
+                           double b) override {
     in_.unary_backward(op, x, y, dy, dx, a, b);
   }
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o) override { in_.binary(op, a, b, o); }
-  void reduce_sum(const Tensor& x, Tensor& o) override { in_.reduce_sum(x, o); }
-  void where_scalar(const Tensor& m, const Tensor& a, double b, Tensor& y) override { in_.where_scalar(m, a, b, y); }
-  void where(const Tensor& m, const Tensor& a, const Tensor& b, Tensor& y) override { in_.where(m, a, b, y); }
-  void causal_fill(Tensor& x, double v, int64_t diag, int64_t w) override {
+  void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o, const Shape&, const Shape&) override {
+    in_.binary(op, a, b, o);
+  }
+  void reduce_sum_impl(const Tensor& x, Tensor& o, const Shape&) override { in_.reduce_sum(x, o); }
+  void where_scalar_impl(const Tensor& m, const Tensor& a, double b, Tensor& y, const Shape&) override {
+    in_.where_scalar(m, a, b, y);
+  }
+  void where_impl(const Tensor& m, const Tensor& a, const Tensor& b, Tensor& y, const Shape&) override {
+    in_.where(m, a, b, y);
+  }
+  void causal_fill_impl(Tensor& x, double v, int64_t diag, int64_t w) override {
     ++row_calls["causal_fill"];
     in_.causal_fill(x, v, diag, w);
   }
-  void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override { in_.dropout(x, m, y); }
-  void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override { in_.gemm(g, A, B, C); }
-  void softmax(const Tensor& x, Tensor& y, bool log) override {
+  void dropout_impl(const Tensor& x, const DropoutMask& m, Tensor& y) override { in_.dropout(x, m, y); }
+  void gemm_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override { in_.gemm(g, A, B, C); }
+  void softmax_impl(const Tensor& x, Tensor& y, bool log) override {
     ++row_calls["softmax"];
     in_.softmax(x, y, log);
   }
-  void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t w) override {
+  void causal_softmax_impl(const Tensor& x, Tensor& y, const CausalRows& r) override {
     ++row_calls["causal_softmax"];
-    in_.causal_softmax(x, y, diag, w);
+    in_.causal_softmax(x, y, r.diag, r.window);
   }
-  void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag, int64_t w) override {
+  void causal_softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx, const CausalRows& r) override {
     ++row_calls["causal_softmax_backward"];
-    in_.causal_softmax_backward(y, dy, dx, diag, w);
+    in_.causal_softmax_backward(y, dy, dx, r.diag, r.window);
   }
-  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
+  void softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
     ++row_calls["softmax_backward"];
     in_.softmax_backward(y, dy, dx, log);
   }
-  void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
-                 Tensor& rstd) override {
+  void layernorm_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
+                      Tensor& rstd) override {
     in_.layernorm(x, w, b, eps, y, mean, rstd);
   }
-  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                          const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
+  void layernorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                               const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
     in_.layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
   }
-  void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
+  void rmsnorm_impl(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
     in_.rmsnorm(x, w, eps, y, rstd);
   }
-  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
-                        Tensor& dw) override {
+  void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                             Tensor& dw) override {
     in_.rmsnorm_backward(dy, x, w, rstd, dx, dw);
   }
-  void cross_entropy(const Tensor& z, const Tensor& t, Tensor& loss, Tensor& lse) override {
+  void cross_entropy_impl(const Tensor& z, const Tensor& t, Tensor& loss, Tensor& lse) override {
     in_.cross_entropy(z, t, loss, lse);
   }
-  void cross_entropy_backward(const Tensor& z, const Tensor& t, const Tensor& lse, const Tensor& dl,
-                              Tensor& dz) override {
+  void cross_entropy_backward_impl(const Tensor& z, const Tensor& t, const Tensor& lse, const Tensor& dl,
+                                   Tensor& dz) override {
     in_.cross_entropy_backward(z, t, lse, dl, dz);
   }
-  void index_select(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& o) override {
+  void index_select_impl(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& o, const DimSplit&) override {
     in_.index_select(x, dim, idx, o);
   }
-  void index_add(Tensor& o, int64_t dim, const Tensor& idx, const Tensor& s) override { in_.index_add(o, dim, idx, s); }
-  void adamw(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,
-             double wd, int64_t step) override {
+  void index_add_impl(Tensor& o, int64_t dim, const Tensor& idx, const Tensor& s, const DimSplit&) override {
+    in_.index_add(o, dim, idx, s);
+  }
+  void adamw_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,
+                  double wd, int64_t step) override {
     in_.adamw(p, g, m, v, lr, b1, b2, eps, wd, step);
   }
 
   bool has(Fused f) const override { return fused_ && in_.has(f); }
-  void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                         Tensor& out, Tensor& lse, const AttnRel& rel) override {
+  void attention_forward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) override {
     ++calls[rel.empty() ? "attention_forward" : "attention_forward+rel"];
     in_.attention_forward(d, q, k, v, bias, out, lse, rel);
   }
-  void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                          const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
-                          Tensor& dv, Tensor& dbias, const AttnRel& rel, AttnRelGrad& drel) override {
+  void attention_backward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                               Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,
+                               AttnRelGrad& drel) override {
     ++calls["attention_backward"];
     in_.attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
   }
@@ -148,37 +157,37 @@ class RecordingBackend final : public Backend {
     ++calls["gru_cell_backward"];
     in_.gru_cell_backward(gy, dhc, hp, rzn, hn, d1, d2, dh);
   }
-  void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool inter, bool tr) override {
+  void rope_rotate_impl(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool inter, bool tr) override {
     ++calls[tr ? "rope_rotate(transpose)" : "rope_rotate"];
     in_.rope_rotate(x, C, S, out, inter, tr);
   }
-  void split_heads(const Tensor& qkv, int64_t H, int64_t q0, Tensor& q, Tensor& k, Tensor& v) override {
+  void split_heads_impl(const Tensor& qkv, int64_t H, int64_t q0, Tensor& q, Tensor& k, Tensor& v) override {
     ++calls["split_heads"];
     in_.split_heads(qkv, H, q0, q, k, v);
   }
-  void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q0,
-                            Tensor& dqkv) override {
+  void split_heads_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q0,
+                                 Tensor& dqkv) override {
     ++calls["split_heads_backward"];
     in_.split_heads_backward(dq, dk, dv, H, q0, dqkv);
   }
-  void merge_heads(const Tensor& o, Tensor& out) override {
+  void merge_heads_impl(const Tensor& o, Tensor& out) override {
     ++calls["merge_heads"];
     in_.merge_heads(o, out);
   }
-  void merge_heads_backward(const Tensor& dout, Tensor& d_o) override {
+  void merge_heads_backward_impl(const Tensor& dout, Tensor& d_o) override {
     ++calls["merge_heads_backward"];
     in_.merge_heads_backward(dout, d_o);
   }
-  void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+  void linear_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
     ++calls["linear"];
     in_.linear(x, w, b, y);
   }
-  void sum_squares(const Tensor& x, const std::vector<FlatChunk>& c, Tensor& out) override {
+  void sum_squares_impl(const Tensor& x, const std::vector<FlatChunk>& c, Tensor& out) override {
     ++calls["sum_squares"];
     in_.sum_squares(x, c, out);
   }
-  void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& c,
-                  const AdamWHyper& h, const Tensor& norm_sq) override {
+  void adamw_flat_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& c,
+                       const AdamWHyper& h, const Tensor& norm_sq) override {
     ++calls["adamw_flat"];
     in_.adamw_flat(p, g, m, v, c, h, norm_sq);
   }
