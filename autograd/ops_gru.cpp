@@ -102,7 +102,7 @@ Variable gru_sequence(const Variable& x, const Variable& w_ih, const Variable& w
             "gru_sequence: biases must be [", 3 * H, "], got ", bi.str(), " and ", bh.str());
   for (const Tensor* t : {&wi, &wh, &bi, &bh}) check_compatible(xd, *t, "gru_sequence");
   CTX_CHECK(is_float(xd.dtype()), "gru_sequence: expected float tensors, got ", xd.str());
-  if (g_fused_gru.enabled() && backend_of(xd).has(Fused::GruCell))
+  if (use_fused(FastPath::GruCell, backend_of(xd)))
     return gru_sequence_fused(x, w_ih, w_hh, b_ih, b_hh, B, T, In, H);
 
   // ---- reference: the composed loop ----

@@ -63,7 +63,7 @@ Variable ode_positions(const Variable& p0v, const Variable& w1v, const Variable&
 
   Tensor P = seq::like(p0, {spec.n, D});            // output
   Tensor Pt = seq::like(p0, {std::max<int64_t>(4 * S, 1), D}), U = seq::like(p0, {std::max<int64_t>(4 * S, 1), F});
-  const bool fused = S > 0 && g_fused_ode.enabled() && backend_of(p0).has(Fused::OdeRk4);
+  const bool fused = S > 0 && use_fused(FastPath::OdeRk4, backend_of(p0));
   if (fused) backend_of(p0).ode_rk4_forward(p0, w1, b1, wt, w2, b2, spec.dt, spec.substeps, P, Pt, U);
   else seq::copy_into(p0, P.select0(0));
   Tensor p = p0.view({1, D});

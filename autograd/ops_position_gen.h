@@ -3,16 +3,17 @@
 // positions (ops_ode.cpp) and the complex-order rotation of token embeddings (ops_complex.cpp).
 // Each is one graph node with a hand-written backward next to its forward; the inner loops use
 // only Backend primitives.
+// Each op that has a fused path asks use_fused (core/fast_paths.h: FastPath::GruCell, OdeRk4;
+// tests set the switches with set_fast_path) and otherwise runs its composed twin.
 #pragma once
 #include "autograd/ops.h"
+#include "core/fast_paths.h"
 
 namespace ctx {
 
 // One GRU layer (PyTorch's equations, gates r, z, n), h_0 = 0, over x [B, T, In]:
 //   w_ih [3H, In], w_hh [3H, H], b_ih, b_hh [3H] (row blocks r, z, n) -> h [B, T, H].
-// CTXLAB_FUSED_GRU (core/settings.h): 0 = always the composed reference loop; tests set it here.
-void set_fused_gru(bool on);
-void reset_fused_gru();
+// CTXLAB_FUSED_GRU (FastPath::GruCell): 0 = always the composed reference loop.
 Variable gru_sequence(const Variable& x, const Variable& w_ih, const Variable& w_hh,
                       const Variable& b_ih, const Variable& b_hh);
 
@@ -24,9 +25,7 @@ struct OdeSpec {
   double dt = 0.01;
   int64_t substeps = 1;
 };
-// CTXLAB_FUSED_ODE (core/settings.h): 0 = always the composed reference loop; tests set it here.
-void set_fused_ode(bool on);
-void reset_fused_ode();
+// CTXLAB_FUSED_ODE (FastPath::OdeRk4): 0 = always the composed reference loop.
 Variable ode_positions(const Variable& p0, const Variable& w1, const Variable& b1,
                        const Variable& wt, const Variable& w2, const Variable& b2,
                        const OdeSpec& spec);

@@ -5,6 +5,7 @@
 // to_device_like move what they should and nothing more, and the CTXLAB_* settings table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "autograd/ops_heads.h"
 #include "core/backend.h"
 #include "core/device_table.h"
+#include "core/fast_paths.h"
 #include "core/settings.h"
 #include "core/switch.h"
 #include "nn/gpt.h"
@@ -268,8 +270,8 @@ TEST(DeviceCore, TheBackendsReportChoosesFusedOrComposedWithTheSameResults) {
 }
 
 // The op causal_softmax calls the backend's one-pass method each way, or with
-// CTXLAB_FUSED_CAUSAL_SOFTMAX=0 (set_fused_causal_softmax(false)) the two-pass composition, with
-// the same values (f64: bit for bit forward) and gradients.
+// CTXLAB_FUSED_CAUSAL_SOFTMAX=0 (set_fast_path(FastPath::CausalSoftmax, false)) the two-pass
+// composition, with the same values (f64: bit for bit forward) and gradients.
 TEST(DeviceCore, CausalSoftmaxIsOnePassUnlessSwitchedOff) {
   Rng r(31);
   const Tensor x = testing_util::uniform_tensor(r, {2, 3, 7, 9}, DType::F64, -3, 3);
@@ -277,7 +279,7 @@ TEST(DeviceCore, CausalSoftmaxIsOnePassUnlessSwitchedOff) {
   Tensor y[2], g[2];
   std::map<std::string, int> seen[2];
   for (int fused = 0; fused < 2; ++fused) {
-    set_fused_causal_softmax(fused == 1);
+    set_fast_path(FastPath::CausalSoftmax, fused == 1);
     InstallBackend b(false);
     Variable v(x, true);
     Variable p = causal_softmax(v, 2, 4);
@@ -286,7 +288,7 @@ TEST(DeviceCore, CausalSoftmaxIsOnePassUnlessSwitchedOff) {
     g[fused] = v.grad();
     seen[fused] = b.rb.row_calls;
   }
-  reset_fused_causal_softmax();
+  reset_fast_path(FastPath::CausalSoftmax);
   EXPECT_EQ(seen[1], (std::map<std::string, int>{{"causal_softmax", 1}, {"causal_softmax_backward", 1}}));
   EXPECT_EQ(seen[0], (std::map<std::string, int>{{"causal_fill", 1}, {"softmax", 1}, {"softmax_backward", 1}}));
   for (int64_t k = 0; k < x.numel(); ++k) {
@@ -298,7 +300,7 @@ TEST(DeviceCore, CausalSoftmaxIsOnePassUnlessSwitchedOff) {
 TEST(DeviceCore, AttentionFollowsTheBackendsPreferenceUnlessForcedOn) {
   // A backend that has the fused attention but prefers the composed path for these dims (as the
   // CUDA backend does for training shapes) gets the composed path, with the same results, unless
-  // the fused one is asked for explicitly (set_fused_attention(true) = CTXLAB_FUSED_ATTENTION=1).
+  // the fused one is asked for explicitly (set_fast_path(Attention, true) = CTXLAB_FUSED_ATTENTION=1).
   const json pe = {{"type", "rope"}};
   StepResult preferred, declined, forced;
   {
@@ -320,9 +322,9 @@ TEST(DeviceCore, AttentionFollowsTheBackendsPreferenceUnlessForcedOn) {
   {
     InstallBackend b(true);
     b.rb.prefer_fused_attention = false;
-    nn::set_fused_attention(true);
+    set_fast_path(FastPath::Attention, true);
     forced = train_two_steps(pe);
-    nn::reset_fused_attention();
+    reset_fast_path(FastPath::Attention);
     EXPECT_GT(b.rb.calls["attention_forward"], 0) << "CTXLAB_FUSED_ATTENTION=1 did not take the fused path";
   }
   EXPECT_NEAR(declined.loss, preferred.loss, 1e-12 * std::fabs(preferred.loss));
@@ -339,16 +341,62 @@ TEST(DeviceCore, TheSwitchTurnsAnExistingFusedPathOffButCannotTurnOneOn) {
     InstallBackend b(true);
     auto h = split_heads(x, 2);
     EXPECT_EQ(b.rb.calls["split_heads"], 1);
-    set_fused_heads(false);
+    set_fast_path(FastPath::Heads, false);
     h = split_heads(x, 2);
-    reset_fused_heads();
+    reset_fast_path(FastPath::Heads);
     EXPECT_EQ(b.rb.calls["split_heads"], 1) << "the switch did not turn the fused path off";
   }
   InstallBackend b(false);
-  set_fused_heads(true);
+  set_fast_path(FastPath::Heads, true);
   auto h = split_heads(x, 2);
-  reset_fused_heads();
+  reset_fast_path(FastPath::Heads);
   EXPECT_TRUE(b.rb.calls.empty());
+}
+
+// core/fast_paths.h: one row per fused op, each switch a 0 | 1 variable of the settings table with
+// the same default, and use_fused = the switch and (where the path needs one) the backend's has().
+TEST(FastPaths, OneTableTheSettingsAndTheRule) {
+  const auto& t = fast_paths();
+  ASSERT_EQ(t.size(), 9u);
+  RecordingBackend none(backend(Device::CPU), false), all(backend(Device::CPU), true);
+  for (size_t i = 0; i < t.size(); ++i) {
+    const FastPathInfo& r = t[i];
+    SCOPED_TRACE(r.name);
+    EXPECT_EQ((size_t)r.path, i);
+    EXPECT_EQ(&fast_path_info(r.path), &r);
+    EXPECT_GT(std::strlen(r.fused_op), 0u);
+    EXPECT_GT(std::strlen(r.composed), 0u);
+    EXPECT_GT(std::strlen(r.chooser), 0u);
+    if (r.env) {
+      const auto& st = settings();
+      auto s = std::find_if(st.begin(), st.end(), [&](const Setting& x) { return std::string(x.name) == r.env; });
+      ASSERT_NE(s, st.end()) << r.env << " is not in the settings table";
+      EXPECT_STREQ(s->values, "0 | 1");
+      EXPECT_STREQ(s->read_by, "core/fast_paths.cpp");
+      if (r.path != FastPath::Attention) {  // (its default is the backend's measured choice, in words)
+        EXPECT_STREQ(s->default_value, r.default_on ? "1" : "0");
+      }
+      reset_fast_path(r.path);  // (an earlier test may have left an override)
+      const bool env_unset = setting_env(r.env) == nullptr;
+      if (env_unset) {
+        EXPECT_EQ(fast_path_enabled(r.path), r.default_on);
+      }
+      for (bool on : {false, true}) {
+        set_fast_path(r.path, on);
+        EXPECT_EQ(fast_path_enabled(r.path), on);
+        EXPECT_EQ(use_fused(r.path, all), on);
+        EXPECT_EQ(use_fused(r.path, none), on && !r.needs_fused);
+      }
+      reset_fast_path(r.path);
+      if (env_unset) {
+        EXPECT_EQ(fast_path_enabled(r.path), r.default_on);
+      }
+    } else {  // flat_adamw: the switch is AdamWOptions::fused, per optimizer
+      expect_error([&] { set_fast_path(r.path, false); }, {"set_fast_path", r.name, "no process-wide switch"});
+      EXPECT_TRUE(use_fused(r.path, all));
+      EXPECT_FALSE(use_fused(r.path, none));
+    }
+  }
 }
 
 TEST(DeviceCore, BaseClassFusedMethodsThrowNamingTheMethodAndTheBackend) {
@@ -575,7 +623,7 @@ TEST(DeviceCore, ModuleToMovesEveryParameterOnceKeepingNamesAndTies) {
 
 TEST(Settings, EveryVariableIsInTheTableAndDocumented) {
   const auto& t = settings();
-  EXPECT_EQ(t.size(), 20u);
+  EXPECT_EQ(t.size(), 21u);
   std::ifstream f(std::string(CTXLAB_SOURCE_DIR) + "/docs/settings.md");
   ASSERT_TRUE(f.good()) << "docs/settings.md is missing";
   std::stringstream doc;

@@ -121,7 +121,7 @@ TEST(PosencSurvey, FusedGruEqualsTheComposedLoop) {
       for (auto& t : ins) t = t.to(DType::F32);
     const Tensor gy = randn({B, T, H}, 6, 1.0).to(dt);
     auto run = [&](bool fused) {
-      set_fused_gru(fused);
+      set_fast_path(FastPath::GruCell, fused);
       std::vector<Variable> v;
       for (auto& t : ins) v.emplace_back(t.clone(), true);
       Variable h = gru_sequence(v[0], v[1], v[2], v[3], v[4]);
@@ -131,17 +131,17 @@ TEST(PosencSurvey, FusedGruEqualsTheComposedLoop) {
       return out;
     };
     const auto a = run(true), b = run(false);
-    reset_fused_gru();
+    reset_fast_path(FastPath::GruCell);
     expect_same_outputs(a, b, dt, "gru");
   }
   SingleThread one;
-  set_fused_gru(false);
+  set_fast_path(FastPath::GruCell, false);
   GradFn f = [](const std::vector<Variable>& v) { return gru_sequence(v[0], v[1], v[2], v[3], v[4]); };
   expect_pass(gradcheck(f, {randn({2, 4, 3}, 1, 1.0), randn({12, 3}, 2), randn({12, 4}, 3), randn({12}, 4),
                             randn({12}, 5)},
                         {"x", "weight_ih", "weight_hh", "bias_ih", "bias_hh"}),
               5);
-  reset_fused_gru();
+  reset_fast_path(FastPath::GruCell);
 }
 
 // The fused RK4 (Fused::OdeRk4, the CPU default) against the composed reference loop
@@ -157,7 +157,7 @@ TEST(PosencSurvey, FusedOdeEqualsTheComposedLoop) {
       for (auto& t : ins) t = t.to(dt);
       const Tensor gy = randn({sp.n, D}, 7, 1.0).to(dt);
       auto run = [&](bool fused) {
-        set_fused_ode(fused);
+        set_fast_path(FastPath::OdeRk4, fused);
         std::vector<Variable> v;
         for (auto& t : ins) v.emplace_back(t.clone(), true);
         Variable P = ode_positions(v[0], v[1], v[2], v[3], v[4], v[5], sp);
@@ -167,7 +167,7 @@ TEST(PosencSurvey, FusedOdeEqualsTheComposedLoop) {
         return out;
       };
       const auto a = run(true), b = run(false);
-      reset_fused_ode();
+      reset_fast_path(FastPath::OdeRk4);
       expect_same_outputs(a, b, dt, "ode substeps " + std::to_string(sp.substeps));
     }
 }
