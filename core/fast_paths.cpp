@@ -22,8 +22,10 @@ const std::vector<FastPathInfo>& fast_paths() {
        "Backend::causal_softmax / causal_softmax_backward (one pass each way; a primitive)",
        "causal_fill(-inf) + softmax, softmax_backward (autograd/ops_nn.cpp)", "autograd/ops_nn.cpp"},
       {FastPath::Rope, "rope", "CTXLAB_FUSED_ROPE", true, true, Fused::Rope,
-       "Backend::rope_rotate (rope_rotate)", "rope_rotate_composed (autograd/ops_rope.h: slice, mul, concat)",
-       "autograd/ops_rope.cpp"},
+       "Backend::rope_rotate (rope_rotate, complex_order_embed)",
+       "rope_rotate_composed (autograd/ops_rope.h: slice, mul, concat); complex_order_embed_composed "
+       "(autograd/ops_position_gen.h: embedding, cos, sin, mul)",
+       "autograd/ops_rope.cpp, autograd/ops_complex.cpp"},
       {FastPath::Heads, "heads", "CTXLAB_FUSED_HEADS", true, true, Fused::Heads,
        "Backend::split_heads / merge_heads and their backwards",
        "reshape + permute + slice (autograd/ops_heads.cpp)", "autograd/ops_heads.cpp"},

@@ -22,7 +22,7 @@ enum class FastPath {
   Attention,      // fused causal attention (Fused::Attention)
   Bf16Attention,  // bf16 tile products inside the CPU's fused attention under --precision bf16 (opt-in)
   CausalSoftmax,  // the composed attention's mask + softmax in one pass (Backend::causal_softmax)
-  Rope,           // rotary rotation (Fused::Rope)
+  Rope,           // rotary rotation (Fused::Rope): rope_rotate, complex_order_embed
   Heads,          // head split / merge (Fused::Heads)
   Linear,         // Linear with its bias in one GEMM (Fused::Linear)
   FlatAdamW,      // AdamW over flat buffers (Fused::FlatAdamW)

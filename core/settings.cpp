@@ -36,8 +36,8 @@ const std::vector<Setting>& settings() {
        "0: the composed attention's mask and softmax as causal_fill + softmax (two passes) instead of "
        "Backend::causal_softmax (one pass each way)", "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_ROPE", "1", "0 | 1",
-       "0: the rotary rotation (rope_rotate) composed from slice / mul / concat instead of Backend::rope_rotate",
-       "core/fast_paths.cpp"},
+       "0: rotary rotations (rope_rotate, complex_order_embed) composed from primitives instead of "
+       "Backend::rope_rotate", "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_HEADS", "1", "0 | 1", "0: head split / merge through reshape + permute + slice",
        "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_LINEAR", "1", "0 | 1", "0: Linear as matmul + add (two nodes) instead of one GEMM with bias",

@@ -353,6 +353,28 @@ TEST(DeviceCore, TheSwitchTurnsAnExistingFusedPathOffButCannotTurnOneOn) {
   EXPECT_TRUE(b.rb.calls.empty());
 }
 
+// The fallback rule holds for complex-order too (it used to throw "has no rope_rotate" on a
+// backend without Fused::Rope): composed there, fused where the backend has it, the same training.
+TEST(DeviceCore, ComplexOrderFallsBackToItsComposedTwin) {
+  const json pe = {{"type", "complex-order"}};
+  StepResult composed, fused;
+  {
+    InstallBackend b(false);
+    composed = train_two_steps(pe);
+    EXPECT_TRUE(b.rb.calls.empty()) << "a fused method ran on a backend that reports none";
+  }
+  {
+    InstallBackend b(true);
+    fused = train_two_steps(pe);
+    EXPECT_GT(b.rb.calls["rope_rotate"], 0);
+    EXPECT_GT(b.rb.calls["rope_rotate(transpose)"], 0);
+  }
+  EXPECT_NEAR(fused.loss, composed.loss, 1e-12 * std::fabs(composed.loss));
+  ASSERT_EQ(fused.params.size(), composed.params.size());
+  for (size_t i = 0; i < fused.params.size(); ++i)
+    EXPECT_LE(rel_err(fused.params[i].second, composed.params[i].second), 1e-9) << fused.params[i].first;
+}
+
 // core/fast_paths.h: one row per fused op, each switch a 0 | 1 variable of the settings table with
 // the same default, and use_fused = the switch and (where the path needs one) the backend's has().
 TEST(FastPaths, OneTableTheSettingsAndTheRule) {

@@ -196,6 +196,40 @@ TEST(PosencSurvey, GradcheckComplexOrderEmbed) {
   }
 }
 
+// The fused complex-order rotation (Fused::Rope, the default) against its composed twin
+// (complex_order_embed_composed: what runs where use_fused(FastPath::Rope) says no, e.g. a backend
+// without rope_rotate, instead of throwing): the same output and the same gradient of both inputs,
+// f64 and f32; the switch routes complex_order_embed to the twin; the twin gradchecked.
+TEST(PosencSurvey, FusedComplexOrderEqualsTheComposedTwin) {
+  ASSERT_TRUE(backend(Device::CPU).has(Fused::Rope));  // else both runs would be the composed twin
+  const int64_t V = 7, D = 6;
+  const Tensor tok = ids(3, 5, V, 4);
+  for (DType dt : {DType::F64, DType::F32})
+    for (int64_t pos0 : {0, 11}) {
+      const Tensor w = randn({V, D}, 1, 1.0).to(dt), fr = randn({V, D / 2}, 2).to(dt);
+      const Tensor gy = randn({3, 5, D}, 3, 1.0).to(dt);
+      auto run = [&](bool composed, bool switched_off) {
+        if (switched_off) set_fast_path(FastPath::Rope, false);
+        Variable vw(w.clone(), true), vf(fr.clone(), true);
+        Variable e = composed ? complex_order_embed_composed(vw, vf, tok, pos0)
+                              : complex_order_embed(vw, vf, tok, pos0);
+        reset_fast_path(FastPath::Rope);
+        e.backward(gy);
+        EXPECT_EQ(e.op_name() == "complex_order_embed", !composed && !switched_off) << e.op_name();
+        return std::vector<Tensor>{e.data(), vw.grad(), vf.grad()};
+      };
+      const auto fused = run(false, false), twin = run(true, false), off = run(false, true);
+      expect_same_outputs(fused, twin, dt, "complex_order pos0 " + std::to_string(pos0));
+      for (size_t i = 0; i < twin.size(); ++i)
+        EXPECT_EQ(max_abs_diff(off[i], twin[i]), 0.0) << "the switched-off op is not the twin, #" << i;
+    }
+  SingleThread one;
+  for (int64_t pos0 : {0, 3}) {
+    GradFn f = [&](const std::vector<Variable>& v) { return complex_order_embed_composed(v[0], v[1], tok, pos0); };
+    expect_pass(gradcheck(f, {randn({V, D}, 1), randn({V, D / 2}, 2)}, {"wte", "freq"}), 2);
+  }
+}
+
 // ---- one node each -------------------------------------------------------------------------
 TEST(PosencSurvey, EachOpIsOneGraphNode) {
   Variable x(randn({2, 6, 4}, 1), true), wi(randn({12, 4}, 2), true), wh(randn({12, 4}, 3), true),
