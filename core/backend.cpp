@@ -114,8 +114,7 @@ void Backend::dropout(const Tensor& x, const DropoutMask& m, Tensor& y) {
   dropout_impl(x, m, y);
 }
 void Backend::gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) {
-  checks::gemm(device(), g, A, B, C);
-  gemm_impl(g, A, B, C);
+  if (checks::gemm(device(), g, A, B, C)) gemm_impl(g, A, B, C);
 }
 void Backend::softmax(const Tensor& x, Tensor& y, bool log) {
   checks::softmax(device(), x, y);

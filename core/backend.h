@@ -339,7 +339,7 @@ class Backend {
   virtual void where_impl(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y, const Shape& sm) = 0;
   virtual void causal_fill_impl(Tensor& x, double value, int64_t diag, int64_t window) = 0;
   virtual void dropout_impl(const Tensor& x, const DropoutMask& m, Tensor& y) = 0;
-  virtual void gemm_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) = 0;
+  virtual void gemm_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) = 0;  // M, N > 0
   virtual void softmax_impl(const Tensor& x, Tensor& y, bool log) = 0;
   virtual void softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) = 0;
   virtual void causal_softmax_impl(const Tensor& x, Tensor& y, const CausalRows& rows) = 0;

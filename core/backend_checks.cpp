@@ -156,7 +156,7 @@ void dropout(Device dev, const Tensor& x, const Tensor& y) {
   float_dtype("dropout", x.dtype());
 }
 
-void gemm(Device dev, const GemmDesc& g, const Tensor& A, const Tensor& B, const Tensor& C) {
+bool gemm(Device dev, const GemmDesc& g, const Tensor& A, const Tensor& B, const Tensor& C) {
   on(dev, A, "gemm", "A");
   on(dev, B, "gemm", "B");
   on(dev, C, "gemm", "C");
@@ -172,8 +172,9 @@ void gemm(Device dev, const GemmDesc& g, const Tensor& A, const Tensor& B, const
             g.K, "x", g.N);
   CTX_CHECK(need(g.stride_c, g.M, g.N) <= C.numel(), "gemm: C ", C.str(), " too small for batch ", g.batch, " of ",
             g.M, "x", g.N);
-  if (g.M == 0 || g.N == 0) return;  // nothing to compute: any dtype
+  if (g.M == 0 || g.N == 0) return false;  // nothing to compute: any dtype
   CTX_CHECK(A.dtype() == DType::F32 || A.dtype() == DType::F64, "gemm: expected f32 or f64, got ", A.str());
+  return true;
 }
 
 void softmax(Device dev, const Tensor& x, const Tensor& y) {

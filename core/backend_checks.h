@@ -58,8 +58,9 @@ Shape where(Device dev, const Tensor& mask, const Tensor& a, const Tensor& b, co
 void causal_fill(Device dev, const Tensor& x);
 void dropout(Device dev, const Tensor& x, const Tensor& y);
 
-// --- linear algebra: one dtype, sizes >= 0, every batch item inside A, B and C ---
-void gemm(Device dev, const GemmDesc& g, const Tensor& A, const Tensor& B, const Tensor& C);
+// --- linear algebra: one dtype, sizes >= 0, every batch item inside A, B and C; f32 / f64 when
+// there is something to compute. False when there is not (M or N is 0: C has no element).
+bool gemm(Device dev, const GemmDesc& g, const Tensor& A, const Tensor& B, const Tensor& C);
 
 // --- normalisation / softmax ---
 void softmax(Device dev, const Tensor& x, const Tensor& y);
