@@ -13,11 +13,14 @@
 // dAr, dAz, dHn against Hs[0..T-1]); the bias gradients are column sums.
 //
 // Two implementations: the composed loop below (the reference: ~20 backend primitives per step,
-// each gate its own GEMM) and, on a backend with Fused::GruCell (CTXLAB_FUSED_GRU=0 turns it
+// each gate its own GEMM) and, on a device with the GRU cell kernels (CTXLAB_FUSED_GRU=0 turns it
 // off), the fused one: gate-interleaved [T, B, 3H] layout, the input projection one GEMM with
 // the bias inside (Backend::linear), per step one [B, H] x [H, 3H] GEMM plus one fused gate
 // kernel forward (gru_cell_forward) and one kernel plus one GEMM backward (gru_cell_backward),
-// and the weight gradients one GEMM each over all T*B rows.
+// and the weight gradients one GEMM each over all T*B rows. The gate kernels are this op's own
+// extension kernels (core/extension.h), not Backend methods: autograd/kernels/gru_cell.h declares
+// them, gru_cell_cpu.cpp and gru_cell_cuda.cu register them per device.
+#include "autograd/kernels/gru_cell.h"
 #include "autograd/ops_seq_util.h"
 #include "autograd/ops_position_gen.h"
 #include "core/switch.h"
@@ -37,6 +40,7 @@ Variable gru_sequence_fused(const Variable& x, const Variable& w_ih, const Varia
                             const Variable& b_hh, int64_t B, int64_t T, int64_t In, int64_t H) {
   const Tensor xd = x.data(), wi = w_ih.data(), wh = w_hh.data(), bi = b_ih.data(), bh = b_hh.data();
   Backend& be = backend_of(xd);
+  const Device dev = xd.device();
   const Tensor X = seq::swap01(xd).view({T * B, In});  // time-major rows
   Tensor bias = seq::add(bi, bh);                      // r, z: both biases sit inside the sigmoid
   seq::copy_into(gate(bi, 2, H), gate(bias, 2, H));    // n: b_in only (b_hn sits inside r (...))
@@ -50,7 +54,7 @@ Variable gru_sequence_fused(const Variable& x, const Variable& w_ih, const Varia
   for (int64_t t = 0; t < T; ++t) {
     seq::mm(Hs.select0(t), false, wh, true, hg);  // [B, H] x [H, 3H]
     Tensor h = Hs.select0(t + 1), rzn = RZN.select0(t), hn = HN.select0(t);
-    be.gru_cell_forward(XG.slice0(t * B, (t + 1) * B), hg, bhn, Hs.select0(t), h, rzn, hn);
+    kernels::gru_cell_forward(dev, XG.slice0(t * B, (t + 1) * B), hg, bhn, Hs.select0(t), h, rzn, hn);
   }
   Tensor out = seq::swap01(Hs.slice0(1, T + 1));  // [B, T, H]
 
@@ -62,7 +66,8 @@ Variable gru_sequence_fused(const Variable& x, const Variable& w_ih, const Varia
     bb.fill(dh, 0.0);
     for (int64_t t = T - 1; t >= 0; --t) {
       Tensor d1 = D1.select0(t), d2 = D2.select0(t);
-      bb.gru_cell_backward(G.select0(t), dh, Hs.select0(t), RZN.select0(t), HN.select0(t), d1, d2, dh_next);
+      kernels::gru_cell_backward(dy.device(), G.select0(t), dh, Hs.select0(t), RZN.select0(t), HN.select0(t), d1,
+                                 d2, dh_next);
       seq::mm(d2, false, wh, false, dh_next, 1.f);  // + (dAr | dAz | dHn) W_hh
       std::swap(dh, dh_next);
     }
@@ -102,7 +107,11 @@ Variable gru_sequence(const Variable& x, const Variable& w_ih, const Variable& w
             "gru_sequence: biases must be [", 3 * H, "], got ", bi.str(), " and ", bh.str());
   for (const Tensor* t : {&wi, &wh, &bi, &bh}) check_compatible(xd, *t, "gru_sequence");
   CTX_CHECK(is_float(xd.dtype()), "gru_sequence: expected float tensors, got ", xd.str());
-  if (use_fused(FastPath::GruCell, backend_of(xd)))
+  // The fused path: where the device has both cell kernels, and its backend the fused Linear (the
+  // input projection; both backends have it, but a test's backend may report no fused method).
+  const Device dev = xd.device();
+  if (use_fused(FastPath::GruCell, backend_of(xd)) && kernels::gru_cell_forward.has(dev) &&
+      kernels::gru_cell_backward.has(dev))
     return gru_sequence_fused(x, w_ih, w_hh, b_ih, b_hh, B, T, In, H);
 
   // ---- reference: the composed loop ----

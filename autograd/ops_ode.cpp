@@ -9,11 +9,14 @@
 //   gk = eta/6 (1, 2, 2, 1) gp; for j = 4..1: ga_j = (W2^T gk_j) (1 - u_j^2), gp_j = W1^T ga_j,
 //   gp += gp_j, gk_{j-1} += c_j gp_j. Then dW2 = GK^T U, db2 = sum GK, dW1 = GA^T Pt,
 //   db1 = sum GA, dwt = GA^T tau (one GEMM each over all 4S stage rows).
-// On a backend with Fused::OdeRk4 (the CPU; CTXLAB_FUSED_ODE=0 turns it off) the integration and
-// its backward are one call each (core/cpu/ode_rk4.cpp, the same operations in the same order);
-// the loop below is the reference, and the path of backends without it (CUDA).
+// On a device with the RK4 kernels (the CPU; CTXLAB_FUSED_ODE=0 turns them off) the integration and
+// its backward are one call each (autograd/kernels/ode_rk4_cpu.cpp, the same operations in the
+// same order); the loop below is the reference, and the path of devices without them (CUDA). The
+// kernels are this op's own extension kernels (core/extension.h), not Backend methods:
+// autograd/kernels/ode_rk4.h declares them.
 #include <vector>
 
+#include "autograd/kernels/ode_rk4.h"
 #include "autograd/ops_seq_util.h"
 #include "autograd/ops_position_gen.h"
 #include "core/switch.h"
@@ -63,8 +66,10 @@ Variable ode_positions(const Variable& p0v, const Variable& w1v, const Variable&
 
   Tensor P = seq::like(p0, {spec.n, D});            // output
   Tensor Pt = seq::like(p0, {std::max<int64_t>(4 * S, 1), D}), U = seq::like(p0, {std::max<int64_t>(4 * S, 1), F});
-  const bool fused = S > 0 && use_fused(FastPath::OdeRk4, backend_of(p0));
-  if (fused) backend_of(p0).ode_rk4_forward(p0, w1, b1, wt, w2, b2, spec.dt, spec.substeps, P, Pt, U);
+  const Device dev = p0.device();
+  const bool fused = S > 0 && use_fused(FastPath::OdeRk4, backend_of(p0)) && kernels::ode_rk4_forward.has(dev) &&
+                     kernels::ode_rk4_backward.has(dev);
+  if (fused) kernels::ode_rk4_forward(dev, p0, w1, b1, wt, w2, b2, spec.dt, spec.substeps, P, Pt, U);
   else seq::copy_into(p0, P.select0(0));
   Tensor p = p0.view({1, D});
   const Tensor b1r = b1.view({1, F}), b2r = b2.view({1, D}), wtr = wt.view({1, F});
@@ -100,7 +105,7 @@ Variable ode_positions(const Variable& p0v, const Variable& w1v, const Variable&
     Tensor gp = seq::like(gP, {1, D});
     if (fused) {
       Tensor g0 = gp.view({D});
-      backend_of(gP).ode_rk4_backward(gP, w1, w2, U, spec.dt, spec.substeps, g0, GK, GA);
+      kernels::ode_rk4_backward(gP.device(), gP, w1, w2, U, spec.dt, spec.substeps, g0, GK, GA);
     } else {
       seq::copy_into(gP.select0(spec.n - 1), gp);
     }

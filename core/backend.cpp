@@ -45,8 +45,6 @@ const char* fused_name(Fused f) {
     case Fused::Heads: return "heads";
     case Fused::Linear: return "linear";
     case Fused::FlatAdamW: return "flat_adamw";
-    case Fused::GruCell: return "gru_cell";
-    case Fused::OdeRk4: return "ode_rk4";
   }
   return "?";
 }
@@ -242,64 +240,6 @@ void Backend::attention_backward_impl(const AttnDims&, const Tensor&, const Tens
                                       const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, Tensor&,
                                       const AttnRel&, AttnRelGrad&) {
   unsupported(*this, "attention_backward", Fused::Attention);
-}
-void check_gru_cell(const char* op, const Tensor& hp, NamedTensors bh, NamedTensors b3h, const Tensor* bhn) {
-  CTX_CHECK(hp.defined() && hp.dim() == 2 && (hp.dtype() == DType::F32 || hp.dtype() == DType::F64), op,
-            ": hp must be f32 or f64 [B, H], got ", hp.defined() ? hp.str() : std::string("undefined"));
-  const int64_t B = hp.size(0), H = hp.size(1);
-  auto check = [&](const char* name, const Tensor* t, const Shape& want) {
-    CTX_CHECK(t->defined() && t->dtype() == hp.dtype() && t->shape() == want && t->device() == hp.device(), op, ": ",
-              name, " must be ", dtype_name(hp.dtype()), shape_str(want), " on ", device_name(hp.device()),
-              " for hp ", hp.str(), ", got ", t->defined() ? t->str() : std::string("undefined"));
-  };
-  for (auto& [n, t] : bh) check(n, t, {B, H});
-  for (auto& [n, t] : b3h) check(n, t, {B, 3 * H});
-  if (bhn) check("bhn", bhn, {H});
-}
-
-OdeDims check_ode_rk4(const char* op, const Tensor& v, const Tensor& w1, const Tensor& w2, double dt,
-                      int64_t substeps, const Tensor& P, const Tensor& Pt, const Tensor& U,
-                      std::initializer_list<const Tensor*> fvec, const Tensor* dvec) {
-  CTX_CHECK(v.defined() && v.dim() == 1 && (v.dtype() == DType::F32 || v.dtype() == DType::F64), op,
-            ": p0 / gp0 must be f32 or f64 [D], got ", v.defined() ? v.str() : std::string("undefined"));
-  CTX_CHECK(dt > 0 && substeps >= 1, op, ": need dt > 0 and substeps >= 1, got ", dt, " and ", substeps);
-  const int64_t D = v.size(0);
-  CTX_CHECK(w1.defined() && w1.dim() == 2 && w1.size(1) == D, op, ": w1 must be [F, ", D, "], got ", w1.str());
-  const int64_t F = w1.size(0);
-  CTX_CHECK(P.defined() && P.dim() == 2 && P.size(0) >= 2 && P.size(1) == D, op, ": P / gP must be [n >= 2, ", D,
-            "], got ", P.defined() ? P.str() : std::string("undefined"));
-  const int64_t n = P.size(0), S = (n - 1) * substeps;
-  auto check = [&](const char* name, const Tensor* t, const Shape& want) {
-    CTX_CHECK(t->defined() && t->dtype() == v.dtype() && t->shape() == want && t->device() == v.device(), op, ": ",
-              name, " must be ", dtype_name(v.dtype()), shape_str(want), " on ", device_name(v.device()), ", got ",
-              t->defined() ? t->str() : std::string("undefined"));
-  };
-  check("w1", &w1, {F, D});
-  check("w2", &w2, {D, F});
-  check("P", &P, {n, D});
-  check("Pt / GK", &Pt, {4 * S, D});
-  check("U / GA", &U, {4 * S, F});
-  for (const Tensor* t : fvec) check("b1 / wt", t, {F});
-  if (dvec) check("b2", dvec, {D});
-  return {n, D, F};
-}
-
-void Backend::ode_rk4_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                              const Tensor&, double, int64_t, Tensor&, Tensor&, Tensor&) {
-  unsupported(*this, "ode_rk4_forward", Fused::OdeRk4);
-}
-void Backend::ode_rk4_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, int64_t, Tensor&,
-                               Tensor&, Tensor&) {
-  unsupported(*this, "ode_rk4_backward", Fused::OdeRk4);
-}
-
-void Backend::gru_cell_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
-                               Tensor&) {
-  unsupported(*this, "gru_cell_forward", Fused::GruCell);
-}
-void Backend::gru_cell_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
-                                Tensor&, Tensor&) {
-  unsupported(*this, "gru_cell_backward", Fused::GruCell);
 }
 void Backend::rope_rotate_impl(const Tensor&, const Tensor&, const Tensor&, Tensor&, bool, bool) {
   unsupported(*this, "rope_rotate", Fused::Rope);

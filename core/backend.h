@@ -14,7 +14,6 @@
 // backend overrides. A new device adds only its kernels. What the checks derive for the kernel
 // (broadcast strides, the causal rows, the index split) is passed on; index values, which only
 // the device can read, are range-checked by the kernel with checks::*_in_range (same message).
-// (gru_cell_* and ode_rk4_* are still public virtual methods that check their own arguments.)
 // All tensors passed in are contiguous and on the backend's device; outputs are allocated by the
 // caller with the right shape, dtype and device. Float methods accept f32 and f64 (the CUDA
 // backend may accept f32 only and say so); index tensors are i32 or i64.
@@ -76,10 +75,8 @@ enum class Fused {
   Heads,      // split_heads / split_heads_backward / merge_heads / merge_heads_backward
   Linear,     // linear (the backward is gemm + reduce_sum)
   FlatAdamW,  // sum_squares / adamw_flat
-  GruCell,    // gru_cell_forward / gru_cell_backward
-  OdeRk4,     // ode_rk4_forward / ode_rk4_backward
 };
-// "attention", "rope", "heads", "linear", "flat_adamw", "gru_cell", "ode_rk4"
+// "attention", "rope", "heads", "linear", "flat_adamw"
 const char* fused_name(Fused f);
 
 // Sizes of one causal attention call. Query i (0 <= i < T) sits at key position i + (S - T)
@@ -278,35 +275,6 @@ class Backend {
   // (The backward needs only gemm and reduce_sum: dx = dy w, dw = dy^T x, db = sum of dy rows.)
   void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 
-  // --- one GRU time step, gates fused (Fused::GruCell; autograd/ops_gru.cpp runs the GEMMs) ---
-  // Gate blocks r | z | n of 3H columns; rows b < B, columns j < H (all contiguous, no aliasing):
-  //   xg, hg [B, 3H]: x W_ih^T + (b_ir + b_hr | b_iz + b_hz | b_in), and h_prev W_hh^T
-  //   r = s(xg_r + hg_r), z = s(xg_z + hg_z), hn = hg_n + bhn, n = tanh(xg_n + r hn),
-  //   h = n + z (hp - n), with s(x) = (1 + tanh(x / 2)) / 2
-  // writes h [B, H], rzn [B, 3H] = r | z | n and hn [B, H] (saved for the backward).
-  virtual void gru_cell_forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, const Tensor& hp,
-                                Tensor& h, Tensor& rzn, Tensor& hn);
-  // With g = gy + dhc (dL/dh of this step: the output's gradient plus what flows back from the
-  // next step): dn = g (1 - z), dNp = dn (1 - n^2), dAr = dNp hn r (1 - r),
-  // dAz = g (hp - n) z (1 - z); writes d1 [B, 3H] = dAr | dAz | dNp (input side),
-  // d2 [B, 3H] = dAr | dAz | dNp r (hidden side) and dh [B, H] = g z (the caller adds d2 W_hh).
-  virtual void gru_cell_backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, const Tensor& rzn,
-                                 const Tensor& hn, Tensor& d1, Tensor& d2, Tensor& dh);
-
-  // --- FLOATER's RK4 integration (Fused::OdeRk4; autograd/ops_ode.cpp is the reference) ---
-  // Field h(p, tau) = W2 tanh(W1 p + b1 + tau wt) + b2 (w1 [F, D], b1, wt [F], w2 [D, F], b2 [D]);
-  // S = (n - 1) substeps classic RK4 steps of eta = dt / substeps from p0 [D], stage times and
-  // points as in ops_ode.cpp, in the tensors' precision. Writes P [n, D] (p at every dt) and, for
-  // the backward, the stage points Pt [4S, D] and activations U [4S, F] (row 4 s + j).
-  virtual void ode_rk4_forward(const Tensor& p0, const Tensor& w1, const Tensor& b1, const Tensor& wt,
-                               const Tensor& w2, const Tensor& b2, double dt, int64_t substeps, Tensor& P,
-                               Tensor& Pt, Tensor& U);
-  // Given gP = dL/dP [n, D] and the forward's U: writes gp0 = dL/dp0 [D] and every stage's
-  // GK = dL/dk [4S, D] and GA = dL/d(W1 p + b1 + tau wt) [4S, F] (the weight gradients are GEMMs
-  // of these over the 4S rows: the caller's).
-  virtual void ode_rk4_backward(const Tensor& gP, const Tensor& w1, const Tensor& w2, const Tensor& U, double dt,
-                                int64_t substeps, Tensor& gp0, Tensor& GK, Tensor& GA);
-
   // --- flat optimizer buffers (Fused::FlatAdamW) ---
   // out (one element, f64, x's device) = sum over chunks of x[i]^2, accumulated in f64 in a
   // fixed order (the same value for any thread count). The caller reads it only to log.
@@ -384,19 +352,6 @@ class Backend {
   virtual void adamw_flat_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
                                const AdamWHyper& h, const Tensor& norm_sq);
 };
-
-// The argument checks every backend's gru_cell_* runs: hp [B, H] (f32 / f64); each `bh` tensor
-// [B, H], each `b3h` one [B, 3H], bhn (when given) [H], all of hp's dtype (errors name the method
-// and the argument).
-using NamedTensors = std::initializer_list<std::pair<const char*, const Tensor*>>;
-void check_gru_cell(const char* op, const Tensor& hp, NamedTensors bh, NamedTensors b3h, const Tensor* bhn);
-
-// The argument checks of ode_rk4_*: v [D], w1 [F, D], w2 [D, F], dt > 0, substeps >= 1, P [n, D],
-// Pt [4S, D], U [4S, F] (S = (n - 1) substeps, n >= 2), every `fvec` [F] and dvec [D], one dtype.
-struct OdeDims { int64_t n, D, F; };
-OdeDims check_ode_rk4(const char* op, const Tensor& v, const Tensor& w1, const Tensor& w2, double dt,
-                      int64_t substeps, const Tensor& P, const Tensor& Pt, const Tensor& U,
-                      std::initializer_list<const Tensor*> fvec, const Tensor* dvec);
 
 Backend& backend(Device d);  // the backend for a device (throws if not compiled in)
 void synchronize_devices();   // wait for the queued work of every device in use (none: returns)

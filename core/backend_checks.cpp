@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/attention_checks.h"
+#include "core/extension.h"
 
 namespace ctx::checks {
 
@@ -21,13 +22,6 @@ void same(const Tensor& a, const Tensor& b, const char* op) {
 
 void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
   CTX_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch ", a.str(), " vs ", b.str());
-}
-
-void all_on(Device dev, const char* op, std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
-    if (t->defined())
-      CTX_CHECK(t->device() == dev, op, ": tensor ", t->str(), " is on ", device_name(t->device()), ", expected ",
-                device_name(dev));
 }
 
 void float_dtype(const char* op, DType dt) {
@@ -93,7 +87,7 @@ void unary_backward(Device dev, UnaryOp op, const Tensor& x, const Tensor& y, co
   same(dy, dx, nm);
   if (x.defined()) same(x, dy, nm);
   if (y.defined()) same(y, dy, nm);
-  all_on(dev, nm, {&dx, &x, &y});
+  check_on_device(dev, nm, {&dx, &x, &y});
   float_dtype(nm, dy.dtype());
 }
 
@@ -188,7 +182,7 @@ void softmax_backward(Device dev, const Tensor& y, const Tensor& dy, const Tenso
   on(dev, y, "softmax_backward", "y");
   same(y, dy, "softmax_backward");
   same(y, dx, "softmax_backward");
-  all_on(dev, "softmax_backward", {&dy, &dx});
+  check_on_device(dev, "softmax_backward", {&dy, &dx});
   if (y.numel() > 0) float_dtype("softmax_backward", y.dtype());
 }
 
@@ -202,7 +196,7 @@ CausalRows causal_softmax(Device dev, const Tensor& x, const Tensor& y, int64_t 
 CausalRows causal_softmax_backward(Device dev, const Tensor& y, const Tensor& dy, const Tensor& dx, int64_t diag,
                                    int64_t window) {
   const CausalRows rows = causal_rows(dev, "causal_softmax_backward", y, dy, dx, diag, window);
-  all_on(dev, "causal_softmax_backward", {&dy, &dx});
+  check_on_device(dev, "causal_softmax_backward", {&dy, &dx});
   if (y.numel() > 0) float_dtype("causal_softmax_backward", y.dtype());
   return rows;
 }
@@ -237,7 +231,7 @@ void layernorm(Device dev, const Tensor& x, const Tensor& w, const Tensor& b, co
   same(x, y, "layer_norm");
   const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
   CTX_CHECK(mean.numel() == N && rstd.numel() == N, "layer_norm: mean/rstd need ", N, " elements");
-  all_on(dev, "layer_norm", {&y, &mean, &rstd});
+  check_on_device(dev, "layer_norm", {&y, &mean, &rstd});
   float_dtype("layer_norm", x.dtype());
 }
 
@@ -247,7 +241,7 @@ void layernorm_backward(Device dev, const Tensor& dy, const Tensor& x, const Ten
   same(x, dy, "layer_norm_backward");
   same(x, dx, "layer_norm_backward");
   same(w, dw, "layer_norm_backward");
-  all_on(dev, "layer_norm_backward", {&dy, &dx, &dw, &mean, &rstd});
+  check_on_device(dev, "layer_norm_backward", {&dy, &dx, &dw, &mean, &rstd});
   float_dtype("layer_norm_backward", x.dtype());
 }
 
@@ -256,7 +250,7 @@ void rmsnorm(Device dev, const Tensor& x, const Tensor& w, const Tensor& y, cons
   same(x, y, "rms_norm");
   const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
   CTX_CHECK(rstd.numel() == N, "rms_norm: rstd needs ", N, " elements");
-  all_on(dev, "rms_norm", {&y, &rstd});
+  check_on_device(dev, "rms_norm", {&y, &rstd});
   float_dtype("rms_norm", x.dtype());
 }
 
@@ -266,7 +260,7 @@ void rmsnorm_backward(Device dev, const Tensor& dy, const Tensor& x, const Tenso
   same(x, dy, "rms_norm_backward");
   same(x, dx, "rms_norm_backward");
   same(w, dw, "rms_norm_backward");
-  all_on(dev, "rms_norm_backward", {&dy, &dx, &dw, &rstd});
+  check_on_device(dev, "rms_norm_backward", {&dy, &dx, &dw, &rstd});
   float_dtype("rms_norm_backward", x.dtype());
 }
 
@@ -283,7 +277,7 @@ void cross_entropy(Device dev, const Tensor& logits, const Tensor& targets_, con
   targets(dev, "cross_entropy", logits, targets_);
   const int64_t N = logits.size(0);
   CTX_CHECK(loss.numel() == N && lse.numel() == N, "cross_entropy: loss/lse need ", N, " elements");
-  all_on(dev, "cross_entropy", {&loss, &lse});
+  check_on_device(dev, "cross_entropy", {&loss, &lse});
   float_dtype("cross_entropy", logits.dtype());
 }
 
@@ -293,7 +287,7 @@ void cross_entropy_backward(Device dev, const Tensor& logits, const Tensor& targ
   same(logits, dlogits, "cross_entropy_backward");
   const int64_t N = logits.size(0);
   CTX_CHECK(dloss.numel() == N && lse.numel() == N, "cross_entropy_backward: dloss/lse need ", N, " elements");
-  all_on(dev, "cross_entropy_backward", {&lse, &dloss, &dlogits});
+  check_on_device(dev, "cross_entropy_backward", {&lse, &dloss, &dlogits});
   float_dtype("cross_entropy_backward", logits.dtype());
 }
 
@@ -350,7 +344,7 @@ void adamw(Device dev, const Tensor& p, const Tensor& g, const Tensor& m, const 
 
 void attention_forward(Device dev, const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& bias, const Tensor& out, const Tensor& lse, const AttnRel& rel) {
-  all_on(dev, "attention_forward",
+  check_on_device(dev, "attention_forward",
          {&q, &k, &v, &bias, &out, &lse, &rel.qidx, &rel.kidx, &rel.qrel, &rel.krel, &rel.vrel});
   check_attention_forward(d, q, k, v, bias, out, lse, rel, dev);
 }
@@ -359,14 +353,14 @@ void attention_backward(Device dev, const AttnDims& d, const Tensor& q, const Te
                         const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
                         const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dbias, const AttnRel& rel,
                         const AttnRelGrad& drel) {
-  all_on(dev, "attention_backward",
+  check_on_device(dev, "attention_backward",
          {&q, &k, &v, &bias, &out, &lse, &dout, &dq, &dk, &dv, &dbias, &rel.qidx, &rel.kidx, &rel.qrel, &rel.krel,
           &rel.vrel, &drel.dqrel, &drel.dkrel, &drel.dvrel});
   check_attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel, dev);
 }
 
 void rope_rotate(Device dev, const Tensor& x, const Tensor& C, const Tensor& S, const Tensor& out) {
-  all_on(dev, "rope_rotate", {&x, &C, &S, &out});
+  check_on_device(dev, "rope_rotate", {&x, &C, &S, &out});
   CTX_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0, "rope_rotate: x must be [..., T, d] with d even, got ", x.str());
   const int64_t d = x.size(-1), T = x.size(-2);
   for (const Tensor* t : {&C, &S})
@@ -405,7 +399,7 @@ void check_chunks(const char* op, const std::vector<FlatChunk>& chunks, const Te
 
 void split_heads(Device dev, const Tensor& qkv, int64_t H, int64_t q_begin, const Tensor& q, const Tensor& k,
                  const Tensor& v) {
-  all_on(dev, "split_heads", {&qkv, &q, &k, &v});
+  check_on_device(dev, "split_heads", {&qkv, &q, &k, &v});
   const int64_t Dh = split_sizes("split_heads", qkv.shape(), qkv.dtype(), H, q_begin);
   const int64_t B = qkv.size(0), S = qkv.size(1);
   check_part("split_heads", "q", q, qkv.dtype(), {B, H, S - q_begin, Dh});
@@ -416,7 +410,7 @@ void split_heads(Device dev, const Tensor& qkv, int64_t H, int64_t q_begin, cons
 void split_heads_backward(Device dev, const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H,
                           int64_t q_begin, const Tensor& dqkv) {
   const char* op = "split_heads_backward";
-  all_on(dev, op, {&dq, &dk, &dv, &dqkv});
+  check_on_device(dev, op, {&dq, &dk, &dv, &dqkv});
   const int64_t Dh = split_sizes(op, dqkv.shape(), dqkv.dtype(), H, q_begin);
   const int64_t B = dqkv.size(0), S = dqkv.size(1);
   const DType dt = dqkv.dtype();
@@ -426,14 +420,14 @@ void split_heads_backward(Device dev, const Tensor& dq, const Tensor& dk, const 
 }
 
 void merge_heads(Device dev, const Tensor& o, const Tensor& out) {
-  all_on(dev, "merge_heads", {&o, &out});
+  check_on_device(dev, "merge_heads", {&o, &out});
   CTX_CHECK(o.dim() == 4, "merge_heads: o must be [B, H, T, Dh], got ", o.str());
   check_part("merge_heads", "out", out, o.dtype(), {o.size(0), o.size(2), o.size(1) * o.size(3)});
   CTX_CHECK(o.dtype() == DType::F32 || o.dtype() == DType::F64, "merge_heads: o must be f32 or f64, got ", o.str());
 }
 
 void merge_heads_backward(Device dev, const Tensor& dout, const Tensor& d_o) {
-  all_on(dev, "merge_heads_backward", {&dout, &d_o});
+  check_on_device(dev, "merge_heads_backward", {&dout, &d_o});
   CTX_CHECK(d_o.dim() == 4, "merge_heads_backward: do must be [B, H, T, Dh], got ", d_o.str());
   check_part("merge_heads_backward", "dout", dout, d_o.dtype(), {d_o.size(0), d_o.size(2), d_o.size(1) * d_o.size(3)});
   CTX_CHECK(dout.dtype() == DType::F32 || dout.dtype() == DType::F64,
@@ -441,7 +435,7 @@ void merge_heads_backward(Device dev, const Tensor& dout, const Tensor& d_o) {
 }
 
 void linear(Device dev, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
-  all_on(dev, "linear", {&x, &w, &b, &y});
+  check_on_device(dev, "linear", {&x, &w, &b, &y});
   CTX_CHECK(w.dim() == 2, "linear: weight must be [N, K], got ", w.str());
   const int64_t N = w.size(0), K = w.size(1);
   CTX_CHECK(x.dim() >= 1 && x.size(-1) == K, "linear: x ", x.str(), " does not match weight ", w.str());
@@ -454,7 +448,7 @@ void linear(Device dev, const Tensor& x, const Tensor& w, const Tensor& b, const
 }
 
 void sum_squares(Device dev, const Tensor& x, const std::vector<FlatChunk>& chunks, const Tensor& out) {
-  all_on(dev, "sum_squares", {&x, &out});
+  check_on_device(dev, "sum_squares", {&x, &out});
   CTX_CHECK(out.numel() == 1 && out.dtype() == DType::F64, "sum_squares: out must be one f64 element, got ",
             out.str());
   check_chunks("sum_squares", chunks, x);
@@ -463,7 +457,7 @@ void sum_squares(Device dev, const Tensor& x, const std::vector<FlatChunk>& chun
 
 void adamw_flat(Device dev, const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                 const std::vector<FlatChunk>& chunks, const AdamWHyper& h, const Tensor& norm_sq) {
-  all_on(dev, "adamw_flat", {&p, &g, &m, &v, &norm_sq});
+  check_on_device(dev, "adamw_flat", {&p, &g, &m, &v, &norm_sq});
   for (const Tensor* t : {&g, &m, &v})
     CTX_CHECK(t->shape() == p.shape() && t->dtype() == p.dtype(), "adamw_flat: ", t->str(),
               " does not match the parameters ", p.str());

@@ -22,8 +22,7 @@ void on(Device dev, const Tensor& t, const char* op, const char* what);
 // the same shape and dtype / the same dtype
 void same(const Tensor& a, const Tensor& b, const char* op);
 void same_dtype(const Tensor& a, const Tensor& b, const char* op);
-// every defined tensor of ts on `dev` ("op: tensor <t> is on cpu, expected cuda")
-void all_on(Device dev, const char* op, std::initializer_list<const Tensor*> ts);
+// (every defined tensor of a list on the device: check_on_device, core/extension.h)
 // "op: expected a float tensor, got i32" / "op: index tensor must be i32 or i64, got f32"
 void float_dtype(const char* op, DType dt);
 void index_dtype(const char* op, DType dt);

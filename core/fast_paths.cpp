@@ -36,12 +36,15 @@ const std::vector<FastPathInfo>& fast_paths() {
        "Backend::sum_squares + adamw_flat over FlatParams' flat buffers",
        "the per-tensor AdamW: clip_grad_norm, Backend::adamw per parameter (train/optim.cpp)",
        "train/optim.cpp (FlatParams::supported; the switch is AdamWOptions::fused, per optimizer)"},
-      {FastPath::GruCell, "gru_cell", "CTXLAB_FUSED_GRU", true, true, Fused::GruCell,
-       "Backend::gru_cell_forward / gru_cell_backward per step (gru_sequence)",
-       "the per-gate loop (autograd/ops_gru.cpp)", "autograd/ops_gru.cpp"},
-      {FastPath::OdeRk4, "ode_rk4", "CTXLAB_FUSED_ODE", true, true, Fused::OdeRk4,
-       "Backend::ode_rk4_forward / ode_rk4_backward (ode_positions)", "the per-stage loop (autograd/ops_ode.cpp)",
-       "autograd/ops_ode.cpp"},
+      {FastPath::GruCell, "gru_cell", "CTXLAB_FUSED_GRU", true, true, Fused::Linear,
+       "the input projection by Backend::linear, then per step the gru_cell_forward / gru_cell_backward "
+       "extension kernels (autograd/kernels/gru_cell.h; gru_sequence)",
+       "the per-gate loop (autograd/ops_gru.cpp)",
+       "autograd/ops_gru.cpp (and the device's gru_cell kernels: kernels::gru_cell_*.has)"},
+      {FastPath::OdeRk4, "ode_rk4", "CTXLAB_FUSED_ODE", true, false, Fused::Linear,
+       "the ode_rk4_forward / ode_rk4_backward extension kernels (autograd/kernels/ode_rk4.h; ode_positions)",
+       "the per-stage loop (autograd/ops_ode.cpp)",
+       "autograd/ops_ode.cpp (and the device's ode_rk4 kernels: kernels::ode_rk4_*.has)"},
   };
   return table;
 }

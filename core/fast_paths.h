@@ -3,8 +3,10 @@
 // that runs instead, and the rule, which every caller applies through use_fused:
 //
 //   the fused path runs where its switch is on AND the backend has it (Backend::has; a path
-//   built on a primitive every backend has needs only the switch); everywhere else the caller
-//   runs the composed twin, with the same results. No caller throws for want of a fused method.
+//   built on a primitive every backend has needs only the switch; a path on an op's own extension
+//   kernels, core/extension.h, also needs them for the device, which the op asks of its slots);
+//   everywhere else the caller runs the composed twin, with the same results. No caller throws
+//   for want of a fused method.
 //
 // Attention adds the backend's measured preference for the dims (use_fused_attention). Tests and
 // A/B benchmarks override a switch with set_fast_path until reset_fast_path; docs/settings.md and
@@ -26,8 +28,8 @@ enum class FastPath {
   Heads,          // head split / merge (Fused::Heads)
   Linear,         // Linear with its bias in one GEMM (Fused::Linear)
   FlatAdamW,      // AdamW over flat buffers (Fused::FlatAdamW)
-  GruCell,        // the rnn encoding's fused GRU gates (Fused::GruCell)
-  OdeRk4,         // FLOATER's RK4 in one call (Fused::OdeRk4)
+  GruCell,        // the rnn encoding's fused GRU gates (its gru_cell extension kernels, and Fused::Linear)
+  OdeRk4,         // FLOATER's RK4 in one call (its ode_rk4 extension kernels)
 };
 
 struct FastPathInfo {
@@ -35,8 +37,8 @@ struct FastPathInfo {
   const char* name;      // "attention"
   const char* env;       // the switch's variable (core/settings.cpp); nullptr: no process-wide switch
   bool default_on;       // the switch when the variable is unset
-  bool needs_fused;      // false: built on primitives every backend has (only the switch decides)
-  Fused fused;           // what Backend::has must report when needs_fused
+  bool needs_fused;      // false: no Backend fused method (primitives, or the op's own extension kernels)
+  Fused fused;           // what Backend::has must report when needs_fused (else unused)
   const char* fused_op;  // what runs on the fast path
   const char* composed;  // its composed twin: what runs otherwise (the same results)
   const char* chooser;   // where use_fused is asked

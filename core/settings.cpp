@@ -43,7 +43,7 @@ const std::vector<Setting>& settings() {
       {"CTXLAB_FUSED_LINEAR", "1", "0 | 1", "0: Linear as matmul + add (two nodes) instead of one GEMM with bias",
        "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_ODE", "1", "0 | 1",
-       "0: FLOATER's RK4 as the composed loop (~10 primitives per stage) instead of one call (Fused::OdeRk4)",
+       "0: FLOATER's RK4 as the composed loop (~10 primitives per stage) instead of one call (its ode_rk4 kernels)",
        "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_GRU", "1", "0 | 1",
        "0: the rnn encoding's GRU as the composed loop (each gate its own GEMM and ~20 primitives per step)",

@@ -115,11 +115,9 @@ std::unique_ptr<PositionalEncoding> make_sinusoidal(const ModelConfig& c, const 
 
 }  // namespace
 
-// Called by posenc/registry.cpp (ensure_registered).
-void posenc_register_absolute() {
-  static PosencRegistrar r1("none", make_none);
-  static PosencRegistrar r2("learned", make_learned);
-  static PosencRegistrar r3("sinusoidal", make_sinusoidal);
-}
+// Registered by name as the library loads (posenc/registry.cpp; executables link the whole library).
+static PosencRegistrar r1("none", make_none);
+static PosencRegistrar r2("learned", make_learned);
+static PosencRegistrar r3("sinusoidal", make_sinusoidal);
 
 }  // namespace ctx

@@ -247,12 +247,10 @@ std::unique_ptr<PositionalEncoding> make_t5(const ModelConfig& c, const nlohmann
 
 }  // namespace
 
-// Called by posenc/registry.cpp (ensure_registered).
-void posenc_register_bias() {
-  static PosencRegistrar r1("alibi", make_alibi);
-  static PosencRegistrar r2("kerple", make_kerple);
-  static PosencRegistrar r3("sandwich", make_sandwich);
-  static PosencRegistrar r4("t5", make_t5);
-}
+// Registered by name as the library loads (posenc/registry.cpp; executables link the whole library).
+static PosencRegistrar r1("alibi", make_alibi);
+static PosencRegistrar r2("kerple", make_kerple);
+static PosencRegistrar r3("sandwich", make_sandwich);
+static PosencRegistrar r4("t5", make_t5);
 
 }  // namespace ctx

@@ -52,7 +52,7 @@ std::unique_ptr<PositionalEncoding> make_complex_order(const ModelConfig& c, con
 
 }  // namespace
 
-// Called by posenc/registry.cpp (ensure_registered).
-void posenc_register_complex_order() { static PosencRegistrar r("complex-order", make_complex_order); }
+// Registered by name as the library loads (posenc/registry.cpp; executables link the whole library).
+static PosencRegistrar r("complex-order", make_complex_order);
 
 }  // namespace ctx

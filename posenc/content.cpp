@@ -395,12 +395,10 @@ std::unique_ptr<PositionalEncoding> make_tupe(const ModelConfig& c, const nlohma
 
 }  // namespace
 
-// Called by posenc/registry.cpp (ensure_registered).
-void posenc_register_content() {
-  static PosencRegistrar r1("shaw", make_shaw);
-  static PosencRegistrar r2("xl", make_xl);
-  static PosencRegistrar r3("deberta", make_deberta);
-  static PosencRegistrar r4("tupe", make_tupe);
-}
+// Registered by name as the library loads (posenc/registry.cpp; executables link the whole library).
+static PosencRegistrar r1("shaw", make_shaw);
+static PosencRegistrar r2("xl", make_xl);
+static PosencRegistrar r3("deberta", make_deberta);
+static PosencRegistrar r4("tupe", make_tupe);
 
 }  // namespace ctx

@@ -96,7 +96,7 @@ std::unique_ptr<PositionalEncoding> make_floater(const ModelConfig& c, const nlo
 
 }  // namespace
 
-// Called by posenc/registry.cpp (ensure_registered).
-void posenc_register_floater() { static PosencRegistrar r("floater", make_floater); }
+// Registered by name as the library loads (posenc/registry.cpp; executables link the whole library).
+static PosencRegistrar r("floater", make_floater);
 
 }  // namespace ctx

@@ -89,7 +89,7 @@ std::unique_ptr<PositionalEncoding> make_rnn(const ModelConfig& c, const nlohman
 
 }  // namespace
 
-// Called by posenc/registry.cpp (ensure_registered).
-void posenc_register_recurrent() { static PosencRegistrar r("rnn", make_rnn); }
+// Registered by name as the library loads (posenc/registry.cpp; executables link the whole library).
+static PosencRegistrar r("rnn", make_rnn);
 
 }  // namespace ctx

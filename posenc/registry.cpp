@@ -30,39 +30,13 @@ std::vector<std::string> posenc_take_duplicates() {
   return d;
 }
 
-// Each encoding family file defines one of these (static libraries drop unreferenced objects,
-// so the registry names them explicitly).
-void posenc_register_absolute();
-void posenc_register_rotary();  // posenc/rotary.cpp
-void posenc_register_bias();    // posenc/bias.cpp
-void posenc_register_content();
-void posenc_register_recurrent();      // posenc/recurrent.cpp
-void posenc_register_floater();        // posenc/floater.cpp
-void posenc_register_complex_order();  // posenc/complex_order.cpp
-
-static void ensure_registered() {
-  static bool done = [] {
-    posenc_register_absolute();
-    posenc_register_rotary();
-    posenc_register_bias();
-    posenc_register_content();
-    posenc_register_recurrent();
-    posenc_register_floater();
-    posenc_register_complex_order();
-    return true;
-  }();
-  (void)done;
-}
-
 std::vector<std::string> posenc_types() {
-  ensure_registered();
   std::vector<std::string> v;
   for (auto& kv : registry()) v.push_back(kv.first);
   return v;
 }
 
 std::unique_ptr<PositionalEncoding> make_posenc(const ModelConfig& cfg, const std::string& source) {
-  ensure_registered();
   const nlohmann::json& p = cfg.posenc;
   CTX_CHECK(p.is_object(), source, ": field 'posenc' must be an object like {\"type\": \"rope\"}");
   CTX_CHECK(p.contains("type") && p["type"].is_string(), source,

@@ -320,10 +320,8 @@ std::unique_ptr<PositionalEncoding> make_xpos(const ModelConfig& c, const nlohma
 
 }  // namespace
 
-// Called by posenc/registry.cpp (ensure_registered).
-void posenc_register_rotary() {
-  static PosencRegistrar r1("rope", make_rope);
-  static PosencRegistrar r2("xpos", make_xpos);
-}
+// Registered by name as the library loads (posenc/registry.cpp; executables link the whole library).
+static PosencRegistrar r1("rope", make_rope);
+static PosencRegistrar r2("xpos", make_xpos);
 
 }  // namespace ctx

@@ -2,7 +2,8 @@
 // test-backend-ops): each Backend method, forward and backward, f32 and f64, on shapes that
 // include size 1, odd sizes and sizes past one block of threads, run on every available device
 // and compared with the CPU reference kernels (core/cpu/ref_kernels.h, gemm_reference) — or, for
-// the fused methods, with a short loop here. Devices:
+// the fused methods and the extension kernels (core/extension.h: an op's own kernels, registered
+// per device by the op that owns them), with a short loop here. Devices:
 //   cpu   the CPU backend (its oneDNN / OpenBLAS / fast GELU paths against the reference)
 //   cuda  the emulated build (CTXLAB_CUDA_EMULATOR): always; the real build: when a GPU is
 //         present, else the test reports "skipped: no GPU" (the only skip in this file).
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/kernels/gru_cell.h"
 #include "core/backend.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/ref_kernels.h"
@@ -102,12 +104,24 @@ template <class T> const T* P(const Tensor& t) { return t.data<T>(); }
 // ---------------------------------------------------------------------------------------------
 // the table
 
+// What a case needs beyond the primitives (nothing: every backend runs it): a fused method,
+// compared where the backend's has() says so, else the call must throw; or an extension kernel,
+// compared where the device registers one, else the call must throw.
+struct Needs {
+  std::optional<Fused> fused;
+  std::function<bool(Device)> ext_has;  // an extension kernel's has()
+  Needs() = default;
+  Needs(Fused f) : fused(f) {}
+  template <class Sig>
+  Needs(const ExtensionKernel<Sig>& k) : ext_has([&k](Device d) { return k.has(d); }) {}
+};
+
 struct Case {
   std::string name;
   DType dt = DType::F32;
   bool exact = false;
   int64_t L = 1;  // the longest reduction behind one output element
-  std::optional<Fused> fused;  // a fused method: compared where has() says so, else must throw
+  Needs needs;    // a fused method or an extension kernel (see Needs)
   std::function<std::vector<Tensor>(const Dev&)> run;  // the outputs, on the host
   std::function<std::vector<Tensor>()> ref;
   bool large = false;  // millions of emulated threads: left out of the in-process schedule test
@@ -687,59 +701,6 @@ void fused_cases(std::vector<Case>& cs) {
                         return std::vector<Tensor>{out};
                       }});
       }
-  // gru cell: xg, hg [B, 3H], bhn [H], hp [B, H] -> h, rzn, hn; backward -> d1, d2, dh
-  for (auto [B, H] : {std::pair<int64_t, int64_t>{3, 5}, {1, 1}, {4, 40}}) {
-    const Shape bh{B, H}, b3{B, 3 * H};
-    auto sg = [](T x) { return T(0.5) * std::tanh(T(0.5) * x) + T(0.5); };
-    cs.push_back({str("gru_cell_forward ", tn<T>(), " B ", B, " H ", H), dt, false, 2, Fused::GruCell,
-                  [=](const Dev& D) {
-                    Tensor xg = D.in(rnd(b3, dt, 141)), hg = D.in(rnd(b3, dt, 142)), bhn = D.in(rnd({H}, dt, 143)),
-                           hp = D.in(rnd(bh, dt, 144));
-                    Tensor h = D.out(bh, dt), rzn = D.out(b3, dt), hn = D.out(bh, dt);
-                    D.be().gru_cell_forward(xg, hg, bhn, hp, h, rzn, hn);
-                    return hosts({h, rzn, hn});
-                  },
-                  [=] {
-                    Tensor xg = rnd(b3, dt, 141), hg = rnd(b3, dt, 142), bhn = rnd({H}, dt, 143), hp = rnd(bh, dt, 144);
-                    Tensor h = Tensor::empty(bh, dt), rzn = Tensor::empty(b3, dt), hn = Tensor::empty(bh, dt);
-                    const T *x = P<T>(xg), *g = P<T>(hg);
-                    for (int64_t b = 0; b < B; ++b)
-                      for (int64_t j = 0; j < H; ++j) {
-                        const int64_t o = b * 3 * H;
-                        const T r = sg(x[o + j] + g[o + j]), z = sg(x[o + H + j] + g[o + H + j]);
-                        const T hv = g[o + 2 * H + j] + P<T>(bhn)[j], n = std::tanh(x[o + 2 * H + j] + r * hv);
-                        P<T>(h)[b * H + j] = n + z * (P<T>(hp)[b * H + j] - n);
-                        P<T>(rzn)[o + j] = r, P<T>(rzn)[o + H + j] = z, P<T>(rzn)[o + 2 * H + j] = n;
-                        P<T>(hn)[b * H + j] = hv;
-                      }
-                    return std::vector<Tensor>{h, rzn, hn};
-                  }});
-    cs.push_back({str("gru_cell_backward ", tn<T>(), " B ", B, " H ", H), dt, false, 2, Fused::GruCell,
-                  [=](const Dev& D) {
-                    Tensor gy = D.in(rnd(bh, dt, 151)), dhc = D.in(rnd(bh, dt, 152)), hp = D.in(rnd(bh, dt, 153)),
-                           rzn = D.in(rnd(b3, dt, 154, 0, 1)), hn = D.in(rnd(bh, dt, 155));
-                    Tensor d1 = D.out(b3, dt), d2 = D.out(b3, dt), dh = D.out(bh, dt);
-                    D.be().gru_cell_backward(gy, dhc, hp, rzn, hn, d1, d2, dh);
-                    return hosts({d1, d2, dh});
-                  },
-                  [=] {
-                    Tensor gy = rnd(bh, dt, 151), dhc = rnd(bh, dt, 152), hp = rnd(bh, dt, 153),
-                           rzn = rnd(b3, dt, 154, 0, 1), hn = rnd(bh, dt, 155);
-                    Tensor d1 = Tensor::empty(b3, dt), d2 = Tensor::empty(b3, dt), dh = Tensor::empty(bh, dt);
-                    for (int64_t b = 0; b < B; ++b)
-                      for (int64_t j = 0; j < H; ++j) {
-                        const int64_t o = b * 3 * H, i = b * H + j;
-                        const T g = P<T>(gy)[i] + P<T>(dhc)[i];
-                        const T r = P<T>(rzn)[o + j], z = P<T>(rzn)[o + H + j], n = P<T>(rzn)[o + 2 * H + j];
-                        const T dnp = g * (T(1) - z) * (T(1) - n * n);
-                        const T dar = dnp * P<T>(hn)[i] * r * (T(1) - r), daz = g * (P<T>(hp)[i] - n) * z * (T(1) - z);
-                        P<T>(d1)[o + j] = dar, P<T>(d1)[o + H + j] = daz, P<T>(d1)[o + 2 * H + j] = dnp;
-                        P<T>(d2)[o + j] = dar, P<T>(d2)[o + H + j] = daz, P<T>(d2)[o + 2 * H + j] = dnp * r;
-                        P<T>(dh)[i] = g * z;
-                      }
-                    return std::vector<Tensor>{d1, d2, dh};
-                  }});
-  }
   // heads: qkv [B, S, 3 H Dh] <-> q [B, H, S - q0, Dh], k, v [B, H, S, Dh]; merge o [B, H, T, Dh]
   struct HC { int64_t B, S, H, Dh, q0; };
   for (const HC& c : {HC{2, 5, 3, 4, 0}, HC{1, 1, 1, 1, 0}, HC{2, 7, 2, 3, 4}}) {
@@ -1015,6 +976,67 @@ void large_cases(std::vector<Case>& cs) {
   cs.back().large = true;
 }
 
+// --- extension kernels (core/extension.h: an op's own kernels, registered per device by their
+// owner), compared on every device that registers them (else they must refuse); references are
+// short loops ---
+template <class T>
+void extension_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  // gru cell: xg, hg [B, 3H], bhn [H], hp [B, H] -> h, rzn, hn; backward -> d1, d2, dh
+  for (auto [B, H] : {std::pair<int64_t, int64_t>{3, 5}, {1, 1}, {4, 40}}) {
+    const Shape bh{B, H}, b3{B, 3 * H};
+    auto sg = [](T x) { return T(0.5) * std::tanh(T(0.5) * x) + T(0.5); };
+    cs.push_back({str("gru_cell_forward ", tn<T>(), " B ", B, " H ", H), dt, false, 2, kernels::gru_cell_forward,
+                  [=](const Dev& D) {
+                    Tensor xg = D.in(rnd(b3, dt, 141)), hg = D.in(rnd(b3, dt, 142)), bhn = D.in(rnd({H}, dt, 143)),
+                           hp = D.in(rnd(bh, dt, 144));
+                    Tensor h = D.out(bh, dt), rzn = D.out(b3, dt), hn = D.out(bh, dt);
+                    kernels::gru_cell_forward(D.d, xg, hg, bhn, hp, h, rzn, hn);
+                    return hosts({h, rzn, hn});
+                  },
+                  [=] {
+                    Tensor xg = rnd(b3, dt, 141), hg = rnd(b3, dt, 142), bhn = rnd({H}, dt, 143), hp = rnd(bh, dt, 144);
+                    Tensor h = Tensor::empty(bh, dt), rzn = Tensor::empty(b3, dt), hn = Tensor::empty(bh, dt);
+                    const T *x = P<T>(xg), *g = P<T>(hg);
+                    for (int64_t b = 0; b < B; ++b)
+                      for (int64_t j = 0; j < H; ++j) {
+                        const int64_t o = b * 3 * H;
+                        const T r = sg(x[o + j] + g[o + j]), z = sg(x[o + H + j] + g[o + H + j]);
+                        const T hv = g[o + 2 * H + j] + P<T>(bhn)[j], n = std::tanh(x[o + 2 * H + j] + r * hv);
+                        P<T>(h)[b * H + j] = n + z * (P<T>(hp)[b * H + j] - n);
+                        P<T>(rzn)[o + j] = r, P<T>(rzn)[o + H + j] = z, P<T>(rzn)[o + 2 * H + j] = n;
+                        P<T>(hn)[b * H + j] = hv;
+                      }
+                    return std::vector<Tensor>{h, rzn, hn};
+                  }});
+    cs.push_back({str("gru_cell_backward ", tn<T>(), " B ", B, " H ", H), dt, false, 2, kernels::gru_cell_backward,
+                  [=](const Dev& D) {
+                    Tensor gy = D.in(rnd(bh, dt, 151)), dhc = D.in(rnd(bh, dt, 152)), hp = D.in(rnd(bh, dt, 153)),
+                           rzn = D.in(rnd(b3, dt, 154, 0, 1)), hn = D.in(rnd(bh, dt, 155));
+                    Tensor d1 = D.out(b3, dt), d2 = D.out(b3, dt), dh = D.out(bh, dt);
+                    kernels::gru_cell_backward(D.d, gy, dhc, hp, rzn, hn, d1, d2, dh);
+                    return hosts({d1, d2, dh});
+                  },
+                  [=] {
+                    Tensor gy = rnd(bh, dt, 151), dhc = rnd(bh, dt, 152), hp = rnd(bh, dt, 153),
+                           rzn = rnd(b3, dt, 154, 0, 1), hn = rnd(bh, dt, 155);
+                    Tensor d1 = Tensor::empty(b3, dt), d2 = Tensor::empty(b3, dt), dh = Tensor::empty(bh, dt);
+                    for (int64_t b = 0; b < B; ++b)
+                      for (int64_t j = 0; j < H; ++j) {
+                        const int64_t o = b * 3 * H, i = b * H + j;
+                        const T g = P<T>(gy)[i] + P<T>(dhc)[i];
+                        const T r = P<T>(rzn)[o + j], z = P<T>(rzn)[o + H + j], n = P<T>(rzn)[o + 2 * H + j];
+                        const T dnp = g * (T(1) - z) * (T(1) - n * n);
+                        const T dar = dnp * P<T>(hn)[i] * r * (T(1) - r), daz = g * (P<T>(hp)[i] - n) * z * (T(1) - z);
+                        P<T>(d1)[o + j] = dar, P<T>(d1)[o + H + j] = daz, P<T>(d1)[o + 2 * H + j] = dnp;
+                        P<T>(d2)[o + j] = dar, P<T>(d2)[o + H + j] = daz, P<T>(d2)[o + 2 * H + j] = dnp * r;
+                        P<T>(dh)[i] = g * z;
+                      }
+                    return std::vector<Tensor>{d1, d2, dh};
+                  }});
+  }
+}
+
 // --- causal attention (Fused::Attention), with the bias and the content-position terms of
 // AttnRel: the reference materialises each row's logits. Query i sits at key position
 // i + S - T; window > 0 keeps `window` keys. Per (b, h):
@@ -1255,6 +1277,8 @@ const std::vector<Case>& table() {
     adamw_cases<double>(v);
     fused_cases<float>(v);
     fused_cases<double>(v);
+    extension_cases<float>(v);
+    extension_cases<double>(v);
     attention_cases<float>(v);
     attention_cases<double>(v);
     random_cases<float>(v);
@@ -1300,7 +1324,11 @@ uint64_t fnv1a(const std::vector<Tensor>& ts) {
   return h;
 }
 
-bool supported(const Backend& be, const Case& c) { return !c.fused || be.has(*c.fused); }
+bool supported(const Backend& be, const Case& c) {
+  if (c.needs.fused) return be.has(*c.needs.fused);
+  if (c.needs.ext_has) return c.needs.ext_has(be.device());
+  return true;
+}
 
 // Device parameter: "cpu" or "cuda". Returns false (after GTEST_SKIP) when it cannot run.
 bool device_available(const std::string& dev) {
@@ -1326,12 +1354,13 @@ TEST_P(BackendOps, EveryMethodAgainstTheReference) {
   const auto t0 = std::chrono::steady_clock::now();
   for (const Case& c : table()) {
     SCOPED_TRACE(c.name);
-    if (!supported(be, c)) {  // a fused method the backend does not report: it must refuse clearly
+    if (!supported(be, c)) {  // a fused method / extension kernel the device lacks: it must refuse clearly
       try {
         c.run(D);
         ADD_FAILURE() << c.name << " on " << dev << ": has() is false but the call did not throw";
       } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("not supported by backend"), std::string::npos) << e.what();
+        const char* want = c.needs.fused ? "not supported by backend" : "kernel registered for this extension kernel";
+        EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
       }
       ++unsupported;
       continue;
@@ -1348,13 +1377,14 @@ TEST_P(BackendOps, EveryMethodAgainstTheReference) {
     ++compared;
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("backend_ops %s (%s): %d cases compared with the reference, %d fused cases not reported by has() "
-              "(checked to throw), %.2f s\n",
+  std::printf("backend_ops %s (%s): %d cases compared with the reference, %d fused / extension cases the device "
+              "lacks (checked to throw), %.2f s\n",
               dev.c_str(), be.name().c_str(), compared, unsupported, s);
   EXPECT_GT(compared, 400);
-  // Both backends implement every fused method the table has cases for (CUDA lacks only OdeRk4,
-  // which has none here): a has() that stopped reporting one would otherwise pass as "refused".
-  EXPECT_EQ(unsupported, 0) << "fused methods the " << dev << " backend no longer reports";
+  // Both backends implement every fused method, and both devices register every extension kernel,
+  // the table has cases for (CUDA lacks only the ode_rk4 kernels, which have none here): a has()
+  // that stopped reporting one would otherwise pass as "refused".
+  EXPECT_EQ(unsupported, 0) << "fused methods / extension kernels the " << dev << " device no longer has";
 }
 
 // Bad indices throw before anything is written, with the CPU backend's message on every device.

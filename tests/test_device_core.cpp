@@ -13,11 +13,14 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "autograd/kernels/gru_cell.h"
+#include "autograd/kernels/ode_rk4.h"
 #include "autograd/ops.h"
 #include "autograd/ops_attention.h"
 #include "autograd/ops_heads.h"
 #include "core/backend.h"
 #include "core/device_table.h"
+#include "core/extension.h"
 #include "core/fast_paths.h"
 #include "core/settings.h"
 #include "core/switch.h"
@@ -138,26 +141,6 @@ class RecordingBackend final : public Backend {
                                AttnRelGrad& drel) override {
     ++calls["attention_backward"];
     in_.attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
-  }
-  void ode_rk4_forward(const Tensor& p0, const Tensor& w1, const Tensor& b1, const Tensor& wt, const Tensor& w2,
-                       const Tensor& b2, double dt, int64_t substeps, Tensor& P, Tensor& Pt, Tensor& U) override {
-    ++calls["ode_rk4_forward"];
-    in_.ode_rk4_forward(p0, w1, b1, wt, w2, b2, dt, substeps, P, Pt, U);
-  }
-  void ode_rk4_backward(const Tensor& gP, const Tensor& w1, const Tensor& w2, const Tensor& U, double dt,
-                        int64_t substeps, Tensor& gp0, Tensor& GK, Tensor& GA) override {
-    ++calls["ode_rk4_backward"];
-    in_.ode_rk4_backward(gP, w1, w2, U, dt, substeps, gp0, GK, GA);
-  }
-  void gru_cell_forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, const Tensor& hp, Tensor& h,
-                        Tensor& rzn, Tensor& hn) override {
-    ++calls["gru_cell_forward"];
-    in_.gru_cell_forward(xg, hg, bhn, hp, h, rzn, hn);
-  }
-  void gru_cell_backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, const Tensor& rzn, const Tensor& hn,
-                         Tensor& d1, Tensor& d2, Tensor& dh) override {
-    ++calls["gru_cell_backward"];
-    in_.gru_cell_backward(gy, dhc, hp, rzn, hn, d1, d2, dh);
   }
   void rope_rotate_impl(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool inter, bool tr) override {
     ++calls[tr ? "rope_rotate(transpose)" : "rope_rotate"];
@@ -423,9 +406,9 @@ TEST(FastPaths, OneTableTheSettingsAndTheRule) {
 
 TEST(DeviceCore, BaseClassFusedMethodsThrowNamingTheMethodAndTheBackend) {
   RecordingBackend rb(backend(Device::CPU), false);
-  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW, Fused::GruCell, Fused::OdeRk4})
+  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW})
     EXPECT_FALSE(rb.Backend::has(f)) << fused_name(f);
-  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW, Fused::GruCell, Fused::OdeRk4})
+  for (Fused f : {Fused::Attention, Fused::Rope, Fused::Heads, Fused::Linear, Fused::FlatAdamW})
     EXPECT_TRUE(backend(Device::CPU).has(f)) << "the CPU backend lacks " << fused_name(f);
   Tensor t = Tensor::zeros({2, 4}, DType::F32), u = Tensor::zeros({2, 4}, DType::F32);
   Backend& base = rb;
@@ -437,6 +420,79 @@ TEST(DeviceCore, BaseClassFusedMethodsThrowNamingTheMethodAndTheBackend) {
   AttnRel rel;
   expect_error([&] { base.Backend::attention_forward(AttnDims{}, t, t, t, Tensor(), u, u, rel); },
                {"attention_forward", "composed-only", "attention"});
+}
+
+// Extension kernels (core/extension.h): a typed slot, one kernel per device; the slot's argument
+// checks run before every call; a second kernel for a device and a call to a device without one
+// are refused, naming the slot, the device and the files.
+namespace probe {
+int calls = 0;
+void check(Device d, const Tensor& x, const Tensor& y, const double& a) {
+  check_on_device(d, "probe_kernel", {&x, &y});
+  CTX_CHECK(a >= 0, "probe_kernel: a must be >= 0, got ", a);
+}
+void scale_cpu(const Tensor& x, Tensor& y, double a) {
+  ++calls;
+  for (int64_t i = 0; i < x.numel(); ++i) y.set(i, a * x.at(i));
+}
+}  // namespace probe
+
+TEST(DeviceCore, ExtensionKernelsAreTypedOnePerDeviceAndRefuseClearly) {
+  ExtensionKernel<void(const Tensor&, Tensor&, double)> k{"probe_kernel", &probe::check};
+  EXPECT_STREQ(k.name(), "probe_kernel");
+  Tensor x = Tensor::from_vector<double>({1, 2, 3}, {3}), y = Tensor::zeros({3}, DType::F64);
+  EXPECT_FALSE(k.has(Device::CPU));
+  expect_error([&] { k(Device::CPU, x, y, 2.0); },
+               {"probe_kernel: no cpu kernel registered", "registered: none", "check has() first"});
+  k.add(Device::CPU, &probe::scale_cpu, "first.cpp");
+  EXPECT_TRUE(k.has(Device::CPU));
+  probe::calls = 0;
+  k(Device::CPU, x, y, 2.0);
+  EXPECT_EQ(probe::calls, 1);
+  EXPECT_EQ(y.at(2), 6.0);
+  expect_error([&] { k(Device::CPU, x, y, -1.0); }, {"probe_kernel: a must be >= 0, got -1"});
+  EXPECT_EQ(probe::calls, 1) << "the kernel ran although its arguments were refused";
+  expect_error([&] { k.add(Device::CPU, &probe::scale_cpu, "second.cpp"); },
+               {"probe_kernel: a second cpu kernel registered by second.cpp", "the first: first.cpp"});
+  k(Device::CPU, x, y, 1.0);  // still the first one
+  EXPECT_EQ(probe::calls, 2);
+#ifdef CTXLAB_WITH_CUDA
+  EXPECT_FALSE(k.has(Device::CUDA));  // the CUDA module is loaded to answer: nothing of this slot's in it
+  expect_error([&] { k(Device::CUDA, x, y, 1.0); }, {"probe_kernel: no cuda kernel registered", "registered: cpu"});
+#endif
+}
+
+// The encodings' kernels are registered by their owners, per device, and their argument checks
+// (written once, autograd/kernels/*.cpp) give every device the same messages.
+TEST(DeviceCore, TheEncodingsKernelsAreRegisteredPerDevice) {
+  EXPECT_TRUE(kernels::gru_cell_forward.has(Device::CPU));
+  EXPECT_TRUE(kernels::gru_cell_backward.has(Device::CPU));
+  EXPECT_TRUE(kernels::ode_rk4_forward.has(Device::CPU));
+  EXPECT_TRUE(kernels::ode_rk4_backward.has(Device::CPU));
+#ifdef CTXLAB_WITH_CUDA
+  EXPECT_TRUE(kernels::gru_cell_forward.has(Device::CUDA));  // registered as libctxlab_cuda.so loads
+  EXPECT_TRUE(kernels::gru_cell_backward.has(Device::CUDA));
+  EXPECT_FALSE(kernels::ode_rk4_forward.has(Device::CUDA));  // not written: ops_ode.cpp composes there
+  EXPECT_FALSE(kernels::ode_rk4_backward.has(Device::CUDA));
+#endif
+  const Tensor hp = Tensor::zeros({2, 3}, DType::F32), xg = Tensor::zeros({2, 9}, DType::F32),
+               bhn = Tensor::zeros({3}, DType::F32), bad = Tensor::zeros({2, 8}, DType::F32);
+  Tensor h = Tensor::zeros({2, 3}, DType::F32), rzn = Tensor::zeros({2, 9}, DType::F32),
+         hn = Tensor::zeros({2, 3}, DType::F32);
+  expect_error([&] { kernels::gru_cell_forward(Device::CPU, bad, xg, bhn, hp, h, rzn, hn); },
+               {"gru_cell_forward: xg must be f32[2, 9] on cpu", "f32[2, 8]"});
+  const Tensor p0 = Tensor::zeros({4}, DType::F32), w1 = Tensor::zeros({3, 4}, DType::F32),
+               f = Tensor::zeros({3}, DType::F32), w2 = Tensor::zeros({4, 3}, DType::F32);
+  Tensor P = Tensor::zeros({3, 4}, DType::F32), Pt = Tensor::zeros({16, 4}, DType::F32),
+         U = Tensor::zeros({16, 3}, DType::F32);
+  expect_error([&] { kernels::ode_rk4_forward(Device::CPU, p0, w1, f, f, w2, p0, 0.1, 3, P, Pt, U); },
+               {"ode_rk4_forward: Pt / GK must be f32[24, 4] on cpu", "f32[16, 4]"});
+  expect_error([&] { kernels::ode_rk4_forward(Device::CPU, p0, w1, f, f, w2, p0, 0.0, 2, P, Pt, U); },
+               {"ode_rk4_forward: need dt > 0"});
+#ifdef CTXLAB_WITH_CUDA
+  expect_error([&] { kernels::gru_cell_forward(Device::CUDA, xg, xg, bhn, hp, h, rzn, hn); },
+               {"gru_cell_forward: tensor f32[2, 9] is on cpu, expected cuda"});
+#endif
 }
 
 TEST(DeviceCore, CpuFusedMethodsCheckTheirArguments) {

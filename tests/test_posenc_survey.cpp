@@ -16,6 +16,8 @@
 
 #include "tests/test_util.h"
 #include "autograd/gradcheck.h"
+#include "autograd/kernels/gru_cell.h"
+#include "autograd/kernels/ode_rk4.h"
 #include "autograd/ops_position_gen.h"
 #include "core/threads.h"
 #include "core/rng.h"
@@ -108,11 +110,11 @@ TEST(PosencSurvey, GradcheckGruSequence) {
               5);
 }
 
-// The fused GRU (Fused::GruCell, the default) against the composed reference loop
+// The fused GRU (the gru_cell extension kernels, the default) against the composed reference loop
 // (CTXLAB_FUSED_GRU=0): the same output and the same gradient of every input, f64 and f32; the
 // composed loop is gradchecked too.
 TEST(PosencSurvey, FusedGruEqualsTheComposedLoop) {
-  ASSERT_TRUE(backend(Device::CPU).has(Fused::GruCell));  // else both runs would be the composed loop
+  ASSERT_TRUE(kernels::gru_cell_forward.has(Device::CPU));  // else both runs would be the composed loop
   const int64_t B = 3, T = 7, In = 5, H = 6;
   for (DType dt : {DType::F64, DType::F32}) {
     std::vector<Tensor> ins = {randn({B, T, In}, 1, 1.0), randn({3 * H, In}, 2), randn({3 * H, H}, 3),
@@ -144,11 +146,11 @@ TEST(PosencSurvey, FusedGruEqualsTheComposedLoop) {
   reset_fast_path(FastPath::GruCell);
 }
 
-// The fused RK4 (Fused::OdeRk4, the CPU default) against the composed reference loop
+// The fused RK4 (the ode_rk4 extension kernels, the CPU default) against the composed reference loop
 // (CTXLAB_FUSED_ODE=0): the same positions and the same gradient of every input, f64 and f32,
 // with substeps 1 and 3; and the fused op gradchecked.
 TEST(PosencSurvey, FusedOdeEqualsTheComposedLoop) {
-  ASSERT_TRUE(backend(Device::CPU).has(Fused::OdeRk4));  // else both runs would be the composed loop
+  ASSERT_TRUE(kernels::ode_rk4_forward.has(Device::CPU));  // else both runs would be the composed loop
   const int64_t D = 6, F = 4;
   for (DType dt : {DType::F64, DType::F32})
     for (const OdeSpec& sp : {ode(9, 0.3, 1), ode(5, 0.2, 3)}) {

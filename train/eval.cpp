@@ -1,4 +1,4 @@
-// train/eval.cpp — windowed perplexity evaluation (see eval.h).
+// train/eval.cpp — windowed perplexity evaluation, and the trainer's validation loss (see eval.h).
 #include "train/eval.h"
 
 #include <algorithm>
@@ -6,6 +6,8 @@
 
 #include "autograd/variable.h"
 #include "core/device_table.h"  // to_host
+#include "train/data.h"
+#include "train/dist/distributed.h"
 
 namespace ctx {
 
@@ -104,6 +106,30 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
   r.ppl = std::exp(r.loss);
   r.bpb = total / std::log(2.0) / (double)r.bytes;
   return r;
+}
+
+double validation_loss(nn::GPT& model, const std::vector<int32_t>& val, int64_t B, int64_t T, int64_t batches,
+                       const Tokenizer& tok, double* bpb) {
+  NoGradGuard ng;
+  bool was = model.is_training();
+  model.eval();
+  int64_t windows = ((int64_t)val.size() - 1) / T;
+  int64_t nb = std::min(batches, windows / B);
+  if (nb == 0) { B = std::max<int64_t>(1, windows); nb = 1; }
+  // Under MPI rank r evaluates batches r, r + N, ... and the sums are reduced (same batches,
+  // same mean as one process; only the summation order differs).
+  double total = 0;
+  for (int64_t i = dist::rank(); i < nb; i += dist::size()) {
+    auto [x, y] = sequential_batch(val, i * B, B, T);
+    total += to_host(model.loss(x, y).data()).item();  // host batches move to the model's device in GPT
+  }
+  dist::allreduce_sum(&total, 1);
+  model.train(was);
+  int64_t bytes = 0;  // windows 0 .. nb*B-1 of sequential_batch: targets val[w*T+1 .. w*T+T]
+  for (int64_t w = 0; w < nb * B; ++w)
+    for (int64_t t = 1; t <= T; ++t) bytes += (int64_t)tok.token_text(val[(size_t)(w * T + t)]).size();
+  *bpb = bytes > 0 ? total / (double)nb * (double)(nb * B * T) / std::log(2.0) / (double)bytes : 0.0;
+  return total / (double)nb;
 }
 
 }  // namespace ctx

@@ -54,4 +54,12 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
                     int64_t max_windows, const std::string& source = "text", const EvalMode& mode = {},
                     const Tokenizer* tok = nullptr);
 
+// The trainer's validation loss (nats / token): the mean over the first `batches` batches of B
+// consecutive windows of T+1 tokens of `val` (fewer windows than one batch: one batch of all of
+// them), in eval mode without a graph. *bpb gets the bits per byte of the same windows (the bytes
+// their target tokens stand for, by `tok`). Under MPI rank r evaluates batches r, r + N, ... and
+// the sums are reduced: every rank returns the same value.
+double validation_loss(nn::GPT& model, const std::vector<int32_t>& val, int64_t B, int64_t T, int64_t batches,
+                       const Tokenizer& tok, double* bpb);
+
 }  // namespace ctx

@@ -233,6 +233,13 @@ void AdamW::fused_update(double lr, double grad_scale, const Tensor& norm_sq, do
   backend_of(f.values).adamw_flat(f.values, f.grads, m_flat_, v_flat_, chunks_, h, norm_sq);
 }
 
+const Tensor* AdamW::flat_grads() const {
+  if (!flat_) return nullptr;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].second.grad().defined() && !flat_->grad_is_view(i)) return nullptr;
+  return &flat_->grads;
+}
+
 std::vector<std::pair<std::string, Tensor>> AdamW::state() {
   std::vector<std::pair<std::string, Tensor>> s;
   for (size_t i = 0; i < params_.size(); ++i) s.emplace_back("exp_avg." + params_[i].first, m_[i]);

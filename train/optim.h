@@ -80,6 +80,12 @@ class Optimizer {
   // the logging interval. The per-tensor path (clip_grad_norm) sums on the host.
   virtual Tensor clip_and_step_deferred(double lr, double max_norm);
   void zero_grad();  // drops every parameter's gradient (no allocation, no memset)
+  // The gradients as one flat buffer, for a single allreduce of them all (train/dist): the buffer
+  // when the optimizer keeps one (the fused AdamW's FlatParams::grads) and every defined gradient
+  // is a view of it; nullptr otherwise (each gradient is then reduced on its own).
+  virtual const Tensor* flat_grads() const { return nullptr; }
+  // Elements of that flat buffer, padding included; 0 when the optimizer keeps none.
+  virtual int64_t flat_grads_numel() const { return 0; }
   virtual std::vector<std::pair<std::string, Tensor>> state() = 0;  // for checkpoints
   virtual void load_state(const std::map<std::string, Tensor>& s, const std::string& source) = 0;
   int64_t steps = 0;
@@ -101,6 +107,8 @@ class AdamW final : public Optimizer {
   void load_state(const std::map<std::string, Tensor>& s, const std::string& source) override;
   bool fused() const { return flat_ != nullptr; }
   const FlatParams* flat() const { return flat_.get(); }
+  const Tensor* flat_grads() const override;
+  int64_t flat_grads_numel() const override { return flat_ ? flat_->total : 0; }
 
   // The flat buffers are updated in pieces (FlatChunk, core/backend.h) with one decay setting:
   // chunks never straddle a parameter without a gradient or a change of decay, and hold at most

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "autograd/variable.h"
@@ -85,6 +86,86 @@ struct ModelStateGuard {
   }
 };
 
+// The sequence decoded so far and how the logits of its next token are computed: through the KV
+// cache (opt.use_cache) or a full recompute, with the context shift of encodings limited to L
+// positions.
+class Decoder {
+ public:
+  Decoder(nn::GPT& model, const SampleOptions& opt, const std::vector<int32_t>& prompt);
+  // The next token's logits [V] (f32, host); `first`: the prompt's.
+  Tensor next_logits(bool first);
+  void push(int32_t token) { seq_.push_back(token); }
+  bool cached() const { return cache_ != nullptr; }
+
+ private:
+  bool shift();
+  Tensor recompute(bool first);
+
+  nn::GPT& model_;
+  const int64_t max_len_, mem_len_;
+  int64_t keep_ = 0;
+  std::vector<int32_t> seq_;
+  size_t start_ = 0;
+  std::unique_ptr<nn::KVCache> cache_;
+};
+
+// Encodings limited to L positions (learned, tupe) see seq[start..]: when that would pass L,
+// start moves so that the last `keep` tokens stay, re-encoded at positions 0..keep-1 (a
+// context shift; keep = L: the last L tokens every step). Everything else sees seq[0..].
+// The cache holds the positions the model sees up to the encoding's decode limit (learned,
+// tupe: L, the cache restarts after each shift; dynamic NTK: its original context, past which
+// the steps recompute the whole sequence).
+Decoder::Decoder(nn::GPT& model, const SampleOptions& opt, const std::vector<int32_t>& prompt)
+    : model_(model), max_len_(model.pe->max_length()), mem_len_(model.pe->memory_length()), seq_(prompt) {
+  CTX_CHECK(max_len_ == 0 || opt.keep <= max_len_, "sample: --keep must be <= the context the encoding can ",
+            "encode (", max_len_, "), got ", opt.keep);
+  keep_ = max_len_ == 0 ? 0 : opt.keep > 0 ? opt.keep : std::max<int64_t>(1, max_len_ / 2);
+  model_.set_attention_window(opt.window);
+  const int64_t want = (int64_t)prompt.size() + opt.max_tokens - 1;  // positions ever fed
+  const int64_t limit = model_.pe->decode_limit();
+  const int64_t cap = limit > 0 ? std::min(want, limit) : want;
+  if (opt.use_cache) cache_ = std::make_unique<nn::KVCache>(model_.make_cache(1, cap, opt.window));
+}
+
+bool Decoder::shift() {  // true when start moved
+  if (max_len_ == 0 || (int64_t)(seq_.size() - start_) <= max_len_) return false;
+  start_ = seq_.size() - (size_t)keep_;
+  return true;
+}
+
+// The full recompute of the last position's logits (use_cache = false; with the cache past
+// dynamic NTK's decode limit).
+Tensor Decoder::recompute(bool first) {
+  if (mem_len_ > 0)  // segment recurrence: the prompt, then one token per segment
+    return last_row(first ? model_.forward(token_tensor(seq_, 0), 0, false)
+                          : model_.forward(token_tensor(seq_, seq_.size() - 1), 0, true));
+  return last_row(model_.forward(token_tensor(seq_, start_)));
+}
+
+Tensor Decoder::next_logits(bool first) {
+  const bool shifted = shift();
+  if (!cache_) return recompute(first);
+  if (first || shifted) {  // (re)fill the cache with everything the model sees
+    if ((int64_t)(seq_.size() - start_) > cache_->capacity()) return recompute(first);
+    cache_->clear();
+    return last_row(model_.forward_cached(token_tensor(seq_, start_), *cache_));
+  }
+  if (cache_->length() < cache_->capacity())
+    return last_row(model_.forward_cached(token_tensor(seq_, seq_.size() - 1), *cache_));
+  return recompute(false);  // past the decode limit
+}
+
+// Sets the thread count to 1 for its lifetime when `on` (restores it after).
+struct OneThread {
+  int saved = 0;
+  explicit OneThread(bool on) {
+    if (on) saved = ctx::num_threads(), ctx::set_num_threads(1);
+  }
+  ~OneThread() {
+    if (saved > 0) ctx::set_num_threads(saved);
+  }
+};
+
 }  // namespace
 
 std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
@@ -95,82 +176,32 @@ std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, 
   for (size_t i = 0; i < prompt.size(); ++i)
     CTX_CHECK(prompt[i] >= 0 && prompt[i] < V, "sample: prompt token ", prompt[i], " at position ", i,
               " is out of range for vocab_size ", V);
-  const int64_t max_len = model.pe->max_length(), mem_len = model.pe->memory_length();
+  const int64_t mem_len = model.pe->memory_length();
   CTX_CHECK(!(mem_len > 0 && opt.window > 0), "sample: --window does not combine with Transformer-XL memory ",
             "(posenc.mem_len = ", mem_len, "; the memory already bounds what each token sees)");
   NoGradGuard no_grad;
   ModelStateGuard guard(model);
   model.eval();
   Rng rng(opt.seed);
-  std::vector<int32_t> seq = prompt, out;
+  std::vector<int32_t> out;
   out.reserve((size_t)opt.max_tokens);
   if (opt.max_tokens == 0) return out;
 
-  // Encodings limited to L positions (learned, tupe) see seq[start..]: when that would pass L,
-  // start moves so that the last `keep` tokens stay, re-encoded at positions 0..keep-1 (a
-  // context shift; keep = L: the last L tokens every step). Everything else sees seq[0..].
-  CTX_CHECK(max_len == 0 || opt.keep <= max_len, "sample: --keep must be <= the context the encoding can ",
-            "encode (", max_len, "), got ", opt.keep);
-  const int64_t keep = max_len == 0 ? 0 : opt.keep > 0 ? opt.keep : std::max<int64_t>(1, max_len / 2);
-  size_t start = 0;
-  auto shift = [&]() {  // true when start moved
-    if (max_len == 0 || (int64_t)(seq.size() - start) <= max_len) return false;
-    start = seq.size() - (size_t)keep;
-    return true;
-  };
-
-  // The full recompute of the last position's logits (use_cache = false; with the cache past
-  // dynamic NTK's decode limit).
-  model.set_attention_window(opt.window);
-  auto recompute = [&](bool first) -> Tensor {
-    if (mem_len > 0)  // segment recurrence: the prompt, then one token per segment
-      return last_row(first ? model.forward(token_tensor(seq, 0), 0, false)
-                            : model.forward(token_tensor(seq, seq.size() - 1), 0, true));
-    return last_row(model.forward(token_tensor(seq, start)));
-  };
-
-  // The cache holds the positions the model sees up to the encoding's decode limit (learned,
-  // tupe: L, the cache restarts after each shift; dynamic NTK: its original context, past which
-  // the steps recompute the whole sequence).
-  const int64_t want = (int64_t)prompt.size() + opt.max_tokens - 1;  // positions ever fed
-  const int64_t limit = model.pe->decode_limit();
-  const int64_t cap = limit > 0 ? std::min(want, limit) : want;
-  std::unique_ptr<nn::KVCache> cache;
-  if (opt.use_cache) cache = std::make_unique<nn::KVCache>(model.make_cache(1, cap, opt.window));
-  auto step = [&](bool first) -> Tensor {
-    const bool shifted = shift();
-    if (!cache) return recompute(first);
-    if (first || shifted) {  // (re)fill the cache with everything the model sees
-      if ((int64_t)(seq.size() - start) > cache->capacity()) return recompute(first);
-      cache->clear();
-      return last_row(model.forward_cached(token_tensor(seq, start), *cache));
-    }
-    if (cache->length() < cache->capacity())
-      return last_row(model.forward_cached(token_tensor(seq, seq.size() - 1), *cache));
-    return recompute(false);  // past the decode limit
-  };
-
-  Tensor row = step(true);
+  Decoder decoder(model, opt, prompt);
+  Tensor row = decoder.next_logits(true);
   // Batch-1 cached decoding is one row per GEMM and a few hundred tiny ops per token: the fork and
   // join of a thread team costs more than a second core gives (small, 500 tokens: 765 tokens/s on
   // 1 thread against 291 on 2; docs/sampling.md). Unless the user chose a thread count, the
   // cached steps after the prompt run on one thread.
-  struct OneThread {
-    int saved = 0;
-    explicit OneThread(bool on) {
-      if (on) saved = ctx::num_threads(), ctx::set_num_threads(1);
-    }
-    ~OneThread() {
-      if (saved > 0) ctx::set_num_threads(saved);
-    }
-  } one_thread(cache && model.wte->weight.data().device() == Device::CPU && !ctx::threads_chosen_by_user());
+  OneThread one_thread(decoder.cached() && model.wte->weight.data().device() == Device::CPU &&
+                       !ctx::threads_chosen_by_user());
   for (int64_t s = 0;; ++s) {
     const int32_t next = sample_next(row.host<float>(), V, opt.temperature, opt.top_k, rng);
-    seq.push_back(next);
+    decoder.push(next);
     out.push_back(next);
     if (on_token) on_token(next);
     if (s + 1 == opt.max_tokens) break;
-    row = step(false);
+    row = decoder.next_logits(false);
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // train/trainer.h — the training loop: batches, forward/backward with gradient accumulation,
 // clipping, optimizer, warmup + cosine schedule, a progress line, periodic validation, metrics
-// (JSONL + CSV), atomic checkpoints with optimizer state, and exact resume.
+// (JSONL + CSV), atomic checkpoints with optimizer state, and exact resume. The loop is
+// train/trainer.cpp; its logs train/run_log.h, its checkpoints train/checkpointer.h.
 #pragma once
 #include <functional>
 #include <string>

@@ -56,11 +56,6 @@ class CpuBackend final : public Backend {
   }
   bool has(Fused) const override { return true; }  // every fused method (core/cpu/fused.h)
 
-  // every defined tensor on the CPU (checks::all_on)
-  static void check_all_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
-    checks::all_on(Device::CPU, op, ts);
-  }
-
  protected:
   void fill_impl(Tensor& x, double v) override {
     int64_t n = x.numel();
@@ -361,26 +356,6 @@ class CpuBackend final : public Backend {
                                Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,
                                AttnRelGrad& drel) override {
     cpu::attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
-  }
-  void ode_rk4_forward(const Tensor& p0, const Tensor& w1, const Tensor& b1, const Tensor& wt, const Tensor& w2,
-                       const Tensor& b2, double dt, int64_t substeps, Tensor& P, Tensor& Pt, Tensor& U) override {
-    check_all_cpu("ode_rk4_forward", {&p0, &w1, &b1, &wt, &w2, &b2, &P, &Pt, &U});
-    cpu::ode_rk4_forward(p0, w1, b1, wt, w2, b2, dt, substeps, P, Pt, U);
-  }
-  void ode_rk4_backward(const Tensor& gP, const Tensor& w1, const Tensor& w2, const Tensor& U, double dt,
-                        int64_t substeps, Tensor& gp0, Tensor& GK, Tensor& GA) override {
-    check_all_cpu("ode_rk4_backward", {&gP, &w1, &w2, &U, &gp0, &GK, &GA});
-    cpu::ode_rk4_backward(gP, w1, w2, U, dt, substeps, gp0, GK, GA);
-  }
-  void gru_cell_forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, const Tensor& hp, Tensor& h,
-                        Tensor& rzn, Tensor& hn) override {
-    check_all_cpu("gru_cell_forward", {&xg, &hg, &bhn, &hp, &h, &rzn, &hn});
-    cpu::gru_cell_forward(xg, hg, bhn, hp, h, rzn, hn);
-  }
-  void gru_cell_backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, const Tensor& rzn, const Tensor& hn,
-                         Tensor& d1, Tensor& d2, Tensor& dh) override {
-    check_all_cpu("gru_cell_backward", {&gy, &dhc, &hp, &rzn, &hn, &d1, &d2, &dh});
-    cpu::gru_cell_backward(gy, dhc, hp, rzn, hn, d1, d2, dh);
   }
   void rope_rotate_impl(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
                         bool transpose) override {

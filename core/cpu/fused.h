@@ -1,14 +1,11 @@
 // core/cpu/fused.h — the CPU fused kernels at the tensor level: what CpuBackend's fused methods
-// (core/backend.h, `Fused`) call, once Backend has checked the arguments (core/backend_checks.h;
-// gru_cell_* and ode_rk4_* still check their own). Each dispatches on dtype (f32 / f64) and runs
-// the pointer kernel of its file:
+// (core/backend.h, `Fused`) call, once Backend has checked the arguments (core/backend_checks.h).
+// Each dispatches on dtype (f32 / f64) and runs the pointer kernel of its file:
 //   attention_*        core/cpu/attention.cpp  -> flash_attention.h (tiled online softmax)
 //   rope_rotate        core/cpu/rope.cpp
 //   split/merge heads  core/cpu/heads.cpp
 //   linear             core/cpu/linear.cpp     -> gemm.h (oneDNN bias epilogue, else beta = 1)
 //   sum_squares, adamw_flat  core/cpu/flat_adamw.cpp
-//   gru_cell_*         core/cpu/gru_cell.cpp
-//   ode_rk4_*          core/cpu/ode_rk4.cpp
 // Shapes and semantics: the matching Backend method in core/backend.h.
 #pragma once
 #include <vector>
@@ -34,16 +31,6 @@ void merge_heads(const Tensor& o, Tensor& out);
 void merge_heads_backward(const Tensor& dout, Tensor& d_o);
 
 void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
-
-void gru_cell_forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, const Tensor& hp, Tensor& h,
-                      Tensor& rzn, Tensor& hn);
-void gru_cell_backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, const Tensor& rzn, const Tensor& hn,
-                       Tensor& d1, Tensor& d2, Tensor& dh);
-
-void ode_rk4_forward(const Tensor& p0, const Tensor& w1, const Tensor& b1, const Tensor& wt, const Tensor& w2,
-                     const Tensor& b2, double dt, int64_t substeps, Tensor& P, Tensor& Pt, Tensor& U);
-void ode_rk4_backward(const Tensor& gP, const Tensor& w1, const Tensor& w2, const Tensor& U, double dt,
-                      int64_t substeps, Tensor& gp0, Tensor& GK, Tensor& GA);
 
 void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out);
 void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,

@@ -60,9 +60,7 @@ class CudaBackend final : public Backend {
   void synchronize() override { cuda::synchronize(); }
 
   // ======== fused methods (all of them; attention in attention.cu) ========
-  // FLOATER's RK4 runs through the composed ops here (a sequential integration of [1, D] products
-  // would need a single-block kernel; not written): autograd/ops_ode.cpp's reference loop.
-  bool has(Fused f) const override { return f != Fused::OdeRk4; }
+  bool has(Fused) const override { return true; }
   // Measured on an H200 (docs/results/gpu.md, 2026-11-26): these SIMT FlashAttention kernels lose
   // to the composed path (cuBLAS batched GEMMs, mask, softmax) at every training shape timed:
   // GPT-2 small (B 8, H 12, T 1024) 452 -> 207 ms a step in fp32, 343 -> 93 ms in bf16; `small`
@@ -346,27 +344,6 @@ class CudaBackend final : public Backend {
     cuda::attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
   }
 
-  static void check_all_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
-    checks::all_on(Device::CUDA, op, ts);  // every defined tensor on the device
-  }
-
-  void gru_cell_forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, const Tensor& hp, Tensor& h,
-                        Tensor& rzn, Tensor& hn) override {
-    check_all_cuda("gru_cell_forward", {&xg, &hg, &bhn, &hp, &h, &rzn, &hn});
-    check_gru_cell("gru_cell_forward", hp, {{"h", &h}, {"hn", &hn}}, {{"xg", &xg}, {"hg", &hg}, {"rzn", &rzn}}, &bhn);
-    CTX_CUDA_DISPATCH_FLOAT(hp.dtype(), "gru_cell_forward",
-                            cuda::gru_cell_forward<T>(ptr<T>(xg), ptr<T>(hg), ptr<T>(bhn), ptr<T>(hp), ptr<T>(h),
-                                                      ptr<T>(rzn), ptr<T>(hn), hp.size(0), hp.size(1)));
-  }
-  void gru_cell_backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, const Tensor& rzn, const Tensor& hn,
-                         Tensor& d1, Tensor& d2, Tensor& dh) override {
-    check_all_cuda("gru_cell_backward", {&gy, &dhc, &hp, &rzn, &hn, &d1, &d2, &dh});
-    check_gru_cell("gru_cell_backward", hp, {{"gy", &gy}, {"dhc", &dhc}, {"hn", &hn}, {"dh", &dh}},
-                   {{"rzn", &rzn}, {"d1", &d1}, {"d2", &d2}}, nullptr);
-    CTX_CUDA_DISPATCH_FLOAT(hp.dtype(), "gru_cell_backward",
-                            cuda::gru_cell_backward<T>(ptr<T>(gy), ptr<T>(dhc), ptr<T>(hp), ptr<T>(rzn), ptr<T>(hn),
-                                                       ptr<T>(d1), ptr<T>(d2), ptr<T>(dh), hp.size(0), hp.size(1)));
-  }
   void rope_rotate_impl(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
                         bool transpose) override {
     if (x.numel() == 0) return;

@@ -85,12 +85,6 @@ template <class T> void index_add(T* out, const int64_t* plan, int64_t U, const 
 template <class T> void adamw(T* p, const T* g, T* m, T* v, int64_t n, T decay, T b1, T b2,
                               T eps, T step_size, T bc2_sqrt);
 
-// --- gru_cell.cu --- (xg, hg, rzn, d1, d2 [B, 3H]; hp, h, hn, gy, dhc, dh [B, H]; bhn [H])
-template <class T> void gru_cell_forward(const T* xg, const T* hg, const T* bhn, const T* hp, T* h, T* rzn, T* hn,
-                                         int64_t B, int64_t H);
-template <class T> void gru_cell_backward(const T* gy, const T* dhc, const T* hp, const T* rzn, const T* hn, T* d1,
-                                          T* d2, T* dh, int64_t B, int64_t H);
-
 // --- rope.cu, heads.cu --- (x, out [R, Tn, d]; C, S [Tn, d/2]; qkv [B, S, 3 H Dh]; q [B, H, S - q0, Dh];
 // k, v [B, H, S, Dh]; merged [B, Tn, H Dh], o [B, H, Tn, Dh])
 template <class T> void rope_rotate(const T* x, const T* C, const T* S, T* out, int64_t R, int64_t Tn, int64_t d,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -185,9 +186,7 @@ double round_to(double x, int digits) {
   return std::round(x * f) / f;
 }
 
-}  // namespace
-
-int run_bench(int argc, char** argv) {
+cxxopts::Options bench_options() {
   cxxopts::Options o(
       "ctxlab bench",
       "Time training steps (AdamW, random tokens) and print one JSON object on stdout:\n"
@@ -219,195 +218,269 @@ int run_bench(int argc, char** argv) {
       "h,help", "this help");
   add_device_option(o, "where the timed steps run (phases are timed after a device synchronisation)");
   add_precision_options(o);
-  auto r = parse_or_help(o, argc, argv);
-  if (!r) return 0;
-  apply_precision_options(*r);
-  const auto& a = *r;
+  return o;
+}
 
-  auto [cfg, source] = config_from_options(a);
-  const std::string preset = a.count("config") ? "" : (a.count("preset") ? a["preset"].as<std::string>() : "small");
-  const int64_t steps = a["steps"].as<int64_t>(), warmup = a["warmup"].as<int64_t>();
-  CTX_CHECK(steps >= 1, "--steps must be at least 1, got ", steps);
-  CTX_CHECK(warmup >= 0, "--warmup must be non-negative, got ", warmup);
-  const int64_t B = a.count("batch") ? a["batch"].as<int64_t>() : (preset == "medium" ? 4 : 8);
-  const int64_t T = a.count("context") ? a["context"].as<int64_t>() : cfg.context;
-  CTX_CHECK(B >= 1, "--batch must be at least 1, got ", B);
-  CTX_CHECK(T >= 1, "--context must be at least 1, got ", T);
+// What to time, from the options (checked; --threads is applied).
+struct BenchSpec {
+  ModelConfig cfg;
+  std::string source, preset;  // preset: "" with --config
+  int64_t steps = 0, warmup = 0, B = 0, T = 0;
+  int threads = 0;
+  bool bf16 = false;
+};
+
+BenchSpec bench_spec(const cxxopts::ParseResult& a) {
+  BenchSpec b;
+  std::tie(b.cfg, b.source) = config_from_options(a);
+  b.preset = a.count("config") ? "" : (a.count("preset") ? a["preset"].as<std::string>() : "small");
+  b.steps = a["steps"].as<int64_t>(), b.warmup = a["warmup"].as<int64_t>();
+  CTX_CHECK(b.steps >= 1, "--steps must be at least 1, got ", b.steps);
+  CTX_CHECK(b.warmup >= 0, "--warmup must be non-negative, got ", b.warmup);
+  b.B = a.count("batch") ? a["batch"].as<int64_t>() : (b.preset == "medium" ? 4 : 8);
+  b.T = a.count("context") ? a["context"].as<int64_t>() : b.cfg.context;
+  CTX_CHECK(b.B >= 1, "--batch must be at least 1, got ", b.B);
+  CTX_CHECK(b.T >= 1, "--context must be at least 1, got ", b.T);
   if (a.count("threads")) ctx::set_num_threads(a["threads"].as<int>());
-  const int threads = ctx::num_threads();
-  const bool bf16 = gemm_precision() == Precision::BF16;
-  if (a.count("peak-only")) {
-    Peak p = measure_peak(threads, bf16);
-    nlohmann::json j = {{"peak_gflops", round_to(p.gflops, 2)}, {"peak_isa", p.isa}, {"threads", threads}};
-    std::fprintf(stderr, "bench: peak %.1f GFLOP/s (%s%s, %d threads)\n", p.gflops, p.isa.c_str(),
-                 bf16 ? "" : " FMA loop", threads);
-    std::printf("%s\n", j.dump().c_str());
-    return 0;
-  }
-  double peak = 0;
-  std::string peak_source = "given", peak_isa;
-  if (a.count("peak-gflops")) {
-    peak = a["peak-gflops"].as<double>();
-    CTX_CHECK(peak > 0 && std::isfinite(peak), "--peak-gflops must be a positive number, got ", peak);
-  }
-  const uint64_t seed = a["seed"].as<uint64_t>();
-  const Device dev = device_option(a);
+  b.threads = ctx::num_threads();
+  b.bf16 = gemm_precision() == Precision::BF16;
+  return b;
+}
 
-  nn::GPT model(cfg, DType::F32, source);
-  model.init_weights(seed);
-  model.pe->check_length(T);
-  move_model(model, dev);
-  model.train();
-  Backend& be = backend(dev);
-  nn::NamedParams params = model.named_parameters();
-  int64_t nparams = 0;
-  for (auto& p : params) nparams += p.second.data().numel();
-  // trainer.cpp's defaults: lr 1e-3, betas 0.9/0.99, eps 1e-8, weight decay 0.1, clip 1.0
-  AdamW optim(params, AdamWOptions{1e-3, 0.9, 0.99, 1e-8, 0.1});
-  const double lr = 1e-3, grad_clip = 1.0;
+// --peak-only: the peak alone, as JSON on stdout.
+int print_peak_only(int threads, bool bf16) {
+  Peak p = measure_peak(threads, bf16);
+  nlohmann::json j = {{"peak_gflops", round_to(p.gflops, 2)}, {"peak_isa", p.isa}, {"threads", threads}};
+  std::fprintf(stderr, "bench: peak %.1f GFLOP/s (%s%s, %d threads)\n", p.gflops, p.isa.c_str(),
+               bf16 ? "" : " FMA loop", threads);
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
 
-  // FLOP per token: 6 N (forward 2 N, backward 4 N) over the matmul weights, plus the attention
-  // score and value products, 12 L T D (full T x T, no causal halving), as in the PaLM paper.
+// The peak MFU is measured against, and where it came from.
+struct PeakChoice {
+  double gflops = 0;
+  std::string source = "given", isa;
+};
+
+// The model's FLOP per token: 6 N (forward 2 N, backward 4 N) over the matmul weights, plus the
+// attention score and value products, 12 L T D (full T x T, no causal halving), as in the PaLM paper.
+struct FlopCount {
+  int64_t n_matmul = 0;
+  double per_token = 0;
+};
+FlopCount flop_count(const ModelConfig& cfg, int64_t T) {
   const int64_t D = cfg.d_model, L = cfg.n_layers, Fd = cfg.d_ff, V = cfg.vocab_size;
-  const int64_t n_matmul = L * (4 * D * D + 2 * D * Fd) + V * D;
-  const double flop_per_token = 6.0 * (double)n_matmul + 12.0 * (double)L * (double)T * (double)D;
+  FlopCount f;
+  f.n_matmul = L * (4 * D * D + 2 * D * Fd) + V * D;
+  f.per_token = 6.0 * (double)f.n_matmul + 12.0 * (double)L * (double)T * (double)D;
+  return f;
+}
 
-  if (!a.count("peak-gflops") && dev == Device::CUDA) {  // the CPU's FMA peak says nothing of a GPU
-    peak = std::nan("");
-    peak_source = "none (--device cuda: give the GPU's peak with --peak-gflops for MFU)";
-  } else if (!a.count("peak-gflops")) {
-    Peak p = measure_peak(threads, bf16);
-    peak = p.gflops, peak_source = "measured", peak_isa = p.isa;
-  }
-
-  Rng rng(seed ^ 0x9E3779B97F4A7C15ULL);
-  auto batch = [&]() {
-    Tensor x = Tensor::empty({B, T}, DType::I64), y = Tensor::empty({B, T}, DType::I64);
-    int64_t* xp = x.host<int64_t>();
-    int64_t* yp = y.host<int64_t>();
-    for (int64_t b = 0; b < B; ++b) {
-      int64_t prev = (int64_t)rng.below((uint64_t)V);
-      for (int64_t t = 0; t < T; ++t) {
-        int64_t next = (int64_t)rng.below((uint64_t)V);
-        xp[b * T + t] = prev, yp[b * T + t] = next, prev = next;
-      }
-    }
-    return std::make_pair(x, y);
-  };
-
-  using clock = std::chrono::steady_clock;
-  auto ms_between = [](clock::time_point x, clock::time_point y) {
-    return std::chrono::duration<double, std::milli>(y - x).count();
-  };
+// Per timed step: forward, backward and optimizer ms, and their sum; the last step's loss.
+struct Timings {
   std::vector<double> fwd, bwd, opt, total;
   double last_loss = 0;
-  const bool deterministic = a["deterministic"].as<bool>();
-  const DeterministicScope deterministic_kernels(deterministic);  // as train --deterministic
-  const auto shards = deterministic ? canonical_shards(B, T) : std::vector<std::pair<int64_t, int64_t>>{{0, B}};
+};
+
+// Random [B, T] inputs and their next-token targets (each row one chain of tokens).
+std::pair<Tensor, Tensor> random_batch(Rng& rng, int64_t B, int64_t T, int64_t V) {
+  Tensor x = Tensor::empty({B, T}, DType::I64), y = Tensor::empty({B, T}, DType::I64);
+  int64_t* xp = x.host<int64_t>();
+  int64_t* yp = y.host<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t prev = (int64_t)rng.below((uint64_t)V);
+    for (int64_t t = 0; t < T; ++t) {
+      int64_t next = (int64_t)rng.below((uint64_t)V);
+      xp[b * T + t] = prev, yp[b * T + t] = next, prev = next;
+    }
+  }
+  return std::make_pair(x, y);
+}
+
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point x, Clock::time_point y) {
+  return std::chrono::duration<double, std::milli>(y - x).count();
+}
+
+// The warm-up and timed steps, each the step `train` takes: one forward/backward per canonical
+// shard, the gradients summed in the pairwise tree (train/dist/grad_tree.h); forward and backward
+// times add up over the shards.
+Timings time_steps(nn::GPT& model, AdamW& optim, const nn::NamedParams& params, const BenchSpec& b, Rng& rng,
+                   Backend& be, const std::vector<std::pair<int64_t, int64_t>>& shards) {
+  const double lr = 1e-3, grad_clip = 1.0;  // trainer.cpp's defaults
   GradTree grad_tree(params);
-  if (a.count("profile")) prof::set_enabled(true);
-  for (int64_t s = 0; s < warmup + steps; ++s) {
-    if (s == warmup) prof::reset();  // the per-op profile covers the timed steps only
-    auto [x, y] = batch();
+  Timings t;
+  for (int64_t s = 0; s < b.warmup + b.steps; ++s) {
+    if (s == b.warmup) prof::reset();  // the per-op profile covers the timed steps only
+    auto [x, y] = random_batch(rng, b.B, b.T, b.cfg.vocab_size);
     be.synchronize();  // on a GPU the launches are asynchronous: each phase ends when its kernels do
-    // the step `train` takes: one forward/backward per canonical shard, the gradients summed in
-    // the pairwise tree (train/dist/grad_tree.h); forward and backward times add up over the shards
     double f_ms = 0, b_ms = 0;
-    last_loss = 0;
+    t.last_loss = 0;
     for (size_t si = 0; si < shards.size(); ++si) {
       const auto [b0, b1] = shards[si];
       const bool whole = shards.size() == 1;
-      auto ta = clock::now();
+      auto ta = Clock::now();
       Variable loss = model.loss(whole ? x : x.slice0(b0, b1), whole ? y : y.slice0(b0, b1));
-      if (!whole) loss = scale(loss, (double)(b1 - b0) / (double)B);
+      if (!whole) loss = scale(loss, (double)(b1 - b0) / (double)b.B);
       be.synchronize();
-      auto tb = clock::now();
+      auto tb = Clock::now();
       loss.backward();
       if (!whole) (si + 1 < shards.size() ? grad_tree.push() : grad_tree.finish());
       be.synchronize();
-      auto tc = clock::now();
+      auto tc = Clock::now();
       f_ms += ms_between(ta, tb);
       b_ms += ms_between(tb, tc);
-      last_loss += to_host(loss.data()).item();  // outside the timed phases
+      t.last_loss += to_host(loss.data()).item();  // outside the timed phases
     }
-    auto t2 = clock::now();
+    auto t2 = Clock::now();
     optimizer_phase(optim, model, params, lr, grad_clip);
     be.synchronize();
-    auto t3 = clock::now();
-    CTX_CHECK(std::isfinite(last_loss), "bench: loss became ", last_loss, " at step ", s + 1);
-    if (s < warmup) continue;
-    fwd.push_back(f_ms);
-    bwd.push_back(b_ms);
-    opt.push_back(ms_between(t2, t3));
-    total.push_back(f_ms + b_ms + ms_between(t2, t3));
+    auto t3 = Clock::now();
+    CTX_CHECK(std::isfinite(t.last_loss), "bench: loss became ", t.last_loss, " at step ", s + 1);
+    if (s < b.warmup) continue;
+    t.fwd.push_back(f_ms);
+    t.bwd.push_back(b_ms);
+    t.opt.push_back(ms_between(t2, t3));
+    t.total.push_back(f_ms + b_ms + ms_between(t2, t3));
   }
+  return t;
+}
 
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  const double rss_mb = (double)ru.ru_maxrss / 1024.0;  // Linux: kilobytes
-  const double step_med = median(total);
-  const double tok_s = (double)(B * T) / (step_med / 1000.0);
-  const double achieved = flop_per_token * tok_s / 1e9;
-  const double mfu = achieved / peak;
+// What the JSON and the summary report besides the spec and the timings.
+struct BenchRun {
+  std::string posenc;
+  int64_t nparams = 0;
+  FlopCount flop;
+  PeakChoice peak;
+  Device dev = Device::CPU;
+  bool deterministic = false;
+};
 
+nlohmann::ordered_json bench_json(const BenchSpec& b, const BenchRun& run, const Timings& t, double rss_mb) {
+  const double step_med = median(t.total);
+  const double tok_s = (double)(b.B * b.T) / (step_med / 1000.0);
+  const double achieved = run.flop.per_token * tok_s / 1e9;
   nlohmann::ordered_json j;  // keys in this order, as bench/torch_peer.py writes them
   j["framework"] = "ctxlab";
-  j["preset"] = preset.empty() ? source : preset;
-  j["posenc"] = model.pe->type();
-  j["posenc_config"] = cfg.posenc;
-  j["batch"] = B;
-  j["deterministic"] = deterministic;  // canonical shards + gradient tree (train --deterministic)
-  j["context"] = T;
-  j["threads"] = threads;
-  j["warmup"] = warmup;
-  j["steps"] = steps;
+  j["preset"] = b.preset.empty() ? b.source : b.preset;
+  j["posenc"] = run.posenc;
+  j["posenc_config"] = b.cfg.posenc;
+  j["batch"] = b.B;
+  j["deterministic"] = run.deterministic;  // canonical shards + gradient tree (train --deterministic)
+  j["context"] = b.T;
+  j["threads"] = b.threads;
+  j["warmup"] = b.warmup;
+  j["steps"] = b.steps;
   j["tokens_per_s"] = round_to(tok_s, 1);
   j["ms_per_step"] = {{"median", round_to(step_med, 3)},
-                      {"mean", round_to(mean(total), 3)},
-                      {"min", round_to(*std::min_element(total.begin(), total.end()), 3)}};
-  j["forward_ms"] = round_to(median(fwd), 3);
-  j["backward_ms"] = round_to(median(bwd), 3);
-  j["optimizer_ms"] = round_to(median(opt), 3);
+                      {"mean", round_to(mean(t.total), 3)},
+                      {"min", round_to(*std::min_element(t.total.begin(), t.total.end()), 3)}};
+  j["forward_ms"] = round_to(median(t.fwd), 3);
+  j["backward_ms"] = round_to(median(t.bwd), 3);
+  j["optimizer_ms"] = round_to(median(t.opt), 3);
   j["peak_rss_mb"] = round_to(rss_mb, 1);
-  j["params"] = nparams;
-  j["matmul_params"] = n_matmul;
-  j["flop_per_token"] = flop_per_token;
+  j["params"] = run.nparams;
+  j["matmul_params"] = run.flop.n_matmul;
+  j["flop_per_token"] = run.flop.per_token;
   j["flop_formula"] = "6*N + 12*n_layers*T*d_model, N = n_layers*(4*d_model^2 + 2*d_model*d_ff) + vocab*d_model";
   j["achieved_gflops"] = round_to(achieved, 2);
-  j["peak_gflops"] = round_to(peak, 2);
-  j["peak_source"] = peak_source;
-  if (!peak_isa.empty()) j["peak_isa"] = peak_isa;
-  j["mfu"] = round_to(mfu, 4);
+  j["peak_gflops"] = round_to(run.peak.gflops, 2);
+  j["peak_source"] = run.peak.source;
+  if (!run.peak.isa.empty()) j["peak_isa"] = run.peak.isa;
+  j["mfu"] = round_to(achieved / run.peak.gflops, 4);
   j["tokens_per_s_basis"] = "batch*context / median step";
-  j["final_loss"] = round_to(last_loss, 4);
-  j["gemm"] = dev == Device::CUDA ? std::string("cublas") : cpu::gemm_impl_name(cpu::current_gemm_impl());
-  j["device"] = device_name(dev);
+  j["final_loss"] = round_to(t.last_loss, 4);
+  j["gemm"] = run.dev == Device::CUDA ? std::string("cublas") : cpu::gemm_impl_name(cpu::current_gemm_impl());
+  j["device"] = device_name(run.dev);
   j["precision"] = precision_name(gemm_precision());
   j["optimizer_call"] = has_clip_and_step<AdamW>::value ? "AdamW clip_and_step (trainer's fused path)"
                                                         : "clip_grad_norm + AdamW step";
-  if (prof::enabled()) j["profile"] = prof::to_json((int)steps);
-  const std::string out = j.dump();
+  if (prof::enabled()) j["profile"] = prof::to_json((int)b.steps);
+  return j;
+}
 
+// The human-readable summary on stderr.
+void print_summary(const BenchSpec& b, const BenchRun& run, const Timings& t, double rss_mb) {
+  const double step_med = median(t.total);
+  const double tok_s = (double)(b.B * b.T) / (step_med / 1000.0);
+  const double achieved = run.flop.per_token * tok_s / 1e9;
+  const PeakChoice& p = run.peak;
   std::fprintf(stderr,
                "bench: %s, posenc %s, %lld params, B %lld x T %lld, %d threads, %lld timed steps after %lld warm-up\n"
                "  %.0f tokens/s | step %.1f ms median (mean %.1f, min %.1f) | forward %.1f, backward %.1f, "
                "optimizer %.1f ms\n"
                "  %.2f MFLOP/token -> %.1f GFLOP/s achieved | peak %.1f GFLOP/s (%s%s%s) | MFU %.1f%% | "
                "peak RSS %.0f MB\n",
-               source.c_str(), model.pe->type().c_str(), (long long)nparams, (long long)B, (long long)T, threads,
-               (long long)steps, (long long)warmup, tok_s, step_med, mean(total),
-               *std::min_element(total.begin(), total.end()), median(fwd), median(bwd), median(opt),
-               flop_per_token / 1e6, achieved, peak, peak_source.c_str(), peak_isa.empty() ? "" : ", ",
-               peak_isa.c_str(), 100.0 * mfu, rss_mb);
+               b.source.c_str(), run.posenc.c_str(), (long long)run.nparams, (long long)b.B, (long long)b.T,
+               b.threads, (long long)b.steps, (long long)b.warmup, tok_s, step_med, mean(t.total),
+               *std::min_element(t.total.begin(), t.total.end()), median(t.fwd), median(t.bwd), median(t.opt),
+               run.flop.per_token / 1e6, achieved, p.gflops, p.source.c_str(), p.isa.empty() ? "" : ", ",
+               p.isa.c_str(), 100.0 * (achieved / p.gflops), rss_mb);
   if (prof::enabled())
-    std::fprintf(stderr, "per-op profile, mean of %lld timed steps:\n%s", (long long)steps,
-                 prof::table((int)steps).c_str());
+    std::fprintf(stderr, "per-op profile, mean of %lld timed steps:\n%s", (long long)b.steps,
+                 prof::table((int)b.steps).c_str());
+}
+
+// JSON on stdout (and in --json), the summary on stderr.
+void report(const cxxopts::ParseResult& a, const BenchSpec& b, const BenchRun& run, const Timings& t) {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const double rss_mb = (double)ru.ru_maxrss / 1024.0;  // Linux: kilobytes
+  const std::string out = bench_json(b, run, t, rss_mb).dump();
+  print_summary(b, run, t, rss_mb);
   std::printf("%s\n", out.c_str());
   std::fflush(stdout);
   if (a.count("json")) {
     const std::string path = a["json"].as<std::string>(), text = out + "\n";
     write_file_atomic(path, {{text.data(), text.size()}}, "bench --json");
   }
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv) {
+  cxxopts::Options o = bench_options();
+  auto r = parse_or_help(o, argc, argv);
+  if (!r) return 0;
+  apply_precision_options(*r);
+  const auto& a = *r;
+  const BenchSpec b = bench_spec(a);
+  if (a.count("peak-only")) return print_peak_only(b.threads, b.bf16);
+  BenchRun run;
+  if (a.count("peak-gflops")) {
+    run.peak.gflops = a["peak-gflops"].as<double>();
+    CTX_CHECK(run.peak.gflops > 0 && std::isfinite(run.peak.gflops), "--peak-gflops must be a positive number, got ",
+              run.peak.gflops);
+  }
+  const uint64_t seed = a["seed"].as<uint64_t>();
+  run.dev = device_option(a);
+
+  nn::GPT model(b.cfg, DType::F32, b.source);
+  model.init_weights(seed);
+  model.pe->check_length(b.T);
+  move_model(model, run.dev);
+  model.train();
+  run.posenc = model.pe->type();
+  nn::NamedParams params = model.named_parameters();
+  for (auto& p : params) run.nparams += p.second.data().numel();
+  // trainer.cpp's defaults: lr 1e-3, betas 0.9/0.99, eps 1e-8, weight decay 0.1, clip 1.0
+  AdamW optim(params, AdamWOptions{1e-3, 0.9, 0.99, 1e-8, 0.1});
+  run.flop = flop_count(b.cfg, b.T);
+  if (!a.count("peak-gflops") && run.dev == Device::CUDA) {  // the CPU's FMA peak says nothing of a GPU
+    run.peak = {std::nan(""), "none (--device cuda: give the GPU's peak with --peak-gflops for MFU)", ""};
+  } else if (!a.count("peak-gflops")) {
+    Peak p = measure_peak(b.threads, b.bf16);
+    run.peak = {p.gflops, "measured", p.isa};
+  }
+
+  Rng rng(seed ^ 0x9E3779B97F4A7C15ULL);
+  run.deterministic = a["deterministic"].as<bool>();
+  const DeterministicScope deterministic_kernels(run.deterministic);  // as train --deterministic
+  const auto shards = run.deterministic ? canonical_shards(b.B, b.T) : std::vector<std::pair<int64_t, int64_t>>{{0, b.B}};
+  if (a.count("profile")) prof::set_enabled(true);
+  const Timings t = time_steps(model, optim, params, b, rng, backend(run.dev), shards);
+  report(a, b, run, t);
   return 0;
 }
 

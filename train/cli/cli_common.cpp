@@ -224,10 +224,42 @@ std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all) {
   return {in, tg};
 }
 
-const char* const kDeterministicHelp =
-    "the same run whatever the number of MPI ranks, --accum or threads, bit for bit: the batch runs as canonical "
-    "shards of <= 1024 rows whose gradients add in a fixed tree (train/dist/grad_tree.h), and every CPU GEMM in "
-    "OpenBLAS blocks fixed by the shape (core/determinism.h; with --precision bf16 on its bf16 operands widened to fp32); slower: docs/distributed.md measures it";
+void add_training_options(cxxopts::Options& o, const TrainingOptionBlock& b) {
+  const TrainOptions d;
+  auto s = [](auto v) { return std::to_string(v); };
+  o.add_options(b.data_group)("data", b.data_help, cxxopts::value<std::string>())(
+      "val-fraction", "last fraction of the corpus held out for validation",
+      cxxopts::value<double>()->default_value("0.1"));
+  auto optimisation = o.add_options("optimisation");
+  optimisation("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value(b.steps))(
+      "batch", "sequences per micro-batch", cxxopts::value<int64_t>()->default_value(b.batch))(
+      "accum", b.accum_help, cxxopts::value<int64_t>()->default_value("1"))(
+      "deterministic",
+      "the same run whatever the number of MPI ranks, --accum or threads, bit for bit: the batch runs as canonical "
+      "shards of <= 1024 rows whose gradients add in a fixed tree (train/dist/grad_tree.h), and every CPU GEMM in "
+      "OpenBLAS blocks fixed by the shape (core/determinism.h; with --precision bf16 on its bf16 operands widened to fp32); slower: docs/distributed.md measures it");
+  if (b.optimizer_choice)
+    optimisation("optimizer", "adamw | sgd", cxxopts::value<std::string>()->default_value(d.optimizer));
+  optimisation("lr", b.lr_help, cxxopts::value<double>()->default_value(b.lr))(
+      "min-lr", b.min_lr_help, cxxopts::value<double>())(
+      "warmup", "linear warmup steps", cxxopts::value<int64_t>()->default_value(b.warmup))(
+      "weight-decay", b.weight_decay_help, cxxopts::value<double>()->default_value(b.weight_decay))(
+      "beta1", "AdamW beta1", cxxopts::value<double>()->default_value("0.9"))(
+      "beta2", "AdamW beta2", cxxopts::value<double>()->default_value(b.beta2));
+  if (b.optimizer_choice) optimisation("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"));
+  optimisation("grad-clip", "global grad-norm clip (0 = off)", cxxopts::value<double>()->default_value("1.0"))(
+      "seed", b.seed_help, cxxopts::value<uint64_t>()->default_value(s(d.seed)));
+  o.add_options("output")("out", "run directory", cxxopts::value<std::string>()->default_value(b.out))(
+      "log-interval", "steps between progress lines", cxxopts::value<int64_t>()->default_value(s(d.log_interval)))(
+      "eval-interval", b.eval_interval_help, cxxopts::value<int64_t>()->default_value(b.eval_interval))(
+      "eval-batches", "validation batches per evaluation", cxxopts::value<int64_t>()->default_value(s(d.eval_batches)))(
+      "ckpt-interval", "steps between checkpoints", cxxopts::value<int64_t>()->default_value(b.ckpt_interval))(
+      "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines");
+}
+
+void add_distributed_option(cxxopts::Options& o) {
+  o.add_options("output")("distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)");
+}
 
 void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt) {
   if (a.count("data")) opt.data = a["data"].as<std::string>();

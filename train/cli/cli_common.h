@@ -1,5 +1,6 @@
 // train/cli/cli_common.h — option helpers shared by the CLI verbs: --config/--preset/--posenc,
-// parse-or-print-help, required options, --device, --precision / --tf32, and splitting a [B, T+1] token batch.
+// parse-or-print-help, required options, the training options of train / finetune, --device,
+// --precision / --tf32, and splitting a [B, T+1] token batch.
 #pragma once
 #include <optional>
 #include <string>
@@ -22,12 +23,24 @@ std::pair<ModelConfig, std::string> config_from_options(const cxxopts::ParseResu
 // Parses; prints help and returns nullopt on --help; throws ctx::Error on bad options.
 std::optional<cxxopts::ParseResult> parse_or_help(cxxopts::Options& o, int argc, char** argv);
 void require(const cxxopts::ParseResult& r, const char* name, const cxxopts::Options& o);
+// The defaults and help lines in which the training options of `train` and `finetune` differ.
+struct TrainingOptionBlock {
+  std::string data_group;  // the help group of --data and --val-fraction
+  std::string data_help, accum_help, lr_help, min_lr_help, weight_decay_help, seed_help, eval_interval_help;
+  std::string steps, batch, lr, warmup, weight_decay, beta2, out, eval_interval, ckpt_interval;  // defaults
+  bool optimizer_choice = false;  // --optimizer and --momentum too (train; finetune is AdamW only)
+};
+// The training options `train` and `finetune` share, in the groups `data_group` (data,
+// val-fraction), "optimisation" (steps, batch, accum, deterministic, [optimizer], lr, min-lr,
+// warmup, weight-decay, beta1, beta2, [momentum], grad-clip, seed) and "output" (out,
+// log/eval/ckpt intervals, eval-batches, no-plot, quiet); a verb adds its own after them.
+void add_training_options(cxxopts::Options& o, const TrainingOptionBlock& b);
+// --distributed (in the "output" group), for the verbs that train.
+void add_distributed_option(cxxopts::Options& o);
 // The training options `train` and `finetune` share (data, val-fraction, steps, batch, accum, lr,
 // warmup, weight-decay, beta1, beta2, grad-clip, seed, out, log/eval/ckpt intervals, eval-batches,
 // no-plot, quiet), read into `opt`; each verb sets the rest (context, optimizer, min-lr, ...).
 void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt);
-// The help of --deterministic, which `train` and `finetune` both define (read_train_options reads it).
-extern const char* const kDeterministicHelp;
 // --device cpu|cuda: the device named; throws one line when it is not "cpu" or "cuda", or when
 // this build has no CUDA backend.
 Device device_from_option(const std::string& s);

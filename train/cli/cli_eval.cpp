@@ -109,9 +109,7 @@ void write_text(const std::string& path, const std::string& text, const char* wh
   write_file_atomic(path, {{text.data(), text.size()}}, what);
 }
 
-}  // namespace
-
-int run_eval(int argc, char** argv) {
+cxxopts::Options eval_options() {
   cxxopts::Options o(
       "ctxlab eval",
       "Perplexity and bits per byte of a checkpoint at one or more context lengths.\n"
@@ -159,6 +157,105 @@ int run_eval(int argc, char** argv) {
   add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
   add_device_option(o, "where the windows are evaluated");
   add_precision_options(o);
+  return o;
+}
+
+// The checkpoint, with the posenc of --hierarchical / --rope-scaling when given.
+LoadedModel load_for_eval(const cxxopts::ParseResult& r, const std::string& ckpt) {
+  nlohmann::json ov = posenc_override(r, ckpt);
+  try {
+    return load_checkpoint(ckpt, DType::F32, ov);
+  } catch (const Error& e) {
+    if (ov.is_null()) throw;
+    throw Error(str(e.what(), " (with the override posenc ", ov.dump(), " from --hierarchical / --rope-scaling)"));
+  }
+}
+
+// --window W or --segmented (chunks of the model's context), or neither.
+EvalMode eval_mode(const cxxopts::ParseResult& r, const nn::GPT& model) {
+  EvalMode mode;
+  if (r.count("window")) {
+    mode.window = r["window"].as<int64_t>();
+    CTX_CHECK(mode.window >= 1, "--window must be a positive number of positions (e.g. ", model.cfg.context,
+              "), got ", mode.window);
+  }
+  if (r.count("segmented")) {
+    CTX_CHECK(mode.window == 0, "--window and --segmented are two different baselines; give one of them");
+    mode.segment = model.cfg.context;
+  }
+  return mode;
+}
+
+// The tokens evaluated: all of --data, or the validation split of the shipped corpus.
+struct EvalText {
+  std::string data, split;  // what the output names: the file (and split), and the split alone
+  std::vector<int32_t> tokens;
+};
+
+EvalText eval_text(const cxxopts::ParseResult& r, const Tokenizer& tok) {
+  EvalText t;
+  if (r.count("data")) {
+    t.data = r["data"].as<std::string>();
+    t.tokens = load_text_tokens(t.data, &tok);
+    t.split = "all";
+  } else {
+    t.data = shipped_corpus_path();
+    t.tokens = tok.encode(split_text(read_file(t.data, "text corpus"), kValidationFraction).second);
+    t.split = "validation (last 10%)";
+    t.data += " [validation split]";
+  }
+  return t;
+}
+
+// The lengths of --lengths (default: the model's context), every one checked before any compute
+// so that a bad one fails at once.
+std::vector<int64_t> eval_lengths(const cxxopts::ParseResult& r, const nn::GPT& model, const EvalText& text,
+                                  const EvalMode& mode) {
+  std::vector<int64_t> lengths =
+      r.count("lengths") ? parse_lengths(r["lengths"].as<std::string>()) : std::vector<int64_t>{model.cfg.context};
+  const bool learned_plain = model.pe->type() == "learned" && !model.cfg.posenc.value("hierarchical", false);
+  for (int64_t len : lengths) {
+    try {
+      check_eval_length(model, (int64_t)text.tokens.size(), len, text.data, mode);
+    } catch (const Error& e) {
+      if (learned_plain && len > model.cfg.context)
+        throw Error(str(e.what(), " (ctxlab eval: pass --hierarchical, or --segmented, to evaluate beyond L)"));
+      throw;
+    }
+  }
+  return lengths;
+}
+
+void write_eval_csv(const std::string& path, const std::vector<EvalResult>& results) {
+  std::string csv = "length,windows,tokens,loss,ppl,bits_per_byte,bytes\n";
+  char buf[256];
+  for (auto& e : results) {
+    std::snprintf(buf, sizeof buf, "%lld,%lld,%lld,%.9g,%.9g,%.9g,%lld\n", (long long)e.length,
+                  (long long)e.windows, (long long)e.tokens, e.loss, e.ppl, e.bpb, (long long)e.bytes);
+    csv += buf;
+  }
+  write_text(path, csv, "eval CSV");
+  std::printf("wrote %s\n", path.c_str());
+}
+
+void write_eval_json(const std::string& path, nlohmann::json j, const std::vector<EvalResult>& results) {
+  j["results"] = nlohmann::json::array();
+  for (auto& e : results)
+    j["results"].push_back({{"length", e.length},
+                            {"windows", e.windows},
+                            {"tokens", e.tokens},
+                            {"loss", e.loss},
+                            {"ppl", e.ppl},
+                            {"bits_per_byte", e.bpb},
+                            {"bytes", e.bytes}});
+  write_text(path, j.dump(2) + "\n", "eval JSON");
+  std::printf("wrote %s\n", path.c_str());
+}
+
+}  // namespace
+
+int run_eval(int argc, char** argv) {
+  cxxopts::Options o = eval_options();
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   apply_precision_options(*r);
@@ -170,114 +267,53 @@ int run_eval(int argc, char** argv) {
   CTX_CHECK(max_windows >= 0, "--max-windows must be >= 0 (0 = all, e.g. 50), got ", max_windows);
 
   const std::string ckpt = (*r)["checkpoint"].as<std::string>();
-  nlohmann::json ov = posenc_override(*r, ckpt);
-  LoadedModel lm;
-  try {
-    lm = load_checkpoint(ckpt, DType::F32, ov);
-  } catch (const Error& e) {
-    if (ov.is_null()) throw;
-    throw Error(str(e.what(), " (with the override posenc ", ov.dump(), " from --hierarchical / --rope-scaling)"));
-  }
+  LoadedModel lm = load_for_eval(*r, ckpt);
   nn::GPT& model = *lm.model;
   const std::shared_ptr<const Tokenizer> tok = checkpoint_tokenizer(lm, *r, ckpt);
   move_model(model, dev);
-  EvalMode mode;
-  if (r->count("window")) {
-    mode.window = (*r)["window"].as<int64_t>();
-    CTX_CHECK(mode.window >= 1, "--window must be a positive number of positions (e.g. ", model.cfg.context,
-              "), got ", mode.window);
-  }
-  if (r->count("segmented")) {
-    CTX_CHECK(mode.window == 0, "--window and --segmented are two different baselines; give one of them");
-    mode.segment = model.cfg.context;
-  }
-
-  std::string data, split;
-  std::vector<int32_t> tokens;
-  if (r->count("data")) {
-    data = (*r)["data"].as<std::string>();
-    tokens = load_text_tokens(data, tok.get());
-    split = "all";
-  } else {
-    data = shipped_corpus_path();
-    tokens = tok->encode(split_text(read_file(data, "text corpus"), kValidationFraction).second);
-    split = "validation (last 10%)";
-    data += " [validation split]";
-  }
-
-  std::vector<int64_t> lengths =
-      r->count("lengths") ? parse_lengths((*r)["lengths"].as<std::string>()) : std::vector<int64_t>{model.cfg.context};
-  // Every length is checked before any compute, so that a bad one fails at once.
-  const bool learned_plain = model.pe->type() == "learned" && !model.cfg.posenc.value("hierarchical", false);
-  for (int64_t len : lengths) {
-    try {
-      check_eval_length(model, (int64_t)tokens.size(), len, data, mode);
-    } catch (const Error& e) {
-      if (learned_plain && len > model.cfg.context)
-        throw Error(str(e.what(), " (ctxlab eval: pass --hierarchical, or --segmented, to evaluate beyond L)"));
-      throw;
-    }
-  }
+  const EvalMode mode = eval_mode(*r, model);
+  const EvalText text = eval_text(*r, *tok);
+  const std::vector<int64_t> lengths = eval_lengths(*r, model, text, mode);
 
   const std::string mode_name = mode.window > 0    ? str("sliding window ", mode.window)
                                 : mode.segment > 0 ? str("segmented, chunks of ", mode.segment)
                                                    : std::string("full causal attention");
   std::printf("eval %s (posenc %s, context %lld, tokenizer %s) on %s: %zu tokens, %s\n", ckpt.c_str(),
-              model.cfg.posenc.dump().c_str(), (long long)model.cfg.context, tok->describe().c_str(), data.c_str(),
-              tokens.size(), mode_name.c_str());
+              model.cfg.posenc.dump().c_str(), (long long)model.cfg.context, tok->describe().c_str(), text.data.c_str(),
+              text.tokens.size(), mode_name.c_str());
   std::printf("%8s %8s %10s %10s %12s %10s\n", "length", "windows", "tokens", "loss", "ppl", "bits/byte");
   std::fflush(stdout);
   std::vector<EvalResult> results;
   for (int64_t len : lengths) {
     const int64_t batch = batch_opt > 0 ? batch_opt : std::max<int64_t>(1, 8192 / len);
-    EvalResult e = evaluate(model, tokens, len, batch, max_windows, data, mode, tok.get());
+    EvalResult e = evaluate(model, text.tokens, len, batch, max_windows, text.data, mode, tok.get());
     std::printf("%8lld %8lld %10lld %10.4f %12.4f %10.4f\n", (long long)e.length, (long long)e.windows,
                 (long long)e.tokens, e.loss, e.ppl, e.bpb);
     std::fflush(stdout);
     results.push_back(e);
   }
 
-  if (r->count("csv")) {
-    std::string csv = "length,windows,tokens,loss,ppl,bits_per_byte,bytes\n";
-    char buf[256];
-    for (auto& e : results) {
-      std::snprintf(buf, sizeof buf, "%lld,%lld,%lld,%.9g,%.9g,%.9g,%lld\n", (long long)e.length,
-                    (long long)e.windows, (long long)e.tokens, e.loss, e.ppl, e.bpb, (long long)e.bytes);
-      csv += buf;
-    }
-    std::string path = (*r)["csv"].as<std::string>();
-    write_text(path, csv, "eval CSV");
-    std::printf("wrote %s\n", path.c_str());
-  }
-  if (r->count("json")) {
-    nlohmann::json j = {{"checkpoint", ckpt},
-                        {"data", r->count("data") ? (*r)["data"].as<std::string>() : shipped_corpus_path()},
-                        {"split", split},
-                        {"posenc", model.cfg.posenc},
-                        {"context", model.cfg.context},
-                        {"step", lm.step},
-                        {"tokenizer", {{"type", tok->type()}, {"vocab_size", tok->vocab_size()},
-                                       {"fingerprint", tok->fingerprint()}}},
-                        {"mode", mode_name},
-                        {"window", mode.window},
-                        {"segment", mode.segment},
-                        {"results", nlohmann::json::array()}};
-    for (auto& e : results)
-      j["results"].push_back({{"length", e.length},
-                              {"windows", e.windows},
-                              {"tokens", e.tokens},
-                              {"loss", e.loss},
-                              {"ppl", e.ppl},
-                              {"bits_per_byte", e.bpb},
-                              {"bytes", e.bytes}});
-    std::string path = (*r)["json"].as<std::string>();
-    write_text(path, j.dump(2) + "\n", "eval JSON");
-    std::printf("wrote %s\n", path.c_str());
-  }
+  if (r->count("csv")) write_eval_csv((*r)["csv"].as<std::string>(), results);
+  if (r->count("json"))
+    write_eval_json((*r)["json"].as<std::string>(),
+                    {{"checkpoint", ckpt},
+                     {"data", r->count("data") ? (*r)["data"].as<std::string>() : shipped_corpus_path()},
+                     {"split", text.split},
+                     {"posenc", model.cfg.posenc},
+                     {"context", model.cfg.context},
+                     {"step", lm.step},
+                     {"tokenizer", {{"type", tok->type()}, {"vocab_size", tok->vocab_size()},
+                                    {"fingerprint", tok->fingerprint()}}},
+                     {"mode", mode_name},
+                     {"window", mode.window},
+                     {"segment", mode.segment}},
+                    results);
   return 0;
 }
 
-int run_sample(int argc, char** argv) {
+namespace {
+
+cxxopts::Options sample_options() {
   cxxopts::Options o(
       "ctxlab sample",
       "Generate text from a checkpoint, one token at a time: the prompt goes through the model once,\n"
@@ -315,6 +351,13 @@ int run_sample(int argc, char** argv) {
   add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
   add_device_option(o, "where the forward passes run (the draws are made on the host)");
   add_precision_options(o);
+  return o;
+}
+
+}  // namespace
+
+int run_sample(int argc, char** argv) {
+  cxxopts::Options o = sample_options();
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   apply_precision_options(*r);

@@ -52,10 +52,65 @@ nlohmann::json finetune_posenc_override(const cxxopts::ParseResult& r, const Mod
   return {{"scaling", sc}};
 }
 
+TrainingOptionBlock finetune_option_block() {
+  TrainingOptionBlock b;
+  b.data_group = "";
+  b.data_help = "training text file (default: the shipped corpus)";
+  b.steps = "200", b.batch = "4";
+  b.accum_help = "micro-batches per step";
+  b.lr = "2e-4", b.lr_help = "learning rate after warmup (constant unless --min-lr is lower: then cosine to it)";
+  b.min_lr_help = "final learning rate (default: --lr, i.e. constant)";
+  b.warmup = "20";
+  b.weight_decay = "0", b.weight_decay_help = "decoupled weight decay";
+  b.beta2 = "0.95";
+  b.seed_help = "seed of batches and dropout";
+  b.out = "runs/finetune";
+  b.eval_interval = "25", b.eval_interval_help = "steps between validation losses (at the new context)";
+  b.ckpt_interval = "100";
+  return b;
+}
+
+void add_finetune_options(cxxopts::Options& o) {
+  o.add_options()("checkpoint", "the pretrained model (.safetensors), e.g. runs/rope/model.safetensors",
+                  cxxopts::value<std::string>())(
+      "context", "the new, longer training context L', e.g. 512", cxxopts::value<int64_t>())(
+      "rope-scaling", "rope only: pi | ntk | dynamic-ntk | yarn | rerope | leaky-rerope (POSENC_SPEC §2)",
+      cxxopts::value<std::string>())(
+      "factor", "scale factor s (default L' / L for pi, ntk, dynamic-ntk, yarn; leaky-rerope: the leak k)",
+      cxxopts::value<double>())(
+      "original-context", "the pretraining context L (default: the checkpoint's recorded one, else its context)",
+      cxxopts::value<int64_t>());
+  add_training_options(o, finetune_option_block());
+  o.add_options()("h,help", "this help");
+  add_distributed_option(o);
+  add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
+  add_device_option(o, "where the model trains");
+  add_precision_options(o);
+}
+
+// The checkpoint at the new context, with the scaling of --rope-scaling / --factor; *context0
+// gets the context it was trained at.
+LoadedModel load_for_context(const cxxopts::ParseResult& a, const std::string& ckpt, int64_t context,
+                             int64_t* context0) {
+  LoadedModel plain = load_checkpoint(ckpt);
+  const ModelConfig& c0 = plain.model->cfg;
+  *context0 = c0.context;
+  const std::string type = c0.posenc.value("type", std::string("none"));
+  CTX_CHECK(!((type == "learned" || type == "tupe") && context > c0.context), ckpt, ": posenc \"", type,
+            "\" has a table of context = ", c0.context, " positions and cannot be fine-tuned at --context ",
+            context, " (expected <= ", c0.context, "; rope, alibi, kerple, t5, ... have no such limit)");
+  nlohmann::json ov = finetune_posenc_override(a, c0, context, ckpt);
+  try {
+    return load_checkpoint(ckpt, DType::F32, ov, context);
+  } catch (const Error& e) {
+    if (ov.is_null()) throw;
+    throw Error(str(e.what(), " (with the scaling ", ov.dump(), " from --rope-scaling / --factor)"));
+  }
+}
+
 }  // namespace
 
 int run_finetune(int argc, char** argv) {
-  TrainOptions d;
   cxxopts::Options o(
       "ctxlab finetune",
       "Continue training a checkpoint at a longer context (the Position Interpolation workflow).\n"
@@ -71,44 +126,7 @@ int run_finetune(int argc, char** argv) {
       "  ctxlab finetune --checkpoint runs/alibi/model.safetensors --context 512 --steps 100   # no scaling\n"
       "  ctxlab eval --checkpoint runs/rope-pi512/model.safetensors --lengths 128,512\n"
       "  ctxlab train --resume runs/rope-pi512 --steps 400      # extend an interrupted fine-tune");
-  o.add_options()("checkpoint", "the pretrained model (.safetensors), e.g. runs/rope/model.safetensors",
-                  cxxopts::value<std::string>())(
-      "context", "the new, longer training context L', e.g. 512", cxxopts::value<int64_t>())(
-      "rope-scaling", "rope only: pi | ntk | dynamic-ntk | yarn | rerope | leaky-rerope (POSENC_SPEC §2)",
-      cxxopts::value<std::string>())(
-      "factor", "scale factor s (default L' / L for pi, ntk, dynamic-ntk, yarn; leaky-rerope: the leak k)",
-      cxxopts::value<double>())(
-      "original-context", "the pretraining context L (default: the checkpoint's recorded one, else its context)",
-      cxxopts::value<int64_t>())(
-      "data", "training text file (default: the shipped corpus)", cxxopts::value<std::string>())(
-      "val-fraction", "last fraction of the corpus held out for validation",
-      cxxopts::value<double>()->default_value("0.1"))(
-      "h,help", "this help");
-  auto s = [](auto v) { return std::to_string(v); };
-  o.add_options("optimisation")("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value("200"))(
-      "batch", "sequences per micro-batch", cxxopts::value<int64_t>()->default_value("4"))(
-      "accum", "micro-batches per step", cxxopts::value<int64_t>()->default_value("1"))(
-      "deterministic", kDeterministicHelp)(
-      "lr", "learning rate after warmup (constant unless --min-lr is lower: then cosine to it)",
-      cxxopts::value<double>()->default_value("2e-4"))(
-      "min-lr", "final learning rate (default: --lr, i.e. constant)", cxxopts::value<double>())(
-      "warmup", "linear warmup steps", cxxopts::value<int64_t>()->default_value("20"))(
-      "weight-decay", "decoupled weight decay", cxxopts::value<double>()->default_value("0"))(
-      "beta1", "AdamW beta1", cxxopts::value<double>()->default_value("0.9"))(
-      "beta2", "AdamW beta2", cxxopts::value<double>()->default_value("0.95"))(
-      "grad-clip", "global grad-norm clip (0 = off)", cxxopts::value<double>()->default_value("1.0"))(
-      "seed", "seed of batches and dropout", cxxopts::value<uint64_t>()->default_value(s(d.seed)));
-  o.add_options("output")("out", "run directory", cxxopts::value<std::string>()->default_value("runs/finetune"))(
-      "log-interval", "steps between progress lines", cxxopts::value<int64_t>()->default_value("10"))(
-      "eval-interval", "steps between validation losses (at the new context)",
-      cxxopts::value<int64_t>()->default_value("25"))(
-      "eval-batches", "validation batches per evaluation", cxxopts::value<int64_t>()->default_value(s(d.eval_batches)))(
-      "ckpt-interval", "steps between checkpoints", cxxopts::value<int64_t>()->default_value("100"))(
-      "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
-      "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)");
-  add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
-  add_device_option(o, "where the model trains");
-  add_precision_options(o);
+  add_finetune_options(o);
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   apply_precision_options(*r);
@@ -121,20 +139,8 @@ int run_finetune(int argc, char** argv) {
   const int64_t context = a["context"].as<int64_t>();
   CTX_CHECK(context >= 1, "--context must be a positive integer (e.g. 512), got ", context);
 
-  LoadedModel plain = load_checkpoint(ckpt);
-  const ModelConfig& c0 = plain.model->cfg;
-  const std::string type = c0.posenc.value("type", std::string("none"));
-  CTX_CHECK(!((type == "learned" || type == "tupe") && context > c0.context), ckpt, ": posenc \"", type,
-            "\" has a table of context = ", c0.context, " positions and cannot be fine-tuned at --context ",
-            context, " (expected <= ", c0.context, "; rope, alibi, kerple, t5, ... have no such limit)");
-  nlohmann::json ov = finetune_posenc_override(a, c0, context, ckpt);
-  LoadedModel lm;
-  try {
-    lm = load_checkpoint(ckpt, DType::F32, ov, context);
-  } catch (const Error& e) {
-    if (ov.is_null()) throw;
-    throw Error(str(e.what(), " (with the scaling ", ov.dump(), " from --rope-scaling / --factor)"));
-  }
+  int64_t context0 = 0;
+  LoadedModel lm = load_for_context(a, ckpt, context, &context0);
   nn::GPT& model = *lm.model;
   model.pe->check_length(context);
   move_model(model, dev);
@@ -149,7 +155,7 @@ int run_finetune(int argc, char** argv) {
   if (!opt.quiet && dist::is_root())
     std::printf("finetune: %s (step %lld, context %lld) -> context %lld, posenc %s\n"
                 "threads: %d, gemm: %s\n",
-                ckpt.c_str(), (long long)lm.step, (long long)c0.context, (long long)context,
+                ckpt.c_str(), (long long)lm.step, (long long)context0, (long long)context,
                 model.cfg.posenc.dump().c_str(), ctx::num_threads(), cpu::gemm_impl_name(cpu::current_gemm_impl()));
   train(model, opt, 0, "", -1);
   return 0;

@@ -19,6 +19,7 @@
 // same way, so gradcheck perturbs and reads host tensors only.
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -99,10 +100,7 @@ std::string fmt_err(double x) {
   return b;
 }
 
-}  // namespace
-
-int run_gradcheck(int argc, char** argv) {
-  std::vector<std::string> params = take_params(argc, argv);
+cxxopts::Options gradcheck_options() {
   cxxopts::Options o(
       "ctxlab gradcheck",
       "Finite-difference check of a positional encoding's gradients through a tiny f64 GPT.\n"
@@ -143,13 +141,11 @@ int run_gradcheck(int argc, char** argv) {
       "only-posenc", "check only the encoding's parameters (the others are held constant)")(
       "h,help", "this help");
   add_device_option(o, "where the f64 model runs (the finite differences are taken on the host)");
-  auto r = parse_or_help(o, argc, argv);
-  if (!r) return 0;
-  require(*r, "encoding", o);
-  const Device dev = device_option(*r);
+  return o;
+}
 
-  // ---- the encoding config ----
-  const std::string enc = (*r)["encoding"].as<std::string>();
+// The posenc config of --encoding (a type name or a JSON object) with every --param applied.
+nlohmann::json encoding_config(const std::string& enc, const std::vector<std::string>& params) {
   nlohmann::json pe;
   if (!enc.empty() && enc[0] == '{') {
     try {
@@ -162,48 +158,63 @@ int run_gradcheck(int argc, char** argv) {
     pe = {{"type", enc}};
   }
   for (auto& p : params) apply_param(pe, p);
+  return pe;
+}
 
-  const int64_t H = (*r)["heads"].as<int64_t>(), d = (*r)["head-dim"].as<int64_t>();
-  const int64_t T = (*r)["seq"].as<int64_t>(), nl = (*r)["layers"].as<int64_t>();
-  const int64_t B = (*r)["batch"].as<int64_t>();
-  CTX_CHECK(H >= 1 && H <= 64, "--heads must be in 1..64, got ", H);
-  CTX_CHECK(d >= 1 && d <= 64, "--head-dim must be in 1..64, got ", d);
-  CTX_CHECK(T >= 2 && T <= 256, "--seq must be in 2..256, got ", T);
-  CTX_CHECK(nl >= 1 && nl <= 8, "--layers must be in 1..8, got ", nl);
-  CTX_CHECK(B >= 1 && B <= 16, "--batch must be in 1..16, got ", B);
+// The model's shape and the check's tolerances, from the options (checked).
+struct GradcheckSpec {
+  nlohmann::json pe;
+  int64_t H = 0, d = 0, T = 0, nl = 0, B = 0;
   GradcheckOptions gopt;
-  gopt.eps = (*r)["eps"].as<double>();
-  gopt.atol = (*r)["atol"].as<double>();
-  gopt.rtol = (*r)["rtol"].as<double>();
-  gopt.max_elements = (*r)["max-elements"].as<int64_t>();
-  CTX_CHECK(gopt.eps > 0, "--eps must be > 0");
-  CTX_CHECK(gopt.atol >= 0 && gopt.rtol >= 0, "--atol and --rtol must be >= 0");
-  CTX_CHECK(gopt.max_elements == -1 || gopt.max_elements >= 1, "--max-elements must be -1 or >= 1");
-  const uint64_t seed = (*r)["seed"].as<uint64_t>();
-  const bool only_pe = r->count("only-posenc") > 0;
+  uint64_t seed = 0;
+  bool only_pe = false;
 
-  auto make_cfg = [&](int64_t context) {
+  ModelConfig config(int64_t context) const {
     nlohmann::json j = {{"vocab_size", 11},   {"d_model", H * d}, {"n_layers", nl},
                         {"n_heads", H},       {"d_ff", 4 * H * d}, {"context", context},
                         {"posenc", pe}};
     return config_from_json(j, "gradcheck");
-  };
-  // Context T-1 where the encoding takes sequences longer than its context, else T.
-  int64_t context = T - 1;
-  {
-    ModelConfig c = make_cfg(context);
-    auto probe = make_posenc(c, "gradcheck");  // unknown type / key: the registry's error
-    try {
-      probe->check_length(T);
-    } catch (const Error&) {
-      context = T;
-    }
   }
-  const std::string source = str("gradcheck --encoding ", pe.dump());
-  nn::GPT m(make_cfg(context), DType::F64, source);
-  m.init_weights(seed);
-  m.eval();
-  Rng rng(seed * 7919 + 17);
+};
+
+GradcheckSpec gradcheck_spec(const cxxopts::ParseResult& r, const std::vector<std::string>& params) {
+  GradcheckSpec g;
+  g.pe = encoding_config(r["encoding"].as<std::string>(), params);
+  g.H = r["heads"].as<int64_t>(), g.d = r["head-dim"].as<int64_t>();
+  g.T = r["seq"].as<int64_t>(), g.nl = r["layers"].as<int64_t>();
+  g.B = r["batch"].as<int64_t>();
+  CTX_CHECK(g.H >= 1 && g.H <= 64, "--heads must be in 1..64, got ", g.H);
+  CTX_CHECK(g.d >= 1 && g.d <= 64, "--head-dim must be in 1..64, got ", g.d);
+  CTX_CHECK(g.T >= 2 && g.T <= 256, "--seq must be in 2..256, got ", g.T);
+  CTX_CHECK(g.nl >= 1 && g.nl <= 8, "--layers must be in 1..8, got ", g.nl);
+  CTX_CHECK(g.B >= 1 && g.B <= 16, "--batch must be in 1..16, got ", g.B);
+  g.gopt.eps = r["eps"].as<double>();
+  g.gopt.atol = r["atol"].as<double>();
+  g.gopt.rtol = r["rtol"].as<double>();
+  g.gopt.max_elements = r["max-elements"].as<int64_t>();
+  CTX_CHECK(g.gopt.eps > 0, "--eps must be > 0");
+  CTX_CHECK(g.gopt.atol >= 0 && g.gopt.rtol >= 0, "--atol and --rtol must be >= 0");
+  CTX_CHECK(g.gopt.max_elements == -1 || g.gopt.max_elements >= 1, "--max-elements must be -1 or >= 1");
+  g.seed = r["seed"].as<uint64_t>();
+  g.only_pe = r.count("only-posenc") > 0;
+  return g;
+}
+
+// Context T-1 where the encoding takes sequences longer than its context, else T.
+int64_t model_context(const GradcheckSpec& g) {
+  int64_t context = g.T - 1;
+  ModelConfig c = g.config(context);
+  auto probe = make_posenc(c, "gradcheck");  // unknown type / key: the registry's error
+  try {
+    probe->check_length(g.T);
+  } catch (const Error&) {
+    context = g.T;
+  }
+  return context;
+}
+
+// Weights N(0, 0.5), norm weights 1 + N(0, 0.1), kerple r1/r2 U(0.2, 1.5).
+void fill_weights(nn::GPT& m, Rng& rng) {
   for (auto& [name, p] : m.named_parameters()) {
     if (name == "pe.r1" || name == "pe.r2")  // kerple: clear of the clamp at 0.01 (and 2)
       rng.fill_uniform(p.data(), 0.2, 1.5);
@@ -212,45 +223,21 @@ int run_gradcheck(int argc, char** argv) {
     else
       rng.fill_normal(p.data(), 0.0, 0.5);
   }
-  Tensor x = random_tokens(B, T, 11, rng), y = random_tokens(B, T, 11, rng);
-  move_model(m, dev);  // after the host-side fill; x and y move in m.loss
+}
 
-  const nn::NamedParams named = m.named_parameters();
-  const std::string shared = m.pe->shared_prefix() + ".";
-  auto is_pe = [&](const std::string& n) {
-    return n.compare(0, shared.size(), shared) == 0 || n.find(".attn.pe.") != std::string::npos;
-  };
-  std::vector<Tensor> inputs;
-  std::vector<std::string> names;
-  for (auto& [name, p] : named) {
-    inputs.push_back(to_host(p.data()).clone());  // the same values, on the host
-    names.push_back(only_pe && !is_pe(name) ? "-" : name);
-  }
-  // An identity node that also moves its input to device `to` (the gradient moves back).
-  auto moved = [](const Variable& src, Device to) {
-    const Tensor d = src.data().device() == to ? src.data() : src.data().to(to);
-    return make_result(d, "bind", {src}, [src](const Tensor& g) {
-      if (src.requires_grad()) accumulate_grad(*src.impl(), g.device() == src.data().device() ? g : g.to(src.data().device()));
-    });
-  };
-  // Each parameter is rebound to an identity of its gradcheck input: the model's graph then
-  // carries the gradient back to the input gradcheck reads.
-  GradFn f = [&](const std::vector<Variable>& in) {
-    for (size_t i = 0; i < named.size(); ++i) *named[i].second.impl() = *moved(in[i], dev).impl();
-    return moved(m.loss(x, y), Device::CPU);
-  };
+// An identity node that also moves its input to device `to` (the gradient moves back).
+Variable moved(const Variable& src, Device to) {
+  const Tensor d = src.data().device() == to ? src.data() : src.data().to(to);
+  return make_result(d, "bind", {src}, [src](const Tensor& g) {
+    if (src.requires_grad()) accumulate_grad(*src.impl(), g.device() == src.data().device() ? g : g.to(src.data().device()));
+  });
+}
 
-  // Tiny shapes: one thread is fastest (and immune to OpenMP spin-waits on a loaded machine).
-  const int saved_threads = ctx::num_threads();
-  ctx::set_num_threads(1);
-  GradcheckResult res = gradcheck(f, inputs, names, gopt);
-  ctx::set_num_threads(saved_threads);
-
-  std::printf("gradcheck %s: f64 GPT on %s, %lld layer(s), H=%lld, d=%lld, d_model=%lld, context=%lld, "
-              "batch %lldx%lld, eps %g, atol %g, rtol %g\n",
-              m.pe->type().c_str(), device_name(dev), (long long)nl, (long long)H, (long long)d, (long long)(H * d),
-              (long long)context, (long long)B, (long long)T, gopt.eps, gopt.atol, gopt.rtol);
-  std::printf("posenc %s\n\n", pe.dump().c_str());
+// The table of results, a line per failing tensor's worst element, and the count; returns the
+// number of failing tensors. `numel`: each checked tensor's elements, by name.
+int print_results(const GradcheckSpec& g, const nn::GPT& m, const nn::NamedParams& named,
+                  const std::vector<Tensor>& inputs, const GradcheckResult& res,
+                  const std::function<bool(const std::string&)>& is_pe) {
   size_t w = 6;
   for (auto& t : res.tensors) w = std::max(w, t.name.size());
   std::printf("%-*s  %-6s  %8s  %11s  %11s  %s\n", (int)w, "tensor", "kind", "checked", "max abs err",
@@ -260,7 +247,7 @@ int run_gradcheck(int argc, char** argv) {
     int64_t n = 0;
     for (size_t i = 0; i < named.size(); ++i)
       if (named[i].first == t.name) n = inputs[i].numel();
-    const int64_t checked = gopt.max_elements < 0 ? n : std::min(n, gopt.max_elements);
+    const int64_t checked = g.gopt.max_elements < 0 ? n : std::min(n, g.gopt.max_elements);
     std::printf("%-*s  %-6s  %8lld  %11s  %11s  %s\n", (int)w, t.name.c_str(), is_pe(t.name) ? "posenc" : "model",
                 (long long)checked, fmt_err(t.max_abs_err).c_str(), fmt_err(t.max_rel_err).c_str(),
                 t.pass ? "PASS" : "FAIL");
@@ -276,7 +263,58 @@ int run_gradcheck(int argc, char** argv) {
       std::printf("  FAIL %s: worst element %lld: analytic %.9g, numeric %.9g\n", t.name.c_str(),
                   (long long)t.worst_index, t.worst_analytic, t.worst_numeric);
   std::printf("gradcheck %s: %d passed, %d failed\n", m.pe->type().c_str(), passed, failed);
-  return failed ? 1 : 0;
+  return failed;
+}
+
+}  // namespace
+
+int run_gradcheck(int argc, char** argv) {
+  std::vector<std::string> params = take_params(argc, argv);
+  cxxopts::Options o = gradcheck_options();
+  auto r = parse_or_help(o, argc, argv);
+  if (!r) return 0;
+  require(*r, "encoding", o);
+  const Device dev = device_option(*r);
+  const GradcheckSpec g = gradcheck_spec(*r, params);
+  const int64_t context = model_context(g);
+  nn::GPT m(g.config(context), DType::F64, str("gradcheck --encoding ", g.pe.dump()));
+  m.init_weights(g.seed);
+  m.eval();
+  Rng rng(g.seed * 7919 + 17);
+  fill_weights(m, rng);
+  Tensor x = random_tokens(g.B, g.T, 11, rng), y = random_tokens(g.B, g.T, 11, rng);
+  move_model(m, dev);  // after the host-side fill; x and y move in m.loss
+
+  const nn::NamedParams named = m.named_parameters();
+  const std::string shared = m.pe->shared_prefix() + ".";
+  auto is_pe = [&](const std::string& n) {
+    return n.compare(0, shared.size(), shared) == 0 || n.find(".attn.pe.") != std::string::npos;
+  };
+  std::vector<Tensor> inputs;
+  std::vector<std::string> names;
+  for (auto& [name, p] : named) {
+    inputs.push_back(to_host(p.data()).clone());  // the same values, on the host
+    names.push_back(g.only_pe && !is_pe(name) ? "-" : name);
+  }
+  // Each parameter is rebound to an identity of its gradcheck input: the model's graph then
+  // carries the gradient back to the input gradcheck reads.
+  GradFn f = [&](const std::vector<Variable>& in) {
+    for (size_t i = 0; i < named.size(); ++i) *named[i].second.impl() = *moved(in[i], dev).impl();
+    return moved(m.loss(x, y), Device::CPU);
+  };
+  // Tiny shapes: one thread is fastest (and immune to OpenMP spin-waits on a loaded machine).
+  const int saved_threads = ctx::num_threads();
+  ctx::set_num_threads(1);
+  GradcheckResult res = gradcheck(f, inputs, names, g.gopt);
+  ctx::set_num_threads(saved_threads);
+
+  std::printf("gradcheck %s: f64 GPT on %s, %lld layer(s), H=%lld, d=%lld, d_model=%lld, context=%lld, "
+              "batch %lldx%lld, eps %g, atol %g, rtol %g\n",
+              m.pe->type().c_str(), device_name(dev), (long long)g.nl, (long long)g.H, (long long)g.d,
+              (long long)(g.H * g.d), (long long)context, (long long)g.B, (long long)g.T, g.gopt.eps, g.gopt.atol,
+              g.gopt.rtol);
+  std::printf("posenc %s\n\n", g.pe.dump().c_str());
+  return print_results(g, m, named, inputs, res, is_pe) ? 1 : 0;
 }
 
 }  // namespace ctx::cli

@@ -1,130 +1,96 @@
 // train/cli/cli_train.cpp — `ctxlab train`: train from a config or preset on a text corpus, or
 // `--resume DIR` to continue a run exactly where its last checkpoint left it.
+#include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <system_error>
 
 #include <cxxopts.hpp>
 
 #include "core/cpu/gemm.h"
 #include "core/threads.h"
 #include "train/io/checkpoint.h"
+#include "train/checkpointer.h"
 #include "train/cli/cli.h"
 #include "train/cli/cli_common.h"
 #include "train/dist/distributed.h"
-#include "train/data.h"
-#include "train/io/safetensors.h"
 #include "train/trainer.h"
 
 namespace ctx::cli {
 
-int run_train(int argc, char** argv) {
-  TrainOptions d;
-  cxxopts::Options o("ctxlab train",
-                     "Train a GPT (MODEL_SPEC) on a text corpus: byte-level tokens, or a SentencePiece\n"
-                     "tokenizer (`ctxlab tokenizer train`) with --tokenizer; vocab_size follows the tokenizer.\n"
-                     "  ctxlab train --preset small --steps 1000 --lr 3e-3 --warmup 50 --out runs/small   # the README's main job\n"
-                     "  ctxlab train --preset tiny --posenc alibi --steps 300 --out runs/tiny-alibi\n"
-                     "  ctxlab train --resume runs/small                        # continue the same run\n"
-                     "  ctxlab train --preset small --tokenizer bpe4k.model --out runs/small-bpe\n"
-                     "Writes <out>/model.safetensors (+ .optim.safetensors), metrics.jsonl, train.csv,\n"
-                     "val.csv and loss.png.");
+namespace {
+
+TrainingOptionBlock train_option_block() {
+  const TrainOptions d;
+  auto s = [](auto v) { return std::to_string(v); };
+  TrainingOptionBlock b;
+  b.data_group = "data";
+  b.data_help = "training text file (default: the shipped data/pride_and_prejudice.txt)";
+  b.steps = s(d.steps), b.batch = s(d.batch);
+  b.accum_help = "micro-batches per step (gradient accumulation)";
+  b.optimizer_choice = true;
+  b.lr = "1e-3", b.lr_help = "peak learning rate";
+  b.min_lr_help = "learning rate at the end of the cosine, <= --lr (default: 1e-4, or --lr when that is lower)";
+  b.warmup = s(d.warmup);
+  b.weight_decay = "0.1", b.weight_decay_help = "decoupled weight decay (matrices only)";
+  b.beta2 = "0.99";
+  b.seed_help = "seed of init, batches and dropout";
+  b.out = d.out;
+  b.eval_interval = s(d.eval_interval), b.eval_interval_help = "steps between validation losses";
+  b.ckpt_interval = s(d.ckpt_interval);
+  return b;
+}
+
+void add_train_options(cxxopts::Options& o) {
   add_config_options(o);
   add_device_option(o, "where the model trains (a checkpoint from either device resumes on either)");
-  auto s = [](auto v) { return std::to_string(v); };
-  o.add_options("data")("data", "training text file (default: the shipped data/pride_and_prejudice.txt)",
-                        cxxopts::value<std::string>())(
-      "val-fraction", "last fraction of the corpus held out for validation",
-      cxxopts::value<double>()->default_value("0.1"))(
-      "context", "training sequence length (default: the config's context)", cxxopts::value<int64_t>());
-  o.add_options("optimisation")("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value(s(d.steps)))(
-      "batch", "sequences per micro-batch", cxxopts::value<int64_t>()->default_value(s(d.batch)))(
-      "accum", "micro-batches per step (gradient accumulation)", cxxopts::value<int64_t>()->default_value("1"))(
-      "deterministic", kDeterministicHelp)(
-      "optimizer", "adamw | sgd", cxxopts::value<std::string>()->default_value(d.optimizer))(
-      "lr", "peak learning rate", cxxopts::value<double>()->default_value("1e-3"))(
-      "min-lr", "learning rate at the end of the cosine, <= --lr (default: 1e-4, or --lr when that is lower)",
-      cxxopts::value<double>())(
-      "warmup", "linear warmup steps", cxxopts::value<int64_t>()->default_value(s(d.warmup)))(
-      "weight-decay", "decoupled weight decay (matrices only)", cxxopts::value<double>()->default_value("0.1"))(
-      "beta1", "AdamW beta1", cxxopts::value<double>()->default_value("0.9"))(
-      "beta2", "AdamW beta2", cxxopts::value<double>()->default_value("0.99"))(
-      "momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"))(
-      "grad-clip", "global grad-norm clip (0 = off)", cxxopts::value<double>()->default_value("1.0"))(
-      "seed", "seed of init, batches and dropout", cxxopts::value<uint64_t>()->default_value(s(d.seed)));
-  o.add_options("output")("out", "run directory", cxxopts::value<std::string>()->default_value(d.out))(
-      "log-interval", "steps between progress lines", cxxopts::value<int64_t>()->default_value(s(d.log_interval)))(
-      "eval-interval", "steps between validation losses", cxxopts::value<int64_t>()->default_value(s(d.eval_interval)))(
-      "eval-batches", "validation batches per evaluation", cxxopts::value<int64_t>()->default_value(s(d.eval_batches)))(
-      "ckpt-interval", "steps between checkpoints", cxxopts::value<int64_t>()->default_value(s(d.ckpt_interval)))(
-      "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
-      "resume", "continue the run saved in this directory", cxxopts::value<std::string>())(
+  add_training_options(o, train_option_block());
+  o.add_options("data")("context", "training sequence length (default: the config's context)",
+                        cxxopts::value<int64_t>());
+  o.add_options("output")("resume", "continue the run saved in this directory", cxxopts::value<std::string>())(
       "stop-after", "stop (with a checkpoint) after step N of the run, counted from its start (also when resumed), "
       "as an interruption would: for trying --resume",
-      cxxopts::value<int64_t>()->default_value("-1"))(
-      "distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)")(
-      "h,help", "this help");
+      cxxopts::value<int64_t>()->default_value("-1"));
+  add_distributed_option(o);
+  o.add_options("output")("h,help", "this help");
   add_tokenizer_option(o, "SentencePiece model (ctxlab tokenizer train), e.g. bpe4k.model; "
                           "default: bytes (vocab 256); recorded in the checkpoint");
   add_precision_options(o);
-  auto r = parse_or_help(o, argc, argv);
-  if (!r) return 0;
-  apply_precision_options(*r);
-  const auto& a = *r;
-  start_distributed(a);  // MPI under mpirun / --distributed; nothing otherwise
-  const Device dev = device_option(a);
+}
 
-  if (a.count("resume")) {
-    std::string dir = a["resume"].as<std::string>();
-    std::string mp = dir + "/model.safetensors";
-    LoadedModel lm = load_checkpoint(mp);
-    auto it = lm.metadata.find("train_options");
-    CTX_CHECK(it != lm.metadata.end(), mp, ": __metadata__.train_options missing (not written by ctxlab train)");
-    TrainOptions opt = train_options_from_json(nlohmann::json::parse(it->second), mp + " (train_options)");
-    // The run's config and options are saved with it: an option that would change them is an
-    // error, not silently ignored. What may be given: --steps, --stop-after, where and how it runs
-    // (--device, --precision, --tf32, --distributed, --tokenizer: the same one) and its output.
-    for (const char* k : {"config", "preset", "posenc", "set", "dropout", "data", "val-fraction", "context", "batch",
-                          "accum", "deterministic", "optimizer", "lr", "min-lr", "warmup", "weight-decay", "beta1",
-                          "beta2", "momentum", "grad-clip", "seed", "out", "log-interval", "eval-interval",
-                          "eval-batches", "ckpt-interval"})
-      CTX_CHECK(!a.count(k), "--resume ", dir, ": --", k, " cannot change a resumed run (its config and training "
-                "options are saved in ", mp, "); with --resume give only --steps, --stop-after, --device, "
-                "--precision, --tokenizer, --quiet or --no-plot");
-    opt.tokenizer = checkpoint_tokenizer(lm, a, mp);
-    opt.out = dir;
-    if (a.count("steps")) opt.steps = a["steps"].as<int64_t>();
-    if (a.count("quiet")) opt.quiet = true;
-    if (a.count("no-plot")) opt.plot = false;
-    // The optimizer state must belong to the model's step. A run killed between the two writes
-    // of a checkpoint has it in model.optim.prev.safetensors (see save() in trainer.cpp).
-    const std::string op = dir + "/model.optim.safetensors", pp = dir + "/model.optim.prev.safetensors";
-    const std::string want = std::to_string(lm.step);
-    auto step_in = [](const std::string& p) {
-      SafetensorsFile f = load_safetensors(p);
-      auto st = f.metadata.find("step");
-      return st == f.metadata.end() ? std::string("?") : st->second;
-    };
-    auto matches = [&](const std::string& p) { return std::filesystem::exists(p) && step_in(p) == want; };
-    // Rank 0 alone repairs the files; the others wait for it (docs/distributed.md).
-    if (dist::is_root() && !matches(op) && matches(pp)) {
-      std::error_code ec;
-      std::filesystem::rename(pp, op, ec);
-      CTX_CHECK(!ec, "cannot rename ", pp, " to ", op, ": ", ec.message());
-      std::printf("resume: the run was interrupted while checkpointing; using the optimizer state of "
-                  "step %s kept in %s\n", want.c_str(), pp.c_str());
-    }
-    dist::barrier();
-    const std::string ostep = step_in(op);
-    CTX_CHECK(ostep == want, op, ": step ", ostep, " does not match model.safetensors step ", lm.step);
-    CTX_CHECK(lm.step < opt.steps, mp, ": run already finished (step ", lm.step, " of ", opt.steps,
-              "); pass --steps N to extend it");
-    if (dist::is_root()) std::printf("resume: %s at step %lld of %lld\n", dir.c_str(), (long long)lm.step, (long long)opt.steps);
-    move_model(*lm.model, dev);
-    train(*lm.model, opt, lm.step, dir, a["stop-after"].as<int64_t>());
-    return 0;
-  }
+// `--resume DIR`: the run's model, config and options from its checkpoint; only --steps,
+// --stop-after, where and how it runs, and its output may be given.
+void resume_run(const cxxopts::ParseResult& a, Device dev) {
+  std::string dir = a["resume"].as<std::string>();
+  std::string mp = dir + "/model.safetensors";
+  LoadedModel lm = load_checkpoint(mp);
+  auto it = lm.metadata.find("train_options");
+  CTX_CHECK(it != lm.metadata.end(), mp, ": __metadata__.train_options missing (not written by ctxlab train)");
+  TrainOptions opt = train_options_from_json(nlohmann::json::parse(it->second), mp + " (train_options)");
+  // The run's config and options are saved with it: an option that would change them is an
+  // error, not silently ignored. What may be given: --steps, --stop-after, where and how it runs
+  // (--device, --precision, --tf32, --distributed, --tokenizer: the same one) and its output.
+  for (const char* k : {"config", "preset", "posenc", "set", "dropout", "data", "val-fraction", "context", "batch",
+                        "accum", "deterministic", "optimizer", "lr", "min-lr", "warmup", "weight-decay", "beta1",
+                        "beta2", "momentum", "grad-clip", "seed", "out", "log-interval", "eval-interval",
+                        "eval-batches", "ckpt-interval"})
+    CTX_CHECK(!a.count(k), "--resume ", dir, ": --", k, " cannot change a resumed run (its config and training "
+              "options are saved in ", mp, "); with --resume give only --steps, --stop-after, --device, "
+              "--precision, --tokenizer, --quiet or --no-plot");
+  opt.tokenizer = checkpoint_tokenizer(lm, a, mp);
+  opt.out = dir;
+  if (a.count("steps")) opt.steps = a["steps"].as<int64_t>();
+  if (a.count("quiet")) opt.quiet = true;
+  if (a.count("no-plot")) opt.plot = false;
+  // The optimizer state must belong to the model's step (train/checkpointer.h).
+  recover_optimizer_state(dir, lm.step);
+  CTX_CHECK(lm.step < opt.steps, mp, ": run already finished (step ", lm.step, " of ", opt.steps,
+            "); pass --steps N to extend it");
+  if (dist::is_root()) std::printf("resume: %s at step %lld of %lld\n", dir.c_str(), (long long)lm.step, (long long)opt.steps);
+  move_model(*lm.model, dev);
+  train(*lm.model, opt, lm.step, dir, a["stop-after"].as<int64_t>());
+}
 
+// A new run: the model of --config / --preset, initialised from --seed.
+void new_run(const cxxopts::ParseResult& a, Device dev) {
   auto [cfg, source] = config_from_options(a);
   TrainOptions opt;
   read_train_options(a, opt);
@@ -150,6 +116,30 @@ int run_train(int argc, char** argv) {
                 dist::active() ? " per rank" : "",
                 cpu::gemm_impl_name(cpu::current_gemm_impl()));
   train(model, opt, 0, "", a["stop-after"].as<int64_t>());
+}
+
+}  // namespace
+
+int run_train(int argc, char** argv) {
+  cxxopts::Options o("ctxlab train",
+                     "Train a GPT (MODEL_SPEC) on a text corpus: byte-level tokens, or a SentencePiece\n"
+                     "tokenizer (`ctxlab tokenizer train`) with --tokenizer; vocab_size follows the tokenizer.\n"
+                     "  ctxlab train --preset small --steps 1000 --lr 3e-3 --warmup 50 --out runs/small   # the README's main job\n"
+                     "  ctxlab train --preset tiny --posenc alibi --steps 300 --out runs/tiny-alibi\n"
+                     "  ctxlab train --resume runs/small                        # continue the same run\n"
+                     "  ctxlab train --preset small --tokenizer bpe4k.model --out runs/small-bpe\n"
+                     "Writes <out>/model.safetensors (+ .optim.safetensors), metrics.jsonl, train.csv,\n"
+                     "val.csv and loss.png.");
+  add_train_options(o);
+  auto r = parse_or_help(o, argc, argv);
+  if (!r) return 0;
+  apply_precision_options(*r);
+  start_distributed(*r);  // MPI under mpirun / --distributed; nothing otherwise
+  const Device dev = device_option(*r);
+  if (r->count("resume"))
+    resume_run(*r, dev);
+  else
+    new_run(*r, dev);
   return 0;
 }
 

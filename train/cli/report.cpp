@@ -301,13 +301,9 @@ std::string fmt_num(double v) {
   return b;
 }
 
-}  // namespace
-
-void write_report(const std::vector<std::string>& run_dirs, const std::string& out, const std::string& title) {
-  CTX_CHECK(!run_dirs.empty(), "report: give at least one run directory (e.g. ctxlab report runs/a runs/b --out report.html)");
-  std::vector<Run> runs;
-  for (auto& d : run_dirs) runs.push_back(read_run(d));
-  // Labels must be unique (dygraphs keys series by label): fall back to the paths.
+// Labels must be unique (dygraphs keys series by label): runs of the same name fall back to
+// their paths.
+void unique_run_names(std::vector<Run>& runs) {
   std::map<std::string, int> seen;
   for (auto& r : runs) seen[r.name]++;
   for (auto& r : runs)
@@ -315,27 +311,31 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
       r.name = r.dir;
       for (Series* s : {&r.train_loss, &r.val_loss, &r.val_bpb, &r.lr, &r.tok_s}) s->label = r.name;
     }
+}
 
-  // The charts: id, title, axes, series; one only when some run has data for it.
+// One chart (id, title, axes, series) appended to `charts`, only when some series has data.
+void add_chart(json& charts, const std::string& id, const std::string& ttl, const std::string& xl,
+               const std::string& yl, const std::vector<const Series*>& all, bool logx, bool logy) {
+  std::vector<const Series*> s;
+  for (auto* p : all)
+    if (!p->pts.empty()) s.push_back(p);
+  if (s.empty()) return;
+  json labels = json::array({xl});
+  for (auto* p : s) labels.push_back(p->label);
+  // dygraphs needs unique labels: eval files of different runs could share one.
+  std::map<std::string, int> n;
+  for (size_t i = 1; i < labels.size(); ++i) {
+    std::string l = labels[i];
+    if (n[l]++) labels[i] = l + " (" + std::to_string(n[l]) + ")";
+  }
+  charts.push_back({{"id", id}, {"title", ttl}, {"xlabel", xl}, {"ylabel", yl}, {"labels", labels},
+                    {"logx", logx}, {"logy", logy}, {"rows", dygraph_rows(s)}});
+}
+
+// The charts of the runs' training curves and eval results.
+json run_charts(const std::vector<Run>& runs) {
   json charts = json::array();
-  auto add_chart = [&](const std::string& id, const std::string& ttl, const std::string& xl, const std::string& yl,
-                       const std::vector<const Series*>& all, bool logx, bool logy) {
-    std::vector<const Series*> s;
-    for (auto* p : all)
-      if (!p->pts.empty()) s.push_back(p);
-    if (s.empty()) return;
-    json labels = json::array({xl});
-    for (auto* p : s) labels.push_back(p->label);
-    // dygraphs needs unique labels: eval files of different runs could share one.
-    std::map<std::string, int> n;
-    for (size_t i = 1; i < labels.size(); ++i) {
-      std::string l = labels[i];
-      if (n[l]++) labels[i] = l + " (" + std::to_string(n[l]) + ")";
-    }
-    charts.push_back({{"id", id}, {"title", ttl}, {"xlabel", xl}, {"ylabel", yl}, {"labels", labels},
-                      {"logx", logx}, {"logy", logy}, {"rows", dygraph_rows(s)}});
-  };
-  auto collect = [&](auto member) {
+  auto collect = [&](const Series Run::*member) {
     std::vector<const Series*> v;
     for (auto& r : runs) v.push_back(&(r.*member));
     return v;
@@ -346,18 +346,24 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
       for (auto& s : r.*member) v.push_back(&s);
     return v;
   };
-  add_chart("train_loss", "Training loss (nats / token)", "step", "loss", collect(&Run::train_loss), false, false);
-  add_chart("val_loss", "Validation loss (nats / token)", "step", "validation loss", collect(&Run::val_loss), false, false);
-  add_chart("val_bpb", "Validation bits per byte (comparable across tokenizers)", "step", "bits per byte",
+  add_chart(charts, "train_loss", "Training loss (nats / token)", "step", "loss", collect(&Run::train_loss), false,
+            false);
+  add_chart(charts, "val_loss", "Validation loss (nats / token)", "step", "validation loss", collect(&Run::val_loss),
+            false, false);
+  add_chart(charts, "val_bpb", "Validation bits per byte (comparable across tokenizers)", "step", "bits per byte",
             collect(&Run::val_bpb), false, false);
-  add_chart("lr", "Learning rate", "step", "learning rate", collect(&Run::lr), false, false);
-  add_chart("tok_s", "Throughput (tokens / s)", "step", "tokens / s", collect(&Run::tok_s), false, false);
-  add_chart("ppl", "Perplexity vs context length (ctxlab eval)", "context length", "perplexity",
+  add_chart(charts, "lr", "Learning rate", "step", "learning rate", collect(&Run::lr), false, false);
+  add_chart(charts, "tok_s", "Throughput (tokens / s)", "step", "tokens / s", collect(&Run::tok_s), false, false);
+  add_chart(charts, "ppl", "Perplexity vs context length (ctxlab eval)", "context length", "perplexity",
             collect_evals(&Run::ppl), true, true);
-  add_chart("bpb", "Bits per byte vs context length (comparable across tokenizers)", "context length",
+  add_chart(charts, "bpb", "Bits per byte vs context length (comparable across tokenizers)", "context length",
             "bits per byte", collect_evals(&Run::bpb), true, false);
+  return charts;
+}
 
-  // Config keys whose values differ between the runs ("—" where a run lacks the key).
+// The rows of the config keys whose values differ between the runs ("—" where a run lacks the
+// key), and their number.
+std::pair<std::string, int> config_diff(const std::vector<Run>& runs) {
   std::set<std::string> keys;
   for (auto& r : runs)
     for (auto& kv : r.settings) keys.insert(kv.first);
@@ -372,8 +378,11 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
     for (auto& r : runs) diff << "<td>" << (r.settings.count(k) ? html_escape(r.settings.at(k)) : "—") << "</td>";
     diff << "</tr>\n";
   }
+  return {diff.str(), ndiff};
+}
 
-  std::ostringstream h;
+// The page up to its first heading: the styles, the error recorder and the charting library.
+void page_head(std::ostringstream& h, const std::string& title, size_t n_charts) {
   h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" << html_escape(title)
     << "</title>\n<style>\n" << read_library("dygraph.min.css") << "\n"
     << "body{font-family:sans-serif;margin:1.5em;max-width:1100px}h1{font-size:1.4em}h2{font-size:1.15em;"
@@ -390,8 +399,12 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
        "</script>\n<script>\n"
     << read_library("dygraph.min.js") << "\n</script>\n</head><body>\n"
     << "<h1>" << html_escape(title) << "</h1>\n"
-    << "<div id=\"status\" data-charts=\"" << charts.size() << "\" data-rendered=\"0\" data-errors=\"0\"></div>\n"
+    << "<div id=\"status\" data-charts=\"" << n_charts << "\" data-rendered=\"0\" data-errors=\"0\"></div>\n"
     << "<ul id=\"errors\"></ul>\n";
+}
+
+// The table of runs: directory, step, last losses, median tokens/s, tokenizer.
+void runs_table(std::ostringstream& h, std::vector<Run>& runs) {
   h << "<h2>Runs</h2>\n<table><tr><th>run</th><th>directory</th><th>step</th><th>last train loss</th>"
        "<th>last val loss</th><th>median tokens/s</th><th>tokenizer</th></tr>\n";
   for (auto& r : runs) {
@@ -410,10 +423,11 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
       << last(r.val_loss) << "</td><td>" << med << "</td><td>" << html_escape(tk) << "</td></tr>\n";
   }
   h << "</table>\n";
-  for (auto& c : charts)
-    h << "<h2>" << html_escape(c["title"].get<std::string>()) << "</h2>\n<div class=\"chart\" id=\"chart-"
-      << c["id"].get<std::string>() << "\" data-points=\"-1\"></div>\n";
-  if (charts.empty()) h << "<p>No metrics or eval results in these runs: nothing to chart.</p>\n";
+}
+
+// The config differences between the runs, a table when there are any.
+void config_section(std::ostringstream& h, const std::vector<Run>& runs) {
+  const auto [diff, ndiff] = config_diff(runs);
   h << "<h2>Config differences</h2>\n";
   if (runs.size() < 2) {
     h << "<p>One run: nothing to compare.</p>\n";
@@ -422,12 +436,13 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
   } else {
     h << "<table id=\"config-diff\" data-rows=\"" << ndiff << "\"><tr><th>key</th>";
     for (auto& r : runs) h << "<th>" << html_escape(r.name) << "</th>";
-    h << "</tr>\n" << diff.str() << "</table>\n";
+    h << "</tr>\n" << diff << "</table>\n";
   }
-  h << "<p style=\"font-size:.8em;color:#666\">ctxlab report; charts: dygraphs (inlined, works offline). "
-       "Drag to zoom, double-click to reset.</p>\n";
-  // Rendering: one Dygraph per chart; once drawn, the chart's data-points attribute holds the number
-  // of non-null values dygraphs holds, and #status data-rendered counts the charts drawn.
+}
+
+// Rendering: one Dygraph per chart; once drawn, the chart's data-points attribute holds the number
+// of non-null values dygraphs holds, and #status data-rendered counts the charts drawn.
+void page_script(std::ostringstream& h, const json& charts) {
   h << "<script>\nconst CHARTS = " << script_json(charts) << ";\n"
     << "(function(){var st=document.getElementById('status');(window.__early||[]).forEach(window.__rec);"
        "var done=0;\nCHARTS.forEach(function(c){var div=document.getElementById('chart-'+c.id);\n"
@@ -437,6 +452,28 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
        "g.ready(function(){var n=0;for(var i=0;i<g.numRows();i++)for(var j=1;j<g.numColumns();j++){"
        "var v=g.getValue(i,j);if(v!==null&&!isNaN(v))n++;}div.setAttribute('data-points',String(n));"
        "done++;st.setAttribute('data-rendered',String(done));});});})();\n</script>\n</body></html>\n";
+}
+
+}  // namespace
+
+void write_report(const std::vector<std::string>& run_dirs, const std::string& out, const std::string& title) {
+  CTX_CHECK(!run_dirs.empty(), "report: give at least one run directory (e.g. ctxlab report runs/a runs/b --out report.html)");
+  std::vector<Run> runs;
+  for (auto& d : run_dirs) runs.push_back(read_run(d));
+  unique_run_names(runs);
+  const json charts = run_charts(runs);
+
+  std::ostringstream h;
+  page_head(h, title, charts.size());
+  runs_table(h, runs);
+  for (auto& c : charts)
+    h << "<h2>" << html_escape(c["title"].get<std::string>()) << "</h2>\n<div class=\"chart\" id=\"chart-"
+      << c["id"].get<std::string>() << "\" data-points=\"-1\"></div>\n";
+  if (charts.empty()) h << "<p>No metrics or eval results in these runs: nothing to chart.</p>\n";
+  config_section(h, runs);
+  h << "<p style=\"font-size:.8em;color:#666\">ctxlab report; charts: dygraphs (inlined, works offline). "
+       "Drag to zoom, double-click to reset.</p>\n";
+  page_script(h, charts);
   const std::string page = h.str();
   write_file_atomic(out, {{page.data(), page.size()}}, "report");
 }

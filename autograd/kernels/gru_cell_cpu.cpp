@@ -1,14 +1,14 @@
-// core/cpu/gru_cell.cpp — one GRU time step with its gates fused (Backend::gru_cell_forward /
-// gru_cell_backward, core/cpu/fused.h): one pass over [B, H] that reads the two gate projections
-// and writes the new state and what the backward needs, instead of ~20 elementwise primitives
-// and their temporaries per step. The reference is the composed loop in autograd/ops_gru.cpp
-// (CTXLAB_FUSED_GRU=0); tests/test_backend_ops.cpp holds both backends to short loops, and
-// tests/test_posenc_survey.cpp the fused op to the composed one.
+// autograd/kernels/gru_cell_cpu.cpp — the CPU kernels of the GRU cell (gru_cell.h, registered
+// below for Device::CPU): one pass over [B, H] that reads the two gate projections and writes the
+// new state and what the backward needs, instead of ~20 elementwise primitives and their
+// temporaries per step. The reference is the composed loop in autograd/ops_gru.cpp
+// (CTXLAB_FUSED_GRU=0); tests/test_backend_ops.cpp holds every device's kernels to short loops,
+// and tests/test_posenc_survey.cpp the fused op to the composed one.
 #include <cmath>
 
-#include "core/cpu/fused.h"
+#include "autograd/kernels/gru_cell.h"
 
-namespace ctx::cpu {
+namespace ctx::kernels {
 namespace {
 
 template <class F>
@@ -57,11 +57,9 @@ void backward_kernel(const F* gy, const F* dhc, const F* hp, const F* rzn, const
   }
 }
 
-}  // namespace
-
-void gru_cell_forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, const Tensor& hp, Tensor& h,
-                      Tensor& rzn, Tensor& hn) {
-  check_gru_cell("gru_cell_forward", hp, {{"h", &h}, {"hn", &hn}}, {{"xg", &xg}, {"hg", &hg}, {"rzn", &rzn}}, &bhn);
+// The arguments are checked (gru_cell.cpp) before these run.
+void forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, const Tensor& hp, Tensor& h, Tensor& rzn,
+             Tensor& hn) {
   const int64_t B = hp.size(0), H = hp.size(1);
   if (hp.dtype() == DType::F32)
     forward_kernel(xg.data<float>(), hg.data<float>(), bhn.data<float>(), hp.data<float>(), h.data<float>(),
@@ -71,10 +69,8 @@ void gru_cell_forward(const Tensor& xg, const Tensor& hg, const Tensor& bhn, con
                    rzn.data<double>(), hn.data<double>(), B, H);
 }
 
-void gru_cell_backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, const Tensor& rzn, const Tensor& hn,
-                       Tensor& d1, Tensor& d2, Tensor& dh) {
-  check_gru_cell("gru_cell_backward", hp, {{"gy", &gy}, {"dhc", &dhc}, {"hn", &hn}, {"dh", &dh}},
-                 {{"rzn", &rzn}, {"d1", &d1}, {"d2", &d2}}, nullptr);
+void backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, const Tensor& rzn, const Tensor& hn, Tensor& d1,
+              Tensor& d2, Tensor& dh) {
   const int64_t B = hp.size(0), H = hp.size(1);
   if (hp.dtype() == DType::F32)
     backward_kernel(gy.data<float>(), dhc.data<float>(), hp.data<float>(), rzn.data<float>(), hn.data<float>(),
@@ -84,4 +80,8 @@ void gru_cell_backward(const Tensor& gy, const Tensor& dhc, const Tensor& hp, co
                     d1.data<double>(), d2.data<double>(), dh.data<double>(), B, H);
 }
 
-}  // namespace ctx::cpu
+[[maybe_unused]] const bool g_registered = (gru_cell_forward.add(Device::CPU, &forward, __FILE__),
+                                            gru_cell_backward.add(Device::CPU, &backward, __FILE__), true);
+
+}  // namespace
+}  // namespace ctx::kernels

@@ -1,15 +1,15 @@
-// core/cpu/ode_rk4.cpp — FLOATER's RK4 integration in one call (Backend::ode_rk4_forward /
-// ode_rk4_backward, core/cpu/fused.h): the positions do not depend on the batch, so the whole
-// solver is a sequential loop of small matrix-vector products (W1 [F, D], W2 [D, F]) on one
-// thread, with no backend call, fork/join or temporary per stage. The reference is the composed
-// loop in autograd/ops_ode.cpp (CTXLAB_FUSED_ODE=0), which it follows operation for operation;
-// tests/test_posenc_survey.cpp holds the two equal and test_backend_ops the kernel to a short loop.
+// autograd/kernels/ode_rk4_cpu.cpp — the CPU kernels of FLOATER's RK4 integration (ode_rk4.h,
+// registered below for Device::CPU): the positions do not depend on the batch, so the whole solver
+// is a sequential loop of small matrix-vector products (W1 [F, D], W2 [D, F]) on one thread, with
+// no backend call, fork/join or temporary per stage. The reference is the composed loop in
+// autograd/ops_ode.cpp (CTXLAB_FUSED_ODE=0), which it follows operation for operation;
+// tests/test_posenc_survey.cpp holds the two equal.
 #include <cmath>
 #include <vector>
 
-#include "core/cpu/fused.h"
+#include "autograd/kernels/ode_rk4.h"
 
-namespace ctx::cpu {
+namespace ctx::kernels {
 namespace {
 
 // Stage times tau and point offsets c of step s, in F's precision (as ops_ode.cpp computes them).
@@ -125,31 +125,31 @@ void backward_kernel(const F* gP, const F* w1, const F* w2, const F* U, int64_t 
   for (int64_t d = 0; d < D; ++d) gp0[d] = gp[d];
 }
 
-}  // namespace
-
-void ode_rk4_forward(const Tensor& p0, const Tensor& w1, const Tensor& b1, const Tensor& wt, const Tensor& w2,
-                     const Tensor& b2, double dt, int64_t substeps, Tensor& P, Tensor& Pt, Tensor& U) {
-  const OdeDims d = check_ode_rk4("ode_rk4_forward", p0, w1, w2, dt, substeps, P, Pt, U, {&b1, &wt}, &b2);
+// The arguments are checked (ode_rk4.cpp) before these run.
+void forward(const Tensor& p0, const Tensor& w1, const Tensor& b1, const Tensor& wt, const Tensor& w2, const Tensor& b2,
+             double dt, int64_t substeps, Tensor& P, Tensor& Pt, Tensor& U) {
+  const int64_t n = P.size(0), D = p0.size(0), Fh = w1.size(0);
   if (p0.dtype() == DType::F32)
     forward_kernel(p0.data<float>(), w1.data<float>(), b1.data<float>(), wt.data<float>(), w2.data<float>(),
-                   b2.data<float>(), d.n, d.D, d.F, dt, substeps, P.data<float>(), Pt.data<float>(), U.data<float>());
+                   b2.data<float>(), n, D, Fh, dt, substeps, P.data<float>(), Pt.data<float>(), U.data<float>());
   else
     forward_kernel(p0.data<double>(), w1.data<double>(), b1.data<double>(), wt.data<double>(), w2.data<double>(),
-                   b2.data<double>(), d.n, d.D, d.F, dt, substeps, P.data<double>(), Pt.data<double>(),
-                   U.data<double>());
+                   b2.data<double>(), n, D, Fh, dt, substeps, P.data<double>(), Pt.data<double>(), U.data<double>());
 }
 
-void ode_rk4_backward(const Tensor& gP, const Tensor& w1, const Tensor& w2, const Tensor& U, double dt,
-                      int64_t substeps, Tensor& gp0, Tensor& GK, Tensor& GA) {
-  const OdeDims d = check_ode_rk4("ode_rk4_backward", gp0, w1, w2, dt, substeps, gP, GK, GA, {}, nullptr);
-  CTX_CHECK(U.dtype() == gP.dtype() && U.shape() == GA.shape(), "ode_rk4_backward: U must be ",
-            shape_str(GA.shape()), ", got ", U.str());
+void backward(const Tensor& gP, const Tensor& w1, const Tensor& w2, const Tensor& U, double dt, int64_t substeps,
+              Tensor& gp0, Tensor& GK, Tensor& GA) {
+  const int64_t n = gP.size(0), D = gp0.size(0), Fh = w1.size(0);
   if (gP.dtype() == DType::F32)
-    backward_kernel(gP.data<float>(), w1.data<float>(), w2.data<float>(), U.data<float>(), d.n, d.D, d.F, dt,
-                    substeps, gp0.data<float>(), GK.data<float>(), GA.data<float>());
+    backward_kernel(gP.data<float>(), w1.data<float>(), w2.data<float>(), U.data<float>(), n, D, Fh, dt, substeps,
+                    gp0.data<float>(), GK.data<float>(), GA.data<float>());
   else
-    backward_kernel(gP.data<double>(), w1.data<double>(), w2.data<double>(), U.data<double>(), d.n, d.D, d.F, dt,
+    backward_kernel(gP.data<double>(), w1.data<double>(), w2.data<double>(), U.data<double>(), n, D, Fh, dt,
                     substeps, gp0.data<double>(), GK.data<double>(), GA.data<double>());
 }
 
-}  // namespace ctx::cpu
+[[maybe_unused]] const bool g_registered = (ode_rk4_forward.add(Device::CPU, &forward, __FILE__),
+                                            ode_rk4_backward.add(Device::CPU, &backward, __FILE__), true);
+
+}  // namespace
+}  // namespace ctx::kernels
