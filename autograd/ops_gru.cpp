@@ -23,14 +23,9 @@
 #include "autograd/kernels/gru_cell.h"
 #include "autograd/ops_seq_util.h"
 #include "autograd/ops_position_gen.h"
-#include "core/switch.h"
 
 namespace ctx {
 using namespace detail;
-
-static FastPathSwitch g_fused_gru("CTXLAB_FUSED_GRU");
-void set_fused_gru(bool on) { g_fused_gru.set(on); }
-void reset_fused_gru() { g_fused_gru.reset(); }
 
 namespace {
 Tensor gate(const Tensor& w, int g, int64_t H) { return w.slice0(g * H, (g + 1) * H); }  // row block r, z, n

@@ -19,14 +19,9 @@
 #include "autograd/kernels/ode_rk4.h"
 #include "autograd/ops_seq_util.h"
 #include "autograd/ops_position_gen.h"
-#include "core/switch.h"
 
 namespace ctx {
 using namespace detail;
-
-static FastPathSwitch g_fused_ode("CTXLAB_FUSED_ODE");
-void set_fused_ode(bool on) { g_fused_ode.set(on); }
-void reset_fused_ode() { g_fused_ode.reset(); }
 
 Variable ode_positions(const Variable& p0v, const Variable& w1v, const Variable& b1v,
                        const Variable& wtv, const Variable& w2v, const Variable& b2v,
