@@ -83,11 +83,9 @@ Variable softmax(const Variable& x);
 // softmax(causal_mask(scores, diag, window)) as one node: the same forward, and a backward that is
 // softmax's alone (the masked probabilities are 0, so their gradient is 0 with no mask pass).
 // Backend::causal_softmax runs mask and softmax in one pass each way unless
-// CTXLAB_FUSED_CAUSAL_SOFTMAX=0 (read once: then causal_fill + softmax, softmax_backward);
-// set_fused_causal_softmax() overrides the environment (tests, A/B timing), reset_... returns to it.
+// CTXLAB_FUSED_CAUSAL_SOFTMAX=0 (FastPath::CausalSoftmax, core/fast_paths.h: then causal_fill +
+// softmax, softmax_backward).
 Variable causal_softmax(const Variable& scores, int64_t diag = 0, int64_t window = 0);
-void set_fused_causal_softmax(bool on);
-void reset_fused_causal_softmax();
 Variable log_softmax(const Variable& x);
 Variable layer_norm(const Variable& x, const Variable& w, const Variable& b, double eps);
 Variable rms_norm(const Variable& x, const Variable& w, double eps);

@@ -23,14 +23,9 @@
 #include "autograd/kernels/gru_cell.h"
 #include "autograd/ops_seq_util.h"
 #include "autograd/ops_position_gen.h"
-#include "core/switch.h"
 
 namespace ctx {
 using namespace detail;
-
-static FastPathSwitch g_fused_gru("CTXLAB_FUSED_GRU");
-void set_fused_gru(bool on) { g_fused_gru.set(on); }
-void reset_fused_gru() { g_fused_gru.reset(); }
 
 namespace {
 Tensor gate(const Tensor& w, int g, int64_t H) { return w.slice0(g * H, (g + 1) * H); }  // row block r, z, n
@@ -110,8 +105,8 @@ Variable gru_sequence(const Variable& x, const Variable& w_ih, const Variable& w
   // The fused path: where the device has both cell kernels, and its backend the fused Linear (the
   // input projection; both backends have it, but a test's backend may report no fused method).
   const Device dev = xd.device();
-  if (g_fused_gru.enabled() && kernels::gru_cell_forward.has(dev) && kernels::gru_cell_backward.has(dev) &&
-      backend_of(xd).has(Fused::Linear))
+  if (use_fused(FastPath::GruCell, backend_of(xd)) && kernels::gru_cell_forward.has(dev) &&
+      kernels::gru_cell_backward.has(dev))
     return gru_sequence_fused(x, w_ih, w_hh, b_ih, b_hh, B, T, In, H);
 
   // ---- reference: the composed loop ----

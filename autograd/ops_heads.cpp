@@ -12,15 +12,10 @@
 #include "autograd/ops_heads.h"
 
 #include "autograd/ops_util.h"
-#include "core/switch.h"
+#include "core/fast_paths.h"
 
 namespace ctx {
 using namespace detail;
-
-static FastPathSwitch g_fused_heads("CTXLAB_FUSED_HEADS");
-bool fused_heads_enabled() { return g_fused_heads.enabled(); }
-void set_fused_heads(bool on) { g_fused_heads.set(on); }
-void reset_fused_heads() { g_fused_heads.reset(); }
 
 namespace {
 
@@ -49,7 +44,7 @@ std::array<Variable, 3> split_heads(const Variable& qkv, int64_t H, int64_t q_be
             ") for ", x.str());
 
   Backend& be = backend_of(x);
-  if (!be.has(Fused::Heads) || !fused_heads_enabled()) {  // the composition it replaces
+  if (!use_fused(FastPath::Heads, be)) {  // the composition it replaces
     Variable heads = permute(reshape(qkv, {B, S, 3, H, Dh}), {2, 0, 3, 1, 4});  // [3, B, H, S, Dh]
     Variable q = reshape(slice(heads, 0, 0, 1), {B, H, S, Dh});
     if (q_begin > 0) q = slice(q, 2, q_begin, S);
@@ -100,7 +95,7 @@ Variable merge_heads(const Variable& o) {
   CTX_CHECK(is_float(x.dtype()), "merge_heads: o must be f32 or f64, got ", x.str());
   const int64_t B = x.size(0), H = x.size(1), Tn = x.size(2), Dh = x.size(3);
   Backend& be = backend_of(x);
-  if (!be.has(Fused::Heads) || !fused_heads_enabled())  // the composition it replaces
+  if (!use_fused(FastPath::Heads, be))  // the composition it replaces
     return reshape(permute(o, {0, 2, 1, 3}), {B, Tn, H * Dh});
 
   Tensor out = Tensor::empty({B, Tn, H * Dh}, x.dtype(), x.device());

@@ -1,7 +1,8 @@
 // autograd/ops_heads.h — the head split and merge of multi-head attention as fused ops: one
 // pass over memory each way instead of reshape + permute (a copy) + slices (copies in backward
 // into zero-filled [3, B, H, S, Dh] gradients), through Backend::split_heads / merge_heads
-// (Fused::Heads). A backend without them, or set_fused_heads(false), runs the reshape / permute /
+// (Fused::Heads). Where use_fused(FastPath::Heads) says no (core/fast_paths.h: a backend without
+// them, or CTXLAB_FUSED_HEADS=0 / set_fast_path(Heads, false)) they run the reshape / permute /
 // slice composition they replace.
 #pragma once
 #include <array>
@@ -20,11 +21,5 @@ std::array<Variable, 3> split_heads(const Variable& qkv, int64_t H, int64_t q_be
 
 // o: [B, H, T, Dh] -> [B, T, H * Dh] (head h in cols h*Dh..); backward the inverse.
 Variable merge_heads(const Variable& o);
-
-// The fused kernels: on unless CTXLAB_FUSED_HEADS=0 (read once); set_fused_heads() overrides
-// the environment (tests, A/B timing), reset_fused_heads() returns to it.
-bool fused_heads_enabled();
-void set_fused_heads(bool on);
-void reset_fused_heads();
 
 }  // namespace ctx

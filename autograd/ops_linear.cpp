@@ -4,20 +4,14 @@
 // dw and db go straight into the parameter's gradient buffer when it has one (grad_target: the
 // trainer's flat gradient slot, or an earlier gradient, with beta = 1), and the backend hears
 // that dy is read by two GEMMs (gemm_operand_reused: the CPU converts it to bf16 once).
-// Without a bias, on a backend without Fused::Linear, or with CTXLAB_FUSED_LINEAR=0
-// (ops_linear.h), it is matmul (+ add).
+// Without a bias, or where use_fused(FastPath::Linear) says no (core/fast_paths.h: a backend
+// without Fused::Linear, or CTXLAB_FUSED_LINEAR=0), it is matmul (+ add).
 #include "autograd/ops.h"
-#include "autograd/ops_linear.h"
 #include "autograd/ops_util.h"
-#include "core/switch.h"
+#include "core/fast_paths.h"
 
 namespace ctx {
 using namespace detail;
-
-static FastPathSwitch g_fused_linear("CTXLAB_FUSED_LINEAR");
-bool fused_linear_enabled() { return g_fused_linear.enabled(); }
-void set_fused_linear(bool on) { g_fused_linear.set(on); }
-void reset_fused_linear() { g_fused_linear.reset(); }
 
 namespace {
 
@@ -37,7 +31,7 @@ Variable linear(const Variable& x, const Variable& w, const Variable& bias) {
   if (bias.defined())
     CTX_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias ", bias.data().str(),
               " does not match weight ", w.data().str());
-  if (!bias.defined() || x.dim() < 2 || !fused_linear_enabled() || !backend_of(x.data()).has(Fused::Linear))
+  if (!bias.defined() || x.dim() < 2 || !use_fused(FastPath::Linear, backend_of(x.data())))
     return linear_unfused(x, w, bias);
 
   const Tensor xd = x.data(), wd = w.data(), bd = bias.data();

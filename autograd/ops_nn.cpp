@@ -2,7 +2,7 @@
 // cross-entropy (softmax + NLL in one pass, gradient softmax - onehot), all over the last dim.
 #include "autograd/ops.h"
 #include "autograd/ops_util.h"
-#include "core/switch.h"
+#include "core/fast_paths.h"
 
 namespace ctx {
 using namespace detail;
@@ -20,16 +20,12 @@ static Variable softmax_impl(const Variable& x, bool log) {
 }
 Variable softmax(const Variable& x) { return softmax_impl(x, false); }
 
-static FastPathSwitch g_fused_causal_softmax("CTXLAB_FUSED_CAUSAL_SOFTMAX");
-void set_fused_causal_softmax(bool on) { g_fused_causal_softmax.set(on); }
-void reset_fused_causal_softmax() { g_fused_causal_softmax.reset(); }
-
 Variable causal_softmax(const Variable& scores, int64_t diag, int64_t window) {
   const Tensor xd = scores.data();
   CTX_CHECK(window >= 0, "causal_softmax: window must be >= 0 (0 = no window), got ", window);
   CTX_CHECK(xd.dim() >= 2, "causal_softmax: scores must be [..., T, S], got ", xd.str());
   Backend& be = backend_of(xd);
-  const bool fused = g_fused_causal_softmax.enabled();
+  const bool fused = use_fused(FastPath::CausalSoftmax, be);
   Tensor y;  // [..., T, S]
   if (fused) {  // one pass: the mask, then the softmax
     y = empty_like(xd);

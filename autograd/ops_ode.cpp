@@ -19,14 +19,9 @@
 #include "autograd/kernels/ode_rk4.h"
 #include "autograd/ops_seq_util.h"
 #include "autograd/ops_position_gen.h"
-#include "core/switch.h"
 
 namespace ctx {
 using namespace detail;
-
-static FastPathSwitch g_fused_ode("CTXLAB_FUSED_ODE");
-void set_fused_ode(bool on) { g_fused_ode.set(on); }
-void reset_fused_ode() { g_fused_ode.reset(); }
 
 Variable ode_positions(const Variable& p0v, const Variable& w1v, const Variable& b1v,
                        const Variable& wtv, const Variable& w2v, const Variable& b2v,
@@ -67,7 +62,7 @@ Variable ode_positions(const Variable& p0v, const Variable& w1v, const Variable&
   Tensor P = seq::like(p0, {spec.n, D});            // output
   Tensor Pt = seq::like(p0, {std::max<int64_t>(4 * S, 1), D}), U = seq::like(p0, {std::max<int64_t>(4 * S, 1), F});
   const Device dev = p0.device();
-  const bool fused = S > 0 && g_fused_ode.enabled() && kernels::ode_rk4_forward.has(dev) &&
+  const bool fused = S > 0 && use_fused(FastPath::OdeRk4, backend_of(p0)) && kernels::ode_rk4_forward.has(dev) &&
                      kernels::ode_rk4_backward.has(dev);
   if (fused) kernels::ode_rk4_forward(dev, p0, w1, b1, wt, w2, b2, spec.dt, spec.substeps, P, Pt, U);
   else seq::copy_into(p0, P.select0(0));

@@ -1,9 +1,11 @@
 // autograd/ops_rope.cpp — rope_rotate (see ops_rope.h): one node around Backend::rope_rotate
 // (Fused::Rope; the CPU kernel is core/cpu/rope.cpp) whose backward is the transpose rotation,
-// and the same rotation composed from slice / mul / concat where the backend has no fused one.
+// and the same rotation composed from slice / mul / concat where use_fused(FastPath::Rope) says no
+// (core/fast_paths.h: a backend without it, or CTXLAB_FUSED_ROPE=0).
 #include "autograd/ops_rope.h"
 
 #include "autograd/ops_util.h"
+#include "core/fast_paths.h"
 
 namespace ctx {
 using namespace detail;
@@ -49,7 +51,7 @@ Variable rope_rotate(const Variable& x, const Tensor& cos, const Tensor& sin, Ro
   }
   const bool inter = pairing == RopePairing::Interleaved;
   Backend& be = backend_of(xd);
-  if (!be.has(Fused::Rope)) return rotate_composed(x, cos, sin, inter);
+  if (!use_fused(FastPath::Rope, be)) return rotate_composed(x, cos, sin, inter);
   Tensor out = empty_like(xd);
   be.rope_rotate(xd, cos, sin, out, inter, false);
   return make_result(out, "rope_rotate", {x}, [x, cos, sin, inter](const Tensor& g) {

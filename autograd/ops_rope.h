@@ -11,8 +11,8 @@ enum class RopePairing { Half, Interleaved };  // pairs (k, k + d/2) | (2k, 2k +
 //   a' = a * C - b * S,  b' = b * C + a * S     (C, S may carry a scale: YaRN m, XPOS zeta)
 // backward (the transpose): da = ga * C + gb * S,  db = gb * C - ga * S.
 Variable rope_rotate(const Variable& x, const Tensor& cos, const Tensor& sin, RopePairing pairing);
-// The same rotation composed from slice / mul / concat (what rope_rotate runs on a backend
-// without Fused::Rope; exposed so that tests compare the two).
+// The same rotation composed from slice / mul / concat (what rope_rotate runs where
+// use_fused(FastPath::Rope) says no, core/fast_paths.h; exposed so that tests compare the two).
 Variable rope_rotate_composed(const Variable& x, const Tensor& cos, const Tensor& sin, RopePairing pairing);
 
 }  // namespace ctx

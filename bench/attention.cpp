@@ -19,6 +19,7 @@
 #include "autograd/ops_attention.h"
 #include "bench/timing.h"
 #include "core/cpu/flash_attention.h"
+#include "core/fast_paths.h"
 #include "core/threads.h"
 #include "core/precision.h"
 #include "core/rng.h"
@@ -116,9 +117,9 @@ int main(int argc, char** argv) {
         auto bf16 = [](std::function<void()> f) {
           return [f] {
             PrecisionScope p(Precision::BF16);
-            cpu::set_bf16_attention(true);  // the opt-in bf16 products (CTXLAB_BF16_ATTENTION=1)
+            set_fast_path(FastPath::Bf16Attention, true);  // the opt-in bf16 products (CTXLAB_BF16_ATTENTION=1)
             f();
-            cpu::reset_bf16_attention();
+            reset_fast_path(FastPath::Bf16Attention);
           };
         };
         bench::Times t = bench::time_rounds({{"fused_fb", fb(true)},

@@ -1,12 +1,19 @@
 // core/backend.h — the typed backend interface: every kernel that autograd, nn, posenc and train
 // run goes through these methods. One implementation per device (core/cpu/, core/cuda/).
 // Two kinds of methods:
-//   primitives (pure virtual)  every backend has them; everything can be composed from them;
+//   primitives                 every backend has them; everything can be composed from them;
 //   fused methods (`Fused`)    one pass for what would otherwise be several primitives (attention,
 //                              rotary rotation, head split / merge, linear with its bias, flat
 //                              AdamW). A backend reports which it has with has(Fused); callers
-//                              check has() and otherwise run the composition of primitives. The
-//                              base-class versions throw "<method>: not supported by backend X".
+//                              ask use_fused (core/fast_paths.h: the switch and has()) and
+//                              otherwise run the composition of primitives. Called where has()
+//                              is false they throw "<method>: not supported by backend X".
+// Each method is written once here, non-virtual: it runs the op's argument checks (shapes,
+// dtypes, devices, the output's shape: core/backend_checks.h, one function per op, the same
+// message on every device), then the device's kernel, the protected virtual <method>_impl that a
+// backend overrides. A new device adds only its kernels. What the checks derive for the kernel
+// (broadcast strides, the causal rows, the index split) is passed on; index values, which only
+// the device can read, are range-checked by the kernel with checks::*_in_range (same message).
 // All tensors passed in are contiguous and on the backend's device; outputs are allocated by the
 // caller with the right shape, dtype and device. Float methods accept f32 and f64 (the CUDA
 // backend may accept f32 only and say so); index tensors are i32 or i64.
@@ -15,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/causal_rows.h"
 #include "core/dropout_mask.h"
 #include "core/tensor.h"
 
@@ -51,6 +59,11 @@ struct GemmDesc {
 struct Strided {
   int64_t offset = 0;
   std::vector<int64_t> strides;
+};
+
+// A tensor viewed as [outer, n, inner] around one dim (index_select / index_add).
+struct DimSplit {
+  int64_t outer = 1, n = 1, inner = 1;
 };
 
 // ---- argument types of the fused methods ----
@@ -135,79 +148,79 @@ class Backend {
   virtual void synchronize() {}
 
   // --- memory ---
-  virtual void fill(Tensor& x, double value) = 0;
+  void fill(Tensor& x, double value);
   // dst[idx] (+)= src[s.offset + sum idx_d * s.strides_d] over `shape`, dst through d (same
   // shape). Covers permute (permuted strides), broadcast (stride 0), slices and concat.
-  virtual void copy_strided(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d,
-                            const Shape& shape, bool accumulate) = 0;
-  virtual void convert(const Tensor& src, Tensor& dst) = 0;  // dtype conversion, same numel
+  void copy_strided(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d,
+                    const Shape& shape, bool accumulate);
+  void convert(const Tensor& src, Tensor& dst);  // dtype conversion, same numel
 
   // --- elementwise ---
-  virtual void unary(UnaryOp op, const Tensor& x, Tensor& y, double a = 0, double b = 0) = 0;
+  void unary(UnaryOp op, const Tensor& x, Tensor& y, double a = 0, double b = 0);
   // dx = dy * f'(x) (y = f(x) is passed for ops whose derivative is cheaper from y)
-  virtual void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
-                              Tensor& dx, double a = 0, double b = 0) = 0;
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                      Tensor& dx, double a = 0, double b = 0);
   // out = a op b with NumPy broadcasting (shapes right-aligned; out has the broadcast shape).
-  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
   // out = sum of x over the dims where out's (keepdim) shape is 1 and x's is not.
-  virtual void reduce_sum(const Tensor& x, Tensor& out) = 0;
+  void reduce_sum(const Tensor& x, Tensor& out);
   // y = where(mask != 0, a, b_scalar)  (masked fill), mask broadcast like binary
-  virtual void where_scalar(const Tensor& mask, const Tensor& a, double b, Tensor& y) = 0;
-  virtual void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y) = 0;
+  void where_scalar(const Tensor& mask, const Tensor& a, double b, Tensor& y);
+  void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y);
   // x[..., i, j] = value where j > i + diag, x viewed as [N, T, S]; window > 0 also fills
   // j <= i + diag - window (sliding-window attention of width `window`)
-  virtual void causal_fill(Tensor& x, double value, int64_t diag, int64_t window = 0) = 0;
+  void causal_fill(Tensor& x, double value, int64_t diag, int64_t window = 0);
   // y = x * m.factor(i): dropout with a mask recomputed from its seed (core/dropout_mask.h);
   // the backward is the same call on dy. y may be x.
-  virtual void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) = 0;
+  void dropout(const Tensor& x, const DropoutMask& m, Tensor& y);
 
   // --- linear algebra ---
-  virtual void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) = 0;
+  void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C);
   // A hint that `t` is about to be an input of several GEMMs (a Linear's output gradient: its dx
   // and dw). A backend whose GEMMs convert their inputs (the CPU under --precision bf16) converts
   // it once now and keeps the copy with t's storage until the storage is written. Base: nothing.
   virtual void gemm_operand_reused(const Tensor&) {}
 
   // --- normalisation / softmax (over the last dim; x viewed as [N, C]) ---
-  virtual void softmax(const Tensor& x, Tensor& y, bool log) = 0;
-  virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) = 0;
+  void softmax(const Tensor& x, Tensor& y, bool log);
+  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log);
   // The attention probabilities of the composed path in one pass: x, y [..., T, S], y[..., i, :] =
   // softmax over the keys query i sees (j <= i + diag; window > 0: also j > i + diag - window,
   // core/causal_rows.h), 0 on the others; equal to causal_fill(-inf) then softmax. y may be x.
-  virtual void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t window) = 0;
+  void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t window);
   // dx = y (dy - <dy, y>) over each row's visible keys, 0 on the others (y: causal_softmax's)
-  virtual void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag,
-                                       int64_t window) = 0;
+  void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag,
+                               int64_t window);
   // y = (x - mean) * rstd * w + b; saves mean, rstd [N]. b may be undefined (no bias).
-  virtual void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y,
-                         Tensor& mean, Tensor& rstd) = 0;
+  void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y,
+                 Tensor& mean, Tensor& rstd);
   // dx overwritten; dw, db accumulated (+=); db may be undefined.
-  virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
-                                  const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dw,
-                                  Tensor& db) = 0;
-  virtual void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) = 0;
-  virtual void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
-                                const Tensor& rstd, Tensor& dx, Tensor& dw) = 0;
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
+                          const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dw,
+                          Tensor& db);
+  void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
+                        const Tensor& rstd, Tensor& dx, Tensor& dw);
 
   // --- losses ---
   // logits [N, V], targets [N] (i32/i64, < 0 = ignored): loss[n] = lse - logit[target], lse [N]
-  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss,
-                             Tensor& lse) = 0;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss,
+                     Tensor& lse);
   // dlogits[n] = dloss[n] * (softmax(logits[n]) - onehot(target[n]))
-  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                                      const Tensor& lse, const Tensor& dloss, Tensor& dlogits) = 0;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, const Tensor& dloss, Tensor& dlogits);
 
   // --- indexing (x viewed as [outer, n, inner] around dim) ---
   // out[o, i, r] = x[o, idx[i], r]; indices are range-checked (error names op and value).
-  virtual void index_select(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& out) = 0;
+  void index_select(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& out);
   // out[o, idx[i], r] += src[o, i, r]  (scatter-add)
-  virtual void index_add(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src) = 0;
+  void index_add(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src);
 
   // --- optimizer ---
   // Decoupled-weight-decay Adam over flat buffers (PyTorch AdamW semantics).
-  virtual void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr,
-                     double beta1, double beta2, double eps, double weight_decay,
-                     int64_t step) = 0;
+  void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr,
+             double beta1, double beta2, double eps, double weight_decay,
+             int64_t step);
 
   // ======== fused methods: call only when has() says so ========
   virtual bool has(Fused f) const;  // base: none
@@ -223,55 +236,121 @@ class Backend {
   // Writes out [B, H, T, Dh] = softmax(scale * q k^T + rel terms + bias, masked) (v + rel.vrel)
   // and lse [B, H, T] (q's dtype): the logsumexp of each row's masked logits (+inf for a row
   // that sees no finite logit; its output is then 0).
-  virtual void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, const Tensor& bias, Tensor& out, Tensor& lse,
-                                 const AttnRel& rel);
+  void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const Tensor& bias, Tensor& out, Tensor& lse,
+                         const AttnRel& rel);
   // Given dout = dL/dout [B, H, T, Dh] and the forward's out and lse: overwrites dq
   // [B, H, T, Dh], dk, dv [B, H, S, Dh]; dbias [H, T, S] or [1, H, T, S] (summed over the batch)
   // when defined; and drel's defined fields.
-  virtual void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const Tensor& bias, const Tensor& out,
-                                  const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
-                                  Tensor& dv, Tensor& dbias, const AttnRel& rel,
-                                  AttnRelGrad& drel);
+  void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k,
+                          const Tensor& v, const Tensor& bias, const Tensor& out,
+                          const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
+                          Tensor& dv, Tensor& dbias, const AttnRel& rel,
+                          AttnRelGrad& drel);
 
   // --- rotary rotation (Fused::Rope) ---
   // x, out [..., T, d] (d even; out may not alias x); C, S [T, d/2] (x's dtype). Each pair
   // (a, b) of row t, pairs (k, k + d/2) or, when interleaved, (2k, 2k + 1):
   //   a' = a C[t, k] - b S[t, k],  b' = b C[t, k] + a S[t, k]
   // transpose: the inverse rotation (S negated), which is the backward of the forward.
-  virtual void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out,
-                           bool interleaved, bool transpose);
+  void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out,
+                   bool interleaved, bool transpose);
 
   // --- attention head split / merge (Fused::Heads); D = H * Dh ---
   // qkv [B, S, 3D] (q | k | v column blocks; head h = cols h*Dh.. of each) ->
   //   q [B, H, S - q_begin, Dh] (rows q_begin..S-1), k, v [B, H, S, Dh]  (each overwritten)
-  virtual void split_heads(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k,
-                           Tensor& v);
+  void split_heads(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k,
+                   Tensor& v);
   // The transpose: dqkv [B, S, 3D] overwritten from dq, dk, dv (shapes as above; an undefined
   // one reads as zeros, and so do the q columns of rows < q_begin).
-  virtual void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                    int64_t H, int64_t q_begin, Tensor& dqkv);
+  void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                            int64_t H, int64_t q_begin, Tensor& dqkv);
   // o [B, H, T, Dh] -> out [B, T, H * Dh] (head h in cols h*Dh..).
-  virtual void merge_heads(const Tensor& o, Tensor& out);
+  void merge_heads(const Tensor& o, Tensor& out);
   // dout [B, T, H * Dh] -> do [B, H, T, Dh] (do's shape gives H).
-  virtual void merge_heads_backward(const Tensor& dout, Tensor& d_o);
+  void merge_heads_backward(const Tensor& dout, Tensor& d_o);
 
   // --- Linear forward with the bias inside the GEMM (Fused::Linear) ---
   // x [R, K] (any leading shape, viewed as R rows), w [N, K], b [N] -> y [R, N] = x w^T + b.
   // (The backward needs only gemm and reduce_sum: dx = dy w, dw = dy^T x, db = sum of dy rows.)
-  virtual void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+  void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 
   // --- flat optimizer buffers (Fused::FlatAdamW) ---
   // out (one element, f64, x's device) = sum over chunks of x[i]^2, accumulated in f64 in a
   // fixed order (the same value for any thread count). The caller reads it only to log.
-  virtual void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out);
+  void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out);
   // One AdamW step (see AdamWHyper) on the flat buffers p, g, m, v (same shape [n], float)
   // over `chunks`; elements outside them are not touched. weight_decay applies to chunks with
   // decay set. norm_sq: undefined, or sum_squares' output for g (same device) for clipping.
-  virtual void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
-                          const std::vector<FlatChunk>& chunks, const AdamWHyper& h,
-                          const Tensor& norm_sq);
+  void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
+                  const std::vector<FlatChunk>& chunks, const AdamWHyper& h,
+                  const Tensor& norm_sq);
+
+ protected:
+  // ======== the device's kernels: what each public method above runs after its checks ========
+  // Arguments as the public method's, checked (core/backend_checks.h), plus what the checks
+  // derived. Primitives are pure; the fused kernels' base versions throw "not supported".
+  virtual void fill_impl(Tensor& x, double value) = 0;
+  virtual void copy_strided_impl(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d,
+                                 const Shape& shape, bool accumulate) = 0;  // shape not empty
+  virtual void convert_impl(const Tensor& src, Tensor& dst) = 0;
+  virtual void unary_impl(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) = 0;
+  virtual void unary_backward_impl(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+                                   double a, double b) = 0;
+  // sa, sb: a's and b's element strides over out's shape (0 where broadcast)
+  virtual void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, const Shape& sa,
+                           const Shape& sb) = 0;
+  // so: out's strides over x's shape (0 on the summed dims)
+  virtual void reduce_sum_impl(const Tensor& x, Tensor& out, const Shape& so) = 0;
+  // sm: the mask's strides over a's shape
+  virtual void where_scalar_impl(const Tensor& mask, const Tensor& a, double b, Tensor& y, const Shape& sm) = 0;
+  virtual void where_impl(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y, const Shape& sm) = 0;
+  virtual void causal_fill_impl(Tensor& x, double value, int64_t diag, int64_t window) = 0;
+  virtual void dropout_impl(const Tensor& x, const DropoutMask& m, Tensor& y) = 0;
+  virtual void gemm_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) = 0;  // M, N > 0
+  virtual void softmax_impl(const Tensor& x, Tensor& y, bool log) = 0;
+  virtual void softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) = 0;
+  virtual void causal_softmax_impl(const Tensor& x, Tensor& y, const CausalRows& rows) = 0;
+  virtual void causal_softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx,
+                                            const CausalRows& rows) = 0;
+  virtual void layernorm_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y,
+                              Tensor& mean, Tensor& rstd) = 0;
+  virtual void layernorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                       const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) = 0;
+  virtual void rmsnorm_impl(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) = 0;
+  virtual void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                                     Tensor& dx, Tensor& dw) = 0;
+  // the target values are the kernel's to range-check (checks::targets_in_range)
+  virtual void cross_entropy_impl(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) = 0;
+  virtual void cross_entropy_backward_impl(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                           const Tensor& dloss, Tensor& dlogits) = 0;
+  // s: x (out for index_add) viewed as [outer, n, inner] around dim; the index values are the
+  // kernel's to range-check (checks::indices_in_range) before anything is written
+  virtual void index_select_impl(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& out,
+                                 const DimSplit& s) = 0;
+  virtual void index_add_impl(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src,
+                              const DimSplit& s) = 0;
+  virtual void adamw_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr, double beta1,
+                          double beta2, double eps, double weight_decay, int64_t step) = 0;
+
+  // fused: called only where has() reports the method's Fused
+  virtual void attention_forward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel);
+  virtual void attention_backward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& bias, const Tensor& out, const Tensor& lse,
+                                       const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias,
+                                       const AttnRel& rel, AttnRelGrad& drel);
+  virtual void rope_rotate_impl(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
+                                bool transpose);
+  virtual void split_heads_impl(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k, Tensor& v);
+  virtual void split_heads_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H,
+                                         int64_t q_begin, Tensor& dqkv);
+  virtual void merge_heads_impl(const Tensor& o, Tensor& out);
+  virtual void merge_heads_backward_impl(const Tensor& dout, Tensor& d_o);
+  virtual void linear_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+  virtual void sum_squares_impl(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out);
+  virtual void adamw_flat_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
+                               const AdamWHyper& h, const Tensor& norm_sq);
 };
 
 Backend& backend(Device d);  // the backend for a device (throws if not compiled in)

@@ -23,26 +23,31 @@ const std::vector<Setting>& settings() {
        "use oneDNN for every softmax / layer norm / GELU op, or for none", "core/cpu/onednn_ops.cpp"},
       {"CTXLAB_GELU", "measured policy (fast or oneDNN)", "reference | fast | onednn",
        "the CPU GELU (tanh) implementation", "core/cpu/gelu_fast.cpp"},
+      // The fast-path switches: each is also a row of core/fast_paths.cpp's table, which reads it
+      // (the fused op, its composed twin, who asks; tests check that the two tables agree).
       {"CTXLAB_FUSED_ATTENTION", "unset: fused on the CPU; on CUDA the backend's measured choice (composed "
        "for training shapes, fused past 2^27 scores and for decoding)", "0 | 1",
        "0: attention always composed (matmul, mask, softmax, matmul); 1: fused wherever the backend has it",
-       "nn/attention.cpp"},
+       "core/fast_paths.cpp"},
       {"CTXLAB_BF16_ATTENTION", "0", "0 | 1",
        "1: under --precision bf16 the CPU fused attention's tile products take bf16 inputs too "
-       "(faster; measured +1.8% validation loss on the main job)", "core/cpu/flash_attention.cpp"},
+       "(faster; measured +1.8% validation loss on the main job)", "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_CAUSAL_SOFTMAX", "1", "0 | 1",
        "0: the composed attention's mask and softmax as causal_fill + softmax (two passes) instead of "
-       "Backend::causal_softmax (one pass each way)", "autograd/ops_nn.cpp"},
+       "Backend::causal_softmax (one pass each way)", "core/fast_paths.cpp"},
+      {"CTXLAB_FUSED_ROPE", "1", "0 | 1",
+       "0: rotary rotations (rope_rotate, complex_order_embed) composed from primitives instead of "
+       "Backend::rope_rotate", "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_HEADS", "1", "0 | 1", "0: head split / merge through reshape + permute + slice",
-       "autograd/ops_heads.cpp"},
+       "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_LINEAR", "1", "0 | 1", "0: Linear as matmul + add (two nodes) instead of one GEMM with bias",
-       "autograd/ops_linear.cpp"},
+       "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_ODE", "1", "0 | 1",
        "0: FLOATER's RK4 as the composed loop (~10 primitives per stage) instead of one call (its ode_rk4 kernels)",
-       "autograd/ops_ode.cpp"},
+       "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_GRU", "1", "0 | 1",
        "0: the rnn encoding's GRU as the composed loop (each gate its own GEMM and ~20 primitives per step)",
-       "autograd/ops_gru.cpp"},
+       "core/fast_paths.cpp"},
       {"CTXLAB_PROFILE", "0", "0 | 1",
        "1: time every autograd op by name (ctxlab bench --profile, example_step_timing print it)",
        "autograd/profiler.cpp"},

@@ -4,6 +4,7 @@
 // opt-in switch (default_on = false). Tests and A/B benchmarks override it at run time until
 // reset(). forced_on() tells an explicit "on" (the variable = 1, or set(true)) from the default, for
 // a path whose backend may also decline it where it measured slower (fused attention on CUDA).
+// The switches themselves are the rows of core/fast_paths.h (set_fast_path / reset_fast_path).
 #pragma once
 #include <atomic>
 #include <cstring>

@@ -3,10 +3,11 @@
 //   q, k, v                                   // [B, H, T, Dh]  (head h = cols h*Dh..)
 //   rotate (rotary encodings), logits = scale q k^T + bias   // [B, H, T, S]
 //   causal mask, softmax, o = p v (+ value terms)            // [B, H, T, Dh]
-//     (one fused op, autograd/ops_attention.h, when the backend has Fused::Attention, the
-//      encoding keeps the default logits and output (dropout included: the kernels apply the mask);
-//      and prefers it for the dims (on CUDA: not for training shapes, measured); CTXLAB_FUSED_ATTENTION
-//      =1 or set_fused_attention(true): whenever it has it; =0 or set_fused_attention(false): never)
+//     (one fused op, autograd/ops_attention.h, when use_fused_attention says so (core/fast_paths.h:
+//      the switch, the backend has Fused::Attention and prefers it for the dims, on CUDA not for
+//      training shapes, measured; CTXLAB_FUSED_ATTENTION=1 or set_fast_path(Attention, true):
+//      whenever it has it; =0 or set_fast_path(Attention, false): never) and the encoding keeps
+//      the default logits and output (dropout included: the kernels apply the mask))
 //   out = merge_heads(o) Wp^T + bp            // [B, T, D]
 #include "nn/attention.h"
 
@@ -14,24 +15,10 @@
 #include <cmath>
 
 #include "autograd/ops_heads.h"
+#include "core/fast_paths.h"
 #include "core/rng.h"
-#include "core/switch.h"
 
 namespace ctx::nn {
-
-// The fused path: CTXLAB_FUSED_ATTENTION=0 turns it off (read once); set_fused_attention()
-// overrides the environment until reset_fused_attention().
-static FastPathSwitch g_fused_attention("CTXLAB_FUSED_ATTENTION");
-bool fused_attention_enabled() { return g_fused_attention.enabled(); }
-void set_fused_attention(bool on) { g_fused_attention.set(on); }
-void reset_fused_attention() { g_fused_attention.reset(); }
-
-// Fused when the switch allows it, the backend has the kernels, and the backend prefers them for
-// these dims (Backend::prefers_fused_attention, measured) or they were asked for explicitly.
-static bool use_fused_attention(const Backend& be, int64_t B, int64_t H, int64_t T, int64_t S) {
-  return fused_attention_enabled() && be.has(Fused::Attention) &&
-         (g_fused_attention.forced_on() || be.prefers_fused_attention(B, H, T, S));
-}
 
 Attention::Attention(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt)
     : layer_(layer), H_(cfg.n_heads), Dh_(cfg.head_dim()), D_(cfg.d_model), dropout_(cfg.dropout), pe_(pe) {

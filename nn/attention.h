@@ -46,10 +46,8 @@ class Attention : public Module {
 // composed path would draw). Unset, it runs where the backend has it and prefers it for the dims
 // (Backend::prefers_fused_attention: always on the CPU; on CUDA only past 2^27 scores and for
 // decoding, measured); CTXLAB_FUSED_ATTENTION=1 (read once) takes it wherever the backend has it, =0
-// never. set_fused_attention() overrides the environment (tests, benchmarks: set(true) counts as
-// an explicit 1), reset_fused_attention() returns to it.
-bool fused_attention_enabled();
-void set_fused_attention(bool on);
-void reset_fused_attention();
+// never. The switch is FastPath::Attention of core/fast_paths.h (set_fast_path overrides the
+// environment, tests and benchmarks: set(true) counts as an explicit 1; reset_fast_path returns
+// to it).
 
 }  // namespace ctx::nn

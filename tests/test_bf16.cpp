@@ -15,6 +15,7 @@
 #include "core/backend.h"
 #include "core/bf16.h"
 #include "core/cpu/bf16_convert.h"
+#include "core/fast_paths.h"
 #include "core/cpu/flash_attention.h"
 #include "core/cpu/gemm.h"
 #include "core/threads.h"
@@ -284,8 +285,8 @@ TEST(Bf16, FusedAttentionWithinTheBf16Bound) {
   }
   ctx::init_threading();
   struct Opt {  // the bf16 products are opt-in (CTXLAB_BF16_ATTENTION=1)
-    Opt() { cpu::set_bf16_attention(true); }
-    ~Opt() { cpu::reset_bf16_attention(); }
+    Opt() { set_fast_path(FastPath::Bf16Attention, true); }
+    ~Opt() { reset_fast_path(FastPath::Bf16Attention); }
   };
   struct C { int64_t B, H, T, Dh, window; bool bias; };
   uint32_t seed = 300;
@@ -310,7 +311,7 @@ TEST(Bf16, FusedAttentionWithinTheBf16Bound) {
     };
     const Out a = run(Precision::FP32);
     // by default --precision bf16 leaves the attention products in fp32: the same bits as fp32
-    cpu::set_bf16_attention(false);
+    set_fast_path(FastPath::Bf16Attention, false);
     const Out off = run(Precision::BF16);
     EXPECT_TRUE(off.o == a.o && off.dq == a.dq && off.dk == a.dk && off.dv == a.dv)
         << "CTXLAB_BF16_ATTENTION off: the attention changed under --precision bf16";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/fast_paths.h"
 #include "nn/attention.h"
 #include "nn/gpt.h"
 #include "tests/test_util.h"
@@ -81,9 +82,9 @@ class CudaModel : public ::testing::TestWithParam<json> {};
 // which for this training shape is the composed path (Backend::prefers_fused_attention).
 void check_training_steps_with(const json& posenc, int64_t window, bool fused) {
   SCOPED_TRACE(fused ? "fused attention (forced)" : "the backend's choice: composed attention");
-  if (fused) nn::set_fused_attention(true);
+  if (fused) set_fast_path(FastPath::Attention, true);
   struct Reset {
-    ~Reset() { nn::reset_fused_attention(); }
+    ~Reset() { reset_fast_path(FastPath::Attention); }
   } reset;
   nn::GPT mc(tiny_cfg(posenc)), mg(tiny_cfg(posenc));
   mc.init_weights(7);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/device_table.h"
+#include "core/fast_paths.h"
 #include "nn/attention.h"
 #include "nn/gpt.h"
 #include "tests/test_util.h"
@@ -117,9 +118,9 @@ TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
                          Run{"rope", 0.0, 404, true}, Run{"alibi", 0.1, 505, true}}) {
     const std::string pe = run.pe;
     SCOPED_TRACE(pe + " dropout " + std::to_string(run.dropout) + (run.fused ? " fused attention" : " composed attention"));
-    if (run.fused) nn::set_fused_attention(true);
+    if (run.fused) set_fast_path(FastPath::Attention, true);
     struct Reset {
-      ~Reset() { nn::reset_fused_attention(); }
+      ~Reset() { reset_fast_path(FastPath::Attention); }
     } reset;
     clear_table_cache();  // a run repeating an encoding would otherwise find its tables kept
     ModelConfig cfg = tiny_cfg(json{{"type", pe}});

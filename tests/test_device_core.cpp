@@ -5,6 +5,7 @@
 // to_device_like move what they should and nothing more, and the CTXLAB_* settings table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "core/backend.h"
 #include "core/device_table.h"
 #include "core/extension.h"
+#include "core/fast_paths.h"
 #include "core/settings.h"
 #include "core/switch.h"
 #include "nn/gpt.h"
@@ -51,117 +53,126 @@ class RecordingBackend final : public Backend {
   std::map<std::string, int> calls;  // fused method -> times called
   std::map<std::string, int> row_calls;  // causal_fill, softmax, causal_softmax and backwards -> times called
 
-  void fill(Tensor& x, double v) override { in_.fill(x, v); }
-  void copy_strided(const Tensor& s, const Strided& ss, Tensor& d, const Strided& ds, const Shape& sh,
-                    bool acc) override {
+  void fill_impl(Tensor& x, double v) override { in_.fill(x, v); }
+  void copy_strided_impl(const Tensor& s, const Strided& ss, Tensor& d, const Strided& ds, const Shape& sh,
+                         bool acc) override {
     in_.copy_strided(s, ss, d, ds, sh, acc);
   }
-  void convert(const Tensor& s, Tensor& d) override { in_.convert(s, d); }
-  void unary(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override { in_.unary(op, x, y, a, b); }
-  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a,
-                      double b) override {
+  void convert_impl(const Tensor& s, Tensor& d) override { in_.convert(s, d); }
+  void unary_impl(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override { in_.unary(op, x, y, a, b); }
+  void unary_backward_impl(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a,
+                           double b) override {
     in_.unary_backward(op, x, y, dy, dx, a, b);
   }
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o) override { in_.binary(op, a, b, o); }
-  void reduce_sum(const Tensor& x, Tensor& o) override { in_.reduce_sum(x, o); }
-  void where_scalar(const Tensor& m, const Tensor& a, double b, Tensor& y) override { in_.where_scalar(m, a, b, y); }
-  void where(const Tensor& m, const Tensor& a, const Tensor& b, Tensor& y) override { in_.where(m, a, b, y); }
-  void causal_fill(Tensor& x, double v, int64_t diag, int64_t w) override {
+  void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o, const Shape&, const Shape&) override {
+    in_.binary(op, a, b, o);
+  }
+  void reduce_sum_impl(const Tensor& x, Tensor& o, const Shape&) override { in_.reduce_sum(x, o); }
+  void where_scalar_impl(const Tensor& m, const Tensor& a, double b, Tensor& y, const Shape&) override {
+    in_.where_scalar(m, a, b, y);
+  }
+  void where_impl(const Tensor& m, const Tensor& a, const Tensor& b, Tensor& y, const Shape&) override {
+    in_.where(m, a, b, y);
+  }
+  void causal_fill_impl(Tensor& x, double v, int64_t diag, int64_t w) override {
     ++row_calls["causal_fill"];
     in_.causal_fill(x, v, diag, w);
   }
-  void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override { in_.dropout(x, m, y); }
-  void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override { in_.gemm(g, A, B, C); }
-  void softmax(const Tensor& x, Tensor& y, bool log) override {
+  void dropout_impl(const Tensor& x, const DropoutMask& m, Tensor& y) override { in_.dropout(x, m, y); }
+  void gemm_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override { in_.gemm(g, A, B, C); }
+  void softmax_impl(const Tensor& x, Tensor& y, bool log) override {
     ++row_calls["softmax"];
     in_.softmax(x, y, log);
   }
-  void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t w) override {
+  void causal_softmax_impl(const Tensor& x, Tensor& y, const CausalRows& r) override {
     ++row_calls["causal_softmax"];
-    in_.causal_softmax(x, y, diag, w);
+    in_.causal_softmax(x, y, r.diag, r.window);
   }
-  void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag, int64_t w) override {
+  void causal_softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx, const CausalRows& r) override {
     ++row_calls["causal_softmax_backward"];
-    in_.causal_softmax_backward(y, dy, dx, diag, w);
+    in_.causal_softmax_backward(y, dy, dx, r.diag, r.window);
   }
-  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
+  void softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
     ++row_calls["softmax_backward"];
     in_.softmax_backward(y, dy, dx, log);
   }
-  void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
-                 Tensor& rstd) override {
+  void layernorm_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
+                      Tensor& rstd) override {
     in_.layernorm(x, w, b, eps, y, mean, rstd);
   }
-  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                          const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
+  void layernorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                               const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
     in_.layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
   }
-  void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
+  void rmsnorm_impl(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
     in_.rmsnorm(x, w, eps, y, rstd);
   }
-  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
-                        Tensor& dw) override {
+  void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                             Tensor& dw) override {
     in_.rmsnorm_backward(dy, x, w, rstd, dx, dw);
   }
-  void cross_entropy(const Tensor& z, const Tensor& t, Tensor& loss, Tensor& lse) override {
+  void cross_entropy_impl(const Tensor& z, const Tensor& t, Tensor& loss, Tensor& lse) override {
     in_.cross_entropy(z, t, loss, lse);
   }
-  void cross_entropy_backward(const Tensor& z, const Tensor& t, const Tensor& lse, const Tensor& dl,
-                              Tensor& dz) override {
+  void cross_entropy_backward_impl(const Tensor& z, const Tensor& t, const Tensor& lse, const Tensor& dl,
+                                   Tensor& dz) override {
     in_.cross_entropy_backward(z, t, lse, dl, dz);
   }
-  void index_select(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& o) override {
+  void index_select_impl(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& o, const DimSplit&) override {
     in_.index_select(x, dim, idx, o);
   }
-  void index_add(Tensor& o, int64_t dim, const Tensor& idx, const Tensor& s) override { in_.index_add(o, dim, idx, s); }
-  void adamw(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,
-             double wd, int64_t step) override {
+  void index_add_impl(Tensor& o, int64_t dim, const Tensor& idx, const Tensor& s, const DimSplit&) override {
+    in_.index_add(o, dim, idx, s);
+  }
+  void adamw_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,
+                  double wd, int64_t step) override {
     in_.adamw(p, g, m, v, lr, b1, b2, eps, wd, step);
   }
 
   bool has(Fused f) const override { return fused_ && in_.has(f); }
-  void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                         Tensor& out, Tensor& lse, const AttnRel& rel) override {
+  void attention_forward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) override {
     ++calls[rel.empty() ? "attention_forward" : "attention_forward+rel"];
     in_.attention_forward(d, q, k, v, bias, out, lse, rel);
   }
-  void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                          const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
-                          Tensor& dv, Tensor& dbias, const AttnRel& rel, AttnRelGrad& drel) override {
+  void attention_backward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                               Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,
+                               AttnRelGrad& drel) override {
     ++calls["attention_backward"];
     in_.attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
   }
-  void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool inter, bool tr) override {
+  void rope_rotate_impl(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool inter, bool tr) override {
     ++calls[tr ? "rope_rotate(transpose)" : "rope_rotate"];
     in_.rope_rotate(x, C, S, out, inter, tr);
   }
-  void split_heads(const Tensor& qkv, int64_t H, int64_t q0, Tensor& q, Tensor& k, Tensor& v) override {
+  void split_heads_impl(const Tensor& qkv, int64_t H, int64_t q0, Tensor& q, Tensor& k, Tensor& v) override {
     ++calls["split_heads"];
     in_.split_heads(qkv, H, q0, q, k, v);
   }
-  void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q0,
-                            Tensor& dqkv) override {
+  void split_heads_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q0,
+                                 Tensor& dqkv) override {
     ++calls["split_heads_backward"];
     in_.split_heads_backward(dq, dk, dv, H, q0, dqkv);
   }
-  void merge_heads(const Tensor& o, Tensor& out) override {
+  void merge_heads_impl(const Tensor& o, Tensor& out) override {
     ++calls["merge_heads"];
     in_.merge_heads(o, out);
   }
-  void merge_heads_backward(const Tensor& dout, Tensor& d_o) override {
+  void merge_heads_backward_impl(const Tensor& dout, Tensor& d_o) override {
     ++calls["merge_heads_backward"];
     in_.merge_heads_backward(dout, d_o);
   }
-  void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+  void linear_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
     ++calls["linear"];
     in_.linear(x, w, b, y);
   }
-  void sum_squares(const Tensor& x, const std::vector<FlatChunk>& c, Tensor& out) override {
+  void sum_squares_impl(const Tensor& x, const std::vector<FlatChunk>& c, Tensor& out) override {
     ++calls["sum_squares"];
     in_.sum_squares(x, c, out);
   }
-  void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& c,
-                  const AdamWHyper& h, const Tensor& norm_sq) override {
+  void adamw_flat_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& c,
+                       const AdamWHyper& h, const Tensor& norm_sq) override {
     ++calls["adamw_flat"];
     in_.adamw_flat(p, g, m, v, c, h, norm_sq);
   }
@@ -242,8 +253,8 @@ TEST(DeviceCore, TheBackendsReportChoosesFusedOrComposedWithTheSameResults) {
 }
 
 // The op causal_softmax calls the backend's one-pass method each way, or with
-// CTXLAB_FUSED_CAUSAL_SOFTMAX=0 (set_fused_causal_softmax(false)) the two-pass composition, with
-// the same values (f64: bit for bit forward) and gradients.
+// CTXLAB_FUSED_CAUSAL_SOFTMAX=0 (set_fast_path(FastPath::CausalSoftmax, false)) the two-pass
+// composition, with the same values (f64: bit for bit forward) and gradients.
 TEST(DeviceCore, CausalSoftmaxIsOnePassUnlessSwitchedOff) {
   Rng r(31);
   const Tensor x = testing_util::uniform_tensor(r, {2, 3, 7, 9}, DType::F64, -3, 3);
@@ -251,7 +262,7 @@ TEST(DeviceCore, CausalSoftmaxIsOnePassUnlessSwitchedOff) {
   Tensor y[2], g[2];
   std::map<std::string, int> seen[2];
   for (int fused = 0; fused < 2; ++fused) {
-    set_fused_causal_softmax(fused == 1);
+    set_fast_path(FastPath::CausalSoftmax, fused == 1);
     InstallBackend b(false);
     Variable v(x, true);
     Variable p = causal_softmax(v, 2, 4);
@@ -260,7 +271,7 @@ TEST(DeviceCore, CausalSoftmaxIsOnePassUnlessSwitchedOff) {
     g[fused] = v.grad();
     seen[fused] = b.rb.row_calls;
   }
-  reset_fused_causal_softmax();
+  reset_fast_path(FastPath::CausalSoftmax);
   EXPECT_EQ(seen[1], (std::map<std::string, int>{{"causal_softmax", 1}, {"causal_softmax_backward", 1}}));
   EXPECT_EQ(seen[0], (std::map<std::string, int>{{"causal_fill", 1}, {"softmax", 1}, {"softmax_backward", 1}}));
   for (int64_t k = 0; k < x.numel(); ++k) {
@@ -272,7 +283,7 @@ TEST(DeviceCore, CausalSoftmaxIsOnePassUnlessSwitchedOff) {
 TEST(DeviceCore, AttentionFollowsTheBackendsPreferenceUnlessForcedOn) {
   // A backend that has the fused attention but prefers the composed path for these dims (as the
   // CUDA backend does for training shapes) gets the composed path, with the same results, unless
-  // the fused one is asked for explicitly (set_fused_attention(true) = CTXLAB_FUSED_ATTENTION=1).
+  // the fused one is asked for explicitly (set_fast_path(Attention, true) = CTXLAB_FUSED_ATTENTION=1).
   const json pe = {{"type", "rope"}};
   StepResult preferred, declined, forced;
   {
@@ -294,9 +305,9 @@ TEST(DeviceCore, AttentionFollowsTheBackendsPreferenceUnlessForcedOn) {
   {
     InstallBackend b(true);
     b.rb.prefer_fused_attention = false;
-    nn::set_fused_attention(true);
+    set_fast_path(FastPath::Attention, true);
     forced = train_two_steps(pe);
-    nn::reset_fused_attention();
+    reset_fast_path(FastPath::Attention);
     EXPECT_GT(b.rb.calls["attention_forward"], 0) << "CTXLAB_FUSED_ATTENTION=1 did not take the fused path";
   }
   EXPECT_NEAR(declined.loss, preferred.loss, 1e-12 * std::fabs(preferred.loss));
@@ -313,16 +324,84 @@ TEST(DeviceCore, TheSwitchTurnsAnExistingFusedPathOffButCannotTurnOneOn) {
     InstallBackend b(true);
     auto h = split_heads(x, 2);
     EXPECT_EQ(b.rb.calls["split_heads"], 1);
-    set_fused_heads(false);
+    set_fast_path(FastPath::Heads, false);
     h = split_heads(x, 2);
-    reset_fused_heads();
+    reset_fast_path(FastPath::Heads);
     EXPECT_EQ(b.rb.calls["split_heads"], 1) << "the switch did not turn the fused path off";
   }
   InstallBackend b(false);
-  set_fused_heads(true);
+  set_fast_path(FastPath::Heads, true);
   auto h = split_heads(x, 2);
-  reset_fused_heads();
+  reset_fast_path(FastPath::Heads);
   EXPECT_TRUE(b.rb.calls.empty());
+}
+
+// The fallback rule holds for complex-order too (it used to throw "has no rope_rotate" on a
+// backend without Fused::Rope): composed there, fused where the backend has it, the same training.
+TEST(DeviceCore, ComplexOrderFallsBackToItsComposedTwin) {
+  const json pe = {{"type", "complex-order"}};
+  StepResult composed, fused;
+  {
+    InstallBackend b(false);
+    composed = train_two_steps(pe);
+    EXPECT_TRUE(b.rb.calls.empty()) << "a fused method ran on a backend that reports none";
+  }
+  {
+    InstallBackend b(true);
+    fused = train_two_steps(pe);
+    EXPECT_GT(b.rb.calls["rope_rotate"], 0);
+    EXPECT_GT(b.rb.calls["rope_rotate(transpose)"], 0);
+  }
+  EXPECT_NEAR(fused.loss, composed.loss, 1e-12 * std::fabs(composed.loss));
+  ASSERT_EQ(fused.params.size(), composed.params.size());
+  for (size_t i = 0; i < fused.params.size(); ++i)
+    EXPECT_LE(rel_err(fused.params[i].second, composed.params[i].second), 1e-9) << fused.params[i].first;
+}
+
+// core/fast_paths.h: one row per fused op, each switch a 0 | 1 variable of the settings table with
+// the same default, and use_fused = the switch and (where the path needs one) the backend's has().
+TEST(FastPaths, OneTableTheSettingsAndTheRule) {
+  const auto& t = fast_paths();
+  ASSERT_EQ(t.size(), 9u);
+  RecordingBackend none(backend(Device::CPU), false), all(backend(Device::CPU), true);
+  for (size_t i = 0; i < t.size(); ++i) {
+    const FastPathInfo& r = t[i];
+    SCOPED_TRACE(r.name);
+    EXPECT_EQ((size_t)r.path, i);
+    EXPECT_EQ(&fast_path_info(r.path), &r);
+    EXPECT_GT(std::strlen(r.fused_op), 0u);
+    EXPECT_GT(std::strlen(r.composed), 0u);
+    EXPECT_GT(std::strlen(r.chooser), 0u);
+    if (r.env) {
+      const auto& st = settings();
+      auto s = std::find_if(st.begin(), st.end(), [&](const Setting& x) { return std::string(x.name) == r.env; });
+      ASSERT_NE(s, st.end()) << r.env << " is not in the settings table";
+      EXPECT_STREQ(s->values, "0 | 1");
+      EXPECT_STREQ(s->read_by, "core/fast_paths.cpp");
+      if (r.path != FastPath::Attention) {  // (its default is the backend's measured choice, in words)
+        EXPECT_STREQ(s->default_value, r.default_on ? "1" : "0");
+      }
+      reset_fast_path(r.path);  // (an earlier test may have left an override)
+      const bool env_unset = setting_env(r.env) == nullptr;
+      if (env_unset) {
+        EXPECT_EQ(fast_path_enabled(r.path), r.default_on);
+      }
+      for (bool on : {false, true}) {
+        set_fast_path(r.path, on);
+        EXPECT_EQ(fast_path_enabled(r.path), on);
+        EXPECT_EQ(use_fused(r.path, all), on);
+        EXPECT_EQ(use_fused(r.path, none), on && !r.needs_fused);
+      }
+      reset_fast_path(r.path);
+      if (env_unset) {
+        EXPECT_EQ(fast_path_enabled(r.path), r.default_on);
+      }
+    } else {  // flat_adamw: the switch is AdamWOptions::fused, per optimizer
+      expect_error([&] { set_fast_path(r.path, false); }, {"set_fast_path", r.name, "no process-wide switch"});
+      EXPECT_TRUE(use_fused(r.path, all));
+      EXPECT_FALSE(use_fused(r.path, none));
+    }
+  }
 }
 
 TEST(DeviceCore, BaseClassFusedMethodsThrowNamingTheMethodAndTheBackend) {
@@ -622,7 +701,7 @@ TEST(DeviceCore, ModuleToMovesEveryParameterOnceKeepingNamesAndTies) {
 
 TEST(Settings, EveryVariableIsInTheTableAndDocumented) {
   const auto& t = settings();
-  EXPECT_EQ(t.size(), 20u);
+  EXPECT_EQ(t.size(), 21u);
   std::ifstream f(std::string(CTXLAB_SOURCE_DIR) + "/docs/settings.md");
   ASSERT_TRUE(f.good()) << "docs/settings.md is missing";
   std::stringstream doc;

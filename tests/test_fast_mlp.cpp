@@ -9,7 +9,7 @@
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
-#include "autograd/ops_linear.h"
+#include "core/fast_paths.h"
 #include "core/cpu/gelu_fast.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/onednn_ops.h"
@@ -172,7 +172,7 @@ TEST(FastGelu, BackendUsesTheChosenImplementationAndTheTailIsSame) {
 
 // ---- fused Linear ----
 TEST(FusedLinear, GradcheckF64) {
-  set_fused_linear(true);
+  set_fast_path(FastPath::Linear, true);
   Rng r(11);
   for (const Shape& xs : {Shape{5, 4}, Shape{2, 3, 4}}) {
     Tensor x = Tensor::empty(xs, DType::F64), w = Tensor::empty({6, 4}, DType::F64),
@@ -186,20 +186,20 @@ TEST(FusedLinear, GradcheckF64) {
     EXPECT_TRUE(res.pass) << res.summary();
     EXPECT_EQ(linear(Variable(x, true), Variable(w), Variable(b)).op_name(), "linear");
   }
-  reset_fused_linear();
+  reset_fast_path(FastPath::Linear);
 }
 
 struct LinearOut {
   Tensor y, dx, dw, db;
 };
 LinearOut run_linear(bool fused, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& g) {
-  set_fused_linear(fused);
+  set_fast_path(FastPath::Linear, fused);
   Variable xv(x.clone(), true), wv(w.clone(), true), bv(b.clone(), true);
   Variable y = linear(xv, wv, bv);
   EXPECT_EQ(y.op_name(), fused ? "linear" : "add");
   Variable l = sum(mul(y, Variable(g)));
   l.backward();
-  reset_fused_linear();
+  reset_fast_path(FastPath::Linear);
   return {y.data(), xv.grad(), wv.grad(), bv.grad()};
 }
 

@@ -3,7 +3,7 @@
 // causal_mask / softmax; relative 1e-5 in f32, 1e-10 in f64) over shapes with T = 1, odd T and
 // Dh, a memory prefix (S > T), several tiles, with and without a bias, windows 0 / 1 / 3 / >= S;
 // f64 gradchecks; argument errors; and the model level: a tiny GPT per encoding gives the same
-// loss and parameter gradients with the fused path on and off (nn::set_fused_attention).
+// loss and parameter gradients with the fused path on and off (set_fast_path(FastPath::Attention)).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/ops_attention.h"
+#include "core/fast_paths.h"
 #include "core/threads.h"
 #include "core/rng.h"
 #include "nn/attention.h"
@@ -307,8 +308,10 @@ using json = nlohmann::json;
 
 // RAII: the fused path forced on or off, restored afterwards.
 struct FusedGuard {
-  explicit FusedGuard(bool on) : prev(nn::fused_attention_enabled()) { nn::set_fused_attention(on); }
-  ~FusedGuard() { nn::set_fused_attention(prev); }
+  explicit FusedGuard(bool on) : prev(fast_path_enabled(FastPath::Attention)) {
+    set_fast_path(FastPath::Attention, on);
+  }
+  ~FusedGuard() { set_fast_path(FastPath::Attention, prev); }
   bool prev;
 };
 
@@ -437,7 +440,7 @@ TEST(FusedAttentionModel, DropoutInTrainingTakesTheFusedPath) {
   EXPECT_NE(m.loss(in, in).data().item(), l1);
   m.eval();
   EXPECT_TRUE(graph_has_op(m.loss(in, in), "fused_causal_attention"));
-  nn::set_fused_attention(false);
+  set_fast_path(FastPath::Attention, false);
   EXPECT_FALSE(graph_has_op(m.loss(in, in), "fused_causal_attention"));
 }
 

@@ -17,6 +17,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/ops_heads.h"
+#include "core/fast_paths.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
 #include "tests/test_util.h"
@@ -41,8 +42,8 @@ void expect_same(const Tensor& a, const Tensor& b) {
 
 // RAII: the fused kernels forced on or off, restored afterwards.
 struct HeadsGuard {
-  explicit HeadsGuard(bool on) : prev(fused_heads_enabled()) { set_fused_heads(on); }
-  ~HeadsGuard() { set_fused_heads(prev); }
+  explicit HeadsGuard(bool on) : prev(fast_path_enabled(FastPath::Heads)) { set_fast_path(FastPath::Heads, on); }
+  ~HeadsGuard() { set_fast_path(FastPath::Heads, prev); }
   bool prev;
 };
 

@@ -123,7 +123,7 @@ TEST(PosencSurvey, FusedGruEqualsTheComposedLoop) {
       for (auto& t : ins) t = t.to(DType::F32);
     const Tensor gy = randn({B, T, H}, 6, 1.0).to(dt);
     auto run = [&](bool fused) {
-      set_fused_gru(fused);
+      set_fast_path(FastPath::GruCell, fused);
       std::vector<Variable> v;
       for (auto& t : ins) v.emplace_back(t.clone(), true);
       Variable h = gru_sequence(v[0], v[1], v[2], v[3], v[4]);
@@ -133,17 +133,17 @@ TEST(PosencSurvey, FusedGruEqualsTheComposedLoop) {
       return out;
     };
     const auto a = run(true), b = run(false);
-    reset_fused_gru();
+    reset_fast_path(FastPath::GruCell);
     expect_same_outputs(a, b, dt, "gru");
   }
   SingleThread one;
-  set_fused_gru(false);
+  set_fast_path(FastPath::GruCell, false);
   GradFn f = [](const std::vector<Variable>& v) { return gru_sequence(v[0], v[1], v[2], v[3], v[4]); };
   expect_pass(gradcheck(f, {randn({2, 4, 3}, 1, 1.0), randn({12, 3}, 2), randn({12, 4}, 3), randn({12}, 4),
                             randn({12}, 5)},
                         {"x", "weight_ih", "weight_hh", "bias_ih", "bias_hh"}),
               5);
-  reset_fused_gru();
+  reset_fast_path(FastPath::GruCell);
 }
 
 // The fused RK4 (the ode_rk4 extension kernels, the CPU default) against the composed reference loop
@@ -159,7 +159,7 @@ TEST(PosencSurvey, FusedOdeEqualsTheComposedLoop) {
       for (auto& t : ins) t = t.to(dt);
       const Tensor gy = randn({sp.n, D}, 7, 1.0).to(dt);
       auto run = [&](bool fused) {
-        set_fused_ode(fused);
+        set_fast_path(FastPath::OdeRk4, fused);
         std::vector<Variable> v;
         for (auto& t : ins) v.emplace_back(t.clone(), true);
         Variable P = ode_positions(v[0], v[1], v[2], v[3], v[4], v[5], sp);
@@ -169,7 +169,7 @@ TEST(PosencSurvey, FusedOdeEqualsTheComposedLoop) {
         return out;
       };
       const auto a = run(true), b = run(false);
-      reset_fused_ode();
+      reset_fast_path(FastPath::OdeRk4);
       expect_same_outputs(a, b, dt, "ode substeps " + std::to_string(sp.substeps));
     }
 }
@@ -194,6 +194,40 @@ TEST(PosencSurvey, GradcheckComplexOrderEmbed) {
   const Tensor tok = ids(2, 5, V, 3);
   for (int64_t pos0 : {0, 3}) {
     GradFn f = [&](const std::vector<Variable>& v) { return complex_order_embed(v[0], v[1], tok, pos0); };
+    expect_pass(gradcheck(f, {randn({V, D}, 1), randn({V, D / 2}, 2)}, {"wte", "freq"}), 2);
+  }
+}
+
+// The fused complex-order rotation (Fused::Rope, the default) against its composed twin
+// (complex_order_embed_composed: what runs where use_fused(FastPath::Rope) says no, e.g. a backend
+// without rope_rotate, instead of throwing): the same output and the same gradient of both inputs,
+// f64 and f32; the switch routes complex_order_embed to the twin; the twin gradchecked.
+TEST(PosencSurvey, FusedComplexOrderEqualsTheComposedTwin) {
+  ASSERT_TRUE(backend(Device::CPU).has(Fused::Rope));  // else both runs would be the composed twin
+  const int64_t V = 7, D = 6;
+  const Tensor tok = ids(3, 5, V, 4);
+  for (DType dt : {DType::F64, DType::F32})
+    for (int64_t pos0 : {0, 11}) {
+      const Tensor w = randn({V, D}, 1, 1.0).to(dt), fr = randn({V, D / 2}, 2).to(dt);
+      const Tensor gy = randn({3, 5, D}, 3, 1.0).to(dt);
+      auto run = [&](bool composed, bool switched_off) {
+        if (switched_off) set_fast_path(FastPath::Rope, false);
+        Variable vw(w.clone(), true), vf(fr.clone(), true);
+        Variable e = composed ? complex_order_embed_composed(vw, vf, tok, pos0)
+                              : complex_order_embed(vw, vf, tok, pos0);
+        reset_fast_path(FastPath::Rope);
+        e.backward(gy);
+        EXPECT_EQ(e.op_name() == "complex_order_embed", !composed && !switched_off) << e.op_name();
+        return std::vector<Tensor>{e.data(), vw.grad(), vf.grad()};
+      };
+      const auto fused = run(false, false), twin = run(true, false), off = run(false, true);
+      expect_same_outputs(fused, twin, dt, "complex_order pos0 " + std::to_string(pos0));
+      for (size_t i = 0; i < twin.size(); ++i)
+        EXPECT_EQ(max_abs_diff(off[i], twin[i]), 0.0) << "the switched-off op is not the twin, #" << i;
+    }
+  SingleThread one;
+  for (int64_t pos0 : {0, 3}) {
+    GradFn f = [&](const std::vector<Variable>& v) { return complex_order_embed_composed(v[0], v[1], tok, pos0); };
     expect_pass(gradcheck(f, {randn({V, D}, 1), randn({V, D / 2}, 2)}, {"wte", "freq"}), 2);
   }
 }

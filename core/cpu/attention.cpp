@@ -1,13 +1,11 @@
 // core/cpu/attention.cpp — Backend::attention_forward / _backward on the CPU (core/cpu/fused.h):
-// checks the tensors against AttnDims (errors name the method, the field and the shape), then
-// runs the f32 / f64 kernels of core/cpu/flash_attention.h on their pointers.
-#include "core/attention_checks.h"
+// the f32 / f64 kernels of core/cpu/flash_attention.h on the tensors' pointers (the tensors are
+// checked against AttnDims by Backend: core/attention_checks.h).
 #include "core/cpu/fused.h"
 #include "core/cpu/flash_attention.h"
 
 namespace ctx::cpu {
 namespace {
-
 
 template <class F>
 const F* ptr(const Tensor& t) {
@@ -40,28 +38,25 @@ FlashRel<F> flash_rel(const AttnRel& rel, AttnRelGrad* drel) {
 
 void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                        Tensor& out, Tensor& lse, const AttnRel& rel) {
-  const DType dt = check_attention_forward(d, q, k, v, bias, out, lse, rel, Device::CPU);
   auto run = [&](auto tag) {
     using F = decltype(tag);
     flash_attention_forward<F>(d, q.data<F>(), k.data<F>(), v.data<F>(), ptr<F>(bias), out.data<F>(),
                                lse.data<F>(), flash_rel<F>(rel, nullptr));
   };
-  if (dt == DType::F32) run(float());
+  if (q.dtype() == DType::F32) run(float());
   else run(double());
 }
 
 void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                         const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
                         Tensor& dv, Tensor& dbias, const AttnRel& rel, AttnRelGrad& drel) {
-  const DType dt = check_attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel,
-                                            Device::CPU);
   auto run = [&](auto tag) {
     using F = decltype(tag);
     flash_attention_backward<F>(d, q.data<F>(), k.data<F>(), v.data<F>(), ptr<F>(bias), out.data<F>(),
                                 lse.data<F>(), dout.data<F>(), dq.data<F>(), dk.data<F>(), dv.data<F>(),
                                 mptr<F>(dbias), flash_rel<F>(rel, &drel));
   };
-  if (dt == DType::F32) run(float());
+  if (q.dtype() == DType::F32) run(float());
   else run(double());
 }
 

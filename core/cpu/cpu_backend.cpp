@@ -1,8 +1,9 @@
-// core/cpu/cpu_backend.cpp — the CPU implementation of core/backend.h.
+// core/cpu/cpu_backend.cpp — the CPU kernels of core/backend.h (Backend::*_impl; the arguments
+// are checked by Backend before they get here, core/backend_checks.h, except the index values,
+// which are range-checked here before anything is written).
 // Dispatches on dtype to the reference kernels (ref_kernels.h) and, for f32, to the fast paths
 // (GEMM through oneDNN or OpenBLAS, see gemm.h; GELU: gelu_fast.h; softmax and layer norm:
 // onednn_ops.h). The fused methods (has(Fused): all of them) forward to core/cpu/fused.h.
-// Validates shapes and index ranges so that library code never reads out of bounds.
 #include <cstring>
 
 #include "core/backend.h"
@@ -18,37 +19,6 @@
 #include "core/threads.h"
 
 namespace ctx {
-
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Neg: return "neg";
-    case UnaryOp::Scale: return "scale";
-    case UnaryOp::AddScalar: return "add_scalar";
-    case UnaryOp::Exp: return "exp";
-    case UnaryOp::Log: return "log";
-    case UnaryOp::Tanh: return "tanh";
-    case UnaryOp::Sin: return "sin";
-    case UnaryOp::Cos: return "cos";
-    case UnaryOp::Sqrt: return "sqrt";
-    case UnaryOp::Relu: return "relu";
-    case UnaryOp::GeluTanh: return "gelu_tanh";
-    case UnaryOp::Pow: return "pow";
-    case UnaryOp::Clamp: return "clamp";
-    case UnaryOp::Square: return "square";
-  }
-  return "?";
-}
-
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-  }
-  return "?";
-}
-
 namespace cpu {
 namespace {
 
@@ -72,8 +42,6 @@ namespace {
     case DType::I64: { using T = int64_t; __VA_ARGS__; break; } \
   }
 
-void check_cpu(const Tensor& t, const char* op, const char* what) { checks::on(Device::CPU, t, op, what); }
-
 class CpuBackend final : public Backend {
  public:
   CpuBackend() {
@@ -83,8 +51,13 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::CPU; }
   std::string name() const override { return "cpu"; }
 
-  void fill(Tensor& x, double v) override {
-    check_cpu(x, "fill", "x");
+  void gemm_operand_reused(const Tensor& t) override {
+    if (gemm_precision() == Precision::BF16) bf16_copy_whole(t);
+  }
+  bool has(Fused) const override { return true; }  // every fused method (core/cpu/fused.h)
+
+ protected:
+  void fill_impl(Tensor& x, double v) override {
     int64_t n = x.numel();
     CTX_DISPATCH_ALL(x.dtype(), "fill", {
       T* p = x.data<T>();
@@ -93,9 +66,8 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void copy_strided(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d,
-                    const Shape& shape, bool accumulate) override {
-    if (!checks::copy_strided(Device::CPU, src, s, dst, d, shape)) return;
+  void copy_strided_impl(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d, const Shape& shape,
+                         bool accumulate) override {
     CTX_DISPATCH_ALL(src.dtype(), "copy_strided", {
       const T* sp = src.data<T>();
       T* dp = dst.data<T>();
@@ -108,10 +80,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void convert(const Tensor& src, Tensor& dst) override {
-    check_cpu(src, "convert", "src");
-    check_cpu(dst, "convert", "dst");
-    CTX_CHECK(src.numel() == dst.numel(), "convert: ", src.str(), " into ", dst.str());
+  void convert_impl(const Tensor& src, Tensor& dst) override {
     int64_t n = src.numel();
     CTX_DISPATCH_ALL(src.dtype(), "convert", {
       using S = T;
@@ -123,9 +92,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void unary(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
-    check_cpu(x, unary_name(op), "x");
-    checks::same(x, y, unary_name(op));
+  void unary_impl(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
     if (op == UnaryOp::GeluTanh && x.dtype() == DType::F32) {
       const GeluImpl gi = gelu_impl(false);
       if (gi == GeluImpl::OneDNN && onednn_gelu_tanh_f32(x.data<float>(), y.data<float>(), x.numel()))
@@ -139,9 +106,8 @@ class CpuBackend final : public Backend {
                        ref::unary<T>(op, x.data<T>(), y.data<T>(), x.numel(), (T)a, (T)b));
   }
 
-  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
-                      double a, double b) override {
-    checks::unary_backward(Device::CPU, unary_name(op), x, y, dy, dx);
+  void unary_backward_impl(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a,
+                           double b) override {
     if (op == UnaryOp::GeluTanh && dy.dtype() == DType::F32 && x.defined()) {
       const GeluImpl gi = gelu_impl(true);
       if (gi == GeluImpl::OneDNN &&
@@ -158,35 +124,19 @@ class CpuBackend final : public Backend {
                                               dx.data<T>(), dy.numel(), (T)a, (T)b));
   }
 
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
-    const char* nm = binary_name(op);
-    check_cpu(a, nm, "a");
-    check_cpu(b, nm, "b");
-    checks::same_dtype(a, b, nm);
-    checks::same_dtype(a, out, nm);
-    const Shape& os = out.shape();
-    auto sa = checks::broadcast_strides(a.shape(), os, nm, b.shape());
-    auto sb = checks::broadcast_strides(b.shape(), os, nm, a.shape());
-    CTX_DISPATCH_FLOAT(a.dtype(), nm,
-                       ref::binary<T>(op, a.data<T>(), sa, b.data<T>(), sb, out.data<T>(), os,
+  void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, const Shape& sa,
+                   const Shape& sb) override {
+    CTX_DISPATCH_FLOAT(a.dtype(), binary_name(op),
+                       ref::binary<T>(op, a.data<T>(), sa, b.data<T>(), sb, out.data<T>(), out.shape(),
                                       a.numel(), b.numel()));
   }
 
-  void reduce_sum(const Tensor& x, Tensor& out) override {
-    check_cpu(x, "reduce_sum", "x");
-    check_cpu(out, "reduce_sum", "out");
-    checks::same_dtype(x, out, "reduce_sum");
-    const Shape& xs = x.shape();
-    // out's shape right-aligned to x; dims where out is 1 are summed.
-    auto so = checks::broadcast_strides(out.shape(), xs, "reduce_sum", xs);
+  void reduce_sum_impl(const Tensor& x, Tensor& out, const Shape& so) override {
     CTX_DISPATCH_FLOAT(x.dtype(), "reduce_sum",
-                       ref::reduce_sum<T>(x.data<T>(), xs, so, out.data<T>(), out.numel()));
+                       ref::reduce_sum<T>(x.data<T>(), x.shape(), so, out.data<T>(), out.numel()));
   }
 
-  void where_scalar(const Tensor& mask, const Tensor& a, double b, Tensor& y) override {
-    check_cpu(mask, "masked_fill", "mask");
-    checks::same(a, y, "masked_fill");
-    auto sm = checks::broadcast_strides(mask.shape(), a.shape(), "masked_fill", a.shape());
+  void where_scalar_impl(const Tensor& mask, const Tensor& a, double b, Tensor& y, const Shape& sm) override {
     Shape ca = contiguous_strides(a.shape());
     CTX_DISPATCH_FLOAT(a.dtype(), "masked_fill", {
       const T* ap = a.data<T>();
@@ -202,11 +152,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y) override {
-    check_cpu(mask, "where", "mask");
-    checks::same(a, b, "where");
-    checks::same(a, y, "where");
-    auto sm = checks::broadcast_strides(mask.shape(), a.shape(), "where", a.shape());
+  void where_impl(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y, const Shape& sm) override {
     Shape ca = contiguous_strides(a.shape());
     CTX_DISPATCH_FLOAT(a.dtype(), "where", {
       const T* ap = a.data<T>();
@@ -222,45 +168,22 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void causal_fill(Tensor& x, double value, int64_t diag, int64_t window) override {
-    check_cpu(x, "causal_mask", "x");
-    CTX_CHECK(x.dim() >= 2, "causal_mask: needs [..., T, S], got ", x.str());
+  void causal_fill_impl(Tensor& x, double value, int64_t diag, int64_t window) override {
     const int64_t T_ = x.size(-2), S = x.size(-1);
     const int64_t N = (T_ > 0 && S > 0) ? x.numel() / (T_ * S) : 0;
     CTX_DISPATCH_FLOAT(x.dtype(), "causal_mask",
                        ref::causal_fill<T>(x.data<T>(), N, T_, S, (T)value, diag, window));
   }
 
-  void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override {
-    check_cpu(x, "dropout", "x");
-    checks::same(x, y, "dropout");
+  void dropout_impl(const Tensor& x, const DropoutMask& m, Tensor& y) override {
     CTX_DISPATCH_FLOAT(x.dtype(), "dropout", dropout_fast<T>(x.data<T>(), y.data<T>(), x.numel(), m));
   }
 
-  void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {
-    check_cpu(A, "gemm", "A");
-    check_cpu(B, "gemm", "B");
-    check_cpu(C, "gemm", "C");
-    checks::same_dtype(A, B, "gemm");
-    checks::same_dtype(A, C, "gemm");
-    // Bounds: every batch item must fit.
-    auto need = [&](int64_t stride, int64_t rows, int64_t cols) {
-      return (g.batch - 1) * stride + rows * cols;
-    };
-    CTX_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0 && g.batch >= 1, "gemm: bad sizes M=", g.M, " N=",
-              g.N, " K=", g.K, " batch=", g.batch);
-    CTX_CHECK(need(g.stride_a, g.M, g.K) <= A.numel(), "gemm: A ", A.str(), " too small for batch ",
-              g.batch, " of ", g.M, "x", g.K);
-    CTX_CHECK(need(g.stride_b, g.K, g.N) <= B.numel(), "gemm: B ", B.str(), " too small for batch ",
-              g.batch, " of ", g.K, "x", g.N);
-    CTX_CHECK(need(g.stride_c, g.M, g.N) <= C.numel(), "gemm: C ", C.str(), " too small for batch ",
-              g.batch, " of ", g.M, "x", g.N);
-    if (g.M == 0 || g.N == 0) return;
+  void gemm_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {
     if (A.dtype() == DType::F64) {
       gemm_reference<double>(g, A.data<double>(), B.data<double>(), C.data<double>());
       return;
     }
-    CTX_CHECK(A.dtype() == DType::F32, "gemm: expected f32 or f64, got ", A.str());
     if (gemm_precision() == Precision::BF16) {  // bf16 inputs: oneDNN's bf16 kernels (precision.h)
       // a weight's kept bf16 copy (made by its Linear's forward) is not converted again
       gemm_onednn_bf16(g, A.data<float>(), B.data<float>(), C.data<float>(), bf16_copy_if_kept(A),
@@ -274,13 +197,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void gemm_operand_reused(const Tensor& t) override {
-    if (gemm_precision() == Precision::BF16) bf16_copy_whole(t);
-  }
-
-  void softmax(const Tensor& x, Tensor& y, bool log) override {
-    check_cpu(x, "softmax", "x");
-    checks::same(x, y, "softmax");
+  void softmax_impl(const Tensor& x, Tensor& y, bool log) override {
     if (x.numel() == 0) return;
     const int64_t C = x.size(-1), N = x.numel() / C;
     if (x.dtype() == DType::F32 && onednn_op_enabled(log ? "log_softmax" : "softmax") &&
@@ -289,10 +206,7 @@ class CpuBackend final : public Backend {
     CTX_DISPATCH_FLOAT(x.dtype(), "softmax", ref::softmax<T>(x.data<T>(), y.data<T>(), N, C, log));
   }
 
-  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
-    check_cpu(y, "softmax_backward", "y");
-    checks::same(y, dy, "softmax_backward");
-    checks::same(y, dx, "softmax_backward");
+  void softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
     if (y.numel() == 0) return;
     const int64_t C = y.size(-1), N = y.numel() / C;
     if (y.dtype() == DType::F32 && onednn_op_enabled(log ? "log_softmax_backward" : "softmax_backward") &&
@@ -304,14 +218,13 @@ class CpuBackend final : public Backend {
 
   // f32: the mask filled in, then oneDNN's softmax (its vector exp outruns the reference's one
   // pass); else the reference, which reads only the visible columns.
-  void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t window) override {
-    const CausalRows rows = checks::causal_rows(Device::CPU, "causal_softmax", x, y, Tensor(), diag, window);
+  void causal_softmax_impl(const Tensor& x, Tensor& y, const CausalRows& rows) override {
     if (x.numel() == 0) return;
     const int64_t C = x.size(-1), N = x.numel() / C, Tq = rows.Tq;
     if (x.dtype() == DType::F32 && onednn_op_enabled("softmax")) {
       float* yp = y.data<float>();
       if (yp != x.data<float>()) std::memcpy(yp, x.data<float>(), (size_t)x.numel() * sizeof(float));
-      ref::causal_fill<float>(yp, N / Tq, Tq, C, -INFINITY, diag, window);
+      ref::causal_fill<float>(yp, N / Tq, Tq, C, -INFINITY, rows.diag, rows.window);
       if (onednn_softmax_f32(yp, yp, N, C, false)) return;  // (a row that sees no key: 0)
       ref::softmax<float>(yp, yp, N, C, false, rows);
       return;
@@ -321,9 +234,7 @@ class CpuBackend final : public Backend {
 
   // f32: oneDNN's softmax backward over whole rows (y = 0 where masked, so dx = 0 there); else
   // the reference over the visible columns.
-  void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag,
-                               int64_t window) override {
-    const CausalRows rows = checks::causal_rows(Device::CPU, "causal_softmax_backward", y, dy, dx, diag, window);
+  void causal_softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx, const CausalRows& rows) override {
     if (y.numel() == 0) return;
     const int64_t C = y.size(-1), N = y.numel() / C;
     if (y.dtype() == DType::F32 && onednn_op_enabled("softmax_backward") &&
@@ -333,12 +244,9 @@ class CpuBackend final : public Backend {
                        ref::softmax_backward<T>(y.data<T>(), dy.data<T>(), dx.data<T>(), N, C, false, rows));
   }
 
-  void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y,
-                 Tensor& mean, Tensor& rstd) override {
-    checks::norm(Device::CPU, "layer_norm", x, w, b);
-    checks::same(x, y, "layer_norm");
+  void layernorm_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
+                      Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-    CTX_CHECK(mean.numel() == N && rstd.numel() == N, "layer_norm: mean/rstd need ", N, " elements");
     if (x.dtype() == DType::F32 && onednn_op_enabled("layernorm") &&
         onednn_layernorm_f32(x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
                              (float)eps, y.data<float>(), mean.data<float>(), rstd.data<float>(), N, C))
@@ -348,12 +256,8 @@ class CpuBackend final : public Backend {
                                          (T)eps, y.data<T>(), mean.data<T>(), rstd.data<T>(), N, C));
   }
 
-  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                          const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
-    checks::norm(Device::CPU, "layer_norm_backward", x, w, db);
-    checks::same(x, dy, "layer_norm_backward");
-    checks::same(x, dx, "layer_norm_backward");
-    checks::same(w, dw, "layer_norm_backward");
+  void layernorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                               const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     if (x.dtype() == DType::F32 && onednn_op_enabled("layernorm_backward") &&
         onednn_layernorm_backward_f32(dy.data<float>(), x.data<float>(), w.data<float>(), mean.data<float>(),
@@ -366,37 +270,29 @@ class CpuBackend final : public Backend {
                                                   db.defined() ? db.data<T>() : nullptr, N, C));
   }
 
-  void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
-    checks::norm(Device::CPU, "rms_norm", x, w, Tensor());
-    checks::same(x, y, "rms_norm");
+  void rmsnorm_impl(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-    CTX_CHECK(rstd.numel() == N, "rms_norm: rstd needs ", N, " elements");
     CTX_DISPATCH_FLOAT(x.dtype(), "rms_norm",
                        ref::rmsnorm<T>(x.data<T>(), w.data<T>(), (T)eps, y.data<T>(), rstd.data<T>(), N, C));
   }
 
-  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                        Tensor& dx, Tensor& dw) override {
-    checks::norm(Device::CPU, "rms_norm_backward", x, w, Tensor());
-    checks::same(x, dy, "rms_norm_backward");
-    checks::same(x, dx, "rms_norm_backward");
-    checks::same(w, dw, "rms_norm_backward");
+  void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                             Tensor& dw) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     CTX_DISPATCH_FLOAT(x.dtype(), "rms_norm_backward",
                        ref::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), w.data<T>(), rstd.data<T>(),
                                                 dx.data<T>(), dw.data<T>(), N, C));
   }
 
-  void check_targets(const char* op, const Tensor& logits, const Tensor& targets) {
-    checks::targets(Device::CPU, op, logits, targets);
+  // the target values in range (checks::targets_in_range), read where they are
+  static void check_target_values(const char* op, const Tensor& logits, const Tensor& targets) {
     CTX_DISPATCH_INDEX(targets.dtype(), op,
                        checks::targets_in_range(op, targets.data<I>(), targets.numel(), logits, targets));
   }
 
-  void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override {
-    check_targets("cross_entropy", logits, targets);
+  void cross_entropy_impl(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override {
+    check_target_values("cross_entropy", logits, targets);
     const int64_t N = logits.size(0), V = logits.size(1);
-    CTX_CHECK(loss.numel() == N && lse.numel() == N, "cross_entropy: loss/lse need ", N, " elements");
     CTX_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", {
       CTX_DISPATCH_INDEX(targets.dtype(), "cross_entropy",
                          ref::cross_entropy<T, I>(logits.data<T>(), targets.data<I>(), loss.data<T>(),
@@ -404,13 +300,10 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              const Tensor& dloss, Tensor& dlogits) override {
-    check_targets("cross_entropy_backward", logits, targets);
-    checks::same(logits, dlogits, "cross_entropy_backward");
+  void cross_entropy_backward_impl(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                   const Tensor& dloss, Tensor& dlogits) override {
+    check_target_values("cross_entropy_backward", logits, targets);
     const int64_t N = logits.size(0), V = logits.size(1);
-    CTX_CHECK(dloss.numel() == N && lse.numel() == N, "cross_entropy_backward: dloss/lse need ", N,
-              " elements");
     CTX_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward", {
       CTX_DISPATCH_INDEX(targets.dtype(), "cross_entropy_backward",
                          ref::cross_entropy_backward<T, I>(logits.data<T>(), targets.data<I>(),
@@ -419,110 +312,70 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void check_indices(const char* op, const Tensor& idx, int64_t n, const Tensor& x) {
-    check_cpu(idx, op, "indices");
+  // the index values in [0, n) (checks::indices_in_range), read where they are
+  static void check_index_values(const char* op, const Tensor& idx, int64_t n, const Tensor& x) {
     CTX_DISPATCH_INDEX(idx.dtype(), op, checks::indices_in_range(op, idx.data<I>(), idx.numel(), n, x, idx));
   }
 
-  void index_select(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& out) override {
-    check_cpu(x, "index_select", "x");
-    const auto [outer, n, inner] = checks::split_at("index_select", x, dim);
-    check_indices("index_select", idx, n, x);
+  void index_select_impl(const Tensor& x, int64_t, const Tensor& idx, Tensor& out, const DimSplit& s) override {
+    check_index_values("index_select", idx, s.n, x);
     const int64_t m = idx.numel();
-    CTX_CHECK(out.numel() == outer * m * inner, "index_select: out ", out.str(), " should have ",
-              outer * m * inner, " elements");
-    checks::same_dtype(x, out, "index_select");
     CTX_DISPATCH_ALL(x.dtype(), "index_select", {
       using X = T;
       CTX_DISPATCH_INDEX(idx.dtype(), "index_select",
-                         ref::index_select<X, I>(x.data<X>(), idx.data<I>(), out.data<X>(), outer, n,
-                                                 m, inner));
+                         ref::index_select<X, I>(x.data<X>(), idx.data<I>(), out.data<X>(), s.outer, s.n, m,
+                                                 s.inner));
     });
   }
 
-  void index_add(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src) override {
-    check_cpu(out, "index_add", "out");
-    check_cpu(src, "index_add", "src");
-    checks::same_dtype(out, src, "index_add");
-    const auto [outer, n, inner] = checks::split_at("index_add", out, dim);
-    check_indices("index_add", idx, n, out);
+  void index_add_impl(Tensor& out, int64_t, const Tensor& idx, const Tensor& src, const DimSplit& s) override {
+    check_index_values("index_add", idx, s.n, out);
     const int64_t m = idx.numel();
-    CTX_CHECK(src.numel() == outer * m * inner, "index_add: src ", src.str(), " does not match out ",
-              out.str(), " with ", m, " indices along dim ", dim);
     CTX_DISPATCH_FLOAT(out.dtype(), "index_add", {
       using X = T;
       CTX_DISPATCH_INDEX(idx.dtype(), "index_add",
-                         ref::index_add<X, I>(out.data<X>(), idx.data<I>(), src.data<X>(), outer, n,
-                                              m, inner));
+                         ref::index_add<X, I>(out.data<X>(), idx.data<I>(), src.data<X>(), s.outer, s.n, m,
+                                              s.inner));
     });
   }
 
-  void adamw(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2,
-             double eps, double wd, int64_t step) override {
-    checks::adamw(Device::CPU, p, g, m, v, step);
+  void adamw_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,
+                  double wd, int64_t step) override {
     CTX_DISPATCH_FLOAT(p.dtype(), "adamw",
                        ref::adamw<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
                                      lr, b1, b2, eps, wd, step));
   }
 
-  // ---- fused methods (core/cpu/fused.h); each checks that its tensors are CPU tensors ----
-  bool has(Fused) const override { return true; }
-
-  static void check_all_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
-    for (const Tensor* t : ts)
-      if (t->defined())
-        CTX_CHECK(t->device() == Device::CPU, op, ": tensor ", t->str(), " is on ", device_name(t->device()),
-                  ", expected cpu");
-  }
-
-  void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) override {
-    check_all_cpu("attention_forward",
-                  {&q, &k, &v, &bias, &out, &lse, &rel.qidx, &rel.kidx, &rel.qrel, &rel.krel, &rel.vrel});
+  // ---- fused methods (core/cpu/fused.h) ----
+  void attention_forward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) override {
     cpu::attention_forward(d, q, k, v, bias, out, lse, rel);
   }
-  void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
-                          Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,
-                          AttnRelGrad& drel) override {
-    check_all_cpu("attention_backward", {&q, &k, &v, &bias, &out, &lse, &dout, &dq, &dk, &dv, &dbias, &rel.qidx,
-                                         &rel.kidx, &rel.qrel, &rel.krel, &rel.vrel, &drel.dqrel, &drel.dkrel,
-                                         &drel.dvrel});
+  void attention_backward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                               Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,
+                               AttnRelGrad& drel) override {
     cpu::attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
   }
-  void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
-                   bool transpose) override {
-    check_all_cpu("rope_rotate", {&x, &C, &S, &out});
+  void rope_rotate_impl(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
+                        bool transpose) override {
     cpu::rope_rotate(x, C, S, out, interleaved, transpose);
   }
-  void split_heads(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k, Tensor& v) override {
-    check_all_cpu("split_heads", {&qkv, &q, &k, &v});
+  void split_heads_impl(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k, Tensor& v) override {
     cpu::split_heads(qkv, H, q_begin, q, k, v);
   }
-  void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q_begin,
-                            Tensor& dqkv) override {
-    check_all_cpu("split_heads_backward", {&dq, &dk, &dv, &dqkv});
+  void split_heads_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q_begin,
+                                 Tensor& dqkv) override {
     cpu::split_heads_backward(dq, dk, dv, H, q_begin, dqkv);
   }
-  void merge_heads(const Tensor& o, Tensor& out) override {
-    check_all_cpu("merge_heads", {&o, &out});
-    cpu::merge_heads(o, out);
-  }
-  void merge_heads_backward(const Tensor& dout, Tensor& d_o) override {
-    check_all_cpu("merge_heads_backward", {&dout, &d_o});
-    cpu::merge_heads_backward(dout, d_o);
-  }
-  void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-    check_all_cpu("linear", {&x, &w, &b, &y});
-    cpu::linear(x, w, b, y);
-  }
-  void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) override {
-    check_all_cpu("sum_squares", {&x, &out});
+  void merge_heads_impl(const Tensor& o, Tensor& out) override { cpu::merge_heads(o, out); }
+  void merge_heads_backward_impl(const Tensor& dout, Tensor& d_o) override { cpu::merge_heads_backward(dout, d_o); }
+  void linear_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override { cpu::linear(x, w, b, y); }
+  void sum_squares_impl(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) override {
     cpu::sum_squares(x, chunks, out);
   }
-  void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
-                  const AdamWHyper& h, const Tensor& norm_sq) override {
-    check_all_cpu("adamw_flat", {&p, &g, &m, &v, &norm_sq});
+  void adamw_flat_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
+                       const AdamWHyper& h, const Tensor& norm_sq) override {
     cpu::adamw_flat(p, g, m, v, chunks, h, norm_sq);
   }
 };

@@ -36,7 +36,7 @@
 #include "core/cpu/dropout_simd.h"
 #include "core/cpu/hsum.h"
 #include "core/precision.h"
-#include "core/switch.h"
+#include "core/fast_paths.h"
 
 #include <immintrin.h>
 
@@ -48,6 +48,10 @@
 #include <limits>
 #include <vector>
 #include <type_traits>
+
+namespace ctx {
+Backend& cpu_backend_instance();  // core/cpu/cpu_backend.cpp (FastPath::Bf16Attention's backend)
+}
 
 namespace ctx::cpu {
 namespace {
@@ -311,14 +315,14 @@ void tile_mm_p(bool bf16, int64_t M, int64_t N, int64_t K, const F* A, int64_t s
 }
 
 // Whether float attention products take bf16 inputs: --precision bf16 with CTXLAB_BF16_ATTENTION=1
-// (opt-in: docs/performance.md, "Attention") on a CPU with avx512_bf16, in an AVX-512 build.
-FastPathSwitch g_bf16_attention("CTXLAB_BF16_ATTENTION", /*default_on=*/false);
-
+// (FastPath::Bf16Attention, opt-in: docs/performance.md, "Attention") on a CPU with avx512_bf16,
+// in an AVX-512 build.
 template <class F>
 bool attention_bf16() {
 #if defined(__AVX512F__)
   static const bool cpu = cpu_has_avx512_bf16() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return std::is_same_v<F, float> && cpu && gemm_precision() == Precision::BF16 && g_bf16_attention.enabled();
+  return std::is_same_v<F, float> && cpu && gemm_precision() == Precision::BF16 &&
+         use_fused(FastPath::Bf16Attention, cpu_backend_instance());
 #else
   return false;
 #endif
@@ -870,9 +874,5 @@ template void flash_attention_backward<double>(const FlashAttnDims&, const doubl
                                                const double*, const double*, const double*,
                                                const double*, const double*, double*, double*,
                                                double*, double*, const FlashRel<double>&);
-
-bool bf16_attention_enabled() { return g_bf16_attention.enabled(); }
-void set_bf16_attention(bool on) { g_bf16_attention.set(on); }
-void reset_bf16_attention() { g_bf16_attention.reset(); }
 
 }  // namespace ctx::cpu

@@ -51,9 +51,6 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
                               F* dv, F* dbias, const FlashRel<F>& rel = {});
 
 // The opt-in bf16 tile products under --precision bf16 (CTXLAB_BF16_ATTENTION=1; off by default:
-// docs/performance.md, "Attention"). set / reset override the environment (tests, benchmarks).
-bool bf16_attention_enabled();
-void set_bf16_attention(bool on);
-void reset_bf16_attention();
+// docs/performance.md, "Attention") are FastPath::Bf16Attention (core/fast_paths.h).
 
 }  // namespace ctx::cpu

@@ -103,46 +103,25 @@ void adamw_chunks(T* p, const T* g, T* m, T* v, const std::vector<FlatChunk>& ch
                 bc2_sqrt, teps, step_size);
 }
 
-void check_chunks(const char* op, const std::vector<FlatChunk>& chunks, const Tensor& x) {
-  for (const FlatChunk& c : chunks)
-    CTX_CHECK(0 <= c.begin && c.begin <= c.end && c.end <= x.numel(), op, ": chunk [", c.begin, ", ", c.end,
-              ") outside ", x.str());
-}
-
 }  // namespace
 
+// (the arguments, chunks included, are checked: checks::sum_squares / adamw_flat)
 void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) {
-  CTX_CHECK(out.numel() == 1 && out.dtype() == DType::F64, "sum_squares: out must be one f64 element, got ",
-            out.str());
-  check_chunks("sum_squares", chunks, x);
-  double s;
-  if (x.dtype() == DType::F32) s = sum_squares_chunks(x.data<float>(), chunks);
-  else if (x.dtype() == DType::F64) s = sum_squares_chunks(x.data<double>(), chunks);
-  else throw Error(str("sum_squares: x must be f32 or f64, got ", x.str()));
-  out.data<double>()[0] = s;
+  out.data<double>()[0] = x.dtype() == DType::F32 ? sum_squares_chunks(x.data<float>(), chunks)
+                                                  : sum_squares_chunks(x.data<double>(), chunks);
 }
 
 void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
                 const AdamWHyper& h, const Tensor& norm_sq) {
-  for (const Tensor* t : {&g, (const Tensor*)&m, (const Tensor*)&v})
-    CTX_CHECK(t->shape() == p.shape() && t->dtype() == p.dtype(), "adamw_flat: ", t->str(),
-              " does not match the parameters ", p.str());
-  CTX_CHECK(p.dim() == 1, "adamw_flat: the buffers must be flat [n], got ", p.str());
-  CTX_CHECK(h.step >= 1, "adamw_flat: step must be >= 1, got ", h.step);
-  check_chunks("adamw_flat", chunks, p);
   double gscale = h.grad_scale;
   if (norm_sq.defined() && h.max_norm > 0) {
-    CTX_CHECK(norm_sq.numel() == 1 && norm_sq.dtype() == DType::F64,
-              "adamw_flat: norm_sq must be one f64 element (sum_squares' output), got ", norm_sq.str());
     const double norm = std::sqrt(norm_sq.data<double>()[0]);
     if (norm > h.max_norm) gscale *= h.max_norm / (norm + 1e-6);  // as clip_grad_norm
   }
   if (p.dtype() == DType::F32)
     adamw_chunks(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), chunks, h, gscale);
-  else if (p.dtype() == DType::F64)
-    adamw_chunks(p.data<double>(), g.data<double>(), m.data<double>(), v.data<double>(), chunks, h, gscale);
   else
-    throw Error(str("adamw_flat: parameters must be f32 or f64, got ", p.str()));
+    adamw_chunks(p.data<double>(), g.data<double>(), m.data<double>(), v.data<double>(), chunks, h, gscale);
 }
 
 }  // namespace ctx::cpu

@@ -1,6 +1,6 @@
 // core/cpu/fused.h — the CPU fused kernels at the tensor level: what CpuBackend's fused methods
-// (core/backend.h, `Fused`) call. Each checks its arguments (errors name the method and the
-// shapes), dispatches on dtype (f32 / f64) and runs the pointer kernel of its file:
+// (core/backend.h, `Fused`) call, once Backend has checked the arguments (core/backend_checks.h).
+// Each dispatches on dtype (f32 / f64) and runs the pointer kernel of its file:
 //   attention_*        core/cpu/attention.cpp  -> flash_attention.h (tiled online softmax)
 //   rope_rotate        core/cpu/rope.cpp
 //   split/merge heads  core/cpu/heads.cpp

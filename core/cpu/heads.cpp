@@ -1,6 +1,7 @@
 // core/cpu/heads.cpp — the head split / merge of multi-head attention on the CPU
-// (Backend::split_heads / merge_heads and their backwards, core/cpu/fused.h): forward and
-// backward side by side, each one OpenMP pass over rows of [B, S, 3D] / [B, T, D].
+// (Backend::split_heads / merge_heads and their backwards, core/cpu/fused.h; arguments checked
+// by Backend): forward and backward side by side, each one OpenMP pass over rows of [B, S, 3D] /
+// [B, T, D].
 #include "core/cpu/fused.h"
 
 namespace ctx::cpu {
@@ -80,29 +81,15 @@ void merge_copy(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t 
   }
 }
 
-// The sizes of a split from qkv's shape (errors name the method).
-HeadDims split_dims(const char* op, const Shape& qkv, DType dt, int64_t H, int64_t q_begin) {
-  CTX_CHECK(qkv.size() == 3, op, ": qkv must be [B, S, 3D], got ", shape_str(qkv));
-  CTX_CHECK(dt == DType::F32 || dt == DType::F64, op, ": expected f32 or f64, got ", dtype_name(dt));
-  CTX_CHECK(H > 0 && qkv[2] % (3 * H) == 0, op, ": last dim of ", shape_str(qkv), " is not 3 * H * Dh for H = ",
-            H);
-  CTX_CHECK(0 <= q_begin && q_begin < qkv[1], op, ": q_begin ", q_begin,
-            " out of [0, ", qkv[1], ")");
+// The sizes of a split from qkv [B, S, 3 H Dh] (checked: checks::split_heads / _backward).
+HeadDims split_dims(const Shape& qkv, int64_t H, int64_t q_begin) {
   return HeadDims{qkv[0], qkv[1], H, qkv[2] / (3 * H), q_begin};
-}
-
-void check_part(const char* op, const char* name, const Tensor& t, DType dt, const Shape& want) {
-  CTX_CHECK(t.dtype() == dt && t.shape() == want, op, ": ", name, " must be ", dtype_name(dt),
-            shape_str(want), ", got ", t.str());
 }
 
 }  // namespace
 
 void split_heads(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k, Tensor& v) {
-  const HeadDims d = split_dims("split_heads", qkv.shape(), qkv.dtype(), H, q_begin);
-  check_part("split_heads", "q", q, qkv.dtype(), {d.B, H, d.Tq(), d.Dh});
-  check_part("split_heads", "k", k, qkv.dtype(), {d.B, H, d.S, d.Dh});
-  check_part("split_heads", "v", v, qkv.dtype(), {d.B, H, d.S, d.Dh});
+  const HeadDims d = split_dims(qkv.shape(), H, q_begin);
   if (qkv.dtype() == DType::F32)
     split_forward(qkv.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), d);
   else
@@ -111,11 +98,8 @@ void split_heads(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tenso
 
 void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q_begin,
                           Tensor& dqkv) {
-  const HeadDims d = split_dims("split_heads_backward", dqkv.shape(), dqkv.dtype(), H, q_begin);
+  const HeadDims d = split_dims(dqkv.shape(), H, q_begin);
   const DType dt = dqkv.dtype();
-  if (dq.defined()) check_part("split_heads_backward", "dq", dq, dt, {d.B, H, d.Tq(), d.Dh});
-  if (dk.defined()) check_part("split_heads_backward", "dk", dk, dt, {d.B, H, d.S, d.Dh});
-  if (dv.defined()) check_part("split_heads_backward", "dv", dv, dt, {d.B, H, d.S, d.Dh});
   auto run = [&](auto tag) {
     using T = decltype(tag);
     auto p = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
@@ -126,21 +110,15 @@ void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, 
 }
 
 void merge_heads(const Tensor& o, Tensor& out) {
-  CTX_CHECK(o.dim() == 4, "merge_heads: o must be [B, H, T, Dh], got ", o.str());
   const int64_t B = o.size(0), H = o.size(1), Tn = o.size(2), Dh = o.size(3);
-  check_part("merge_heads", "out", out, o.dtype(), {B, Tn, H * Dh});
   if (o.dtype() == DType::F32) merge_copy(o.data<float>(), out.data<float>(), B, H, Tn, Dh, true);
-  else if (o.dtype() == DType::F64) merge_copy(o.data<double>(), out.data<double>(), B, H, Tn, Dh, true);
-  else throw Error(str("merge_heads: o must be f32 or f64, got ", o.str()));
+  else merge_copy(o.data<double>(), out.data<double>(), B, H, Tn, Dh, true);
 }
 
 void merge_heads_backward(const Tensor& dout, Tensor& d_o) {
-  CTX_CHECK(d_o.dim() == 4, "merge_heads_backward: do must be [B, H, T, Dh], got ", d_o.str());
   const int64_t B = d_o.size(0), H = d_o.size(1), Tn = d_o.size(2), Dh = d_o.size(3);
-  check_part("merge_heads_backward", "dout", dout, d_o.dtype(), {B, Tn, H * Dh});
   if (dout.dtype() == DType::F32) merge_copy(dout.data<float>(), d_o.data<float>(), B, H, Tn, Dh, false);
-  else if (dout.dtype() == DType::F64) merge_copy(dout.data<double>(), d_o.data<double>(), B, H, Tn, Dh, false);
-  else throw Error(str("merge_heads_backward: dout must be f32 or f64, got ", dout.str()));
+  else merge_copy(dout.data<double>(), d_o.data<double>(), B, H, Tn, Dh, false);
 }
 
 }  // namespace ctx::cpu

@@ -32,24 +32,15 @@ void rotate_kernel(const F* x, const F* C, const F* S, F* out, int64_t R, int64_
 
 void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
                  bool transpose) {
-  CTX_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0, "rope_rotate: x must be [..., T, d] with d even, got ",
-            x.str());
-  const int64_t d = x.size(-1), T = x.size(-2);
-  for (const Tensor* t : {&C, &S})
-    CTX_CHECK(t->dtype() == x.dtype() && t->shape() == (Shape{T, d / 2}), "rope_rotate: cos / sin must be ",
-              dtype_name(x.dtype()), "[", T, ", ", d / 2, "] for x ", x.str(), ", got ", t->str());
-  CTX_CHECK(out.shape() == x.shape() && out.dtype() == x.dtype(), "rope_rotate: out ", out.str(),
-            " does not match x ", x.str());
+  const int64_t d = x.size(-1), T = x.size(-2);  // checked: checks::rope_rotate
   if (x.numel() == 0) return;
   const int64_t R = x.numel() / (T * d);
   if (x.dtype() == DType::F32)
     rotate_kernel(x.data<float>(), C.data<float>(), S.data<float>(), out.data<float>(), R, T, d, interleaved,
                   transpose);
-  else if (x.dtype() == DType::F64)
+  else
     rotate_kernel(x.data<double>(), C.data<double>(), S.data<double>(), out.data<double>(), R, T, d,
                   interleaved, transpose);
-  else
-    throw Error(str("rope_rotate: x must be f32 or f64, got ", x.str()));
 }
 
 }  // namespace ctx::cpu

@@ -22,7 +22,6 @@
 // The relative bins (dqrel, prel, dkrel) belong to one row; the lane owning index r (r mod 32)
 // adds the tile's entries in order. Every sum has a fixed order: results are bitwise the same
 // run to run and under every thread schedule. No atomics.
-#include "core/attention_checks.h"
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -492,19 +491,14 @@ void backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor&
 
 void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                        Tensor& out, Tensor& lse, const AttnRel& rel) {
-  const char* op = "attention_forward";
-  const DType dt = check_attention_forward(d, q, k, v, bias, out, lse, rel, Device::CUDA);
-  CTX_CUDA_DISPATCH_FLOAT(dt, op, forward<T>(d, q, k, v, bias, out, lse, rel));
+  CTX_CUDA_DISPATCH_FLOAT(q.dtype(), "attention_forward", forward<T>(d, q, k, v, bias, out, lse, rel));
   ++g_forward_calls;
 }
 
 void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                         const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
                         Tensor& dv, Tensor& dbias, const AttnRel& rel, AttnRelGrad& drel) {
-  const char* op = "attention_backward";
-  const DType dt = check_attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel,
-                                            Device::CUDA);
-  CTX_CUDA_DISPATCH_FLOAT(dt, op,
+  CTX_CUDA_DISPATCH_FLOAT(q.dtype(), "attention_backward",
                           backward<T>(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel));
   ++g_backward_calls;
 }

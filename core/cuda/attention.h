@@ -1,6 +1,6 @@
 // core/cuda/attention.h — fused causal attention on the CUDA backend (Fused::Attention):
-// CudaBackend::attention_forward / _backward forward here. Same contract and argument checks
-// (same messages) as core/backend.h and the CPU backend; every tensor must be on the CUDA device.
+// CudaBackend::attention_forward_impl / _backward_impl forward here, the arguments checked by
+// Backend (core/attention_checks.h, the same for every device); every tensor on the CUDA device.
 #pragma once
 #include <cstdint>
 

@@ -1,6 +1,6 @@
-// core/cuda/cuda_backend.cu — the CUDA implementation of core/backend.h: validates arguments
-// (core/backend_checks.h, the CPU backend's checks and messages), dispatches on dtype and calls
-// the kernels of kernels.h.
+// core/cuda/cuda_backend.cu — the CUDA kernels of core/backend.h (Backend::*_impl; the arguments
+// are checked by Backend before they get here, core/backend_checks.h: the CPU backend's checks
+// and messages): dispatches on dtype and calls the kernels of kernels.h.
 // Index ranges (index_select / index_add indices, cross-entropy targets) are checked on the host:
 // the indices are copied back (one synchronous copy of m integers) before any kernel reads them,
 // so a bad index throws at the call with the CPU's message and nothing is written; index_add
@@ -23,8 +23,6 @@
 namespace ctx {
 namespace cuda {
 namespace {
-
-void check_cuda(const Tensor& t, const char* op, const char* what) { checks::on(Device::CUDA, t, op, what); }
 
 // The index tensor's values on the host, as int64: from its host mirror when it was uploaded
 // from a host table (token batches, relative-position tables: no copy, no wait), else one
@@ -61,14 +59,26 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   void synchronize() override { cuda::synchronize(); }
 
-  void fill(Tensor& x, double v) override {
-    check_cuda(x, "fill", "x");
+  // ======== fused methods (all of them; attention in attention.cu) ========
+  bool has(Fused) const override { return true; }
+  // Measured on an H200 (docs/results/gpu.md, 2026-11-26): these SIMT FlashAttention kernels lose
+  // to the composed path (cuBLAS batched GEMMs, mask, softmax) at every training shape timed:
+  // GPT-2 small (B 8, H 12, T 1024) 452 -> 207 ms a step in fp32, 343 -> 93 ms in bf16; `small`
+  // (B 8, T 256) 8.9 -> 5.7 / 7.5 -> 4.7 ms. The fused kernels stay where the composed path's
+  // [B, H, T, S] scores would be large (over 2^27 elements, 512 MiB each in fp32: it keeps several
+  // per layer for the backward) and for decoding (T == 1: they read the KV cache in place).
+  static constexpr int64_t kComposedAttentionMaxScores = int64_t(1) << 27;
+  bool prefers_fused_attention(int64_t B, int64_t H, int64_t T, int64_t S) const override {
+    return T == 1 || B * H * T * S > kComposedAttentionMaxScores;
+  }
+
+ protected:
+  void fill_impl(Tensor& x, double v) override {
     CTX_CUDA_DISPATCH_ALL(x.dtype(), cuda::fill<T>(ptr<T>(x), x.numel(), (T)v));
   }
 
-  void copy_strided(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d, const Shape& shape,
-                    bool accumulate) override {
-    if (!checks::copy_strided(Device::CUDA, src, s, dst, d, shape)) return;
+  void copy_strided_impl(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d, const Shape& shape,
+                         bool accumulate) override {
     const int64_t n = shape_numel(shape);
     // A destination that revisits an element (stride 0 over a dim > 1) is walked by one thread in
     // index order: the CPU's result, deterministic.
@@ -79,52 +89,35 @@ class CudaBackend final : public Backend {
                           cuda::copy_strided<T>(ptr<T>(src), ptr<T>(dst), nd, n, accumulate, overlap));
   }
 
-  void convert(const Tensor& src, Tensor& dst) override {
-    check_cuda(src, "convert", "src");
-    check_cuda(dst, "convert", "dst");
-    CTX_CHECK(src.numel() == dst.numel(), "convert: ", src.str(), " into ", dst.str());
+  void convert_impl(const Tensor& src, Tensor& dst) override {
     CTX_CUDA_DISPATCH_ALL(src.dtype(), {
       using S = T;
       CTX_CUDA_DISPATCH_ALL(dst.dtype(), cuda::convert<S, T>(ptr<S>(src), ptr<T>(dst), src.numel()));
     });
   }
 
-  void unary(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
-    check_cuda(x, unary_name(op), "x");
-    checks::same(x, y, unary_name(op));
+  void unary_impl(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), unary_name(op),
                             cuda::unary<T>(op, ptr<T>(x), ptr<T>(y), x.numel(), (T)a, (T)b));
   }
 
-  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a,
-                      double b) override {
-    checks::unary_backward(Device::CUDA, unary_name(op), x, y, dy, dx);
+  void unary_backward_impl(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a,
+                           double b) override {
     CTX_CUDA_DISPATCH_FLOAT(dy.dtype(), unary_name(op),
                             cuda::unary_backward<T>(op, ptr_or_null<T>(x), ptr_or_null<T>(y), ptr<T>(dy),
                                                     ptr<T>(dx), dy.numel(), (T)a, (T)b));
   }
 
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
+  void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, const Shape& sa,
+                   const Shape& sb) override {
     const char* nm = binary_name(op);
-    check_cuda(a, nm, "a");
-    check_cuda(b, nm, "b");
-    check_cuda(out, nm, "out");
-    checks::same_dtype(a, b, nm);
-    checks::same_dtype(a, out, nm);
-    const Shape& os = out.shape();
-    auto sa = checks::broadcast_strides(a.shape(), os, nm, b.shape());
-    auto sb = checks::broadcast_strides(b.shape(), os, nm, a.shape());
-    const NdStrides<2> nd = make_nd<2>(nm, os, {&sa, &sb}, {0, 0});
+    const NdStrides<2> nd = make_nd<2>(nm, out.shape(), {&sa, &sb}, {0, 0});
     CTX_CUDA_DISPATCH_FLOAT(a.dtype(), nm,
                             cuda::binary<T>(op, ptr<T>(a), ptr<T>(b), ptr<T>(out), nd, out.numel()));
   }
 
-  void reduce_sum(const Tensor& x, Tensor& out) override {
-    check_cuda(x, "reduce_sum", "x");
-    check_cuda(out, "reduce_sum", "out");
-    checks::same_dtype(x, out, "reduce_sum");
+  void reduce_sum_impl(const Tensor& x, Tensor& out, const Shape& so) override {
     const Shape& xs = x.shape();
-    auto so = checks::broadcast_strides(out.shape(), xs, "reduce_sum", xs);
     // x's dims split into kept (walked by the output index, in out's order) and summed ones
     const Shape xst = contiguous_strides(xs);
     Shape kshape, rshape;
@@ -147,13 +140,9 @@ class CudaBackend final : public Backend {
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "reduce_sum", cuda::reduce_sum<T>(ptr<T>(x), ptr<T>(out), kept, no, red, L));
   }
 
-  // y = mask ? t : f over a's shape (mask broadcast); t / f tensors or scalars
+  // y = mask ? t : f over a's shape (mask broadcast with strides sm); t / f tensors or scalars
   void select(const char* op, const Tensor& mask, const Tensor& a, const Tensor* t, double ts, const Tensor* f,
-              double fs, Tensor& y) {
-    check_cuda(mask, op, "mask");
-    check_cuda(a, op, "a");
-    checks::same(a, y, op);
-    auto sm = checks::broadcast_strides(mask.shape(), a.shape(), op, a.shape());
+              double fs, Tensor& y, const Shape& sm) {
     const NdStrides<1> nd = make_nd<1>(op, a.shape(), {&sm}, {0});
     CTX_CUDA_DISPATCH_FLOAT(a.dtype(), op, {
       using V = T;
@@ -165,101 +154,66 @@ class CudaBackend final : public Backend {
     });
   }
 
-  void where_scalar(const Tensor& mask, const Tensor& a, double b, Tensor& y) override {
-    select("masked_fill", mask, a, nullptr, b, &a, 0.0, y);
+  void where_scalar_impl(const Tensor& mask, const Tensor& a, double b, Tensor& y, const Shape& sm) override {
+    select("masked_fill", mask, a, nullptr, b, &a, 0.0, y, sm);
   }
 
-  void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y) override {
-    check_cuda(b, "where", "b");
-    checks::same(a, b, "where");
-    select("where", mask, a, &a, 0.0, &b, 0.0, y);
+  void where_impl(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& y, const Shape& sm) override {
+    select("where", mask, a, &a, 0.0, &b, 0.0, y, sm);
   }
 
-  void causal_fill(Tensor& x, double value, int64_t diag, int64_t window) override {
-    check_cuda(x, "causal_mask", "x");
-    CTX_CHECK(x.dim() >= 2, "causal_mask: needs [..., T, S], got ", x.str());
+  void causal_fill_impl(Tensor& x, double value, int64_t diag, int64_t window) override {
     const int64_t T_ = x.size(-2), S = x.size(-1);
     const int64_t N = (T_ > 0 && S > 0) ? x.numel() / (T_ * S) : 0;
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "causal_mask",
                             cuda::causal_fill<T>(ptr<T>(x), N, T_, S, (T)value, diag, window));
   }
 
-  void dropout(const Tensor& x, const DropoutMask& m, Tensor& y) override {
-    check_cuda(x, "dropout", "x");
-    checks::same(x, y, "dropout");
+  void dropout_impl(const Tensor& x, const DropoutMask& m, Tensor& y) override {
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "dropout", cuda::dropout<T>(ptr<T>(x), ptr<T>(y), x.numel(), m));
   }
 
-  void gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {
-    check_cuda(A, "gemm", "A");
-    check_cuda(B, "gemm", "B");
-    check_cuda(C, "gemm", "C");
-    checks::same_dtype(A, B, "gemm");
-    checks::same_dtype(A, C, "gemm");
-    auto need = [&](int64_t stride, int64_t rows, int64_t cols) { return (g.batch - 1) * stride + rows * cols; };
-    CTX_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0 && g.batch >= 1, "gemm: bad sizes M=", g.M, " N=", g.N, " K=", g.K,
-              " batch=", g.batch);
-    CTX_CHECK(need(g.stride_a, g.M, g.K) <= A.numel(), "gemm: A ", A.str(), " too small for batch ", g.batch,
-              " of ", g.M, "x", g.K);
-    CTX_CHECK(need(g.stride_b, g.K, g.N) <= B.numel(), "gemm: B ", B.str(), " too small for batch ", g.batch,
-              " of ", g.K, "x", g.N);
-    CTX_CHECK(need(g.stride_c, g.M, g.N) <= C.numel(), "gemm: C ", C.str(), " too small for batch ", g.batch,
-              " of ", g.M, "x", g.N);
+  void gemm_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {
     CTX_CUDA_DISPATCH_FLOAT(A.dtype(), "gemm", cuda::gemm<T>(g, ptr<T>(A), ptr<T>(B), ptr<T>(C)));
   }
 
-  void softmax(const Tensor& x, Tensor& y, bool log) override {
-    check_cuda(x, "softmax", "x");
-    checks::same(x, y, "softmax");
+  void softmax_impl(const Tensor& x, Tensor& y, bool log) override {
     if (x.numel() == 0) return;
     const int64_t C = x.size(-1), N = x.numel() / C;
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "softmax", cuda::softmax<T>(ptr<T>(x), ptr<T>(y), N, C, log));
   }
 
-  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
-    check_cuda(y, "softmax_backward", "y");
-    checks::same(y, dy, "softmax_backward");
-    checks::same(y, dx, "softmax_backward");
+  void softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
     if (y.numel() == 0) return;
     const int64_t C = y.size(-1), N = y.numel() / C;
     CTX_CUDA_DISPATCH_FLOAT(y.dtype(), "softmax_backward",
                             cuda::softmax_backward<T>(ptr<T>(y), ptr<T>(dy), ptr<T>(dx), N, C, log));
   }
 
-  void causal_softmax(const Tensor& x, Tensor& y, int64_t diag, int64_t window) override {
-    const CausalRows rows = checks::causal_rows(Device::CUDA, "causal_softmax", x, y, Tensor(), diag, window);
+  void causal_softmax_impl(const Tensor& x, Tensor& y, const CausalRows& rows) override {
     if (x.numel() == 0) return;
     const int64_t C = x.size(-1), N = x.numel() / C;
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "causal_softmax",
                             cuda::softmax<T>(ptr<T>(x), ptr<T>(y), N, C, false, rows));
   }
 
-  void causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, int64_t diag,
-                               int64_t window) override {
-    const CausalRows rows = checks::causal_rows(Device::CUDA, "causal_softmax_backward", y, dy, dx, diag, window);
+  void causal_softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx, const CausalRows& rows) override {
     if (y.numel() == 0) return;
     const int64_t C = y.size(-1), N = y.numel() / C;
     CTX_CUDA_DISPATCH_FLOAT(y.dtype(), "causal_softmax_backward",
                             cuda::softmax_backward<T>(ptr<T>(y), ptr<T>(dy), ptr<T>(dx), N, C, false, rows));
   }
 
-  void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
-                 Tensor& rstd) override {
-    checks::norm(Device::CUDA, "layer_norm", x, w, b);
-    checks::same(x, y, "layer_norm");
+  void layernorm_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
+                      Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-    CTX_CHECK(mean.numel() == N && rstd.numel() == N, "layer_norm: mean/rstd need ", N, " elements");
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm",
                             cuda::layernorm<T>(ptr<T>(x), ptr<T>(w), ptr_or_null<T>(b), (T)eps, ptr<T>(y),
                                                ptr<T>(mean), ptr<T>(rstd), N, C));
   }
 
-  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                          const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
-    checks::norm(Device::CUDA, "layer_norm_backward", x, w, db);
-    checks::same(x, dy, "layer_norm_backward");
-    checks::same(x, dx, "layer_norm_backward");
-    checks::same(w, dw, "layer_norm_backward");
+  void layernorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                               const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     Tensor part = Tensor::empty({2, column_chunks(N), C}, x.dtype(), Device::CUDA);
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward",
@@ -268,21 +222,14 @@ class CudaBackend final : public Backend {
                                                         ptr<T>(part), N, C));
   }
 
-  void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
-    checks::norm(Device::CUDA, "rms_norm", x, w, Tensor());
-    checks::same(x, y, "rms_norm");
+  void rmsnorm_impl(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-    CTX_CHECK(rstd.numel() == N, "rms_norm: rstd needs ", N, " elements");
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rms_norm",
                             cuda::rmsnorm<T>(ptr<T>(x), ptr<T>(w), (T)eps, ptr<T>(y), ptr<T>(rstd), N, C));
   }
 
-  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
-                        Tensor& dw) override {
-    checks::norm(Device::CUDA, "rms_norm_backward", x, w, Tensor());
-    checks::same(x, dy, "rms_norm_backward");
-    checks::same(x, dx, "rms_norm_backward");
-    checks::same(w, dw, "rms_norm_backward");
+  void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                             Tensor& dw) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     Tensor part = Tensor::empty({column_chunks(N), C}, x.dtype(), Device::CUDA);
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rms_norm_backward",
@@ -290,16 +237,15 @@ class CudaBackend final : public Backend {
                                                       ptr<T>(dw), ptr<T>(part), N, C));
   }
 
-  void check_targets(const char* op, const Tensor& logits, const Tensor& targets) {
-    checks::targets(Device::CUDA, op, logits, targets);
+  // the target values in range (checks::targets_in_range), read on the host
+  static void check_target_values(const char* op, const Tensor& logits, const Tensor& targets) {
     const std::vector<int64_t> t = host_indices(targets, op);
     checks::targets_in_range(op, t.data(), (int64_t)t.size(), logits, targets);
   }
 
-  void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override {
-    check_targets("cross_entropy", logits, targets);
+  void cross_entropy_impl(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) override {
+    check_target_values("cross_entropy", logits, targets);
     const int64_t N = logits.size(0), V = logits.size(1);
-    CTX_CHECK(loss.numel() == N && lse.numel() == N, "cross_entropy: loss/lse need ", N, " elements");
     CTX_CUDA_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", {
       using F = T;
       CTX_CUDA_DISPATCH_INDEX(targets.dtype(), "cross_entropy",
@@ -308,12 +254,10 @@ class CudaBackend final : public Backend {
     });
   }
 
-  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& dloss,
-                              Tensor& dlogits) override {
-    check_targets("cross_entropy_backward", logits, targets);
-    checks::same(logits, dlogits, "cross_entropy_backward");
+  void cross_entropy_backward_impl(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                   const Tensor& dloss, Tensor& dlogits) override {
+    check_target_values("cross_entropy_backward", logits, targets);
     const int64_t N = logits.size(0), V = logits.size(1);
-    CTX_CHECK(dloss.numel() == N && lse.numel() == N, "cross_entropy_backward: dloss/lse need ", N, " elements");
     CTX_CUDA_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward", {
       using F = T;
       CTX_CUDA_DISPATCH_INDEX(targets.dtype(), "cross_entropy_backward",
@@ -322,39 +266,27 @@ class CudaBackend final : public Backend {
     });
   }
 
-  std::vector<int64_t> checked_indices(const char* op, const Tensor& idx, int64_t n, const Tensor& x) {
-    check_cuda(idx, op, "indices");
+  // the index values on the host, checked to be in [0, n) (checks::indices_in_range)
+  static std::vector<int64_t> checked_indices(const char* op, const Tensor& idx, int64_t n, const Tensor& x) {
     std::vector<int64_t> h = host_indices(idx, op);
     checks::indices_in_range(op, h.data(), (int64_t)h.size(), n, x, idx);
     return h;
   }
 
-  void index_select(const Tensor& x, int64_t dim, const Tensor& idx, Tensor& out) override {
-    check_cuda(x, "index_select", "x");
-    const auto [outer, n, inner] = checks::split_at("index_select", x, dim);
-    checked_indices("index_select", idx, n, x);
+  void index_select_impl(const Tensor& x, int64_t, const Tensor& idx, Tensor& out, const DimSplit& s) override {
+    checked_indices("index_select", idx, s.n, x);
     const int64_t m = idx.numel();
-    CTX_CHECK(out.numel() == outer * m * inner, "index_select: out ", out.str(), " should have ", outer * m * inner,
-              " elements");
-    check_cuda(out, "index_select", "out");
-    checks::same_dtype(x, out, "index_select");
     CTX_CUDA_DISPATCH_ALL(x.dtype(), {
       using X = T;
       CTX_CUDA_DISPATCH_INDEX(idx.dtype(), "index_select",
-                              cuda::index_select<X, I>(ptr<X>(x), ptr<I>(idx), ptr<X>(out), outer, n, m, inner));
+                              cuda::index_select<X, I>(ptr<X>(x), ptr<I>(idx), ptr<X>(out), s.outer, s.n, m,
+                                                       s.inner));
     });
   }
 
-  void index_add(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src) override {
-    check_cuda(out, "index_add", "out");
-    check_cuda(src, "index_add", "src");
-    checks::same_dtype(out, src, "index_add");
-    const auto [outer, n, inner] = checks::split_at("index_add", out, dim);
-    const std::vector<int64_t> h = checked_indices("index_add", idx, n, out);
-    const int64_t m = idx.numel();
-    CTX_CHECK(src.numel() == outer * m * inner, "index_add: src ", src.str(), " does not match out ", out.str(),
-              " with ", m, " indices along dim ", dim);
-    CTX_CHECK(is_float(out.dtype()), "index_add: expected a float tensor, got ", dtype_name(out.dtype()));
+  void index_add_impl(Tensor& out, int64_t, const Tensor& idx, const Tensor& src, const DimSplit& s) override {
+    const std::vector<int64_t> h = checked_indices("index_add", idx, s.n, out);
+    const int64_t m = idx.numel(), outer = s.outer, n = s.n, inner = s.inner;
     if (m == 0 || outer * inner == 0) return;
     // Buckets: distinct target rows ascending, each with its source positions in index order.
     std::vector<int64_t> slot((size_t)n, 0);
@@ -391,126 +323,66 @@ class CudaBackend final : public Backend {
                                                inner));
   }
 
-  // ======== fused methods (all of them; attention in attention.cu) ========
-  bool has(Fused) const override { return true; }
-  // Measured on an H200 (docs/results/gpu.md, 2026-11-26): these SIMT FlashAttention kernels lose
-  // to the composed path (cuBLAS batched GEMMs, mask, softmax) at every training shape timed:
-  // GPT-2 small (B 8, H 12, T 1024) 452 -> 207 ms a step in fp32, 343 -> 93 ms in bf16; `small`
-  // (B 8, T 256) 8.9 -> 5.7 / 7.5 -> 4.7 ms. The fused kernels stay where the composed path's
-  // [B, H, T, S] scores would be large (over 2^27 elements, 512 MiB each in fp32: it keeps several
-  // per layer for the backward) and for decoding (T == 1: they read the KV cache in place).
-  static constexpr int64_t kComposedAttentionMaxScores = int64_t(1) << 27;
-  bool prefers_fused_attention(int64_t B, int64_t H, int64_t T, int64_t S) const override {
-    return T == 1 || B * H * T * S > kComposedAttentionMaxScores;
+  void adamw_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,
+                  double wd, int64_t step) override {
+    const double bc1 = 1.0 - std::pow(b1, (double)step);
+    const double bc2 = 1.0 - std::pow(b2, (double)step);
+    CTX_CUDA_DISPATCH_FLOAT(p.dtype(), "adamw",
+                            cuda::adamw<T>(ptr<T>(p), ptr<T>(g), ptr<T>(m), ptr<T>(v), p.numel(), (T)(1.0 - lr * wd),
+                                           (T)b1, (T)b2, (T)eps, (T)(lr / bc1), (T)std::sqrt(bc2)));
   }
 
-  void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                         Tensor& out, Tensor& lse, const AttnRel& rel) override {
+  // ---- fused methods ----
+  void attention_forward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) override {
     cuda::attention_forward(d, q, k, v, bias, out, lse, rel);
   }
-  void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                          const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
-                          Tensor& dv, Tensor& dbias, const AttnRel& rel, AttnRelGrad& drel) override {
+  void attention_backward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                               Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,
+                               AttnRelGrad& drel) override {
     cuda::attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
   }
 
-  static void check_all_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
-    for (const Tensor* t : ts)
-      if (t->defined())
-        CTX_CHECK(t->device() == Device::CUDA, op, ": tensor ", t->str(), " is on ", device_name(t->device()),
-                  ", expected cuda");
-  }
-  static void check_part(const char* op, const char* name, const Tensor& t, DType dt, const Shape& want) {
-    CTX_CHECK(t.dtype() == dt && t.shape() == want, op, ": ", name, " must be ", dtype_name(dt), shape_str(want),
-              ", got ", t.str());
-  }
-
-  void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
-                   bool transpose) override {
-    check_all_cuda("rope_rotate", {&x, &C, &S, &out});
-    CTX_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0, "rope_rotate: x must be [..., T, d] with d even, got ", x.str());
-    const int64_t d = x.size(-1), T_ = x.size(-2);
-    for (const Tensor* t : {&C, &S})
-      CTX_CHECK(t->dtype() == x.dtype() && t->shape() == (Shape{T_, d / 2}), "rope_rotate: cos / sin must be ",
-                dtype_name(x.dtype()), "[", T_, ", ", d / 2, "] for x ", x.str(), ", got ", t->str());
-    CTX_CHECK(out.shape() == x.shape() && out.dtype() == x.dtype(), "rope_rotate: out ", out.str(),
-              " does not match x ", x.str());
-    CTX_CHECK(out.raw() != x.raw() || x.numel() == 0, "rope_rotate: out may not alias x");
+  void rope_rotate_impl(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
+                        bool transpose) override {
     if (x.numel() == 0) return;
-    const int64_t R = x.numel() / (T_ * d);
+    const int64_t d = x.size(-1), T_ = x.size(-2), R = x.numel() / (T_ * d);
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rope_rotate",
                             cuda::rope_rotate<T>(ptr<T>(x), ptr<T>(C), ptr<T>(S), ptr<T>(out), R, T_, d, interleaved,
                                                  transpose));
   }
 
-  // [B, S, 3 H Dh] -> (B, S, Dh); errors name the method
-  static void split_sizes(const char* op, const Tensor& qkv, int64_t H, int64_t q_begin, int64_t& B, int64_t& S,
-                          int64_t& Dh) {
-    CTX_CHECK(qkv.dim() == 3, op, ": qkv must be [B, S, 3D], got ", qkv.str());
-    CTX_CHECK(is_float(qkv.dtype()), op, ": expected f32 or f64, got ", dtype_name(qkv.dtype()));
-    CTX_CHECK(H > 0 && qkv.size(2) % (3 * H) == 0, op, ": last dim of ", shape_str(qkv.shape()),
-              " is not 3 * H * Dh for H = ", H);
-    CTX_CHECK(0 <= q_begin && q_begin < qkv.size(1), op, ": q_begin ", q_begin, " out of [0, ", qkv.size(1), ")");
-    B = qkv.size(0);
-    S = qkv.size(1);
-    Dh = qkv.size(2) / (3 * H);
-  }
-
-  void split_heads(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k, Tensor& v) override {
-    check_all_cuda("split_heads", {&qkv, &q, &k, &v});
-    int64_t B, S, Dh;
-    split_sizes("split_heads", qkv, H, q_begin, B, S, Dh);
-    check_part("split_heads", "q", q, qkv.dtype(), {B, H, S - q_begin, Dh});
-    check_part("split_heads", "k", k, qkv.dtype(), {B, H, S, Dh});
-    check_part("split_heads", "v", v, qkv.dtype(), {B, H, S, Dh});
+  void split_heads_impl(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k, Tensor& v) override {
+    const int64_t B = qkv.size(0), S = qkv.size(1), Dh = qkv.size(2) / (3 * H);
     CTX_CUDA_DISPATCH_FLOAT(qkv.dtype(), "split_heads",
                             cuda::split_heads<T>(ptr<T>(qkv), ptr<T>(q), ptr<T>(k), ptr<T>(v), B, S, H, Dh, q_begin));
   }
 
-  void split_heads_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q_begin,
-                            Tensor& dqkv) override {
-    check_all_cuda("split_heads_backward", {&dq, &dk, &dv, &dqkv});
-    int64_t B, S, Dh;
-    split_sizes("split_heads_backward", dqkv, H, q_begin, B, S, Dh);
-    const DType dt = dqkv.dtype();
-    if (dq.defined()) check_part("split_heads_backward", "dq", dq, dt, {B, H, S - q_begin, Dh});
-    if (dk.defined()) check_part("split_heads_backward", "dk", dk, dt, {B, H, S, Dh});
-    if (dv.defined()) check_part("split_heads_backward", "dv", dv, dt, {B, H, S, Dh});
-    CTX_CUDA_DISPATCH_FLOAT(dt, "split_heads_backward",
+  void split_heads_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q_begin,
+                                 Tensor& dqkv) override {
+    const int64_t B = dqkv.size(0), S = dqkv.size(1), Dh = dqkv.size(2) / (3 * H);
+    CTX_CUDA_DISPATCH_FLOAT(dqkv.dtype(), "split_heads_backward",
                             cuda::split_heads_backward<T>(ptr_or_null<T>(dq), ptr_or_null<T>(dk), ptr_or_null<T>(dv),
                                                           ptr<T>(dqkv), B, S, H, Dh, q_begin));
   }
 
-  void merge_heads(const Tensor& o, Tensor& out) override {
-    check_all_cuda("merge_heads", {&o, &out});
-    CTX_CHECK(o.dim() == 4, "merge_heads: o must be [B, H, T, Dh], got ", o.str());
+  void merge_heads_impl(const Tensor& o, Tensor& out) override {
     const int64_t B = o.size(0), H = o.size(1), Tn = o.size(2), Dh = o.size(3);
-    check_part("merge_heads", "out", out, o.dtype(), {B, Tn, H * Dh});
     CTX_CUDA_DISPATCH_FLOAT(o.dtype(), "merge_heads",
                             cuda::merge_heads<T>(ptr<T>(o), ptr<T>(out), B, H, Tn, Dh, true));
   }
 
-  void merge_heads_backward(const Tensor& dout, Tensor& d_o) override {
-    check_all_cuda("merge_heads_backward", {&dout, &d_o});
-    CTX_CHECK(d_o.dim() == 4, "merge_heads_backward: do must be [B, H, T, Dh], got ", d_o.str());
+  void merge_heads_backward_impl(const Tensor& dout, Tensor& d_o) override {
     const int64_t B = d_o.size(0), H = d_o.size(1), Tn = d_o.size(2), Dh = d_o.size(3);
-    check_part("merge_heads_backward", "dout", dout, d_o.dtype(), {B, Tn, H * Dh});
     CTX_CUDA_DISPATCH_FLOAT(d_o.dtype(), "merge_heads_backward",
                             cuda::merge_heads<T>(ptr<T>(dout), ptr<T>(d_o), B, H, Tn, Dh, false));
   }
 
   // y = broadcast(b), then y += x w^T (gemm with beta = 1; cuBLAS adds the bias in the same rounding)
-  void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-    check_all_cuda("linear", {&x, &w, &b, &y});
-    CTX_CHECK(w.dim() == 2, "linear: weight must be [N, K], got ", w.str());
+  void linear_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
     const int64_t N = w.size(0), K = w.size(1);
-    CTX_CHECK(x.dim() >= 1 && x.size(-1) == K, "linear: x ", x.str(), " does not match weight ", w.str());
-    CTX_CHECK(b.defined() && b.shape() == Shape{N}, "linear: bias must be [", N, "], got ",
-              b.defined() ? b.str() : std::string("undefined"));
     const int64_t R = K ? x.numel() / K : shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
-    CTX_CHECK(y.numel() == R * N && y.size(-1) == N, "linear: y ", y.str(), " should be [", R, ", ", N, "]");
-    CTX_CHECK(x.dtype() == w.dtype() && x.dtype() == b.dtype() && x.dtype() == y.dtype(), "linear: dtypes differ: x ",
-              x.str(), ", w ", w.str(), ", b ", b.str(), ", y ", y.str());
     Strided s, d;
     s.strides = {0, 1};
     d.strides = {N, 1};
@@ -526,11 +398,9 @@ class CudaBackend final : public Backend {
 
   // The tiles of kernels.h (begin, end, decay), at most kFlatTile elements each, in chunk order,
   // as one i64 tensor kept on the device (device_table: the chunks are the same every step).
-  static Tensor upload_tiles(const char* op, const std::vector<FlatChunk>& chunks, const Tensor& x, int64_t& ntiles) {
+  static Tensor upload_tiles(const std::vector<FlatChunk>& chunks, const Tensor& x, int64_t& ntiles) {
     std::vector<int64_t> t;
     for (const FlatChunk& c : chunks) {
-      CTX_CHECK(0 <= c.begin && c.begin <= c.end && c.end <= x.numel(), op, ": chunk [", c.begin, ", ", c.end,
-                ") outside ", x.str());
       for (int64_t b = c.begin; b < c.end; b += kFlatTile) {
         t.push_back(b);
         t.push_back(std::min(c.end, b + kFlatTile));
@@ -542,48 +412,24 @@ class CudaBackend final : public Backend {
     return device_table(Tensor::from_vector(t, {(int64_t)t.size()}), x);
   }
 
-  void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) override {
-    check_all_cuda("sum_squares", {&x, &out});
-    CTX_CHECK(out.numel() == 1 && out.dtype() == DType::F64, "sum_squares: out must be one f64 element, got ",
-              out.str());
-    CTX_CHECK(is_float(x.dtype()), "sum_squares: x must be f32 or f64, got ", x.str());
+  void sum_squares_impl(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) override {
     int64_t ntiles = 0;
-    const Tensor tiles = upload_tiles("sum_squares", chunks, x, ntiles);
+    const Tensor tiles = upload_tiles(chunks, x, ntiles);
     Tensor part = Tensor::empty({std::max<int64_t>(1, ntiles)}, DType::F64, Device::CUDA);
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "sum_squares",
                             cuda::sum_squares_tiles<T>(ptr<T>(x), tiles.data<int64_t>(), ntiles, part.data<double>(),
                                                        out.data<double>()));
   }
 
-  void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
-                  const AdamWHyper& h, const Tensor& norm_sq) override {
-    check_all_cuda("adamw_flat", {&p, &g, &m, &v, &norm_sq});
-    for (const Tensor* t : {&g, (const Tensor*)&m, (const Tensor*)&v})
-      CTX_CHECK(t->shape() == p.shape() && t->dtype() == p.dtype(), "adamw_flat: ", t->str(),
-                " does not match the parameters ", p.str());
-    CTX_CHECK(p.dim() == 1, "adamw_flat: the buffers must be flat [n], got ", p.str());
-    CTX_CHECK(h.step >= 1, "adamw_flat: step must be >= 1, got ", h.step);
-    CTX_CHECK(is_float(p.dtype()), "adamw_flat: parameters must be f32 or f64, got ", p.str());
+  void adamw_flat_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
+                       const AdamWHyper& h, const Tensor& norm_sq) override {
     const bool clip = norm_sq.defined() && h.max_norm > 0;
-    if (clip)
-      CTX_CHECK(norm_sq.numel() == 1 && norm_sq.dtype() == DType::F64,
-                "adamw_flat: norm_sq must be one f64 element (sum_squares' output), got ", norm_sq.str());
     int64_t ntiles = 0;
-    const Tensor tiles = upload_tiles("adamw_flat", chunks, p, ntiles);
+    const Tensor tiles = upload_tiles(chunks, p, ntiles);
     const double* ns = clip ? norm_sq.data<double>() : nullptr;
     CTX_CUDA_DISPATCH_FLOAT(p.dtype(), "adamw_flat",
                             cuda::adamw_tiles<T>(ptr<T>(p), ptr<T>(g), ptr<T>(m), ptr<T>(v), tiles.data<int64_t>(),
                                                  ntiles, ns, h));
-  }
-
-  void adamw(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,
-             double wd, int64_t step) override {
-    checks::adamw(Device::CUDA, p, g, m, v, step);
-    const double bc1 = 1.0 - std::pow(b1, (double)step);
-    const double bc2 = 1.0 - std::pow(b2, (double)step);
-    CTX_CUDA_DISPATCH_FLOAT(p.dtype(), "adamw",
-                            cuda::adamw<T>(ptr<T>(p), ptr<T>(g), ptr<T>(m), ptr<T>(v), p.numel(), (T)(1.0 - lr * wd),
-                                           (T)b1, (T)b2, (T)eps, (T)(lr / bc1), (T)std::sqrt(bc2)));
   }
 };
 

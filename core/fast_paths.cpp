@@ -1,0 +1,108 @@
+// core/fast_paths.cpp — the fast-path table of core/fast_paths.h and its switches (one
+// FastPathSwitch per row with a variable, core/switch.h).
+#include "core/fast_paths.h"
+
+#include <memory>
+
+#include "core/error.h"
+#include "core/switch.h"
+
+namespace ctx {
+
+const std::vector<FastPathInfo>& fast_paths() {
+  static const std::vector<FastPathInfo> table = {
+      {FastPath::Attention, "attention", "CTXLAB_FUSED_ATTENTION", true, true, Fused::Attention,
+       "Backend::attention_forward / attention_backward (fused_causal_attention, autograd/ops_attention.h)",
+       "causal_attention_composed (autograd/ops_attention.h): matmul, mask, causal_softmax, matmul",
+       "nn/attention.cpp (use_fused_attention: also the backend's measured preference unless forced on)"},
+      {FastPath::Bf16Attention, "bf16_attention", "CTXLAB_BF16_ATTENTION", false, true, Fused::Attention,
+       "bf16 tile products in the CPU's fused attention (--precision bf16 on an avx512_bf16 CPU)",
+       "the fp32 tile products of the same kernels", "core/cpu/flash_attention.cpp"},
+      {FastPath::CausalSoftmax, "causal_softmax", "CTXLAB_FUSED_CAUSAL_SOFTMAX", true, false, Fused::Attention,
+       "Backend::causal_softmax / causal_softmax_backward (one pass each way; a primitive)",
+       "causal_fill(-inf) + softmax, softmax_backward (autograd/ops_nn.cpp)", "autograd/ops_nn.cpp"},
+      {FastPath::Rope, "rope", "CTXLAB_FUSED_ROPE", true, true, Fused::Rope,
+       "Backend::rope_rotate (rope_rotate, complex_order_embed)",
+       "rope_rotate_composed (autograd/ops_rope.h: slice, mul, concat); complex_order_embed_composed "
+       "(autograd/ops_position_gen.h: embedding, cos, sin, mul)",
+       "autograd/ops_rope.cpp, autograd/ops_complex.cpp"},
+      {FastPath::Heads, "heads", "CTXLAB_FUSED_HEADS", true, true, Fused::Heads,
+       "Backend::split_heads / merge_heads and their backwards",
+       "reshape + permute + slice (autograd/ops_heads.cpp)", "autograd/ops_heads.cpp"},
+      {FastPath::Linear, "linear", "CTXLAB_FUSED_LINEAR", true, true, Fused::Linear,
+       "Backend::linear (the bias inside the GEMM; backward gemm + reduce_sum)",
+       "matmul + add (autograd/ops_linear.cpp)", "autograd/ops_linear.cpp"},
+      {FastPath::FlatAdamW, "flat_adamw", nullptr, true, true, Fused::FlatAdamW,
+       "Backend::sum_squares + adamw_flat over FlatParams' flat buffers",
+       "the per-tensor AdamW: clip_grad_norm, Backend::adamw per parameter (train/optim.cpp)",
+       "train/optim.cpp (FlatParams::supported; the switch is AdamWOptions::fused, per optimizer)"},
+      {FastPath::GruCell, "gru_cell", "CTXLAB_FUSED_GRU", true, true, Fused::Linear,
+       "the input projection by Backend::linear, then per step the gru_cell_forward / gru_cell_backward "
+       "extension kernels (autograd/kernels/gru_cell.h; gru_sequence)",
+       "the per-gate loop (autograd/ops_gru.cpp)",
+       "autograd/ops_gru.cpp (and the device's gru_cell kernels: kernels::gru_cell_*.has)"},
+      {FastPath::OdeRk4, "ode_rk4", "CTXLAB_FUSED_ODE", true, false, Fused::Linear,
+       "the ode_rk4_forward / ode_rk4_backward extension kernels (autograd/kernels/ode_rk4.h; ode_positions)",
+       "the per-stage loop (autograd/ops_ode.cpp)",
+       "autograd/ops_ode.cpp (and the device's ode_rk4 kernels: kernels::ode_rk4_*.has)"},
+  };
+  return table;
+}
+
+const FastPathInfo& fast_path_info(FastPath p) {
+  const auto& t = fast_paths();
+  const size_t i = (size_t)p;
+  CTX_CHECK(i < t.size() && t[i].path == p, "fast_path_info: no row for fast path ", (int)p);
+  return t[i];
+}
+
+namespace {
+
+// The switch of each row (nullptr: no process-wide switch), built once from the table.
+FastPathSwitch* switch_of(FastPath p) {
+  struct Switches {
+    std::vector<std::unique_ptr<FastPathSwitch>> s;
+    Switches() {
+      for (const FastPathInfo& r : fast_paths())
+        s.push_back(r.env ? std::make_unique<FastPathSwitch>(r.env, r.default_on) : nullptr);
+    }
+  };
+  static Switches sw;
+  return sw.s[(size_t)fast_path_info(p).path].get();
+}
+
+}  // namespace
+
+bool fast_path_enabled(FastPath p) {
+  const FastPathSwitch* s = switch_of(p);
+  return s ? s->enabled() : fast_path_info(p).default_on;
+}
+
+bool fast_path_forced_on(FastPath p) {
+  const FastPathSwitch* s = switch_of(p);
+  return s && s->forced_on();
+}
+
+void set_fast_path(FastPath p, bool on) {
+  FastPathSwitch* s = switch_of(p);
+  CTX_CHECK(s, "set_fast_path: ", fast_path_info(p).name, " has no process-wide switch (core/fast_paths.cpp)");
+  s->set(on);
+}
+
+void reset_fast_path(FastPath p) {
+  FastPathSwitch* s = switch_of(p);
+  CTX_CHECK(s, "reset_fast_path: ", fast_path_info(p).name, " has no process-wide switch (core/fast_paths.cpp)");
+  s->reset();
+}
+
+bool use_fused(FastPath p, const Backend& be) {
+  const FastPathInfo& r = fast_path_info(p);
+  return fast_path_enabled(p) && (!r.needs_fused || be.has(r.fused));
+}
+
+bool use_fused_attention(const Backend& be, int64_t B, int64_t H, int64_t T, int64_t S) {
+  return use_fused(FastPath::Attention, be) &&
+         (fast_path_forced_on(FastPath::Attention) || be.prefers_fused_attention(B, H, T, S));
+}
+
+}  // namespace ctx
