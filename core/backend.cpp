@@ -10,22 +10,22 @@ namespace ctx {
 
 const char* unary_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::Neg: return "neg";
-    case UnaryOp::Scale: return "scale";
-    case UnaryOp::AddScalar: return "add_scalar";
-    case UnaryOp::Exp: return "exp";
-    case UnaryOp::Log: return "log";
-    case UnaryOp::Tanh: return "tanh";
-    case UnaryOp::Sin: return "sin";
-    case UnaryOp::Cos: return "cos";
-    case UnaryOp::Sqrt: return "sqrt";
-    case UnaryOp::Relu: return "relu";
-    case UnaryOp::GeluTanh: return "gelu_tanh";
-    case UnaryOp::Pow: return "pow";
-    case UnaryOp::Clamp: return "clamp";
-    case UnaryOp::Square: return "square";
+#define CTX_UNARY_NAME(o, name, exact) \
+  case UnaryOp::o: return name;
+    CTX_UNARY_OPS(CTX_UNARY_NAME)
+#undef CTX_UNARY_NAME
   }
   return "?";
+}
+
+bool unary_exact(UnaryOp op) {
+  switch (op) {
+#define CTX_UNARY_EXACT(o, name, exact) \
+  case UnaryOp::o: return exact;
+    CTX_UNARY_OPS(CTX_UNARY_EXACT)
+#undef CTX_UNARY_EXACT
+  }
+  return false;
 }
 
 const char* binary_name(BinaryOp op) {

@@ -28,18 +28,40 @@
 
 namespace ctx {
 
+// The unary ops, one line each: X(enum value, name, exact). `exact`: the result is correctly
+// rounded (no transcendental function), so every device gives the same bits and the backend test
+// table compares them exactly. What each computes, and its derivative, is written once in
+// core/elementwise_formulas.h; the backend table (tests/test_backend_ops.cpp) runs every entry
+// on every device. docs/architecture.md, "Recipe: add an elementwise op".
+#define CTX_UNARY_OPS(X)                                                                   \
+  X(Neg, "neg", true)             /* -x */                                               \
+  X(Scale, "scale", true)         /* a * x */                                            \
+  X(AddScalar, "add_scalar", true) /* x + a */                                           \
+  X(Exp, "exp", false)                                                                   \
+  X(Log, "log", false)                                                                   \
+  X(Tanh, "tanh", false)                                                                 \
+  X(Sin, "sin", false)                                                                   \
+  X(Cos, "cos", false)                                                                   \
+  X(Sqrt, "sqrt", false)                                                                 \
+  X(Relu, "relu", true)                                                                  \
+  X(GeluTanh, "gelu_tanh", false) /* 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) */   \
+  X(Pow, "pow", false)            /* x^a */                                              \
+  X(Clamp, "clamp", true)         /* min(max(x, a), b) */                                \
+  X(Square, "square", true)       /* x^2 */
+
 enum class UnaryOp {
-  Neg,       // -x
-  Scale,     // a * x
-  AddScalar, // x + a
-  Exp, Log, Tanh, Sin, Cos, Sqrt,
-  Relu,
-  GeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
-  Pow,       // x^a
-  Clamp,     // min(max(x, a), b)
-  Square,    // x^2
+#define CTX_UNARY_ENUM(op, name, exact) op,
+  CTX_UNARY_OPS(CTX_UNARY_ENUM)
+#undef CTX_UNARY_ENUM
+};
+// Every unary op, in enum order.
+inline constexpr UnaryOp kUnaryOps[] = {
+#define CTX_UNARY_VALUE(op, name, exact) UnaryOp::op,
+    CTX_UNARY_OPS(CTX_UNARY_VALUE)
+#undef CTX_UNARY_VALUE
 };
 const char* unary_name(UnaryOp op);
+bool unary_exact(UnaryOp op);  // the list's `exact`
 
 enum class BinaryOp { Add, Sub, Mul, Div };
 const char* binary_name(BinaryOp op);

@@ -207,18 +207,10 @@ void memory_cases(std::vector<Case>& cs) {
 }
 
 // --- elementwise: unary (+ backward), binary, where, causal_fill, dropout ---
-bool unary_exact(UnaryOp op) {
-  return op == UnaryOp::Neg || op == UnaryOp::Scale || op == UnaryOp::AddScalar || op == UnaryOp::Relu ||
-         op == UnaryOp::Clamp || op == UnaryOp::Square;
-}
-
 template <class T>
 void elementwise_cases(std::vector<Case>& cs) {
   const DType dt = dtype_of<T>::value;
-  const UnaryOp ops[] = {UnaryOp::Neg, UnaryOp::Scale, UnaryOp::AddScalar, UnaryOp::Exp, UnaryOp::Log,
-                         UnaryOp::Tanh, UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Sqrt, UnaryOp::Relu,
-                         UnaryOp::GeluTanh, UnaryOp::Pow, UnaryOp::Clamp, UnaryOp::Square};
-  for (UnaryOp op : ops)
+  for (UnaryOp op : kUnaryOps)  // every op of CTX_UNARY_OPS (core/backend.h)
     for (Shape s : {Shape{1}, Shape{37}, Shape{3, 1, 5}, Shape{600}}) {
       const bool pos = op == UnaryOp::Log || op == UnaryOp::Sqrt || op == UnaryOp::Pow;
       const double lo = pos ? 0.1 : -3, hi = pos ? 3 : 3;
