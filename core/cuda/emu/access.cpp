@@ -59,9 +59,15 @@ extern "C" void* __tls_get_addr(void*);
 
 namespace cuemu::detail {
 
-thread_local AccessState* t_access = nullptr;
-
 namespace {
+
+// Initial-exec: one %fs-relative load per hook (a few bytes of the static TLS surplus when
+// libctxlab_cuda.so is dlopen()ed).
+#if defined(CUEMU_ASAN)
+thread_local AccessState* t_access = nullptr;
+#else
+__attribute__((tls_model("initial-exec"))) thread_local AccessState* t_access = nullptr;
+#endif
 
 std::atomic<bool> g_hooks{false};
 std::atomic<int> g_racecheck{-1};  // -1: not read from CTXLAB_EMU_RACECHECK yet
@@ -424,6 +430,9 @@ inline void hook(const volatile void* p, size_t n, unsigned kind, void* ret) {
 }  // namespace
 
 // ---- internal API ----
+void set_access_state(AccessState* s) { t_access = s; }
+AccessState* access_state() { return t_access; }
+
 bool access_hooks_present() { return g_hooks.load(std::memory_order_relaxed); }
 
 bool racecheck_enabled() {
@@ -509,13 +518,16 @@ bool racecheck() { return detail::racecheck_enabled(); }
 }  // namespace cuemu
 
 // ---- the instrumentation's entry points (GCC's -fsanitize=thread ABI; clang's is a superset) ----
+// Not in ASan builds: no kernel is instrumented there (ASan excludes it), and GCC declares these
+// names as its own built-ins.
+#if !defined(CUEMU_ASAN)
 using cuemu::detail::hook;
 #define CUEMU_HOOK extern "C" __attribute__((visibility("hidden")))
 #define CUEMU_RET __builtin_return_address(0)
 
 CUEMU_HOOK void __tsan_init() { cuemu::detail::g_hooks.store(true); }
 CUEMU_HOOK void __tsan_func_entry(void*) {}
-CUEMU_HOOK void __tsan_func_exit() {}
+CUEMU_HOOK void __tsan_func_exit(void*) {}
 CUEMU_HOOK void __tsan_vptr_read(void**) {}
 CUEMU_HOOK void __tsan_vptr_update(void**, void*) {}
 CUEMU_HOOK void __tsan_ignore_thread_begin() {}
@@ -616,6 +628,7 @@ CUEMU_ATOMIC_HOOKS(64, uint64_t)
 #undef CUEMU_ATOMIC_HOOKS
 CUEMU_HOOK void __tsan_atomic_thread_fence(int) { cuemu::detail::device_fence(); }
 CUEMU_HOOK void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+#endif  // !CUEMU_ASAN
 
 #if defined(CUEMU_ASAN)
 // ASan's report of a bad access (the hooks are not compiled in with ASan) gets a line naming the
@@ -627,7 +640,7 @@ extern "C" void __asan_on_error() {
   if (a - cuemu::detail::g_arena_lo < cuemu::detail::g_arena_len)
     d = cuemu::detail::describe_device_address(a, n);
   else
-    d = cuemu::detail::describe_shared_address(cuemu::detail::t_access, a, n);
+    d = cuemu::detail::describe_shared_address(cuemu::detail::access_state(), a, n);
   if (!d.empty())
     std::fprintf(stderr, "[cuda-emu] out-of-bounds %s by a kernel: %s\n", __asan_get_report_access_type() ? "write" : "read",
                  d.c_str());

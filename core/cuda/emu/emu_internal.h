@@ -109,7 +109,9 @@ struct AccessState {
   uintptr_t ok_lo = 0, ok_hi = 0;
   void* executor = nullptr;
 };
-extern thread_local AccessState* t_access __attribute__((tls_model("initial-exec"), visibility("hidden")));
+// The state the hooks read on this OS thread (null outside run_blocks): set by the scheduler.
+void set_access_state(AccessState* s);
+AccessState* access_state();
 // True once instrumented code has been loaded (its constructors call __tsan_init).
 bool access_hooks_present();
 bool racecheck_enabled();

@@ -283,7 +283,7 @@ void Executor::run_blocks(LaunchRun& run) {
     smem_cells_.resize((smem_bytes_ + 3) / 4 + 1);
     acc_.smem_cells = smem_cells_.data();
   }
-  t_access = &acc_;
+  set_access_state(&acc_);
   ::blockDim = s.block;
   ::gridDim = s.grid;
   for (unsigned i = 0; i < run.nthreads; ++i) {  // thread indices are the same in every block
@@ -298,7 +298,7 @@ void Executor::run_blocks(LaunchRun& run) {
     run_block(b);
     if (faulted_) break;
   }
-  t_access = nullptr;
+  set_access_state(nullptr);
   acc_.fences = nullptr;
   run_ = nullptr;
   t_running = nullptr;
