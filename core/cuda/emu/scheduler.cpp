@@ -931,7 +931,14 @@ void launch(const LaunchSpec& s) {
     });
     run.racecheck = false;
   }
-  if (run.racecheck && !global_cells()) run.racecheck = false;
+  if (run.racecheck && !global_cells()) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      std::fprintf(stderr, "[cuda-emu] the race detector is on (CTXLAB_EMU_RACECHECK=1) but its shadow memory "
+                           "could not be mapped: nothing is checked\n");
+    });
+    run.racecheck = false;
+  }
   const int n = (int)std::min<uint64_t>((uint64_t)worker_threads(), run.nblocks);
   if (n <= 1)
     t_executor.run_blocks(run);
