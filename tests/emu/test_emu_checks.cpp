@@ -147,6 +147,17 @@ TEST_F(EmuChecks, ReadAfterFreeNamesTheFreedAllocation) {
   EXPECT_NE(m.find("is at offset 0 of freed allocation #"), std::string::npos) << m;
   EXPECT_EQ(take_error(), cudaErrorIllegalAddress);
 }
+TEST_F(EmuChecks, AGuardHitByCodeWithoutHooksIsNamedBeforeTheCrash) {
+  // Host code has no hook to check it: the guard's PROT_NONE fault, with the emulator's line.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        float* x = nullptr;
+        cudaMalloc(&x, 64 * sizeof(float));
+        x[-1] = 1.0f;
+      },
+      "memory fault on device memory .* is 4 bytes before the start of allocation #[0-9]+ \\(256 bytes");
+}
 #else
 // ASan builds: no access hooks; the slack and guards are poisoned and ASan reports the access,
 // with the emulator's line naming the allocation (__asan_on_error).

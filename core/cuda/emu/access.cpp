@@ -642,7 +642,7 @@ extern "C" void __asan_on_error() {
   else
     d = cuemu::detail::describe_shared_address(cuemu::detail::access_state(), a, n);
   if (!d.empty())
-    std::fprintf(stderr, "[cuda-emu] out-of-bounds %s by a kernel: %s\n", __asan_get_report_access_type() ? "write" : "read",
-                 d.c_str());
+    std::fprintf(stderr, "[cuda-emu] out-of-bounds %s of device memory: %s\n",
+                 __asan_get_report_access_type() ? "write" : "read", d.c_str());
 }
 #endif

@@ -11,6 +11,7 @@
 // A table with one entry per 64 KiB granule names the region a granule belongs to: the hooks look
 // an address up without a lock. The race detector's shadow (one cell per 4-byte word of the arena)
 // is mapped on first use, with the same layout.
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -80,6 +81,27 @@ void* map_or_null(size_t bytes, int prot) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+// A hardware fault in a guard (an access that neither the hooks nor ASan saw: a kernel compiled
+// without the hooks, or host code) gets a line naming the allocation before the usual crash.
+struct sigaction g_prev_segv;
+void on_segv(int sig, siginfo_t* si, void* uc) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(si->si_addr);
+  std::string d;
+  if (a - g_arena_lo < g_arena_len)
+    d = describe_device_address(a, 1);
+  else
+    d = describe_shared_address(access_state(), a, 1);
+  if (!d.empty()) {
+    const std::string m = "[cuda-emu] memory fault on device memory (an access the access hooks did not see): " + d + "\n";
+    if (write(2, m.data(), m.size()) < 0) {
+    }
+  }
+  // Let the previous handler (or the default action) have the fault: it happens again on return.
+  sigaction(SIGSEGV, &g_prev_segv, nullptr);
+  (void)sig;
+  (void)uc;
+}
+
 bool ensure_mapped(Arena& A) {  // caller holds mu
   if (A.mapped) return true;
   if (A.failed) return false;
@@ -98,6 +120,14 @@ bool ensure_mapped(Arena& A) {  // caller holds mu
   __atomic_store_n(&g_arena_lo, reinterpret_cast<uintptr_t>(lo), __ATOMIC_RELEASE);
   __atomic_store_n(&g_arena_len, kArenaBytes, __ATOMIC_RELEASE);
   A.mapped = true;
+#if !defined(CUEMU_ASAN)
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_segv;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &g_prev_segv);
+#endif
   return true;
 }
 
