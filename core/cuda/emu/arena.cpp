@@ -81,6 +81,7 @@ void* map_or_null(size_t bytes, int prot) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+#if !defined(CUEMU_ASAN)
 // A hardware fault in a guard (an access that neither the hooks nor ASan saw: a kernel compiled
 // without the hooks, or host code) gets a line naming the allocation before the usual crash.
 struct sigaction g_prev_segv;
@@ -101,6 +102,7 @@ void on_segv(int sig, siginfo_t* si, void* uc) {
   (void)sig;
   (void)uc;
 }
+#endif
 
 bool ensure_mapped(Arena& A) {  // caller holds mu
   if (A.mapped) return true;
