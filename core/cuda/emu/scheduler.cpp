@@ -320,7 +320,6 @@ void Executor::run_block(uint64_t b) {
   acc_.run = run_->run_base + b;
   acc_.gen = 0;
   acc_.block_fence = 0;
-  std::fill(spin_.begin(), spin_.end(), 0);
   if (acc_.racecheck) std::fill(vc_.begin(), vc_.end(), 0);
   for (size_t w = 0; w < warp_active_.size(); ++w) {
     const unsigned lanes = std::min(32u, n - (unsigned)w * 32u);
@@ -376,7 +375,10 @@ void Executor::run_round() {
   batch_pos_ = 0;
   while (batch_pos_ < batch_.size()) {
     CudaThread& t = threads_[batch_[batch_pos_++]];
-    if (t.state == TState::NotStarted) t.fiber = take_fiber();
+    if (t.state == TState::NotStarted) {
+      t.fiber = take_fiber();
+      spin_[(size_t)t.linear * 2] = 0;  // a new CUDA thread has read nothing yet
+    }
     t.state = TState::Ready;
     set_current(&t);
     host_.resume(*t.fiber);
@@ -420,6 +422,7 @@ void Executor::thread_main(void* arg) {
     self->note_exit(*done);
     --self->alive_;
     next.state = TState::Ready;
+    self->spin_[(size_t)next.linear * 2] = 0;
     self->set_current(&next);
   }
 }
