@@ -237,10 +237,11 @@ void device_access(AccessState* s, uintptr_t a, size_t n, unsigned kind, uintptr
         access_fault(s, cudaErrorLaunchFailure, "spin-wait", "abandoned: another block faulted");
       if (s->spin[1] >= kSpinLimit)
         access_fault(s, cudaErrorLaunchFailure, "spin-wait",
-                     thread_name(s, s->tid) + " has " + verb(kind) + " " + describe_device_address(a, n) + " " +
-                         std::to_string(kSpinLimit) + " times in a row at " + pc_token(pc) +
-                         " with no other memory access: a wait for another block's write, which may never come "
-                         "(blocks of a launch need not run concurrently, on a GPU as here)");
+                     thread_name(s, s->tid) + " read one global address " + std::to_string(kSpinLimit) +
+                         " times in a row at " + pc_token(pc) + " with no other memory access (" +
+                         describe_device_address(a, n) +
+                         "): a wait for another block's write, which may never come (blocks of a launch need "
+                         "not run concurrently, on a GPU as here)");
     } else {
       s->spin[0] = a;
       s->spin[1] = 1;
