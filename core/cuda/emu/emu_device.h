@@ -43,6 +43,7 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, c
 unsigned activemask();
 unsigned char* dynamic_shared_base();
 [[noreturn]] void device_trap(const char* what, const char* file, int line);
+void device_fence();  // __threadfence(): a fence, and (racecheck) the block's writes so far are published
 
 template <class T>
 inline uint64_t to_bits(T v) {
@@ -188,9 +189,12 @@ inline unsigned atomicDec(unsigned* a, unsigned val) {
 }
 
 // ---- fences ----
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+// A block's threads share one OS thread: a compiler barrier orders them. Device-wide fences are
+// real fences and tell the race detector that the block's earlier global writes may be read by
+// other blocks (README "Access checks").
+inline void __threadfence() { cuemu::detail::device_fence(); }
+inline void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_system() { cuemu::detail::device_fence(); }
 #define __trap() ::cuemu::detail::device_trap("__trap()", __FILE__, __LINE__)
 
 // ---- loads ----

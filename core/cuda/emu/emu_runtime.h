@@ -99,6 +99,17 @@ Schedule schedule();
 void set_worker_threads(int n);
 int worker_threads();
 
+// Access checks (README "Access checks"): kernels compiled against the emulator call a hook before
+// every load and store (not in ASan builds, whose instrumentation excludes it). True when such
+// kernels are loaded: out-of-bounds device and shared accesses are then errors at the access and
+// static __shared__ memory is NaN-filled per block.
+bool access_checks();
+// The race detector (compute-sanitizer racecheck's hazards, shared and global memory), off by
+// default; CTXLAB_EMU_RACECHECK=1, or set here (takes effect at the next launch). Without the
+// access hooks it checks nothing (a warning is printed once).
+void set_racecheck(bool on);
+bool racecheck();
+
 // Device-allocation queries used by the launch checks and the cuBLAS stand-in.
 // True when [p, p + bytes) lies inside one live cudaMalloc allocation.
 bool is_device_range(const void* p, size_t bytes);

@@ -1,8 +1,11 @@
 // core/cuda/emu/runtime.cpp — the emulated CUDA runtime: errors (per-thread last error, sticky
-// faults with a detailed message), the device-allocation registry (each cudaMalloc its own
-// 256-byte-aligned host allocation, NaN-filled, followed by guard bytes that are checked after
-// every kernel), copies with direction and bounds checks, streams, events, device properties,
-// counters and the schedule setting.
+// faults with a detailed message), the device-allocation registry (each cudaMalloc its own region
+// of the device arena, arena.cpp: NaN-filled, 64 KiB guards on both sides; the mapped slack after
+// the end is also checked after every kernel), copies with direction and bounds checks, streams,
+// events, device properties, counters and the schedule setting.
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -61,7 +64,6 @@ void record_message(const std::string& m) {
 // ---- allocations ----
 struct Alloc {
   size_t bytes;       // what the caller asked for
-  size_t total;       // bytes + guard bytes (multiple of kAllocAlign)
   uint64_t serial;    // 1 for the first cudaMalloc of the process, 2 for the next...
 };
 struct Registry {
@@ -169,18 +171,20 @@ bool valid_stream(cudaStream_t s) {
 
 std::string check_redzones(const char* kernel_name) {
 #if defined(CUEMU_ASAN)
-  // Under ASan the guard bytes are poisoned: a write there is reported by ASan at the write.
+  // Under ASan the slack and the guards are poisoned: a write there is reported by ASan at the write.
   (void)kernel_name;
   return "";
 #else
+  // The access hooks (access.cpp) report an out-of-bounds access at the access; this catches a
+  // write into the mapped slack after an allocation by code they do not see.
   Registry& r = reg();
   std::lock_guard<std::mutex> lk(r.mu);
   std::string report;
-  static const std::vector<unsigned char> pattern(kRedzoneBytes + kAllocAlign, kRedzoneByte);
+  static const size_t page = (size_t)sysconf(_SC_PAGESIZE);
   for (auto& [base, a] : r.live) {
     unsigned char* p = reinterpret_cast<unsigned char*>(base);
-    if (std::memcmp(p + a.bytes, pattern.data(), a.total - a.bytes) == 0) continue;
-    for (size_t i = a.bytes; i < a.total; ++i) {
+    const size_t end = std::min((a.bytes + page - 1) / page * page, a.bytes + kRedzoneBytes);
+    for (size_t i = a.bytes; i < end; ++i) {
       if (p[i] != kRedzoneByte) {
         std::ostringstream os;
         os << "out-of-bounds write by kernel " << kernel_name << ": allocation #" << a.serial << " ("
@@ -188,7 +192,7 @@ std::string check_redzones(const char* kernel_name) {
            << " bytes past its end (byte " << i << ")";
         if (!report.empty()) report += "; ";
         report += os.str();
-        std::memset(p + a.bytes, kRedzoneByte, a.total - a.bytes);  // repair: report each write once
+        std::memset(p + a.bytes, kRedzoneByte, end - a.bytes);  // repair: report each write once
         break;
       }
     }
@@ -465,12 +469,7 @@ cudaError_t cudaDeviceReset() {
   Registry& r = reg();
   {
     std::lock_guard<std::mutex> lk(r.mu);
-    for (auto& [base, a] : r.live) {
-#if defined(CUEMU_ASAN)
-      ASAN_UNPOISON_MEMORY_REGION(reinterpret_cast<void*>(base), a.total);
-#endif
-      std::free(reinterpret_cast<void*>(base));
-    }
+    for (auto& [base, a] : r.live) arena_free(reinterpret_cast<void*>(base));
     r.live.clear();
     r.freed.clear();
     r.live_bytes = 0;
@@ -495,22 +494,14 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (bytes == 0) return cudaSuccess;  // as CUDA: success and a null pointer
   if (bytes > (size_t(1) << 44))
     return reject(cudaErrorMemoryAllocation, "cudaMalloc(" + std::to_string(bytes) + " bytes): out of memory");
-  const size_t total = (bytes + kRedzoneBytes + kAllocAlign - 1) / kAllocAlign * kAllocAlign;
-  void* p = std::aligned_alloc(kAllocAlign, total);
-  if (!p) return reject(cudaErrorMemoryAllocation, "cudaMalloc(" + std::to_string(bytes) + " bytes): out of memory");
-  std::memset(p, kNanByte, bytes);
-  std::memset(static_cast<char*>(p) + bytes, kRedzoneByte, total - bytes);
-#if defined(CUEMU_ASAN)
-  ASAN_POISON_MEMORY_REGION(static_cast<char*>(p) + bytes, total - bytes);
-#endif
   Registry& r = reg();
-  {
-    std::lock_guard<std::mutex> lk(r.mu);
-    uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    r.live[a] = Alloc{bytes, total, ++r.serial};
-    r.freed.erase(a);
-    r.live_bytes += bytes;
-  }
+  std::lock_guard<std::mutex> lk(r.mu);
+  void* p = arena_alloc(bytes, r.serial + 1);
+  if (!p) return reject(cudaErrorMemoryAllocation, "cudaMalloc(" + std::to_string(bytes) + " bytes): out of memory");
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  r.live[a] = Alloc{bytes, ++r.serial};
+  r.freed.erase(a);
+  r.live_bytes += bytes;
   ++g_mallocs;
   *ptr = p;
   return cudaSuccess;
@@ -521,7 +512,6 @@ cudaError_t cudaFree(void* ptr) {
   CUEMU_RETURN_IF_STICKY();
   Registry& r = reg();
   uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
-  Alloc al;
   {
     std::lock_guard<std::mutex> lk(r.mu);
     auto it = r.live.find(a);
@@ -534,15 +524,11 @@ cudaError_t cudaFree(void* ptr) {
                                                  std::to_string(in->second.serial) + ", not at its start");
       return reject(cudaErrorInvalidValue, "cudaFree(" + hex(ptr) + "): not a pointer returned by cudaMalloc");
     }
-    al = it->second;
+    r.live_bytes -= it->second.bytes;
     r.live.erase(it);
     r.freed.insert(a);
-    r.live_bytes -= al.bytes;
+    arena_free(ptr);
   }
-#if defined(CUEMU_ASAN)
-  ASAN_UNPOISON_MEMORY_REGION(ptr, al.total);
-#endif
-  std::free(ptr);
   ++g_frees;
   return cudaSuccess;
 }

@@ -6,9 +6,16 @@
 // pending warp operations whose mask lanes have all arrived complete; when only barrier waiters
 // remain, the barrier releases (all at one call site) or a divergent barrier is reported; anything
 // else is a warp mask naming a lane that exited or waits elsewhere: a deadlock, reported with each
-// waiter's call site. Faults unwind the faulting fiber and abandon the block. Runnable threads are
-// taken in the schedule order (forward, reverse or a seeded shuffle) so that a missing barrier
-// shows.
+// waiter's call site. A barrier that some lanes of a warp reach while other lanes of that warp
+// returned since the previous barrier is an error (a barrier in divergent code; whole warps may
+// return). Faults unwind the faulting fiber (or, from the access hooks, abandon it) and abandon the
+// block. Runnable threads are taken in the schedule order (forward, reverse or a seeded shuffle) so
+// that a missing barrier shows. The executor also keeps what the access hooks need (access.cpp):
+// the block's run id and barrier generation, the running thread, the guarded dynamic shared
+// memory, and for the race detector the warp clocks that __syncwarp() advances.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -28,6 +35,17 @@
 #include "core/cuda/emu/emu_internal.h"
 #include "core/cuda/emu/emu_launch.h"
 #include "core/cuda/emu/fiber.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CUEMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CUEMU_ASAN 1
+#endif
+#endif
+#if defined(CUEMU_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
 
 namespace cuemu::detail {
 namespace {
@@ -92,16 +110,26 @@ struct LaunchRun {
   uint64_t nblocks = 0;
   Schedule schedule = Schedule::Forward;
   uint64_t seed = 0;
+  uint64_t run_base = 0;  // run ids of its blocks: run_base + linear block index (access checks)
+  bool racecheck = false;
+  FenceTable fences;
   std::atomic<uint64_t> next_block{0};
   std::atomic<bool> abort{false};
   std::mutex mu;
   std::string fault;  // the first fault (empty: none)
-  void record_fault(const std::string& m) {
+  cudaError_t fault_code = cudaErrorLaunchFailure;
+  void record_fault(cudaError_t code, const std::string& m) {
     std::lock_guard<std::mutex> lk(mu);
-    if (fault.empty()) fault = m;
+    if (fault.empty()) {
+      fault = m;
+      fault_code = code;
+    }
     abort = true;
   }
 };
+
+// Run ids: every block of every launch gets its own (the race detector's records name them).
+std::atomic<uint64_t> g_next_run{1};
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -123,6 +151,9 @@ class Executor {
   // A fault found by the running CUDA thread itself: records it and unwinds the thread's stack
   // (throws FiberAbort, caught in thread_main) so that nothing it holds leaks; the block is abandoned.
   [[noreturn]] void fault_here(const char* kind, const std::string& what, const char* file, int line);
+  // A fault found by an access hook: records it and abandons the calling CUDA thread (never
+  // resumed; no unwinding through the instrumented kernel code).
+  [[noreturn]] void abandon_here(cudaError_t code, const std::string& kind, const std::string& what);
   unsigned char* smem() const { return smem_; }
   unsigned live_lanes_mask(int warp) const;
   unsigned active_mask(int warp) const { return warp_active_[warp]; }
@@ -141,8 +172,11 @@ class Executor {
   std::string where() const;
   std::string describe_wait(const CudaThread& t) const;
   std::string summarize(const std::vector<int>& ids) const;
-  void block_fault(const std::string& kind, const std::string& detail);
+  void block_fault(const std::string& kind, const std::string& detail, cudaError_t code = cudaErrorLaunchFailure);
   void free_smem();
+  void set_current(CudaThread* t);
+  void note_exit(const CudaThread& t) { exited_since_barrier_[t.linear / 32] |= 1u << (t.linear % 32); }
+  void sync_clocks(int warp, unsigned mask);
   static void thread_main(void* arg);
 
   FiberHost host_;
@@ -163,8 +197,17 @@ class Executor {
   uint64_t round_ = 0;
   unsigned alive_ = 0;
   bool faulted_ = false;
-  unsigned char* smem_ = nullptr;
+  unsigned char* smem_ = nullptr;  // dynamic shared memory: inside smem_region_, between guards
   size_t smem_bytes_ = 0;
+  unsigned char* smem_region_ = nullptr;
+  size_t smem_region_bytes_ = 0;
+  std::vector<unsigned> exited_since_barrier_;  // per warp: lanes that returned since the last barrier
+  std::vector<unsigned> scratch_arrived_;
+  // access checks (access.cpp)
+  AccessState acc_;
+  std::vector<uint32_t> vc_;      // racecheck: each thread's warp clocks (32 per thread)
+  std::vector<uint64_t> spin_;    // each thread's [address, count] of consecutive reads
+  std::vector<RaceCell> smem_cells_;
 };
 
 thread_local Executor t_executor;
@@ -173,10 +216,19 @@ thread_local Executor* t_running = nullptr;
 // The executor whose CUDA thread is running here, or null outside a kernel.
 inline Executor* in_kernel() { return (t_running && t_running->current()) ? t_running : nullptr; }
 
-void Executor::free_smem() {
-  if (smem_) ::operator delete(smem_, std::align_val_t(128));
+void Executor::free_smem() {  // at exit of the OS thread
+  if (smem_region_) munmap(smem_region_, smem_region_bytes_);
+  smem_region_ = nullptr;
   smem_ = nullptr;
   smem_bytes_ = 0;
+}
+
+void Executor::set_current(CudaThread* t) {
+  current_ = t;
+  ::threadIdx = t->tid;
+  acc_.tid = (uint32_t)t->linear;
+  if (acc_.racecheck) acc_.vc = vc_.data() + (size_t)t->linear * 32;
+  acc_.spin = spin_.data() + (size_t)t->linear * 2;
 }
 
 void Executor::run_blocks(LaunchRun& run) {
@@ -186,10 +238,52 @@ void Executor::run_blocks(LaunchRun& run) {
   if (threads_.size() < run.nthreads) threads_.resize(run.nthreads);
   warp_waiting_.assign((run.nthreads + 31) / 32, 0);
   warp_active_.assign((run.nthreads + 31) / 32, 0);
-  // Exactly the requested bytes (at least 1), so that ASan sees an overrun of dynamic shared memory.
-  free_smem();
+  exited_since_barrier_.assign((run.nthreads + 31) / 32, 0);
+  // Dynamic shared memory: one mapping per OS thread, the largest a launch may ask for between two
+  // 64 KiB PROT_NONE guards. The bytes past the launch's size are out of bounds: the access hooks
+  // report an access there, and ASan (they are poisoned) in sanitizer builds.
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t smem_cap = (kMaxDynamicShared + page - 1) / page * page;
+  if (!smem_region_) {
+    smem_region_bytes_ = kGuardBytes + smem_cap + kGuardBytes;
+    void* m = mmap(nullptr, smem_region_bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED || mprotect(static_cast<char*>(m) + kGuardBytes, smem_cap, PROT_READ | PROT_WRITE) != 0) {
+      std::fprintf(stderr, "[cuda-emu] cannot map the shared memory region\n");
+      std::abort();
+    }
+    smem_region_ = static_cast<unsigned char*>(m);
+    smem_ = smem_region_ + kGuardBytes;
+  }
   smem_bytes_ = s.smem_bytes;
-  smem_ = static_cast<unsigned char*>(::operator new(std::max<size_t>(smem_bytes_, 1), std::align_val_t(128)));
+#if defined(CUEMU_ASAN)
+  ASAN_UNPOISON_MEMORY_REGION(smem_, smem_bytes_);
+  ASAN_POISON_MEMORY_REGION(smem_ + smem_bytes_, smem_cap - smem_bytes_);
+#endif
+  // What the access hooks need for this launch.
+  acc_.spec = &s;
+  acc_.racecheck = run.racecheck;
+  acc_.run_base = run.run_base;
+  acc_.grid[0] = s.grid.x, acc_.grid[1] = s.grid.y, acc_.grid[2] = s.grid.z;
+  acc_.block[0] = s.block.x, acc_.block[1] = s.block.y, acc_.block[2] = s.block.z;
+  acc_.fences = &run.fences;
+  acc_.aborted = &run.abort;
+  acc_.smem_lo = reinterpret_cast<uintptr_t>(smem_);
+  acc_.smem_bytes = smem_bytes_;
+  acc_.smem_region_lo = reinterpret_cast<uintptr_t>(smem_region_);
+  acc_.smem_region_len = smem_region_bytes_;
+  acc_.tls_lo = 0;
+  acc_.tls_len = 0;
+  if (access_hooks_present()) module_tls_block(s.kernel_id, &acc_.tls_lo, &acc_.tls_len);
+  acc_.ok_lo = acc_.ok_hi = 0;
+  acc_.executor = this;
+  spin_.assign((size_t)run.nthreads * 2, 0);
+  acc_.vc = nullptr;
+  if (run.racecheck) {
+    vc_.assign((size_t)run.nthreads * 32, 0);
+    smem_cells_.resize((smem_bytes_ + 3) / 4 + 1);
+    acc_.smem_cells = smem_cells_.data();
+  }
+  set_access_state(&acc_);
   ::blockDim = s.block;
   ::gridDim = s.grid;
   for (unsigned i = 0; i < run.nthreads; ++i) {  // thread indices are the same in every block
@@ -204,7 +298,8 @@ void Executor::run_blocks(LaunchRun& run) {
     run_block(b);
     if (faulted_) break;
   }
-  free_smem();
+  set_access_state(nullptr);
+  acc_.fences = nullptr;
   run_ = nullptr;
   t_running = nullptr;
 }
@@ -221,6 +316,11 @@ void Executor::run_block(uint64_t b) {
   const unsigned n = run_->nthreads;
   for (unsigned i = 0; i < n; ++i) threads_[i].state = TState::NotStarted;
   std::fill(warp_waiting_.begin(), warp_waiting_.end(), 0);
+  std::fill(exited_since_barrier_.begin(), exited_since_barrier_.end(), 0);
+  acc_.run = run_->run_base + b;
+  acc_.gen = 0;
+  acc_.block_fence = 0;
+  if (acc_.racecheck) std::fill(vc_.begin(), vc_.end(), 0);
   for (size_t w = 0; w < warp_active_.size(); ++w) {
     const unsigned lanes = std::min(32u, n - (unsigned)w * 32u);
     warp_active_[w] = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
@@ -275,10 +375,12 @@ void Executor::run_round() {
   batch_pos_ = 0;
   while (batch_pos_ < batch_.size()) {
     CudaThread& t = threads_[batch_[batch_pos_++]];
-    if (t.state == TState::NotStarted) t.fiber = take_fiber();
+    if (t.state == TState::NotStarted) {
+      t.fiber = take_fiber();
+      spin_[(size_t)t.linear * 2] = 0;  // a new CUDA thread has read nothing yet
+    }
     t.state = TState::Ready;
-    current_ = &t;
-    ::threadIdx = t.tid;
+    set_current(&t);
     host_.resume(*t.fiber);
     CudaThread* last = current_;  // the thread whose fiber came back (fibers chain and switch)
     current_ = nullptr;
@@ -287,6 +389,7 @@ void Executor::run_round() {
       drop_fiber(last->fiber, false);
       last->fiber = nullptr;
       last->state = TState::Exited;
+      note_exit(*last);
       --alive_;
     }
   }
@@ -316,10 +419,11 @@ void Executor::thread_main(void* arg) {
     next.fiber = done->fiber;
     done->fiber = nullptr;
     done->state = TState::Exited;
+    self->note_exit(*done);
     --self->alive_;
     next.state = TState::Ready;
-    self->current_ = &next;
-    ::threadIdx = next.tid;
+    self->spin_[(size_t)next.linear * 2] = 0;
+    self->set_current(&next);
   }
 }
 
@@ -414,8 +518,7 @@ void Executor::switch_out(CudaThread* t) {
     if (next.state != TState::NotStarted) {
       ++batch_pos_;
       next.state = TState::Ready;
-      current_ = &next;
-      ::threadIdx = next.tid;
+      set_current(&next);
       host_.switch_to(*t->fiber, *next.fiber);
       return;  // t runs again: whoever resumed it set current_ and threadIdx
     }
@@ -440,9 +543,35 @@ std::string Executor::where() const {
   return os.str();
 }
 
-void Executor::block_fault(const std::string& kind, const std::string& detail) {
+void Executor::block_fault(const std::string& kind, const std::string& detail, cudaError_t code) {
   faulted_ = true;
-  run_->record_fault(kind + " in " + where() + ": " + detail);
+  run_->record_fault(code, kind + " in " + where() + ": " + detail);
+}
+
+void Executor::abandon_here(cudaError_t code, const std::string& kind, const std::string& what) {
+  CudaThread* t = current_;
+  if (!t || !t->fiber) {
+    std::fprintf(stderr, "[cuda-emu] %s outside a CUDA thread: %s\n", kind.c_str(), what.c_str());
+    std::abort();
+  }
+  block_fault(kind, what, code);
+  host_.yield(*t->fiber);  // the scheduler sees the fault and abandons the block, this fiber included
+  std::abort();
+}
+
+// __syncwarp() over `mask`: each lane's own clock advances, then every lane learns the others'.
+void Executor::sync_clocks(int warp, unsigned mask) {
+  uint32_t joined[32] = {};
+  const int base = warp * 32;
+  for (unsigned l = 0; l < 32; ++l)
+    if (mask & (1u << l)) ++vc_[(size_t)(base + l) * 32 + l];
+  for (unsigned l = 0; l < 32; ++l) {
+    if (!(mask & (1u << l))) continue;
+    const uint32_t* v = &vc_[(size_t)(base + l) * 32];
+    for (int k = 0; k < 32; ++k) joined[k] = std::max(joined[k], v[k]);
+  }
+  for (unsigned l = 0; l < 32; ++l)
+    if (mask & (1u << l)) std::memcpy(&vc_[(size_t)(base + l) * 32], joined, sizeof joined);
 }
 
 // ---- resolution when no fiber is runnable ----
@@ -498,6 +627,7 @@ void Executor::complete_warp_group(int warp, unsigned mask) {
   }
   warp_waiting_[warp] -= __builtin_popcount(mask);
   warp_active_[warp] = live_lanes_mask(warp);
+  if (acc_.racecheck && threads_[base + __builtin_ctz(mask)].op == WarpOp::Sync) sync_clocks(warp, mask);
 }
 
 void Executor::resolve_warps() {
@@ -577,6 +707,29 @@ void Executor::resolve_barrier_or_fault() {
                            "threads wait at different barriers (threads that exited do not count): " +
                                summarize(at_barrier));
     }
+    // Every thread that has not exited must reach the barrier. Lanes of a warp that returned since
+    // the previous barrier while other lanes of that warp wait here took a branch around it: the
+    // barrier is in divergent code (undefined on a GPU, which may hang). Whole warps that returned
+    // drop out, as on the hardware, which stops counting a warp once all its threads have exited.
+    const size_t nwarps = exited_since_barrier_.size();
+    scratch_arrived_.assign(nwarps, 0);
+    for (int i : at_barrier) scratch_arrived_[i / 32] |= 1u << (i % 32);
+    for (size_t w = 0; w < nwarps; ++w) {
+      if (!exited_since_barrier_[w] || !scratch_arrived_[w]) continue;
+      std::vector<int> gone, waiting;
+      for (int l = 0; l < 32; ++l) {
+        if (exited_since_barrier_[w] & (1u << l)) gone.push_back((int)w * 32 + l);
+        if (scratch_arrived_[w] & (1u << l)) waiting.push_back((int)w * 32 + l);
+      }
+      return block_fault("barrier in divergent code",
+                         "in warp " + std::to_string(w) + ", " + summarize(gone) +
+                             " since the previous barrier without reaching " + barrier_name(f.barrier_kind) +
+                             "() at " + f.file + ":" + std::to_string(f.line) + "; " + summarize(waiting) +
+                             " (every thread of the block that has not exited must reach a barrier; only whole "
+                             "warps may return before it)");
+    }
+    std::fill(exited_since_barrier_.begin(), exited_since_barrier_.end(), 0);
+    ++acc_.gen;
     int count = 0, all = 1, any = 0;
     for (int i : at_barrier) {
       count += threads_[i].pred != 0;
@@ -713,6 +866,9 @@ void device_trap(const char* what, const char* file, int line) {
   std::fprintf(stderr, "[cuda-emu] %s at %s:%d\n", what, file, line);
   std::abort();
 }
+void access_fault(AccessState* s, cudaError_t code, const std::string& kind, const std::string& what) {
+  static_cast<Executor*>(s->executor)->abandon_here(code, kind, what);
+}
 
 void launch(const LaunchSpec& s) {
   if (Executor* ex = in_kernel()) {
@@ -768,12 +924,30 @@ void launch(const LaunchSpec& s) {
   run.nblocks = (uint64_t)g.x * g.y * g.z;
   run.schedule = cuemu::schedule();
   run.seed = schedule_seed();
+  run.run_base = g_next_run.fetch_add(run.nblocks);
+  run.racecheck = racecheck_enabled();
+  if (run.racecheck && !access_hooks_present()) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      std::fprintf(stderr, "[cuda-emu] the race detector is on (CTXLAB_EMU_RACECHECK=1) but no kernel was compiled "
+                           "with the emulator's access hooks (an ASan build?): nothing is checked\n");
+    });
+    run.racecheck = false;
+  }
+  if (run.racecheck && !global_cells()) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      std::fprintf(stderr, "[cuda-emu] the race detector is on (CTXLAB_EMU_RACECHECK=1) but its shadow memory "
+                           "could not be mapped: nothing is checked\n");
+    });
+    run.racecheck = false;
+  }
   const int n = (int)std::min<uint64_t>((uint64_t)worker_threads(), run.nblocks);
   if (n <= 1)
     t_executor.run_blocks(run);
   else
     pool().execute(run, n);
-  if (!run.fault.empty()) raise_fault(cudaErrorLaunchFailure, run.fault);
+  if (!run.fault.empty()) raise_fault(run.fault_code, symbolize(run.fault));
   std::string oob = check_redzones(s.kernel_name);
   if (!oob.empty()) raise_fault(cudaErrorIllegalAddress, oob + " (" + site(s) + ")");
 }
