@@ -14,12 +14,9 @@
 
 #include "tests/emu/emu_test_util.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#include "core/cuda/emu/emu_asan.h"  // CUEMU_ASAN
+#if defined(CUEMU_ASAN)
 #define EMU_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define EMU_TEST_ASAN 1
-#endif
 #endif
 
 namespace {

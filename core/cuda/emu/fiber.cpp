@@ -12,16 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define CUEMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CUEMU_ASAN 1
-#endif
-#endif
+#include "core/cuda/emu/emu_asan.h"  // CUEMU_ASAN
 
 #if defined(CUEMU_ASAN)
-#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define CUEMU_START_SWITCH(save, bottom, size) __sanitizer_start_switch_fiber((save), (bottom), (size))
 #define CUEMU_FINISH_SWITCH(save, bottom, size) __sanitizer_finish_switch_fiber((save), (bottom), (size))

@@ -21,16 +21,7 @@
 #include "core/cuda/emu/emu_internal.h"
 #include "core/cuda/emu/emu_runtime.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define CUEMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CUEMU_ASAN 1
-#endif
-#endif
-#if defined(CUEMU_ASAN)
-#include <sanitizer/asan_interface.h>
-#endif
+#include "core/cuda/emu/emu_asan.h"  // CUEMU_ASAN
 
 struct CUstream_st {
   unsigned flags;
