@@ -55,3 +55,21 @@ class Emu : public ::testing::Test {
 inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
+
+// A test of the emulator's access checks (bounds, static shared memory, the race detector). Where
+// the build has the access hooks (CTXLAB_EMU_HOOKED, set by CMakeLists.txt) it is a TEST_F whose
+// REQUIRE_ACCESS_HOOKS() fails if the hooks are nonetheless off. Without them (sanitizer builds,
+// where ASan checks the bounds instead; -DCTXLAB_EMU_ACCESS_HOOKS=OFF) the body is compiled but
+// not registered: nothing runs, and nothing is reported as a skip.
+#if defined(CTXLAB_EMU_HOOKED)
+#define HOOKED_TEST(fixture, name) TEST_F(fixture, name)
+#define REQUIRE_ACCESS_HOOKS() \
+  ASSERT_TRUE(cuemu::access_checks()) << "built with the access hooks (CTXLAB_EMU_ACCESS_HOOKS), yet they are off"
+#else
+#define HOOKED_TEST(fixture, name)                                      \
+  struct fixture##_##name##_WithoutHooks : fixture {                    \
+    [[maybe_unused]] void TestBody() override;                          \
+  };                                                                    \
+  void fixture##_##name##_WithoutHooks::TestBody()
+#define REQUIRE_ACCESS_HOOKS() (void)0
+#endif

@@ -21,15 +21,7 @@
 
 namespace {
 
-// The checks need the access hooks, which sanitizer builds do not have (ASan checks the bounds
-// there) and -DCTXLAB_EMU_ACCESS_HOOKS=OFF leaves out. CI's check_skips fails a skip in the
-// default build, where they must be present.
-#define REQUIRE_ACCESS_HOOKS()                                                                    \
-  do {                                                                                            \
-    if (!cuemu::access_checks())                                                                  \
-      GTEST_SKIP() << "built without the emulator's access hooks (a sanitizer build, or "         \
-                      "-DCTXLAB_EMU_ACCESS_HOOKS=OFF)";                                            \
-  } while (0)
+// The checks need the access hooks: HOOKED_TEST and REQUIRE_ACCESS_HOOKS (tests/emu/emu_test_util.h).
 
 std::string at(int line) { return std::string("test_emu_checks.cpp:") + std::to_string(line); }
 
@@ -82,7 +74,7 @@ struct Borrowed {  // a pointer the launch check does not look into
 };
 __global__ void read_borrowed(Borrowed x, float* out) { out[threadIdx.x] = x.p[threadIdx.x]; }
 
-TEST_F(EmuChecks, ReadOnePastTheEndNamesTheAllocation) {
+HOOKED_TEST(EmuChecks, ReadOnePastTheEndNamesTheAllocation) {
   REQUIRE_ACCESS_HOOKS();
   DeviceBuffer<float> x(32), out(32);
   CTX_LAUNCH(read_one_past, 1, 32, 0, 0, x.ptr, out.ptr, 32);
@@ -96,7 +88,7 @@ TEST_F(EmuChecks, ReadOnePastTheEndNamesTheAllocation) {
   EXPECT_EQ(take_error(), cudaErrorIllegalAddress);
 }
 
-TEST_F(EmuChecks, WriteBeforeTheStartIsCaughtAndTheFreeStillWorks) {
+HOOKED_TEST(EmuChecks, WriteBeforeTheStartIsCaughtAndTheFreeStillWorks) {
   REQUIRE_ACCESS_HOOKS();
   float* x = nullptr;
   ASSERT_EQ(cudaMalloc(&x, 64 * sizeof(float)), cudaSuccess);
@@ -111,7 +103,7 @@ TEST_F(EmuChecks, WriteBeforeTheStartIsCaughtAndTheFreeStillWorks) {
   EXPECT_EQ(cudaFree(x), cudaSuccess) << "the guard before the allocation was not written: nothing to corrupt";
 }
 
-TEST_F(EmuChecks, WriteFourKibPastTheEndNamesTheAllocation) {
+HOOKED_TEST(EmuChecks, WriteFourKibPastTheEndNamesTheAllocation) {
   REQUIRE_ACCESS_HOOKS();
   DeviceBuffer<float> x(100), neighbour(100);
   CTX_LAUNCH(write_far_past, 1, 1, 0, 0, x.ptr, 100);
@@ -123,7 +115,7 @@ TEST_F(EmuChecks, WriteFourKibPastTheEndNamesTheAllocation) {
   EXPECT_EQ(take_error(), cudaErrorIllegalAddress);
 }
 
-TEST_F(EmuChecks, DynamicSharedMemoryOverrunIsCaught) {
+HOOKED_TEST(EmuChecks, DynamicSharedMemoryOverrunIsCaught) {
   REQUIRE_ACCESS_HOOKS();
   DeviceBuffer<float> out(64);
   CTX_LAUNCH(smem_overrun, 1, 64, 64 * sizeof(float), 0, out.ptr);
@@ -135,7 +127,7 @@ TEST_F(EmuChecks, DynamicSharedMemoryOverrunIsCaught) {
   EXPECT_EQ(take_error(), cudaErrorIllegalAddress);
 }
 
-TEST_F(EmuChecks, ReadAfterFreeNamesTheFreedAllocation) {
+HOOKED_TEST(EmuChecks, ReadAfterFreeNamesTheFreedAllocation) {
   REQUIRE_ACCESS_HOOKS();
   float* x = nullptr;
   ASSERT_EQ(cudaMalloc(&x, 32 * sizeof(float)), cudaSuccess);
@@ -208,7 +200,7 @@ __global__ void static_shared_per_block(float* out) {
   out[blockIdx.x * 32 + t] = cache[t];
 }
 
-TEST_F(EmuChecks, StaticSharedMemoryIsNanFilledPerBlockLikeDynamic) {
+HOOKED_TEST(EmuChecks, StaticSharedMemoryIsNanFilledPerBlockLikeDynamic) {
   REQUIRE_ACCESS_HOOKS();
   cuemu::set_worker_threads(1);  // both blocks on one OS thread: the second used to read the first's values
   DeviceBuffer<float> out(64);
@@ -271,7 +263,7 @@ constexpr int kGlobalCounterLine = __LINE__ + 1;
 __global__ void global_counter(int* acc) { acc[0] += 1; }
 __global__ void atomic_counter(int* acc) { atomicAdd(acc, 1); }
 
-TEST_F(EmuChecks, LostUpdatesInsideABlockAreRaces) {
+HOOKED_TEST(EmuChecks, LostUpdatesInsideABlockAreRaces) {
   REQUIRE_ACCESS_HOOKS();
   DeviceBuffer<int> out(std::vector<int>(1, 0));
   for (auto sched : {cuemu::Schedule::Forward, cuemu::Schedule::Reverse, cuemu::Schedule::Shuffle}) {
@@ -301,7 +293,7 @@ TEST_F(EmuChecks, LostUpdatesInsideABlockAreRaces) {
   EXPECT_EQ(acc.download()[0], 64 * 1024);
 }
 
-TEST_F(EmuChecks, LostUpdatesAcrossBlocksAreRaces) {
+HOOKED_TEST(EmuChecks, LostUpdatesAcrossBlocksAreRaces) {
   REQUIRE_ACCESS_HOOKS();
   DeviceBuffer<int> acc(std::vector<int>(1, 0));
   const std::string m = with_racecheck([&] { CTX_LAUNCH(global_counter, 1000, 1, 0, 0, acc.ptr); });
@@ -326,7 +318,7 @@ __global__ void tree_sum(const float* x, float* out, int with_barrier) {
   if (t == 0) out[blockIdx.x] = s[0];
 }
 
-TEST_F(EmuChecks, MissingBarrierIsARaceUnderTheForwardScheduleAlone) {
+HOOKED_TEST(EmuChecks, MissingBarrierIsARaceUnderTheForwardScheduleAlone) {
   REQUIRE_ACCESS_HOOKS();
   DeviceBuffer<float> x(std::vector<float>(4 * 256, 1.0f)), out(4);
   EXPECT_EQ(with_racecheck([&] { CTX_LAUNCH(tree_sum, 4, 256, 256 * sizeof(float), 0, x.ptr, out.ptr, 1); }), "");
@@ -353,7 +345,7 @@ __global__ void warp_tail_sum(const float* x, float* out, int with_syncwarp) {
   if (t == 0) out[0] = s[0];
 }
 
-TEST_F(EmuChecks, WarpSynchronousCodeWithoutSyncwarpIsARace) {
+HOOKED_TEST(EmuChecks, WarpSynchronousCodeWithoutSyncwarpIsARace) {
   REQUIRE_ACCESS_HOOKS();
   DeviceBuffer<float> x(std::vector<float>(32, 1.0f)), out(1);
   EXPECT_EQ(with_racecheck([&] { CTX_LAUNCH(warp_tail_sum, 1, 32, 32 * sizeof(float), 0, x.ptr, out.ptr, 1); }), "");
@@ -391,7 +383,7 @@ __global__ void last_block_sum(const float* x, float* partial, unsigned* done, f
   }
 }
 
-TEST_F(EmuChecks, LastBlockReductionWithoutThreadfenceIsARace) {
+HOOKED_TEST(EmuChecks, LastBlockReductionWithoutThreadfenceIsARace) {
   REQUIRE_ACCESS_HOOKS();
   DeviceBuffer<float> x(std::vector<float>(16 * 64, 1.0f)), partial(16), out(1);
   DeviceBuffer<unsigned> done(std::vector<unsigned>(1, 0));
@@ -427,7 +419,7 @@ __global__ void wait_for_other_block(int* flag, int* value, int* out) {
   }
 }
 
-TEST_F(EmuChecks, SpinWaitOnAnotherBlockIsCaught) {
+HOOKED_TEST(EmuChecks, SpinWaitOnAnotherBlockIsCaught) {
   REQUIRE_ACCESS_HOOKS();
   // One OS thread: block 0 runs first and block 1 never does while it waits (it used to hang).
   cuemu::set_worker_threads(1);

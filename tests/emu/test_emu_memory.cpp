@@ -100,8 +100,8 @@ TEST_F(Emu, OutOfBoundsWriteIsCaughtByAsan) {
       "AddressSanitizer");
 }
 #else
-TEST_F(Emu, OutOfBoundsWriteIsReportedAtTheAccess) {
-  if (!cuemu::access_checks()) GTEST_SKIP() << "built without the emulator's access hooks (-DCTXLAB_EMU_ACCESS_HOOKS=OFF)";
+HOOKED_TEST(Emu, OutOfBoundsWriteIsReportedAtTheAccess) {
+  REQUIRE_ACCESS_HOOKS();
   DeviceBuffer<float> x(100), other(100);
   CTX_LAUNCH(write_past_end, 1, 128, 0, 0, x.ptr, 100);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
