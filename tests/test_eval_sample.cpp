@@ -26,14 +26,7 @@ namespace {
 constexpr int64_t kContext = 16;
 
 ModelConfig tiny_config(bool hierarchical = false) {
-  ModelConfig c;
-  c.vocab_size = 256;
-  c.d_model = 16;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.d_ff = 32;
-  c.context = kContext;
-  c.posenc = {{"type", "learned"}};
+  ModelConfig c = testing_util::two_head_cfg(256, 16, 1, 32, kContext, {{"type", "learned"}});
   if (hierarchical) c.posenc["hierarchical"] = true;
   return c;
 }

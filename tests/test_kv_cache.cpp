@@ -86,14 +86,7 @@ std::vector<Case> cases() {
 }
 
 ModelConfig config(const nlohmann::json& posenc, int64_t context) {
-  ModelConfig c;
-  c.vocab_size = 256;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 64;
-  c.context = context;
-  c.posenc = posenc;
+  ModelConfig c = testing_util::two_head_cfg(256, 32, 2, 64, context, posenc);
   return c;
 }
 

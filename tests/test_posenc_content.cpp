@@ -31,14 +31,7 @@ using namespace ctx;
 namespace {
 
 ModelConfig tiny_config(const nlohmann::json& posenc, int64_t n_layers = 2) {
-  ModelConfig c;
-  c.vocab_size = 11;
-  c.d_model = 8;
-  c.n_layers = n_layers;
-  c.n_heads = 2;
-  c.d_ff = 16;
-  c.context = 8;
-  c.posenc = posenc;
+  ModelConfig c = testing_util::two_head_cfg(11, 8, n_layers, 16, 8, posenc);
   return c;
 }
 

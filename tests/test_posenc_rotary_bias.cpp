@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "nn/gpt.h"
 #include "posenc/posenc.h"
+#include "tests/test_util.h"
 
 namespace ctx {
 // posenc/bias.cpp
@@ -33,14 +34,7 @@ using json = nlohmann::json;
 
 // Tiny config: H = 2, Dh = 4, context L = 6 (the tests run T = 7 > L: extrapolation).
 ModelConfig tiny_cfg(const json& posenc) {
-  ModelConfig c;
-  c.vocab_size = 11;
-  c.d_model = 8;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.d_ff = 16;
-  c.context = 6;
-  c.posenc = posenc;
+  ModelConfig c = testing_util::two_head_cfg(11, 8, 1, 16, 6, posenc);
   return c;
 }
 
@@ -401,13 +395,8 @@ TEST(PosencRotaryBias, ParameterErrorsNameTheKey) {
 // Hierarchical learned positions (POSENC_SPEC §1): for t < L the decomposition gives back wpe[t];
 // for t = q*L + r >= L it is alpha*u[q] + (1-alpha)*u[r] with u = (wpe - alpha*wpe[0])/(1-alpha).
 TEST(PosencAbsolute, HierarchicalLearnedEqualsWpeBelowL) {
-  ModelConfig c;
-  c.vocab_size = 11;
-  c.d_model = 8;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.context = 6;
-  c.posenc = {{"type", "learned"}, {"hierarchical", true}};
+  ModelConfig c =
+      testing_util::two_head_cfg(11, 8, 1, -1, 6, {{"type", "learned"}, {"hierarchical", true}});
   nn::GPT m(c, DType::F64);
   m.init_weights(1);
   Tensor wpe;

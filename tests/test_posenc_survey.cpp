@@ -69,14 +69,7 @@ OdeSpec ode(int64_t n, double dt, int64_t substeps) {
 }
 
 ModelConfig tiny(const nlohmann::json& posenc) {
-  ModelConfig c;
-  c.vocab_size = 11;
-  c.d_model = 8;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.d_ff = 16;
-  c.context = 8;
-  c.posenc = posenc;
+  ModelConfig c = testing_util::two_head_cfg(11, 8, 1, 16, 8, posenc);
   return c;
 }
 

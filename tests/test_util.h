@@ -54,17 +54,24 @@ inline bool missing_allowed(const std::string& dep) {
 
 namespace ctx::testing_util {
 
-// A two-layer, two-head, d = 16 model config (vocab 17, context 24) with the given encoding.
-inline ModelConfig tiny_cfg(const nlohmann::json& posenc) {
+// A two-head model config in one line: the tests' models differ only in these fields
+// (d_ff -1: 4 * d_model).
+inline ModelConfig two_head_cfg(int64_t vocab, int64_t d_model, int64_t n_layers, int64_t d_ff,
+                                int64_t context, const nlohmann::json& posenc) {
   ModelConfig c;
-  c.vocab_size = 17;
-  c.d_model = 16;
-  c.n_layers = 2;
+  c.vocab_size = vocab;
+  c.d_model = d_model;
+  c.n_layers = n_layers;
   c.n_heads = 2;
-  c.d_ff = 32;
-  c.context = 24;
+  c.d_ff = d_ff;
+  c.context = context;
   c.posenc = posenc;
   return c;
+}
+
+// A two-layer, two-head, d = 16 model config (vocab 17, context 24) with the given encoding.
+inline ModelConfig tiny_cfg(const nlohmann::json& posenc) {
+  return two_head_cfg(17, 16, 2, 32, 24, posenc);
 }
 
 // Uniform values in [lo, hi), drawn in f64 and converted to dt (so f32 and f64 runs of one seed

@@ -10,18 +10,14 @@
 
 #include "core/rng.h"
 #include "nn/gpt.h"
+#include "tests/test_util.h"
 #include "train/data.h"
 
 using namespace ctx;
 
 static ModelConfig xl_config(int64_t mem_len) {
-  ModelConfig c;
-  c.vocab_size = 13;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.context = 8;
-  c.posenc = {{"type", "xl"}, {"mem_len", mem_len}};
+  ModelConfig c =
+      testing_util::two_head_cfg(13, 16, 2, -1, 8, {{"type", "xl"}, {"mem_len", mem_len}});
   return c;
 }
 

@@ -27,12 +27,10 @@ Each subcommand prints one line per check, then "N passed, N failed", and exits 
 """
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -40,96 +38,13 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checklib as cl  # noqa: E402
 import st_io  # noqa: E402
+from checklib import check, dir_hashes, expect_failure, fresh_dir, join_st, must_run, run, sha, split_st  # noqa: E402
 
-BIN = None
 PLUGIN_LIB = ""
-WORK = None
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PASSED = 0
-FAILED = 0
 TINY = ["train", "--preset", "tiny", "--quiet", "--no-plot"]
-CRASH_MARKERS = ("Traceback", "terminate called", "what():", "Segmentation", "Aborted", "core dumped",
-                 "AddressSanitizer", "runtime error:", "std::bad_alloc")
-
-
-def check(name, ok, detail=""):
-    global PASSED, FAILED
-    if ok:
-        PASSED += 1
-        print(f"PASS {name}")
-    else:
-        FAILED += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
-    sys.stdout.flush()
-    return ok
-
-
-def run(args, timeout=120, env=None, cwd=None):
-    cmd = [BIN] + [str(a) for a in args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace",
-                          env=dict(os.environ, **env) if env else None, cwd=cwd)
-
-
-def must_run(name, args, timeout=120, env=None):
-    p = run(args, timeout=timeout, env=env)
-    check(name, p.returncode == 0, f"rc {p.returncode}: {p.stderr.strip()[-500:]}")
-    return p
-
-
-def fresh_dir(name):
-    d = os.path.join(WORK, name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    return d
-
-
-def sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def dir_hashes(d):
-    return {n: sha(os.path.join(d, n)) for n in sorted(os.listdir(d)) if os.path.isfile(os.path.join(d, n))}
-
-
-def expect_failure(name, args, substrings, guard_dir=None, timeout=60, env=None, cwd=None):
-    """A clean one-line failure containing every substring; guard_dir's files unchanged."""
-    before = dir_hashes(guard_dir) if guard_dir else {}
-    p = run(args, timeout=timeout, env=env, cwd=cwd)
-    err = p.stderr
-    lines = [ln for ln in err.split("\n") if ln.strip()]
-    problems = []
-    if p.returncode == 0:
-        problems.append("exit status 0")
-    elif p.returncode < 0 or p.returncode > 125:
-        problems.append(f"died of a signal / abnormal rc {p.returncode}")
-    if len(lines) != 1:
-        problems.append(f"{len(lines)} lines on stderr")
-    for s in substrings:
-        if s not in err:
-            problems.append(f"missing {s!r}")
-    for m in CRASH_MARKERS:
-        if m in err or m in p.stdout:
-            problems.append(f"crash output {m!r}")
-    if guard_dir is not None and dir_hashes(guard_dir) != before:
-        problems.append(f"files changed in {guard_dir}")
-    check(name, not problems, "; ".join(problems) + f" | stderr: {err.strip()[:500]}")
-    return p
-
-
-def split_st(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    return json.loads(raw[8:8 + n].decode()), raw[8 + n:]
-
-
-def join_st(path, header, data):
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + data)
 
 
 def set_meta(path, **kv):
@@ -239,7 +154,7 @@ def cmd_overwrite():
 def cmd_lock():
     d = fresh_dir("lock")
     R = os.path.join(d, "run")
-    first = subprocess.Popen([BIN] + [str(a) for a in TINY + ["--steps", 100000, "--batch", 2, "--eval-interval", 0,
+    first = subprocess.Popen([cl.BIN] + [str(a) for a in TINY + ["--steps", 100000, "--batch", 2, "--eval-interval", 0,
                                                              "--log-interval", 1, "--ckpt-interval", 0, "--out", R]],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -285,7 +200,7 @@ def cmd_signals():
     opts = TINY + ["--steps", 100000, "--batch", 2, "--eval-interval", 0, "--log-interval", 1, "--ckpt-interval", 0]
     for sig, rc in [(signal.SIGINT, 130), (signal.SIGTERM, 143)]:
         R = os.path.join(d, f"run_{sig.name}")
-        p = subprocess.Popen([BIN] + [str(a) for a in opts + ["--out", R]], stdout=subprocess.DEVNULL,
+        p = subprocess.Popen([cl.BIN] + [str(a) for a in opts + ["--out", R]], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
         ok = wait_rows(os.path.join(R, "train.csv"), 3)
         p.send_signal(sig)
@@ -320,7 +235,7 @@ def cmd_signals():
                 check(f"signals: after resuming, {f} is bit-equal to the uninterrupted run", same)
     # a second Ctrl-C ends the process at once
     R = os.path.join(d, "twice")
-    p = subprocess.Popen([BIN] + [str(a) for a in opts + ["--out", R]], stdout=subprocess.DEVNULL,
+    p = subprocess.Popen([cl.BIN] + [str(a) for a in opts + ["--out", R]], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     wait_rows(os.path.join(R, "train.csv"), 2)
     p.send_signal(signal.SIGINT)
@@ -392,7 +307,7 @@ def cmd_escapes():
     must_run("escapes: a 2-step run", TINY + ["--steps", 2, "--batch", 2, "--eval-interval", 0, "--out", R])
     with open(os.path.join(R, "metrics.jsonl"), "ab") as f:
         f.write(b'{"step": 3, "loss": \x1b]0;PWNED\x07\x1b[31mred\x1b[0m}\nmore\n')
-    p = subprocess.run([BIN, "report", R, "--out", os.path.join(d, "r.html")], capture_output=True)
+    p = subprocess.run([cl.BIN, "report", R, "--out", os.path.join(d, "r.html")], capture_output=True)
     err = p.stderr
     check("escapes: report refuses the damaged line", p.returncode == 1, err[-300:])
     check("escapes: no ESC / BEL byte reaches the terminal", b"\x1b" not in err + p.stdout and b"\x07" not in err,
@@ -401,10 +316,10 @@ def cmd_escapes():
     with open(os.path.join(R, "train.csv"), "ab") as f:
         f.write(b"4,\x1b[2J,1,1,1,1\n")
     os.remove(os.path.join(R, "metrics.jsonl"))
-    p = subprocess.run([BIN, "report", R, "--out", os.path.join(d, "r.html")], capture_output=True)
+    p = subprocess.run([cl.BIN, "report", R, "--out", os.path.join(d, "r.html")], capture_output=True)
     check("escapes: a CSV cell with ESC is escaped too", p.returncode == 1 and b"\x1b" not in p.stderr,
           repr(p.stderr[-300:]))
-    p = subprocess.run([BIN, "no\x1b[2Jverb"], capture_output=True)
+    p = subprocess.run([cl.BIN, "no\x1b[2Jverb"], capture_output=True)
     check("escapes: an unknown verb is echoed escaped", b"\x1b" not in p.stderr, repr(p.stderr[-300:]))
 
 
@@ -415,7 +330,6 @@ def cmd_early():
     blocker = os.path.join(d, "file")
     with open(blocker, "w") as f:
         f.write("x")
-    t0 = time.time()
     expect_failure("early: --out under a regular file refused", TINY + ["--steps", 50, "--out", os.path.join(blocker, "run")],
                    ["run directory"])
     ro = os.path.join(d, "ro")
@@ -489,26 +403,16 @@ COMMANDS = {"limits": cmd_limits, "injection": cmd_injection, "nonfinite": cmd_n
 
 
 def main():
-    global BIN, WORK, PLUGIN_LIB
+    global PLUGIN_LIB
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=sorted(COMMANDS))
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--plugin-lib", default="", help="the nullptr-factory plugin (tests/tools/null_posenc_plugin.cpp)")
     a = ap.parse_args()
-    BIN = os.path.abspath(a.bin)
-    WORK = os.path.abspath(a.work)
+    cl.configure(a.bin, a.work)
     PLUGIN_LIB = os.path.abspath(a.plugin_lib) if a.plugin_lib else ""
-    os.makedirs(WORK, exist_ok=True)
-    t0 = time.time()
-    try:
-        COMMANDS[a.command]()
-    except Exception as e:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-        check(f"{a.command}: ran to the end", False, repr(e))
-    print(f"{a.command}: {PASSED} passed, {FAILED} failed ({time.time() - t0:.1f} s)")
-    return 1 if FAILED or not PASSED else 0
+    return cl.run_subcommand(a.command, COMMANDS[a.command])
 
 
 if __name__ == "__main__":

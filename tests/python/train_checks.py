@@ -30,7 +30,6 @@ Only NumPy and tests/python/st_io.py are needed.
 import argparse
 import copy
 import csv
-import hashlib
 import json
 import math
 import os
@@ -45,65 +44,17 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checklib as cl  # noqa: E402
 import deps  # noqa: E402
 import st_io  # noqa: E402
+from checklib import check, fresh_dir, join_st, must_run, run, split_st  # noqa: E402
 
-BIN = None
-WORK = None
-PASSED = 0
-FAILED = 0
 # A tiny run: fast, and still a real model (learned positions, context 64).
 TINY = ["train", "--preset", "tiny", "--quiet", "--no-plot"]
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-def check(name, ok, detail=""):
-    global PASSED, FAILED
-    if ok:
-        PASSED += 1
-        print(f"PASS {name}")
-    else:
-        FAILED += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
-    sys.stdout.flush()
-    return ok
-
-
-def run(args, timeout=120, check_rc=None, env=None):
-    """Runs ctxlab with `args` (and `env` added to the environment); returns the CompletedProcess."""
-    cmd = [BIN] + [str(a) for a in args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace",
-                       env=dict(os.environ, **env) if env else None)
-    if check_rc is not None and p.returncode != check_rc:
-        print(f"  command: {' '.join(cmd)}\n  rc {p.returncode}\n  stdout: {p.stdout[-2000:]}\n"
-              f"  stderr: {p.stderr[-2000:]}")
-    return p
-
-
-def must_run(name, args, timeout=120):
-    p = run(args, timeout=timeout, check_rc=0)
-    check(name, p.returncode == 0, f"rc {p.returncode}: {p.stderr.strip()[-500:]}")
-    return p
-
-
-def fresh_dir(name):
-    d = os.path.join(WORK, name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    return d
-
-
-def sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def dir_hashes(d):
-    return {n: sha(os.path.join(d, n)) for n in sorted(os.listdir(d))
-            if os.path.isfile(os.path.join(d, n))}
-
 
 def read_csv(path):
     with open(path, newline="") as f:
@@ -132,21 +83,6 @@ def write_tokens(path, shape, seed=0, dtype=np.int32, high=256):
 
 
 # Raw safetensors surgery (st_io only writes valid files).
-
-def split_st(path):
-    """Returns (header dict in file order, data bytes)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    return json.loads(raw[8:8 + n].decode()), raw[8 + n:]
-
-
-def join_st(path, header, data):
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + data)
-
 
 # ---------------------------------------------------------------------------------------------
 # resume
@@ -311,7 +247,7 @@ def cmd_kill9(rounds=15):
     long_run = TINY + same + ["--steps", 100000, "--ckpt-interval", 1, "--out", K]
 
     def start(args):
-        return subprocess.Popen([BIN] + [str(a) for a in args], stdout=log, stderr=log)
+        return subprocess.Popen([cl.BIN] + [str(a) for a in args], stdout=log, stderr=log)
 
     def step_of(path):
         try:
@@ -410,43 +346,9 @@ def cmd_kill9(rounds=15):
 # ---------------------------------------------------------------------------------------------
 # badinput
 
-CRASH_MARKERS = ("Traceback", "terminate called", "what():", "Segmentation", "Aborted", "core dumped",
-                 "AddressSanitizer", "runtime error:", "libc++abi", "std::")
-
-
 def expect_failure(name, args, substrings, guard_dir=None, guard_files=()):
-    """Runs ctxlab `args`; asserts a clean one-line failure that contains every substring, and
-    that every file in `guard_dir` (and each of `guard_files`) is byte-identical afterwards."""
-    before = dir_hashes(guard_dir) if guard_dir else {}
-    before_f = {f: sha(f) for f in guard_files}
-    p = run(args, timeout=60)
-    err = p.stderr
-    lines = [ln for ln in err.split("\n") if ln.strip()]
-    problems = []
-    if p.returncode == 0:
-        problems.append("exit status 0")
-    elif p.returncode < 0 or p.returncode > 125:
-        problems.append(f"died of a signal / abnormal rc {p.returncode}")
-    if len(lines) != 1 or not err.endswith("\n"):
-        problems.append(f"{len(lines)} lines on stderr")
-    for s in substrings:
-        if s not in err:
-            problems.append(f"missing {s!r}")
-    for m in CRASH_MARKERS:
-        if m in err or m in p.stdout:
-            problems.append(f"crash output {m!r}")
-    if guard_dir is not None:
-        after = dir_hashes(guard_dir)
-        if after != before:
-            changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-            problems.append(f"files changed in {guard_dir}: {changed}")
-    for f, h in before_f.items():
-        if not os.path.exists(f) or sha(f) != h:
-            problems.append(f"{f} changed")
-        if os.path.exists(f + ".tmp"):
-            problems.append(f"{f}.tmp left behind")
-    if check(f"badinput: {name}", not problems, "; ".join(problems) + f" | stderr: {err.strip()[:400]}"):
-        print(f"  stderr: {err.strip()[:300]}")
+    """checklib.expect_failure, named as a bad-input check."""
+    return cl.expect_failure(f"badinput: {name}", args, substrings, guard_dir, guard_files)
 
 
 def cmd_badinput():
@@ -893,37 +795,17 @@ def cmd_bench():
 
 
 def main():
-    global BIN, WORK
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["resume", "kill9", "badinput", "checkpoints", "main_job_smoke", "bench"])
     ap.add_argument("--bin", required=True, help="the ctxlab binary")
     ap.add_argument("--work", required=True, help="scratch directory")
     ap.add_argument("--rounds", type=int, default=15, help="kill9: kills")
     a = ap.parse_args()
-    BIN = os.path.abspath(a.bin)
-    WORK = os.path.abspath(a.work)
-    os.makedirs(WORK, exist_ok=True)
-    t0 = time.time()
-    try:
-        if a.command == "resume":
-            cmd_resume()
-        elif a.command == "kill9":
-            cmd_kill9(a.rounds)
-        elif a.command == "badinput":
-            cmd_badinput()
-        elif a.command == "checkpoints":
-            cmd_checkpoints()
-        elif a.command == "bench":
-            cmd_bench()
-        else:
-            cmd_main_job_smoke()
-    except Exception as e:  # noqa: BLE001 — count it, still print the summary
-        import traceback
-        traceback.print_exc()
-        check(f"{a.command}: ran to the end", False, repr(e))
-    print(f"{a.command}: {PASSED} passed, {FAILED} failed ({time.time() - t0:.1f} s)")
-    return 1 if FAILED or not PASSED else 0
+    cl.configure(a.bin, a.work)
 
+    commands = {"resume": cmd_resume, "kill9": lambda: cmd_kill9(a.rounds), "badinput": cmd_badinput,
+                "checkpoints": cmd_checkpoints, "bench": cmd_bench, "main_job_smoke": cmd_main_job_smoke}
+    return cl.run_subcommand(a.command, commands[a.command])
 
 if __name__ == "__main__":
     sys.exit(main())
