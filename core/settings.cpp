@@ -63,6 +63,9 @@ const std::vector<Setting>& settings() {
        "core/cuda/emu/fiber.cpp"},
       {"CTXLAB_EMU_QUIET", "unset", "1", "emulator: record faults without printing them",
        "core/cuda/emu/runtime.cpp"},
+      {"CTXLAB_EMU_RACECHECK", "0", "0 | 1",
+       "emulator: 1 turns on the race detector (shared/global hazards within a launch; needs the access hooks)",
+       "core/cuda/emu/access.cpp"},
       // Test harness only.
       {"CTXLAB_BACKEND_DIGEST", "unset", "a file path",
        "tests: the backend table appends a hash of every cuda case's output bytes there",
