@@ -15,8 +15,12 @@ usage: bench/gpu_compare.sh [options] [-- args for both benchmarks, e.g. --batch
   --models LIST       comma list of: small, gpt2 (default small,gpt2)
   --precisions LIST   comma list of: fp32, tf32, bf16 (default fp32,bf16). tf32: ctxlab --tf32,
                       PyTorch torch.backends.cuda.matmul.allow_tf32
-  --peer-modes LIST   comma list of: eager, compile (default eager,compile; compile is skipped,
-                      with a line in the table, when the peer's torch has no torch.compile)
+  --peer-modes LIST   comma list of: eager, compile, flex (default eager,compile; compile is
+                      skipped, with a line in the table, when the peer's torch has no
+                      torch.compile; flex = --attention flex --compile: FlexAttention with the
+                      position term as a score_mod, torch >= 2.5)
+  --posencs LIST      comma list of encodings for both programs (default learned): learned, none,
+                      rope, alibi, t5 (the in-kernel biases are what flex compares against)
   --peer P            venv (default: $CTXLAB_TORCH_VENV, else ~/.cache/ctxlab/torch-venv, made by
                       bench/torch_venv.sh), debian (/usr/bin/python3), or a python path
   --attention A       the peer's attention: fast (F.scaled_dot_product_attention, what a GPU
@@ -30,12 +34,12 @@ USAGE
 }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ROUNDS=3 MODELS=small,gpt2 PRECISIONS=fp32,bf16 MODES=eager,compile PEER_ARG=venv ATTENTION=fast
+ROUNDS=3 MODELS=small,gpt2 PRECISIONS=fp32,bf16 MODES=eager,compile POSENCS=learned PEER_ARG=venv ATTENTION=fast
 STEPS=20 WARMUP=3 OUT="" JSONDIR="" CTXLAB="$ROOT/build/ctxlab" DRY=0 EXTRA=()
 die() { echo "gpu_compare.sh: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --rounds|--models|--precisions|--peer-modes|--peer|--attention|--steps|--warmup|--out|--json-dir|--ctxlab)
+    --rounds|--models|--precisions|--peer-modes|--posencs|--peer|--attention|--steps|--warmup|--out|--json-dir|--ctxlab)
       [[ $# -ge 2 ]] || die "$1 needs a value" ;;
   esac
   case "$1" in
@@ -43,6 +47,7 @@ while [[ $# -gt 0 ]]; do
     --models) MODELS="$2"; shift 2 ;;
     --precisions) PRECISIONS="$2"; shift 2 ;;
     --peer-modes) MODES="$2"; shift 2 ;;
+    --posencs) POSENCS="$2"; shift 2 ;;
     --peer) PEER_ARG="$2"; shift 2 ;;
     --attention) ATTENTION="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
@@ -71,11 +76,13 @@ check_list() {  # NAME VALUE ALLOWED...
 }
 check_list --models "$MODELS" small gpt2
 check_list --precisions "$PRECISIONS" fp32 tf32 bf16
-check_list --peer-modes "$MODES" eager compile
+check_list --peer-modes "$MODES" eager compile flex
+check_list --posencs "$POSENCS" learned none rope alibi t5
 IFS=, read -ra MODEL_LIST <<<"$MODELS"
 IFS=, read -ra PREC_LIST <<<"$PRECISIONS"
 IFS=, read -ra MODE_LIST <<<"$MODES"
-if [[ "$MODES" == *compile* && "$WARMUP" -lt 2 ]]; then die "--peer-modes compile needs --warmup 2 or more, got $WARMUP"; fi
+IFS=, read -ra PE_LIST <<<"$POSENCS"
+if [[ "$MODES" =~ compile|flex && "$WARMUP" -lt 2 ]]; then die "--peer-modes compile/flex need --warmup 2 or more, got $WARMUP"; fi
 case "$PEER_ARG" in
   debian) PY=/usr/bin/python3 ;;
   venv) PY="${CTXLAB_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ctxlab/torch-venv}/bin/python" ;;
@@ -95,21 +102,25 @@ model_args() {  # the same model flags for both programs
   esac
 }
 ctx_prec() { case "$1" in fp32) ;; tf32) echo --tf32 ;; bf16) echo --precision bf16 ;; esac; }
+peer_mode() {  # MODE -> the peer's flags
+  case "$1" in eager) echo --attention "$ATTENTION" ;; compile) echo --attention "$ATTENTION" --compile ;;
+               flex) echo --attention flex --compile ;; esac
+}
 
-# The plan, in run order: per (model, precision, peer mode) ROUNDS pairs, ctxlab first.
+# The plan, in run order: per (model, encoding, precision, peer mode) ROUNDS pairs, ctxlab first.
 PLAN=()
-for m in "${MODEL_LIST[@]}"; do for p in "${PREC_LIST[@]}"; do for mode in "${MODE_LIST[@]}"; do
-  PLAN+=("$m $p $mode")
+for m in "${MODEL_LIST[@]}"; do for pe in "${PE_LIST[@]}"; do for p in "${PREC_LIST[@]}"; do
+  for mode in "${MODE_LIST[@]}"; do PLAN+=("$m $pe $p $mode"); done
 done; done; done
 print_plan() {
-  local m p mode r
+  local m pe p mode r
   for cfg in "${PLAN[@]}"; do
-    read -r m p mode <<<"$cfg"
+    read -r m pe p mode <<<"$cfg"
     for ((r = 1; r <= ROUNDS; r++)); do
-      echo "  [$m $p $mode r$r] A: $CTXLAB bench --device cuda $(model_args "$m")$(
+      echo "  [$m $pe $p $mode r$r] A: $CTXLAB bench --device cuda $(model_args "$m") --posenc $pe$(
         [[ $p != fp32 ]] && echo " $(ctx_prec "$p")") --steps $STEPS --warmup $WARMUP${EXTRA[*]:+ ${EXTRA[*]}}"
-      echo "  [$m $p $mode r$r] B: $PY bench/torch_peer.py --device cuda $(model_args "$m") --precision $p --attention $ATTENTION$(
-        [[ $mode == compile ]] && echo " --compile") --steps $STEPS --warmup $WARMUP${EXTRA[*]:+ ${EXTRA[*]}}"
+      echo "  [$m $pe $p $mode r$r] B: $PY bench/torch_peer.py --device cuda $(model_args "$m") --posenc $pe --precision $p $(
+        peer_mode "$mode") --steps $STEPS --warmup $WARMUP${EXTRA[*]:+ ${EXTRA[*]}}"
     done
   done
 }
@@ -146,6 +157,7 @@ GPU_NAME="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 GPU_INFO="$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | head -1)"
 TORCH_VERSION="$("$PY" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')"
 HAS_COMPILE="$("$PY" -c 'import torch; print(int(hasattr(torch, "compile")))')"
+HAS_FLEX="$("$PY" -c 'import importlib.util as u; print(int(u.find_spec("torch.nn.attention.flex_attention") is not None))' 2>/dev/null || echo 0)"
 # Dense tensor / fp32 peaks for MFU, NVIDIA datasheets (TFLOPS without sparsity). Other GPUs: no MFU.
 peak_tflops() {  # PRECISION -> TFLOPS or empty
   local name="$GPU_NAME" p="$1"
@@ -168,14 +180,17 @@ med() { "$HPY" -c 'import statistics,sys; v=[float(x) for x in sys.argv[1:] if x
   echo "GPU: $GPU_INFO. Peer: torch $TORCH_VERSION ($PY), attention $ATTENTION. ctxlab: $CTXLAB ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))."
   echo "Extra args: ${EXTRA[*]:-(none)}. MFU: 6N + 12 L T D FLOP per token against the datasheet dense peak of the precision (fp32: CUDA cores; tf32 / bf16: tensor cores)."
   echo
-  echo "| model | precision | PyTorch mode | ctxlab tok/s | PyTorch tok/s | median ratio ctxlab/PyTorch | ratios per round | ctxlab ms fwd / bwd / opt | PyTorch ms fwd / bwd / opt | MFU ctxlab / PyTorch | PyTorch compile s | GPU MB PyTorch |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| model | posenc | precision | PyTorch mode | ctxlab tok/s | PyTorch tok/s | median ratio ctxlab/PyTorch | ratios per round | ctxlab ms fwd / bwd / opt | PyTorch ms fwd / bwd / opt | MFU ctxlab / PyTorch | PyTorch compile s | GPU MB PyTorch |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$OUT"
 
 for cfg in "${PLAN[@]}"; do
-  read -r m p mode <<<"$cfg"
-  if [[ $mode == compile && $HAS_COMPILE != 1 ]]; then
-    echo "| $m | $p | compile | - | - | - | - | - | - | - | torch $TORCH_VERSION has no torch.compile | - |" >>"$OUT"; continue
+  read -r m pe p mode <<<"$cfg"
+  if [[ $mode != eager && $HAS_COMPILE != 1 ]]; then
+    echo "| $m | $pe | $p | $mode | - | - | - | - | - | - | - | torch $TORCH_VERSION has no torch.compile | - |" >>"$OUT"; continue
+  fi
+  if [[ $mode == flex && $HAS_FLEX != 1 ]]; then
+    echo "| $m | $pe | $p | flex | - | - | - | - | - | - | - | torch $TORCH_VERSION has no FlexAttention | - |" >>"$OUT"; continue
   fi
   peak="$(peak_tflops "$p")"
   PK=(); [[ -n "$peak" ]] && PK=(--peak-gflops "$("$HPY" -c "print($peak * 1000)")")
@@ -183,12 +198,12 @@ for cfg in "${PLAN[@]}"; do
   read -ra CP <<<"$(ctx_prec "$p")"
   TA=() TB=() RATIOS=() A="" B=""
   for ((r = 1; r <= ROUNDS; r++)); do
-    A="$JSONDIR/ctxlab-$m-$p-$mode-r$r.json" B="$JSONDIR/pytorch-$m-$p-$mode-r$r.json"
-    echo "gpu_compare: $m $p $mode round $r/$ROUNDS" >&2
-    "$CTXLAB" bench --device cuda "${MA[@]}" "${CP[@]}" --steps "$STEPS" --warmup "$WARMUP" "${PK[@]}" \
+    A="$JSONDIR/ctxlab-$m-$pe-$p-$mode-r$r.json" B="$JSONDIR/pytorch-$m-$pe-$p-$mode-r$r.json"
+    echo "gpu_compare: $m $pe $p $mode round $r/$ROUNDS" >&2
+    "$CTXLAB" bench --device cuda "${MA[@]}" --posenc "$pe" "${CP[@]}" --steps "$STEPS" --warmup "$WARMUP" "${PK[@]}" \
       "${EXTRA[@]}" --json "$A" >/dev/null 2>"$A.err" || { cat "$A.err" >&2; die "ctxlab bench failed ($m $p round $r)"; }
-    MODEFLAG=(); [[ $mode == compile ]] && MODEFLAG=(--compile)
-    "$PY" "$PEER" --device cuda "${MA[@]}" --precision "$p" --attention "$ATTENTION" "${MODEFLAG[@]}" \
+    read -ra MODEFLAG <<<"$(peer_mode "$mode")"
+    "$PY" "$PEER" --device cuda "${MA[@]}" --posenc "$pe" --precision "$p" "${MODEFLAG[@]}" \
       --steps "$STEPS" --warmup "$WARMUP" "${PK[@]}" "${EXTRA[@]}" --json "$B" >/dev/null 2>"$B.err" ||
       { cat "$B.err" >&2; die "torch_peer.py failed ($m $p $mode round $r)"; }
     ta="$(jget "$A" tokens_per_s)" tb="$(jget "$B" tokens_per_s)"
@@ -197,7 +212,7 @@ for cfg in "${PLAN[@]}"; do
   done
   split() { echo "$(jget "$1" forward_ms) / $(jget "$1" backward_ms) / $(jget "$1" optimizer_ms)"; }
   mfu() { local v; v="$(jget "$1" mfu)"; [[ -n "$v" ]] && "$HPY" -c "print('%.1f%%' % (100 * $v))" || echo -; }
-  echo "| $m | $p | $mode | $(med "${TA[@]}") | $(med "${TB[@]}") | $(med "${RATIOS[@]}") | ${RATIOS[*]} | $(split "$A") | $(split "$B") | $(mfu "$A") / $(mfu "$B") | $(jget "$B" compile_s) | $(jget "$B" cuda_max_allocated_mb) |" >>"$OUT"
+  echo "| $m | $pe | $p | $mode | $(med "${TA[@]}") | $(med "${TB[@]}") | $(med "${RATIOS[@]}") | ${RATIOS[*]} | $(split "$A") | $(split "$B") | $(mfu "$A") / $(mfu "$B") | $(jget "$B" compile_s) | $(jget "$B" cuda_max_allocated_mb) |" >>"$OUT"
 done
 echo >>"$OUT"
 echo "ms splits, compile time and memory are the last round's; tok/s are medians over the rounds." >>"$OUT"

@@ -4,7 +4,7 @@ as ordinary efficient PyTorch nn.Modules, printing one JSON object with the same
 
 The model is MODEL_SPEC §3 (pre-norm GPT, fused qkv Linear, tanh-GELU MLP, tied head, LayerNorm
 with the config's eps) with the encodings of POSENC_SPEC: none, learned, sinusoidal, rope (half
-or interleaved, no scaling), alibi, shaw, xl (no memory), deberta and tupe. Parameter names are
+or interleaved, no scaling), alibi, t5, shaw, xl (no memory), deberta and tupe. Parameter names are
 the spec's (the state_dict can be handed to tests/python/torch_ref.py), the config is validated
 and completed by torch_ref.parse_config, and the init is torch_ref.init_params. Position tables
 (rotary angles, slopes, bucket indices) are computed once at construction, not per forward;
@@ -21,6 +21,8 @@ private 1.13 one, torch.compile (2.x only), fused AdamW (2.x).
 --attention manual: scores = q k^T * scale (+ bias), masked_fill(-inf), softmax, p v.
 --attention fast: the fastest attention the installed torch offers for the encoding (see
 FAST_NOTES below and bench/README.md).
+--attention flex (torch >= 2.5): FlexAttention with the causal mask as a block mask and alibi's
+or t5's bias as a score_mod inside the kernel (the peer of ctxlab's in-kernel position terms).
 --compile: torch.compile(model) (forward and, through AOTAutograd, backward) and the optimizer
 phase (grad clip + AdamW step) as one compiled function; compilation happens in the warm-up
 steps (at least 2 then), whose time is reported as compile_s and never in the timed steps.
@@ -54,7 +56,13 @@ PRESETS = {  # train/io/config.cpp preset_config
 DEFAULT_BATCH = {"tiny": 8, "small": 8, "medium": 4}
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")    # public in 2.x (is_causal, attn_mask, scale)
 HAS_COMPILE = hasattr(torch, "compile")                    # 2.x
-SUPPORTED = ("none", "learned", "sinusoidal", "rope", "alibi", "shaw", "xl", "deberta", "tupe")
+try:  # torch >= 2.5: FlexAttention (score_mod / block masks compiled into one fused kernel)
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    HAS_FLEX = True
+except ImportError:
+    HAS_FLEX = False
+SUPPORTED = ("none", "learned", "sinusoidal", "rope", "alibi", "t5", "shaw", "xl", "deberta", "tupe")
+FLEX_TYPES = ("none", "learned", "sinusoidal", "rope", "alibi", "t5")  # what --attention flex covers
 FLOP_FORMULA = "6*N + 12*n_layers*T*d_model, N = n_layers*(4*d_model^2 + 2*d_model*d_ff) + vocab*d_model"
 
 # What --attention fast does. torch 1.13 has no public F.scaled_dot_product_attention; its private
@@ -78,6 +86,30 @@ FAST_NOTES_SDPA = {
     "plain": "F.scaled_dot_product_attention(q, k, v, is_causal=True) (fused kernel the backend picks)",
     "alibi": "F.scaled_dot_product_attention(q, k, v, attn_mask=alibi table with the causal -inf folded in)",
 }
+# --attention flex (torch >= 2.5): the causal mask as a block mask (fully masked tiles skipped),
+# the position term as a score_mod evaluated inside the fused kernel: alibi -m_h (i - j), t5
+# W[b(i - j), h] read from the learned [num_buckets, H] table (its gradient reduced by the
+# kernel's backward). What FlexAttention's authors propose for biases SDPA cannot take with
+# gradients; compiled (torch.compile(flex_attention)) unless the whole model is.
+FLEX_NOTE = "flex_attention(q, k, v, score_mod=<{t} term>, block_mask=causal), compiled"
+_FLEX_FN = None  # flex_attention, compiled on first use (eager for --check: float64 on the CPU)
+
+
+def flex_causal(q, k, v, score_mod, block_mask, compiled=True):
+    """FlexAttention over [B, H, T, d] with a causal block mask and an optional score_mod."""
+    global _FLEX_FN
+    if not compiled:
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    if _FLEX_FN is None:
+        _FLEX_FN = torch.compile(flex_attention, dynamic=False)
+    return _FLEX_FN(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+
+def prepare_flex(tabs, T, device, compiled=True):
+    """Adds what --attention flex reads to the position tables: the causal block mask for length
+    T on `device` (built once, outside the timed and compiled steps) and whether to compile."""
+    tabs["block_mask"] = create_block_mask(lambda b, h, qi, kj: qi >= kj, None, None, T, T, device=device)
+    tabs["flex_compiled"] = compiled
 
 
 def sdpa_causal(q, k, v, dropout_p=0.0):
@@ -140,6 +172,8 @@ class SharedPE(nn.Module):
             A = cfg["posenc"]["position_buckets"]
             self.rel_embeddings = nn.Embedding(2 * A, D)
             self.rel_norm = nn.LayerNorm(D, eps=cfg["norm_eps"])
+        elif t == "t5":
+            self.rel_bias = nn.Embedding(cfg["posenc"]["num_buckets"], H)   # W [num_buckets, H]
         elif t == "tupe":
             self.pos_emb = nn.Embedding(cfg["context"], D)
             self.pos_norm = nn.LayerNorm(D, eps=cfg["norm_eps"])
@@ -148,13 +182,14 @@ class SharedPE(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg, T, fast):
+    def __init__(self, cfg, T, attention):
         super().__init__()
         D, H = cfg["d_model"], cfg["n_heads"]
         self.D, self.H, self.d = D, H, D // H
         self.type = cfg["posenc"]["type"]
         self.pec = cfg["posenc"]
-        self.fast = fast
+        self.fast = attention != "manual"
+        self.flex = attention == "flex"
         self.drop = cfg["dropout"]  # on the probabilities, as nn/attention.cpp
         self.scale = 1.0 / math.sqrt(self.d)
         self.qkv = nn.Linear(D, 3 * D)
@@ -183,6 +218,9 @@ class Attention(nn.Module):
             cos, sin = tabs["cos"][:T], tabs["sin"][:T]
             q, k = rope_rotate(q, cos, sin, self.pec["pairing"]), rope_rotate(k, cos, sin, self.pec["pairing"])
         pdrop = self.drop if self.training else 0.0
+        if self.flex:
+            o = flex_causal(q, k, v, self.score_mod(tabs, shared), tabs["block_mask"], tabs["flex_compiled"])
+            return self.proj(o.transpose(1, 2).reshape(B, T, D))
         if self.fast and t in ("none", "learned", "sinusoidal", "rope"):
             o = sdpa_causal(q, k, v, pdrop)
             return self.proj(o.transpose(1, 2).reshape(B, T, D))
@@ -194,6 +232,8 @@ class Attention(nn.Module):
             s = self.scores(q, k, mask)
         elif t == "alibi":
             s = self.scores(q, k, tabs["alibi"][:, :T, :T])               # mask folded in
+        elif t == "t5":
+            s = self.scores(q, k, shared)                                  # [H, T, T], mask folded in
         elif t == "tupe":
             s = self.scores(q, k, shared)                                  # [H, T, T], mask folded in
         elif t == "shaw":
@@ -230,6 +270,16 @@ class Attention(nn.Module):
             o = o + torch.matmul(pb, self.pe.rel_v)
         return self.proj(o.transpose(1, 2).reshape(B, T, D))
 
+    def score_mod(self, tabs, shared):
+        """The position term as FlexAttention's score_mod (None: plain causal attention)."""
+        if self.type == "alibi":
+            slopes = tabs["slopes"]                                        # [H]
+            return lambda score, b, h, qi, kj: score - slopes[h] * (qi - kj)
+        if self.type == "t5":
+            bucket, W = tabs["t5_bucket"], shared                          # [T] of delta, [nb, H]
+            return lambda score, b, h, qi, kj: score + W[bucket[(qi - kj).clamp(min=0)], h]
+        return None
+
     def scores(self, q, k, bias):
         """scale * q k^T + bias (bias [.., T, T] holds the causal -inf mask)."""
         if self.fast:
@@ -258,11 +308,11 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg, T, fast):
+    def __init__(self, cfg, T, attention):
         super().__init__()
         D, eps = cfg["d_model"], cfg["norm_eps"]
         self.norm1 = nn.LayerNorm(D, eps=eps)
-        self.attn = Attention(cfg, T, fast)
+        self.attn = Attention(cfg, T, attention)
         self.norm2 = nn.LayerNorm(D, eps=eps)
         self.mlp = MLP(D, cfg["d_ff"])
         self.drop = cfg["dropout"]  # on both residual branches, as nn/gpt.cpp
@@ -278,7 +328,7 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """MODEL_SPEC §3 with parameter names of §4 (tied head)."""
 
-    def __init__(self, cfg, T, fast=False):
+    def __init__(self, cfg, T, attention="manual"):
         super().__init__()
         self.cfg = cfg
         V, D, H = cfg["vocab_size"], cfg["d_model"], cfg["n_heads"]
@@ -287,9 +337,12 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(V, D)
         if t == "learned":
             self.wpe = nn.Embedding(cfg["context"], D)
-        if t in ("xl", "deberta", "tupe"):
+        if t in ("xl", "deberta", "tupe", "t5"):
             self.pe = SharedPE(cfg)
-        self.blocks = nn.ModuleList([Block(cfg, T, fast) for _ in range(cfg["n_layers"])])
+        if attention == "flex" and t not in FLEX_TYPES:
+            raise ValueError(f"--attention flex: posenc {t} is not a score_mod here (flex covers {', '.join(FLEX_TYPES)})")
+        self.flex = attention == "flex"
+        self.blocks = nn.ModuleList([Block(cfg, T, attention) for _ in range(cfg["n_layers"])])
         self.norm_f = nn.LayerNorm(D, eps=cfg["norm_eps"])
         if not cfg["tie_embeddings"]:
             self.lm_head = nn.Linear(D, V, bias=False)
@@ -316,6 +369,11 @@ class GPT(nn.Module):
         elif t == "alibi":
             m = torch.as_tensor(torch_ref.alibi_slopes(H)).double()
             tabs["alibi"] = (-m[:, None, None] * delta.double()).to(dtype) + mask
+            tabs["slopes"] = m.to(dtype)
+        elif t == "t5":
+            tabs["delta_c"] = delta
+            tabs["t5_bucket"] = torch.tensor([torch_ref.t5_bucket(n, pe["num_buckets"], pe["max_distance"])
+                                              for n in range(T)])
         elif t == "shaw":
             K = pe["max_relative_position"]
             tabs["shaw_idx"] = (pos[None, :] - pos[:, None]).clamp(-K, K) + K
@@ -348,6 +406,9 @@ class GPT(nn.Module):
             shared = {"u": self.pe.r_w_bias[None, :, None, :], "v": self.pe.r_r_bias[None, :, None, :]}
         elif t == "deberta":
             shared = self.pe.rel_norm(self.pe.rel_embeddings.weight)
+        elif t == "t5":
+            W = self.pe.rel_bias.weight                                                  # [nb, H]
+            shared = W if self.flex else W[tabs["t5_bucket"][tabs["delta_c"][:T, :T]]].permute(2, 0, 1) + tabs["mask"][:T, :T]
         elif t == "tupe":
             if T > self.cfg["context"]:
                 raise ValueError(f"tupe: sequence length {T} exceeds context {self.cfg['context']}")
@@ -385,15 +446,17 @@ def matmul_params(cfg):
 # ------------------------------------------------------------------------------------------
 # --check: loss and gradients against torch_ref (float64)
 # ------------------------------------------------------------------------------------------
-def check(cfg, T, fast, seed):
+def check(cfg, T, attention, seed):
     params = torch_ref.init_params(cfg, seed, torch.float64)
     # the zero-initialised tables and biases would hide mistakes: perturb every parameter
     g = torch.Generator().manual_seed(seed + 1)
     params = {n: p + 0.05 * torch.randn(p.shape, generator=g, dtype=torch.float64) for n, p in params.items()}
     tokens = torch.randint(0, cfg["vocab_size"], (2, T + 1), generator=g)
     ref_loss, ref_grads = torch_ref.loss_and_grads(cfg, params, tokens.numpy())
-    model = GPT(cfg, T, fast).double()
+    model = GPT(cfg, T, attention).double()
     model.tabs = GPT.make_tables(cfg, T, torch.float64)
+    if attention == "flex":
+        prepare_flex(model.tabs, T, "cpu", compiled=False)
     model.load_state_dict(params)
     loss = model(tokens[:, :-1], tokens[:, 1:])
     loss.backward()
@@ -405,7 +468,7 @@ def check(cfg, T, fast, seed):
         worst = max(worst, err)
     lerr = abs(loss.item() - ref_loss) / abs(ref_loss)
     ok = lerr < 1e-9 and worst < 1e-7
-    print(f"check {cfg['posenc']['type']} attention={'fast' if fast else 'manual'}: loss rel err {lerr:.2e}, "
+    print(f"check {cfg['posenc']['type']} attention={attention}: loss rel err {lerr:.2e}, "
           f"worst grad rel err {worst:.2e} -> {'OK' if ok else 'MISMATCH'}", file=sys.stderr)
     return ok
 
@@ -430,7 +493,9 @@ def main():
     ap.add_argument("--batch", type=int, help="sequences per step (default: small 8, medium 4, tiny 8)")
     ap.add_argument("--context", type=int, help="sequence length (default: the config's context)")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
-    ap.add_argument("--attention", choices=("manual", "fast"), default="manual")
+    ap.add_argument("--attention", choices=("manual", "fast", "flex"), default="manual",
+                    help="manual (default) | fast (SDPA where the encoding allows) | flex "
+                         "(FlexAttention, torch >= 2.5: none/learned/sinusoidal/rope/alibi/t5)")
     ap.add_argument("--foreach", choices=("on", "off"), default="on",
                     help="AdamW foreach (multi-tensor) implementation (default on; see --fused-adamw)")
     ap.add_argument("--fused-adamw", action="store_true",
@@ -478,6 +543,10 @@ def main():
                              f"(build CUDA {torch.version.cuda})")
         if a.precision == "tf32" and a.device != "cuda":
             raise ValueError("--precision tf32 is a CUDA mode (tensor cores); use it with --device cuda")
+        if a.attention == "flex" and not HAS_FLEX:
+            raise ValueError(f"--attention flex needs torch >= 2.5 (FlexAttention); this is torch {torch.__version__}")
+        if a.attention == "flex" and cfg["posenc"]["type"] not in FLEX_TYPES:
+            raise ValueError(f"--attention flex: posenc {cfg['posenc']['type']} is not covered (flex: {', '.join(FLEX_TYPES)})")
         if a.check and (a.device != "cpu" or a.compile or a.precision != "fp32"):
             raise ValueError("--check runs on the CPU in float64: drop --device, --compile and --precision")
     except (ValueError, torch_ref.ConfigError, torch_ref.LengthError) as e:
@@ -487,16 +556,18 @@ def main():
     if a.device == "cuda":  # exact fp32 unless asked (PyTorch's default for matmuls, made explicit)
         torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
         torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
-    fast = a.attention == "fast"
+    fast = a.attention != "manual"
     if a.check:
-        return 0 if check(cfg, min(T, 24), fast, a.seed) else 1
+        return 0 if check(cfg, min(T, 24), a.attention, a.seed) else 1
 
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)
-    model = GPT(cfg, T, fast)
+    model = GPT(cfg, T, a.attention)
     model.load_state_dict(torch_ref.init_params(cfg, a.seed, torch.float32))
     model.to(dev)
     model.tabs = {k: v.to(dev) for k, v in model.tabs.items()}
+    if a.attention == "flex":
+        prepare_flex(model.tabs, T, dev)
     model.train()
     named = list(model.named_parameters())
     params = [p for _, p in named]
@@ -568,12 +639,14 @@ def main():
     achieved = flop_per_token * tok_s / 1e9
     mfu = achieved / a.peak_gflops if a.peak_gflops else None
     t = cfg["posenc"]["type"]
-    if not fast:
+    if a.attention == "flex":
+        att_impl = FLEX_NOTE.format(t=t)
+    elif not fast:
         att_impl = "matmul q k^T * scale (+ bias), add -inf mask, softmax, matmul p v"
     elif HAS_SDPA and t in ("none", "learned", "sinusoidal", "rope", "alibi"):
         att_impl = FAST_NOTES_SDPA["alibi" if t == "alibi" else "plain"]
     else:
-        att_impl = FAST_NOTES["bias" if t in ("alibi", "tupe") else "content" if t in ("shaw", "xl", "deberta") else "plain"]
+        att_impl = FAST_NOTES["bias" if t in ("alibi", "tupe", "t5") else "content" if t in ("shaw", "xl", "deberta") else "plain"]
     out = {
         "framework": "pytorch",
         "preset": a.config if a.config else a.preset,

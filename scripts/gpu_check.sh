@@ -1,19 +1,34 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh — on a machine with an NVIDIA GPU, the checks that skip without one
-# (docs/cuda.md, "On a machine with a GPU") and the first timings, each section under its own
-# time limit, everything logged to OUTDIR/log.txt (so a run cut short still says how far it got).
+# (docs/cuda.md, "On a machine with a GPU") and the timings against PyTorch, each section under its
+# own time limit and all of them under one budget, everything logged to OUTDIR/log.txt (so a run
+# cut short still says how far it got), the summary written to OUTDIR/gpu-<device>-<date>.md
+# (copy it to docs/results/ to keep it).
 #
-#   scripts/gpu_check.sh OUTDIR [SECTION ...]      (default sections: env tests bench)
+#   scripts/gpu_check.sh OUTDIR [SECTION ...]      (default: the protocol, below)
+#
+# The protocol (issue 33; what a session lent a GPU runs first, as a baseline, and again after its
+# change): env tests sanitizer compare-core compare-bias, then report, within GPU_CHECK_BUDGET_S
+# seconds (default 450: the device tool's 8-minute protocol with room to start): every step's
+# limit is cut to what is left of the budget, and a section that cannot start any more is listed
+# as "not run (budget)" in the report. Binaries are built here and carried (docs/cuda.md).
 #
 # Sections:
 #   env        the device, driver, CUDA, CPU and the peer's torch
 #   tests      every CUDA test of ctest (the backend table, the model and trainer checks, the CLI
 #              comparisons with the CPU, bf16/tf32), on the real GPU; none may skip
-#   sanitizer  compute-sanitizer memcheck over the model check (rope) and the trainer step
+#   sanitizer  compute-sanitizer memcheck over the model check (rope) and the trainer step; racecheck
+#              and synccheck over the attention kernels (the backend table's cuda cases, the
+#              model's attention paths)
 #   bench      `ctxlab bench --device cuda`: small fp32 / tf32 / bf16, GPT-2 small fp32 / bf16; MFU
 #              against the H100/H200 SXM datasheet peaks (fp32 66.9, tf32 494.7, bf16 989.4 TFLOP/s);
 #              GPT-2 bf16 with CTXLAB_FUSED_CAUSAL_SOFTMAX=0 vs 1 (bench/ab_steps.sh, 2 pairs)
 #   compare    bench/gpu_compare.sh against the machine's PyTorch (eager), 2 rounds
+#   compare-core  GPT-2 small bf16 and fp32 (learned) against PyTorch eager and torch.compile
+#              (SDPA flash attention), A B A B, 2 rounds
+#   compare-bias  GPT-2 small bf16 with ALiBi and T5 buckets against PyTorch FlexAttention
+#              compiled (the bias as a score_mod), 2 rounds
+#   report     OUTDIR/gpu-<device>-<date>.md: device, versions, each section's outcome, the tables
 #   cpu-bf16   issue 17 on this host's CPU when it has avx512_bf16: ctxlab fp32 vs bf16 and the
 #              peer's bf16 autocast, pinned to 2 cores (skipped, with the reason, without it)
 #
@@ -25,18 +40,37 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-[[ $# -ge 1 ]] || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 OUTDIR="$1"; shift
-SECTIONS=("$@"); [[ ${#SECTIONS[@]} -gt 0 ]] || SECTIONS=(env tests bench)
+SECTIONS=("$@"); [[ ${#SECTIONS[@]} -gt 0 ]] || SECTIONS=(env tests sanitizer compare-core compare-bias report)
+BUDGET_S="${GPU_CHECK_BUDGET_S:-100000}"
+[[ $# -gt 0 ]] || BUDGET_S="${GPU_CHECK_BUDGET_S:-450}"
+[[ "$BUDGET_S" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check.sh: GPU_CHECK_BUDGET_S must be a positive integer, got '$BUDGET_S'" >&2; exit 2; }
+START_S=$SECONDS
 BUILD="${BUILD:-build}"
 PYTHON="${PYTHON:-$(command -v python3)}"
 mkdir -p "$OUTDIR"
+OUTDIR="$(cd "$OUTDIR" && pwd)"
 LOG="$OUTDIR/log.txt"
+# A build carried by scripts/gpu_pack.sh brings its libraries in BUILD/carried-lib: ctxlab loads
+# them; the peer's Python runs with the machine's own library path (PEER_PY), so torch keeps its.
+PEER_PY="$PYTHON"
+if [[ -d "$BUILD/carried-lib" ]]; then
+  PEER_PY="$OUTDIR/peer-python"
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "${LD_LIBRARY_PATH:-}" "$PYTHON" >"$PEER_PY"
+  chmod +x "$PEER_PY"
+  export LD_LIBRARY_PATH="$(cd "$BUILD/carried-lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 FAILED=0
 say() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
-# run LIMIT_S CMD...: one step under `timeout`, output into the log; returns the command's status
+left_s() { echo $((BUDGET_S - (SECONDS - START_S))); }
+# run LIMIT_S CMD...: one step under `timeout` (cut to what is left of the budget), output into
+# the log; returns the command's status (124: timed out)
 run() {
-  local limit="$1"; shift
+  local limit="$1" left; shift
+  left=$(left_s)
+  [[ $left -lt $limit ]] && limit=$left
+  [[ $limit -ge 5 ]] || { say "not run (budget): $*"; return 124; }
   say "\$ $*"
   timeout --kill-after=10 "$limit" "$@" >>"$LOG" 2>&1
   local rc=$?
@@ -53,7 +87,7 @@ section_env() {
   run 10 lscpu
   say "cpu flags of note: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   command -v nvcc >/dev/null && run 10 nvcc --version
-  run 60 "$PYTHON" -c 'import torch, numpy; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0), "numpy", numpy.__version__)'
+  run 60 "$PEER_PY" -c 'import torch, numpy; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0), "numpy", numpy.__version__)'
   run 10 ldd "$BUILD/libctxlab_cuda.so"
 }
 
@@ -70,10 +104,17 @@ section_tests() {
   run 10 "$PYTHON" .ci/check_skips.py "$BUILD" --no-skips
 }
 
+ATTENTION_TESTS='Devices/BackendOps.EveryMethodAgainstTheReference/cuda:CudaModelAttention.*'
 section_sanitizer() {
   command -v compute-sanitizer >/dev/null || { say "no compute-sanitizer on PATH"; return 1; }
-  run 180 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/ctxlab_tests" \
-    --gtest_filter='Encodings/CudaModel.TrainingStepsMatchTheCpu/rope:CudaTrainStep.*'
+  local rc=0 tool
+  run 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/ctxlab_tests" \
+    --gtest_filter='Encodings/CudaModel.TrainingStepsMatchTheCpu/rope:CudaTrainStep.*' || rc=1
+  for tool in racecheck synccheck; do  # shared-memory hazards, barrier misuse: the attention kernels
+    run 90 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/ctxlab_tests" \
+      --gtest_filter="$ATTENTION_TESTS" || rc=1
+  done
+  return $rc
 }
 
 section_bench() {
@@ -92,8 +133,44 @@ section_bench() {
 }
 
 section_compare() {
-  run 480 bench/gpu_compare.sh --peer "$PYTHON" --ctxlab "$BUILD/ctxlab" --rounds 2 --peer-modes eager \
+  run 480 bench/gpu_compare.sh --peer "$PEER_PY" --ctxlab "$BUILD/ctxlab" --rounds 2 --peer-modes eager \
     --models small,gpt2 --precisions fp32,bf16 --steps 10 --out "$OUTDIR/gpu_compare.md"
+}
+
+compare() {  # NAME ARGS...: bench/gpu_compare.sh into OUTDIR/NAME.md, 2 rounds
+  local name="$1"; shift
+  run 400 bench/gpu_compare.sh --peer "$PEER_PY" --ctxlab "$BUILD/ctxlab" --rounds 2 --steps 10 \
+    --out "$OUTDIR/$name.md" "$@"
+}
+section_compare-core() { compare compare-core --models gpt2 --precisions bf16,fp32 --peer-modes eager,compile; }
+section_compare-bias() { compare compare-bias --models gpt2 --posencs alibi,t5 --precisions bf16 --peer-modes flex; }
+
+section_report() {  # the summary of this run, from the log and the tables
+  local dev day f
+  dev="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')"
+  day="$(date -u +%Y-%m-%d)"
+  f="$OUTDIR/gpu-${dev:-unknown}-$day.md"
+  {
+    echo "# GPU protocol on ${dev:-an unknown device}, $day (scripts/gpu_check.sh)"
+    echo
+    echo "ctxlab $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); budget ${BUDGET_S} s, used $((SECONDS - START_S)) s."
+    echo "Device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)."
+    echo "Peer: $("$PEER_PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo 'no torch')."
+    echo
+    echo "## Sections"
+    echo
+    grep -E '^== [0-9:]+ (section |not run|TIMED OUT|done:)' "$LOG" | sed 's/^== [0-9:]* /- /'
+    echo
+    echo "## Tests and sanitizers (from the log)"
+    echo
+    echo '```'
+    grep -E 'tests passed|tests failed|ERROR SUMMARY|RACECHECK SUMMARY|Skipped|skip' "$LOG" | head -40
+    echo '```'
+    for t in compare-core compare-bias; do
+      [[ -f "$OUTDIR/$t.md" ]] && { echo; echo "## $t"; echo; sed '1d' "$OUTDIR/$t.md"; }
+    done
+  } >"$f"
+  say "report: $f"
 }
 
 section_cpu-bf16() {
@@ -106,12 +183,13 @@ section_cpu-bf16() {
   peak=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["peak_gflops"])' "$OUTDIR/peak-bf16.json") || return 1
   run 200 $pin bench/ab_steps.sh 2 "$b bench --preset small --steps 8 --peak-gflops $peak" \
     "$b bench --preset small --steps 8 --precision bf16 --peak-gflops $peak" || return 1
-  run 200 $pin bench/compare.sh --peer "$PYTHON" --ctxlab "$b" --precision bf16 --preset small --rounds 2 \
+  run 200 $pin bench/compare.sh --peer "$PEER_PY" --ctxlab "$b" --precision bf16 --preset small --rounds 2 \
     --peer-mode eager --attention fast --peak-gflops "$peak"
 }
 
 for s in "${SECTIONS[@]}"; do
   if ! declare -F "section_$s" >/dev/null; then say "unknown section '$s'"; FAILED=$((FAILED + 1)); continue; fi
+  if [[ $s != report && $(left_s) -lt 20 ]]; then say "not run (budget): section $s"; FAILED=$((FAILED + 1)); continue; fi
   say "section $s"
   "section_$s" || { FAILED=$((FAILED + 1)); say "section $s FAILED"; }
 done
