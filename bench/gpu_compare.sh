@@ -82,7 +82,7 @@ IFS=, read -ra MODEL_LIST <<<"$MODELS"
 IFS=, read -ra PREC_LIST <<<"$PRECISIONS"
 IFS=, read -ra MODE_LIST <<<"$MODES"
 IFS=, read -ra PE_LIST <<<"$POSENCS"
-if [[ "$MODES" =~ compile|flex && "$WARMUP" -lt 2 ]]; then die "--peer-modes compile/flex need --warmup 2 or more, got $WARMUP"; fi
+if [[ "$MODES" =~ compile|flex && "$WARMUP" -lt 2 ]]; then die "--peer-modes compile needs --warmup 2 or more (flex too), got $WARMUP"; fi
 case "$PEER_ARG" in
   debian) PY=/usr/bin/python3 ;;
   venv) PY="${CTXLAB_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ctxlab/torch-venv}/bin/python" ;;
@@ -157,7 +157,7 @@ GPU_NAME="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 GPU_INFO="$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | head -1)"
 TORCH_VERSION="$("$PY" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')"
 HAS_COMPILE="$("$PY" -c 'import torch; print(int(hasattr(torch, "compile")))')"
-HAS_FLEX="$("$PY" -c 'import importlib.util as u; print(int(u.find_spec("torch.nn.attention.flex_attention") is not None))' 2>/dev/null || echo 0)"
+HAS_FLEX="$("$PY" -c $'try:\n import torch.nn.attention.flex_attention\n print(1)\nexcept ImportError:\n print(0)' 2>/dev/null || echo 0)"
 # Dense tensor / fp32 peaks for MFU, NVIDIA datasheets (TFLOPS without sparsity). Other GPUs: no MFU.
 peak_tflops() {  # PRECISION -> TFLOPS or empty
   local name="$GPU_NAME" p="$1"

@@ -126,6 +126,30 @@ try:
           and "--device cuda --config" in runs[-1] and runs[-1].endswith("--warmup 3") and "--compile" in runs[-1]
           and "--precision bf16" in runs[-2], "gpu_compare.sh --dry-run: A B alternate, the last pair is gpt2 bf16 compiled")
     check(not os.path.exists(os.path.join(tmp, "t.md")), "gpu_compare.sh --dry-run writes no table")
+    rc, out, err = run([G, "--dry-run", "--rounds", "2", "--peer", "/usr/bin/python3", "--posencs", "alibi,t5",
+                        "--peer-modes", "flex", "--precisions", "bf16"], env={"PATH": empty_smi + os.pathsep + os.environ["PATH"]})
+    runs = [l for l in out.splitlines() if l.startswith("  [")]
+    check(rc == 0 and len(runs) == 2 * 2 * 2 * 2 and all("--posenc " in l for l in runs)
+          and all("--attention flex --compile" in l for l in runs[1::2]) and "--posenc t5" in runs[-1],
+          f"gpu_compare.sh --posencs alibi,t5 --peer-modes flex: 16 runs, both programs given the encoding, the peer "
+          f"FlexAttention compiled ({rc}: {len(runs)} runs, {err.strip()[-120:]})")
+    rc, out, err = run([G, "--posencs", "alibi,fire"])
+    check(rc == 2 and "--posencs: unknown 'fire'" in err, f"gpu_compare.sh --posencs alibi,fire: refused naming it ({rc}: {err.strip()})")
+
+    # ------------------------------------------------------------ gpu_check.sh / gpu_pack.sh (no GPU needed)
+    GC, GP = os.path.join(ROOT, "scripts", "gpu_check.sh"), os.path.join(ROOT, "scripts", "gpu_pack.sh")
+    rc, out, err = run([GC])
+    check(rc == 2 and "compare-bias" in out and "report" in out, f"gpu_check.sh without OUTDIR: the usage, exit 2 ({rc})")
+    gcout = os.path.join(tmp, "gc")
+    rc, out, err = run([GC, gcout, "env", "tests", "report"], env={"GPU_CHECK_BUDGET_S": "15"})
+    rep = [f for f in os.listdir(gcout) if f.startswith("gpu-") and f.endswith(".md")] if os.path.isdir(gcout) else []
+    text = open(os.path.join(gcout, rep[0])).read() if rep else ""
+    check(rc == 2 and "not run (budget): section env" in out and "not run (budget): section tests" in out
+          and "not run (budget)" in text, f"gpu_check.sh in a 15 s budget: env and tests not run, counted as failed (exit 2), "
+          f"the report says so ({rc}: {out.strip()[-200:]})")
+    rc, out, err = run([GP, tmp, os.path.join(tmp, "x.tar.xz")])
+    check(rc == 2 and "has no libctxlab_cuda.so" in err and not os.path.exists(os.path.join(tmp, "x.tar.xz")),
+          f"gpu_pack.sh on a directory without the CUDA module: refused, nothing written ({rc}: {err.strip()})")
 
     # ------------------------------------------------------------ compare.sh (refusals first)
     C = os.path.join(ROOT, "bench", "compare.sh")
@@ -173,6 +197,19 @@ try:
     check(rc3 == 0 and rc2 == 0 and j3.get("params") == j2.get("params") and j3.get("final_loss") != j2.get("final_loss"),
           f"torch_peer --config with dropout 0.3: runs, another loss than without ({j3.get('final_loss')} vs "
           f"{j2.get('final_loss')}; {rc3}: {err3.strip()[-160:]})")
+    # t5 in the peer: loss and every gradient against torch_ref in float64
+    rc, out, err = run(P + ["--preset", "tiny", "--posenc", "t5", "--check"])
+    check(rc == 0 and "check t5 attention=manual" in err and "-> OK" in err, f"torch_peer --posenc t5 --check ({rc}: {err.strip()[-160:]})")
+    try:
+        import torch.nn.attention.flex_attention  # noqa: F401
+        has_flex = True
+    except ImportError:
+        has_flex = False
+    if not has_flex:  # Debian's torch 1.13 (FlexAttention itself runs on a GPU: scripts/gpu_check.sh)
+        rc, out, err = run(P + base + ["--posenc", "alibi", "--attention", "flex"])
+        check(rc == 1 and "--attention flex needs torch >= 2.5" in err, f"torch_peer --attention flex on torch {torch.__version__}: refused ({rc}: {err.strip()[-120:]})")
+    rc, out, err = run(P + base + ["--posenc", "shaw", "--attention", "flex"])
+    check(rc == 1 and ("is not covered" in err or "needs torch >= 2.5" in err), f"torch_peer --posenc shaw --attention flex: refused ({rc}: {err.strip()[-120:]})")
     for args, msg in ((["--precision", "tf32"], "--precision tf32 is a CUDA mode"),
                       (["--config", os.path.join(tmp, "missing.json")], "missing.json"),
                       (["--compile"] if not hasattr(torch, "compile") else ["--compile", "--warmup", "1"],
