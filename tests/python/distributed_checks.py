@@ -300,6 +300,12 @@ def stopped_rank():
     """SIGSTOP of rank 1 (alive but silent: mpirun never notices, as a partition): rank 0 gives up
     after --dist-timeout seconds in its collective, names it, the rank count and the timeout, and
     the whole job ends non-zero within the timeout + slack."""
+    for bad in ("0", "-1", "2x", "nan", ""):
+        d = fresh("stopped_bad")
+        q = run(single(TINY + ["--steps", 1, "--dist-timeout", bad, "--out", d]))
+        check(f"stopped: --dist-timeout {bad!r} is refused in one line before any work",
+              q.returncode != 0 and "--dist-timeout" in q.stderr and "expected a positive number of seconds" in q.stderr
+              and not os.path.exists(d), q.stderr[-300:])
     timeout = 3
     p, ranks = start_and_find_ranks(fresh("stopped"), ["--dist-timeout", timeout])
     if not check(f"stopped: found both ranks ({ranks})", p.poll() is None and len(ranks) == 2):
@@ -310,7 +316,8 @@ def stopped_rank():
     try:
         out, err = p.communicate(timeout=timeout + 30)
     except subprocess.TimeoutExpired:
-        os.kill(ranks[1], signal.SIGKILL)
+        for pid in ranks.values():
+            os.kill(pid, signal.SIGKILL)
         p.kill()
         p.communicate()
         return check(f"stopped: mpirun ends within {timeout + 30} s", False, "hung")

@@ -145,19 +145,19 @@ void GradTree::finish_local() {
   for (Partial& p : stack_) spare_.push_back(std::move(p.grads));
 }
 
-// Every rank's nodes, gathered as host rows of [the parameters' gradients, one defined flag per
-// parameter]; the same plan on every rank; the root into the parameters' gradients.
-void GradTree::finish_across_ranks() {
-  const int ranks = dist::size();
-  std::vector<TreeNode> mine;
-  for (const Partial& p : stack_) mine.push_back(p.node);
-  CTX_CHECK(mine == rank_nodes(batch_, accum_, dist::rank(), ranks),
-            "GradTree: this rank's leaves were not pushed once each, in order");
+// Across ranks each node travels as one host row: the parameters' gradients, then one flag per
+// parameter (1: it has a gradient).
+int64_t GradTree::row_floats() const {
   int64_t row = (int64_t)params_.size();
-  for (auto& [name, p] : params_) row += p.data().numel();
-  std::vector<float> send((size_t)(row * (int64_t)stack_.size()), 0.0f);
+  for (const auto& [name, p] : params_) row += p.data().numel();
+  return row;
+}
+
+std::vector<float> GradTree::pack_nodes() const {
+  const int64_t row = row_floats();
+  std::vector<float> out((size_t)(row * (int64_t)stack_.size()), 0.0f);
   for (size_t k = 0; k < stack_.size(); ++k) {
-    float* r = send.data() + (int64_t)k * row;
+    float* r = out.data() + (int64_t)k * row;
     float* flags = r + row - (int64_t)params_.size();
     for (size_t i = 0; i < params_.size(); ++i) {
       const Tensor& g = stack_[k].grads[i];
@@ -171,6 +171,33 @@ void GradTree::finish_across_ranks() {
       r += n;
     }
   }
+  return out;
+}
+
+void GradTree::unpack_root(const float* r) {
+  const float* flags = r + row_floats() - (int64_t)params_.size();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Variable& p = params_[i].second;
+    const int64_t n = p.data().numel();
+    if (flags[i] > 0) {
+      Tensor h = Tensor::empty(p.data().shape(), DType::F32, Device::CPU);
+      std::memcpy(h.host<float>(), r, (size_t)n * sizeof(float));
+      accumulate_grad(*p.impl(), p.data().device() == Device::CPU ? h : h.to(p.data().device()));
+    }
+    r += n;
+  }
+}
+
+// Every rank's nodes gathered (rank after rank), the same plan on every rank, the root into the
+// parameters' gradients.
+void GradTree::finish_across_ranks() {
+  const int ranks = dist::size();
+  std::vector<TreeNode> mine;
+  for (const Partial& p : stack_) mine.push_back(p.node);
+  CTX_CHECK(mine == rank_nodes(batch_, accum_, dist::rank(), ranks),
+            "GradTree: this rank's leaves were not pushed once each, in order");
+  const int64_t row = row_floats();
+  const std::vector<float> send = pack_nodes();
   for (Partial& p : stack_) spare_.push_back(std::move(p.grads));
   std::vector<TreeNode> nodes;
   std::vector<int64_t> counts;  // floats from each rank
@@ -186,18 +213,7 @@ void GradTree::finish_across_ranks() {
     const float* b = all.data() + (int64_t)j * row;
     for (int64_t e = 0; e < row; ++e) a[e] = a[e] + b[e];  // the flags: > 0 where any node has a gradient
   }
-  const float* r = all.data() + (int64_t)root * row;
-  const float* flags = r + row - (int64_t)params_.size();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Variable& p = params_[i].second;
-    const int64_t n = p.data().numel();
-    if (flags[i] > 0) {
-      Tensor h = Tensor::empty(p.data().shape(), DType::F32, Device::CPU);
-      std::memcpy(h.host<float>(), r, (size_t)n * sizeof(float));
-      accumulate_grad(*p.impl(), p.data().device() == Device::CPU ? h : h.to(p.data().device()));
-    }
-    r += n;
-  }
+  unpack_root(all.data() + (int64_t)root * row);
 }
 
 }  // namespace ctx

@@ -59,6 +59,9 @@ class GradTree {
   };
   void finish_local();
   void finish_across_ranks();
+  int64_t row_floats() const;
+  std::vector<float> pack_nodes() const;
+  void unpack_root(const float* row);
   nn::NamedParams params_;
   int64_t batch_ = 0, accum_ = 0;  // across ranks when batch_ > 0
   std::vector<Partial> stack_;
