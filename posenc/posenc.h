@@ -153,9 +153,14 @@ class PositionalEncoding {
 };
 
 // Builds the encoding named by config.posenc["type"], validating its parameters (unknown key or
-// bad value: an error naming the key and the expected value). `source` starts the messages.
+// bad value: an error naming the key and the expected value; a factory that returns nullptr: an
+// error naming the type and its plugin). `source` starts the messages.
 std::unique_ptr<PositionalEncoding> make_posenc(const ModelConfig& cfg, const std::string& source);
 std::vector<std::string> posenc_types();
+// Builds each of `types` once on `cfg` with its default parameters: a factory that returns
+// nullptr is an error (naming the type and the plugin it came from); one that throws (it needs
+// parameters) is left to make_posenc when a model names it. The plugin loader runs it.
+void posenc_probe(const std::vector<std::string>& types, const ModelConfig& cfg, const std::string& source);
 
 // Registration (each encoding file registers itself with a static PosencRegistrar; so does a
 // user's file linked into a program or a --plugin library: docs/extending.md). A name that is

@@ -1,5 +1,7 @@
 // posenc/registry.cpp — the encoding registry by name, parameter parsing helpers, and the
 // default logits hook shared by every encoding that does not own its scores.
+#include <dlfcn.h>
+
 #include <cmath>
 #include <map>
 
@@ -36,6 +38,34 @@ std::vector<std::string> posenc_types() {
   return v;
 }
 
+// The shared object a factory lives in when it is not the one that holds the built-ins (a
+// --plugin library), else "".
+static std::string factory_library(PosencFactory f) {
+  Dl_info self{}, info{};
+  if (!dladdr(reinterpret_cast<void*>(&posenc_types), &self) || !dladdr(reinterpret_cast<void*>(f), &info) ||
+      !info.dli_fname || (self.dli_fname && std::string(self.dli_fname) == info.dli_fname))
+    return "";
+  return info.dli_fname;
+}
+
+// "SOURCE: the factory of posenc type 'T' (from the plugin LIB) returned no encoding ..."; the
+// plugin is named unless `source` names it already.
+static std::string null_factory_message(const std::string& type, PosencFactory f, const std::string& source) {
+  const std::string lib = factory_library(f);
+  const bool named = lib.empty() || source.find(lib) != std::string::npos;
+  return str(source, ": the factory of posenc type '", type, "'", named ? "" : " (from the plugin " + lib + ")",
+             " returned no encoding (nullptr); it must return a PositionalEncoding or throw ctx::Error");
+}
+
+// Runs a factory; a nullptr result is an error naming the type and its plugin, never a model
+// without an encoding (a crash at its first use).
+static std::unique_ptr<PositionalEncoding> build(const std::string& type, PosencFactory f, const ModelConfig& cfg,
+                                                 const nlohmann::json& p, const std::string& source) {
+  std::unique_ptr<PositionalEncoding> pe = f(cfg, p, source);
+  if (!pe) throw Error(null_factory_message(type, f, source));
+  return pe;
+}
+
 std::unique_ptr<PositionalEncoding> make_posenc(const ModelConfig& cfg, const std::string& source) {
   const nlohmann::json& p = cfg.posenc;
   CTX_CHECK(p.is_object(), source, ": field 'posenc' must be an object like {\"type\": \"rope\"}");
@@ -48,7 +78,23 @@ std::unique_ptr<PositionalEncoding> make_posenc(const ModelConfig& cfg, const st
     for (auto& n : posenc_types()) names += (names.empty() ? "" : ", ") + n;
     throw Error(str(source, ": unknown posenc.type '", type, "' (expected one of: ", names, ")"));
   }
-  return it->second(cfg, p, source);
+  return build(type, it->second, cfg, p, source);
+}
+
+void posenc_probe(const std::vector<std::string>& types, const ModelConfig& cfg, const std::string& source) {
+  for (const std::string& type : types) {
+    auto it = registry().find(type);
+    CTX_CHECK(it != registry().end(), source, ": posenc type '", type, "' is not registered");
+    ModelConfig c = cfg;
+    c.posenc = nlohmann::json{{"type", type}};
+    std::unique_ptr<PositionalEncoding> pe;
+    try {
+      pe = it->second(c, c.posenc, source);
+    } catch (const std::exception&) {
+      continue;  // needs parameters: checked when a model names it
+    }
+    if (!pe) throw Error(null_factory_message(type, it->second, source));
+  }
 }
 
 void posenc_check_keys(const nlohmann::json& p, const std::vector<std::string>& allowed,

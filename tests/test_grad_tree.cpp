@@ -2,10 +2,11 @@
 // number of MPI ranks, --accum or the thread count (train/dist/grad_tree.h, core/cpu/ref_kernels.h
 // colsum_tree; docs/distributed.md): column sums of a gradient over rows equal, bit for bit, the
 // sum of the two halves' column sums (what two ranks' allreduce computes) and do not depend on the
-// thread count; the canonical shards of a batch are the shards of its halves side by side; and
-// GradTree adds the micro-steps' gradients in the balanced tree, tied weights included.
+// thread count; the tree over a step's sequences gives the same bits whatever the number of ranks
+// that hold its leaves; and GradTree adds the leaves' gradients in that tree, tied weights included.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -82,22 +83,65 @@ TEST(GradTree, NormWeightGradientsSplitIntoHalves) {
   EXPECT_TRUE(same_bits(db.data(), db2.data(), C));
 }
 
-TEST(GradTree, CanonicalShardsOfABatchAreTheShardsOfItsHalves) {
-  using S = std::vector<std::pair<int64_t, int64_t>>;
-  EXPECT_EQ(canonical_shards(8, 256), (S{{0, 4}, {4, 8}}));     // small, --batch 8: 2 x 1024 rows
-  EXPECT_EQ(canonical_shards(4, 256), (S{{0, 4}}));             // one rank of 2: one piece
-  EXPECT_EQ(canonical_shards(32, 64), (S{{0, 16}, {16, 32}}));  // the distributed test's tiny run
-  EXPECT_EQ(canonical_shards(5, 256), (S{{0, 2}, {2, 5}}));
-  EXPECT_EQ(canonical_shards(1, 4096), (S{{0, 1}}));
-  for (int64_t B : {2, 4, 6, 8, 16, 24, 64})
-    for (int64_t T : {16, 64, 256, 1024}) {
-      S whole = canonical_shards(B, T);
-      if (B * T <= kShardRows) continue;
-      S half = canonical_shards(B / 2, T), both = half;
-      for (auto [a, b] : half) both.emplace_back(a + B / 2, b + B / 2);
-      EXPECT_EQ(whole, both) << "B " << B << " T " << T;
+namespace {
+
+// The sum of leaves [n.start, n.start + n.size) in the balanced tree (a node's value).
+float node_sum(const std::vector<float>& leaf, TreeNode n) {
+  if (n.size == 1) return leaf[(size_t)n.start];
+  const int64_t h = n.size / 2;
+  return node_sum(leaf, {n.start, h}) + node_sum(leaf, {n.start + h, h});
+}
+
+// The root the ranks compute from their nodes (gathered in rank order) with tree_plan.
+float root_of(const std::vector<float>& leaf, int64_t B, int64_t accum, int ranks) {
+  std::vector<TreeNode> nodes;
+  for (int r = 0; r < ranks; ++r)
+    for (TreeNode n : rank_nodes(B, accum, r, ranks)) nodes.push_back(n);
+  std::vector<float> v;
+  for (TreeNode n : nodes) v.push_back(node_sum(leaf, n));
+  size_t root = 0;
+  for (auto [i, j] : tree_plan(nodes, &root)) v[i] = v[i] + v[j];
+  return v[root];
+}
+
+}  // namespace
+
+TEST(GradTree, NodesCoverARankRangeWithAlignedBlocks) {
+  using N = std::vector<TreeNode>;
+  EXPECT_EQ(tree_cover(0, 8), (N{{0, 8}}));
+  EXPECT_EQ(tree_cover(0, 12), (N{{0, 8}, {8, 4}}));
+  EXPECT_EQ(tree_cover(2, 8), (N{{2, 2}, {4, 4}}));
+  EXPECT_EQ(tree_cover(6, 12), (N{{6, 2}, {8, 4}}));
+  EXPECT_EQ(rank_nodes(8, 1, 1, 2), (N{{4, 4}}));
+  EXPECT_EQ(rank_nodes(8, 2, 1, 4), (N{{2, 2}, {10, 2}}));  // --accum 2: a range per micro-batch
+  EXPECT_EQ(rank_nodes(6, 2, 0, 1), (N{{0, 8}, {8, 4}}));   // one rank: the micro-batches join
+  EXPECT_THROW(rank_nodes(8, 1, 0, 3), Error);
+  EXPECT_THROW(tree_plan({{0, 2}, {3, 1}}, nullptr), Error);  // a gap: leaf 2 missing
+}
+
+// The property --deterministic rests on: for every N that divides the batch (not only powers of
+// two, small batches included) the root is the same bits; the leaves have magnitudes 1 .. 1e6
+// apart, so any other association would show. The old canonical shards (leaves of up to 1024
+// rows, cut from each rank's own rows) failed this for --batch 8 on 1 vs 2 ranks.
+TEST(GradTree, TheRootIsTheSameBitsForEveryRankCountThatDividesTheBatch) {
+  Rng rng(11);
+  for (int64_t B : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32})
+    for (int64_t accum : {1, 2, 3}) {
+      std::vector<float> leaf((size_t)(B * accum));
+      for (auto& v : leaf) v = (float)(rng.uniform() * 2 - 1) * std::pow(10.f, (float)rng.below(7));
+      const float one = root_of(leaf, B, accum, 1);
+      // the reference: the binary counter over all leaves (blocks left fold from the right)
+      float want = 0;
+      const std::vector<TreeNode> top = tree_cover(0, B * accum);
+      for (size_t k = top.size(); k-- > 0;) want = k + 1 == top.size() ? node_sum(leaf, top[k]) : node_sum(leaf, top[k]) + want;
+      EXPECT_EQ(std::memcmp(&one, &want, 4), 0) << "B " << B << " accum " << accum;
+      for (int ranks = 2; ranks <= B; ++ranks) {
+        if (B % ranks) continue;
+        const float r = root_of(leaf, B, accum, ranks);
+        EXPECT_EQ(std::memcmp(&one, &r, 4), 0) << "B " << B << " accum " << accum << " N " << ranks << ": " << r
+                                               << " vs " << one;
+      }
     }
-  EXPECT_THROW(canonical_shards(0, 8), Error);
 }
 
 TEST(GradTree, MicroStepGradientsAddInTheBalancedTree) {
@@ -126,7 +170,7 @@ TEST(GradTree, MicroStepGradientsAddInTheBalancedTree) {
     GradTree tree(params);
     for (int64_t b = 0; b < m; ++b) {
       model.loss(x.slice0(b, b + 1), y.slice0(b, b + 1)).backward();
-      if (b + 1 < m) tree.push();
+      tree.push(b);
     }
     tree.finish();
     for (size_t i = 0; i < params.size(); ++i) {

@@ -1,7 +1,7 @@
 // tests/test_library_api.cpp — the conveniences added for ctxlab as a library (docs/extending.md):
 // gradcheck_params (finite differences over parameters living in a model, which are restored
 // afterwards, and which catches a wrong backward), the plugin loader's argument handling and its
-// one-line errors, and duplicate encoding names. The installed package, the example project and
+// one-line errors, duplicate encoding names and factories that return nullptr. The installed package, the example project and
 // `ctxlab --plugin` end to end: tests/cli/library.cmake (library_install_example).
 #include <gtest/gtest.h>
 
@@ -116,6 +116,34 @@ TEST(Plugin, ARepeatedNameKeepsTheFirstAndIsReported) {
   cfg.posenc = {{"type", "alibi"}};
   nn::GPT m(cfg);  // still the built-in (the null factory would crash here)
   EXPECT_EQ(m.pe->type(), "alibi");
+}
+
+// Every path that builds an encoding (a model, gradcheck, the library API; not only the CLI's
+// plugin probe) refuses a factory that returns nullptr, naming the type, in one line.
+TEST(Plugin, AFactoryReturningNullptrIsAnErrorWhereverTheEncodingIsMade) {
+  static const PosencRegistrar null_type("test_null_factory", no_factory);
+  ModelConfig cfg = preset_config("tiny");
+  cfg.posenc = {{"type", "test_null_factory"}};
+  for (int via_model = 0; via_model < 2; ++via_model) {
+    try {
+      if (via_model)
+        nn::GPT m(cfg, DType::F32, "cfg.json");
+      else
+        (void)make_posenc(cfg, "cfg.json");
+      FAIL() << "built an encoding from a null factory";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("cfg.json: the factory of posenc type 'test_null_factory' returned no encoding (nullptr)", 0),
+                0u) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  }
+  try {
+    posenc_probe({"test_null_factory"}, preset_config("tiny"), "--plugin x.so");
+    FAIL() << "the probe accepted a null factory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'test_null_factory' returned no encoding"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

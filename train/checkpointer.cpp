@@ -82,8 +82,11 @@ std::string step_in(const std::string& path) {
 }  // namespace
 
 void Checkpointer::restore(const std::string& dir) {
-  std::string op = dir + "/model.optim.safetensors";
-  SafetensorsFile f = load_safetensors(op);
+  const std::string op = dir + "/model.optim.safetensors";
+  restore(load_safetensors(op), op);
+}
+
+void Checkpointer::restore(const SafetensorsFile& f, const std::string& op) {
   // Exactly the optimizer's tensors (an extra one is a file from another config or optimizer),
   // every value finite, and the second moments non-negative (sqrt of a negative is NaN).
   std::set<std::string> expected;

@@ -9,6 +9,7 @@
 
 #include "core/rng.h"
 #include "nn/gpt.h"
+#include "train/io/safetensors.h"
 #include "train/io/tokenizer.h"
 #include "train/optim.h"
 #include "train/trainer.h"
@@ -26,6 +27,8 @@ class Checkpointer {
   // Strict: exactly the optimizer's tensors, all finite (second moments non-negative), the step
   // count a non-negative integer, each RNG state well-formed and not all zero.
   void restore(const std::string& dir);
+  // The same from a loaded file; `source` names it in errors (tests/fuzz/fuzz_optim.cpp).
+  void restore(const SafetensorsFile& f, const std::string& source);
   // The step of the last checkpoint known good (the resumed one, or the last saved).
   void set_last_saved(int64_t step) { last_saved_ = step; }
   // Writes the checkpoint of `step` (optimizer steps done) into opt.out: the optimizer file first,

@@ -136,8 +136,8 @@ class Trainer {
  private:
   bool step(int64_t s);  // false: --stop-after ends the run after this step
   std::pair<Tensor, Tensor> batch(int64_t s, int64_t a);
-  void forward_backward(const Tensor& x, const Tensor& y, int64_t k, bool last_micro_batch);
-  void average_gradients(int64_t s);
+  void forward_backward(const Tensor& x, const Tensor& y, int64_t k, int64_t a);
+  void average_gradients();
   void record_norm(const Tensor& norm_sq, int64_t slot);
   StepEvents events(int64_t s) const;
   std::vector<double> pending_losses(const Tensor& loss_hist, std::vector<double>* rank_losses) const;
@@ -167,12 +167,14 @@ class Trainer {
   std::unique_ptr<RunLog> log_;
   RunDirLock run_dir_;     // rank 0: the run directory, locked for the run's life
   int stop_signal_ = 0;    // SIGINT / SIGTERM received (agreed over the ranks)
-  // --deterministic: each micro-batch runs as its canonical shards, and the gradients of every
-  // shard of every micro-batch are summed in one pairwise tree: the same bits whatever the number
-  // of ranks, --accum or threads (train/dist/grad_tree.h). Otherwise one piece per micro-batch, and
-  // the micro-batches accumulate in order. XL's segments keep one memory per stream: one piece.
+  // --deterministic: each micro-batch runs one sequence at a time (a leaf), and the gradients of
+  // every leaf of every micro-batch, on every rank, are summed in one fixed tree: the same bits
+  // whatever the number of ranks, --accum or threads (train/dist/grad_tree.h). Otherwise one piece
+  // per micro-batch, the micro-batches accumulate in order and the ranks average. XL's segments
+  // keep one memory per stream: one piece per micro-batch, a local tree over them, then the mean.
   std::vector<std::pair<int64_t, int64_t>> shards_;
-  int64_t micro_steps_ = 1;
+  bool tree_ = false;         // --deterministic: the gradients go through grad_tree_
+  bool tree_ranks_ = false;   // ... and its leaves are sequences, summed across the ranks
   std::unique_ptr<GradTree> grad_tree_;
   // No host round trip inside a step (docs/cuda.md): each micro-batch's loss and each step's
   // squared gradient norm are copied (device to device) into these buffers, and read back in
@@ -186,7 +188,7 @@ class Trainer {
   TrainResult res_;
   double window_ms_ = 0, window_tokens_ = 0, last_loss_ = 0;
   int64_t timed_steps_ = 0;  // steps after the first, whose times make the averages
-  double allreduce_ms_ = 0;  // gradient averaging over the timed steps (distributed runs)
+  double allreduce_ms_ = 0;  // gradient averaging (or the tree's gather) over the timed steps (distributed runs)
 };
 
 Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSpan& span)
@@ -210,9 +212,9 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
     std::fprintf(stderr, "train: %s already holds a run; this new run replaces its checkpoint and logs "
                  "(`ctxlab train --resume %s` continues the old one instead)\n", opt_.out.c_str(), opt_.out.c_str());
   log_ = std::make_unique<RunLog>(opt_.out, span_.start_step, root_, quiet_);
-  shards_ = opt_.deterministic && !segments_ ? canonical_shards(r1_ - r0_, T_)
-                                             : std::vector<std::pair<int64_t, int64_t>>{{0, r1_ - r0_}};
-  micro_steps_ = opt_.deterministic ? opt_.accum * (int64_t)shards_.size() : 1;
+  tree_ = opt_.deterministic;
+  tree_ranks_ = tree_ && !segments_;
+  shards_ = tree_ranks_ ? sequence_shards(r1_ - r0_) : std::vector<std::pair<int64_t, int64_t>>{{0, r1_ - r0_}};
   pending_.reserve((size_t)history_);
 }
 
@@ -224,10 +226,12 @@ bool Trainer::step(int64_t s) {
   const int64_t slot = (int64_t)pending_.size();
   for (int64_t a = 0; a < opt_.accum; ++a) {
     const auto [x, y] = batch(s, a);
-    forward_backward(x, y, slot * opt_.accum + a, a + 1 == opt_.accum);
+    forward_backward(x, y, slot * opt_.accum + a, a);
   }
-  if (micro_steps_ > 1) grad_tree_->finish();
-  average_gradients(s);
+  const auto ta = Clock::now();
+  if (tree_) grad_tree_->finish();
+  average_gradients();
+  if (dist::size() > 1 && s > span_.start_step) allreduce_ms_ += ms_since(ta);
   // clip_grad_norm + step (fused for AdamW: the norm stays on the device)
   record_norm(optim_->clip_and_step_deferred(lr, opt_.grad_clip), slot);
   optim_->zero_grad();
@@ -271,38 +275,37 @@ std::pair<Tensor, Tensor> Trainer::batch(int64_t s, int64_t a) {
   return {x, y};
 }
 
-// One forward/backward per canonical shard (train/dist/grad_tree.h), summed in the tree; the
-// micro-batch's loss goes to slot k of loss_hist_.
-void Trainer::forward_backward(const Tensor& x, const Tensor& y, int64_t k, bool last_micro_batch) {
+// One forward/backward per shard (--deterministic: per sequence, a leaf of the tree of
+// train/dist/grad_tree.h); micro-batch a's loss (this rank's rows) goes to slot k of loss_hist_.
+void Trainer::forward_backward(const Tensor& x, const Tensor& y, int64_t k, int64_t a) {
   for (size_t si = 0; si < shards_.size(); ++si) {
     const auto [b0, b1] = shards_[si];
-    const bool whole = shards_.size() == 1;
+    const bool whole = shards_.size() == 1 && !tree_ranks_;
     Variable loss = model_.loss(whole ? x : x.slice0(b0, b1), whole ? y : y.slice0(b0, b1), /*use_memory=*/segments_);
     if (!loss_hist_.defined())
       loss_hist_ = Tensor::zeros({history_ * opt_.accum}, loss.dtype(), loss.data().device());
-    // this shard's share of the micro-batch's mean loss (exact for halves: powers of two)
-    const double share = (double)(b1 - b0) / (double)(r1_ - r0_);
-    if (!whole) loss = scale(loss, share);
     Tensor hist = loss_hist_.slice0(k, k + 1);
+    // this shard's share of the rank's mean loss, for the log
+    const Tensor part = whole ? loss.data() : scale(loss, (double)(b1 - b0) / (double)(r1_ - r0_)).data();
     if (si == 0)
-      hist.copy_from(loss.data().view({1}));
+      hist.copy_from(part.view({1}));
     else
-      backend_of(hist).binary(BinaryOp::Add, hist, loss.data().view({1}), hist);
+      backend_of(hist).binary(BinaryOp::Add, hist, part.view({1}), hist);
+    // the gradient's scale: a sequence of the tree weighs 1 / (global batch) on every rank, so a
+    // leaf does not depend on N (the ranks' sum is then the mean, no 1/N)
+    if (tree_ranks_) loss = scale(loss, (double)(b1 - b0) / (double)opt_.batch);
     if (opt_.accum > 1) loss = scale(loss, 1.0 / (double)opt_.accum);
     loss.backward();
-    const bool last_micro = last_micro_batch && si + 1 == shards_.size();
-    if (micro_steps_ > 1 && !last_micro) grad_tree_->push();
+    if (tree_) grad_tree_->push(tree_ranks_ ? a * opt_.batch + r0_ + b0 : a);
   }
 }
 
 // Gradients averaged over the ranks: the global batch's mean. One allreduce of the optimizer's
 // flat gradient buffer when it has one, else one per gradient.
-void Trainer::average_gradients(int64_t s) {
-  if (dist::size() <= 1) return;
-  auto ta = Clock::now();
+void Trainer::average_gradients() {
+  if (dist::size() <= 1 || tree_ranks_) return;  // the tree's sum is the global batch's already
   const Tensor* flat = optim_->flat_grads();
   dist::average_gradients(params_, flat, flat != nullptr);
-  if (s > span_.start_step) allreduce_ms_ += ms_since(ta);
 }
 
 // The step's squared gradient norm (f64 [1] on the device) into slot `slot` of norm_hist_.
@@ -402,7 +405,8 @@ TrainResult Trainer::run() {
   model_.reset_memory();
   print_start();
   const auto t_start = Clock::now();
-  grad_tree_ = std::make_unique<GradTree>(params_);
+  grad_tree_ = tree_ranks_ ? std::make_unique<GradTree>(params_, opt_.batch, opt_.accum)
+                          : std::make_unique<GradTree>(params_);
   const StopSignals signals;
   for (int64_t s = span_.start_step; s < opt_.steps; ++s) {
     if (!step(s)) {  // stopped by --stop-after or a signal: a checkpoint, no summary

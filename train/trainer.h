@@ -19,7 +19,7 @@ struct TrainOptions {
   int64_t steps = 1000;
   int64_t batch = 8;
   int64_t accum = 1;         // micro-batches per optimizer step
-  bool deterministic = false;  // canonical shards + gradient tree: bit-identical whatever N (grad_tree.h)
+  bool deterministic = false;  // per-sequence leaves + gradient tree: bit-identical whatever N (grad_tree.h)
   int64_t context = -1;      // training sequence length (-1: config.context)
   std::string optimizer = "adamw";  // adamw | sgd
   double lr = 1e-3, min_lr = 1e-4;

@@ -7,12 +7,19 @@
                          process with --batch 32 after 20 steps (max |a-b| / max |b| <= 1e-5 for every
                          tensor, SGD and AdamW; bit for bit in practice), and so do 1 vs 2 threads and
                          `--batch 16 --accum 2`; a different global batch (16) does not (the comparison
-                         can fail). Tiny's 32 x 64 rows make 2 canonical shards (train/dist/grad_tree.h).
+                         can fail). --deterministic's leaves are sequences (train/dist/grad_tree.h).
+  small_batch            --deterministic --batch 8 (12 steps): 1, 2 and 4 ranks give the same bits
+                         (model and optimizer state) and the same logged losses.
                          --btl self,tcp forces the TCP transport of a multi-node run.
   resume_across_n        a run stopped at step 10 with N = 2 resumes with N = 1 (and the other way
                          round) and ends where the uninterrupted single process ends.
   kill9                  kill -9 of one rank mid-run: mpirun and the other rank exit non-zero within
                          seconds, and the last checkpoint still loads and resumes.
+  stopped_rank           SIGSTOP of one rank mid-run (alive but silent, as a network partition): the
+                         other gives up after --dist-timeout (3 s here), naming the collective, the
+                         timeout and the rank count; mpirun exits non-zero within the timeout + 10 s.
+  signal_one_rank        SIGINT to rank 1 alone: the ranks agree on it, rank 0 checkpoints that step,
+                         the job exits 130, and the checkpoint resumes with N = 2.
   bad_split              --batch 7 on 2 ranks: one clear error, exit non-zero.
   slicing                each rank trains on its own rows of the global batch: at step 1 (same
                          parameters everywhere) rank 0's loss (metrics.jsonl "rank_loss") equals the
@@ -102,7 +109,7 @@ def same_run(btl):
     sgd = ["--optimizer", "sgd", "--lr", "0.05"]
     d = {k: fresh(f"{k}_{tag}") for k in ("sgd1", "sgd2", "adam1", "adam1t1", "adam1t3", "adam2", "adam1b4", "adam1acc",
                                           "fast1", "fast2")}
-    base = TINY + ["--steps", 20, "--batch", 32, "--deterministic"]  # 32 x 64 rows: 2 canonical shards, one per rank
+    base = TINY + ["--steps", 20, "--batch", 32, "--deterministic"]  # 32 leaves: 16 per rank, two subtrees
     fast = TINY + ["--steps", 20, "--batch", 32]  # the default: no shards, no tree
     env1 = dict(os.environ, CTXLAB_THREADS="1")
     ok = run(single(base + sgd + ["--out", d["sgd1"]])).returncode == 0
@@ -156,6 +163,35 @@ def threads_per_rank():
     p = subprocess.run(mpi(2, args[:-1] + [fresh("threads3")]), capture_output=True, text=True, env=env, timeout=60)
     check("CTXLAB_THREADS=3 is kept under mpirun", p.returncode == 0 and "3 threads per rank" in p.stdout,
           p.stdout[-300:])
+
+
+def metrics_losses(d):
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        return [json.loads(ln)["loss"] for ln in f if '"loss"' in ln]
+
+
+def small_batch():
+    """--deterministic with a small batch (8 sequences, 1024 rows: one piece for the old canonical
+    shards on one process, two on two ranks) gives the same bits on 1, 2 and 4 ranks: the leaves
+    of the gradient tree are sequences, whatever N (train/dist/grad_tree.h)."""
+    args = TINY + ["--steps", 12, "--batch", 8, "--deterministic", "--eval-interval", 0, "--log-interval", 1]
+    d = {n: fresh(f"small_np{n}") for n in (1, 2, 4)}
+    if not check("small batch: one process runs", run(single(args + ["--out", d[1]])).returncode == 0):
+        return
+    for n in (2, 4):
+        if not check(f"small batch: np{n} runs", run(mpi(n, args + ["--out", d[n]])).returncode == 0):
+            continue
+        for f in ("model.safetensors", "model.optim.safetensors"):
+            a, _ = st_io.read_safetensors(os.path.join(d[n], f))
+            b, _ = st_io.read_safetensors(os.path.join(d[1], f))
+            diff = [k for k in b if k not in a or a[k].tobytes() != b[k].tobytes()]
+            r, name = max_rel(a, b) if sorted(a) == sorted(b) else (float("inf"), "names")
+            check(f"small batch: np{n} == np1 bit for bit in {f} after 12 steps ({len(diff)} tensors differ, worst rel "
+                  f"{r:.2e} in {name})", not diff and sorted(a) == sorted(b))
+        la, lb = metrics_losses(d[n]), metrics_losses(d[1])
+        worst = max(abs(x - y) / abs(y) for x, y in zip(la, lb)) if la and len(la) == len(lb) else float("inf")
+        check(f"small batch: np{n}'s logged losses == np1's (12 steps, worst rel {worst:.1e}; the mean of the ranks' "
+              f"means is rounded in another order)", worst <= 1e-6)
 
 
 def resume_across_n():
@@ -246,6 +282,86 @@ def kill9():
         check(f"kill9 rank {victim}: the last checkpoint loads and resumes", q.returncode == 0)
 
 
+def start_and_find_ranks(d, extra):
+    """mpirun -np 2 of a long tiny run into `d`; once step 3 is logged: (Popen, {rank: pid})."""
+    args = TINY + ["--steps", 100000, "--batch", 8, "--out", d, "--eval-interval", 0, "--ckpt-interval", 0,
+                   "--log-interval", 1] + extra
+    p = subprocess.Popen(mpi(2, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    csv = os.path.join(d, "train.csv")
+    t0 = time.time()
+    while time.time() - t0 < 60 and p.poll() is None:
+        if os.path.exists(csv) and len(open(csv).read().strip().split("\n")) > 3:
+            break
+        time.sleep(0.05)
+    return p, ranks_of(p.pid)
+
+
+def stopped_rank():
+    """SIGSTOP of rank 1 (alive but silent: mpirun never notices, as a partition): rank 0 gives up
+    after --dist-timeout seconds in its collective, names it, the rank count and the timeout, and
+    the whole job ends non-zero within the timeout + slack."""
+    for bad in ("0", "-1", "2x", "nan", ""):
+        d = fresh("stopped_bad")
+        q = run(single(TINY + ["--steps", 1, "--dist-timeout", bad, "--out", d]))
+        check(f"stopped: --dist-timeout {bad!r} is refused in one line before any work",
+              q.returncode != 0 and "--dist-timeout" in q.stderr and "expected a positive number of seconds" in q.stderr
+              and not os.path.exists(d), q.stderr[-300:])
+    timeout = 3
+    p, ranks = start_and_find_ranks(fresh("stopped"), ["--dist-timeout", timeout])
+    if not check(f"stopped: found both ranks ({ranks})", p.poll() is None and len(ranks) == 2):
+        p.kill()
+        return p.communicate()
+    os.kill(ranks[1], signal.SIGSTOP)
+    t_stop = time.time()
+    try:
+        out, err = p.communicate(timeout=timeout + 30)
+    except subprocess.TimeoutExpired:
+        for pid in ranks.values():
+            os.kill(pid, signal.SIGKILL)
+        p.kill()
+        p.communicate()
+        return check(f"stopped: mpirun ends within {timeout + 30} s", False, "hung")
+    took = time.time() - t_stop
+    for pid in ranks.values():  # nothing left behind, stopped or not
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    msg = f"did not complete within {timeout} s (--dist-timeout) on rank 0 of 2"
+    check(f"stopped: mpirun exits non-zero (rc {p.returncode}) in {took:.1f} s (timeout {timeout} s + 10 s slack)",
+          p.returncode != 0 and took < timeout + 10)
+    check("stopped: rank 0 names the collective, the timeout and the rank count",
+          "error (rank 0 of 2): MPI: MPI_" in err and msg in err, err[-800:])
+    check("stopped: rank 0 gave up no earlier than the timeout", took >= timeout - 0.5, f"{took:.1f} s")
+
+
+def signal_one_rank():
+    """SIGINT to rank 1 alone: the ranks agree on it at the end of the step, rank 0 writes the
+    checkpoint of that step, both exit 130, and the checkpoint resumes with N = 2."""
+    d = fresh("signal_one_rank")
+    p, ranks = start_and_find_ranks(d, [])
+    if not check(f"signal: found both ranks ({ranks})", p.poll() is None and len(ranks) == 2):
+        p.kill()
+        return p.communicate()
+    os.kill(ranks[1], signal.SIGINT)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        return check("signal: the job ends within 60 s of SIGINT to rank 1", False, "hung")
+    check(f"signal: the job exits 130 (rc {p.returncode}), rank 0 says how to resume",
+          p.returncode == 130 and "stopped by SIGINT" in err and "--resume" in err, err[-800:])
+    check("signal: both ranks ended", all(gone_within(pid, 5) for pid in ranks.values()))
+    ckpt = os.path.join(d, "model.safetensors")
+    step = int(st_io.read_header(ckpt)[1]["step"]) if os.path.exists(ckpt) else 0
+    with open(os.path.join(d, "train.csv")) as f:
+        logged = len(f.read().strip().split("\n")) - 1
+    check(f"signal: the checkpoint is the last logged step ({step} == {logged})", step > 0 and step == logged)
+    q = run(mpi(2, ["train", "--resume", d, "--quiet", "--no-plot", "--steps", step + 2]))
+    check("signal: the checkpoint resumes with N = 2", q.returncode == 0)
+
+
 def bad_split():
     d = fresh("bad_split")
     p = run(mpi(2, TINY + ["--steps", 2, "--batch", 7, "--out", d]))
@@ -288,7 +404,9 @@ def slicing():
 def main():
     global BIN, WORK, MPIRUN
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["same_run", "resume_across_n", "kill9", "bad_split", "slicing"])
+    ap.add_argument("what", choices=["same_run", "small_batch", "resume_across_n", "kill9", "stopped_rank",
+                                     "signal_one_rank",
+                                     "bad_split", "slicing"])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--mpirun", default="mpirun")

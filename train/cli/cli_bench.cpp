@@ -210,7 +210,7 @@ cxxopts::Options bench_options() {
       "context", "sequence length T (default: the config's context)", cxxopts::value<int64_t>())(
       "threads", "threads (default: CTXLAB_THREADS, else the cores available)", cxxopts::value<int>())(
       "peak-gflops", "peak GFLOP/s for MFU instead of measuring it", cxxopts::value<double>())(
-      "deterministic", "time the step `train --deterministic` takes (canonical shards + gradient tree)")(
+      "deterministic", "time the step `train --deterministic` takes (one sequence at a time + gradient tree)")(
       "peak-only", "only measure the peak: print {\"peak_gflops\", \"peak_isa\", \"threads\"} and exit")(
       "json", "also write the JSON object to this file", cxxopts::value<std::string>())(
       "profile", "time every autograd op by name during the timed steps (as CTXLAB_PROFILE=1): the per-op table "
@@ -304,9 +304,9 @@ double ms_between(Clock::time_point x, Clock::time_point y) {
   return std::chrono::duration<double, std::milli>(y - x).count();
 }
 
-// The warm-up and timed steps, each the step `train` takes: one forward/backward per canonical
-// shard, the gradients summed in the pairwise tree (train/dist/grad_tree.h); forward and backward
-// times add up over the shards.
+// The warm-up and timed steps, each the step `train` takes: under --deterministic one
+// forward/backward per sequence, the gradients summed in the tree (train/dist/grad_tree.h);
+// forward and backward times add up over the shards.
 Timings time_steps(nn::GPT& model, AdamW& optim, const nn::NamedParams& params, const BenchSpec& b, Rng& rng,
                    Backend& be, const std::vector<std::pair<int64_t, int64_t>>& shards) {
   const double lr = 1e-3, grad_clip = 1.0;  // trainer.cpp's defaults
@@ -327,7 +327,10 @@ Timings time_steps(nn::GPT& model, AdamW& optim, const nn::NamedParams& params, 
       be.synchronize();
       auto tb = Clock::now();
       loss.backward();
-      if (!whole) (si + 1 < shards.size() ? grad_tree.push() : grad_tree.finish());
+      if (!whole) {
+        grad_tree.push((int64_t)si);
+        if (si + 1 == shards.size()) grad_tree.finish();
+      }
       be.synchronize();
       auto tc = Clock::now();
       f_ms += ms_between(ta, tb);
@@ -368,7 +371,7 @@ nlohmann::ordered_json bench_json(const BenchSpec& b, const BenchRun& run, const
   j["posenc"] = run.posenc;
   j["posenc_config"] = b.cfg.posenc;
   j["batch"] = b.B;
-  j["deterministic"] = run.deterministic;  // canonical shards + gradient tree (train --deterministic)
+  j["deterministic"] = run.deterministic;  // per-sequence leaves + gradient tree (train --deterministic)
   j["context"] = b.T;
   j["threads"] = b.threads;
   j["warmup"] = b.warmup;
@@ -479,7 +482,7 @@ int run_bench(int argc, char** argv) {
   Rng rng(seed ^ 0x9E3779B97F4A7C15ULL);
   run.deterministic = a["deterministic"].as<bool>();
   const DeterministicScope deterministic_kernels(run.deterministic);  // as train --deterministic
-  const auto shards = run.deterministic ? canonical_shards(b.B, b.T) : std::vector<std::pair<int64_t, int64_t>>{{0, b.B}};
+  const auto shards = run.deterministic ? sequence_shards(b.B) : std::vector<std::pair<int64_t, int64_t>>{{0, b.B}};
   if (a.count("profile")) prof::set_enabled(true);
   const Timings t = time_steps(model, optim, params, b, rng, backend(run.dev), shards);
   report(a, b, run, t);

@@ -1,7 +1,9 @@
 // train/cli/cli_common.cpp — option helpers shared by the CLI verbs (see cli_common.h).
 #include "train/cli/cli_common.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/backend.h"  // backend(Device::CUDA) for --device cuda
@@ -211,7 +213,15 @@ void apply_precision_options(const cxxopts::ParseResult& r) {
                  "the fp32 rate, not bf16's)\n");
 }
 
-void start_distributed(const cxxopts::ParseResult& r) { dist::init(r.count("distributed") > 0); }
+void start_distributed(const cxxopts::ParseResult& r) {
+  // parsed here, whole (cxxopts reads "2x" as 2): a positive finite number of seconds
+  const std::string t = r["dist-timeout"].as<std::string>();
+  char* end = nullptr;
+  const double seconds = std::strtod(t.c_str(), &end);
+  CTX_CHECK(!t.empty() && end && *end == 0 && std::isfinite(seconds) && seconds > 0, "--dist-timeout ", quoted_str(t),
+            ": expected a positive number of seconds (default ", dist::kDefaultTimeoutSeconds, ")");
+  dist::init(r.count("distributed") > 0, seconds);
+}
 
 std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all) {
   const int64_t B = all.size(0), T1 = all.size(1), T = T1 - 1;
@@ -237,8 +247,9 @@ void add_training_options(cxxopts::Options& o, const TrainingOptionBlock& b) {
       "batch", "sequences per micro-batch", cxxopts::value<int64_t>()->default_value(b.batch))(
       "accum", b.accum_help, cxxopts::value<int64_t>()->default_value("1"))(
       "deterministic",
-      "the same run whatever the number of MPI ranks, --accum or threads, bit for bit: the batch runs as canonical "
-      "shards of <= 1024 rows whose gradients add in a fixed tree (train/dist/grad_tree.h), and every CPU GEMM in "
+      "the same run whatever the number of MPI ranks (any that divides --batch), --accum or threads, bit for bit: the "
+      "batch runs one sequence at a time and the gradients add in a fixed tree over the sequences "
+      "(train/dist/grad_tree.h), and every CPU GEMM in "
       "OpenBLAS blocks fixed by the shape (core/determinism.h; with --precision bf16 on its bf16 operands widened to fp32); slower: docs/distributed.md measures it");
   if (b.optimizer_choice)
     optimisation("optimizer", "adamw | sgd", cxxopts::value<std::string>()->default_value(d.optimizer));
@@ -261,7 +272,10 @@ void add_training_options(cxxopts::Options& o, const TrainingOptionBlock& b) {
 }
 
 void add_distributed_option(cxxopts::Options& o) {
-  o.add_options("output")("distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)");
+  o.add_options("output")("distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)")(
+      "dist-timeout", "seconds a rank waits in one MPI collective before the job ends with an error (a rank that is "
+      "stopped, hung or cut off); longer than any checkpoint or validation pass",
+      cxxopts::value<std::string>()->default_value(str(dist::kDefaultTimeoutSeconds)));
 }
 
 void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt) {

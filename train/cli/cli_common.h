@@ -35,7 +35,7 @@ struct TrainingOptionBlock {
 // warmup, weight-decay, beta1, beta2, [momentum], grad-clip, seed) and "output" (out,
 // log/eval/ckpt intervals, eval-batches, no-plot, quiet); a verb adds its own after them.
 void add_training_options(cxxopts::Options& o, const TrainingOptionBlock& b);
-// --distributed (in the "output" group), for the verbs that train.
+// --distributed and --dist-timeout (in the "output" group), for the verbs that train.
 void add_distributed_option(cxxopts::Options& o);
 // The training options `train` and `finetune` share (data, val-fraction, steps, batch, accum, lr,
 // warmup, weight-decay, beta1, beta2, grad-clip, seed, out, log/eval/ckpt intervals, eval-batches,

@@ -23,25 +23,6 @@ std::map<void*, std::vector<std::string>>& loaded_plugins() {
   return m;
 }
 
-// Builds each new encoding once on the tiny preset with its default parameters: a factory that
-// returns nullptr is refused here, in one line, not a crash when a model is built. A factory
-// that needs parameters (throws) is checked when a model names it.
-void probe_factories(const std::string& path, const std::vector<std::string>& types) {
-  for (const std::string& t : types) {
-    ModelConfig cfg = preset_config("tiny");
-    cfg.posenc = nlohmann::json{{"type", t}};
-    std::unique_ptr<PositionalEncoding> pe;
-    bool threw = false;
-    try {
-      pe = make_posenc(cfg, str("--plugin ", path));
-    } catch (const std::exception&) {
-      threw = true;
-    }
-    CTX_CHECK(threw || pe != nullptr, "--plugin ", path, ": the factory of posenc type ", quoted_str(t),
-              " returned no encoding (nullptr); it must return a PositionalEncoding or throw ctx::Error");
-  }
-}
-
 }  // namespace
 
 std::vector<std::string> load_plugin(const std::string& path) {
@@ -74,7 +55,9 @@ std::vector<std::string> load_plugin(const std::string& path) {
   CTX_CHECK(!added.empty(), "--plugin ", path,
             ": loaded, but it registered no positional encoding (expected a static "
             "ctx::PosencRegistrar; docs/extending.md)");
-  probe_factories(path, added);
+  // a factory that returns nullptr is refused now, not when a model names it (make_posenc
+  // refuses it then too)
+  posenc_probe(added, preset_config("tiny"), str("--plugin ", path));
   loaded_plugins()[h] = added;
   return added;
 }

@@ -6,6 +6,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +27,7 @@ namespace {
 
 bool g_active = false;
 int g_rank = 0, g_size = 1;
+double g_timeout_s = kDefaultTimeoutSeconds;  // --dist-timeout
 
 // Throws a one-line error naming the MPI call when it failed.
 void check(int rc, const char* call) {
@@ -34,6 +37,28 @@ void check(int rc, const char* call) {
   MPI_Error_string(rc, msg, &len);
   throw Error(str("MPI: ", call, " failed on rank ", g_rank, " of ", g_size, ": ", std::string(msg, (size_t)len),
                   " (another rank died or the network failed; the job ends)"));
+}
+
+// Waits for the non-blocking collective `req` (started by `call`), at most --dist-timeout
+// seconds: a rank that is stopped, hung or cut off never completes it, and the job must end
+// rather than wait forever. MPI_Test drives the progress as the blocking call's wait would; after
+// the first 10 ms (another rank is still computing, evaluating or writing a checkpoint) each
+// test yields the core to whoever else wants it.
+void wait_bounded(MPI_Request& req, const char* call) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const auto patient = t0 + std::chrono::milliseconds(10);
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(g_timeout_s));
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), call);
+    if (done) return;
+    const auto now = Clock::now();
+    if (now >= deadline)
+      throw Error(str("MPI: ", call, " did not complete within ", g_timeout_s, " s (--dist-timeout) on rank ", g_rank,
+                      " of ", g_size, ": another rank is stopped, hung or cut off from this one; the job ends"));
+    if (now >= patient) std::this_thread::yield();
+  }
 }
 
 int env_int(const char* name, int fallback) {
@@ -66,7 +91,10 @@ bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
 }
 
-void init(bool forced) {
+void init(bool forced, double timeout_s) {
+  CTX_CHECK(std::isfinite(timeout_s) && timeout_s > 0, "--dist-timeout ", timeout_s,
+            ": expected a positive number of seconds (default ", kDefaultTimeoutSeconds, ")");
+  g_timeout_s = timeout_s;
   if (g_active || !(forced || launched_by_mpi())) return;
   int already = 0;
   MPI_Initialized(&already);
@@ -146,7 +174,10 @@ void allreduce_mean(Tensor& g) {
   }
   CTX_CHECK(g.numel() < (int64_t)1 << 31, "MPI: gradient buffer of ", g.numel(), " elements exceeds one MPI count");
   float* p = g.host<float>();
-  check(MPI_Allreduce(MPI_IN_PLACE, p, (int)g.numel(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (gradients)");
+  MPI_Request req;
+  check(MPI_Iallreduce(MPI_IN_PLACE, p, (int)g.numel(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
+        "MPI_Allreduce (gradients)");
+  wait_bounded(req, "MPI_Allreduce (gradients)");
   const float inv = 1.0f / (float)g_size;
   for (int64_t i = 0, n = g.numel(); i < n; ++i) p[i] *= inv;
 }
@@ -167,7 +198,9 @@ void average_gradients(const nn::NamedParams& params, const Tensor* flat_grads, 
 
 void allreduce_sum(double* v, int n) {
   if (g_size == 1) return;
-  check(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (sums)");
+  MPI_Request req;
+  check(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req), "MPI_Allreduce (sums)");
+  wait_bounded(req, "MPI_Allreduce (sums)");
 }
 
 std::vector<double> allgather(const double* v, int n) {
@@ -176,22 +209,52 @@ std::vector<double> allgather(const double* v, int n) {
     std::copy(v, v + n, out.begin());
     return out;
   }
-  check(MPI_Allgather(v, n, MPI_DOUBLE, out.data(), n, MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather (losses)");
+  MPI_Request req;
+  check(MPI_Iallgather(v, n, MPI_DOUBLE, out.data(), n, MPI_DOUBLE, MPI_COMM_WORLD, &req), "MPI_Allgather");
+  wait_bounded(req, "MPI_Allgather (losses, signals)");
+  return out;
+}
+
+std::vector<float> allgather_varying(const std::vector<float>& mine, const std::vector<int64_t>& counts) {
+  if (g_size == 1) return mine;
+  CTX_CHECK((int)counts.size() == g_size && counts[(size_t)g_rank] == (int64_t)mine.size(),
+            "MPI: allgather of ", mine.size(), " floats on rank ", g_rank, " does not match its count");
+  std::vector<int> n((size_t)g_size), at((size_t)g_size);
+  int64_t total = 0;
+  for (int r = 0; r < g_size; ++r) {
+    CTX_CHECK(total + counts[(size_t)r] < (int64_t)1 << 31, "MPI: gathering ", total + counts[(size_t)r],
+              " floats exceeds one MPI count");
+    at[(size_t)r] = (int)total;
+    n[(size_t)r] = (int)counts[(size_t)r];
+    total += counts[(size_t)r];
+  }
+  std::vector<float> out((size_t)total);
+  MPI_Request req;
+  check(MPI_Iallgatherv(mine.data(), (int)mine.size(), MPI_FLOAT, out.data(), n.data(), at.data(), MPI_FLOAT,
+                        MPI_COMM_WORLD, &req), "MPI_Allgatherv (gradient tree)");
+  wait_bounded(req, "MPI_Allgatherv (gradient tree)");
   return out;
 }
 
 void check_same_parameters(const nn::NamedParams& params, const std::string& when) {
   if (g_size == 1) return;
   unsigned long long h = params_hash(params), lo = h, hi = h;
-  check(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce (hash)");
-  check(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce (hash)");
+  MPI_Request req[2];
+  check(MPI_Iallreduce(MPI_IN_PLACE, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &req[0]),
+        "MPI_Allreduce (hash)");
+  wait_bounded(req[0], "MPI_Allreduce (parameter hash)");
+  check(MPI_Iallreduce(MPI_IN_PLACE, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &req[1]),
+        "MPI_Allreduce (hash)");
+  wait_bounded(req[1], "MPI_Allreduce (parameter hash)");
   CTX_CHECK(lo == hi, "MPI: the ranks hold different parameters ", when,
             " (each rank must build the same model from the same seed or checkpoint)");
 }
 
 void barrier() {
   if (g_size == 1) return;
-  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  MPI_Request req;
+  check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Barrier");
+  wait_bounded(req, "MPI_Barrier");
 }
 
 void abort_job(int code) {

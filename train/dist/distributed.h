@@ -4,7 +4,9 @@
 // check that every rank starts from the same parameters. Without MPI (a plain `ctxlab train`)
 // nothing here calls MPI: rank 0 of 1, every reduction is the identity.
 // Errors: every MPI call is checked (MPI_ERRORS_RETURN on the communicator) and throws a
-// ctx::Error naming the call; main() then ends the whole job with abort_job().
+// ctx::Error naming the call; main() then ends the whole job with abort_job(). Every collective
+// is non-blocking and waited for at most --dist-timeout seconds, so a rank that is stopped or cut
+// off (it never dies, so mpirun never notices) ends the job too, instead of a wait forever.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,10 +20,14 @@ namespace ctx::dist {
 // True when the process was started by an MPI launcher (OpenMPI's OMPI_COMM_WORLD_SIZE, PMIx's
 // PMIX_RANK, MPICH/Hydra's PMI_SIZE).
 bool launched_by_mpi();
+// --dist-timeout's default: longer than any pause of one rank that the others wait out in a
+// collective (a checkpoint of a large model, a validation pass), short enough for an overnight run.
+constexpr double kDefaultTimeoutSeconds = 300;
 // Initialises MPI when launched_by_mpi() or `forced` (--distributed); idempotent. Under MPI with
 // more than one rank per node and no CTXLAB_THREADS / OMP_NUM_THREADS, sets the threads of this
 // rank to cores / ranks-on-this-node (at least 1), so N ranks x T threads fit the cores.
-void init(bool forced);
+// `timeout_s` (--dist-timeout, > 0): the longest wait in one collective before the job ends.
+void init(bool forced, double timeout_s = kDefaultTimeoutSeconds);
 bool active();  // MPI was initialised by init()
 int rank();     // 0 when not active
 int size();     // 1 when not active
@@ -45,6 +51,9 @@ void allreduce_sum(double* v, int n);
 // Every rank's `n` doubles, rank-major: out[r * n + i] = v[i] of rank r (size() * n values). One
 // MPI_Allgather; a copy of v when size() == 1.
 std::vector<double> allgather(const double* v, int n);
+// Every rank's floats, rank after rank: rank r sends counts[r] of them (`mine` on this rank). One
+// MPI_Allgatherv; a copy of mine when size() == 1.
+std::vector<float> allgather_varying(const std::vector<float>& mine, const std::vector<int64_t>& counts);
 // Throws unless every rank holds bit-identical parameters (a 64-bit hash compared by min/max).
 void check_same_parameters(const nn::NamedParams& params, const std::string& when);
 void barrier();
