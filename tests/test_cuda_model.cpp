@@ -160,7 +160,8 @@ INSTANTIATE_TEST_SUITE_P(Encodings, CudaModel,
                                            json{{"type", "t5"}, {"num_buckets", 8}, {"max_distance", 16}},
                                            json{{"type", "shaw"}, {"max_relative_position", 4}}, json{{"type", "xl"}},
                                            json{{"type", "deberta"}, {"position_buckets", 4}, {"max_relative_positions", 8}},
-                                           json{{"type", "tupe"}}),
+                                           json{{"type", "tupe"}}, json{{"type", "fire"}, {"init_L", 4}},
+                                           json{{"type", "cope"}, {"npos_max", 5}}),
                          [](const ::testing::TestParamInfo<json>& i) { return i.param["type"].get<std::string>(); });
 #endif
 

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -167,4 +168,94 @@ TEST(Posenc2024, FireKeyErrorsAreOneLineNamingTheKey) {
     bad({{k, "1"}}, {std::string("posenc.") + k, "number"});
   }
   bad({{"shared", 1}}, {"posenc.shared", "true or false"});
+}
+
+// ---- CoPE ----------------------------------------------------------------------------------
+namespace {
+// e_ij * scale of §7.2 for one (b, h) block, in double, written from the spec (qp0: position of
+// query row 0; window 0: full causal). Invisible keys: 0.
+std::vector<double> cope_ref(const Tensor& q, const Tensor& k, const Tensor& E, int64_t bh, int64_t T, int64_t S,
+                             int64_t d, int64_t qp0, int64_t window) {
+  const int64_t np = E.size(1);
+  const double scale = 1.0 / std::sqrt((double)d);
+  std::vector<double> out((size_t)(T * S), 0.0);
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t qp = qp0 + i;
+    auto qv = [&](int64_t c) { return q.at((bh * T + i) * d + c); };
+    auto visible = [&](int64_t j) { return j <= qp && (window == 0 || j > qp - window); };
+    for (int64_t j = 0; j < S; ++j) {
+      if (!visible(j)) continue;
+      double p = 0;
+      for (int64_t kk = j; kk < S; ++kk) {
+        if (!visible(kk)) continue;
+        double a = 0;
+        for (int64_t c = 0; c < d; ++c) a += qv(c) * k.at((bh * S + kk) * d + c);
+        p += 1.0 / (1.0 + std::exp(-a * scale));
+      }
+      p = std::min(p, (double)(np - 1));
+      auto z = [&](int64_t n) {
+        double s = 0;
+        for (int64_t c = 0; c < d; ++c) s += qv(c) * E.at(c * np + n);
+        return s;
+      };
+      const double w = p - std::floor(p);
+      out[(size_t)(i * S + j)] = (z((int64_t)std::ceil(p)) * w + z((int64_t)std::floor(p)) * (1 - w)) * scale;
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TEST(Posenc2024, CopeBiasMatchesTheSpecLoop) {
+  const int64_t B = 2, H = 2, T = 3, d = 4;
+  for (auto [S, qp0, window, np] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 0, 0, 4}, {5, 2, 0, 3},
+                                    {5, 2, 2, 9}, {3, 0, 0, 1}}) {
+    const Tensor q = randn({B, H, T, d}, 11, 1.0), k = randn({B, H, S, d}, 12, 1.0), E = randn({d, np}, 13, 1.0);
+    const Variable out = cope_bias(Variable(q), Variable(k), Variable(E), 1.0 / std::sqrt((double)d), qp0, window);
+    ASSERT_EQ(out.data().shape(), (Shape{B, H, T, S}));
+    double worst = 0;
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      const std::vector<double> ref = cope_ref(q, k, E, bh, T, S, d, qp0, window);
+      for (int64_t e = 0; e < T * S; ++e) worst = std::max(worst, std::fabs(out.data().at(bh * T * S + e) - ref[(size_t)e]));
+    }
+    EXPECT_LT(worst, 1e-12) << "S " << S << " q_pos0 " << qp0 << " window " << window << " npos " << np;
+  }
+}
+
+// Every input of the one node, with positions below and at the clamp (npos 3: sums of up to 5
+// gates reach it), a decoding step's offset (q_pos0 2 of S 5 keys) and a window.
+TEST(Posenc2024, GradcheckCopeBias) {
+  const int64_t B = 2, H = 2, T = 3, d = 4;
+  for (auto [S, qp0, window, np] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 0, 0, 4}, {5, 2, 0, 3},
+                                    {5, 2, 2, 9}}) {
+    GradFn f = [=](const std::vector<Variable>& v) {
+      return cope_bias(v[0], v[1], v[2], 1.0 / std::sqrt((double)d), qp0, window);
+    };
+    const GradcheckResult r =
+        gradcheck(f, {randn({B, H, T, d}, 21, 1.0), randn({B, H, S, d}, 22, 1.0), randn({d, np}, 23, 1.0)},
+                  {"q", "k", "pos_emb"});
+    EXPECT_TRUE(r.pass) << "S " << S << " window " << window << "\n" << r.summary();
+    EXPECT_EQ(r.tensors.size(), 3u);
+  }
+}
+
+TEST(Posenc2024, CopeParameterNamesInitAndErrors) {
+  EXPECT_EQ(pe_names({{"type", "cope"}}), (std::vector<std::string>{"blocks.0.attn.pe.pos_emb:f32[4, 9]",
+                                                                    "blocks.1.attn.pe.pos_emb:f32[4, 9]"}));
+  EXPECT_EQ(pe_names({{"type", "cope"}, {"npos_max", 5}, {"shared", true}}),
+            (std::vector<std::string>{"pe.pos_emb:f32[4, 5]"}));
+  nn::GPT m(tiny({{"type", "cope"}}));
+  m.init_weights(3);
+  for (auto& [n, p] : m.named_parameters()) {
+    if (n.find("pos_emb") == std::string::npos) continue;
+    for (int64_t i = 0; i < p.data().numel(); ++i) ASSERT_EQ(p.data().at(i), 0.0) << n;
+  }
+  auto bad = [](nlohmann::json pe, std::initializer_list<std::string> needles) {
+    pe["type"] = "cope";
+    expect_error([&] { nn::GPT g(tiny(pe)); }, needles);
+  };
+  bad({{"bogus", 1}}, {"posenc.bogus", "cope"});
+  bad({{"npos_max", 0}}, {"posenc.npos_max", ">= 1"});
+  bad({{"npos_max", 1.5}}, {"posenc.npos_max", "integer"});
+  bad({{"shared", "no"}}, {"posenc.shared", "true or false"});
 }

@@ -85,6 +85,11 @@ ENCODING_CASES = {
     "floater": Case({"type": "floater", "hidden": 16, "dt": 0.1, "substeps": 2}, LONG),
     "floater-defaults": Case({"type": "floater"}, LONG),
     "complex-order": Case({"type": "complex-order"}, LONG),
+    # §7: thresholds below T (rows past it), and 12 = a query position (the 1/2 : 1/2 tie)
+    "fire": Case({"type": "fire", "init_L": 10, "mlp_width": 8, "init_c": 0.3}, LONG),
+    "fire-shared-tie": Case({"type": "fire", "init_L": 12, "shared": True}, LONG),
+    "cope": Case({"type": "cope"}, LONG),                         # positions past npos saturate at 24
+    "cope-shared-npos4": Case({"type": "cope", "npos_max": 4, "shared": True}, LONG),
 }
 
 # Must-reject cases: name -> (config, T, valid config the tensors are drawn from). ctxlab
@@ -103,6 +108,8 @@ REJECT_CASES = {
                               {**BASE_CONFIG, "posenc": {"type": "floater"}}),
     "reject-rnn-key": ({**BASE_CONFIG, "posenc": {"type": "rnn", "hidden": 8}}, 16,
                        {**BASE_CONFIG, "posenc": {"type": "rnn"}}),
+    "reject-fire-bad-init-L": ({**BASE_CONFIG, "posenc": {"type": "fire", "init_L": 0}}, 16,
+                               {**BASE_CONFIG, "posenc": {"type": "fire"}}),
 }
 
 # The minimal config: every other key takes its default (posenc none, layernorm, tied, d_ff 4D).
@@ -115,6 +122,7 @@ DEFAULT_CASES = ["defaults", "none", "learned", "learned-hier", "sinusoidal",
                  "alibi", "alibi-h6", "kerple", "kerple-power", "sandwich", "t5", "t5-small",
                  "shaw", "shaw-k16", "xl", "deberta", "deberta-small", "tupe",
                  "rnn", "floater", "floater-defaults", "complex-order",
+                 "fire", "fire-shared-tie", "cope", "cope-shared-npos4", "reject-fire-bad-init-L",
                  "reject-learned-long", "reject-learned-hier-long", "reject-tupe-long",
                  "reject-unknown-key", "reject-unknown-posenc-key", "reject-bad-heads",
                  "reject-floater-bad-dt", "reject-rnn-key"]
