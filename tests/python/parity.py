@@ -41,6 +41,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 LOSS_RTOL = 1e-5
 GRAD_RTOL = 1e-4
+# Gradients that are zero in exact arithmetic (FIRE's mlp.fc2.bias shifts a whole softmax row,
+# POSENC_SPEC §7.1): both sides hold rounding noise, so their error is measured against the
+# largest gradient of the model instead of their own (~1e-17 in the f64 reference).
+ROUNDING_ZERO = re.compile(r"(^|\.)pe\.mlp\.fc2\.bias$")
 BATCH = 2
 RUN_TIMEOUT_S = 120
 
@@ -86,8 +90,10 @@ ENCODING_CASES = {
     "floater-defaults": Case({"type": "floater"}, LONG),
     "complex-order": Case({"type": "complex-order"}, LONG),
     # §7: thresholds below T (rows past it), and 12 = a query position (the 1/2 : 1/2 tie)
-    "fire": Case({"type": "fire", "init_L": 10, "mlp_width": 8, "init_c": 0.3}, LONG),
-    "fire-shared-tie": Case({"type": "fire", "init_L": 12, "shared": True}, LONG),
+    # (c and the widths chosen so that torch's own f32 run is within 3e-5 of its f64 one on every
+    # gradient: FIRE's c gradient is a sum with much cancellation, rows of dB summing to 0)
+    "fire": Case({"type": "fire", "init_L": 10, "init_c": 0.3}, LONG),
+    "fire-shared-tie": Case({"type": "fire", "init_L": 12, "shared": True, "init_c": 0.5}, LONG),
     "cope": Case({"type": "cope"}, LONG),                         # positions past npos saturate at 24
     "cope-shared-npos4": Case({"type": "cope", "npos_max": 4, "shared": True}, LONG),
 }
@@ -171,7 +177,7 @@ def random_params(ref, cfg, seed):
             "norm_bias": ("normal", 0.1),
             "norm_weight": ("normal", 0.1),
             "frequency": ("normal", 0.5),          # complex-order: phases that turn visibly
-        }.get(s.role, s.init)                      # kerple r1/r2, floater time: the spec's init
+        }.get(s.role, s.init)                      # kerple r1/r2, floater time, FIRE's c, L_multiplier, fc1 bias: the spec's init
         t = ref.sample_init(init, s.shape, gen)
         params[s.name] = t + 1.0 if s.role == "norm_weight" else t
     if "pe.r1" in params:                         # exercise KERPLE's in-place projection
@@ -256,6 +262,7 @@ def check_grads(ref, st_io, ctxlab, ckpt, tokens_path, out):
         errors.append(f"loss {got_loss!r} vs {loss:.9g} (rel {loss_err:.2e})")
 
     worst, worst_name = 0.0, None
+    model_scale = max(float(abs(g.numpy()).max()) for g in grads.values())
     for name in sorted(set(grads) & set(entries)):
         e, r = entries[name], grads[name].numpy()
         if e["dtype"] != "F32":
@@ -264,7 +271,7 @@ def check_grads(ref, st_io, ctxlab, ckpt, tokens_path, out):
         if tuple(e["shape"]) != tuple(r.shape):
             errors.append(f"{name}: shape {tuple(e['shape'])}, expected {tuple(r.shape)}")
             continue
-        scale = float(abs(r).max())
+        scale = model_scale if ROUNDING_ZERO.search(name) else float(abs(r).max())
         err = float(abs(got[name].astype("float64") - r).max()) / (scale if scale > 0 else 1.0)
         if not err < GRAD_RTOL:           # also catches NaN
             errors.append(f"{name}: grad rel err {err:.2e}")

@@ -931,7 +931,7 @@ class Fire(PosEnc):
         return [ParamSpec(p + "c", (1,), ("const", self.pe["init_c"]), "fire_scalar"),
                 ParamSpec(p + "L_multiplier", (1,), ("const", 1.0), "fire_scalar"),
                 ParamSpec(p + "mlp.fc1.weight", (W, 1), ("uniform", -1.0, 1.0), "linear"),
-                ParamSpec(p + "mlp.fc1.bias", (W,), ("uniform", -1.0, 1.0), "bias"),
+                ParamSpec(p + "mlp.fc1.bias", (W,), ("uniform", -1.0, 1.0), "fire_fc1_bias"),
                 ParamSpec(p + "mlp.fc2.weight", (H, W), ("uniform", -a, a), "linear"),
                 ParamSpec(p + "mlp.fc2.bias", (H,), ("uniform", -a, a), "bias")]
 
