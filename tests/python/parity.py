@@ -177,7 +177,7 @@ def random_params(ref, cfg, seed):
             "norm_bias": ("normal", 0.1),
             "norm_weight": ("normal", 0.1),
             "frequency": ("normal", 0.5),          # complex-order: phases that turn visibly
-        }.get(s.role, s.init)                      # kerple r1/r2, floater time, FIRE's c, L_multiplier, fc1 bias: the spec's init
+        }.get(s.role, s.init)                      # the spec's init: kerple r1/r2, floater time, FIRE's c, L, fc1.bias
         t = ref.sample_init(init, s.shape, gen)
         params[s.name] = t + 1.0 if s.role == "norm_weight" else t
     if "pe.r1" in params:                         # exercise KERPLE's in-place projection
