@@ -16,12 +16,13 @@ Variable fire_bias(const Variable& c, const Variable& lm, const Variable& w1, co
                    const Variable& w2, const Variable& b2, const Tensor& pq, const Tensor& pk,
                    double init_L, double eps);
 
-// CoPE (§7.2): the position term of the logits, B[b, h, i, j] = e_ij * scale, with
+// CoPE (§7.2): the pre-mask logits S[b, h, i, j] = (q_i . k_j + e_ij) * scale, with
 // g_ij = sigmoid(scale q_i . k_j) on visible keys, p_ij = min(sum_{k=j..i} g_ik, npos - 1),
-// z_i = q_i E, e_ij = z_i[ceil p] w + z_i[floor p] (1 - w), w = p - floor p; 0 on invisible keys.
+// z_i = q_i E, e_ij = z_i[ceil p] w + z_i[floor p] (1 - w), w = p - floor p; e = 0 on invisible
+// keys. One node for the logits (not a bias beside them): q k^T is computed once.
 //   q [B, H, T, d], k [B, H, S, d], E [d, npos] -> [B, H, T, S]. Query i sits at q_pos0 + i; key
 //   j is visible when j <= q_pos0 + i (and, with window > 0, j > q_pos0 + i - window).
-Variable cope_bias(const Variable& q, const Variable& k, const Variable& E, double scale, int64_t q_pos0,
+Variable cope_logits(const Variable& q, const Variable& k, const Variable& E, double scale, int64_t q_pos0,
                    int64_t window);
 
 }  // namespace ctx

@@ -1,8 +1,9 @@
 // posenc/cope.cpp — `cope` (POSENC_SPEC §7.2): CoPE, Golovneva et al. 2024, contextual positions
 // counted by sigmoid gates over the keys and interpolated in a learned table E [d, npos_max]:
 // S_ij = (q_i . k_j + e_ij) / sqrt(d). One table per attention layer (`blocks.{l}.attn.pe.pos_emb`),
-// shared by its heads, or one for the model (`pe.pos_emb`) with "shared": true. The term is one
-// node (cope_bias, autograd/ops_posenc2024.h), a bias per batch row: the composed attention.
+// shared by its heads, or one for the model (`pe.pos_emb`) with "shared": true. The logits are one
+// node (cope_logits, autograd/ops_posenc2024.h; q k^T computed once for the gates and the scores);
+// the softmax and p v are the composed attention's.
 #include "autograd/ops_posenc2024.h"
 #include "posenc/posenc.h"
 
@@ -24,13 +25,12 @@ class Cope final : public PositionalEncoding {
     (void)rng;
     for (auto& t : tables_) backend_of(t.data()).fill(t.data(), 0.0);
   }
-  bool fused_attention_ok(const AttnState&) const override { return true; }  // declines a per-batch bias
-  bool terms_read_keys() const override { return true; }
+  bool terms_read_keys() const override { return true; }  // (fused_attention_ok: false, logits are ours)
 
   // [B, H, T, S]: the gates count the keys the window leaves visible (st.window)
-  Variable bias(AttnState& st) override {
+  Variable logits(AttnState& st) override {
     Variable k = st.k.size(2) == st.S ? st.k : slice(st.k, 2, 0, st.S);
-    return cope_bias(st.q, k, tables_.at(shared_ ? 0 : st.layer), st.scale, st.q_pos0, st.window);
+    return cope_logits(st.q, k, tables_.at(shared_ ? 0 : st.layer), st.scale, st.q_pos0, st.window);
   }
 
  private:

@@ -1014,7 +1014,7 @@ void posenc2024_cases(std::vector<Case>& cs) {
     const double scale = 0.5;
     // the row loop both references share: visible range, reverse sum, clamp, interpolation
     auto ref = [=](const Tensor& dout, const Tensor& a, const Tensor& z, bool fwd) {
-      Tensor out = Tensor::zeros(ts, dt), ps = Tensor::zeros(ts, dt), da = Tensor::zeros(ts, dt),
+      Tensor out = a.clone(), ps = Tensor::zeros(ts, dt), da = fwd ? Tensor::zeros(ts, dt) : dout.clone(),
              dz = Tensor::zeros(zs, dt);
       for (int64_t r = 0; r < B * H * Tq; ++r) {
         const int64_t qp = p0 + r % Tq, hi = std::min(qp, S - 1), lo = win ? std::max<int64_t>(0, qp - win + 1) : 0;
@@ -1027,14 +1027,14 @@ void posenc2024_cases(std::vector<Case>& cs) {
           const T p = std::min(sum[j], T(np - 1)), w = p - std::floor(p);
           const int64_t f = (int64_t)std::floor(p), c = (int64_t)std::ceil(p);
           P<T>(ps)[r * S + j] = sum[j];
-          P<T>(out)[r * S + j] = (zr[c] * w + zr[f] * (1 - w)) * T(scale);
+          P<T>(out)[r * S + j] += (zr[c] * w + zr[f] * (1 - w)) * T(scale);
           if (fwd) continue;
           const T de = P<T>(dout)[r * S + j] * T(scale);
           P<T>(dz)[r * np + c] += de * w;
           P<T>(dz)[r * np + f] += de * (1 - w);
           if (sum[j] <= T(np - 1)) run += de * (zr[c] - zr[f]);
           const T g = T(1) / (T(1) + std::exp(-ar[j]));
-          P<T>(da)[r * S + j] = run * g * (1 - g);
+          P<T>(da)[r * S + j] += run * g * (1 - g);
         }
       }
       return fwd ? std::vector<Tensor>{out, ps} : std::vector<Tensor>{da, dz};

@@ -1,5 +1,5 @@
 // tests/test_posenc_2024.cpp — the 2023-24 encodings (POSENC_SPEC §7: fire, cope) and their ops
-// (autograd/ops_posenc2024.h): f64 finite-difference gradchecks of fire_bias and cope_bias as one
+// (autograd/ops_posenc2024.h): f64 finite-difference gradchecks of fire_bias and cope_logits as one
 // node (every differentiable input; FIRE at a threshold tie thr == i and with explicit, gapped
 // positions); the forwards against per-element loops written from the spec; parameter names,
 // shapes and initialisation (per layer and shared); the key errors (one line naming posenc.<key>).
@@ -172,8 +172,8 @@ TEST(Posenc2024, FireKeyErrorsAreOneLineNamingTheKey) {
 
 // ---- CoPE ----------------------------------------------------------------------------------
 namespace {
-// e_ij * scale of §7.2 for one (b, h) block, in double, written from the spec (qp0: position of
-// query row 0; window 0: full causal). Invisible keys: 0.
+// (q_i . k_j + e_ij) * scale of §7.2 for one (b, h) block, in double, written from the spec (qp0:
+// position of query row 0; window 0: full causal). Invisible keys: e = 0.
 std::vector<double> cope_ref(const Tensor& q, const Tensor& k, const Tensor& E, int64_t bh, int64_t T, int64_t S,
                              int64_t d, int64_t qp0, int64_t window) {
   const int64_t np = E.size(1);
@@ -183,15 +183,17 @@ std::vector<double> cope_ref(const Tensor& q, const Tensor& k, const Tensor& E, 
     const int64_t qp = qp0 + i;
     auto qv = [&](int64_t c) { return q.at((bh * T + i) * d + c); };
     auto visible = [&](int64_t j) { return j <= qp && (window == 0 || j > qp - window); };
+    auto dot = [&](int64_t j) {
+      double a = 0;
+      for (int64_t c = 0; c < d; ++c) a += qv(c) * k.at((bh * S + j) * d + c);
+      return a * scale;
+    };
     for (int64_t j = 0; j < S; ++j) {
+      out[(size_t)(i * S + j)] = dot(j);
       if (!visible(j)) continue;
       double p = 0;
-      for (int64_t kk = j; kk < S; ++kk) {
-        if (!visible(kk)) continue;
-        double a = 0;
-        for (int64_t c = 0; c < d; ++c) a += qv(c) * k.at((bh * S + kk) * d + c);
-        p += 1.0 / (1.0 + std::exp(-a * scale));
-      }
+      for (int64_t kk = j; kk < S; ++kk)
+        if (visible(kk)) p += 1.0 / (1.0 + std::exp(-dot(kk)));
       p = std::min(p, (double)(np - 1));
       auto z = [&](int64_t n) {
         double s = 0;
@@ -199,19 +201,19 @@ std::vector<double> cope_ref(const Tensor& q, const Tensor& k, const Tensor& E, 
         return s;
       };
       const double w = p - std::floor(p);
-      out[(size_t)(i * S + j)] = (z((int64_t)std::ceil(p)) * w + z((int64_t)std::floor(p)) * (1 - w)) * scale;
+      out[(size_t)(i * S + j)] += (z((int64_t)std::ceil(p)) * w + z((int64_t)std::floor(p)) * (1 - w)) * scale;
     }
   }
   return out;
 }
 }  // namespace
 
-TEST(Posenc2024, CopeBiasMatchesTheSpecLoop) {
+TEST(Posenc2024, CopeLogitsMatchTheSpecLoop) {
   const int64_t B = 2, H = 2, T = 3, d = 4;
   for (auto [S, qp0, window, np] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 0, 0, 4}, {5, 2, 0, 3},
                                     {5, 2, 2, 9}, {3, 0, 0, 1}}) {
     const Tensor q = randn({B, H, T, d}, 11, 1.0), k = randn({B, H, S, d}, 12, 1.0), E = randn({d, np}, 13, 1.0);
-    const Variable out = cope_bias(Variable(q), Variable(k), Variable(E), 1.0 / std::sqrt((double)d), qp0, window);
+    const Variable out = cope_logits(Variable(q), Variable(k), Variable(E), 1.0 / std::sqrt((double)d), qp0, window);
     ASSERT_EQ(out.data().shape(), (Shape{B, H, T, S}));
     double worst = 0;
     for (int64_t bh = 0; bh < B * H; ++bh) {
@@ -224,12 +226,12 @@ TEST(Posenc2024, CopeBiasMatchesTheSpecLoop) {
 
 // Every input of the one node, with positions below and at the clamp (npos 3: sums of up to 5
 // gates reach it), a decoding step's offset (q_pos0 2 of S 5 keys) and a window.
-TEST(Posenc2024, GradcheckCopeBias) {
+TEST(Posenc2024, GradcheckCopeLogits) {
   const int64_t B = 2, H = 2, T = 3, d = 4;
   for (auto [S, qp0, window, np] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 0, 0, 4}, {5, 2, 0, 3},
                                     {5, 2, 2, 9}}) {
     GradFn f = [=](const std::vector<Variable>& v) {
-      return cope_bias(v[0], v[1], v[2], 1.0 / std::sqrt((double)d), qp0, window);
+      return cope_logits(v[0], v[1], v[2], 1.0 / std::sqrt((double)d), qp0, window);
     };
     const GradcheckResult r =
         gradcheck(f, {randn({B, H, T, d}, 21, 1.0), randn({B, H, S, d}, 22, 1.0), randn({d, np}, 23, 1.0)},

@@ -37,7 +37,7 @@ CTX_HOST_DEVICE inline void cope_row_forward(const F* a, const F* z, int64_t S, 
                                              int64_t window, F scale, F* out, F* psum) {
   int64_t lo, hi;
   cope_visible(qp, S, window, lo, hi);
-  for (int64_t j = 0; j < S; ++j) out[j] = F(0), psum[j] = F(0);
+  for (int64_t j = 0; j < S; ++j) out[j] = a[j], psum[j] = F(0);
   F acc = F(0);
   for (int64_t j = hi; j >= lo; --j) {  // the reverse cumulative sum, from i down to j
     acc += cope_sigmoid(a[j]);
@@ -45,7 +45,7 @@ CTX_HOST_DEVICE inline void cope_row_forward(const F* a, const F* z, int64_t S, 
     int64_t fl, ce;
     F w;
     cope_interp(acc, npos, fl, ce, w);
-    out[j] = (z[ce] * w + z[fl] * (F(1) - w)) * scale;
+    out[j] = a[j] + (z[ce] * w + z[fl] * (F(1) - w)) * scale;
   }
 }
 
@@ -54,7 +54,7 @@ CTX_HOST_DEVICE inline void cope_row_backward(const F* dout, const F* a, const F
                                               int64_t npos, int64_t qp, int64_t window, F scale, F* da, F* dz) {
   int64_t lo, hi;
   cope_visible(qp, S, window, lo, hi);
-  for (int64_t j = 0; j < S; ++j) da[j] = F(0);
+  for (int64_t j = 0; j < S; ++j) da[j] = dout[j];
   for (int64_t n = 0; n < npos; ++n) dz[n] = F(0);
   F run = F(0);  // dL/dg_k = sum over visible j <= k of dL/dp_j
   for (int64_t j = lo; j <= hi; ++j) {
@@ -66,7 +66,7 @@ CTX_HOST_DEVICE inline void cope_row_backward(const F* dout, const F* a, const F
     dz[fl] += de * (F(1) - w);
     if (psum[j] <= F(npos - 1)) run += de * (z[ce] - z[fl]);  // the clamp passes below its cap
     const F g = cope_sigmoid(a[j]);
-    da[j] = run * g * (F(1) - g);
+    da[j] += run * g * (F(1) - g);
   }
 }
 
