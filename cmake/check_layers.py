@@ -38,6 +38,8 @@ LAYERS = [
 OWNERS = {
     "autograd/kernels/gru_cell.h": "autograd/ops_gru.cpp",
     "autograd/kernels/ode_rk4.h": "autograd/ops_ode.cpp",
+    "autograd/kernels/fire.h": "autograd/ops_fire.cpp",
+    "autograd/kernels/cope.h": "autograd/ops_cope.cpp",
 }
 SOURCE_EXT = (".h", ".cpp", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')

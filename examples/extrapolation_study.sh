@@ -17,7 +17,7 @@
 #          the BPE re-run of RoPE / PI in <out>/bpe_*; its context L counts tokens),
 #          --plugin PATH.so (repeatable: every ctxlab call loads it; docs/extending.md),
 #          --add-encoding NAME or NAME='POSENC_JSON' (repeatable: one more encoding in part 1, e.g.
-#          --plugin libfire.so --add-encoding 'fire={"type":"fire","init_L":128}').
+#          --plugin libfire.so --add-encoding 'fire-example={"type":"fire-example","init_L":128}').
 # A finished run (its checkpoint at the final step) is reused, so an interrupted study continues.
 set -euo pipefail
 

@@ -59,6 +59,7 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   st.q = heads[0];  // the last T of S rows
   st.k = heads[1];
   st.v = heads[2];
+  st.window = window_;
   pe_->rotate(st);
   Variable o;                                                           // [B, H, T, Dh]
   // dropout on the probabilities: one seed per call, the same mask on either path
@@ -129,6 +130,7 @@ Variable Attention::forward_cached(const Variable& x, KVCache& cache) const {
               "first segment take one token, got ", T);
     window = window == 0 ? mem_len + 1 : std::min(window, mem_len + 1);
   }
+  st.window = window;
   Variable o;                                                           // [B, H, T, Dh]
   if (fused) o = pe_->fused_attention(st, window);
   if (!o.defined()) {

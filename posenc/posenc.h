@@ -7,11 +7,11 @@
 //   embed(x, pos0)      absolute encodings add to / transform the token embeddings (learned,
 //                       sinusoidal, floater; rnn replaces them by a GRU's states)
 //   rotate(st)          rotary encodings rotate st.q / st.k (rope, xpos, scaling family)
-//   bias(st)            additive logit terms [1 or B, H, T, S] (alibi, kerple, t5, sandwich)
+//   bias(st)            additive logit terms [1 or B, H, T, S] (alibi, kerple, t5, sandwich, fire)
 //   terms(st)           what the default logits / output compute (ScoreTerms): the query,
 //                       scale and bias, plus the relative terms of the content-position
 //                       encodings (shaw, xl, deberta, tupe), which override this hook only
-//   logits(st)          the pre-mask scores [B, H, T, S] of terms(st) (rerope overrides it)
+//   logits(st)          the pre-mask scores [B, H, T, S] of terms(st) (rerope, cope override it)
 //   output(st, p)       o = p @ v (+ the value term of terms(st): shaw)
 //   fused_attention_ok  true when logits and output are the defaults: attention then runs
 //                       logits, mask, softmax and output as one fused op (fused_attention)
@@ -66,6 +66,7 @@ struct AttnState {
   int64_t k_pos0 = 0;
   PosencDecodeState* decode = nullptr;  // this generation's state (incremental decoding) or null
   double scale = 1.0;   // 1/sqrt(Dh) unless the encoding says otherwise
+  int64_t window = 0;   // the sliding window of this call (0: full causal; POSENC_SPEC §6)
   Variable q, k, v;     // q [B, H, T, Dh]; k, v [B, H, S, Dh]
   Variable qkv_weight, qkv_bias;  // the layer's projection (DeBERTa projects its table with it)
   // terms(st) of this call, computed on first use by PositionalEncoding::score_terms (so that

@@ -21,9 +21,12 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <vector>
 
+#include "autograd/kernels/cope.h"
+#include "autograd/kernels/fire.h"
 #include "autograd/kernels/gru_cell.h"
 #include "core/backend.h"
 #include "core/cpu/gemm.h"
@@ -968,6 +971,96 @@ void large_cases(std::vector<Case>& cs) {
   cs.back().large = true;
 }
 
+// --- the 2023-24 encodings' extension kernels (POSENC_SPEC §7): fire_distances (FIRE's
+// normalised distances, a tie thr == p at p = 3, c of either sign) and cope_forward / backward
+// (CoPE's gated positions: the clamp reached, a decoding offset, a window) against short loops ---
+template <class T>
+void posenc2024_cases(std::vector<Case>& cs) {
+  const DType dt = dtype_of<T>::value;
+  for (double cv : {0.4, -0.3}) {
+    const Tensor pq = Tensor::from_vector<double>({0, 1, 2, 3, 4, 1, 3, 6, 7, 9}, {2, 5}).to(dt);
+    const Tensor pk = Tensor::from_vector<double>({0, 1, 2, 3, 1, 3, 6, 7}, {2, 4}).to(dt);
+    const Tensor c = Tensor::full({1}, cv, dt), lm = Tensor::full({1}, 1.0, dt);
+    cs.push_back({str("fire_distances ", tn<T>(), " c ", cv), dt, false, 1, kernels::fire_distances,
+                  [=](const Dev& D) {
+                    Tensor x = D.out({2, 5, 4}, dt), dc = D.out({2, 5, 4}, dt), dl = D.out({2, 5, 4}, dt);
+                    kernels::fire_distances(D.d, D.in(pq), D.in(pk), D.in(c), D.in(lm), 3.0, 1e-6, x, dc, dl);
+                    return hosts({x, dc, dl});
+                  },
+                  [=] {
+                    Tensor x = Tensor::empty({2, 5, 4}, dt), dc = Tensor::empty({2, 5, 4}, dt),
+                           dl = Tensor::empty({2, 5, 4}, dt);
+                    const T cc = (T)cv, L = T(3), eps = T(1e-6);
+                    auto sg = [](T v) { return v > 0 ? T(1) : (v < 0 ? T(-1) : T(0)); };
+                    for (int64_t b = 0; b < 2; ++b)
+                      for (int64_t i = 0; i < 5; ++i)
+                        for (int64_t j = 0; j < 4; ++j) {
+                          const T pi = P<T>(pq)[b * 5 + i], u = pi - P<T>(pk)[b * 4 + j], m = std::max(L, pi);
+                          const T num = std::log(std::fabs(cc * u) + 1), den = std::log(std::fabs(cc * m) + 1) + eps;
+                          const T xv = num / den, a = std::fabs(cc * m) + 1;
+                          const T split = L > pi ? T(1) : (L == pi ? T(0.5) : T(0));
+                          const int64_t e = (b * 5 + i) * 4 + j;
+                          P<T>(x)[e] = xv;
+                          P<T>(dc)[e] = (sg(cc * u) * u / (std::fabs(cc * u) + 1) - xv * sg(cc * m) * m / a) / den;
+                          P<T>(dl)[e] = -xv / den * (sg(cc * m) * cc / a) * split * L;
+                        }
+                    return std::vector<Tensor>{x, dc, dl};
+                  }});
+  }
+  for (auto [S, p0, win, np] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{5, 0, 0, 3}, {7, 3, 0, 9},
+                                {7, 3, 2, 6}, {300, 0, 0, 301}}) {
+    const int64_t B = 2, H = 2, Tq = S - p0;
+    const Shape ts{B, H, Tq, S}, zs{B, H, Tq, np};
+    const double scale = 0.5;
+    // the row loop both references share: visible range, reverse sum, clamp, interpolation
+    auto ref = [=](const Tensor& dout, const Tensor& a, const Tensor& z, bool fwd) {
+      Tensor out = a.clone(), ps = Tensor::zeros(ts, dt), da = fwd ? Tensor::zeros(ts, dt) : dout.clone(),
+             dz = Tensor::zeros(zs, dt);
+      for (int64_t r = 0; r < B * H * Tq; ++r) {
+        const int64_t qp = p0 + r % Tq, hi = std::min(qp, S - 1), lo = win ? std::max<int64_t>(0, qp - win + 1) : 0;
+        const T *ar = P<T>(a) + r * S, *zr = P<T>(z) + r * np;
+        std::vector<T> sum(S, T(0));
+        T acc = 0;
+        for (int64_t j = hi; j >= lo; --j) sum[j] = acc += T(1) / (T(1) + std::exp(-ar[j]));
+        T run = 0;
+        for (int64_t j = lo; j <= hi; ++j) {
+          const T p = std::min(sum[j], T(np - 1)), w = p - std::floor(p);
+          const int64_t f = (int64_t)std::floor(p), c = (int64_t)std::ceil(p);
+          P<T>(ps)[r * S + j] = sum[j];
+          P<T>(out)[r * S + j] += (zr[c] * w + zr[f] * (1 - w)) * T(scale);
+          if (fwd) continue;
+          const T de = P<T>(dout)[r * S + j] * T(scale);
+          P<T>(dz)[r * np + c] += de * w;
+          P<T>(dz)[r * np + f] += de * (1 - w);
+          if (sum[j] <= T(np - 1)) run += de * (zr[c] - zr[f]);
+          const T g = T(1) / (T(1) + std::exp(-ar[j]));
+          P<T>(da)[r * S + j] += run * g * (1 - g);
+        }
+      }
+      return fwd ? std::vector<Tensor>{out, ps} : std::vector<Tensor>{da, dz};
+    };
+    const std::string tag = str(tn<T>(), " S ", S, " q_pos0 ", p0, " window ", win, " npos ", np);
+    cs.push_back({"cope_forward " + tag, dt, false, S, kernels::cope_forward,
+                  [=](const Dev& D) {
+                    Tensor out = D.out(ts, dt), ps = D.out(ts, dt);
+                    kernels::cope_forward(D.d, D.in(rnd(ts, dt, 161, -2, 2)), D.in(rnd(zs, dt, 162)), p0, win, scale,
+                                          out, ps);
+                    return hosts({out, ps});
+                  },
+                  [=] { return ref(Tensor(), rnd(ts, dt, 161, -2, 2), rnd(zs, dt, 162), true); }});
+    cs.push_back({"cope_backward " + tag, dt, false, S, kernels::cope_backward,
+                  [=](const Dev& D) {
+                    const Tensor a = rnd(ts, dt, 161, -2, 2), z = rnd(zs, dt, 162);
+                    const Tensor ps = ref(Tensor(), a, z, true)[1];
+                    Tensor da = D.out(ts, dt), dz = D.out(zs, dt);
+                    kernels::cope_backward(D.d, D.in(rnd(ts, dt, 163)), D.in(a), D.in(z), D.in(ps), p0, win, scale,
+                                           da, dz);
+                    return hosts({da, dz});
+                  },
+                  [=] { return ref(rnd(ts, dt, 163), rnd(ts, dt, 161, -2, 2), rnd(zs, dt, 162), false); }});
+  }
+}
+
 // --- extension kernels (core/extension.h: an op's own kernels, registered per device by their
 // owner), compared on every device that registers them (else they must refuse); references are
 // short loops ---
@@ -1027,6 +1120,7 @@ void extension_cases(std::vector<Case>& cs) {
                     return std::vector<Tensor>{d1, d2, dh};
                   }});
   }
+  posenc2024_cases<T>(cs);
 }
 
 // --- causal attention (Fused::Attention), with the bias and the content-position terms of

@@ -55,14 +55,29 @@ void expect_same_step(const StepResult& c, const StepResult& g, double tol) {
   EXPECT_LE(std::fabs(g.loss - c.loss), tol * std::fabs(c.loss)) << "loss cpu " << c.loss << " cuda " << g.loss;
   ASSERT_EQ(c.grads.size(), g.grads.size());
   int64_t checked = 0, total = 0;
+  auto absmax = [](const Tensor& t) {
+    double m = 0;
+    for (int64_t e = 0; t.defined() && e < t.numel(); ++e) m = std::max(m, std::fabs(t.at(e)));
+    return m;
+  };
+  double model_gmax = 0;
+  for (auto& [n, t] : c.grads) model_gmax = std::max(model_gmax, absmax(t));
   for (size_t i = 0; i < c.grads.size(); ++i) {
     SCOPED_TRACE(c.grads[i].first);
     const Tensor &gc = c.grads[i].second, &pc = c.params[i].second, &pg = g.params[i].second;
     ASSERT_EQ(gc.defined(), g.grads[i].second.defined());
     if (!gc.defined()) continue;
+    const double gmax = absmax(gc);
+    if (gmax <= 1e-5 * model_gmax) {
+      // a whole tensor zero in exact arithmetic (FIRE's mlp.fc2.bias shifts every softmax row,
+      // POSENC_SPEC §7.1): rounding noise on both devices, measured against the model's largest
+      // gradient; its parameters take Adam's noise-driven steps and are not compared
+      double d = 0;
+      for (int64_t e = 0; e < gc.numel(); ++e) d = std::max(d, std::fabs(g.grads[i].second.at(e) - gc.at(e)));
+      EXPECT_LE(d, tol * model_gmax);
+      continue;
+    }
     EXPECT_LE(rel_err(g.grads[i].second, gc), tol);
-    double gmax = 0;
-    for (int64_t e = 0; e < gc.numel(); ++e) gmax = std::max(gmax, std::fabs(gc.at(e)));
     int bad = 0;
     for (int64_t e = 0; e < pc.numel(); ++e, ++total) {
       if (std::fabs(gc.at(e)) <= 1e-4 * gmax) continue;
@@ -111,7 +126,8 @@ void check_training_steps_with(const json& posenc, int64_t window, bool fused) {
   const cuda::AttentionCalls calls0 = cuda::attention_calls();
   expect_same_step(train_step(mc, oc, in, tg), train_step(mg, og, in_g, tg_g), 2e-5);
   const cuda::AttentionCalls calls1 = cuda::attention_calls();
-  const uint64_t want = fused ? (uint64_t)mg.cfg.n_layers : 0;
+  // (an encoding that owns its logits, cope, never takes the fused attention)
+  const uint64_t want = fused && mg.pe->fused_attention_ok(AttnState{}) ? (uint64_t)mg.cfg.n_layers : 0;
   EXPECT_EQ(calls1.forward - calls0.forward, want) << "fused attention forward calls on cuda";
   EXPECT_EQ(calls1.backward - calls0.backward, want) << "fused attention backward calls on cuda";
   const uint64_t mallocs = cuda::device_alloc_stats().device_mallocs;
@@ -160,7 +176,8 @@ INSTANTIATE_TEST_SUITE_P(Encodings, CudaModel,
                                            json{{"type", "t5"}, {"num_buckets", 8}, {"max_distance", 16}},
                                            json{{"type", "shaw"}, {"max_relative_position", 4}}, json{{"type", "xl"}},
                                            json{{"type", "deberta"}, {"position_buckets", 4}, {"max_relative_positions", 8}},
-                                           json{{"type", "tupe"}}),
+                                           json{{"type", "tupe"}}, json{{"type", "fire"}, {"init_L", 4}},
+                                           json{{"type", "cope"}, {"npos_max", 5}}),
                          [](const ::testing::TestParamInfo<json>& i) { return i.param["type"].get<std::string>(); });
 #endif
 

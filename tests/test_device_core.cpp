@@ -13,6 +13,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "autograd/kernels/cope.h"
+#include "autograd/kernels/fire.h"
 #include "autograd/kernels/gru_cell.h"
 #include "autograd/kernels/ode_rk4.h"
 #include "autograd/ops.h"
@@ -469,6 +471,15 @@ TEST(DeviceCore, TheEncodingsKernelsAreRegisteredPerDevice) {
   EXPECT_TRUE(kernels::gru_cell_backward.has(Device::CPU));
   EXPECT_TRUE(kernels::ode_rk4_forward.has(Device::CPU));
   EXPECT_TRUE(kernels::ode_rk4_backward.has(Device::CPU));
+  for (Device d : {Device::CPU
+#ifdef CTXLAB_WITH_CUDA
+                   , Device::CUDA
+#endif
+       }) {
+    EXPECT_TRUE(kernels::fire_distances.has(d)) << device_name(d);
+    EXPECT_TRUE(kernels::cope_forward.has(d)) << device_name(d);
+    EXPECT_TRUE(kernels::cope_backward.has(d)) << device_name(d);
+  }
 #ifdef CTXLAB_WITH_CUDA
   EXPECT_TRUE(kernels::gru_cell_forward.has(Device::CUDA));  // registered as libctxlab_cuda.so loads
   EXPECT_TRUE(kernels::gru_cell_backward.has(Device::CUDA));

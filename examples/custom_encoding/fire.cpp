@@ -1,8 +1,10 @@
 // fire.cpp — FIRE (Li et al. 2023, "Functional Interpolation for Relative Positions Improves Long
 // Context Transformers", arXiv:2310.04418) as a ctxlab positional encoding, written outside
-// ctxlab against its installed API (<ctxlab/ctxlab.h>) and registered by name, "fire", from here.
-// The same file is linked into this example's tests and built as the plugin libfire.so for
-// `ctxlab --plugin libfire.so --posenc fire`. The formulation and its choices: README.md.
+// ctxlab against its installed API (<ctxlab/ctxlab.h>) and registered by name, "fire-example",
+// from here (ctxlab's built-in `fire`, POSENC_SPEC §7.1, keeps the name "fire"; README.md lists
+// where this one differs). The same file is linked into this example's tests and built as the
+// plugin libfire.so for `ctxlab --plugin libfire.so --posenc fire-example`. The formulation and
+// its choices: README.md.
 //
 //   bias[h, i, j] = f( psi(i - j) / (psi(max(L, i)) + eps) )[h]     i, j absolute positions
 //   psi(x) = log(|c| x + 1),  L = |L_multiplier * init_L|,  f = Linear(1, W) -> ReLU -> Linear(W, H)
@@ -42,7 +44,7 @@ class Fire final : public PositionalEncoding {
     fc2_ = mlp->register_module("fc2", std::make_shared<nn::Linear>(width_, H_));
     mod_->register_module("mlp", mlp);
   }
-  std::string type() const override { return "fire"; }
+  std::string type() const override { return "fire-example"; }
   std::shared_ptr<nn::Module> shared_module() override { return mod_; }  // named "pe.*"
 
   // The reference's: c = init_c, L_multiplier = 1, the MLP as torch.nn.Linear's default
@@ -89,7 +91,7 @@ class Fire final : public PositionalEncoding {
   std::shared_ptr<nn::Linear> fc1_, fc2_;
 };
 
-// posenc {"type": "fire", "mlp_width": 32, "init_c": 0.1, "init_L": 512, "eps": 1e-6}
+// posenc {"type": "fire-example", "mlp_width": 32, "init_c": 0.1, "init_L": 512, "eps": 1e-6}
 std::unique_ptr<PositionalEncoding> make_fire(const ModelConfig& cfg, const nlohmann::json& p,
                                               const std::string& source) {
   posenc_check_keys(p, {"mlp_width", "init_c", "init_L", "eps"}, source);
@@ -106,6 +108,6 @@ std::unique_ptr<PositionalEncoding> make_fire(const ModelConfig& cfg, const nloh
 }
 
 // Registered when the program (or the plugin) is loaded.
-const PosencRegistrar kFire("fire", make_fire);
+const PosencRegistrar kFire("fire-example", make_fire);
 
 }  // namespace

@@ -1,6 +1,6 @@
 # tests/cli/device.cmake — `ctxlab grads --device cuda` against `--device cpu`: for every
 # encoding (none, learned, sinusoidal, rope, xpos, alibi, kerple, t5, sandwich, shaw, xl,
-# deberta, tupe, rnn, floater, complex-order) and every RoPE scaling (pi, ntk, dynamic-ntk, yarn,
+# deberta, tupe, rnn, floater, complex-order, fire, cope) and every RoPE scaling (pi, ntk, dynamic-ntk, yarn,
 # rerope, leaky-rerope; the ReRoPE window 8 < T = 32 so both branches run), the loss within 1e-5 relative and every
 # gradient within 1e-4 (tests/python/device_checks.py). Registered in builds with the CUDA backend: in the
 # emulator build (CI) the kernels run on the CPU and the test must pass; in a real CUDA build it
@@ -26,6 +26,7 @@ if(CTXLAB_CUDA_EMULATOR OR CTXLAB_WITH_CUDA)
                    --work ${CMAKE_BINARY_DIR}/cli_device_checks --emulated ${_dv_emulated}
                    --encodings none learned sinusoidal rope xpos alibi kerple t5 sandwich shaw xl deberta tupe
                    rnn complex-order [=[{"type":"floater","hidden":16,"dt":0.1,"substeps":2}]=]
+                   [=[{"type":"fire","init_L":16}]=] [=[{"type":"cope","npos_max":8}]=]
                    [=[{"type":"rope","scaling":{"type":"pi","factor":4}}]=]
                    [=[{"type":"rope","scaling":{"type":"ntk","factor":4}}]=]
                    [=[{"type":"rope","scaling":{"type":"dynamic-ntk","factor":4}}]=]
@@ -54,6 +55,7 @@ if(CTXLAB_CUDA_EMULATOR OR CTXLAB_WITH_CUDA)
              --bin ${_dv_bin} --work ${CMAKE_BINARY_DIR}/cli_device_checks_shuffled --emulated 1
              --encodings none learned rope alibi t5 shaw xl deberta tupe rnn complex-order
              [=[{"type":"floater","hidden":16,"dt":0.1,"substeps":2}]=]
+             [=[{"type":"fire","init_L":16}]=] [=[{"type":"cope","npos_max":8}]=]
              [=[{"type":"rope","scaling":{"type":"yarn","factor":4}}]=]
              [=[{"type":"rope","scaling":{"type":"rerope","factor":4,"window":8}}]=])
     set_tests_properties(device_grads_cuda_vs_cpu_shuffled PROPERTIES

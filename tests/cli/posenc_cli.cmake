@@ -87,7 +87,11 @@ set(_pc_cases
     "tupe|tupe|tupe"
     "rnn|rnn|rnn"
     "floater|floater --param hidden=5 --param dt=0.3 --param substeps=2|floater"
-    "complex_order|complex-order|complex-order")
+    "complex_order|complex-order|complex-order"
+    "fire|fire --param init_L=3|{\"type\":\"fire\",\"init_L\":32}"
+    "fire_shared|fire --param shared=true --param init_L=2.5 --param init_c=0.7|"
+    "cope|cope|cope"
+    "cope_clamped|cope --param npos_max=3 --param shared=true|")
 
 set(_pc_tests "")
 foreach(_pc_case IN LISTS _pc_cases)
@@ -117,7 +121,7 @@ endforeach()
 # An unknown encoding is the registry's one-line error listing the valid names.
 add_test(NAME posenc_gradcheck_unknown_encoding
          COMMAND sh -c "if out=$('${_pc_bin}' gradcheck --encoding nope 2>&1); then exit 1; fi; \
-echo \"$out\"; echo \"$out\" | grep -q \"unknown posenc.type 'nope'\" && echo \"$out\" | grep -q 'alibi, complex-order, deberta'")
+echo \"$out\"; echo \"$out\" | grep -q \"unknown posenc.type 'nope'\" && echo \"$out\" | grep -q 'alibi, complex-order, cope, deberta'")
 list(APPEND _pc_tests posenc_gradcheck_unknown_encoding)
 
 set_tests_properties(${_pc_tests} PROPERTIES

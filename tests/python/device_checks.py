@@ -4,7 +4,8 @@
 For each encoding given, one tiny checkpoint (ctxlab init) and one token batch; the gradients of
 every parameter and the loss from the two devices must agree: loss within 1e-5 relative, every
 gradient tensor within 1e-4 (max |a - b| / max(max |b|, 1e-30), per tensor), the same names and
-shapes. Run by tests/cli/device.cmake in builds with the CUDA backend (the emulated one in CI).
+shapes. A gradient zero in exact arithmetic (FIRE's mlp.fc2.bias shifts every softmax row,
+POSENC_SPEC §7.1) is rounding noise on both devices: measured against the largest gradient. Run by tests/cli/device.cmake in builds with the CUDA backend (the emulated one in CI).
 
 With a real CUDA build on a machine without a GPU, `--device cuda` must fail with one line; this
 script then prints `SKIP: no GPU ...` and exits 77 (the only kind of skip the suite allows;
@@ -12,6 +13,7 @@ script then prints `SKIP: no GPU ...` and exits 77 (the only kind of skip the su
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -19,6 +21,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
+
+ROUNDING_ZERO = re.compile(r"(^|\.)pe\.mlp\.fc2\.bias$")
 
 
 def run(cmd, env=None):
@@ -76,6 +80,7 @@ def main():
             print(f"{enc}: parameter names differ: {sorted(set(cpu_t) ^ set(gpu_t))}")
             ok = False
         else:
+            model_scale = max(float(np.max(np.abs(t))) for t in cpu_t.values() if t.size)
             for name in cpu_t:
                 c, d = cpu_t[name].astype(np.float64), gpu_t[name].astype(np.float64)
                 if c.shape != d.shape:
@@ -83,6 +88,8 @@ def main():
                     ok = False
                     continue
                 scale = max(float(np.max(np.abs(c))) if c.size else 0.0, 1e-30)
+                if ROUNDING_ZERO.search(name):
+                    scale = model_scale
                 err_t = float(np.max(np.abs(c - d))) / scale if c.size else 0.0
                 if not np.all(np.isfinite(d)):
                     err_t = float("inf")

@@ -20,7 +20,8 @@ value terms, ``project_`` for in-place constraint projections (KERPLE), ``check_
 Implemented: none, learned (+hierarchical), sinusoidal, rope (half/interleaved; scaling
 pi, ntk, dynamic-ntk, yarn, rerope, leaky-rerope; log_n), xpos, alibi, kerple (log,
 power), sandwich, t5, shaw, xl (no memory), deberta, tupe, rnn (GRU), floater (RK4),
-complex-order.
+complex-order, fire, cope (POSENC_SPEC §7: written from the papers' code, torch.maximum and
+a flipped cumsum, not from ctxlab's kernels).
 
 Float32 tables: frequencies, slopes, buckets and similar tables are computed in float32
 with the operation order POSENC_SPEC gives, calling the C library's ``powf``/``logf`` (via
@@ -904,6 +905,97 @@ def make_encoding(cfg):
     return ENCODINGS[cfg["posenc"]["type"]](cfg)
 
 
+# ---- §7 the encodings of 2023-24 -------------------------------------------------------------
+def _fire_cope_shared(section, pe):
+    if not isinstance(pe["shared"], bool):
+        raise ConfigError(f"{section}: shared must be true or false, got {pe['shared']!r}")
+
+
+@register("fire")
+class Fire(PosEnc):
+    """FIRE (§7.1), after the paper's PyTorch module: f(psi(i - j) / (psi(max(thr, i)) + eps))."""
+    KEYS = {"mlp_width": 32, "init_c": 0.1, "init_L": 512.0, "eps": 1e-6, "shared": False}
+
+    @classmethod
+    def validate(cls, pe, cfg):
+        _positive_int("posenc fire", "mlp_width", pe["mlp_width"])
+        for k in ("init_c", "init_L", "eps"):
+            if not _is_num(pe[k]) or pe[k] <= 0:
+                raise ConfigError(f"posenc fire: {k} must be a number > 0, got {pe[k]!r}")
+        _fire_cope_shared("posenc fire", pe)
+        return pe
+
+    def _specs(self, p):
+        W, H = self.pe["mlp_width"], self.H
+        a = 1.0 / math.sqrt(W)
+        return [ParamSpec(p + "c", (1,), ("const", self.pe["init_c"]), "fire_scalar"),
+                ParamSpec(p + "L_multiplier", (1,), ("const", 1.0), "fire_scalar"),
+                ParamSpec(p + "mlp.fc1.weight", (W, 1), ("uniform", -1.0, 1.0), "linear"),
+                ParamSpec(p + "mlp.fc1.bias", (W,), ("uniform", -1.0, 1.0), "fire_fc1_bias"),
+                ParamSpec(p + "mlp.fc2.weight", (H, W), ("uniform", -a, a), "linear"),
+                ParamSpec(p + "mlp.fc2.bias", (H,), ("uniform", -a, a), "bias")]
+
+    def _prefix(self, l):
+        return "pe." if self.pe["shared"] else f"blocks.{l}.attn.pe."
+
+    def shared_specs(self):
+        return self._specs("pe.") if self.pe["shared"] else []
+
+    def layer_specs(self, l):
+        return [] if self.pe["shared"] else self._specs(self._prefix(l))
+
+    def scores(self, q, k, P, l):
+        p, T = self._prefix(l), q.shape[2]
+        pos = torch.arange(T, dtype=q.dtype)
+        c = P[p + "c"]
+        thr = torch.abs(P[p + "L_multiplier"] * torch.tensor(self.pe["init_L"], dtype=q.dtype))
+        num = torch.log(torch.abs(c * (pos[:, None] - pos[None, :])) + 1)         # [T, T]
+        den = torch.log(torch.abs(c * torch.maximum(thr, pos)) + 1) + self.pe["eps"]  # [T]
+        x = (num / den[:, None])[..., None]                                         # [T, T, 1]
+        h = torch.relu(x @ P[p + "mlp.fc1.weight"].t() + P[p + "mlp.fc1.bias"])
+        f = h @ P[p + "mlp.fc2.weight"].t() + P[p + "mlp.fc2.bias"]                 # [T, T, H]
+        return (q @ k.transpose(-1, -2)) * self.scale + f.permute(2, 0, 1)
+
+
+@register("cope")
+class Cope(PosEnc):
+    """CoPE (§7.2), after facebookresearch/RAM's ContextPosSelfAttn with the repository's defaults."""
+    KEYS = {"npos_max": None, "shared": False}
+
+    @classmethod
+    def validate(cls, pe, cfg):
+        if pe["npos_max"] is None:
+            pe["npos_max"] = cfg["context"] + 1
+        _positive_int("posenc cope", "npos_max", pe["npos_max"])
+        _fire_cope_shared("posenc cope", pe)
+        return pe
+
+    def _name(self, l):
+        return "pe.pos_emb" if self.pe["shared"] else f"blocks.{l}.attn.pe.pos_emb"
+
+    def shared_specs(self):
+        if not self.pe["shared"]:
+            return []
+        return [ParamSpec("pe.pos_emb", (self.d, self.pe["npos_max"]), ("zeros",), "logit_table")]
+
+    def layer_specs(self, l):
+        if self.pe["shared"]:
+            return []
+        return [ParamSpec(self._name(l), (self.d, self.pe["npos_max"]), ("zeros",), "logit_table")]
+
+    def scores(self, q, k, P, l):
+        T, npos = q.shape[2], self.pe["npos_max"]
+        logits = q @ k.transpose(-1, -2)                                     # unscaled
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        gates = torch.sigmoid(logits * self.scale).masked_fill(~mask, 0.0)
+        pos = gates.flip(-1).cumsum(dim=-1).flip(-1).clamp(max=npos - 1)
+        pos_ceil, pos_floor = pos.ceil().long(), pos.floor().long()
+        z = q @ P[self._name(l)]                                             # [B, H, T, npos]
+        w = pos - pos_floor
+        e = z.gather(-1, pos_ceil) * w + z.gather(-1, pos_floor) * (1 - w)
+        return (logits + e) * self.scale
+
+
 # ---------------------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------------------
@@ -938,6 +1030,8 @@ def sample_init(init, shape, gen, dtype=torch.float32):
     if kind == "uniform":
         lo, hi = init[1], init[2]
         return (torch.rand(shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
+    if kind == "const":
+        return torch.full(shape, float(init[1]), dtype=dtype)
     if kind == "zeros":
         return torch.zeros(shape, dtype=dtype)
     if kind == "ones":

@@ -2,16 +2,16 @@
 #   1. train 20 steps of a tiny FIRE model: exit 0, loss at step 20 below step 1 (train.csv)
 #   2. eval the checkpoint at 32 (its context), 64 and 128 tokens: exit 0, a finite perplexity
 #      for each length (FIRE extrapolates: no length error)
-#   3. gradcheck --encoding fire: exit 0 and "N passed, 0 failed" with N >= 1
+#   3. gradcheck --encoding fire-example: exit 0 and "N passed, 0 failed" with N >= 1
 #   4. bad plugins: a missing file and a plugin with an undefined symbol each give exit 1 and
-#      one line naming the file; without --plugin, --posenc fire is an unknown type
+#      one line naming the file; without --plugin, --posenc fire-example is an unknown type
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   set(rc "${rc}" PARENT_SCOPE)
   set(out "${out}" PARENT_SCOPE)
   set(err "${err}" PARENT_SCOPE)
 endfunction()
-set(FIRE "{\"type\":\"fire\",\"init_L\":32,\"mlp_width\":16}")
+set(FIRE "{\"type\":\"fire-example\",\"init_L\":32,\"mlp_width\":16}")
 file(REMOVE_RECURSE "${OUT}")
 
 # 1. train
@@ -35,7 +35,7 @@ if(first STREQUAL "" OR last STREQUAL "" OR NOT last LESS first)
 endif()
 message(STATUS "train --plugin fire: loss ${first} -> ${last}")
 
-# 2. eval beyond the training length (the checkpoint's config names posenc "fire")
+# 2. eval beyond the training length (the checkpoint's config names posenc "fire-example")
 run("${BIN}" eval --plugin "${PLUGIN}" --checkpoint "${OUT}/model.safetensors" --lengths 32,64,128)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "ctxlab eval --plugin exited with ${rc}: ${err}")
@@ -47,15 +47,15 @@ foreach(len 32 64 128)
   endif()
 endforeach()
 run("${BIN}" eval --checkpoint "${OUT}/model.safetensors" --lengths 32)
-if(rc EQUAL 0 OR NOT err MATCHES "unknown posenc.type 'fire'")
-  message(FATAL_ERROR "eval without --plugin should fail on the unknown type 'fire' (rc ${rc}): ${err}")
+if(rc EQUAL 0 OR NOT err MATCHES "unknown posenc.type 'fire-example'")
+  message(FATAL_ERROR "eval without --plugin should fail on the unknown type 'fire-example' (rc ${rc}): ${err}")
 endif()
 
 # 3. gradcheck through a tiny f64 model
-run("${BIN}" gradcheck --plugin "${PLUGIN}" --encoding fire --param init_L=9.5 --param init_c=0.7
+run("${BIN}" gradcheck --plugin "${PLUGIN}" --encoding fire-example --param init_L=9.5 --param init_c=0.7
     --param mlp_width=4)
 message(STATUS "${out}")
-if(NOT rc EQUAL 0 OR NOT out MATCHES "gradcheck fire: ([0-9]+) passed, ([0-9]+) failed")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "gradcheck fire-example: ([0-9]+) passed, ([0-9]+) failed")
   message(FATAL_ERROR "gradcheck --plugin: exit ${rc}, no summary: ${out}${err}")
 endif()
 if(CMAKE_MATCH_1 LESS 1 OR NOT CMAKE_MATCH_2 EQUAL 0)

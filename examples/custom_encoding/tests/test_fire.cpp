@@ -39,13 +39,13 @@ AttnState state(int64_t H, int64_t T, int64_t q_pos0, DType dt) {
   return st;
 }
 
-const nlohmann::json kFire = {{"type", "fire"}, {"init_L", 3.5}, {"init_c", 0.7}, {"mlp_width", 5}};
+const nlohmann::json kFire = {{"type", "fire-example"}, {"init_L", 3.5}, {"init_c", 0.7}, {"mlp_width", 5}};
 
 TEST(FireOp, RegisteredByNameFromUserCode) {
   const auto types = posenc_types();
-  EXPECT_NE(std::find(types.begin(), types.end(), "fire"), types.end());
+  EXPECT_NE(std::find(types.begin(), types.end(), "fire-example"), types.end());
   nn::GPT m(fire_config(8, 2, 1, 8, kFire));
-  EXPECT_EQ(m.pe->type(), "fire");
+  EXPECT_EQ(m.pe->type(), "fire-example");
   auto p = params_by_name(m);
   for (const char* n : {"pe.c", "pe.L_multiplier", "pe.mlp.fc1.weight", "pe.mlp.fc1.bias",
                         "pe.mlp.fc2.weight", "pe.mlp.fc2.bias"})
@@ -53,7 +53,7 @@ TEST(FireOp, RegisteredByNameFromUserCode) {
   EXPECT_EQ(p["pe.mlp.fc2.weight"].shape(), (Shape{2, 5}));
   // bad parameters: one-line errors naming the field
   try {
-    nn::GPT bad(fire_config(8, 2, 1, 8, {{"type", "fire"}, {"init_L", -1}}));
+    nn::GPT bad(fire_config(8, 2, 1, 8, {{"type", "fire-example"}, {"init_L", -1}}));
     FAIL() << "init_L = -1 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("posenc.init_L"), std::string::npos) << e.what();
@@ -159,7 +159,7 @@ std::vector<int32_t> toy_text() {
 TEST(FireModel, TrainsSaveLoadAndExtrapolates) {
   ModelConfig cfg = preset_config("tiny");  // d 64, 2 layers, 4 heads, context 64
   cfg.context = 32;
-  cfg.posenc = {{"type", "fire"}, {"init_L", 32}};
+  cfg.posenc = {{"type", "fire-example"}, {"init_L", 32}};
   nn::GPT model(cfg);
   model.init_weights(1);
   const std::vector<int32_t> text = toy_text();
@@ -192,7 +192,7 @@ TEST(FireModel, TrainsSaveLoadAndExtrapolates) {
   save_checkpoint(path, model, 40);
   LoadedModel back = load_checkpoint(path);
   EXPECT_EQ(back.step, 40);
-  EXPECT_EQ(back.model->pe->type(), "fire");
+  EXPECT_EQ(back.model->pe->type(), "fire-example");
   auto [x, y] = sequential_batch(text, 0, 4, cfg.context);
   double l0, l1;
   {
