@@ -28,7 +28,7 @@ max(distinct DRAM bytes / HBM bandwidth, FLOPs / their peak, wavefronts / the SM
 rate); kernels' own SIMT arithmetic is not counted (bytes-, wavefront- and tensor-bound only).
 Counted under the emulator: estimates, not measurements.
     CTXLAB_EMU_COUNTERS=c.json build-emu/ctxlab train --device cuda ...
-    bench/roofline.py --counters c.json [--per-launch] [--skip N]
+    bench/roofline.py --counters c.json [--per-launch] [--skip N] [--minus c_fewer_steps.json]
 """
 import json
 import argparse
@@ -262,29 +262,50 @@ def ratio(ideal, actual):
     return f"{ideal / actual:.2f}" if actual else "-"
 
 
-def counted_report(path, hw, per_launch, skip):
-    """The counted records of `path` as markdown: per kernel name (or per launch), their
-    coalescing (ideal / actual sectors), shared-memory efficiency (ideal / actual wavefronts),
-    bytes, FLOPs and roofline time; records before index `skip` are left out (a cold first step)."""
-    with open(path) as f:
-        recs = json.load(f)[skip:]
-    if not recs:
-        sys.exit(f"roofline.py: no records in {path} (after --skip {skip})")
+def aggregate(recs, hw, per_launch, sign=1):
+    """Records summed per kernel name (or one row per launch), each row's roofline time the sum of
+    its launches'; sign -1 subtracts (--minus)."""
     rows = {}
     for i, r in enumerate(recs):
         key = i if per_launch else r["kernel"]
         m = rows.setdefault(key, dict(kernel=r["kernel"], shapes=set(), calls=0, t=0.0, bounds=set(),
                                       **{k: 0 for k in COUNTED}))
-        m["calls"] += 1
+        m["calls"] += sign
         m["shapes"].add(("x".join(map(str, r["grid"])) + " x " + "x".join(map(str, r["block"])))
                         if r["grid"][0] else "(cuBLAS)")
         for k in COUNTED:
-            m[k] += r[k] if not isinstance(r[k], dict) else sum(r[k].values())
+            m[k] += sign * (r[k] if not isinstance(r[k], dict) else sum(r[k].values()))
         t, bound = launch_time(r, hw)
-        m["t"] += t
+        m["t"] += sign * t
         m["bounds"].add(bound)
+    return rows
+
+
+def counted_report(path, hw, per_launch, skip, minus):
+    """The counted records of `path` as markdown: per kernel name (or per launch), their
+    coalescing (ideal / actual sectors), shared-memory efficiency (ideal / actual wavefronts),
+    bytes, FLOPs and roofline time. Records before index `skip` are left out; with `minus`, the
+    per-kernel sums of that file are subtracted (a run of n + 1 steps minus one of n steps: the
+    records of one warm step, whatever the first step and the end of a run add)."""
+    with open(path) as f:
+        recs = json.load(f)[skip:]
+    if not recs:
+        sys.exit(f"roofline.py: no records in {path} (after --skip {skip})")
+    rows = aggregate(recs, hw, per_launch)
+    if minus:
+        with open(minus) as f:
+            for key, m in aggregate(json.load(f), hw, False, -1).items():
+                if key not in rows:
+                    sys.exit(f"roofline.py: {minus} has kernel {key}, which {path} has not")
+                for k in ("calls", "t", *COUNTED):
+                    rows[key][k] += m[k]
+                if rows[key]["calls"] < 0:
+                    sys.exit(f"roofline.py: {minus} has more launches of {key} than {path}")
+        rows = {k: m for k, m in rows.items() if m["calls"] > 0}
     total = sum(m["t"] for m in rows.values())
-    out = [f"Counted under the CUDA emulator ({path}, {len(recs)} records): estimates on the {hw['name']} "
+    calls = sum(m["calls"] for m in rows.values())
+    what = f"{path} minus {minus}" if minus else path
+    out = [f"Counted under the CUDA emulator ({what}, {calls} records): estimates on the {hw['name']} "
            "datasheet peaks, not measurements.\n",
            "| kernel | grid x block | calls | global ld / st efficiency | shared efficiency | DRAM bytes "
            "(distinct) | FLOP (tensor + fp32) | bound | roofline us | share |",
@@ -297,8 +318,8 @@ def counted_report(path, hw, per_launch, skip):
                    f"{ld} / {st} | {ratio(m['shared_ideal_wavefronts'], m['shared_wavefronts'])} | "
                    f"{fmt_si(m['dram_read_bytes'] + m['dram_write_bytes'], 'B')} | "
                    f"{fmt_si(m['tensor_flops'] + m['fp32_flops'], 'FLOP')} | {'/'.join(sorted(m['bounds']))} | "
-                   f"{1e6 * m['t']:.1f} | {100 * m['t'] / total:.1f}% |")
-    out.append(f"| **total** | | {len(recs)} | | | | | | **{1e6 * total:.1f}** | 100% |")
+                   f"{1e6 * m['t']:.1f} | {100 * m['t'] / total if total else 0:.1f}% |")
+    out.append(f"| **total** | | {calls} | | | | | | **{1e6 * total:.1f}** | 100% |")
     return "\n".join(out)
 
 
@@ -327,9 +348,12 @@ def main():
     ap.add_argument("--counters", metavar="FILE", help="report the emulator's counted records instead (see above)")
     ap.add_argument("--per-launch", action="store_true", help="with --counters: one row per launch")
     ap.add_argument("--skip", type=int, default=0, help="with --counters: leave out the first N records")
+    ap.add_argument("--minus", metavar="FILE2", help="with --counters: subtract FILE2's per-kernel sums")
     a = ap.parse_args()
     if a.counters:
-        print(counted_report(a.counters, H100_SXM, a.per_launch, max(0, a.skip)))
+        if a.minus and a.per_launch:
+            sys.exit("roofline.py: --minus sums per kernel; it cannot be combined with --per-launch")
+        print(counted_report(a.counters, H100_SXM, a.per_launch, max(0, a.skip), a.minus))
         return
     a.d_ff = a.d_ff or 4 * a.d_model
     for name in ("batch", "context", "d_model", "n_layers", "n_heads", "d_ff", "vocab"):
