@@ -1,8 +1,8 @@
 // tests/emu/test_emu_counters.cpp — the emulator's counters (emu_counters.h): sectors per warp
 // request of coalesced, strided, looped and divergent global loads; shared-memory wavefronts of a
 // conflict-free, a 32-way conflicted and a broadcast access; distinct (DRAM) bytes; the mma hook;
-// a cuBLAS call's FLOPs and bytes; nothing recorded when the counters are off; the same counts
-// under another thread schedule.
+// a cuBLAS call's FLOPs and bytes, a device copy's and a memset's bytes; nothing recorded when the
+// counters are off; the same counts under another thread schedule.
 #include <vector>
 
 #include "core/cuda/emu/cublas_emu.h"
@@ -162,6 +162,18 @@ TEST_F(EmuCounters, CublasCallsRecordFlopsAndOperandBytes) {
   EXPECT_EQ(r.fp32_flops, 2.0 * m * n * k);
   EXPECT_EQ(r.dram_read_bytes, (uint64_t)(m * k + k * n) * 4);  // beta = 0: C not read
   EXPECT_EQ(r.dram_write_bytes, (uint64_t)m * n * 4);
+}
+
+TEST_F(EmuCounters, DeviceCopiesAndMemsetsRecordTheirBytes) {
+  DeviceBuffer<float> a(std::vector<float>(64, 1.0f)), b(64);  // the upload is not device traffic
+  EXPECT_TRUE(cuemu::counter_records().empty());
+  ASSERT_EQ(cudaMemcpy(b.ptr, a.ptr, 256, cudaMemcpyDeviceToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(b.ptr, 0, 128), cudaSuccess);
+  const cuemu::LaunchCounters c = only("cudaMemcpy (device to device)"), m = only("cudaMemset");
+  EXPECT_EQ(c.dram_read_bytes, 256u);
+  EXPECT_EQ(c.dram_write_bytes, 256u);
+  EXPECT_EQ(m.dram_read_bytes, 0u);
+  EXPECT_EQ(m.dram_write_bytes, 128u);
 }
 
 TEST_F(EmuCounters, NothingIsRecordedWhenOff) {

@@ -1,7 +1,8 @@
 // core/cuda/emu/emu_counters.h — the emulator's performance counters (CTXLAB_EMU_COUNTERS): per
 // kernel launch, the global-memory sectors per warp request (coalescing), the shared-memory
 // wavefronts per warp access (bank conflicts), the bytes read and written, the distinct sectors
-// (compulsory DRAM traffic) and the mma instructions; per cuBLAS call, its FLOPs and operand bytes.
+// (compulsory DRAM traffic) and the mma instructions; per cuBLAS call, its FLOPs and operand bytes;
+// per device-to-device copy or memset, its bytes.
 // Counted under the emulator from the accesses the host compiler's code makes: estimates of what a
 // GPU does, never measurements (core/cuda/emu/README.md "Counters"). Off by default; when off, a
 // hooked access pays one branch.
@@ -21,13 +22,13 @@ constexpr int kMmaTypes = 4;
 // Does nothing outside a kernel or when the counters are off.
 void count_mma(int m, int n, int k, MmaType type);
 
-// What one launch (or one cuBLAS call: grid and block 0) did. Global requests are the accesses of
+// What one launch (or one cuBLAS call, device-to-device copy or memset: grid and block 0) did. Global requests are the accesses of
 // the active lanes of one warp at one instruction (call site) and the same dynamic occurrence;
 // a request's sectors are the distinct 32-byte sectors its lanes touch, its ideal sectors
 // ceil(distinct bytes / 32); a shared request's wavefronts are the most distinct 4-byte words any
 // one of the 32 banks serves (a broadcast of one word is free), its ideal ceil(distinct words / 32).
 struct LaunchCounters {
-  std::string kernel;  // name as written at the launch site, or the cuBLAS entry point
+  std::string kernel;  // name as written at the launch site, or the cuBLAS / runtime entry point
   std::string site;    // launch site file:line ("" for library calls)
   unsigned grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
   uint64_t smem_bytes = 0;  // dynamic shared memory of the launch

@@ -570,6 +570,15 @@ int classify(const void* p, size_t bytes, const char* what, std::string* msg) {
          hex(reinterpret_cast<void*>(a->first)) + ")";
   return -1;
 }
+// The counters' record of a copy or memset within device memory (its DRAM bytes).
+void count_device_bytes(const char* what, size_t read, size_t written) {
+  if (!cuemu::counters()) return;
+  cuemu::LaunchCounters rec;
+  rec.kernel = what;
+  rec.dram_read_bytes = rec.bytes_read = read;
+  rec.dram_write_bytes = rec.bytes_written = written;
+  cuemu::detail::counters_library_call(rec);
+}
 const char* kind_name(cudaMemcpyKind k) {
   switch (k) {
     case cudaMemcpyHostToHost: return "cudaMemcpyHostToHost";
@@ -606,6 +615,7 @@ cudaError_t checked_copy(const char* fn, void* dst, const void* src, size_t byte
   ++g_memcpys;
   if (s == 0 && d == 1) ++g_uploads, g_upload_bytes += bytes;
   if (s == 1 && d == 0) ++g_downloads, g_download_bytes += bytes;
+  if (s == 1 && d == 1) count_device_bytes("cudaMemcpy (device to device)", bytes, bytes);
   return cudaSuccess;
 }
 }  // namespace
@@ -625,6 +635,7 @@ cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   if (d < 0) return reject(cudaErrorInvalidValue, "cudaMemset: " + msg);
   if (d == 0) return reject(cudaErrorInvalidValue, "cudaMemset(" + hex(dst) + "): not device memory");
   std::memset(dst, value, bytes);
+  count_device_bytes("cudaMemset", 0, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
