@@ -19,7 +19,18 @@ Three kernel sets are modelled:
 Nothing here is measured. Usage:
     bench/roofline.py                       # the tables docs/results/gpu.md shows
     bench/roofline.py --precision bf16 --kernels target --batch 16
+
+--counters FILE replaces the formulas by counts: FILE is what the CUDA emulator wrote under
+CTXLAB_EMU_COUNTERS=FILE (core/cuda/emu/emu_counters.h), one record per kernel launch (global
+sectors per warp request, shared-memory wavefronts, distinct bytes, mma instructions) or cuBLAS
+call (FLOPs, operand bytes). Each launch's roofline time on the datasheet peaks is
+max(distinct DRAM bytes / HBM bandwidth, FLOPs / their peak, wavefronts / the SMs' shared-memory
+rate); kernels' own SIMT arithmetic is not counted (bytes-, wavefront- and tensor-bound only).
+Counted under the emulator: estimates, not measurements.
+    CTXLAB_EMU_COUNTERS=c.json build-emu/ctxlab train --device cuda ...
+    bench/roofline.py --counters c.json [--per-launch] [--skip N] [--minus c_fewer_steps.json]
 """
+import json
 import argparse
 import sys
 
@@ -29,6 +40,8 @@ H100_SXM = {
     "fp32_tflops": 66.9,      # FP32 (CUDA cores)
     "tf32_tflops": 494.7,     # TF32 Tensor Core, dense (989 with sparsity)
     "bf16_tflops": 989.4,     # BF16 Tensor Core, dense (1,979 with sparsity)
+    "f16_tflops": 989.4,      # FP16 Tensor Core, dense
+    "fp64_tensor_tflops": 66.9,  # FP64 Tensor Core
     "hbm_tbps": 3.35,         # HBM3 bandwidth, TB/s
     "sms": 132, "boost_ghz": 1.98,  # 66.9 TFLOPS = 132 SMs x 128 FP32 lanes x 2 x 1.98 GHz
     # shared memory: 32 banks x 4 bytes per clock per SM (CUDA C++ Programming Guide,
@@ -234,6 +247,89 @@ def report(a, hw, frac, detail=True):
     return total, tok, mfu, "\n".join(out)
 
 
+def launch_time(r, hw):
+    """Roofline seconds of one counted record on hw's datasheet peaks, and its bound."""
+    peak = {"bf16": hw["bf16_tflops"], "f16": hw["f16_tflops"], "tf32": hw["tf32_tflops"],
+            "f64": hw["fp64_tensor_tflops"]}
+    t_c = sum(f / (peak[t] * 1e12) for t, f in r["tensor_flops"].items()) + r["fp32_flops"] / (hw["fp32_tflops"] * 1e12)
+    t_m = (r["dram_read_bytes"] + r["dram_write_bytes"]) / (hw["hbm_tbps"] * 1e12)
+    t_s = r["shared_wavefronts"] / (hw["sms"] * hw["smem_wavefronts_per_clk"] * hw["boost_ghz"] * 1e9)
+    t = max(t_c, t_m, t_s)
+    return t, ("compute" if t == t_c and t > 0 else "memory" if t == t_m else "shared mem")
+
+
+def ratio(ideal, actual):
+    return f"{ideal / actual:.2f}" if actual else "-"
+
+
+def aggregate(recs, hw, per_launch, sign=1):
+    """Records summed per kernel name (or one row per launch), each row's roofline time the sum of
+    its launches'; sign -1 subtracts (--minus)."""
+    rows = {}
+    for i, r in enumerate(recs):
+        key = i if per_launch else r["kernel"]
+        m = rows.setdefault(key, dict(kernel=r["kernel"], shapes=set(), calls=0, t=0.0, bounds=set(),
+                                      **{k: 0 for k in COUNTED}))
+        m["calls"] += sign
+        m["shapes"].add(("x".join(map(str, r["grid"])) + " x " + "x".join(map(str, r["block"])))
+                        if r["grid"][0] else "(cuBLAS)")
+        for k in COUNTED:
+            m[k] += sign * (r[k] if not isinstance(r[k], dict) else sum(r[k].values()))
+        t, bound = launch_time(r, hw)
+        m["t"] += sign * t
+        m["bounds"].add(bound)
+    return rows
+
+
+def counted_report(path, hw, per_launch, skip, minus):
+    """The counted records of `path` as markdown: per kernel name (or per launch), their
+    coalescing (ideal / actual sectors), shared-memory efficiency (ideal / actual wavefronts),
+    bytes, FLOPs and roofline time. Records before index `skip` are left out; with `minus`, the
+    per-kernel sums of that file are subtracted (a run of n + 1 steps minus one of n steps: the
+    records of one warm step, whatever the first step and the end of a run add)."""
+    with open(path) as f:
+        recs = json.load(f)[skip:]
+    if not recs:
+        sys.exit(f"roofline.py: no records in {path} (after --skip {skip})")
+    rows = aggregate(recs, hw, per_launch)
+    if minus:
+        with open(minus) as f:
+            for key, m in aggregate(json.load(f), hw, False, -1).items():
+                if key not in rows:
+                    sys.exit(f"roofline.py: {minus} has kernel {key}, which {path} has not")
+                for k in ("calls", "t", *COUNTED):
+                    rows[key][k] += m[k]
+                if rows[key]["calls"] < 0:
+                    sys.exit(f"roofline.py: {minus} has more launches of {key} than {path}")
+        rows = {k: m for k, m in rows.items() if m["calls"] > 0}
+    total = sum(m["t"] for m in rows.values())
+    calls = sum(m["calls"] for m in rows.values())
+    what = f"{path} minus {minus}" if minus else path
+    out = [f"Counted under the CUDA emulator ({what}, {calls} records): estimates on the {hw['name']} "
+           "datasheet peaks, not measurements.\n",
+           "| kernel | grid x block | calls | global ld / st efficiency | shared efficiency | DRAM bytes "
+           "(distinct) | FLOP (tensor + fp32) | bound | roofline us | share |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for m in sorted(rows.values(), key=lambda m: -m["t"]):
+        shape = next(iter(m["shapes"])) if len(m["shapes"]) == 1 else f"{len(m['shapes'])} shapes"
+        ld = ratio(m["ld_ideal_sectors"], m["ld_sectors"])
+        st = ratio(m["st_ideal_sectors"], m["st_sectors"])
+        out.append(f"| {m['kernel']} | {shape} | {m['calls']} | "
+                   f"{ld} / {st} | {ratio(m['shared_ideal_wavefronts'], m['shared_wavefronts'])} | "
+                   f"{fmt_si(m['dram_read_bytes'] + m['dram_write_bytes'], 'B')} | "
+                   f"{fmt_si(m['tensor_flops'] + m['fp32_flops'], 'FLOP')} | {'/'.join(sorted(m['bounds']))} | "
+                   f"{1e6 * m['t']:.1f} | {100 * m['t'] / total if total else 0:.1f}% |")
+    out.append(f"| **total** | | {calls} | | | | | | **{1e6 * total:.1f}** | 100% |")
+    return "\n".join(out)
+
+
+# The count fields summed per kernel (dicts by type are summed over their types).
+COUNTED = ("ld_requests", "ld_sectors", "ld_ideal_sectors", "st_requests", "st_sectors", "st_ideal_sectors",
+           "atom_requests", "atom_sectors", "atom_ideal_sectors", "bytes_read", "bytes_written",
+           "dram_read_bytes", "dram_write_bytes", "shared_requests", "shared_wavefronts",
+           "shared_ideal_wavefronts", "mma", "tensor_flops", "fp32_flops")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -249,7 +345,16 @@ def main():
                     help="one kernel set (default: all three)")
     for k, v in FRAC.items():
         ap.add_argument(f"--frac-{k.replace('_', '-')}", type=float, default=v, help=f"default {v}")
+    ap.add_argument("--counters", metavar="FILE", help="report the emulator's counted records instead (see above)")
+    ap.add_argument("--per-launch", action="store_true", help="with --counters: one row per launch")
+    ap.add_argument("--skip", type=int, default=0, help="with --counters: leave out the first N records")
+    ap.add_argument("--minus", metavar="FILE2", help="with --counters: subtract FILE2's per-kernel sums")
     a = ap.parse_args()
+    if a.counters:
+        if a.minus and a.per_launch:
+            sys.exit("roofline.py: --minus sums per kernel; it cannot be combined with --per-launch")
+        print(counted_report(a.counters, H100_SXM, a.per_launch, max(0, a.skip), a.minus))
+        return
     a.d_ff = a.d_ff or 4 * a.d_model
     for name in ("batch", "context", "d_model", "n_layers", "n_heads", "d_ff", "vocab"):
         if getattr(a, name) < 1:

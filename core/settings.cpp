@@ -66,6 +66,11 @@ const std::vector<Setting>& settings() {
       {"CTXLAB_EMU_RACECHECK", "0", "0 | 1",
        "emulator: 1 turns on the race detector (shared/global hazards within a launch; needs the access hooks)",
        "core/cuda/emu/access.cpp"},
+      {"CTXLAB_EMU_COUNTERS", "unset", "a file path",
+       "emulator: count every launch's global sectors per warp request, shared-memory wavefronts, "
+       "bytes and mma instructions, and every cuBLAS call's FLOPs and bytes; written there as JSON at "
+       "exit (bench/roofline.py --counters; docs/cuda.md)",
+       "core/cuda/emu/counters.cpp"},
       // Test harness only.
       {"CTXLAB_BACKEND_DIGEST", "unset", "a file path",
        "tests: the backend table appends a hash of every cuda case's output bytes there",

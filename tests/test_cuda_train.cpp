@@ -24,6 +24,9 @@
 #ifdef CTXLAB_WITH_CUDA
 #include "core/cuda/cuda_runtime.h"
 #endif
+#ifdef CTXLAB_CUDA_EMULATOR
+#include "core/cuda/emu/emu_runtime.h"  // cuemu::stats: every copy the runtime made, by direction
+#endif
 
 namespace {
 using namespace ctx;
@@ -108,7 +111,8 @@ TEST(CudaCheckpoint, SameBytesFromEitherDevice) {
 // plan, AdamW's tile table: all kept on the device by device_table since step 1). The reporting
 // step 4 reads back exactly the two history buffers (losses, squared gradient norms)
 // (docs/cuda.md). The third run has dropout on: its masks are computed on the device from one
-// seed per call (core/dropout_mask.h), so it uploads no more than the others.
+// seed per call (core/dropout_mask.h), so it uploads no more than the others. On the emulated
+// device the runtime's own copy counts (cuemu::stats) must agree with the backend's.
 TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
   if (no_gpu()) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
   // fused: the fused attention forced on (CTXLAB_FUSED_ATTENTION=1); else the backend's choice for
@@ -141,12 +145,20 @@ TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
     o.plot = false;
     o.quiet = true;
     o.seed = run.seed;  // other batches than the other runs (whose uploads are still kept)
+    // emu_up / emu_down: the emulated runtime's own count of copies host -> device and device ->
+    // host (any cudaMemcpy*, whoever made it: a witness that no copy bypasses the backend's counts)
     struct Counts {
       cuda::HostCopyStats c;
-      uint64_t mallocs, table_uploads;
+      uint64_t mallocs, table_uploads, emu_up, emu_down;
     };
     auto counts = [] {
-      return Counts{cuda::host_copy_stats(), cuda::device_alloc_stats().device_mallocs, table_cache_stats().uploads};
+      uint64_t up = 0, down = 0;
+#ifdef CTXLAB_CUDA_EMULATOR
+      up = cuemu::stats().uploads;
+      down = cuemu::stats().downloads;
+#endif
+      return Counts{cuda::host_copy_stats(), cuda::device_alloc_stats().device_mallocs, table_cache_stats().uploads,
+                    up, down};
     };
     struct Delta { int64_t step; bool reported; Counts d; };
     std::vector<Delta> log;
@@ -157,7 +169,9 @@ TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
                      {{now.c.to_host - prev.c.to_host, now.c.to_device - prev.c.to_device,
                        now.c.to_device_queued - prev.c.to_device_queued, now.c.staging_allocs - prev.c.staging_allocs},
                       now.mallocs - prev.mallocs,
-                      now.table_uploads - prev.table_uploads}});
+                      now.table_uploads - prev.table_uploads,
+                      now.emu_up - prev.emu_up,
+                      now.emu_down - prev.emu_down}});
       prev = now;
     });
     ASSERT_EQ(log.size(), 8u);
@@ -177,6 +191,11 @@ TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
       EXPECT_EQ(d.d.c.staging_allocs, 0u) << "a warm step allocated a pinned staging block";
       EXPECT_EQ(d.d.mallocs, 0u) << "a warm step reached cudaMalloc";
       EXPECT_EQ(d.d.table_uploads, 0u) << "a warm step uploaded a constant table again";
+#ifdef CTXLAB_CUDA_EMULATOR
+      EXPECT_EQ(d.d.emu_down, d.d.c.to_host) << "a device -> host copy the backend did not count";
+      EXPECT_EQ(d.d.emu_up, d.d.c.to_device + d.d.c.to_device_queued)
+          << "a host -> device copy the backend did not count";
+#endif
     }
     std::filesystem::remove_all(o.out);
   }

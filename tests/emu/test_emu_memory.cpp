@@ -1,7 +1,7 @@
 // tests/emu/test_emu_memory.cpp — device memory and the runtime API under the emulator:
-// NaN-filled 256-byte-aligned allocations, copies with direction and bounds checks, double and
-// unknown frees, out-of-bounds writes by a kernel (at the access; ASan's report in ASan builds),
-// memset, streams, events, device queries, error strings.
+// NaN-filled 256-byte-aligned allocations, copies with direction and bounds checks and counted by
+// direction, double and unknown frees, out-of-bounds writes by a kernel (at the access; ASan's
+// report in ASan builds), memset, streams, events, device queries, error strings.
 #include <cmath>
 #include <cstdint>
 
@@ -63,6 +63,31 @@ TEST_F(Emu, CopiesCheckDirectionAndBounds) {
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
   EXPECT_EQ(cudaMemset(d.ptr, 0, 32), cudaSuccess);
   EXPECT_EQ(d.download(), std::vector<float>(8, 0.0f));
+}
+
+// Uploads and downloads are counted by where the bytes went, whatever the kind (cudaMemcpyDefault,
+// pinned host memory); device -> device copies, memsets and rejected copies are neither.
+TEST_F(Emu, CopiesAreCountedByDirection) {
+  DeviceBuffer<float> d(8), e(8);
+  std::vector<float> h(8, 1.0f);
+  float* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 32), cudaSuccess);
+  const cuemu::Stats before = cuemu::stats();
+  EXPECT_EQ(cudaMemcpy(d.ptr, h.data(), 32, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(e.ptr, pinned, 16, cudaMemcpyDefault, 0), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(e.ptr, d.ptr, 32, cudaMemcpyDeviceToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemset(d.ptr, 0, 32), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(h.data(), e.ptr, 8, cudaMemcpyDefault), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(h.data(), pinned, 4, cudaMemcpyHostToHost), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(h.data(), d.ptr, 32, cudaMemcpyHostToDevice), cudaErrorInvalidMemcpyDirection);
+  EXPECT_EQ(take_error(), cudaErrorInvalidMemcpyDirection);
+  const cuemu::Stats after = cuemu::stats();
+  EXPECT_EQ(after.uploads - before.uploads, 2u);
+  EXPECT_EQ(after.upload_bytes - before.upload_bytes, 48u);
+  EXPECT_EQ(after.downloads - before.downloads, 1u);
+  EXPECT_EQ(after.download_bytes - before.download_bytes, 8u);
+  EXPECT_EQ(after.memcpys - before.memcpys, 5u);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
 }
 
 TEST_F(Emu, DoubleFreeAndUnknownPointersAreRejected) {

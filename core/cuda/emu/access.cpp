@@ -63,7 +63,6 @@ __attribute__((tls_model("initial-exec"))) thread_local AccessState* t_access = 
 std::atomic<bool> g_hooks{false};
 std::atomic<int> g_racecheck{-1};  // -1: not read from CTXLAB_EMU_RACECHECK yet
 
-enum : unsigned { kRead = 0, kWrite = 1, kAtomic = 2, kRmw = 4, kVolatile = 8 };
 constexpr uint64_t kSpinLimit = uint64_t(1) << 22;
 
 std::string hexa(uintptr_t p) {
@@ -273,7 +272,6 @@ bool is_builtin_variable(uintptr_t a) {
 }
 
 void static_access(AccessState* s, uintptr_t a, size_t n, unsigned kind, uintptr_t pc) {
-  if (is_builtin_variable(a)) return;
   s->spin[0] = 0;
   const bool reads = !(kind & kWrite) || (kind & kRmw);
   for_words(a, n, [&](uintptr_t w, unsigned mask) {
@@ -296,9 +294,16 @@ void static_access(AccessState* s, uintptr_t a, size_t n, unsigned kind, uintptr
 
 __attribute__((noinline)) void on_access(AccessState* s, uintptr_t a, size_t n, unsigned kind, uintptr_t pc) {
   if (n == 0) return;
-  if (a - g_arena_lo < g_arena_len) return device_access(s, a, n, kind, pc);
-  if (a - s->smem_region_lo < s->smem_region_len) return shared_access(s, a, n, kind, pc);
-  if (a - s->tls_lo < s->tls_len) return static_access(s, a, n, kind, pc);
+  if (a - g_arena_lo < g_arena_len) {
+    device_access(s, a, n, kind, pc);
+    if (s->counters) count_access(s->counters, s->tid, false, a, n, kind, pc);
+  } else if (a - s->smem_region_lo < s->smem_region_len) {
+    shared_access(s, a, n, kind, pc);
+    if (s->counters) count_access(s->counters, s->tid, true, a, n, kind, pc);
+  } else if (a - s->tls_lo < s->tls_len && !is_builtin_variable(a)) {
+    static_access(s, a, n, kind, pc);
+    if (s->counters) count_access(s->counters, s->tid, true, a, n, kind, pc);
+  }
 }
 
 void device_fence_here(AccessState* s) {

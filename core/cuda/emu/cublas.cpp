@@ -69,6 +69,10 @@ cublasStatus_t gemm_batched(const char* fn, cublasHandle_t h, cublasOperation_t 
                        why + (batch > 1 ? " (batch entry " + std::to_string(b) + ")" : std::string()));
     gemm_one(g);
   }
+  const bool f64 = std::is_same<T, double>::value;
+  const uint64_t in = (reads_ab ? (ext_a + ext_b) : 0) + (g.beta != T(0) ? ext_c : 0);
+  record_gemm({fn, m, n, k, batch, !f64 && !g.tf32, f64 ? cuemu::MmaType::F64 : cuemu::MmaType::TF32,
+               in * sizeof(T) * (uint64_t)batch, ext_c * sizeof(T) * (uint64_t)batch});
   return CUBLAS_STATUS_SUCCESS;
 }
 

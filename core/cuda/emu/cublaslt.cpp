@@ -477,5 +477,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       }
     }
   }
+  const uint64_t in = (reads_ab || bgrad_a ? ext_a * in_bytes : 0) + (reads_ab || bgrad_b ? ext_b * in_bytes : 0) +
+                      (g.beta != 0.0f ? ext_c * 4 : 0) + (add_bias ? bias_len * 4 : 0) + (dgelu ? ext_aux * 4 : 0);
+  const uint64_t out = ext_d * 4 + (store_aux ? ext_aux * 4 : 0) + (bgrad_a || bgrad_b || bgrad_d ? bias_len * 4 : 0);
+  record_gemm({fn, m, n, k, ld.batch, !bf16_in && !g.tf32, bf16_in ? cuemu::MmaType::BF16 : cuemu::MmaType::TF32,
+               in * (uint64_t)ld.batch, out * (uint64_t)ld.batch});
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/cuda/emu/emu_counters.h"
 #include "core/cuda/emu/emu_runtime.h"
 
 namespace cuemu::detail {
@@ -78,6 +79,26 @@ struct FenceTable {
   std::unordered_map<uint64_t, uint32_t> by_run;
 };
 
+// The kind of an access as the hooks pass it on (bits).
+enum AccessKind : unsigned { kRead = 0, kWrite = 1, kAtomic = 2, kRmw = 4, kVolatile = 8 };
+
+// ---- counters (counters.cpp; emu_counters.h is the public side) ----
+struct CounterLaunch;  // one counted launch's totals
+struct CounterThread;  // what one OS thread counts while it runs blocks of a counted launch
+// A launch about to run: its record, or nullptr when the counters are off.
+CounterLaunch* counters_launch_begin(const char* kernel, const char* file, int line, dim3 grid, dim3 block,
+                                     size_t smem_bytes);
+void counters_launch_end(CounterLaunch* l);  // files the record
+// This OS thread's counting state for l.
+CounterThread* counters_thread_begin(CounterLaunch* l);
+void counters_block_begin(CounterThread* c);
+void counters_block_end(CounterThread* c);   // groups the block's accesses into warp requests
+void counters_thread_end(CounterThread* c);  // adds this OS thread's totals to the launch's
+// From the hooks: one access of global (shared = false) or shared memory by CUDA thread tid.
+void count_access(CounterThread* c, uint32_t tid, bool shared, uintptr_t a, size_t n, unsigned kind, uintptr_t pc);
+// A cuBLAS / cuBLASLt call's record (FLOPs, operand bytes), filed when the counters are on.
+void counters_library_call(const LaunchCounters& rec);
+
 // What the hooks see: one per OS thread that runs blocks (the scheduler's Executor fills it).
 struct AccessState {
   // the launch
@@ -108,6 +129,7 @@ struct AccessState {
   // one-entry cache: a live allocation already checked
   uintptr_t ok_lo = 0, ok_hi = 0;
   void* executor = nullptr;
+  CounterThread* counters = nullptr;  // null: the counters are off
 };
 // The state the hooks read on this OS thread (null outside run_blocks): set by the scheduler.
 void set_access_state(AccessState* s);

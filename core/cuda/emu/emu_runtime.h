@@ -76,6 +76,10 @@ struct Stats {
   uint64_t frees = 0;      // successful cudaFree calls
   uint64_t launches = 0;   // kernels launched (valid configurations, including faulting ones)
   uint64_t memcpys = 0;    // cudaMemcpy / cudaMemcpyAsync calls that copied
+  // of those, by where the bytes went (from the pointers, whatever the cudaMemcpyKind): host ->
+  // device (pinned host memory is host memory) and device -> host; cudaMemset is neither
+  uint64_t uploads = 0, downloads = 0;
+  uint64_t upload_bytes = 0, download_bytes = 0;
   uint64_t live_allocations = 0;
   uint64_t live_bytes = 0;
 };

@@ -1,5 +1,5 @@
 // core/cuda/emu/gemm.cpp — the reference GEMM of the cuBLAS stand-in and its argument checks
-// (see gemm.h).
+// and its counter records (see gemm.h).
 #include "core/cuda/emu/gemm.h"
 
 #include <algorithm>
@@ -125,6 +125,20 @@ cublasStatus_t blas_fail(cublasStatus_t status, const std::string& message) {
     report(message);  // a rejected call: no CUDA error; the message is kept and printed
   }
   return status;
+}
+
+void record_gemm(const GemmRecord& r) {
+  if (!cuemu::counters()) return;
+  LaunchCounters rec;
+  rec.kernel = r.fn;
+  const double flops = 2.0 * (double)r.m * (double)r.n * (double)r.k * r.batch;
+  if (r.simt)
+    rec.fp32_flops = flops;
+  else
+    rec.tensor_flops[(int)r.math] = flops;
+  rec.dram_read_bytes = rec.bytes_read = r.read_bytes;
+  rec.dram_write_bytes = rec.bytes_written = r.written_bytes;
+  counters_library_call(rec);
 }
 
 }  // namespace cuemu::detail

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/cuda/emu/cublas_emu.h"
+#include "core/cuda/emu/emu_counters.h"
 
 namespace cuemu::detail {
 
@@ -46,6 +47,19 @@ bool check_device_operand(const char* fn, const char* name, const void* p, size_
 
 // Records a rejected BLAS call (message retrievable through cuemu::last_fault, printed to stderr).
 cublasStatus_t blas_fail(cublasStatus_t status, const std::string& message);
+
+// The counters' record of one GEMM call (emu_counters.h; nothing when they are off): 2 m n k x
+// batch FLOPs on the peak of `math` (the tensor type, or fp32 SIMT when simt), the operand extents
+// read and written (elements x bytes; a GEMM reads each operand once from DRAM at best).
+struct GemmRecord {
+  const char* fn;
+  long long m, n, k;
+  int batch;
+  bool simt;
+  MmaType math;
+  uint64_t read_bytes, written_bytes;
+};
+void record_gemm(const GemmRecord& r);
 
 float round_tf32(float x);
 bool tf32_override_off();  // NVIDIA_TF32_OVERRIDE=0

@@ -80,6 +80,8 @@ const std::pair<const uintptr_t, Alloc>* find_alloc(Registry& r, const void* p) 
 }
 
 std::atomic<uint64_t> g_mallocs{0}, g_frees{0}, g_launches{0}, g_memcpys{0};
+// copies by where the bytes went (host -> device, device -> host), whatever the kind said
+std::atomic<uint64_t> g_uploads{0}, g_downloads{0}, g_upload_bytes{0}, g_download_bytes{0};
 
 // ---- streams, events, kernel attributes ----
 std::mutex g_obj_mu;
@@ -224,6 +226,10 @@ Stats stats() {
   s.frees = g_frees;
   s.launches = g_launches;
   s.memcpys = g_memcpys;
+  s.uploads = g_uploads;
+  s.downloads = g_downloads;
+  s.upload_bytes = g_upload_bytes;
+  s.download_bytes = g_download_bytes;
   Registry& r = reg();
   std::lock_guard<std::mutex> lk(r.mu);
   s.live_allocations = r.live.size();
@@ -235,6 +241,10 @@ void reset_stats() {
   g_frees = 0;
   g_launches = 0;
   g_memcpys = 0;
+  g_uploads = 0;
+  g_downloads = 0;
+  g_upload_bytes = 0;
+  g_download_bytes = 0;
 }
 std::string last_fault() {
   std::lock_guard<std::mutex> lk(g_msg_mu);
@@ -560,6 +570,15 @@ int classify(const void* p, size_t bytes, const char* what, std::string* msg) {
          hex(reinterpret_cast<void*>(a->first)) + ")";
   return -1;
 }
+// The counters' record of a copy or memset within device memory (its DRAM bytes).
+void count_device_bytes(const char* what, size_t read, size_t written) {
+  if (!cuemu::counters()) return;
+  cuemu::LaunchCounters rec;
+  rec.kernel = what;
+  rec.dram_read_bytes = rec.bytes_read = read;
+  rec.dram_write_bytes = rec.bytes_written = written;
+  cuemu::detail::counters_library_call(rec);
+}
 const char* kind_name(cudaMemcpyKind k) {
   switch (k) {
     case cudaMemcpyHostToHost: return "cudaMemcpyHostToHost";
@@ -594,6 +613,9 @@ cudaError_t checked_copy(const char* fn, void* dst, const void* src, size_t byte
   }
   std::memmove(dst, src, bytes);
   ++g_memcpys;
+  if (s == 0 && d == 1) ++g_uploads, g_upload_bytes += bytes;
+  if (s == 1 && d == 0) ++g_downloads, g_download_bytes += bytes;
+  if (s == 1 && d == 1) count_device_bytes("cudaMemcpy (device to device)", bytes, bytes);
   return cudaSuccess;
 }
 }  // namespace
@@ -613,6 +635,7 @@ cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   if (d < 0) return reject(cudaErrorInvalidValue, "cudaMemset: " + msg);
   if (d == 0) return reject(cudaErrorInvalidValue, "cudaMemset(" + hex(dst) + "): not device memory");
   std::memset(dst, value, bytes);
+  count_device_bytes("cudaMemset", 0, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {

@@ -12,7 +12,8 @@
 // block. Runnable threads are taken in the schedule order (forward, reverse or a seeded shuffle) so
 // that a missing barrier shows. The executor also keeps what the access hooks need (access.cpp):
 // the block's run id and barrier generation, the running thread, the guarded dynamic shared
-// memory, and for the race detector the warp clocks that __syncwarp() advances.
+// memory, for the race detector the warp clocks that __syncwarp() advances, and for the counters
+// (counters.cpp) the start and end of each block.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -103,6 +104,7 @@ struct LaunchRun {
   uint64_t seed = 0;
   uint64_t run_base = 0;  // run ids of its blocks: run_base + linear block index (access checks)
   bool racecheck = false;
+  CounterLaunch* counters = nullptr;  // null: the counters are off
   FenceTable fences;
   std::atomic<uint64_t> next_block{0};
   std::atomic<bool> abort{false};
@@ -274,6 +276,7 @@ void Executor::run_blocks(LaunchRun& run) {
     smem_cells_.resize((smem_bytes_ + 3) / 4 + 1);
     acc_.smem_cells = smem_cells_.data();
   }
+  acc_.counters = run.counters ? counters_thread_begin(run.counters) : nullptr;
   set_access_state(&acc_);
   ::blockDim = s.block;
   ::gridDim = s.grid;
@@ -286,10 +289,14 @@ void Executor::run_blocks(LaunchRun& run) {
   while (!run.abort.load(std::memory_order_relaxed)) {
     uint64_t b = run.next_block.fetch_add(1);
     if (b >= run.nblocks) break;
+    if (acc_.counters) counters_block_begin(acc_.counters);
     run_block(b);
+    if (acc_.counters) counters_block_end(acc_.counters);
     if (faulted_) break;
   }
   set_access_state(nullptr);
+  if (acc_.counters) counters_thread_end(acc_.counters);
+  acc_.counters = nullptr;
   acc_.fences = nullptr;
   run_ = nullptr;
   t_running = nullptr;
@@ -933,11 +940,13 @@ void launch(const LaunchSpec& s) {
     });
     run.racecheck = false;
   }
+  run.counters = counters_launch_begin(s.kernel_name, s.file, s.line, g, b, s.smem_bytes);
   const int n = (int)std::min<uint64_t>((uint64_t)worker_threads(), run.nblocks);
   if (n <= 1)
     t_executor.run_blocks(run);
   else
     pool().execute(run, n);
+  counters_launch_end(run.counters);
   if (!run.fault.empty()) raise_fault(run.fault_code, symbolize(run.fault));
   std::string oob = check_redzones(s.kernel_name);
   if (!oob.empty()) raise_fault(cudaErrorIllegalAddress, oob + " (" + site(s) + ")");
