@@ -16,8 +16,11 @@ const std::vector<FastPathInfo>& fast_paths() {
        "causal_attention_composed (autograd/ops_attention.h): matmul, mask, causal_softmax, matmul",
        "nn/attention.cpp (use_fused_attention: also the backend's measured preference unless forced on)"},
       {FastPath::Bf16Attention, "bf16_attention", "CTXLAB_BF16_ATTENTION", false, true, Fused::Attention,
-       "bf16 tile products in the CPU's fused attention (--precision bf16 on an avx512_bf16 CPU)",
-       "the fp32 tile products of the same kernels", "core/cpu/flash_attention.cpp"},
+       "bf16 tile products in the fused attention under --precision bf16: the CPU's kernels on an avx512_bf16 "
+       "CPU; on CUDA (sm_80+) the tensor-core FlashAttention-2 kernels (core/cuda/attention_tc.h) where "
+       "tc_attention_fits",
+       "the fp32 tile products of the same kernels (CPU); the SIMT fp32 kernels (CUDA, core/cuda/attention.h)",
+       "core/cpu/flash_attention.cpp, core/cuda/cuda_backend.cu"},
       {FastPath::CausalSoftmax, "causal_softmax", "CTXLAB_FUSED_CAUSAL_SOFTMAX", true, false, Fused::Attention,
        "Backend::causal_softmax / causal_softmax_backward (one pass each way; a primitive)",
        "causal_fill(-inf) + softmax, softmax_backward (autograd/ops_nn.cpp)", "autograd/ops_nn.cpp"},

@@ -22,7 +22,7 @@ namespace ctx {
 
 enum class FastPath {
   Attention,      // fused causal attention (Fused::Attention)
-  Bf16Attention,  // bf16 tile products inside the CPU's fused attention under --precision bf16 (opt-in)
+  Bf16Attention,  // bf16 tile products inside the fused attention under --precision bf16 (opt-in; CPU, CUDA tensor cores)
   CausalSoftmax,  // the composed attention's mask + softmax in one pass (Backend::causal_softmax)
   Rope,           // rotary rotation (Fused::Rope): rope_rotate, complex_order_embed
   Heads,          // head split / merge (Fused::Heads)

@@ -30,8 +30,9 @@ const std::vector<Setting>& settings() {
        "0: attention always composed (matmul, mask, softmax, matmul); 1: fused wherever the backend has it",
        "core/fast_paths.cpp"},
       {"CTXLAB_BF16_ATTENTION", "0", "0 | 1",
-       "1: under --precision bf16 the CPU fused attention's tile products take bf16 inputs too "
-       "(faster; measured +1.8% validation loss on the main job)", "core/fast_paths.cpp"},
+       "1: under --precision bf16 the fused attention's tile products take bf16 inputs too: the CPU's "
+       "kernels (faster; measured +1.8% validation loss on the main job) and on CUDA the tensor-core "
+       "FlashAttention-2 kernels (docs/cuda.md; not yet run on a GPU)", "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_CAUSAL_SOFTMAX", "1", "0 | 1",
        "0: the composed attention's mask and softmax as causal_fill + softmax (two passes) instead of "
        "Backend::causal_softmax (one pass each way)", "core/fast_paths.cpp"},

@@ -503,6 +503,13 @@ void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, con
   ++g_backward_calls;
 }
 
+void attention_row_dot(const float* dout, const float* out, float* D, int64_t N, int64_t Dh) {
+  if (N == 0) return;
+  CTX_LAUNCH(attn_rowdot_kernel<float>, (unsigned)std::min<int64_t>(cdiv(N, kRows), kMaxBlocks), kRows * 32, 0, 0,
+             dout, out, D, N, Dh);
+  CTX_CUDA_LAUNCH_CHECK("attn_rowdot_kernel");
+}
+
 AttentionCalls attention_calls() { return {g_forward_calls.load(), g_backward_calls.load()}; }
 
 }  // namespace ctx::cuda

@@ -17,6 +17,10 @@ void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, con
                         const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
                         Tensor& dv, Tensor& dbias, const AttnRel& rel, AttnRelGrad& drel);
 
+// D[n] = dout[n] . out[n] for the N rows [N, Dh] (f32): the backward's first pass, shared with the
+// tensor-core kernels (attention_tc.cu).
+void attention_row_dot(const float* dout, const float* out, float* D, int64_t N, int64_t Dh);
+
 // Calls of the two entry points that reached the kernels since start (tests check with it that
 // a model took the fused path on this device).
 struct AttentionCalls {

@@ -15,8 +15,11 @@
 #include "core/backend.h"
 #include "core/backend_checks.h"
 #include "core/cuda/attention.h"
+#include "core/cuda/attention_tc.h"
 #include "core/cuda/cuda_runtime.h"
 #include "core/device_table.h"
+#include "core/fast_paths.h"
+#include "core/precision.h"
 #include "core/cuda/dispatch.h"
 #include "core/cuda/kernels.h"
 
@@ -68,7 +71,10 @@ class CudaBackend final : public Backend {
   // [B, H, T, S] scores would be large (over 2^27 elements, 512 MiB each in fp32: it keeps several
   // per layer for the backward) and for decoding (T == 1: they read the KV cache in place).
   static constexpr int64_t kComposedAttentionMaxScores = int64_t(1) << 27;
+  // The tensor-core kernels (--precision bf16 with CTXLAB_BF16_ATTENTION=1, an explicit opt-in) are
+  // preferred at every shape: not measured on a GPU yet (docs/cuda.md, "Tensor-core attention").
   bool prefers_fused_attention(int64_t B, int64_t H, int64_t T, int64_t S) const override {
+    if (gemm_precision() == Precision::BF16 && fast_path_enabled(FastPath::Bf16Attention)) return true;
     return T == 1 || B * H * T * S > kComposedAttentionMaxScores;
   }
 
@@ -333,14 +339,22 @@ class CudaBackend final : public Backend {
   }
 
   // ---- fused methods ----
+  // The tensor-core kernels (bf16 products) under --precision bf16 with FastPath::Bf16Attention on,
+  // where they fit the call (attention_tc.h); the SIMT kernels otherwise.
+  bool tensor_core_attention(const AttnDims& d, const Tensor& q, const Tensor& bias, const AttnRel& rel) const {
+    return gemm_precision() == Precision::BF16 && use_fused(FastPath::Bf16Attention, *this) &&
+           cuda::tc_attention_fits(d, q, bias, rel);
+  }
   void attention_forward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) override {
+    if (tensor_core_attention(d, q, bias, rel)) return cuda::tc_attention_forward(d, q, k, v, out, lse);
     cuda::attention_forward(d, q, k, v, bias, out, lse, rel);
   }
   void attention_backward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
                                Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,
                                AttnRelGrad& drel) override {
+    if (tensor_core_attention(d, q, bias, rel)) return cuda::tc_attention_backward(d, q, k, v, out, lse, dout, dq, dk, dv);
     cuda::attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
   }
 

@@ -31,3 +31,6 @@ inline float __bfloat162float(__nv_bfloat16 h) {
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
+// The raw bits and back (cuda_bf16.h's reinterpretations).
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return __nv_bfloat16{x}; }

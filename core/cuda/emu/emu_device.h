@@ -35,13 +35,15 @@ inline thread_local dim3 gridDim;
 constexpr int warpSize = 32;
 
 namespace cuemu::detail {
-enum class WarpOp : int { Sync, Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All };
+// Mma: mma.sync (emu_mma.h); its value is the address of the lane's MmaLane record.
+enum class WarpOp : int { Sync, Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All, Mma };
 void syncthreads(const char* file, int line);
 int syncthreads_reduce(int kind, int predicate, const char* file, int line);  // 0 count, 1 and, 2 or
 uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file,
                  int line);
 unsigned activemask();
 unsigned char* dynamic_shared_base();
+size_t dynamic_shared_bytes();  // the launch's dynamic shared memory size
 [[noreturn]] void device_trap(const char* what, const char* file, int line);
 void device_fence();  // __threadfence(): a fence, and (racecheck) the block's writes so far are published
 

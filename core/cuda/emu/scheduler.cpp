@@ -35,6 +35,7 @@
 #include "core/cuda/emu/emu_device.h"
 #include "core/cuda/emu/emu_internal.h"
 #include "core/cuda/emu/emu_launch.h"
+#include "core/cuda/emu/emu_mma.h"  // MmaLane, mma_bf16_m16n8k16
 #include "core/cuda/emu/fiber.h"
 
 #include "core/cuda/emu/emu_asan.h"  // CUEMU_ASAN
@@ -75,6 +76,7 @@ const char* op_name(WarpOp op) {
     case WarpOp::Ballot: return "__ballot_sync";
     case WarpOp::Any: return "__any_sync";
     case WarpOp::All: return "__all_sync";
+    case WarpOp::Mma: return "mma.sync";
   }
   return "?";
 }
@@ -148,6 +150,7 @@ class Executor {
   // resumed; no unwinding through the instrumented kernel code).
   [[noreturn]] void abandon_here(cudaError_t code, const std::string& kind, const std::string& what);
   unsigned char* smem() const { return smem_; }
+  size_t smem_bytes() const { return smem_bytes_; }
   unsigned live_lanes_mask(int warp) const;
   unsigned active_mask(int warp) const { return warp_active_[warp]; }
 
@@ -598,6 +601,8 @@ void Executor::complete_warp_group(int warp, unsigned mask) {
         src = l ^ (unsigned)t.arg;
         if (src >= seg + w) src = l;  // later groups are not reachable: own value
         break;
+      case WarpOp::Mma:  // computed for the whole warp below
+        break;
       case WarpOp::Ballot:
       case WarpOp::Any:
       case WarpOp::All: {
@@ -617,6 +622,11 @@ void Executor::complete_warp_group(int warp, unsigned mask) {
       }
       t.result = threads_[base + src].value;
     }
+  }
+  if (threads_[base + __builtin_ctz(mask)].op == WarpOp::Mma) {  // full mask (emu_mma.h): 32 records
+    MmaLane* lanes[32];
+    for (unsigned l = 0; l < 32; ++l) lanes[l] = reinterpret_cast<MmaLane*>(threads_[base + l].value);
+    mma_bf16_m16n8k16(lanes);
   }
   for (unsigned l = 0; l < 32; ++l) {
     if (!(mask & (1u << l))) continue;
@@ -853,6 +863,11 @@ unsigned activemask() {
   Executor* ex = in_kernel();
   if (!ex) device_trap("__activemask() outside a kernel", "?", 0);
   return ex->active_mask(ex->current()->linear / 32);
+}
+size_t dynamic_shared_bytes() {
+  Executor* ex = in_kernel();
+  if (!ex) device_trap("dynamic shared memory outside a kernel", "?", 0);
+  return ex->smem_bytes();
 }
 unsigned char* dynamic_shared_base() {
   Executor* ex = in_kernel();

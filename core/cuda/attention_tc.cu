@@ -1,0 +1,487 @@
+// core/cuda/attention_tc.cu — tensor-core FlashAttention-2 (Dao, 2023) for the CUDA backend:
+// bf16 products on mma.sync m16n8k16 with fp32 accumulation, operands staged by cp.async (double
+// buffered) and read by ldmatrix (core/cuda/mma.cuh). Per (b, h):
+//   forward   a block = 64 queries (4 warps x 16 rows, Q fragments in registers); key tiles of 64
+//             stream through shared memory, the next one in flight while the current is used;
+//             S = Q K^T (16 x 64 per warp), online softmax (running max m, the lane's partial row
+//             sums l; the 4 lanes of a row combine by xor shuffles), O = O e^(m - m') + P V with P
+//             rounded to bf16 in registers (the S accumulator is P's A fragment); out = O / l,
+//             lse = m + ln l (+inf and out 0 for a query that sees no key)
+//   backward  by recomputation, without atomics: D_i = dO_i . O_i (attention_row_dot), then
+//             dK/dV   a block = 64 keys (4 warps x 16 keys); query tiles stream: S^T = K Q^T,
+//                     P^T = e^(scale S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D),
+//                     dV += P^T dO, dK += dS^T Q; dK scaled at the end
+//             dQ      a block = 64 queries; key tiles stream: S, P, dP = dO V^T, dS, dQ += dS K
+//             The separate dQ pass recomputes S and P (7 tile products instead of FlashAttention-2's
+//             5) so that dQ needs no atomicAdd: each dQ row is owned by one warp, every sum has a
+//             fixed order, results are bitwise the same run to run and under every thread schedule.
+// Masks by tile skipping: a block visits only the tiles its rows can see (causal: keys up to the
+// block's last query; window: from the block's first query's oldest key), elements outside
+// masked to -inf (P = 0). Shared tiles are [64, D + 8] b16: rows 16-byte aligned for cp.async and
+// ldmatrix, and an ldmatrix's 8 rows 16 bytes apart modulo 128 (distinct bank groups).
+// Inputs are converted to bf16 by one pass each (f32_to_bf16) until activations are bf16 end to
+// end (issue 33 item 3). Fragment layouts: core/cuda/mma.cuh.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "core/cuda/attention.h"  // attention_row_dot
+#include "core/cuda/attention_tc.h"
+#include "core/cuda/check.h"
+#include "core/cuda/cuda_runtime.h"  // f32_to_bf16
+#include "core/cuda/kernels.h"       // fill
+#include "core/cuda/launch.h"
+#include "core/cuda/mma.cuh"
+#include "core/error.h"
+
+namespace ctx::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kBlockRows = 16 * kWarps;  // queries (forward, dQ) or keys (dK/dV) per block
+constexpr int kTileRows = 64;            // rows of a streamed tile (keys, or queries)
+constexpr int kBlock = 32 * kWarps;
+constexpr unsigned kFull = 0xffffffffu;
+
+using bf16 = uint16_t;  // bf16 bits
+
+// a shared tile [64, D + 8] b16
+template <int D>
+struct Tile {
+  static constexpr int ld = D + 8;
+  static constexpr int elems = kTileRows * ld;
+};
+
+struct Geo {
+  int64_t T, S, off, window;  // off = S - T: query i sits at key position i + off
+  float scale;
+};
+
+__host__ __device__ inline int64_t lmin(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ inline int64_t lmax(int64_t a, int64_t b) { return a < b ? b : a; }
+
+__device__ inline bool sees(const Geo& g, int64_t i, int64_t j) {
+  return i < g.T && j < g.S && j <= i + g.off && (g.window <= 0 || j > i + g.off - g.window);
+}
+// the tiles [*t0, *t1) of kTileRows keys that queries [i0, i0 + kBlockRows) can see
+__device__ inline void key_tiles(const Geo& g, int64_t i0, int64_t* t0, int64_t* t1) {
+  const int64_t hi = lmin(g.S, lmin(i0 + kBlockRows, g.T) - 1 + g.off + 1);
+  const int64_t lo = g.window > 0 ? lmax(0, i0 + g.off - g.window + 1) : 0;
+  *t0 = lo / kTileRows;
+  *t1 = hi > lo ? (hi + kTileRows - 1) / kTileRows : *t0;
+}
+// the tiles of kTileRows queries that see a key of [j0, j0 + kBlockRows)
+__device__ inline void query_tiles(const Geo& g, int64_t j0, int64_t* t0, int64_t* t1) {
+  const int64_t jl = lmin(g.S, j0 + kBlockRows) - 1;
+  const int64_t lo = lmax(0, j0 - g.off);
+  const int64_t hi = g.window > 0 ? lmin(g.T, jl - g.off + g.window) : g.T;
+  *t0 = lo / kTileRows;
+  *t1 = hi > lo ? (hi + kTileRows - 1) / kTileRows : *t0;
+}
+
+__device__ inline float group_max(float x) {  // over the 4 lanes of a fragment row (same bits in each)
+  x = fmaxf(x, __shfl_xor_sync(kFull, x, 1));
+  return fmaxf(x, __shfl_xor_sync(kFull, x, 2));
+}
+__device__ inline float group_sum(float x) {
+  x += __shfl_xor_sync(kFull, x, 1);
+  return x + __shfl_xor_sync(kFull, x, 2);
+}
+
+// rows [r0, r0 + 64) of x [.., D] into the tile sm by cp.async; rows from `valid` on are zeros
+template <int D>
+__device__ void load_tile(tc::AsyncCopies& cp, const bf16* x, int64_t r0, int64_t valid, bf16* sm) {
+  constexpr int chunks = D / 8;  // 16-byte pieces of a row
+  for (int e = threadIdx.x; e < kTileRows * chunks; e += kBlock) {
+    const int r = e / chunks, c = e % chunks;
+    bf16* dst = sm + r * Tile<D>::ld + c * 8;
+    if (r < valid)
+      cp.copy<16, true>(dst, x + (r0 + r) * D + c * 8);
+    else
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// A fragments of rows [r0, r0 + 16) x [0, D) of a tile: a[kk] covers columns 16 kk.. (ldmatrix x4:
+// matrices rows +0 / +8 x columns +0 / +8 in the order a0..a3 of the mma)
+template <int D>
+__device__ void load_a(uint32_t (&a)[D / 16][4], const bf16* sm, int r0) {
+  const int l = threadIdx.x % 32, m = l / 8;
+  const bf16* row = sm + (r0 + l % 8 + 8 * (m % 2)) * Tile<D>::ld + 8 * (m / 2);
+  for (int kk = 0; kk < D / 16; ++kk) tc::ldmatrix<4, false>(a[kk], row + 16 * kk);
+}
+
+// acc [16, 64] = A [16, D] X^T for the tile X [64, D] (B = X^T: ldmatrix without .trans; x4 = two
+// 8-row n-blocks of one 16-column k-step)
+template <int D>
+__device__ void mma_abt(float (&acc)[8][4], const uint32_t (&a)[D / 16][4], const bf16* sm) {
+  const int l = threadIdx.x % 32, m = l / 8;
+  for (int nb = 0; nb < 8; ++nb)
+    for (int e = 0; e < 4; ++e) acc[nb][e] = 0.0f;
+  for (int np = 0; np < 4; ++np) {
+    const bf16* row = sm + (16 * np + 8 * (m / 2) + l % 8) * Tile<D>::ld + 8 * (m % 2);
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t b[4];
+      tc::ldmatrix<4, false>(b, row + 16 * kk);
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      tc::mma_16816(acc[2 * np], a[kk], b0, acc[2 * np]);
+      tc::mma_16816(acc[2 * np + 1], a[kk], b1, acc[2 * np + 1]);
+    }
+  }
+}
+
+// acc [16, D] += P [16, 64] Y for the tile Y [64, D]: P from a [16, 64] accumulator rounded to bf16
+// (its C layout is the A layout of two k-halves), B = Y by ldmatrix .trans
+template <int D>
+__device__ void mma_py(float (&acc)[D / 8][4], const float (&p)[8][4], const bf16* sm) {
+  const int l = threadIdx.x % 32, m = l / 8;
+  for (int kt = 0; kt < 4; ++kt) {
+    const uint32_t a[4] = {tc::pack_bf16(p[2 * kt][0], p[2 * kt][1]), tc::pack_bf16(p[2 * kt][2], p[2 * kt][3]),
+                           tc::pack_bf16(p[2 * kt + 1][0], p[2 * kt + 1][1]),
+                           tc::pack_bf16(p[2 * kt + 1][2], p[2 * kt + 1][3])};
+    const bf16* row = sm + (16 * kt + 8 * (m % 2) + l % 8) * Tile<D>::ld + 8 * (m / 2);
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      tc::ldmatrix<4, true>(b, row + 16 * dp);
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      tc::mma_16816(acc[2 * dp], a, b0, acc[2 * dp]);
+      tc::mma_16816(acc[2 * dp + 1], a, b1, acc[2 * dp + 1]);
+    }
+  }
+}
+
+// Element (nb, e) of a warp's [16, 64] accumulator: row r0 + g + 8 (e / 2), column c0 + 8 nb + 2t + e % 2.
+__device__ inline int64_t acc_row(int64_t r0, int e) { return r0 + (threadIdx.x % 32) / 4 + 8 * (e / 2); }
+__device__ inline int64_t acc_col(int64_t c0, int nb, int e) { return c0 + 8 * nb + 2 * (threadIdx.x % 4) + e % 2; }
+
+// One key tile of the forward's online softmax for the warp's rows from i0: s (scores against keys
+// from j0) becomes p = e^(scale s - m') (0 where masked); m, the partial sums l and o rescaled.
+template <int D>
+__device__ void softmax_tile(const Geo& g, int64_t i0, int64_t j0, float (&s)[8][4], float (&m)[2], float (&l)[2],
+                             float (&o)[D / 8][4]) {
+  for (int h = 0; h < 2; ++h) {
+    float mx = m[h];
+    for (int nb = 0; nb < 8; ++nb)
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        s[nb][e] = sees(g, acc_row(i0, e), acc_col(j0, nb, e)) ? g.scale * s[nb][e] : -INFINITY;
+        mx = fmaxf(mx, s[nb][e]);
+      }
+    mx = group_max(mx);
+    const bool none = mx == -INFINITY;  // no key seen yet: p = 0, nothing to rescale
+    const float alpha = none ? 1.0f : expf(m[h] - mx);
+    float sum = 0.0f;
+    for (int nb = 0; nb < 8; ++nb)
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        s[nb][e] = none ? 0.0f : expf(s[nb][e] - mx);
+        sum += s[nb][e];
+      }
+    l[h] = l[h] * alpha + sum;
+    for (int nb = 0; nb < D / 8; ++nb) o[nb][2 * h] *= alpha, o[nb][2 * h + 1] *= alpha;
+    m[h] = mx;
+  }
+}
+
+// ------------------------------------------------------------------------------- forward ----
+// grid (ceil(T / 64), B H); block 128; shared Q + 2 K + 2 V tiles. q [B, H, T, D], k, v [B, H, S, D]
+// bf16; out [B, H, T, D], lse [B, H, T] f32.
+template <int D>
+__global__ void __launch_bounds__(kBlock) tc_forward_kernel(Geo g, const bf16* q, const bf16* k, const bf16* v,
+                                                           float* out, float* lse) {
+  CTX_DYNAMIC_SHARED(bf16, sm);
+  constexpr int E = Tile<D>::elems;
+  bf16 *Qs = sm, *Ks = sm + E, *Vs = sm + 3 * E;  // K, V: two buffers each
+  const int w = threadIdx.x / 32;
+  const int64_t bh = blockIdx.y, i0 = (int64_t)blockIdx.x * kBlockRows, r0 = i0 + 16 * w;
+  const bf16 *kb = k + bh * g.S * D, *vb = v + bh * g.S * D;
+  int64_t t0, t1;
+  key_tiles(g, i0, &t0, &t1);
+  tc::AsyncCopies cp;
+  load_tile<D>(cp, q + bh * g.T * D, i0, g.T - i0, Qs);
+  if (t0 < t1) {
+    load_tile<D>(cp, kb, t0 * kTileRows, g.S - t0 * kTileRows, Ks);
+    load_tile<D>(cp, vb, t0 * kTileRows, g.S - t0 * kTileRows, Vs);
+  }
+  cp.commit();
+  float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  uint32_t qa[D / 16][4];
+  for (int64_t tt = t0; tt < t1; ++tt) {
+    const int buf = (int)((tt - t0) & 1);
+    if (tt + 1 < t1) {  // the next tile into the other buffer (free since the last barrier)
+      const int64_t j1 = (tt + 1) * kTileRows;
+      load_tile<D>(cp, kb, j1, g.S - j1, Ks + (buf ^ 1) * E);
+      load_tile<D>(cp, vb, j1, g.S - j1, Vs + (buf ^ 1) * E);
+      cp.commit();
+      cp.wait<1>();
+    } else {
+      cp.wait<0>();
+    }
+    __syncthreads();  // every thread's copies of this tile have landed
+    if (tt == t0) load_a<D>(qa, Qs, 16 * w);
+    float s[8][4];
+    mma_abt<D>(s, qa, Ks + buf * E);
+    softmax_tile<D>(g, r0, tt * kTileRows, s, m, l, o);
+    mma_py<D>(o, s, Vs + buf * E);
+    __syncthreads();  // the buffer is read by every warp before it is refilled
+  }
+  cp.wait_all();  // (no key tile: the Q copies)
+  for (int h = 0; h < 2; ++h) {
+    const float sum = group_sum(l[h]);
+    const int64_t i = acc_row(r0, 2 * h);
+    if (i >= g.T) continue;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    for (int nb = 0; nb < D / 8; ++nb) {
+      const int64_t c = acc_col(0, nb, 0);
+      out[(bh * g.T + i) * D + c] = o[nb][2 * h] * inv;
+      out[(bh * g.T + i) * D + c + 1] = o[nb][2 * h + 1] * inv;
+    }
+    if (threadIdx.x % 4 == 0) lse[bh * g.T + i] = sum > 0.0f ? m[h] + logf(sum) : INFINITY;
+  }
+}
+
+// ------------------------------------------------------------------------------ backward ----
+// p = e^(scale s - lse) where the query sees the key (else 0), then ds = p (dp - D); s becomes p,
+// dp becomes ds. Element (nb, e): query, key and the row statistics given by `at`.
+template <class At>
+__device__ void grad_tile(const Geo& g, float (&s)[8][4], float (&dp)[8][4], At at) {
+  for (int nb = 0; nb < 8; ++nb)
+    for (int e = 0; e < 4; ++e) {
+      int64_t i, j;
+      float L, Di;
+      at(nb, e, &i, &j, &L, &Di);
+      const float p = sees(g, i, j) ? expf(g.scale * s[nb][e] - L) : 0.0f;
+      s[nb][e] = p;
+      dp[nb][e] = p * (dp[nb][e] - Di);
+    }
+}
+
+// dq [B, H, T, D] f32. grid (ceil(T / 64), B H); shared Q, dO + 2 K + 2 V tiles.
+template <int D>
+__global__ void __launch_bounds__(kBlock) tc_dq_kernel(Geo g, const bf16* q, const bf16* k, const bf16* v,
+                                                      const bf16* dout, const float* lse, const float* Dd,
+                                                      float* dq) {
+  CTX_DYNAMIC_SHARED(bf16, sm);
+  constexpr int E = Tile<D>::elems;
+  bf16 *Qs = sm, *Gs = sm + E, *Ks = sm + 2 * E, *Vs = sm + 4 * E;
+  const int w = threadIdx.x / 32;
+  const int64_t bh = blockIdx.y, i0 = (int64_t)blockIdx.x * kBlockRows, r0 = i0 + 16 * w;
+  const bf16 *kb = k + bh * g.S * D, *vb = v + bh * g.S * D;
+  int64_t t0, t1;
+  key_tiles(g, i0, &t0, &t1);
+  tc::AsyncCopies cp;
+  load_tile<D>(cp, q + bh * g.T * D, i0, g.T - i0, Qs);
+  load_tile<D>(cp, dout + bh * g.T * D, i0, g.T - i0, Gs);
+  if (t0 < t1) {
+    load_tile<D>(cp, kb, t0 * kTileRows, g.S - t0 * kTileRows, Ks);
+    load_tile<D>(cp, vb, t0 * kTileRows, g.S - t0 * kTileRows, Vs);
+  }
+  cp.commit();
+  float L[2], Di[2];  // lse and D of the lane's two rows
+  for (int h = 0; h < 2; ++h) {
+    const int64_t i = acc_row(r0, 2 * h);
+    L[h] = i < g.T ? lse[bh * g.T + i] : INFINITY;
+    Di[h] = i < g.T ? Dd[bh * g.T + i] : 0.0f;
+  }
+  float acc[D / 8][4] = {};
+  uint32_t qa[D / 16][4], ga[D / 16][4];
+  for (int64_t tt = t0; tt < t1; ++tt) {
+    const int buf = (int)((tt - t0) & 1);
+    if (tt + 1 < t1) {
+      const int64_t j1 = (tt + 1) * kTileRows;
+      load_tile<D>(cp, kb, j1, g.S - j1, Ks + (buf ^ 1) * E);
+      load_tile<D>(cp, vb, j1, g.S - j1, Vs + (buf ^ 1) * E);
+      cp.commit();
+      cp.wait<1>();
+    } else {
+      cp.wait<0>();
+    }
+    __syncthreads();
+    if (tt == t0) load_a<D>(qa, Qs, 16 * w), load_a<D>(ga, Gs, 16 * w);
+    float s[8][4], dp[8][4];
+    mma_abt<D>(s, qa, Ks + buf * E);   // S = Q K^T
+    mma_abt<D>(dp, ga, Vs + buf * E);  // dP = dO V^T
+    const int64_t j0 = tt * kTileRows;
+    grad_tile(g, s, dp, [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
+      *i = acc_row(r0, e), *j = acc_col(j0, nb, e), *Le = L[e / 2], *De = Di[e / 2];
+    });
+    mma_py<D>(acc, dp, Ks + buf * E);  // dQ += dS K
+    __syncthreads();
+  }
+  cp.wait_all();
+  for (int e = 0; e < 4; ++e) {
+    const int64_t i = acc_row(r0, e);
+    if (i >= g.T) continue;
+    for (int nb = 0; nb < D / 8; ++nb) dq[(bh * g.T + i) * D + acc_col(0, nb, e)] = g.scale * acc[nb][e];
+  }
+}
+
+// dk, dv [B, H, S, D] f32. grid (ceil(S / 64), B H); shared K, V + 2 Q + 2 dO tiles, then
+// 2 x 64 lse and 2 x 64 D values (f32).
+template <int D>
+__global__ void __launch_bounds__(kBlock) tc_dkdv_kernel(Geo g, const bf16* q, const bf16* k, const bf16* v,
+                                                        const bf16* dout, const float* lse, const float* Dd,
+                                                        float* dk, float* dv) {
+  CTX_DYNAMIC_SHARED(bf16, sm);
+  constexpr int E = Tile<D>::elems;
+  bf16 *Ks = sm, *Vs = sm + E, *Qs = sm + 2 * E, *Gs = sm + 4 * E;
+  float* Ls = reinterpret_cast<float*>(sm + 6 * E);  // [2, 64]
+  float* Ds = Ls + 2 * kTileRows;                    // [2, 64]
+  const int w = threadIdx.x / 32;
+  const int64_t bh = blockIdx.y, j0 = (int64_t)blockIdx.x * kBlockRows, r0 = j0 + 16 * w;
+  const bf16 *qb = q + bh * g.T * D, *gb = dout + bh * g.T * D;
+  int64_t t0, t1;
+  query_tiles(g, j0, &t0, &t1);
+  // the query tile from row i1 into buffer b: Q, dO by cp.async, lse and D by plain stores
+  auto stage = [&](tc::AsyncCopies& cp, int64_t i1, int b) {
+    load_tile<D>(cp, qb, i1, g.T - i1, Qs + b * E);
+    load_tile<D>(cp, gb, i1, g.T - i1, Gs + b * E);
+    for (int r = threadIdx.x; r < kTileRows; r += kBlock) {
+      const bool in = i1 + r < g.T;
+      Ls[b * kTileRows + r] = in ? lse[bh * g.T + i1 + r] : INFINITY;
+      Ds[b * kTileRows + r] = in ? Dd[bh * g.T + i1 + r] : 0.0f;
+    }
+  };
+  tc::AsyncCopies cp;
+  load_tile<D>(cp, k + bh * g.S * D, j0, g.S - j0, Ks);
+  load_tile<D>(cp, v + bh * g.S * D, j0, g.S - j0, Vs);
+  if (t0 < t1) stage(cp, t0 * kTileRows, 0);
+  cp.commit();
+  float ak[D / 8][4] = {}, av[D / 8][4] = {};
+  uint32_t ka[D / 16][4], va[D / 16][4];
+  for (int64_t tt = t0; tt < t1; ++tt) {
+    const int buf = (int)((tt - t0) & 1);
+    if (tt + 1 < t1) {
+      stage(cp, (tt + 1) * kTileRows, buf ^ 1);
+      cp.commit();
+      cp.wait<1>();
+    } else {
+      cp.wait<0>();
+    }
+    __syncthreads();
+    if (tt == t0) load_a<D>(ka, Ks, 16 * w), load_a<D>(va, Vs, 16 * w);
+    float st[8][4], dpt[8][4];
+    mma_abt<D>(st, ka, Qs + buf * E);   // S^T = K Q^T   [16 keys, 64 queries]
+    mma_abt<D>(dpt, va, Gs + buf * E);  // dP^T = V dO^T
+    const int64_t c0 = tt * kTileRows;
+    const float *Lb = Ls + buf * kTileRows, *Db = Ds + buf * kTileRows;
+    grad_tile(g, st, dpt, [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
+      *j = acc_row(r0, e), *i = acc_col(c0, nb, e);
+      *Le = Lb[*i - c0], *De = Db[*i - c0];
+    });
+    mma_py<D>(av, st, Gs + buf * E);   // dV += P^T dO
+    mma_py<D>(ak, dpt, Qs + buf * E);  // dK += dS^T Q
+    __syncthreads();
+  }
+  cp.wait_all();
+  for (int e = 0; e < 4; ++e) {
+    const int64_t j = acc_row(r0, e);
+    if (j >= g.S) continue;
+    for (int nb = 0; nb < D / 8; ++nb) {
+      const int64_t n = (bh * g.S + j) * D + acc_col(0, nb, e);
+      dk[n] = g.scale * ak[nb][e];
+      dv[n] = av[nb][e];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------- host side ----
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <int D>
+constexpr size_t tile_bytes(int tiles) {
+  return (size_t)tiles * Tile<D>::elems * sizeof(bf16);
+}
+
+template <class K>
+void allow_shared(K* kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    CTX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+// x (f32) as bf16 bits, two to an i32 element of the returned scratch tensor
+Tensor bf16_copy(const Tensor& x) {
+  Tensor y = Tensor::empty({std::max<int64_t>(1, cdiv(x.numel(), 2))}, DType::I32, Device::CUDA);
+  f32_to_bf16(x.data<float>(), reinterpret_cast<uint16_t*>(y.data<int32_t>()), x.numel());
+  return y;
+}
+const bf16* bits(const Tensor& y) { return reinterpret_cast<const bf16*>(y.data<int32_t>()); }
+
+Geo geo(const AttnDims& d) { return Geo{d.T, d.S, d.S - d.T, d.window, (float)d.scale}; }
+
+template <int D>
+void forward_d(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v, float* out, float* lse) {
+  const size_t smem = tile_bytes<D>(5);
+  allow_shared(tc_forward_kernel<D>, smem);
+  CTX_LAUNCH(tc_forward_kernel<D>, dim3((unsigned)cdiv(d.T, kBlockRows), (unsigned)(d.B * d.H)), kBlock, smem, 0,
+             geo(d), q, k, v, out, lse);
+  CTX_CUDA_LAUNCH_CHECK("tc_forward_kernel");
+}
+
+template <int D>
+void backward_d(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v, const bf16* g, const float* lse,
+                const float* Dd, float* dq, float* dk, float* dv) {
+  const unsigned bh = (unsigned)(d.B * d.H);
+  const size_t smem_dq = tile_bytes<D>(6), smem_kv = tile_bytes<D>(6) + 4 * kTileRows * sizeof(float);
+  allow_shared(tc_dq_kernel<D>, smem_dq);
+  allow_shared(tc_dkdv_kernel<D>, smem_kv);
+  if (d.T > 0) {
+    CTX_LAUNCH(tc_dq_kernel<D>, dim3((unsigned)cdiv(d.T, kBlockRows), bh), kBlock, smem_dq, 0, geo(d), q, k, v, g,
+               lse, Dd, dq);
+    CTX_CUDA_LAUNCH_CHECK("tc_dq_kernel");
+  }
+  if (d.S > 0) {
+    CTX_LAUNCH(tc_dkdv_kernel<D>, dim3((unsigned)cdiv(d.S, kBlockRows), bh), kBlock, smem_kv, 0, geo(d), q, k, v,
+               g, lse, Dd, dk, dv);
+    CTX_CUDA_LAUNCH_CHECK("tc_dkdv_kernel");
+  }
+}
+
+// the head dims with kernels: Dh = 64 (GPT-2, medium), 32 (small), 128
+#define CTX_TC_DISPATCH(Dh, CALL)                          \
+  switch (Dh) {                                            \
+    case 32: { constexpr int D = 32; CALL; break; }        \
+    case 64: { constexpr int D = 64; CALL; break; }        \
+    case 128: { constexpr int D = 128; CALL; break; }      \
+    default: throw Error("tc attention: head dim " + std::to_string(Dh)); \
+  }
+
+bool device_has_tensor_cores() {  // mma.sync bf16, ldmatrix, cp.async: sm_80 and newer
+  static const bool yes = [] {
+    int major = 0;
+    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess && major >= 8;
+  }();
+  return yes;
+}
+
+}  // namespace
+
+bool tc_attention_fits(const AttnDims& d, const Tensor& q, const Tensor& bias, const AttnRel& rel) {
+  return q.dtype() == DType::F32 && !bias.defined() && rel.empty() && !d.dropout.active() && d.kv_stride() == d.S &&
+         d.B * d.H <= 65535 && (d.Dh == 32 || d.Dh == 64 || d.Dh == 128) && device_has_tensor_cores();
+}
+
+void tc_attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                          Tensor& lse) {
+  if (d.B * d.H * d.T == 0) return;
+  const Tensor qb = bf16_copy(q), kb = bf16_copy(k), vb = bf16_copy(v);
+  CTX_TC_DISPATCH(d.Dh, (forward_d<D>(d, bits(qb), bits(kb), bits(vb), out.data<float>(), lse.data<float>())));
+}
+
+void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                           const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const int64_t N = d.B * d.H * d.T;
+  if (N == 0 || d.S == 0) {  // no query: no gradient reaches k, v (and dq is empty, or sees no key)
+    fill<float>(dq.data<float>(), dq.numel(), 0.0f);
+    fill<float>(dk.data<float>(), dk.numel(), 0.0f);
+    fill<float>(dv.data<float>(), dv.numel(), 0.0f);
+    return;
+  }
+  Tensor rowdot = Tensor::empty({N}, DType::F32, Device::CUDA);  // D_i = dO_i . O_i
+  attention_row_dot(dout.data<float>(), out.data<float>(), rowdot.data<float>(), N, d.Dh);
+  const Tensor qb = bf16_copy(q), kb = bf16_copy(k), vb = bf16_copy(v), gb = bf16_copy(dout);
+  CTX_TC_DISPATCH(d.Dh, (backward_d<D>(d, bits(qb), bits(kb), bits(vb), bits(gb), lse.data<float>(),
+                                       rowdot.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>())));
+}
+
+}  // namespace ctx::cuda

@@ -1,0 +1,26 @@
+// core/cuda/attention_tc.h — tensor-core FlashAttention-2 on the CUDA backend (bf16 products, fp32
+// accumulation; mma.sync m16n8k16 through core/cuda/mma.cuh), forward and backward, for the
+// plain causal / windowed attention: no bias, no content-position terms, no dropout, keys not
+// read in place from a KV cache, head dim in kTcHeadDims, f32 tensors, a device of compute
+// capability 8.0 or newer. CudaBackend takes it under --precision bf16 when
+// FastPath::Bf16Attention is on and tc_attention_fits; else the SIMT kernels (attention.h).
+#pragma once
+#include <cstdint>
+
+#include "core/backend.h"
+
+namespace ctx::cuda {
+
+// The dims and operands this kernel computes (the switch and the precision are the caller's).
+bool tc_attention_fits(const AttnDims& d, const Tensor& q, const Tensor& bias, const AttnRel& rel);
+
+// q [B, H, T, Dh], k, v [B, H, S, Dh] f32; out [B, H, T, Dh], lse [B, H, T] overwritten (lse +inf
+// and out 0 for a query that sees no key). Semantics as attention_forward with q, k, v and the
+// probabilities rounded to bf16 for the products.
+void tc_attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                          Tensor& lse);
+// dq [B, H, T, Dh], dk, dv [B, H, S, Dh] overwritten.
+void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                           const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv);
+
+}  // namespace ctx::cuda
