@@ -86,6 +86,23 @@ TEST_F(EmuMma, MmaIsTheIsaProductLaneByLane) {
   }
 }
 
+// The counters see one mma per warp instruction: 3 warps, one mma each, 2 * 16 * 8 * 16 FLOPs each.
+TEST_F(EmuMma, EachWarpMmaIsCountedOnce) {
+  constexpr int W = 3;
+  const std::vector<float> A = bf16_values(W * 256, 7), B = bf16_values(W * 128, 8), C = bf16_values(W * 128, 9);
+  DeviceBuffer<float> a(A), b(B), c(C), d(W * 128);
+  cuemu::set_counters(true);
+  cuemu::reset_counters();
+  CTX_LAUNCH(mma_from_fragments, 1, W * 32, 0, 0, a.ptr, b.ptr, c.ptr, d.ptr);
+  const std::vector<cuemu::LaunchCounters> r = cuemu::counter_records();
+  cuemu::set_counters(false);
+  cuemu::reset_counters();
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess) << cuemu::last_fault();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].mma[(int)cuemu::MmaType::BF16], (uint64_t)W);
+  EXPECT_EQ(r[0].tensor_flops[(int)cuemu::MmaType::BF16], W * 2.0 * 16 * 8 * 16);
+}
+
 // ---- ldmatrix: smem [32 rows, 16 b16] with code(r, c) = r * 16 + c; lane l supplies row
 // perm(l) = (5 l + 3) % 32 at column 8 ((l / 8) % 2); out[l * 4 + m] = r[m] ----
 __host__ __device__ int perm_row(int l) { return (5 * l + 3) % 32; }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/cuda/emu/emu_counters.h"
 #include "core/cuda/emu/emu_mma.h"
 
 namespace cuemu::detail {
@@ -39,7 +40,7 @@ void mma_bf16_m16n8k16(MmaLane* const lanes[32]) {
     for (int i = 0; i < 4; ++i) B[2 * t + (i & 1) + (i >= 2 ? 8 : 0)][g] = bf16_at(r.b[i / 2], i & 1);
     for (int i = 0; i < 4; ++i) C[i < 2 ? g : g + 8][2 * t + (i & 1)] = r.c[i];
   }
-  // counters (issue 33 item 6): one mma.sync m16n8k16 of this warp would be counted here.
+  count_mma(16, 8, 16, MmaType::BF16);  // the counters (CTXLAB_EMU_COUNTERS): one per warp instruction
   for (int lane = 0; lane < 32; ++lane) {
     MmaLane& r = *lanes[lane];
     const int g = lane >> 2, t = lane & 3;
