@@ -276,16 +276,34 @@ TEST_F(KVCacheTest, XLMemoryEqualsSegmentRecurrence) {
   }
 }
 
-// The window of the cache is the window of the full recompute: without it the logits differ.
+// The window of the cache is the window of the full recompute: a prompt then one token at a time
+// through a cache of window 7 gives, at every step, the logits of the full forward with exactly
+// window 7 (kTol), and those differ from full attention's and from windows 6 and 8 (by more than
+// 10 kTol at some step: a window off by one is seen).
 TEST_F(KVCacheTest, WindowChangesTheLogits) {
-  Case c{"rope_window", {{"type", "rope"}}, 16, 7};
-  auto m = model_for(c.posenc, c.context);
+  constexpr int64_t kWindow = 7, kLen = 40;
+  auto m = model_for({{"type", "rope"}}, 16);
   NoGradGuard g;
-  const auto seq = tokens(40, 5);
-  nn::KVCache windowed = m->make_cache(1, 40, 7), full = m->make_cache(1, 40, 0);
-  const double e = rel_err(last(m->forward_cached(as_tensor(seq, 0, 40), windowed)),
-                           last(m->forward_cached(as_tensor(seq, 0, 40), full)));
-  EXPECT_GT(e, 1e-3);
+  const auto seq = tokens(kLen, 5);
+  nn::KVCache cache = m->make_cache(1, kLen, kWindow);
+  auto full_with_window = [&](int64_t window, size_t end) {
+    m->set_attention_window(window);
+    const auto z = last(m->forward(as_tensor(seq, 0, end)));
+    m->set_attention_window(0);
+    return z;
+  };
+  double worst = 0, off_by_one = INFINITY, vs_full = 0;
+  for (size_t end = kPrompt; end <= (size_t)kLen; ++end) {
+    const auto zc = last(m->forward_cached(as_tensor(seq, end == kPrompt ? 0 : end - 1, end), cache));
+    worst = std::max(worst, rel_err(zc, full_with_window(kWindow, end)));
+    if (end > (size_t)kWindow + 1)  // windows 6, 7 and 8 coincide until the sequence passes 8
+      off_by_one = std::min(off_by_one, std::max(rel_err(zc, full_with_window(kWindow - 1, end)),
+                                                 rel_err(zc, full_with_window(kWindow + 1, end))));
+    vs_full = std::max(vs_full, rel_err(zc, full_with_window(0, end)));
+  }
+  EXPECT_LE(worst, kTol);
+  EXPECT_GT(vs_full, 10 * kTol);
+  EXPECT_GT(off_by_one, 10 * kTol);
 }
 
 TEST_F(KVCacheTest, CapacityAndBadUseAreErrors) {
