@@ -58,7 +58,7 @@ std::string file_bytes(const std::string& path) {
 // the three files are byte for byte the same, and so are the optimizer states saved from the
 // two devices.
 TEST(CudaCheckpoint, SameBytesFromEitherDevice) {
-  if (no_gpu()) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  CTX_SKIP_WITHOUT_GPU(!no_gpu());
   const std::string dir = temp_dir("ckpt");
   nn::GPT m(tiny_cfg(json{{"type", "rope"}}));
   m.init_weights(3);
@@ -110,7 +110,7 @@ TEST(CudaCheckpoint, SameBytesFromEitherDevice) {
 // (docs/cuda.md). The third run has dropout on: its masks are computed on the device from one
 // seed per call (core/dropout_mask.h), so it uploads no more than the others.
 TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
-  if (no_gpu()) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  CTX_SKIP_WITHOUT_GPU(!no_gpu());
   // fused: the fused attention forced on (CTXLAB_FUSED_ATTENTION=1); else the backend's choice for
   // this shape, the composed attention
   struct Run { const char* pe; double dropout; uint64_t seed; bool fused; };
