@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/mutate.sh — the mutation score (docs/testing.md, "Mutation score").
 #
-#   scripts/mutate.sh [-l LIST] [-o RESULTS] [-t SECONDS] [LABEL ...]
+#   scripts/mutate.sh [-l LIST] [-o RESULTS] [-t SECONDS] [-b N] [LABEL ...]
 #
 # Applies the mutations of LIST (default scripts/mutations.txt) one at a time to a copy of the
 # tracked files of this work tree (build-mut/src: your own files are never touched), rebuilds
@@ -10,24 +10,27 @@
 # survived (the tests passed), or invalid (the mutant did not build, or its snippet is not in the
 # file exactly once: not counted). Score = killed / (killed + survived). Before the mutants, every
 # test selector of the run must pass on the unmutated copy (else the run stops: a failing test
-# would "kill" every mutant). Each mutant's build + tests hold /tmp/ctxlab-build.lock, the rest
-# of the run does not. The mutated file is restored after each mutant, and on any exit (Ctrl-C
+# would "kill" every mutant). Each mutant's build + tests hold /tmp/ctxlab-build.lock (the shared
+# machine's build lock), the rest of the run does not; -b N: N mutants per hold (default 1; the
+# baseline is one hold). The mutated file is restored after each mutant, and on any exit (Ctrl-C
 # included). LABELs: run only those mutations. Not part of the README's test command (slow).
 #
 # LIST: one mutation per line, five tab-separated fields (blank lines and #-comments ignored):
 #   label   file   original   replacement   selector
 # `original` occurs exactly once in `file`; in both snippets \t and \n stand for a tab and a
 # newline. `selector`: gtest:FILTER (build/ctxlab_tests), emu-gtest:FILTER (the emulator build,
-# for core/cuda), or ctest:REGEX (ctest -R in the default build; builds ctxlab and the tests).
+# for core/cuda), or ctest:REGEX (ctest -R in the default build; builds ctxlab and the test tool
+# ctxlab_optim_driver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-list=scripts/mutations.txt results=build-mut/results.txt timeout_s=300
-while getopts "l:o:t:h" o; do
+list=scripts/mutations.txt results=build-mut/results.txt timeout_s=300 batch=1
+while getopts "l:o:t:b:h" o; do
   case $o in
     l) list=$OPTARG ;;
     o) results=$OPTARG ;;
     t) timeout_s=$OPTARG ;;
+    b) batch=$OPTARG ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
   esac
 done
@@ -88,37 +91,40 @@ configure() {  # build dir, extra cmake options
     { echo "mutate.sh: configuring $1 failed (see $1.configure.log)" >&2; return 1; }
 }
 
-# build + tests of one selector, under the lock; exit status 0 passed, 3 build failed,
-# 4 timed out, anything else: a test failed. Output to $2.
+# Build + tests of one selector (the caller holds the lock); exit status 0 passed, 3 build failed,
+# 4 timed out, 5 the selector matches no test, anything else: a test failed. Output to $2.
 run_selector() {
-  local sel=$1 log=$2 kind=${1%%:*} arg=${1#*:} dir targets
+  local sel=$1 log=$2 kind=${1%%:*} arg=${1#*:} dir targets rc
   case $kind in
     gtest) dir=$work/build targets=ctxlab_tests ;;
     emu-gtest) dir=$work/build-emu targets=ctxlab_tests ;;
-    ctest) dir=$work/build targets=all ;;
+    ctest) dir=$work/build targets="ctxlab ctxlab_optim_driver" ;;
     *) echo "mutate.sh: unknown selector kind '$kind' in '$sel'" >&2; return 2 ;;
   esac
-  flock "$lock" bash -c '
-    dir=$1 targets=$2 kind=$3 arg=$4 t=$5
-    ninja -C "$dir" -j2 $targets >/dev/null 2>&1 || { ninja -C "$dir" -j1 $targets 2>&1 | tail -30; exit 3; }
-    case $kind in
-      ctest) timeout -k 10 "$t" ctest --test-dir "$dir" -R "$arg" -j2 --no-tests=error --output-on-failure ;;
-      *) "$dir/ctxlab_tests" --gtest_list_tests --gtest_filter="$arg" | grep -q "^  " || exit 5
-         timeout -k 10 "$t" "$dir/ctxlab_tests" --gtest_brief=1 --gtest_filter="$arg" ;;
-    esac
+  {
+    ninja -C "$dir" -j2 $targets >/dev/null 2>&1 || { ninja -C "$dir" -j1 $targets 2>&1 | tail -30; return 3; }
+    if [[ $kind == ctest ]]; then
+      timeout -k 10 "$timeout_s" ctest --test-dir "$dir" -R "$arg" -j2 --no-tests=error --output-on-failure
+    else
+      "$dir/ctxlab_tests" --gtest_list_tests --gtest_filter="$arg" | grep -q "^  " || return 5
+      timeout -k 10 "$timeout_s" "$dir/ctxlab_tests" --gtest_brief=1 --gtest_filter="$arg"
+    fi
     rc=$?
-    ((rc == 124 || rc == 137)) && exit 4
-    exit $rc
-  ' _ "$dir" "$targets" "$kind" "$arg" "$timeout_s" >"$log" 2>&1
+    ((rc == 124 || rc == 137)) && return 4
+    return $rc
+  } >"$log" 2>&1
 }
+
+exec 9>"$lock"  # flock 9: take the machine's build lock; flock -u 9: give it back
 
 mkdir -p "$work/logs"
 configure "$work/build"
 printf '%s\n' "${sels[@]}" | grep -q '^emu-gtest:' && configure "$work/build-emu" -DCTXLAB_CUDA_EMULATOR=ON
 
-# Baseline: every selector passes on the unmutated copy.
+# Baseline: every selector passes on the unmutated copy (one hold of the lock).
 mapfile -t uniq_sels < <(printf '%s\n' "${sels[@]}" | sort -u)
 echo "mutate.sh: baseline, ${#uniq_sels[@]} test selectors on the unmutated copy"
+flock 9
 for sel in "${uniq_sels[@]}"; do
   if ! run_selector "$sel" "$work/logs/baseline.log"; then
     echo "mutate.sh: the unmutated copy fails '$sel' (build-mut/logs/baseline.log); fix that first" >&2
@@ -126,6 +132,7 @@ for sel in "${uniq_sels[@]}"; do
     exit 1
   fi
 done
+flock -u 9
 
 killed=0 survived=0 invalid=0
 {
@@ -133,6 +140,7 @@ killed=0 survived=0 invalid=0
   echo "# CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; timeout ${timeout_s}s per mutant"
 } >"$results"
 for i in "${!labels[@]}"; do
+  ((i % batch == 0)) && flock 9
   label=${labels[$i]} file=${files[$i]} sel=${sels[$i]}
   log=$work/logs/$label.log
   cp "$src/$file" "$work/original"
@@ -163,6 +171,7 @@ EOF
     esac
   fi
   restore
+  ((i % batch == batch - 1)) && flock -u 9
   line=$(printf '%-34s %-40s %s' "$label" "$file" "$verdict")
   echo "$line"
   echo "$line" >>"$results"
