@@ -18,6 +18,7 @@
 #include "autograd/variable.h"
 #include "core/allocator.h"
 #include "core/cpu/bf16_convert.h"
+#include "core/fast_paths.h"
 #include "core/threads.h"
 #include "core/precision.h"
 #include "core/rng.h"
@@ -285,31 +286,36 @@ TEST_F(KVCacheTest, XLMemoryEqualsSegmentRecurrence) {
 // The window of the cache is the window of the full recompute: a prompt then one token at a time
 // through a cache of window 7 gives, at every step, the logits of the full forward with exactly
 // window 7 (kTol), and those differ from full attention's and from windows 6 and 8 (by more than
-// 10 kTol at some step: a window off by one is seen).
+// 10 kTol at some step: a window off by one is seen); with the fused attention and the composed.
 TEST_F(KVCacheTest, WindowChangesTheLogits) {
   constexpr int64_t kWindow = 7, kLen = 40;
-  auto m = model_for({{"type", "rope"}}, 16);
-  NoGradGuard g;
-  const auto seq = tokens(kLen, 5);
-  nn::KVCache cache = m->make_cache(1, kLen, kWindow);
-  auto full_with_window = [&](int64_t window, size_t end) {
-    m->set_attention_window(window);
-    const auto z = last(m->forward(as_tensor(seq, 0, end)));
-    m->set_attention_window(0);
-    return z;
-  };
-  double worst = 0, off_by_one = INFINITY, vs_full = 0;
-  for (size_t end = kPrompt; end <= (size_t)kLen; ++end) {
-    const auto zc = last(m->forward_cached(as_tensor(seq, end == kPrompt ? 0 : end - 1, end), cache));
-    worst = std::max(worst, rel_err(zc, full_with_window(kWindow, end)));
-    if (end > (size_t)kWindow + 1)  // windows 6, 7 and 8 coincide until the sequence passes 8
-      off_by_one = std::min(off_by_one, std::max(rel_err(zc, full_with_window(kWindow - 1, end)),
-                                                 rel_err(zc, full_with_window(kWindow + 1, end))));
-    vs_full = std::max(vs_full, rel_err(zc, full_with_window(0, end)));
+  for (const bool fused : {true, false}) {  // the fused attention's window, and the composed one's
+    SCOPED_TRACE(fused ? "fused attention" : "composed attention");
+    set_fast_path(FastPath::Attention, fused);
+    auto m = model_for({{"type", "rope"}}, 16);
+    NoGradGuard g;
+    const auto seq = tokens(kLen, 5);
+    nn::KVCache cache = m->make_cache(1, kLen, kWindow);
+    auto full_with_window = [&](int64_t window, size_t end) {
+      m->set_attention_window(window);
+      const auto z = last(m->forward(as_tensor(seq, 0, end)));
+      m->set_attention_window(0);
+      return z;
+    };
+    double worst = 0, off_by_one = INFINITY, vs_full = 0;
+    for (size_t end = kPrompt; end <= (size_t)kLen; ++end) {
+      const auto zc = last(m->forward_cached(as_tensor(seq, end == kPrompt ? 0 : end - 1, end), cache));
+      worst = std::max(worst, rel_err(zc, full_with_window(kWindow, end)));
+      if (end > (size_t)kWindow + 1)  // windows 6, 7 and 8 coincide until the sequence passes 8
+        off_by_one = std::min(off_by_one, std::max(rel_err(zc, full_with_window(kWindow - 1, end)),
+                                                   rel_err(zc, full_with_window(kWindow + 1, end))));
+      vs_full = std::max(vs_full, rel_err(zc, full_with_window(0, end)));
+    }
+    EXPECT_LE(worst, kTol);
+    EXPECT_GT(vs_full, 10 * kTol);
+    EXPECT_GT(off_by_one, 10 * kTol);
   }
-  EXPECT_LE(worst, kTol);
-  EXPECT_GT(vs_full, 10 * kTol);
-  EXPECT_GT(off_by_one, 10 * kTol);
+  reset_fast_path(FastPath::Attention);
 }
 
 TEST_F(KVCacheTest, CapacityAndBadUseAreErrors) {
