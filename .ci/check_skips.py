@@ -4,9 +4,12 @@
 ctest counts a skip as success, so after the README's test command .ci/run reads the log of
 that run (BUILD_DIR/Testing/Temporary/LastTest.log) and lists every test that skipped: a
 GoogleTest GTEST_SKIP ("[  SKIPPED ]"), or a script test that printed "SKIP:" (ctest's
-SKIP_RETURN_CODE 77, which the log records as passed). Allowed are only skips whose reason
-names the GPU or CUDA (no CI machine has one; docs/testing.md). Everything scripts/setup.sh
-installs is required, so any other skip is a failure. Exit 0 when none, 1 otherwise, 2 when
+SKIP_RETURN_CODE 77, which the log records as passed). Allowed are only the device probe's own
+"no GPU" results, word for word (no CI machine has a GPU; docs/testing.md): a GoogleTest skip
+with CTX_NO_GPU_REASON (tests/test_util.h, cuda::device_count() is 0), and a script's
+"SKIP: no GPU on this machine; `--device cuda` said: <the CLI's one-line no-GPU error>"
+(tests/python/device_checks.py and its siblings). Everything scripts/setup.sh installs is
+required, so any other skip is a failure (a CTXLAB_ALLOW_MISSING skip included). Exit 0 when none, 1 otherwise, 2 when
 the log is missing or holds no test. With --no-skips (the emulated-GPU build, where the CUDA
 tests have their device and must run) every skip is a failure.
 """
@@ -14,7 +17,15 @@ tests have their device and must run) every skip is a failure.
 import re
 import sys
 
-GPU = re.compile(r"\b(GPU|CUDA)\b")
+# the probe's reasons, whole: GoogleTest's (tests/test_util.h) and the scripts' (the CLI's error
+# from core/cuda/cuda_runtime.cu, quoted after the scripts' prefix)
+GTEST_NO_GPU = "skipped: no GPU (cuda::device_count() is 0)"
+SCRIPT_NO_GPU = re.compile(r"no GPU on this machine; `--device cuda` said: ctxlab( [a-z]+)?: error: "
+                           r"no CUDA GPU available \(cudaGetDeviceCount found none\): [^\n]*")
+
+
+def probe_said_no_gpu(reason, gtest):
+    return reason == GTEST_NO_GPU if gtest else SCRIPT_NO_GPU.fullmatch(reason) is not None
 
 
 def main():
@@ -45,7 +56,8 @@ def main():
         # the reason: gtest prints it on the line after "...: Skipped"; scripts after "SKIP:"
         m = re.search(r": Skipped\n(.*)", out) or re.search(r"^SKIP:(.*)", out, flags=re.M)
         reason = m.group(1).strip() if m else "(no reason printed)"
-        (allowed if GPU.search(reason) and not no_skips else bad).append(f"{name}: {reason}")
+        ok = probe_said_no_gpu(reason, gtest_skip) and not no_skips
+        (allowed if ok else bad).append(f"{name}: {reason}")
     for s in allowed:
         print(f"check_skips: allowed (no GPU on this machine): {s}")
     for s in bad:

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace ctx {
 
@@ -27,7 +28,7 @@ void set_gemm_allow_tf32(bool on) { g_tf32.store(on); }
 
 bool cpu_has_avx512_bf16() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avx512bf16");
+  static const bool has = __builtin_cpu_supports("avx512bf16") && !setting_flag("CTXLAB_NO_AVX512_BF16", false);
   return has;
 #else
   return false;

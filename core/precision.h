@@ -28,7 +28,8 @@ void set_gemm_precision(Precision p);
 bool gemm_allow_tf32();
 void set_gemm_allow_tf32(bool on);
 
-// True when this CPU has AVX512_BF16 (VDPBF16PS / VCVTNE2PS2BF16): bf16 GEMMs pay on it.
+// True when this CPU has AVX512_BF16 (VDPBF16PS / VCVTNE2PS2BF16): bf16 GEMMs pay on it. False
+// under CTXLAB_NO_AVX512_BF16=1 (the fallbacks tested on a CPU that has it; docs/settings.md).
 bool cpu_has_avx512_bf16();
 
 // What a user asked for (--precision, --tf32) on `dev`, applied: sets the process-wide values

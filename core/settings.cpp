@@ -52,8 +52,14 @@ const std::vector<Setting>& settings() {
       {"CTXLAB_PROFILE", "0", "0 | 1",
        "1: time every autograd op by name (ctxlab bench --profile, example_step_timing print it)",
        "autograd/profiler.cpp"},
+      {"CTXLAB_NO_AVX512_BF16", "0", "0 | 1",
+       "1: treat the CPU as one without avx512_bf16 (--precision bf16 refused, the bf16 kernels decline), "
+       "so that the fallbacks are tested on a CPU that has it", "core/precision.cpp"},
       {"CTXLAB_NO_REEXEC", "unset", "any value",
        "set: the CLI does not restart itself with GOMP_SPINCOUNT=1000", "train/cli/main.cpp"},
+      {"CTXLAB_TEST_KILL_AT", "unset", "NAME@N",
+       "tests: SIGKILL the process at the N-th pass of the kill point NAME (a checkpoint write's steps)",
+       "train/io/kill_point.cpp"},
       // The CUDA emulator (core/cuda/emu, a library that does not depend on ctxlab's core) reads
       // its own variables with getenv; they are listed here so that this table is complete.
       {"CTXLAB_EMU_SCHEDULE", "forward", "forward | reverse | shuffle | shuffle:SEED",

@@ -279,10 +279,7 @@ TEST(Bf16, Fp32DefaultUnchangedBitwise) {
 // bf16 products ran. Shapes: several query and key tiles (BC = BR = 64) with partial ones, a
 // window, a bias, and Dh not a multiple of the vector (zero-padded rows).
 TEST(Bf16, FusedAttentionWithinTheBf16Bound) {
-  if (!cpu_has_avx512_bf16()) {
-    std::printf("this CPU has no avx512_bf16: the attention runs fp32 under --precision bf16 (nothing to check)\n");
-    return;
-  }
+  if (!ctx::testing_util::cpu_runs_bf16_else_check_refusal()) return;
   ctx::init_threading();
   struct Opt {  // the bf16 products are opt-in (CTXLAB_BF16_ATTENTION=1)
     Opt() { set_fast_path(FastPath::Bf16Attention, true); }

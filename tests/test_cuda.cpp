@@ -1,24 +1,22 @@
-// tests/test_cuda.cpp — the CUDA device layer: allocation, a kernel, copies. Skips with a
-// message where the build has no CUDA or the machine has no GPU.
+// tests/test_cuda.cpp — the CUDA device layer: allocation, a kernel, copies. Registered only in
+// CUDA builds (nothing to skip without one); skips with the device probe's own reason
+// (CTX_SKIP_WITHOUT_GPU) where the machine has no GPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 #include <vector>
 
-#include "core/bf16.h"
-#include "core/tensor.h"
 #ifdef CTXLAB_WITH_CUDA
+#include "core/bf16.h"
 #include "core/cuda/cuda_runtime.h"
-#endif
+#include "core/tensor.h"
+#include "tests/test_util.h"
 
 using namespace ctx;
 
 TEST(Cuda, FillKernelAndCopies) {
-#ifndef CTXLAB_WITH_CUDA
-  GTEST_SKIP() << "built without CUDA (CTXLAB_WITH_CUDA=OFF)";
-#else
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU on this machine";
+  CTX_SKIP_WITHOUT_GPU(cuda::device_count() > 0);
   cuda::ensure_allocator();
   Tensor d = Tensor::empty({1000}, DType::F32, Device::CUDA);
   cuda::fill_f32(static_cast<float*>(d.raw()), 1000, 2.5f);
@@ -26,17 +24,13 @@ TEST(Cuda, FillKernelAndCopies) {
   cuda::copy_to_host(h.data(), d.raw(), 4000);
   for (float v : h) ASSERT_EQ(v, 2.5f);
   std::printf("GPU: %s\n", cuda::device_name().c_str());
-#endif
 }
 
 // The bf16 GEMMs' conversion kernel (gemm.cu, __float2bfloat16_rn) equals core/bf16.h's
 // reference bit for bit on every upper half with low halves at, around and away from the tie,
 // and on the special values (NaN payloads, infinities, denormals, overflow).
 TEST(Cuda, Bf16ConversionKernelIsBitExact) {
-#ifndef CTXLAB_WITH_CUDA
-  GTEST_SKIP() << "built without CUDA (CTXLAB_WITH_CUDA=OFF)";
-#else
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU on this machine";
+  CTX_SKIP_WITHOUT_GPU(cuda::device_count() > 0);
   cuda::ensure_allocator();
   std::vector<float> h;
   std::mt19937 rng(9);
@@ -54,5 +48,6 @@ TEST(Cuda, Bf16ConversionKernelIsBitExact) {
   std::vector<uint16_t> got((size_t)n);
   cuda::copy_to_host(got.data(), y.raw(), (size_t)n * 2);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], float_to_bf16_rne(h[i])) << "element " << i;
-#endif
 }
+
+#endif  // CTXLAB_WITH_CUDA

@@ -143,7 +143,7 @@ void check_training_steps(const json& posenc, int64_t window) {
 // The CUDA backend's attention policy (measured on an H200, docs/results/gpu.md): composed for
 // training shapes up to 2^27 scores, fused past that and for decoding (one query row).
 TEST(CudaModelAttention, ComposedForTrainingShapesFusedForLargeScoresAndDecoding) {
-  if (!cuda::emulated() && cuda::device_count() == 0) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
   const Backend& be = backend(Device::CUDA);
   ASSERT_TRUE(be.has(Fused::Attention));
   EXPECT_FALSE(be.prefers_fused_attention(8, 12, 1024, 1024)) << "GPT-2 small, T 1024: measured 2.2x faster composed";
@@ -156,14 +156,14 @@ TEST(CudaModelAttention, ComposedForTrainingShapesFusedForLargeScoresAndDecoding
 }
 
 TEST_P(CudaModel, TrainingStepsMatchTheCpu) {
-  if (!cuda::emulated() && cuda::device_count() == 0) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
   check_training_steps(GetParam(), 0);
 }
 
 // Sliding-window attention (window 4 < T = 9) through the fused kernels, with a bias encoding and
 // a content-position one.
 TEST(CudaModelWindow, TrainingStepsMatchTheCpu) {
-  if (!cuda::emulated() && cuda::device_count() == 0) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
   for (const json& pe : {json{{"type", "alibi"}}, json{{"type", "shaw"}, {"max_relative_position", 4}}}) {
     SCOPED_TRACE(pe.dump());
     check_training_steps(pe, 4);

@@ -61,7 +61,7 @@ std::string file_bytes(const std::string& path) {
 // the three files are byte for byte the same, and so are the optimizer states saved from the
 // two devices.
 TEST(CudaCheckpoint, SameBytesFromEitherDevice) {
-  if (no_gpu()) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  CTX_SKIP_WITHOUT_GPU(!no_gpu());
   const std::string dir = temp_dir("ckpt");
   nn::GPT m(tiny_cfg(json{{"type", "rope"}}));
   m.init_weights(3);
@@ -114,7 +114,7 @@ TEST(CudaCheckpoint, SameBytesFromEitherDevice) {
 // seed per call (core/dropout_mask.h), so it uploads no more than the others. On the emulated
 // device the runtime's own copy counts (cuemu::stats) must agree with the backend's.
 TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
-  if (no_gpu()) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  CTX_SKIP_WITHOUT_GPU(!no_gpu());
   // fused: the fused attention forced on (CTXLAB_FUSED_ATTENTION=1); else the backend's choice for
   // this shape, the composed attention
   struct Run { const char* pe; double dropout; uint64_t seed; bool fused; };

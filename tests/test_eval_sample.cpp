@@ -221,7 +221,16 @@ TEST(SampleTest, SampleNextTopKAndTemperature) {
   int ones = 0;
   for (int i = 0; i < 4000; ++i) ones += sample_next(two.data(), 2, 1.0, 0, rng);
   EXPECT_NEAR(ones / 4000.0, 0.75, 0.03);
-  // A low temperature sharpens it: P(1) = 3^10 / (1 + 3^10) at T = 0.1.
+  // Temperature T divides the logits: P(1) = 3^(1/T) / (1 + 3^(1/T)). T = 0.5 sharpens it to 0.9,
+  // T = 2 flattens it to 0.634 (dividing by T^2 instead would give 0.988 and 0.568; by T^0.5, 0.823
+  // and 0.681). 4000 draws: a standard deviation of at most 0.008, so 0.025 is 3 of them and every
+  // wrong power is more than 0.045 away. A low temperature makes it near greedy: 3^10 / (1 + 3^10).
+  for (const double T : {0.5, 2.0}) {
+    const double want = std::pow(3.0, 1 / T) / (1 + std::pow(3.0, 1 / T));
+    ones = 0;
+    for (int i = 0; i < 4000; ++i) ones += sample_next(two.data(), 2, T, 0, rng);
+    EXPECT_NEAR(ones / 4000.0, want, 0.025) << "temperature " << T;
+  }
   ones = 0;
   for (int i = 0; i < 1000; ++i) ones += sample_next(two.data(), 2, 0.1, 0, rng);
   EXPECT_GT(ones, 990);
@@ -289,6 +298,19 @@ TEST(EvalTest, SlidingWindow) {
   const double l_narrow = evaluate(*m, tok, length, 4, 0, "tok", narrow).loss;
   EXPECT_TRUE(std::isfinite(l_narrow));
   EXPECT_GT(std::fabs(l_narrow - l_full), 1e-4);
+  // The window evaluated is the one asked for: the hand computation with the model's window set
+  // to exactly 3 (a window one wider or narrower differs from it by far more than the 1e-5 the
+  // sums' order allows, checked below).
+  const int64_t nw = 300 / (length + 1);
+  auto windowed_hand_loss = [&](int64_t w) {
+    m->set_attention_window(w);
+    const double l = hand_loss(*m, tok, length, nw);
+    m->set_attention_window(0);
+    return l;
+  };
+  EXPECT_NEAR(l_narrow, windowed_hand_loss(3), 1e-5);
+  EXPECT_GT(std::fabs(windowed_hand_loss(4) - windowed_hand_loss(3)), 1e-3);
+  EXPECT_GT(std::fabs(windowed_hand_loss(2) - windowed_hand_loss(3)), 1e-3);
   // The model's window is reset afterwards: a plain evaluation is unchanged.
   EXPECT_NEAR(evaluate(*m, tok, length, 4, 0, "tok").loss, l_full, 1e-6);
   // window 1: logits at position t depend on token t and t's position only.

@@ -115,10 +115,7 @@ TEST(Gemv, LinearOneRowTakesTheGemv) {
   Tensor tx = Tensor::from_vector(x, {1, K}), tw = Tensor::from_vector(w, {N, K}), tb = Tensor::from_vector(b, {N});
   const std::vector<double> mag = magnitudes(w, x, b, N, K);
   for (Precision p : {Precision::FP32, Precision::BF16}) {
-    if (p == Precision::BF16 && !cpu_has_avx512_bf16()) {
-      std::printf("this CPU has no avx512_bf16: the bf16 one-row Linear is not checked\n");
-      continue;
-    }
+    if (p == Precision::BF16 && !ctx::testing_util::cpu_runs_bf16_else_check_refusal()) continue;
     PrecisionScope scope(p);
     Tensor y = Tensor::empty({1, N}, DType::F32);
     backend(Device::CPU).linear(tx, tw, tb, y);
@@ -164,10 +161,7 @@ TEST(Bf16Copy, ConvertedOnceUntilWritten) {
 // A bf16 Linear's forward converts its weight once and the backward (dx = dy w) reads the same
 // copy; an update of the weight (what the optimizer does) makes the next forward convert again.
 TEST(Bf16Copy, LinearForwardAndBackwardConvertEachOperandOnce) {
-  if (!cpu_has_avx512_bf16()) {
-    std::printf("this CPU has no avx512_bf16: --precision bf16 runs fp32 here, nothing to convert\n");
-    return;
-  }
+  if (!ctx::testing_util::cpu_runs_bf16_else_check_refusal()) return;
   ctx::init_threading();
   const int64_t R = 24, K = 48, N = 40;
   Variable w(Tensor::from_vector(random_vec(N * K, 21), {N, K}), true);

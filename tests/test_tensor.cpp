@@ -118,6 +118,24 @@ TEST(Rng, DeterministicAndKnownValues) {
   EXPECT_EQ(p.normal(), x2);
 }
 
+// below(n) draws every value of [0, n) and nothing else, equally often: 70000 draws for n = 7,
+// each count within 5 standard deviations (sqrt(70000 (1/7)(6/7)) = 92.6) of 10000; and n = 1
+// (and 0) give 0 without drawing.
+TEST(Rng, BelowCoversItsRangeUniformly) {
+  Rng r(11);
+  std::vector<int64_t> count(8, 0);
+  for (int i = 0; i < 70000; ++i) {
+    const uint64_t v = r.below(7);
+    ASSERT_LT(v, 7u);
+    ++count[(size_t)v];
+  }
+  for (int v = 0; v < 7; ++v) EXPECT_NEAR((double)count[(size_t)v], 10000.0, 5 * 92.6) << "value " << v;
+  Rng before = r;
+  EXPECT_EQ(r.below(1), 0u);
+  EXPECT_EQ(r.below(0), 0u);
+  EXPECT_EQ(r.next_u64(), before.next_u64());  // below(1) and below(0) drew nothing
+}
+
 // reduce_sum (the backward of every broadcast) against a naive sum, for reduce / keep patterns
 // of ranks 1-5 with sizes that take the serial and the threaded walk, f32 and f64; the threaded
 // result is the same bit for bit on a second call.

@@ -17,6 +17,7 @@
 #include "autograd/variable.h"
 #include "core/rng.h"
 #include "core/error.h"
+#include "core/precision.h"
 #include "train/io/config.h"
 
 namespace ctx::testing_util {
@@ -28,6 +29,23 @@ namespace ctx::testing_util {
 // the dependency does it skip instead, printing why. GPU tests skip without it: no test machine
 // has a GPU.
 
+// A bf16 test on a CPU without avx512_bf16 (or under CTXLAB_NO_AVX512_BF16=1) checks what such a
+// CPU can: that `--precision bf16` is refused with the CLI's one-line note and the GEMMs stay
+// fp32 (apply_precision_request); it does not return green unchecked. True where the CPU has
+// avx512_bf16: the caller runs its bf16 checks; false after the refusal was checked.
+inline bool cpu_runs_bf16_else_check_refusal() {
+  if (cpu_has_avx512_bf16()) return true;
+  const Precision saved = gemm_precision();
+  const bool saved_tf32 = gemm_allow_tf32();
+  EXPECT_EQ(apply_precision_request(Precision::BF16, false, Device::CPU),
+            "--precision bf16: this CPU has no avx512_bf16; running fp32 instead");
+  EXPECT_EQ(gemm_precision(), Precision::FP32) << "--precision bf16 engaged on a CPU without avx512_bf16";
+  set_gemm_precision(saved);
+  set_gemm_allow_tf32(saved_tf32);
+  std::printf("this CPU has no avx512_bf16: checked that --precision bf16 is refused (fp32 kept)\n");
+  return false;
+}
+
 // Whether CTXLAB_ALLOW_MISSING lists `dep` (or is "all").
 inline bool missing_allowed(const std::string& dep) {
   const char* e = std::getenv("CTXLAB_ALLOW_MISSING");
@@ -37,6 +55,14 @@ inline bool missing_allowed(const std::string& dep) {
 }
 
 }  // namespace ctx::testing_util
+
+// The one skip the suite allows (docs/testing.md): the device probe, cuda::device_count(),
+// found no GPU. .ci/check_skips.py accepts exactly this reason and fails every other skip.
+#define CTX_NO_GPU_REASON "skipped: no GPU (cuda::device_count() is 0)"
+#define CTX_SKIP_WITHOUT_GPU(has_gpu)              \
+  do {                                             \
+    if (!(has_gpu)) GTEST_SKIP() << CTX_NO_GPU_REASON; \
+  } while (0)
 
 // In a test body or SetUp: when `available` is false, FAIL naming the dependency and `why`, or
 // skip (printing the reason) where CTXLAB_ALLOW_MISSING lists `dep`.

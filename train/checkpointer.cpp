@@ -16,6 +16,7 @@
 #include "core/device_table.h"  // to_host
 #include "train/io/checkpoint.h"
 #include "train/io/fileio.h"  // brief
+#include "train/io/kill_point.h"
 #include "train/io/safetensors.h"
 
 namespace ctx {
@@ -151,11 +152,15 @@ void Checkpointer::save(int64_t step) {
   std::filesystem::rename(op, pp, rec);  // no such file at a run's first save
   CTX_CHECK(!rec || rec == std::errc::no_such_file_or_directory, "train: cannot rename ", op, " to ",
             pp, ": ", rec.message());
+  kill_point("ckpt:optim_aside");  // the kill -9 test's points (train/io/kill_point.h)
   save_safetensors(op, optim_.state(), meta);
+  kill_point("ckpt:optim_saved");
   std::map<std::string, std::string> model_meta = tokenizer_metadata(tok_);
   model_meta["train_options"] = train_options_to_json(opt_).dump();
   save_checkpoint(opt_.out + "/model.safetensors", model_, step, model_meta);
+  kill_point("ckpt:model_saved");
   std::filesystem::remove(pp, rec);
+  kill_point("ckpt:done");
   last_saved_ = step;
 }
 

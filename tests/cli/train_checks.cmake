@@ -2,7 +2,8 @@
 # tests/python/train_checks.py (NumPy + tests/python/st_io.py only). Included by CMakeLists.txt.
 #   train_resume          --stop-after + --resume is bit-identical to an uninterrupted run (AdamW
 #                         and SGD); --accum 2 x batch 4 matches batch 8
-#   train_kill9           SIGKILL at random moments: the checkpoint stays loadable, the run resumes
+#   train_kill9           SIGKILL at each point of a checkpoint write (CTXLAB_TEST_KILL_AT): the
+#                         checkpoint that point implies, loadable, resumed bit for bit
 #   train_badinput        bad configs / checkpoints / token files / options: one-line errors naming
 #                         the file and field, existing outputs untouched
 #   train_checkpoints     F64 / F16 / BF16 checkpoint tensors converted (MODEL_SPEC §5)

@@ -20,7 +20,7 @@ WORK = None  # the scratch directory, absolute
 PASSED = 0
 FAILED = 0
 CRASH_MARKERS = ("Traceback", "terminate called", "what():", "Segmentation", "Aborted", "core dumped",
-                 "AddressSanitizer", "runtime error:", "std::bad_alloc")
+                 "AddressSanitizer", "runtime error:", "libc++abi", "std::")
 
 
 def configure(bin_path, work):

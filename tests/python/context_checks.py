@@ -21,15 +21,14 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checklib as cl  # noqa: E402
 import st_io  # noqa: E402
-import train_checks as tc  # noqa: E402  (check / run / must_run / fresh_dir helpers)
-
-check, run, must_run = tc.check, tc.run, tc.must_run
+import train_checks as tc  # noqa: E402  (read_csv)
+from checklib import check, fresh_dir, must_run, run  # noqa: E402
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "pride_and_prejudice.txt")
 
 
@@ -38,7 +37,7 @@ def meta(path):
 
 
 def eval_json(ckpt, extra, name):
-    out = os.path.join(tc.WORK, name + ".json")
+    out = os.path.join(cl.WORK, name + ".json")
     p = run(["eval", "--checkpoint", ckpt, "--data", DATA, "--max-windows", 3, "--json", out] + extra, check_rc=0)
     if p.returncode != 0:
         return None, p
@@ -54,7 +53,7 @@ def fails_with(name, args, substrings):
 
 
 def cmd_finetune():
-    d = tc.fresh_dir("finetune")
+    d = fresh_dir("finetune")
     base = os.path.join(d, "rope.safetensors")
     must_run("init a tiny rope model (context 64)", ["init", "--preset", "tiny", "--posenc", "rope", "--seed", 2,
                                                      "--out", base])
@@ -114,7 +113,7 @@ def cmd_finetune():
 
 
 def cmd_baselines():
-    d = tc.fresh_dir("baselines")
+    d = fresh_dir("baselines")
     learned = os.path.join(d, "learned.safetensors")
     must_run("init a tiny learned model", ["init", "--preset", "tiny", "--seed", 4, "--out", learned])
     plain, _ = eval_json(learned, ["--lengths", "64"], "plain")
@@ -136,7 +135,7 @@ def cmd_baselines():
 
 
 def cmd_xl():
-    d = tc.fresh_dir("xl")
+    d = fresh_dir("xl")
     p = must_run("train xl with mem_len on consecutive segments", [
         "train", "--preset", "tiny", "--posenc", '{"type":"xl","mem_len":64}', "--steps", 40, "--lr", 3e-3,
         "--warmup", 5, "--eval-interval", 40, "--out", os.path.join(d, "run"), "--no-plot", "--log-interval", 40])
@@ -152,19 +151,8 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
-    tc.BIN = os.path.abspath(a.bin)
-    tc.WORK = os.path.abspath(a.work)
-    os.makedirs(tc.WORK, exist_ok=True)
-    t0 = time.time()
-    try:
-        {"finetune": cmd_finetune, "baselines": cmd_baselines, "xl": cmd_xl}[a.command]()
-    except Exception as e:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-        check(f"{a.command}: ran to the end", False, repr(e))
-    print(f"{a.command}: {tc.PASSED} passed, {tc.FAILED} failed ({time.time() - t0:.1f} s)")
-    return 1 if tc.FAILED or not tc.PASSED else 0
-
+    cl.configure(a.bin, a.work)
+    return cl.run_subcommand(a.command, {"finetune": cmd_finetune, "baselines": cmd_baselines, "xl": cmd_xl}[a.command])
 
 if __name__ == "__main__":
     sys.exit(main())

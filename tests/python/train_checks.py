@@ -8,8 +8,10 @@ Subcommands (one ctest each, see tests/cli/train_checks.cmake):
   resume          a run interrupted with --stop-after and continued with --resume ends bit for
                   bit where the uninterrupted run does (model, optimizer state, train/val losses);
                   AdamW and SGD; gradient accumulation (--accum) matches the big batch.
-  kill9           SIGKILL a run that checkpoints every step, at random moments, many times: the
-                  checkpoint on disk is always loadable and the run always resumes.
+  kill9           SIGKILL a run that checkpoints every step at each point of a checkpoint write
+                  (the test hook CTXLAB_TEST_KILL_AT, train/io/kill_point.h): the checkpoint on
+                  disk is the one that point implies, loadable, and the run resumes to the end
+                  of an uninterrupted run, bit for bit.
   badinput        malformed configs, checkpoints, token files and options: non-zero exit, one
                   line on stderr naming the file and the field/tensor, no crash output, and the
                   files already at the --out location untouched. Also: __metadata__.format
@@ -33,13 +35,10 @@ import csv
 import json
 import math
 import os
-import random
 import shutil
 import signal
 import struct
-import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -55,6 +54,26 @@ TINY = ["train", "--preset", "tiny", "--quiet", "--no-plot"]
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+def xoshiro_draws_between(a, b, limit):
+    """How many next_u64() calls of xoshiro256** (core/rng.cpp) take state a to state b (None
+    when more than limit)."""
+    M = (1 << 64) - 1
+    s = list(a)
+    for n in range(limit + 1):
+        if s == b:
+            return n
+        s0, s1, s2, s3 = s
+        t = (s1 << 17) & M
+        s2 ^= s0
+        s3 ^= s1
+        s1 ^= s2
+        s0 ^= s3
+        s2 ^= t
+        s3 = ((s3 << 45) | (s3 >> 19)) & M
+        s = [s0, s1, s2, s3]
+    return None
+
 
 def read_csv(path):
     with open(path, newline="") as f:
@@ -181,6 +200,17 @@ def cmd_resume():
     l_drop = read_csv(os.path.join(D1, "train.csv"))[0]["loss"]
     l_none = read_csv(os.path.join(D0, "train.csv"))[0]["loss"]
     check("resume: dropout changes the first loss", l_drop != l_none, f"{l_drop} vs {l_none}")
+    # Where: every dropout site draws one seed from the dropout stream per forward (the embedding,
+    # and per layer the attention probabilities, the attention output and the MLP output: 1 + 3
+    # n_layers = 7), so after 6 steps the stream of the run with dropout is exactly 42 draws past
+    # the one without, which never draws (xoshiro256**, core/rng.cpp).
+    def dropout_rng(run_dir):
+        return st_io.read_safetensors(os.path.join(run_dir, "model.optim.safetensors"))[1]["dropout_rng"].split()
+
+    r_drop, r_none = dropout_rng(D1), dropout_rng(D0)
+    draws = xoshiro_draws_between([int(x) for x in r_none[:4]], [int(x) for x in r_drop[:4]], 1000)
+    check("resume: the dropout stream advanced by 6 steps x 7 sites = 42 draws", draws == 42,
+          f"{draws} draws (None: not within 1000) from {r_none[:4]} to {r_drop[:4]}")
     # The same model from the command line (--preset tiny --posenc rope --dropout 0.2) is the same
     # run as the config file's, bit for bit; --set changes the fields it names (d_ff follows d_model).
     D3 = os.path.join(d, "D3")
@@ -231,116 +261,103 @@ def cmd_resume():
 # ---------------------------------------------------------------------------------------------
 # kill9
 
-def cmd_kill9(rounds=15):
+# The points of a checkpoint write where the kill lands (train/io/kill_point.h; the order of
+# Checkpointer::save): the name, the step of model.safetensors on disk after a kill at the save
+# of step N (N - 1 until the new model is renamed into place), the files that must be left
+# beside it, and whether --resume must take the optimizer state kept as model.optim.prev.
+KILL_POINTS = [
+    ("ckpt:optim_aside", -1, ["model.optim.prev.safetensors"], True),
+    ("write:model.optim.safetensors", -1, ["model.optim.prev.safetensors", "model.optim.safetensors.tmp"], True),
+    ("ckpt:optim_saved", -1, ["model.optim.prev.safetensors", "model.optim.safetensors"], True),
+    ("write:model.safetensors", -1, ["model.optim.prev.safetensors", "model.safetensors.tmp"], True),
+    ("ckpt:model_saved", 0, ["model.optim.prev.safetensors", "model.optim.safetensors"], False),
+    ("ckpt:done", 0, ["model.optim.safetensors"], False),
+]
+
+
+def cmd_kill9(at_save=3):
+    """A run that checkpoints every step is killed (SIGKILL, by the test hook CTXLAB_TEST_KILL_AT)
+    at each point of its save of step `at_save`; each time the checkpoint on disk is the one
+    the point implies, loadable, and --resume continues it to the end of an uninterrupted run,
+    bit for bit."""
     d = fresh_dir("kill9")
-    K = os.path.join(d, "K")
-    ckpt = os.path.join(K, "model.safetensors")
-    optf = os.path.join(K, "model.optim.safetensors")
     toks = os.path.join(d, "t.npy")
     write_tokens(toks, (2, 65), seed=1)
-    rng = random.Random(int(os.environ.get("TRAIN_CHECKS_SEED", "12345")))
-    log = open(os.path.join(d, "train.log"), "ab")
     # A constant learning rate (no warmup, min-lr = lr) makes the schedule independent of
-    # --steps, so the run, however often killed and extended, must end bit for bit where one
-    # uninterrupted run of the same length does.
+    # --steps, so a killed and resumed run must end bit for bit where one uninterrupted run of
+    # the same length does.
     same = ["--eval-interval", 0, "--batch", 2, "--lr", "1e-3", "--min-lr", "1e-3", "--warmup", 0]
-    long_run = TINY + same + ["--steps", 100000, "--ckpt-interval", 1, "--out", K]
+    refs = {}
 
-    def start(args):
-        return subprocess.Popen([cl.BIN] + [str(a) for a in args], stdout=log, stderr=log)
+    def reference(steps):
+        if steps not in refs:
+            refs[steps] = os.path.join(d, f"ref{steps}")
+            must_run(f"kill9: uninterrupted reference run of {steps} steps",
+                     TINY + same + ["--steps", steps, "--ckpt-interval", 0, "--out", refs[steps]])
+        return refs[steps]
 
     def step_of(path):
-        try:
-            _, m = st_io.read_safetensors(path)
-            return int(m.get("step", "-1"))
-        except Exception:  # noqa: BLE001 — only for the report
-            return None
+        _, m = st_io.read_safetensors(path)
+        return int(m.get("step", "-1"))
 
-    proc = start(long_run)
-    deadline = time.time() + 30
-    while not os.path.exists(ckpt) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.02)
-    if not check("kill9: the run writes its first checkpoint", os.path.exists(ckpt),
-                 f"rc {proc.poll()}"):
-        proc.kill()
-        return
-    mismatches = []
-    for r in range(rounds):
-        # Let the (re)started run get going: wait for a new checkpoint, then a random moment.
-        m0 = os.stat(ckpt).st_mtime_ns
-        deadline = time.time() + 30
-        while os.stat(ckpt).st_mtime_ns == m0 and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0.0, 0.3))
-        still_running = proc.poll() is None
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        check(f"kill9[{r}]: the run was still training when killed", still_running,
-              f"exited early with rc {proc.returncode}; see {d}/train.log")
-        # The checkpoint: readable by the strict reference reader, finite, complete.
+    for point, dstep, left, recovered in KILL_POINTS:
+        K = os.path.join(d, point.replace(":", "_"))
+        ckpt, optf = os.path.join(K, "model.safetensors"), os.path.join(K, "model.optim.safetensors")
+        p = run(TINY + same + ["--steps", 100000, "--ckpt-interval", 1, "--out", K], timeout=120,
+                env={"CTXLAB_TEST_KILL_AT": f"{point}@{at_save}"})
+        if not check(f"kill9 {point}: the run was killed there (SIGKILL)", p.returncode == -signal.SIGKILL,
+                     f"rc {p.returncode}: {p.stderr.strip()[-300:]}"):
+            continue
+        want = at_save + dstep
+        names = sorted(os.listdir(K))
+        check(f"kill9 {point}: model.safetensors is step {want}, beside it {left}",
+              os.path.exists(ckpt) and step_of(ckpt) == want and all(n in names for n in left) and
+              ("model.optim.prev.safetensors" in names) == ("model.optim.prev.safetensors" in left),
+              f"step {step_of(ckpt) if os.path.exists(ckpt) else None}, files {names}")
+        for n in left:  # a half-written file is what the point says: half of its bytes
+            if n.endswith(".tmp"):
+                with open(os.path.join(K, n), "rb") as f:
+                    data = f.read()
+                # the whole file's size from its own header: 8 + header length + the data's end
+                hlen = struct.unpack("<Q", data[:8])[0]
+                header = json.loads(data[8:8 + hlen])
+                whole = 8 + hlen + max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+                check(f"kill9 {point}: {n} holds half of the file's {whole} bytes", len(data) == whole // 2,
+                      f"{len(data)} bytes")
         try:
             ts, meta = st_io.read_safetensors(ckpt)
             ok = bool(ts) and all(np.isfinite(t).all() for t in ts.values()) and "config" in meta
             detail = "" if ok else "empty, non-finite or without config"
         except Exception as e:  # noqa: BLE001
-            ok, detail, meta = False, str(e), {}
-        check(f"kill9[{r}]: model.safetensors readable and finite", ok, detail)
-        mstep, ostep = step_of(ckpt), step_of(optf)
-        print(f"  round {r}: model step {mstep}, optimizer step {ostep}, "
-              f"tmp files {sorted(n for n in os.listdir(K) if n.endswith('.tmp'))}")
+            ok, detail = False, str(e)
+        check(f"kill9 {point}: model.safetensors readable and finite", ok, detail)
         g = run(["grads", "--checkpoint", ckpt, "--tokens", toks, "--out", os.path.join(d, "g.safetensors")])
-        check(f"kill9[{r}]: grads on the checkpoint exits 0", g.returncode == 0, g.stderr.strip())
-        # Continue the run for 3 steps past the checkpoint.
-        target = (mstep or 0) + 3
-        p = run(["train", "--resume", K, "--steps", target, "--quiet"], timeout=60)
-        if p.returncode != 0 and "does not match" in p.stderr:
-            mismatches.append((r, mstep, ostep, p.stderr.strip()))
-        check(f"kill9[{r}]: --resume --steps {target} works", p.returncode == 0,
-              f"model step {mstep}, optimizer step {ostep}: {p.stderr.strip()}")
-        if p.returncode == 0:
-            check(f"kill9[{r}]: resumed run reached step {target}", step_of(ckpt) == target and
-                  step_of(optf) == target, f"model {step_of(ckpt)}, optimizer {step_of(optf)}")
-            if "interrupted while checkpointing" in p.stdout:
-                print(f"  round {r}: resume used the optimizer state kept beside the model")
-            # Steps logged after the checkpoint by the killed run are not logged twice.
-            steps = [int(x["step"]) for x in read_csv(os.path.join(K, "train.csv"))]
-            with open(os.path.join(K, "metrics.jsonl")) as f:
-                jsteps = [j["step"] for j in map(json.loads, f) if "loss" in j]
-            vsteps = [int(x["step"]) for x in read_csv(os.path.join(K, "val.csv"))]
-            check(f"kill9[{r}]: train.csv and metrics.jsonl hold steps 1..{target} once each",
-                  steps == list(range(1, target + 1)) and jsteps == steps and
-                  vsteps == sorted(set(vsteps)) and vsteps[-1:] == [target],
-                  f"train.csv steps ..{steps[-8:]}, metrics.jsonl steps ..{jsteps[-8:]}, val.csv steps {vsteps}")
-            proc = start(["train", "--resume", K, "--steps", 100000])
-        else:  # cannot continue this run: start a fresh one in its place
-            shutil.rmtree(K, ignore_errors=True)
-            proc = start(long_run)
-            deadline = time.time() + 30
-            while not os.path.exists(ckpt) and time.time() < deadline:
-                time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    log.close()
-    # The last kill, recovered, against an uninterrupted reference run.
-    end = (step_of(ckpt) or 0) + 3
-    p = run(["train", "--resume", K, "--steps", end, "--quiet"], timeout=60)
-    if check(f"kill9: final --resume --steps {end} works", p.returncode == 0, p.stderr.strip()):
-        ref = os.path.join(d, "ref")
-        must_run(f"kill9: uninterrupted reference run of {end} steps",
-                 TINY + same + ["--steps", end, "--ckpt-interval", 0, "--out", ref])
+        check(f"kill9 {point}: grads on the checkpoint exits 0", g.returncode == 0, g.stderr.strip())
+        target = want + 3
+        r = run(["train", "--resume", K, "--steps", target, "--quiet"], timeout=60)
+        if not check(f"kill9 {point}: --resume --steps {target} works", r.returncode == 0, r.stderr.strip()):
+            continue
+        took_prev = "interrupted while checkpointing" in r.stdout
+        check(f"kill9 {point}: the resume {'took' if recovered else 'did not need'} the kept optimizer state",
+              took_prev == recovered, r.stdout.strip()[-300:])
+        check(f"kill9 {point}: resumed run reached step {target}",
+              step_of(ckpt) == target and step_of(optf) == target, f"model {step_of(ckpt)}, optimizer {step_of(optf)}")
+        # Steps logged after the checkpoint by the killed run are not logged twice.
+        steps = [int(x["step"]) for x in read_csv(os.path.join(K, "train.csv"))]
+        with open(os.path.join(K, "metrics.jsonl")) as f:
+            jsteps = [j["step"] for j in map(json.loads, f) if "loss" in j]
+        vsteps = [int(x["step"]) for x in read_csv(os.path.join(K, "val.csv"))]
+        check(f"kill9 {point}: train.csv and metrics.jsonl hold steps 1..{target} once each",
+              steps == list(range(1, target + 1)) and jsteps == steps and
+              vsteps == sorted(set(vsteps)) and vsteps[-1:] == [target],
+              f"train.csv steps ..{steps[-8:]}, metrics.jsonl steps ..{jsteps[-8:]}, val.csv steps {vsteps}")
+        ref = reference(target)
         for f in ("model.safetensors", "model.optim.safetensors"):
             diffs = tensors_equal(os.path.join(ref, f), os.path.join(K, f))
-            check(f"kill9: after {rounds} kills, {f} equals the uninterrupted run's bit for bit",
-                  not diffs, "; ".join(diffs[:5]))
-        la = [r["loss"] for r in read_csv(os.path.join(ref, "train.csv"))]
-        lb = [r["loss"] for r in read_csv(os.path.join(K, "train.csv"))]
-        check("kill9: train.csv losses equal the uninterrupted run's", la == lb,
-              f"{len(la)} vs {len(lb)} rows")
-    if mismatches:
-        print("  kill9: resume refused after these kills (killed between the optimizer and the "
-              "model write):")
-        for m in mismatches:
-            print(f"    round {m[0]}: model step {m[1]}, optimizer step {m[2]}: {m[3]}")
+            check(f"kill9 {point}: {f} equals the uninterrupted run's bit for bit", not diffs, "; ".join(diffs[:5]))
+        la = [x["loss"] for x in read_csv(os.path.join(ref, "train.csv"))]
+        lb = [x["loss"] for x in read_csv(os.path.join(K, "train.csv"))]
+        check(f"kill9 {point}: train.csv losses equal the uninterrupted run's", la == lb, f"{len(la)} vs {len(lb)} rows")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -676,9 +693,20 @@ def cmd_checkpoints():
     if g1 is not None and g2 is not None:
         same = l1 == l2 and all(np.array_equal(g1[k], g2[k]) for k in g2)
         check(f"checkpoints: BF16 tensors are converted (loss {l1} == {l2}, gradients equal)", same)
-        # the rounding is real: BF16 moved the loss away from the F32 checkpoint's
-        l0, _ = grads_of(good, "F32")
-        check(f"checkpoints: BF16 rounding changes the loss ({l1} != {l0})", l0 is not None and l1 != l0)
+        # The rounding is real and is what moved the loss: to first order the loss moves by
+        # pred = sum g . (bf16(w) - w) (g: the F32 checkpoint's gradients); the rest is second order
+        # (measured 1.2e-3 of pred) and the two losses' own fp32 rounding (2^-24 |l| each):
+        # |l1 - l0 - pred| <= 0.02 |pred| + 4 2^-24 |l0| (measured 8e-8 against 2.7e-6).
+        l0, g0 = grads_of(good, "F32")
+        if g0 is not None:
+            f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
+            delta = {k: f64(held[k]) - f64(ts[k]) for k in g0}
+            pred = sum(float(np.sum(f64(g0[k]) * delta[k])) for k in g0)
+            bound = sum(float(np.sum(np.abs(f64(g0[k]) * delta[k]))) for k in g0)
+            check(f"checkpoints: BF16 rounding moves the loss by the first-order amount ({l1 - l0:.3e} vs "
+                  f"sum g.delta {pred:.3e}, bound {bound:.3e})",
+                  l1 != l0 and sorted(g0) == sorted(ts) and
+                  abs((l1 - l0) - pred) <= 0.02 * abs(pred) + 4 * 2.0 ** -24 * abs(l0))
     # A converted checkpoint resumes nothing but loads everywhere: eval and sample accept it.
     p = must_run("checkpoints: eval of the F16 checkpoint",
                  ["eval", "--checkpoint", P("F16.safetensors"), "--lengths", 32, "--max-windows", 2])
@@ -726,8 +754,13 @@ def cmd_main_job_smoke():
     check("smoke: val.csv has the step-30 validation loss",
           vrows and vrows[-1]["step"] == "30" and math.isfinite(float(vrows[-1]["val_loss"])), str(vrows))
     if train_rows:
+        # At init (weights of std 0.02) the predictions are near uniform over the 256 bytes: the
+        # first loss is ln 256 = 5.545 (measured 5.540). 30 steps of warmup to lr 3e-4 learn the
+        # corpus's byte frequencies: measured 4.866 at step 30, a drop of 0.67 nats; at least
+        # half of it must be there (half the learning rate: 0.17; no update: 0).
         l1, l30 = train_rows.get(1, math.nan), train_rows.get(30, math.nan)
-        check(f"smoke: loss at step 30 ({l30:.4f}) < loss at step 1 ({l1:.4f})", l30 < l1)
+        check(f"smoke: loss at step 1 ({l1:.4f}) is ln 256 = {math.log(256):.4f} within 0.02", abs(l1 - math.log(256)) < 0.02)
+        check(f"smoke: loss at step 30 ({l30:.4f}) at least 0.33 below step 1's ({l1:.4f})", l30 < l1 - 0.33)
     if shutil.which("gnuplot"):
         png = os.path.join(S, "loss.png")
         ok = os.path.isfile(png)
@@ -799,11 +832,10 @@ def main():
     ap.add_argument("command", choices=["resume", "kill9", "badinput", "checkpoints", "main_job_smoke", "bench"])
     ap.add_argument("--bin", required=True, help="the ctxlab binary")
     ap.add_argument("--work", required=True, help="scratch directory")
-    ap.add_argument("--rounds", type=int, default=15, help="kill9: kills")
     a = ap.parse_args()
     cl.configure(a.bin, a.work)
 
-    commands = {"resume": cmd_resume, "kill9": lambda: cmd_kill9(a.rounds), "badinput": cmd_badinput,
+    commands = {"resume": cmd_resume, "kill9": cmd_kill9, "badinput": cmd_badinput,
                 "checkpoints": cmd_checkpoints, "bench": cmd_bench, "main_job_smoke": cmd_main_job_smoke}
     return cl.run_subcommand(a.command, commands[a.command])
 

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <set>
 
+#include "train/io/kill_point.h"
+
 namespace ctx {
 
 static std::string errno_text(int err) { return std::strerror(err); }
@@ -37,9 +39,24 @@ void write_file_atomic(const std::string& path, const std::vector<ByteSpan>& par
     int err = errno;
     throw Error(str(what, " ", path, ": cannot write: open ", tmp, " failed: ", errno_text(err)));
   }
+  // Half of the bytes, flushed, then the kill -9 test hook (train/io/kill_point.h), then the rest.
+  size_t total = 0, done = 0;
+  for (const ByteSpan& p : parts) total += p.size;
+  const size_t half = total / 2;
+  auto put = [&](const char* data, size_t n) {
+    if (n > 0 && std::fwrite(data, 1, n, f) != n) fail("write to", errno, f);
+  };
   for (const ByteSpan& p : parts) {
-    if (p.size == 0) continue;
-    if (std::fwrite(p.data, 1, p.size, f) != p.size) fail("write to", errno, f);
+    const char* data = static_cast<const char*>(p.data);
+    if (done <= half && half < done + p.size) {  // the part holding the middle byte
+      put(data, half - done);
+      if (std::fflush(f) != 0) fail("flush of", errno, f);
+      kill_point("write:" + path.substr(path.find_last_of('/') + 1));
+      put(data + (half - done), p.size - (half - done));
+    } else {
+      put(data, p.size);
+    }
+    done += p.size;
   }
   if (std::fflush(f) != 0) fail("flush of", errno, f);
   if (::fsync(fileno(f)) != 0) fail("fsync of", errno, f);
