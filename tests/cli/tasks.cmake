@@ -3,14 +3,13 @@
 #   tasks_eval       eval --task: table, CSV, JSON, Wilson interval, seeds, one-line errors
 #   tasks_train      train --task-mix: resume bit for bit, the mix saved, one-line errors
 #   tasks_positions  eval --per-position: buckets sum to the loss; learned positions rise past L
-#   tasks_learn      a tiny model learns to copy with --task-mix copy:0.5 (and not without it)
 
 if(EXISTS /usr/bin/python3)
   set(_tk_py /usr/bin/python3)
 else()
   find_program(_tk_py NAMES python3 REQUIRED)
 endif()
-foreach(_tk_sub eval train positions learn)
+foreach(_tk_sub eval train positions)
   add_test(NAME tasks_${_tk_sub}
            COMMAND ${_tk_py} ${CMAKE_SOURCE_DIR}/tests/python/task_checks.py ${_tk_sub}
                    --bin $<TARGET_FILE:ctxlab> --work ${CMAKE_BINARY_DIR}/cli_task_checks)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end checks of the retrieval tasks and the per-position loss (docs/evaluation.md).
 
-    task_checks.py {eval,train,positions,learn} --bin path/to/ctxlab --work scratch/dir
+    task_checks.py {eval,train,positions} --bin path/to/ctxlab --work scratch/dir
 
   eval       `ctxlab eval --task`: the table, CSV and JSON per (length, depth) with the Wilson
              interval; a random model scores 0 (it cannot know a 5-digit key); the same seed gives
@@ -14,8 +14,6 @@
   positions  `ctxlab eval --per-position`: the buckets' count-weighted mean is the length's loss,
              the CSV matches the JSON; a learned-position model trained at 32 and evaluated at 128
              with --hierarchical has a higher loss past position 32 than before it.
-  learn      a tiny model trained for a few seconds with --task-mix copy:0.5 at length 48 copies a
-             random 6-letter span (accuracy >= 0.8), where the same model without the mix scores 0.
 
 Prints one line per check, then "N passed, N failed"; exits 1 on failure. Standard library only.
 """
@@ -176,33 +174,14 @@ def cmd_positions():
                    ["--bucket needs --per-position"])
 
 
-def cmd_learn():
-    d = cl.fresh_dir("learn")
-    common = ["train", "--preset", "tiny", "--posenc", "rope", "--context", 48, "--steps", 300, "--batch", 16,
-              "--lr", 3e-3, "--warmup", 20, "--eval-interval", 0, "--seed", 1, "--task-span", 6, "--no-plot", "--quiet"]
-    res = {}
-    for name, extra in (("mix", ["--task-mix", "copy:0.5"]), ("plain", [])):
-        out = os.path.join(d, name)
-        must_run(f"train 300 steps at 48, {name}", common + ["--out", out] + extra, timeout=300)
-        js = os.path.join(d, name + ".json")
-        task_eval(os.path.join(out, "model.safetensors"), js,
-                  ["--task", "copy", "--task-span", 6, "--lengths", 48, "--depths", "0,1", "--trials", 25])
-        res[name] = load(js)["task_results"]
-    acc = [c["accuracy"] for c in res["mix"]]
-    check("trained with --task-mix copy:0.5, it copies the span (accuracy >= 0.8 at depths 0 and 1)",
-          min(acc) >= 0.8, res["mix"])
-    check("trained on text alone, it does not (accuracy 0)", all(c["correct"] == 0 for c in res["plain"]),
-          res["plain"])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["eval", "train", "positions", "learn"])
+    ap.add_argument("command", choices=["eval", "train", "positions"])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     cl.configure(a.bin, a.work)
-    body = {"eval": cmd_eval, "train": cmd_train, "positions": cmd_positions, "learn": cmd_learn}[a.command]
+    body = {"eval": cmd_eval, "train": cmd_train, "positions": cmd_positions}[a.command]
     return cl.run_subcommand(a.command, body)
 
 
