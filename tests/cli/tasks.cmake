@@ -2,7 +2,7 @@
 # by tests/python/task_checks.py (standard library only). Included by CMakeLists.txt.
 #   tasks_eval       eval --task: table, CSV, JSON, Wilson interval, seeds, one-line errors
 #   tasks_train      train --task-mix: resume bit for bit, the mix saved, one-line errors
-#   tasks_positions  eval --per-position: buckets sum to the loss; learned positions rise past L
+#   tasks_positions  eval --per-position: buckets sum to the loss; rope trained at L rises past L
 
 if(EXISTS /usr/bin/python3)
   set(_tk_py /usr/bin/python3)
