@@ -92,5 +92,10 @@ Variable rms_norm(const Variable& x, const Variable& w, double eps);
 // Fused softmax + NLL, mean over the non-ignored rows. logits [N, V], targets [N] i32/i64
 // (-1 = ignore). Returns a scalar.
 Variable cross_entropy(const Variable& logits, const Tensor& targets);
+// Weighted: sum over rows of weights[n] * (lse[n] - logits[n, targets[n]]), the ignored rows (-1)
+// left out (their gradient is 0). weights [N], a float tensor on the host or the logits' device
+// (converted to the logits' dtype); e.g. 1 / (rows * answer tokens of the row) for a mean over
+// rows of each row's mean (GPT::masked_loss). Returns a scalar.
+Variable cross_entropy(const Variable& logits, const Tensor& targets, const Tensor& weights);
 
 }  // namespace ctx

@@ -123,4 +123,38 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets) {
   });
 }
 
+Variable cross_entropy(const Variable& logits, const Tensor& targets, const Tensor& weights) {
+  const Tensor z = logits.data();
+  CTX_CHECK(z.dim() == 2, "cross_entropy: logits must be [N, V], got ", z.str());
+  CTX_CHECK(targets.defined() && (targets.dtype() == DType::I32 || targets.dtype() == DType::I64),
+            "cross_entropy: targets must be i32 or i64, got ", targets.str());
+  const int64_t N = z.size(0);
+  CTX_CHECK(targets.numel() == N, "cross_entropy: targets ", targets.str(), " (", targets.numel(),
+            " targets) do not match logits ", z.str());
+  CTX_CHECK(weights.defined() && is_float(weights.dtype()) && weights.numel() == N,
+            "cross_entropy: weights must be a float tensor of ", N, " values (one per row of ", z.str(), "), got ",
+            weights.defined() ? weights.str() : std::string("none"));
+  Tensor tg = targets.view({N});
+  Tensor w = weights.view({N});
+  if (w.dtype() != z.dtype()) w = w.to(z.dtype());
+  if (w.device() != z.device()) w = w.to(z.device());
+  Backend& be = backend_of(z);
+  Tensor loss = Tensor::empty({N}, z.dtype(), z.device());
+  Tensor lse = Tensor::empty({N}, z.dtype(), z.device());
+  be.cross_entropy(z, tg, loss, lse);  // ignored rows: loss 0
+  be.binary(BinaryOp::Mul, loss, w, loss);
+  Tensor out = Tensor::empty({}, z.dtype(), z.device());
+  be.reduce_sum(loss, out);
+  return make_result(out, "cross_entropy", {logits}, [logits, z, tg, lse, w, N](const Tensor& g) {
+    // dloss[n] = g * weights[n], g broadcast on its device
+    Backend& bk = backend_of(z);
+    Tensor dl = Tensor::empty({N}, z.dtype(), z.device());
+    bk.copy_strided(g, Strided{0, {0}}, dl, Strided{0, {1}}, {N}, false);
+    bk.binary(BinaryOp::Mul, dl, w, dl);
+    Tensor dz = empty_like(z);
+    bk.cross_entropy_backward(z, tg, lse, dl, dz);
+    acc(logits, dz);
+  });
+}
+
 }  // namespace ctx

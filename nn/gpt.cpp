@@ -2,6 +2,7 @@
 #include "nn/gpt.h"
 
 #include "autograd/profiler.h"
+#include "core/backend.h"
 #include "core/device_table.h"  // to_device_like, to_host
 
 #include <cmath>
@@ -154,6 +155,45 @@ Variable GPT::loss(const Tensor& inputs, const Tensor& targets, bool use_memory)
   const int64_t N = inputs.numel();
   const Tensor tg = targets.device() == Device::CPU ? to_device_like(targets, logits.data()) : targets;
   return cross_entropy(reshape(logits, {N, cfg.vocab_size}), tg.view({N}));
+}
+
+Variable GPT::masked_loss(const Tensor& inputs, const Tensor& targets) {
+  CTX_CHECK(inputs.shape() == targets.shape() && targets.dim() == 2, "masked_loss: inputs ", inputs.str(),
+            " and targets ", targets.str(), " must be [B, T] of the same shape");
+  const int64_t B = targets.size(0), T = targets.size(1), N = B * T;
+  const Tensor th = to_host(targets);
+  Tensor w = Tensor::zeros({N}, DType::F64);
+  double* wp = w.host<double>();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t kept = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const double id = th.at(b * T + t);
+      CTX_CHECK(id == (double)kIgnoreTarget || (id >= 0 && id < cfg.vocab_size), "masked_loss: target ", (int64_t)id,
+                " at [", b, ", ", t, "] is neither a token id below vocab_size ", cfg.vocab_size, " nor ignored (",
+                kIgnoreTarget, ")");
+      kept += id >= 0;
+    }
+    CTX_CHECK(kept > 0, "masked_loss: every target of row ", b, " is ignored");
+    for (int64_t t = 0; t < T; ++t) wp[b * T + t] = th.at(b * T + t) >= 0 ? 1.0 / (double)(B * kept) : 0.0;
+  }
+  Variable logits = forward(inputs);
+  const Tensor tg = targets.device() == Device::CPU ? to_device_like(targets, logits.data()) : targets;
+  return cross_entropy(reshape(logits, {N, cfg.vocab_size}), tg.view({N}), w);
+}
+
+Tensor GPT::token_losses(const Tensor& inputs, const Tensor& targets) {
+  CTX_CHECK(inputs.shape() == targets.shape(), "token_losses: inputs ", inputs.str(), " and targets ",
+            targets.str(), " differ in shape");
+  check_tokens(targets, "token_losses targets");
+  const Tensor z = forward(inputs).data();
+  const int64_t N = inputs.numel();
+  const Tensor zn = z.view({N, cfg.vocab_size});
+  const Tensor tg = targets.device() == Device::CPU ? to_device_like(targets, z) : targets;
+  Tensor loss = Tensor::empty({N}, z.dtype(), z.device()), lse = Tensor::empty({N}, z.dtype(), z.device());
+  backend_of(z).cross_entropy(zn, tg.view({N}), loss, lse);
+  Tensor h = to_host(loss);
+  if (h.dtype() != DType::F32) h = h.to(DType::F32);
+  return h.view(inputs.shape());
 }
 
 }  // namespace ctx::nn

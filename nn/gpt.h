@@ -45,6 +45,15 @@ class GPT : public Module {
   KVCache make_cache(int64_t batch, int64_t capacity, int64_t window = 0);
   // mean cross-entropy of forward(inputs, 0, use_memory) against targets [B, T]
   Variable loss(const Tensor& inputs, const Tensor& targets, bool use_memory = false);
+  // Targets with ignored positions (kIgnoreTarget = -1, e.g. everything but a task's answer):
+  // the mean over rows of each row's mean cross-entropy over its non-ignored targets, so that every
+  // sequence weighs the same however few tokens it scores (a row of plain text: its T tokens;
+  // without ignored targets this equals loss()). Every row needs one target that is not ignored.
+  static constexpr int64_t kIgnoreTarget = -1;
+  Variable masked_loss(const Tensor& inputs, const Tensor& targets);
+  // The cross-entropy of every position, nats, as a host f32 tensor [B, T] (no graph: call under
+  // NoGradGuard in eval mode); the per-position loss of evaluation (train/eval.h).
+  Tensor token_losses(const Tensor& inputs, const Tensor& targets);
   // Checks ids in [0, vocab) and the sequence length against the encoding (clear errors).
   void check_tokens(const Tensor& tokens, const std::string& what) const;
   // Forget the segment memory of every layer (Transformer-XL; no-op for other encodings).

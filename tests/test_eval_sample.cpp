@@ -332,3 +332,64 @@ TEST(EvalTest, SlidingWindow) {
   both.segment = 8;
   expect_error([&] { evaluate(*m, tok, length, 4, 0, "tok", both); }, {"window", "segments"});
 }
+
+// Per-position loss: the buckets cover [0, length) in order (the last one shorter), each counts
+// windows * its positions, each is the hand-computed mean of the losses at its positions, and
+// their count-weighted mean is the overall loss, which is the loss without buckets. Segmented,
+// the positions are those of the window (chunk c's first token is position c * segment).
+TEST(EvalTest, PerPositionBuckets) {
+  auto m = tiny_model(8);
+  auto tok = random_tokens(600, 9);
+  const int64_t length = kContext, bucket = 5;  // buckets [0,5) [5,10) [10,15) [15,16)
+  const EvalResult plain = evaluate(*m, tok, length, 3, 0, "tok");
+  const EvalResult r = evaluate(*m, tok, length, 3, 0, "tok", {}, nullptr, bucket);
+  EXPECT_TRUE(plain.positions.empty());
+  EXPECT_EQ(r.loss, plain.loss);
+  ASSERT_EQ(r.positions.size(), 4u);
+  // per position, by hand: the mean over the windows of log-sum-exp - logit[target]
+  std::vector<double> at((size_t)length, 0.0);
+  {
+    NoGradGuard g;
+    m->eval();
+    for (int64_t w = 0; w < r.windows; ++w) {
+      Tensor in = Tensor::empty({1, length}, DType::I64);
+      for (int64_t t = 0; t < length; ++t) in.set(t, tok[(size_t)(w * (length + 1) + t)]);
+      const Tensor z = m->forward(in).data();
+      for (int64_t t = 0; t < length; ++t) {
+        double mx = -INFINITY, se = 0;
+        for (int64_t v = 0; v < 256; ++v) mx = std::max(mx, z.at(t * 256 + v));
+        for (int64_t v = 0; v < 256; ++v) se += std::exp(z.at(t * 256 + v) - mx);
+        at[(size_t)t] += mx + std::log(se) - z.at(t * 256 + tok[(size_t)(w * (length + 1) + t + 1)]);
+      }
+    }
+    m->train();
+  }
+  double weighted = 0;
+  int64_t counted = 0;
+  for (size_t k = 0; k < r.positions.size(); ++k) {
+    const PositionBucket& b = r.positions[k];
+    EXPECT_EQ(b.begin, (int64_t)k * bucket);
+    EXPECT_EQ(b.end, std::min(length, b.begin + bucket));
+    EXPECT_EQ(b.count, r.windows * (b.end - b.begin));
+    double hand = 0;
+    for (int64_t t = b.begin; t < b.end; ++t) hand += at[(size_t)t];
+    EXPECT_NEAR(b.loss, hand / (double)b.count, 1e-5);
+    weighted += b.loss * (double)b.count;
+    counted += b.count;
+  }
+  EXPECT_EQ(counted, r.tokens);
+  EXPECT_NEAR(weighted / (double)counted, r.loss, 1e-12);
+  // segmented into chunks of 8: positions 0..7 and 8..15 of the window; chunk starts restart the
+  // context, so bucket [8, 10) (a chunk's first tokens) differs from the unsegmented one
+  EvalMode seg;
+  seg.segment = 8;
+  const EvalResult s = evaluate(*m, tok, length, 3, 0, "tok", seg, nullptr, 2);
+  ASSERT_EQ(s.positions.size(), 8u);
+  EXPECT_NEAR(s.positions[0].loss, evaluate(*m, tok, length, 3, 0, "tok", {}, nullptr, 2).positions[0].loss, 1e-6);
+  EXPECT_GT(std::fabs(s.positions[4].loss - evaluate(*m, tok, length, 3, 0, "tok", {}, nullptr, 2).positions[4].loss),
+            1e-4);
+  double ws = 0;
+  for (const PositionBucket& b : s.positions) ws += b.loss * (double)b.count;
+  EXPECT_NEAR(ws / (double)s.tokens, s.loss, 1e-12);
+  expect_error([&] { evaluate(*m, tok, length, 3, 0, "tok", {}, nullptr, -1); }, {"position_bucket", ">= 0"});
+}

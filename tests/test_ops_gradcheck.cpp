@@ -882,6 +882,43 @@ void check_cross_entropy(uint64_t seed) {
 TEST(GradcheckOps, CrossEntropyI32) { check_cross_entropy<int32_t>(270); }
 TEST(GradcheckOps, CrossEntropyI64) { check_cross_entropy<int64_t>(271); }
 
+// The weighted form (GPT::masked_loss): sum_n w[n] * (lse - z[target]) over the non-ignored
+// rows; an ignored row (even with a weight) and a zero-weight row get zero gradient.
+TEST(GradcheckOps, CrossEntropyWeighted) {
+  Rng r(272);
+  for (int trial = 0; trial < 3; ++trial) {
+    const int64_t N = odd_dim(r) + 2, V = odd_dim(r) + 1;
+    std::vector<int64_t> t;
+    std::vector<double> w;
+    for (int64_t i = 0; i < N; ++i) {
+      t.push_back((int64_t)r.below(V));
+      w.push_back(r.uniform(0.1, 2.0));
+    }
+    t[N - 1] = -1;  // ignored, weight 0.5 all the same
+    w[N - 1] = 0.5;
+    w[0] = 0;       // kept, weight 0
+    const Tensor tt = Tensor::from_vector<int64_t>(t, {N}), wt = Tensor::from_vector<double>(w, {N});
+    const Tensor z = uniform(r, {N, V}, -3, 3);
+    SCOPED_TRACE("logits " + S({N, V}));
+    GRADCHECK([tt, wt](const Vars& v) { return cross_entropy(v[0], tt, wt); }, {z}, {"logits"});
+    Variable zv(z, true);
+    Variable loss = cross_entropy(zv, tt, wt);
+    double tot = 0;
+    for (int64_t n = 0; n < N - 1; ++n) {
+      double mx = -INFINITY, s = 0;
+      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, z.at(n * V + v));
+      for (int64_t v = 0; v < V; ++v) s += std::exp(z.at(n * V + v) - mx);
+      tot += w[(size_t)n] * (std::log(s) + mx - z.at(n * V + t[(size_t)n]));
+    }
+    EXPECT_NEAR(loss.data().item(), tot, 1e-12);
+    loss.backward();
+    for (int64_t v = 0; v < V; ++v) {
+      EXPECT_EQ(zv.grad().at((N - 1) * V + v), 0.0);
+      EXPECT_EQ(zv.grad().at(v), 0.0);
+    }
+  }
+}
+
 // A small attention-like composition: every op's gradient flowing through the others.
 TEST(GradcheckOps, Composition) {
   Rng r(280);

@@ -36,8 +36,10 @@ void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, c
 
 EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
                     int64_t max_windows, const std::string& source, const EvalMode& mode,
-                    const Tokenizer* tok) {
+                    const Tokenizer* tok, int64_t position_bucket) {
   CTX_CHECK(batch >= 1, "evaluate: batch must be >= 1, got ", batch);
+  CTX_CHECK(position_bucket >= 0, "evaluate: position_bucket must be >= 0 (0 = no per-position loss), got ",
+            position_bucket);
   check_eval_length(model, (int64_t)tokens.size(), length, source, mode);
   const int64_t V = model.cfg.vocab_size;
   for (size_t i = 0; i < tokens.size(); ++i)
@@ -71,6 +73,8 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
   const int64_t seg = mode.segment > 0 ? std::min(mode.segment, length) : length;
   const int64_t n_full = length / seg, rem = length % seg;
   double total = 0;  // sum of per-token losses, nats
+  const int64_t nb = position_bucket > 0 ? (length + position_bucket - 1) / position_bucket : 0;
+  std::vector<double> bucket_sum((size_t)nb, 0.0);
   try {
     for (int64_t w0 = 0; w0 < r.windows; w0 += batch) {
       const int64_t b = std::min(batch, r.windows - w0);
@@ -89,8 +93,15 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
               tp[row * len + t] = src[t + 1];
             }
           }
-        Variable loss = model.loss(in, tg);  // mean over n * len tokens
-        total += to_host(loss.data()).item() * (double)(n * len);
+        const Tensor losses = model.token_losses(in, tg);  // [n, len], host f32
+        const float* lp = losses.host<float>();
+        for (int64_t row = 0; row < n; ++row) {
+          const int64_t pos0 = offset_of(row % rows_per_window);  // of the row's first token in its window
+          for (int64_t t = 0; t < len; ++t) {
+            total += lp[row * len + t];
+            if (nb > 0) bucket_sum[(size_t)((pos0 + t) / position_bucket)] += lp[row * len + t];
+          }
+        }
       };
       run(n_full, seg, [&](int64_t c) { return c * seg; });
       if (rem > 0) run(1, rem, [&](int64_t) { return n_full * seg; });
@@ -105,6 +116,14 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
   r.loss = total / (double)r.tokens;
   r.ppl = std::exp(r.loss);
   r.bpb = total / std::log(2.0) / (double)r.bytes;
+  for (int64_t k = 0; k < nb; ++k) {
+    PositionBucket b;
+    b.begin = k * position_bucket;
+    b.end = std::min(length, b.begin + position_bucket);
+    b.count = r.windows * (b.end - b.begin);
+    b.loss = b.count > 0 ? bucket_sum[(size_t)k] / (double)b.count : 0.0;
+    r.positions.push_back(b);
+  }
   return r;
 }
 

@@ -15,6 +15,13 @@
 
 namespace ctx {
 
+// Per-position loss: the mean loss of the predictions made at window positions [begin, end)
+// (position t predicts token t+1 of its window), over `count` = windows * (end - begin) tokens.
+struct PositionBucket {
+  int64_t begin = 0, end = 0, count = 0;
+  double loss = 0;
+};
+
 struct EvalResult {
   int64_t length = 0;   // context length evaluated
   int64_t windows = 0;  // windows of length+1 tokens used
@@ -23,6 +30,9 @@ struct EvalResult {
   double ppl = 0;       // exp(loss)
   int64_t bytes = 0;    // bytes of text the predicted tokens stand for
   double bpb = 0;       // bits per byte = loss * tokens / ln 2 / bytes
+  // with position_bucket > 0: positions [0, length) in buckets of that many (the last one may be
+  // shorter); their count-weighted mean is `loss`
+  std::vector<PositionBucket> positions;
 };
 
 // The two baselines the length-extrapolation literature compares against (both 0 = off):
@@ -49,10 +59,11 @@ void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, c
 // Evaluates `model` at `length` on `tokens` (ids in [0, vocab)). `batch`: windows per forward
 // (>= 1); `max_windows`: use at most the first this-many windows (0 = all). `source` names the
 // text in errors (a file name). `tok` maps tokens to bytes for bits per byte (nullptr: bytes).
-// Runs in eval mode (the train/eval state is restored after).
+// `position_bucket` > 0: also the per-position loss in buckets of that many positions
+// (EvalResult::positions). Runs in eval mode (the train/eval state is restored after).
 EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
                     int64_t max_windows, const std::string& source = "text", const EvalMode& mode = {},
-                    const Tokenizer* tok = nullptr);
+                    const Tokenizer* tok = nullptr, int64_t position_bucket = 0);
 
 // The trainer's validation loss (nats / token): the mean over the first `batches` batches of B
 // consecutive windows of T+1 tokens of `val` (fewer windows than one batch: one batch of all of

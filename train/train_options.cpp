@@ -1,6 +1,7 @@
 // train/train_options.cpp — the training options: to and from the JSON a checkpoint records, and
 // the range check of each, named by its command-line flag (see trainer.h).
 #include "train/trainer.h"
+#include "train/task_mix.h"
 
 #include <cmath>
 #include <limits>
@@ -15,7 +16,9 @@ nlohmann::json train_options_to_json(const TrainOptions& o) {
           {"weight_decay", o.weight_decay}, {"momentum", o.momentum}, {"grad_clip", o.grad_clip},
           {"val_fraction", o.val_fraction}, {"log_interval", o.log_interval},
           {"eval_interval", o.eval_interval}, {"eval_batches", o.eval_batches},
-          {"ckpt_interval", o.ckpt_interval}, {"seed", o.seed}, {"plot", o.plot}, {"quiet", o.quiet}};
+          {"ckpt_interval", o.ckpt_interval}, {"seed", o.seed}, {"plot", o.plot}, {"quiet", o.quiet},
+          {"task_mix", o.task_mix}, {"task_digits", o.task_params.digits}, {"task_pairs", o.task_params.pairs},
+          {"task_span", o.task_params.span}};
 }
 
 TrainOptions train_options_from_json(const nlohmann::json& j, const std::string& source) {
@@ -37,6 +40,8 @@ TrainOptions train_options_from_json(const nlohmann::json& j, const std::string&
   o.grad_clip = ref["grad_clip"]; o.val_fraction = ref["val_fraction"]; o.log_interval = ref["log_interval"];
   o.eval_interval = ref["eval_interval"]; o.eval_batches = ref["eval_batches"];
   o.ckpt_interval = ref["ckpt_interval"]; o.seed = ref["seed"]; o.plot = ref["plot"]; o.quiet = ref["quiet"];
+  o.task_mix = ref["task_mix"]; o.task_params.digits = ref["task_digits"]; o.task_params.pairs = ref["task_pairs"];
+  o.task_params.span = ref["task_span"];
   return o;
 }
 
@@ -75,6 +80,8 @@ void validate_train_options(const TrainOptions& o) {
   at_least_zero(o.eval_interval, "--eval-interval", "at the end only");
   positive_int(o.eval_batches, "--eval-batches");
   at_least_zero(o.ckpt_interval, "--ckpt-interval", "a checkpoint at the end only");
+  if (!o.task_mix.empty()) parse_task_mix(o.task_mix);
+  check_task_params(o.task_params);
 }
 
 }  // namespace ctx

@@ -32,6 +32,7 @@
 #include "train/optim.h"
 #include "train/run_dir.h"
 #include "train/run_log.h"
+#include "train/task_mix.h"
 
 namespace ctx {
 
@@ -161,6 +162,8 @@ class Trainer {
   // batch row continuing the previous batch's row, with the memory carried over (detached).
   const bool segments_;
   std::unique_ptr<SegmentSampler> seg_;
+  // --task-mix: task rows in the batches, trained on their answers (nn::GPT::masked_loss)
+  std::unique_ptr<TaskMixer> mixer_;
   nn::NamedParams params_;
   std::unique_ptr<Optimizer> optim_;
   std::unique_ptr<Checkpointer> checkpointer_;
@@ -198,6 +201,11 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
       corpus_(), sampler_(&corpus_.train, opt.seed), segments_(model.pe->memory_length() > 0) {
   std::tie(r0_, r1_) = dist::batch_rows(opt.batch, "--batch");
   corpus_ = open_corpus(model_, opt_, T_, tok_, root_);
+  if (!opt_.task_mix.empty()) {
+    CTX_CHECK(!segments_, "--task-mix: ", model_.pe->type(), " with segment memory trains on consecutive segments "
+              "of one text; task rows would break them (use mem_len 0)");
+    mixer_ = std::make_unique<TaskMixer>(parse_task_mix(opt_.task_mix), opt_.task_params, tok_, &corpus_.train, T_);
+  }
   if (root_) run_dir_ = take_run_dir(opt_.out, "train", span_.start_step > 0, opt_.force);
   if (segments_) seg_ = std::make_unique<SegmentSampler>(&corpus_.train, opt_.batch, T_);
   model_.dropout_rng.seed_with(opt_.seed ^ 0x5DEECE66DULL);
@@ -267,6 +275,7 @@ std::pair<Tensor, Tensor> Trainer::batch(int64_t s, int64_t a) {
     if (starts_over) model_.reset_memory();
   } else {
     std::tie(x, y) = sampler_.next(opt_.batch, T_);
+    if (mixer_) mixer_->apply(x, y, sampler_.rng());
   }
   if (dist::size() > 1) {
     x = x.slice0(r0_, r1_).clone();
@@ -281,7 +290,10 @@ void Trainer::forward_backward(const Tensor& x, const Tensor& y, int64_t k, int6
   for (size_t si = 0; si < shards_.size(); ++si) {
     const auto [b0, b1] = shards_[si];
     const bool whole = shards_.size() == 1 && !tree_ranks_;
-    Variable loss = model_.loss(whole ? x : x.slice0(b0, b1), whole ? y : y.slice0(b0, b1), /*use_memory=*/segments_);
+    const Tensor xs = whole ? x : x.slice0(b0, b1), ys = whole ? y : y.slice0(b0, b1);
+    // with task rows: the mean over rows of each row's mean (rows weigh the same, so the shard
+    // shares below stay exact)
+    Variable loss = mixer_ ? model_.masked_loss(xs, ys) : model_.loss(xs, ys, /*use_memory=*/segments_);
     if (!loss_hist_.defined())
       loss_hist_ = Tensor::zeros({history_ * opt_.accum}, loss.dtype(), loss.data().device());
     Tensor hist = loss_hist_.slice0(k, k + 1);
@@ -393,6 +405,7 @@ void Trainer::evaluate(int64_t s) {
 void Trainer::print_start() const {
   if (!quiet_ && dist::active()) std::printf("distributed: %s; global batch %lld = %lld rows per rank\n",
                                              dist::describe().c_str(), (long long)opt_.batch, (long long)(r1_ - r0_));
+  if (mixer_ && !quiet_) std::printf("task mix: %s (task rows train on their answer tokens only)\n", opt_.task_mix.c_str());
   if (segments_ && !quiet_)
     std::printf("segments: %s keeps %lld positions of memory; training on %lld consecutive segments of %lld "
                 "tokens per stream%s\n", model_.pe->type().c_str(), (long long)model_.pe->memory_length(),

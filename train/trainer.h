@@ -10,6 +10,7 @@
 
 #include "nn/gpt.h"
 #include "train/io/tokenizer.h"
+#include "train/tasks.h"
 
 namespace ctx {
 
@@ -31,6 +32,10 @@ struct TrainOptions {
   uint64_t seed = 1337;
   bool plot = true;
   bool quiet = false;
+  // Retrieval tasks mixed into the batches, "NAME:P[,NAME:P...]" ("" = none; train/task_mix.h),
+  // with their sizes.
+  std::string task_mix;
+  TaskParams task_params;
   // Replace an existing run in `out` (train/run_dir.h); without it a new run there is refused.
   // Not saved with the run.
   bool force = false;

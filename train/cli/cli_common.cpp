@@ -262,6 +262,10 @@ void add_training_options(cxxopts::Options& o, const TrainingOptionBlock& b) {
   if (b.optimizer_choice) optimisation("momentum", "SGD momentum", cxxopts::value<double>()->default_value("0.9"));
   optimisation("grad-clip", "global grad-norm clip (0 = off)", cxxopts::value<double>()->default_value("1.0"))(
       "seed", b.seed_help, cxxopts::value<uint64_t>()->default_value(s(d.seed)));
+  o.add_options("tasks")("task-mix", "retrieval tasks mixed into the batches, NAME:P[,NAME:P...] with NAME passkey | "
+                         "kv-recall | copy and P the share of rows in [0, 1]; task rows train on their answer tokens "
+                         "only (docs/evaluation.md), e.g. passkey:0.25", cxxopts::value<std::string>());
+  add_task_param_options(o, "tasks");
   o.add_options("output")("out", "run directory", cxxopts::value<std::string>()->default_value(b.out))(
       "log-interval", "steps between progress lines", cxxopts::value<int64_t>()->default_value(s(d.log_interval)))(
       "eval-interval", b.eval_interval_help, cxxopts::value<int64_t>()->default_value(b.eval_interval))(
@@ -269,6 +273,23 @@ void add_training_options(cxxopts::Options& o, const TrainingOptionBlock& b) {
       "ckpt-interval", "steps between checkpoints", cxxopts::value<int64_t>()->default_value(b.ckpt_interval))(
       "no-plot", "skip the gnuplot loss curve")("quiet", "no progress lines")(
       "force", "replace the run already in --out (its checkpoint and logs); without it a new run there is refused");
+}
+
+void add_task_param_options(cxxopts::Options& o, const std::string& group) {
+  const TaskParams d;
+  o.add_options(group)("task-digits", "passkey: digits of the key; kv-recall: digits of every value",
+                       cxxopts::value<int64_t>()->default_value(std::to_string(d.digits)))(
+      "task-pairs", "kv-recall: key-value pairs in the needle", cxxopts::value<int64_t>()->default_value(std::to_string(d.pairs)))(
+      "task-span", "copy: random letters to repeat", cxxopts::value<int64_t>()->default_value(std::to_string(d.span)));
+}
+
+TaskParams task_params_from_options(const cxxopts::ParseResult& r) {
+  TaskParams p;
+  p.digits = r["task-digits"].as<int64_t>();
+  p.pairs = r["task-pairs"].as<int64_t>();
+  p.span = r["task-span"].as<int64_t>();
+  check_task_params(p);
+  return p;
 }
 
 void add_distributed_option(cxxopts::Options& o) {
@@ -292,6 +313,8 @@ void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt) {
   opt.beta2 = a["beta2"].as<double>();
   opt.grad_clip = a["grad-clip"].as<double>();
   opt.seed = a["seed"].as<uint64_t>();
+  if (a.count("task-mix")) opt.task_mix = a["task-mix"].as<std::string>();
+  opt.task_params = task_params_from_options(a);
   opt.out = a["out"].as<std::string>();
   opt.log_interval = a["log-interval"].as<int64_t>();
   opt.eval_interval = a["eval-interval"].as<int64_t>();

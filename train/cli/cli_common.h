@@ -32,14 +32,20 @@ struct TrainingOptionBlock {
 };
 // The training options `train` and `finetune` share, in the groups `data_group` (data,
 // val-fraction), "optimisation" (steps, batch, accum, deterministic, [optimizer], lr, min-lr,
-// warmup, weight-decay, beta1, beta2, [momentum], grad-clip, seed) and "output" (out,
+// warmup, weight-decay, beta1, beta2, [momentum], grad-clip, seed), "tasks" (task-mix and the
+// task sizes) and "output" (out,
 // log/eval/ckpt intervals, eval-batches, no-plot, quiet); a verb adds its own after them.
 void add_training_options(cxxopts::Options& o, const TrainingOptionBlock& b);
+// --task-digits / --task-pairs / --task-span (TaskParams, train/tasks.h: its defaults) in the help
+// group `group`, for the verbs that generate retrieval tasks (train, finetune: --task-mix; eval:
+// --task), and the values given, range-checked (one line naming the option).
+void add_task_param_options(cxxopts::Options& o, const std::string& group);
+TaskParams task_params_from_options(const cxxopts::ParseResult& r);
 // --distributed and --dist-timeout (in the "output" group), for the verbs that train.
 void add_distributed_option(cxxopts::Options& o);
 // The training options `train` and `finetune` share (data, val-fraction, steps, batch, accum, lr,
-// warmup, weight-decay, beta1, beta2, grad-clip, seed, out, log/eval/ckpt intervals, eval-batches,
-// no-plot, quiet), read into `opt`; each verb sets the rest (context, optimizer, min-lr, ...).
+// warmup, weight-decay, beta1, beta2, grad-clip, seed, task-mix and sizes, out, log/eval/ckpt
+// intervals, eval-batches, no-plot, quiet), read into `opt`; each verb sets the rest (context, optimizer, min-lr, ...).
 void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt);
 // --device cpu|cuda: the device named; throws one line when it is not "cpu" or "cuda", or when
 // this build has no CUDA backend.

@@ -2,6 +2,7 @@
 //   ctxlab eval    --checkpoint C [--data F] --lengths 128,256,512 [--hierarchical]
 //                  [--rope-scaling TYPE --factor S [--original-context L]] [--window W | --segmented]
 //                  [--csv F] [--json F]
+//                  [--task NAME --depths D,... | --per-position]   (train/cli/cli_eval_tasks.h)
 //   ctxlab sample  --checkpoint C [--prompt TEXT] [--max-tokens N] [--temperature T] [--top-k K] [--seed S]
 // (MODEL_SPEC §6; evaluation in train/eval.h, sampling in train/sample.h.)
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "train/io/checkpoint.h"
 #include "train/cli/cli.h"
 #include "train/cli/cli_common.h"
+#include "train/cli/cli_eval_tasks.h"
 #include "train/data.h"
 #include "train/eval.h"
 #include "train/io/fileio.h"
@@ -124,7 +126,9 @@ cxxopts::Options eval_options() {
       "  ctxlab eval --checkpoint learned.safetensors --lengths 256,1024 --hierarchical --csv out.csv\n"
       "  ctxlab eval --checkpoint rope.safetensors --lengths 1024 --rope-scaling pi --factor 4\n"
       "  ctxlab eval --checkpoint alibi.safetensors --lengths 256,1024 --window 256   # local attention\n"
-      "  ctxlab eval --checkpoint learned.safetensors --lengths 1024 --segmented     # chunks of L");
+      "  ctxlab eval --checkpoint learned.safetensors --lengths 1024 --segmented     # chunks of L\n"
+      "  ctxlab eval --checkpoint rope.safetensors --lengths 256,1024 --task passkey --depths 0,0.5,1 --trials 50\n"
+      "  ctxlab eval --checkpoint rope.safetensors --lengths 256,1024 --per-position --json pos.json");
   o.add_options()("checkpoint", "model checkpoint to evaluate (.safetensors), e.g. runs/small/model.safetensors",
                   cxxopts::value<std::string>())(
       "data", "text file to evaluate on, all of it (default: the last 10% of data/pride_and_prejudice.txt)",
@@ -155,6 +159,7 @@ cxxopts::Options eval_options() {
   o.add_options("output")("csv", "also write the table as CSV (length,windows,tokens,loss,ppl,bits_per_byte,bytes), "
                           "e.g. results.csv", cxxopts::value<std::string>())(
       "json", "also write the results as JSON, e.g. results.json", cxxopts::value<std::string>());
+  add_eval_task_options(o);
   add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
   add_device_option(o, "where the windows are evaluated");
   add_precision_options(o);
@@ -239,9 +244,10 @@ void write_eval_csv(const std::string& path, const std::vector<EvalResult>& resu
   std::printf("wrote %s\n", path.c_str());
 }
 
-void write_eval_json(const std::string& path, nlohmann::json j, const std::vector<EvalResult>& results) {
+void write_eval_json(const std::string& path, nlohmann::json j, const std::vector<EvalResult>& results,
+                     int64_t bucket) {
   j["results"] = nlohmann::json::array();
-  for (auto& e : results)
+  for (auto& e : results) {
     j["results"].push_back({{"length", e.length},
                             {"windows", e.windows},
                             {"tokens", e.tokens},
@@ -249,6 +255,8 @@ void write_eval_json(const std::string& path, nlohmann::json j, const std::vecto
                             {"ppl", e.ppl},
                             {"bits_per_byte", e.bpb},
                             {"bytes", e.bytes}});
+    if (bucket > 0) j["results"].back()["per_position"] = positions_json(e, bucket);
+  }
   write_text(path, j.dump(2) + "\n", "eval JSON");
   std::printf("wrote %s\n", path.c_str());
 }
@@ -282,15 +290,29 @@ int run_eval(int argc, char** argv) {
   const std::string mode_name = mode.window > 0    ? str("sliding window ", mode.window)
                                 : mode.segment > 0 ? str("segmented, chunks of ", mode.segment)
                                                    : std::string("full causal attention");
+  const nlohmann::json header = {
+      {"checkpoint", ckpt},
+      {"data", r->count("data") ? (*r)["data"].as<std::string>() : shipped_corpus_path()},
+      {"split", text.split},
+      {"posenc", model.cfg.posenc},
+      {"context", model.cfg.context},
+      {"step", lm.step},
+      {"tokenizer", {{"type", tok->type()}, {"vocab_size", tok->vocab_size()}, {"fingerprint", tok->fingerprint()}}},
+      {"mode", mode_name},
+      {"window", mode.window},
+      {"segment", mode.segment}};
   std::printf("eval %s (posenc %s, context %lld, tokenizer %s) on %s: %zu tokens, %s\n", ckpt.c_str(),
               model.cfg.posenc.dump().c_str(), (long long)model.cfg.context, tok->describe().c_str(), text.data.c_str(),
               text.tokens.size(), mode_name.c_str());
+  if (r->count("task")) return run_task_eval(*r, model, *tok, text.tokens, lengths, mode, header);
+  check_no_task_options(*r);
+  const int64_t bucket = position_bucket(*r, lengths);
   std::printf("%8s %8s %10s %10s %12s %10s\n", "length", "windows", "tokens", "loss", "ppl", "bits/byte");
   std::fflush(stdout);
   std::vector<EvalResult> results;
   for (int64_t len : lengths) {
     const int64_t batch = batch_opt > 0 ? batch_opt : std::max<int64_t>(1, 8192 / len);
-    EvalResult e = evaluate(model, text.tokens, len, batch, max_windows, text.data, mode, tok.get());
+    EvalResult e = evaluate(model, text.tokens, len, batch, max_windows, text.data, mode, tok.get(), bucket);
     std::printf("%8lld %8lld %10lld %10.4f %12.4f %10.4f\n", (long long)e.length, (long long)e.windows,
                 (long long)e.tokens, e.loss, e.ppl, e.bpb);
     std::fflush(stdout);
@@ -298,20 +320,8 @@ int run_eval(int argc, char** argv) {
   }
 
   if (r->count("csv")) write_eval_csv((*r)["csv"].as<std::string>(), results);
-  if (r->count("json"))
-    write_eval_json((*r)["json"].as<std::string>(),
-                    {{"checkpoint", ckpt},
-                     {"data", r->count("data") ? (*r)["data"].as<std::string>() : shipped_corpus_path()},
-                     {"split", text.split},
-                     {"posenc", model.cfg.posenc},
-                     {"context", model.cfg.context},
-                     {"step", lm.step},
-                     {"tokenizer", {{"type", tok->type()}, {"vocab_size", tok->vocab_size()},
-                                    {"fingerprint", tok->fingerprint()}}},
-                     {"mode", mode_name},
-                     {"window", mode.window},
-                     {"segment", mode.segment}},
-                    results);
+  if (r->count("json")) write_eval_json((*r)["json"].as<std::string>(), header, results, bucket);
+  if (r->count("per-position-csv")) write_positions_csv((*r)["per-position-csv"].as<std::string>(), results);
   return 0;
 }
 

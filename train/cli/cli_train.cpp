@@ -74,8 +74,8 @@ int resume_run(const cxxopts::ParseResult& a, Device dev) {
   // (--device, --precision, --tf32, --distributed, --tokenizer: the same one) and its output.
   for (const char* k : {"config", "preset", "posenc", "set", "dropout", "data", "val-fraction", "context", "batch",
                         "accum", "deterministic", "optimizer", "lr", "min-lr", "warmup", "weight-decay", "beta1",
-                        "beta2", "momentum", "grad-clip", "seed", "out", "log-interval", "eval-interval",
-                        "eval-batches", "ckpt-interval", "force"})
+                        "beta2", "momentum", "grad-clip", "seed", "task-mix", "task-digits", "task-pairs", "task-span",
+                        "out", "log-interval", "eval-interval", "eval-batches", "ckpt-interval", "force"})
     CTX_CHECK(!a.count(k), "--resume ", dir, ": --", k, " cannot change a resumed run (its config and training "
               "options are saved in ", mp, "); with --resume give only --steps, --stop-after, --device, "
               "--precision, --tokenizer, --quiet or --no-plot");

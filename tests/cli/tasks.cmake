@@ -1,0 +1,21 @@
+# tests/cli/tasks.cmake — end-to-end checks of the retrieval tasks and the per-position loss, driven
+# by tests/python/task_checks.py (standard library only). Included by CMakeLists.txt.
+#   tasks_eval       eval --task: table, CSV, JSON, Wilson interval, seeds, one-line errors
+#   tasks_train      train --task-mix: resume bit for bit, the mix saved, one-line errors
+#   tasks_positions  eval --per-position: buckets sum to the loss; rope trained at L rises past L
+
+if(EXISTS /usr/bin/python3)
+  set(_tk_py /usr/bin/python3)
+else()
+  find_program(_tk_py NAMES python3 REQUIRED)
+endif()
+foreach(_tk_sub eval train positions)
+  add_test(NAME tasks_${_tk_sub}
+           COMMAND ${_tk_py} ${CMAKE_SOURCE_DIR}/tests/python/task_checks.py ${_tk_sub}
+                   --bin $<TARGET_FILE:ctxlab> --work ${CMAKE_BINARY_DIR}/cli_task_checks)
+  set_tests_properties(tasks_${_tk_sub} PROPERTIES
+                       ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
+                       TIMEOUT 240)
+endforeach()
+# the bad-input cases also under ASan/UBSan in .ci/run (ctest -L asan_cli)
+set_property(TEST tasks_eval APPEND PROPERTY LABELS asan_cli)
