@@ -194,6 +194,12 @@ EvalMode eval_mode(const cxxopts::ParseResult& r, const nn::GPT& model) {
   return mode;
 }
 
+// How the output names the mode: "sliding window 256 + 4 sinks", "segmented, chunks of 128", ...
+std::string eval_mode_name(const EvalMode& mode) {
+  if (mode.window > 0) return str("sliding window ", mode.window, mode.sinks > 0 ? str(" + ", mode.sinks, " sinks") : "");
+  return mode.segment > 0 ? str("segmented, chunks of ", mode.segment) : std::string("full causal attention");
+}
+
 // The tokens evaluated: all of --data, or the validation split of the shipped corpus.
 struct EvalText {
   std::string data, split;  // what the output names: the file (and split), and the split alone
@@ -286,10 +292,7 @@ int run_eval(int argc, char** argv) {
   const EvalText text = eval_text(*r, *tok);
   const std::vector<int64_t> lengths = eval_lengths(*r, model, text, mode);
 
-  const std::string mode_name = mode.sinks > 0     ? str("sliding window ", mode.window, " + ", mode.sinks, " sinks")
-                                : mode.window > 0  ? str("sliding window ", mode.window)
-                                : mode.segment > 0 ? str("segmented, chunks of ", mode.segment)
-                                                   : std::string("full causal attention");
+  const std::string mode_name = eval_mode_name(mode);
   std::printf("eval %s (posenc %s, context %lld, tokenizer %s) on %s: %zu tokens, %s\n", ckpt.c_str(),
               model.cfg.posenc.dump().c_str(), (long long)model.cfg.context, tok->describe().c_str(), text.data.c_str(),
               text.tokens.size(), mode_name.c_str());

@@ -36,6 +36,13 @@ int run_init(int argc, char** argv) {
   return 0;
 }
 
+// --window W [--sinks S] of grads (POSENC_SPEC §6) on the model (checked: one-line errors).
+static void set_window_options(const cxxopts::ParseResult& r, nn::GPT& model) {
+  const int64_t window = r.count("window") ? r["window"].as<int64_t>() : 0;
+  CTX_CHECK(!r.count("window") || window >= 1, "--window must be a positive integer (e.g. 8), got ", window);
+  model.set_attention_window(window, r.count("sinks") ? r["sinks"].as<int64_t>() : 0);
+}
+
 int run_grads(int argc, char** argv) {
   cxxopts::Options o("ctxlab grads",
                      "One forward/backward in eval mode on a token batch, no update.\n"
@@ -69,9 +76,7 @@ int run_grads(int argc, char** argv) {
   nn::GPT& model = *lm.model;
   move_model(model, dev);
   model.eval();
-  const int64_t window = r->count("window") ? (*r)["window"].as<int64_t>() : 0;
-  CTX_CHECK(!r->count("window") || window >= 1, "--window must be a positive integer (e.g. 8), got ", window);
-  model.set_attention_window(window, r->count("sinks") ? (*r)["sinks"].as<int64_t>() : 0);
+  set_window_options(*r, model);
   Tensor all = load_npy(tok_path);
   CTX_CHECK(all.dtype() == DType::I32 || all.dtype() == DType::I64, tok_path,
             ": token array has dtype ", dtype_name(all.dtype()), ", expected int32 or int64 (<i4 / <i8)");
