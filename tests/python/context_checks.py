@@ -141,9 +141,11 @@ def cmd_baselines():
 
 def cmd_extensions():
     d = tc.fresh_dir("extensions")
-    base = os.path.join(d, "rope.safetensors")
-    must_run("init a tiny rope model (context 64)", ["init", "--preset", "tiny", "--posenc", "rope", "--seed", 3,
-                                                     "--out", base])
+    # trained a little, so that positions move the loss (an initial model attends almost uniformly)
+    must_run("train a tiny rope model (context 64) for 40 steps", [
+        "train", "--preset", "tiny", "--posenc", "rope", "--steps", 40, "--lr", 3e-3, "--warmup", 5,
+        "--eval-interval", 40, "--out", os.path.join(d, "run"), "--no-plot", "--quiet"])
+    base = os.path.join(d, "run", "model.safetensors")
     ft = os.path.join(d, "llama3")
     must_run("finetune --rope-scaling llama3", ["finetune", "--checkpoint", base, "--context", 128, "--rope-scaling",
                                                 "llama3", "--steps", 2, "--batch", 1, "--out", ft, "--quiet", "--no-plot"])
@@ -163,7 +165,9 @@ def cmd_extensions():
     check("eval with self-extend as JSON: the scaling is reported and the loss differs from plain rope",
           se is not None and plain is not None
           and se["posenc"]["scaling"] == {"type": "self-extend", "group": 4, "window": 32}
-          and abs(se["results"][0]["loss"] - plain["results"][0]["loss"]) > 1e-4, (se and se["posenc"], p.stderr[-300:]))
+          # (a toy model uses far positions little: ~1e-4 here; rounding between the paths is ~1e-7)
+          and abs(se["results"][0]["loss"] - plain["results"][0]["loss"]) > 1e-5,
+          (se and se["posenc"], se and se["results"][0]["loss"], plain and plain["results"][0]["loss"]))
     win, _ = eval_json(base, ["--lengths", "128", "--window", 16], "win16")
     sink, p = eval_json(base, ["--lengths", "128", "--window", 16, "--sinks", 4], "sink16")
     check("eval --window 16 --sinks 4: reported, and differs from the plain window",
