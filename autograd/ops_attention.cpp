@@ -116,16 +116,18 @@ Variable gather_rel(const Variable& x, const Tensor& idx, bool by_key) {
   return reshape(index_select(flat, 2, fi), {B, H, T, S});
 }
 
-// [T, S] mask (q's dtype and device): 1 where j <= i + (S - T) - window (outside the window).
-Tensor window_mask(const AttnDims& d, const Tensor& like) {
-  Tensor m = Tensor::zeros({d.T, d.S}, like.dtype());
-  const int64_t off = d.S - d.T;
-  for (int64_t i = 0; i < d.T; ++i)
-    for (int64_t j = 0; j < d.S && j <= i + off - d.window; ++j) m.set(i * d.S + j, 1.0);
+}  // namespace
+
+Tensor hidden_keys_mask(int64_t T, int64_t S, int64_t window, int64_t sinks, const Tensor& like) {
+  CTX_CHECK(window >= 0 && sinks >= 0 && S >= T, "hidden_keys_mask: window (", window, ") and sinks (", sinks,
+            ") must be >= 0 and S (", S, ") >= T (", T, ")");
+  Tensor m = Tensor::zeros({T, S}, like.dtype());
+  const int64_t off = S - T;
+  if (window > 0)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = sinks; j < S && j <= i + off - window; ++j) m.set(i * S + j, 1.0);
   return device_table(m, like);
 }
-
-}  // namespace
 
 Variable relative_logits(const Variable& q, const Variable& k, const Variable& bias, double scale_,
                          const RelTerms& rel) {
@@ -167,7 +169,7 @@ Variable causal_attention_composed(const Variable& q, const Variable& k, const V
   const AttnDims d = check_args(op, q, k, v, bias, scale_, window);
   check_rel(op, rel, q.data(), d.B, d.H, d.T, d.S, d.Dh);
   Variable s = relative_logits(q, k, bias, scale_, rel);  // [B, H, T, S]
-  if (window > 0 && window < d.S) s = masked_fill(s, window_mask(d, q.data()), -INFINITY);
+  if (window > 0 && window < d.S) s = masked_fill(s, hidden_keys_mask(d.T, d.S, window, 0, q.data()), -INFINITY);
   return relative_output(dropout(causal_softmax(s, d.S - d.T), dropout_), v, rel);  // [B, H, T, Dh]
 }
 

@@ -55,4 +55,9 @@ Variable relative_logits(const Variable& q, const Variable& k, const Variable& b
                          const RelTerms& rel);
 Variable relative_output(const Variable& p, const Variable& v, const RelTerms& rel);
 
+// [T, S] mask (like's dtype and device) of the keys a sliding window hides from the last T of S
+// queries beyond the causal mask: 1 where j <= i + (S - T) - window and j >= sinks (attention
+// sinks, POSENC_SPEC §6: the first `sinks` keys stay visible). All 0 when window is 0.
+Tensor hidden_keys_mask(int64_t T, int64_t S, int64_t window, int64_t sinks, const Tensor& like);
+
 }  // namespace ctx

@@ -56,6 +56,8 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   Variable qkv_out = qkv->forward(kv_in);                               // [B, S, 3D]
   std::array<Variable, 3> heads = split_heads(qkv_out, H_, M);          // q [B, H, T, Dh]; k, v [B, H, S, Dh]
   AttnState st = new_state(layer_, H_, Dh_, *qkv, B, T, S, M);
+  st.window = window_;
+  st.sinks = sinks_;
   st.q = heads[0];  // the last T of S rows
   st.k = heads[1];
   st.v = heads[2];
@@ -65,11 +67,13 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   // dropout on the probabilities: one seed per call, the same mask on either path
   const DropoutMask drop = rng && dropout_ > 0 && is_training() ? dropout_mask(dropout_, rng->next_u64())
                                                                  : DropoutMask{};
-  if (use_fused_attention(backend_of(st.q.data()), B, H_, T, S))
+  // sinks: the composed path (the fused kernels know only the window)
+  if (sinks_ == 0 && use_fused_attention(backend_of(st.q.data()), B, H_, T, S))
     o = pe_->fused_attention(st, window_, drop);  // undefined when the encoding cannot take it
   if (!o.defined()) {
     Variable s = pe_->logits(st);                                       // [B, H, T, S]
-    Variable p = dropout(causal_softmax(s, st.S - st.T, window_), drop);
+    if (sinks_ > 0) s = masked_fill(s, hidden_keys_mask(T, S, window_, sinks_, s.data()), -INFINITY);
+    Variable p = dropout(causal_softmax(s, st.S - st.T, sinks_ > 0 ? 0 : window_), drop);
     o = pe_->output(st, p);                                             // [B, H, T, Dh]
   }
   Variable merged = merge_heads(o);                                     // [B, T, D]
@@ -81,9 +85,10 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
 }
 
 Variable Attention::forward_cached(const Variable& x, KVCache& cache) const {
-  const int64_t B = x.size(0), T = x.size(1), pos0 = cache.length(), n = pos0 + T;
+  // pos0: the first new row's rank in the cache (its position, unless a rolling cache rolled)
+  const int64_t B = x.size(0), T = x.size(1), pos0 = cache.rows(), n = pos0 + T;
   CTX_CHECK(B == cache.batch(), "decode: batch ", B, " differs from the cache's ", cache.batch());
-  CTX_CHECK(n <= cache.capacity(), "decode: ", n, " positions exceed the cache capacity ", cache.capacity());
+  CTX_CHECK(n <= cache.buffer_rows(), "decode: ", n, " rows exceed the cache's ", cache.buffer_rows());
   KVCache::Layer& c = cache.layer(layer_);
   Variable qkv_out = qkv->forward(x);                                   // [B, T, 3D]: new rows only
   std::array<Variable, 3> heads = split_heads(qkv_out, H_, 0);          // q, k, v [B, H, T, Dh]
@@ -123,7 +128,8 @@ Variable Attention::forward_cached(const Variable& x, KVCache& cache) const {
   // Window: the cache's sliding window; Transformer-XL memory of M positions: after the first
   // segment (the prompt, one segment as GPT::forward) each query sees its M predecessors and
   // itself, as GPT::forward(token, 0, use_memory = true) does one token at a time.
-  int64_t window = cache.window();
+  // A rolling cache (sinks) holds exactly the visible keys, at their ranks: no window mask.
+  int64_t window = cache.rolling() ? 0 : cache.window();
   const int64_t mem_len = pe_->memory_length();
   if (mem_len > 0 && pos0 > 0) {
     CTX_CHECK(T == 1, "decode: with Transformer-XL memory (mem_len ", mem_len, ") the steps after the "

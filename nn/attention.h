@@ -23,9 +23,11 @@ class Attention : public Module {
   const Tensor& memory() const { return mem_; }
   void set_memory(const Tensor& m) const { mem_ = m; }
   // Sliding-window (local) attention: each query sees only its last `w` keys (0 = all, the
-  // default). An evaluation baseline (ctxlab eval --window W).
-  void set_window(int64_t w) { window_ = w; }
+  // default), and with `sinks` > 0 also the first `sinks` keys (attention sinks, POSENC_SPEC §6).
+  // Evaluation baselines (ctxlab eval --window W [--sinks S]); GPT::set_attention_window checks.
+  void set_window(int64_t w, int64_t sinks = 0) { window_ = w, sinks_ = sinks; }
   int64_t window() const { return window_; }
+  int64_t sinks() const { return sinks_; }
 
  protected:
   void move_state(Device dev) override {  // the segment memory follows the parameters
@@ -34,7 +36,7 @@ class Attention : public Module {
 
  private:
   mutable Tensor mem_;
-  int64_t window_ = 0;
+  int64_t window_ = 0, sinks_ = 0;
   int layer_;
   int64_t H_, Dh_, D_;
   double dropout_;

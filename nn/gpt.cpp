@@ -99,9 +99,20 @@ void GPT::set_memory_state(const std::vector<Tensor>& m) {
   for (size_t l = 0; l < blocks.size(); ++l) blocks[l]->attn->set_memory(m[l]);
 }
 
-void GPT::set_attention_window(int64_t w) {
+void GPT::set_attention_window(int64_t w, int64_t sinks) {
   CTX_CHECK(w >= 0, "attention window must be >= 0 (0 = full causal attention), got ", w);
-  for (auto& b : blocks) b->attn->set_window(w);
+  check_sinks(w, sinks);
+  for (auto& b : blocks) b->attn->set_window(w, sinks);
+}
+
+void GPT::check_sinks(int64_t w, int64_t sinks) const {
+  CTX_CHECK(sinks >= 0, "--sinks must be >= 0 (0 = the plain window, e.g. 4), got ", sinks);
+  if (sinks == 0) return;
+  CTX_CHECK(w > 0, "--sinks ", sinks, " needs --window W (attention sinks keep the first S tokens visible "
+            "beside a sliding window)");
+  CTX_CHECK(pe->sinks_ok(), "--sinks is not defined for posenc ", cfg.posenc.dump(), " (POSENC_SPEC §6: "
+            "none, learned, sinusoidal, rnn, floater, complex-order, alibi, kerple, sandwich, t5, and rope "
+            "without scaling or with pi, ntk, yarn, llama3)");
 }
 
 Variable GPT::forward(const Tensor& tokens_in, int64_t pos0, bool use_memory) {
@@ -123,8 +134,9 @@ Variable GPT::forward(const Tensor& tokens_in, int64_t pos0, bool use_memory) {
   return logits;
 }
 
-KVCache GPT::make_cache(int64_t batch, int64_t capacity, int64_t window) {
-  return KVCache(cfg, *pe, batch, capacity, window, wte->weight.data());
+KVCache GPT::make_cache(int64_t batch, int64_t capacity, int64_t window, int64_t sinks) {
+  check_sinks(window, sinks);
+  return KVCache(cfg, *pe, batch, capacity, window, wte->weight.data(), sinks);
 }
 
 Variable GPT::forward_cached(const Tensor& tokens_in, KVCache& cache) {
@@ -138,6 +150,7 @@ Variable GPT::forward_cached(const Tensor& tokens_in, KVCache& cache) {
             "for at most ", limit, " positions (the full forward of a longer sequence re-encodes the earlier "
             "positions, e.g. dynamic NTK's base grows with the length), asked for ", pos0 + T,
             "; recompute the full forward instead (sample() does)");
+  cache.make_room(T);  // a full rolling cache (sinks) drops its oldest window row
   Variable x = pe->embed_tokens_decode(wte->weight, tokens, pos0, cache.posenc_state());  // [B, T, D]
   for (auto& b : blocks) x = b->forward_cached(x, cache);
   cache.advance(T);

@@ -42,7 +42,8 @@ class GPT : public Module {
   // (prompt as one segment, then one token per call with use_memory). Eval mode, no grad.
   Variable forward_cached(const Tensor& tokens, KVCache& cache);
   // A cache for `batch` sequences of up to `capacity` positions on the model's device.
-  KVCache make_cache(int64_t batch, int64_t capacity, int64_t window = 0);
+  // window / sinks: as set_attention_window (sinks > 0: a rolling cache, nn/kv_cache.h).
+  KVCache make_cache(int64_t batch, int64_t capacity, int64_t window = 0, int64_t sinks = 0);
   // mean cross-entropy of forward(inputs, 0, use_memory) against targets [B, T]
   Variable loss(const Tensor& inputs, const Tensor& targets, bool use_memory = false);
   // Targets with ignored positions (kIgnoreTarget = -1, e.g. everything but a task's answer):
@@ -62,8 +63,11 @@ class GPT : public Module {
   // around an evaluation that must not disturb training's memory.
   std::vector<Tensor> memory_state() const;
   void set_memory_state(const std::vector<Tensor>& m);
-  // Sliding-window (local) attention of width w in every layer (0 = full causal attention).
-  void set_attention_window(int64_t w);
+  // Sliding-window (local) attention of width w in every layer (0 = full causal attention),
+  // with the first `sinks` positions visible too (attention sinks, POSENC_SPEC §6; needs w > 0
+  // and an encoding with sinks_ok(): otherwise a one-line error).
+  void set_attention_window(int64_t w, int64_t sinks = 0);
+  void check_sinks(int64_t w, int64_t sinks) const;
 
   ModelConfig cfg;
   DType dtype;

@@ -13,6 +13,7 @@ namespace {
 class NoPos final : public PositionalEncoding {
  public:
   std::string type() const override { return "none"; }
+  bool sinks_ok() const override { return true; }  // the mask only (POSENC_SPEC §6)
   bool fused_attention_ok(const AttnState&) const override { return true; }
 };
 
@@ -26,6 +27,7 @@ class Learned final : public PositionalEncoding {
     wpe_ = mod_->register_parameter("weight", Tensor::zeros({L_, D_}));
   }
   std::string type() const override { return "learned"; }
+  bool sinks_ok() const override { return true; }  // the mask only (POSENC_SPEC §6)
   bool fused_attention_ok(const AttnState&) const override { return true; }
   std::string shared_prefix() const override { return "wpe"; }
   std::shared_ptr<nn::Module> shared_module() override { return mod_; }
@@ -76,6 +78,7 @@ class Sinusoidal final : public PositionalEncoding {
  public:
   explicit Sinusoidal(const ModelConfig& c) : D_(c.d_model) {}
   std::string type() const override { return "sinusoidal"; }
+  bool sinks_ok() const override { return true; }  // the mask only (POSENC_SPEC §6)
   bool fused_attention_ok(const AttnState&) const override { return true; }
   Variable embed(const Variable& x, int64_t pos0) override {
     const int64_t T = x.size(1);

@@ -37,14 +37,16 @@ std::vector<float> posenc_alibi_slopes(int64_t H) {
 
 namespace {
 
-// B[h, i, j] = table[h, max(q_pos0 + i - j, 0)]: [1, H, T, S] from table [H, n], n >= q_pos0 + T
-// (masked entries j > i read distance 0; the causal mask removes them).
+// B[h, i, j] = table[h, max(r, 0)], r = q_pos0 + i - j (a sink key beyond the window: its
+// cache distance, sink_distance): [1, H, T, S] from table [H, n], n >= q_pos0 + T (masked
+// entries j > i read distance 0; the causal mask removes them).
 Variable distance_bias(const Variable& table, const AttnState& st) {
   const int64_t H = table.size(0);
   Tensor idx = Tensor::empty({st.T * st.S}, DType::I64);
   int64_t* ip = idx.host<int64_t>();
   for (int64_t i = 0; i < st.T; ++i)
-    for (int64_t j = 0; j < st.S; ++j) ip[i * st.S + j] = std::max<int64_t>(st.q_pos0 + i - j, 0);
+    for (int64_t j = 0; j < st.S; ++j)
+      ip[i * st.S + j] = std::max<int64_t>(sink_distance(st, st.q_pos0 + i, j), 0);
   return reshape(index_select(table, 1, device_table(idx, table.data())), {1, H, st.T, st.S});
 }
 
@@ -66,6 +68,7 @@ class DistanceBias : public PositionalEncoding {
   explicit DistanceBias(const ModelConfig& c) : H_(c.n_heads), d_(c.head_dim()) {}
   // default logits + bias [1, H, T, S] (distance_bias): the fused attention takes it as is
   bool fused_attention_ok(const AttnState&) const override { return true; }
+  bool sinks_ok() const override { return true; }  // B at the sink's cache distance (distance_bias)
   Variable bias(AttnState& st) override {
     const int64_t n = n_distances(st);
     Variable tab;

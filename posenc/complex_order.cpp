@@ -22,6 +22,7 @@ class ComplexOrder final : public PositionalEncoding {
     freq_ = freq->register_parameter("weight", Tensor::zeros({V_, D_ / 2}));
   }
   std::string type() const override { return "complex-order"; }
+  bool sinks_ok() const override { return true; }  // the mask only (POSENC_SPEC §6)
   bool fused_attention_ok(const AttnState&) const override { return true; }
   std::shared_ptr<nn::Module> shared_module() override { return mod_; }
   void init_parameters(Rng&) override {

@@ -29,6 +29,7 @@ class Floater final : public PositionalEncoding {
     b2_ = proj->register_parameter("bias", Tensor::zeros({D_}));
   }
   std::string type() const override { return "floater"; }
+  bool sinks_ok() const override { return true; }  // the mask only (POSENC_SPEC §6)
   bool fused_attention_ok(const AttnState&) const override { return true; }
   std::shared_ptr<nn::Module> shared_module() override { return mod_; }
   void init_parameters(Rng& rng) override {

@@ -26,6 +26,7 @@
 // Parameters: a shared module registered on the model (under shared_prefix(), e.g. "wpe" or
 // "pe") and per-layer modules registered on each attention as "pe".
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,10 @@ struct AttnState {
   // position of key row 0. Always 0 except when a decoding step hands rotate() only its new
   // keys (k_pos0 = q_pos0, S = T) to append them, rotated, to the cache; see decode_keys_stable.
   int64_t k_pos0 = 0;
+  // Sliding window and attention sinks of this call (POSENC_SPEC §6; 0 = off): query i sees key j
+  // iff j <= i and (i - j < window or j < sinks). Encodings with sinks_ok() read them to place
+  // a sink key beyond the window at its cache rank (sink_distance).
+  int64_t window = 0, sinks = 0;
   PosencDecodeState* decode = nullptr;  // this generation's state (incremental decoding) or null
   double scale = 1.0;   // 1/sqrt(Dh) unless the encoding says otherwise
   int64_t window = 0;   // the sliding window of this call (0: full causal; POSENC_SPEC §6)
@@ -111,6 +116,9 @@ class PositionalEncoding {
   // attention the KV cache's whole buffers as st.k / st.v (rows S.. unused) instead of copying
   // the first S rows out (nn/attention.cpp, Attention::forward_cached).
   virtual bool terms_read_keys() const { return false; }
+  // True when the encoding is defined with attention sinks (POSENC_SPEC §6): the mask-only
+  // encodings, the distance biases and rope with a T-independent scaling. Others are an error.
+  virtual bool sinks_ok() const { return false; }
 
   // ---- incremental decoding (nn/kv_cache.h) ----
   // A state for one generation of up to `capacity` positions, or null when the encoding needs
@@ -152,6 +160,14 @@ class PositionalEncoding {
   // probabilities (training), as dropout(p, mask) on the composed path.
   Variable fused_attention(AttnState& st, int64_t window, const DropoutMask& dropout = {});
 };
+
+// The relative position of key j for query i (absolute positions, j <= i) under st's window and
+// sinks (POSENC_SPEC §6): i - j, except a sink key beyond the window (j < sinks, i - j >= window)
+// at min(i, sinks + window - 1) - j, its distance in the rolling cache.
+inline int64_t sink_distance(const AttnState& st, int64_t i, int64_t j) {
+  if (st.sinks > 0 && j < st.sinks && i - j >= st.window) return std::min(i, st.sinks + st.window - 1) - j;
+  return i - j;
+}
 
 // Builds the encoding named by config.posenc["type"], validating its parameters (unknown key or
 // bad value: an error naming the key and the expected value; a factory that returns nullptr: an

@@ -24,6 +24,7 @@ class Recurrent final : public PositionalEncoding {
     b_hh_ = mod_->register_parameter("bias_hh", Tensor::zeros({3 * D_}));
   }
   std::string type() const override { return "rnn"; }
+  bool sinks_ok() const override { return true; }  // the mask only (POSENC_SPEC §6)
   bool fused_attention_ok(const AttnState&) const override { return true; }
   std::shared_ptr<nn::Module> shared_module() override { return mod_; }
   void init_parameters(Rng& rng) override {

@@ -1,10 +1,14 @@
 // posenc/rotary.cpp — the rotary family (POSENC_SPEC §2): `rope` (half / interleaved pairing,
-// context-extension scaling pi, ntk, dynamic-ntk, yarn, rerope, leaky-rerope, log_n) and `xpos`.
+// context-extension scaling pi, ntk, dynamic-ntk, yarn, llama3, longrope, rerope, leaky-rerope,
+// self-extend, log_n; attention sinks, §6) and `xpos`.
 // Frequencies and scales are float32 in the spec's operation order; each angle is the float32
 // product float(t) * theta_k whose cos / sin are taken in double and then converted to the
 // model dtype (ReRoPE's relative angles are double, as torch_ref). The rotation itself is the
-// fused differentiable op rope_rotate (autograd/ops_rope.h).
+// fused differentiable op rope_rotate (autograd/ops_rope.h); the scalings that select between two
+// rotations per (i, j) (rerope, leaky-rerope, self-extend, and sinks) share FarBranch.
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <utility>
 
 #include "autograd/ops_rope.h"
@@ -80,39 +84,100 @@ struct Scaling {
   std::string type;  // empty: no scaling
   double factor = 1.0;
   int64_t L = 0;       // original_context
-  int64_t window = 0;  // rerope / leaky-rerope
+  int64_t window = 0;  // rerope / leaky-rerope / self-extend
   double beta_fast = 32.0, beta_slow = 1.0;
   bool has_attention_factor = false;
   double attention_factor = 1.0;
   bool log_n = false;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  std::vector<float> short_factor, long_factor;          // longrope, d/2 each
+  int64_t group = 0;                                     // self-extend
 };
+
+const std::vector<std::string> kScalingKeys = {
+    "type",      "factor",           "original_context", "window",          "beta_fast",
+    "beta_slow", "attention_factor", "log_n",            "low_freq_factor", "high_freq_factor",
+    "short_factor", "long_factor", "group"};
+const char* kScalingTypes = "pi, ntk, dynamic-ntk, yarn, rerope, leaky-rerope, llama3, longrope, self-extend";
+
+// The keys a type accepts: llama3, longrope and self-extend exactly those of their bullet
+// (POSENC_SPEC §2); the older types the whole list (keys they do not use are ignored).
+std::vector<std::string> scaling_keys(const std::string& type) {
+  if (type == "llama3") return {"type", "factor", "low_freq_factor", "high_freq_factor", "original_context"};
+  if (type == "longrope")
+    return {"type", "short_factor", "long_factor", "factor", "attention_factor", "original_context"};
+  if (type == "self-extend") return {"type", "window", "group", "original_context"};
+  return kScalingKeys;
+}
+
+void check_scaling_keys(const nlohmann::json& sc, const std::string& type, const std::string& src) {
+  const std::vector<std::string> keys = scaling_keys(type);
+  std::string names;
+  for (auto& k : keys) names += (names.empty() ? "" : ", ") + k;
+  for (auto& kv : sc.items()) {
+    bool ok = false;
+    for (auto& k : keys) ok = ok || k == kv.key();
+    CTX_CHECK(ok, src, ": unknown key 'posenc.scaling.", kv.key(), "' for scaling type '", type,
+              "' (valid keys: ", names, ")");
+  }
+}
+
+// A longrope list at sc[key]: exactly d/2 finite numbers > 0 (float32).
+std::vector<float> factor_list(const nlohmann::json& sc, const char* key, int64_t d, const std::string& src) {
+  CTX_CHECK(sc.contains(key) && sc[key].is_array(), src, ": field 'posenc.scaling.", key,
+            "' of scaling type 'longrope' must be a list of head_dim/2 = ", d / 2, " numbers > 0",
+            sc.contains(key) ? ", got " + sc[key].dump() : std::string(" (missing)"));
+  const nlohmann::json& a = sc[key];
+  CTX_CHECK((int64_t)a.size() == d / 2, src, ": field 'posenc.scaling.", key, "' must hold head_dim/2 = ", d / 2,
+            " numbers, got ", a.size());
+  std::vector<float> v;
+  for (size_t k = 0; k < a.size(); ++k) {
+    CTX_CHECK(a[k].is_number() && std::isfinite(a[k].get<double>()) && a[k].get<double>() > 0, src,
+              ": field 'posenc.scaling.", key, "[", k, "]' must be a finite number > 0, got ", a[k].dump());
+    v.push_back((float)a[k].get<double>());
+  }
+  return v;
+}
+
+// The keys of llama3 / longrope / self-extend (POSENC_SPEC §2).
+void parse_new_scalings(Scaling& s, const nlohmann::json& sc, const ModelConfig& c, const std::string& src) {
+  if (s.type == "llama3") {
+    CTX_CHECK(sc.contains("factor"), src, ": field 'posenc.scaling.factor' is required for scaling type 'llama3' "
+              "(a number > 0, e.g. 8)");
+    s.low_freq_factor = positive_number(sc, "low_freq_factor", 1.0, "scaling.", src);
+    s.high_freq_factor = positive_number(sc, "high_freq_factor", 4.0, "scaling.", src);
+    CTX_CHECK(s.high_freq_factor > s.low_freq_factor, src, ": field 'posenc.scaling.high_freq_factor' must be "
+              "greater than low_freq_factor (", s.low_freq_factor, "), got ", s.high_freq_factor);
+  } else if (s.type == "longrope") {
+    s.short_factor = factor_list(sc, "short_factor", c.head_dim(), src);
+    s.long_factor = factor_list(sc, "long_factor", c.head_dim(), src);
+    s.factor = positive_number(sc, "factor", (double)c.context / (double)s.L, "scaling.", src);
+    CTX_CHECK(s.has_attention_factor || s.factor <= 1 || s.L >= 2, src, ": field 'posenc.scaling.original_context' "
+              "must be >= 2 for longrope's attention factor sqrt(1 + ln(factor) / ln(L)), got ", s.L);
+  } else if (s.type == "self-extend") {
+    CTX_CHECK(sc.contains("group"), src, ": field 'posenc.scaling.group' is required for scaling type "
+              "'self-extend' (a positive integer, e.g. 4)");
+    s.group = positive_int(sc, "group", 1, "scaling.", src);
+  }
+}
 
 Scaling parse_scaling(const nlohmann::json& sc, const ModelConfig& c, const std::string& src) {
   Scaling s;
   if (sc.is_null()) return s;
   CTX_CHECK(sc.is_object(), src, ": field 'posenc.scaling' must be an object like {\"type\": \"yarn\", "
             "\"factor\": 4} (or null), got ", sc.dump());
-  static const std::vector<std::string> keys = {"type",     "factor",    "original_context", "window",
-                                                "beta_fast", "beta_slow", "attention_factor", "log_n"};
-  static const std::vector<std::string> types = {"pi", "ntk", "dynamic-ntk", "yarn", "rerope", "leaky-rerope"};
-  for (auto& kv : sc.items()) {
-    bool ok = false;
-    for (auto& k : keys) ok = ok || k == kv.key();
-    CTX_CHECK(ok, src, ": unknown key 'posenc.scaling.", kv.key(), "' (valid keys: type, factor, "
-              "original_context, window, beta_fast, beta_slow, attention_factor, log_n)");
-  }
-  CTX_CHECK(sc.contains("type") && sc["type"].is_string(), src,
-            ": field 'posenc.scaling.type' must be one of pi, ntk, dynamic-ntk, yarn, rerope, leaky-rerope",
-            sc.contains("type") ? ", got " + sc["type"].dump() : std::string(" (missing)"));
+  CTX_CHECK(sc.contains("type") && sc["type"].is_string(), src, ": field 'posenc.scaling.type' must be one of ",
+            kScalingTypes, sc.contains("type") ? ", got " + sc["type"].dump() : std::string(" (missing)"));
   s.type = sc["type"].get<std::string>();
-  bool known = false;
-  for (auto& t : types) known = known || t == s.type;
-  CTX_CHECK(known, src, ": field 'posenc.scaling.type' must be one of pi, ntk, dynamic-ntk, yarn, rerope, "
-            "leaky-rerope, got \"", s.type, "\"");
+  const std::string types = std::string(", ") + kScalingTypes + ",";
+  CTX_CHECK(types.find(", " + s.type + ",") != std::string::npos, src, ": field 'posenc.scaling.type' must be one of ",
+            kScalingTypes, ", got \"", s.type, "\"");
+  check_scaling_keys(sc, s.type, src);
   s.factor = positive_number(sc, "factor", s.type == "leaky-rerope" ? 16.0 : 1.0, "scaling.", src);
   s.L = positive_int(sc, "original_context", c.context, "scaling.", src);
   s.window = positive_int(sc, "window", s.L / 2, "scaling.", src);
-  CTX_CHECK(s.window >= 1, src, ": field 'posenc.scaling.window' defaults to original_context / 2 = 0; "
+  const bool windowed = s.type == "rerope" || s.type == "leaky-rerope" || s.type == "self-extend";
+  CTX_CHECK(s.window >= 1 || !windowed, src, ": field 'posenc.scaling.window' defaults to original_context / 2 = 0; "
             "give a positive integer");
   s.beta_fast = positive_number(sc, "beta_fast", 32.0, "scaling.", src);
   s.beta_slow = positive_number(sc, "beta_slow", 1.0, "scaling.", src);
@@ -128,22 +193,69 @@ Scaling parse_scaling(const nlohmann::json& sc, const ModelConfig& c, const std:
               sc["log_n"].dump());
     s.log_n = sc["log_n"].get<bool>();
   }
+  parse_new_scalings(s, sc, c, src);
   return s;
 }
+
+// The float32 frequency tables of the scalings whose theta' is per-k arithmetic on theta.
+// llama3 (HF _compute_llama3_parameters): wavelength lambda_k = 2 pi / theta_k against
+// lo = L / low_freq_factor and hi = L / high_freq_factor (float32).
+std::vector<float> llama3_freqs(std::vector<float> th, const Scaling& sc) {
+  const float s = (float)sc.factor, lf = (float)sc.low_freq_factor, hf = (float)sc.high_freq_factor;
+  const float L = (float)sc.L, lo = L / lf, hi = L / hf, two_pi = (float)(2.0 * 3.14159265358979323846);
+  for (auto& x : th) {
+    const float lam = two_pi / x;
+    if (lam > lo) {
+      x = x / s;
+    } else if (!(lam < hi)) {  // hi <= lambda <= lo: smooth blend
+      const float sm = (L / lam - lf) / (hf - lf);
+      x = ((1.0f - sm) * x) / s + sm * x;
+    }
+  }
+  return th;
+}
+
+// longrope (HF _compute_longrope_parameters): theta_k' = 1 / (ext_k * powf(base, 2k/d)), ext the
+// long list when the forward passes L (n > L), else the short one.
+std::vector<float> longrope_freqs(float base, int64_t d, int64_t n, const Scaling& sc) {
+  const std::vector<float>& ext = n > sc.L ? sc.long_factor : sc.short_factor;
+  std::vector<float> th((size_t)(d / 2));
+  for (int64_t k = 0; k < d / 2; ++k)
+    th[(size_t)k] = 1.0f / (ext[(size_t)k] * std::pow(base, (float)(2 * k) / (float)d));
+  return th;
+}
+
+// The second rotary branch of rerope, leaky-rerope, self-extend and attention sinks: where
+// far(i, j) (absolute query i, key j) the logit is scale (R_{q_pos(i)} q_i . R_{k_pos(j)} k_j),
+// elsewhere the ordinary scale (R_i q_i . R_j k_j). k_pos empty: k unrotated (rerope); k_near:
+// k as the ordinary branch rotates it (sinks). f32: angles are the float32 products
+// float(pos) * theta_k of every rope angle; otherwise double products (ReRoPE, as torch_ref).
+struct FarBranch {
+  std::function<double(int64_t)> q_pos, k_pos;
+  std::function<bool(int64_t, int64_t)> far;
+  bool k_near = false;
+  bool f32 = true;
+};
 
 class Rope final : public PositionalEncoding {
  public:
   Rope(const ModelConfig& c, double base, RopePairing pairing, Scaling sc)
       : d_(c.head_dim()), base_(base), pairing_(pairing), sc_(std::move(sc)) {}
   std::string type() const override { return "rope"; }
-  bool fused_attention_ok(const AttnState&) const override { return !is_rerope(); }  // rerope: own logits
+  // two-branch scalings and sinks build their own logits
+  bool fused_attention_ok(const AttnState& st) const override { return !far_branch(st); }
+  // Sinks (POSENC_SPEC §6) with no scaling or one whose theta' and m do not depend on T.
+  bool sinks_ok() const override {
+    const std::string& t = sc_.type;
+    return t.empty() || t == "pi" || t == "ntk" || t == "yarn" || t == "llama3";
+  }
 
   // theta_k' [d/2] (float32) for a forward whose largest position is n - 1, and the cos/sin
-  // factor m (YaRN's attention factor; 1 otherwise).
+  // factor m (YaRN's and LongRoPE's attention factor; 1 otherwise).
   std::pair<std::vector<float>, double> freqs(int64_t n) const {
     const std::string& t = sc_.type;
     const float fb = (float)base_;
-    if (t.empty() || t == "rerope" || t == "leaky-rerope") return {inv_freqs(fb, d_), 1.0};
+    if (t.empty() || t == "rerope" || t == "leaky-rerope" || t == "self-extend") return {inv_freqs(fb, d_), 1.0};
     const float s = (float)sc_.factor, ex = (float)d_ / (float)(d_ - 2);
     if (t == "pi") {
       auto th = inv_freqs(fb, d_);
@@ -156,8 +268,87 @@ class Rope final : public PositionalEncoding {
       if (n > sc_.L) b = b * std::pow(s * (float)n / (float)sc_.L - (s - 1.0f), ex);
       return {inv_freqs(b, d_), 1.0};
     }
-    // yarn (HF _compute_yarn_parameters)
-    auto th = inv_freqs(fb, d_);
+    if (t == "llama3") return {llama3_freqs(inv_freqs(fb, d_), sc_), 1.0};
+    if (t == "longrope") {
+      const double m = sc_.has_attention_factor ? sc_.attention_factor
+                       : sc_.factor > 1 ? std::sqrt(1.0 + std::log(sc_.factor) / std::log((double)sc_.L))
+                                        : 1.0;
+      return {longrope_freqs(fb, d_, n, sc_), m};
+    }
+    return yarn_freqs();
+  }
+
+  void rotate(AttnState& st) override {
+    // q: [B, H, T, Dh], k: [B, H, S, Dh]; query t sits at position q_pos0 + t, key j at k_pos0 + j
+    if (sc_.log_n) {  // q_i *= max(1, ln(i+1) / ln(L)) (float32 table [T, 1])
+      Tensor f = Tensor::empty({st.T, 1}, DType::F64);
+      const float lnL = std::log((float)sc_.L);
+      for (int64_t t = 0; t < st.T; ++t)
+        f.host<double>()[t] = (double)std::max(1.0f, std::log((float)(st.q_pos0 + t + 1)) / lnL);
+      Tensor ft = device_table(f.to(st.q.dtype()), st.q.data());
+      st.q = mul(st.q, Variable(ft, false));
+    }
+    if (far_branch(st)) return;  // logits() builds both branches
+    // keys sit at k_pos0.. (0 except a decoding step rotating only its new keys)
+    const int64_t n = std::max(st.k_pos0 + st.S, st.q_pos0 + st.T), h = d_ / 2;
+    auto [theta, m] = freqs(n);
+    auto [Ck, Sk] = trig_tables(f32_angles(st.k_pos0, st.S, theta), st.S, h, {}, m, st.k);
+    if (st.q_pos0 == st.k_pos0 && st.T == st.S) {
+      st.q = rope_rotate(st.q, Ck, Sk, pairing_);
+    } else {
+      auto [Cq, Sq] = trig_tables(f32_angles(st.q_pos0, st.T, theta), st.T, h, {}, m, st.q);
+      st.q = rope_rotate(st.q, Cq, Sq, pairing_);
+    }
+    st.k = rope_rotate(st.k, Ck, Sk, pairing_);
+  }
+
+  // Rotated key j depends on n only through dynamic NTK's base and LongRoPE's list, which change
+  // once n > L: the full recompute at length n rotates every key with freqs(n), so a cache must
+  // re-rotate them. (Two-branch scalings leave k to logits(), which uses the raw keys.)
+  bool decode_keys_stable(int64_t n) const override { return !(n_dependent() && n > sc_.L); }
+  // Beyond L they change the rotation of every position in every layer, so the earlier layers'
+  // outputs (the cached keys and values of layers > 0) change too.
+  int64_t decode_limit() const override { return n_dependent() ? sc_.L : 0; }
+
+  // Two-branch logits (FarBranch): where far(i, j) the second branch, else the ordinary one.
+  // Gradients flow through the selected branch.
+  Variable logits(AttnState& st) override {
+    const std::optional<FarBranch> fb = far_branch(st);
+    if (!fb) return PositionalEncoding::logits(st);
+    auto [theta, m] = freqs(std::max(st.S, st.q_pos0 + st.T));
+    const int64_t h = d_ / 2, p0 = st.q_pos0;
+    // rotation of x's rows by pos_of(row) (angles as fb->f32 says, times m)
+    auto rot = [&](const Variable& x, int64_t rows, const std::function<double(int64_t)>& pos_of) {
+      std::vector<double> a((size_t)(rows * h));
+      for (int64_t t = 0; t < rows; ++t)
+        for (int64_t k = 0; k < h; ++k) {
+          const double p = pos_of(t);
+          a[(size_t)(t * h + k)] = fb->f32 ? (double)((float)p * theta[(size_t)k]) : p * (double)theta[(size_t)k];
+        }
+      auto [C, S] = trig_tables(a, rows, h, {}, m, x);
+      return rope_rotate(x, C, S, pairing_);
+    };
+    const Variable kn = rot(st.k, st.S, [](int64_t j) { return (double)j; });
+    Variable near = scale(matmul(rot(st.q, st.T, [&](int64_t t) { return (double)(p0 + t); }), kn, false, true),
+                          st.scale);                                                          // [B, H, T, S]
+    const Variable qf = rot(st.q, st.T, [&](int64_t t) { return fb->q_pos(p0 + t); });
+    const Variable kf = fb->k_near ? kn : fb->k_pos ? rot(st.k, st.S, fb->k_pos) : st.k;
+    Variable far = scale(matmul(qf, kf, false, true), st.scale);                             // [B, H, T, S]
+    Tensor mask = Tensor::empty({st.T, st.S}, near.dtype());  // [T, S]: 1 = the ordinary branch
+    for (int64_t i = 0; i < st.T; ++i)
+      for (int64_t j = 0; j < st.S; ++j) mask.set(i * st.S + j, fb->far(p0 + i, j) ? 0.0 : 1.0);
+    Variable s = where(device_table(mask, near.data()), near, far);
+    Variable b = bias(st);
+    return b.defined() ? add(s, b) : s;
+  }
+
+ private:
+  bool n_dependent() const { return sc_.type == "dynamic-ntk" || sc_.type == "longrope"; }
+
+  // YaRN (HF _compute_yarn_parameters): theta blended between theta/s and theta by a ramp over k.
+  std::pair<std::vector<float>, double> yarn_freqs() const {
+    auto th = inv_freqs((float)base_, d_);
+    const float s = (float)sc_.factor;
     const double pi = 3.14159265358979323846;
     auto fcd = [&](double r) { return (double)d_ * std::log((double)sc_.L / (2 * pi * r)) / (2 * std::log(base_)); };
     double low = std::max(std::floor(fcd(sc_.beta_fast)), 0.0);
@@ -174,83 +365,35 @@ class Rope final : public PositionalEncoding {
     return {th, m};
   }
 
-  void rotate(AttnState& st) override {
-    // q: [B, H, T, Dh], k: [B, H, S, Dh]; query t sits at position q_pos0 + t, key j at k_pos0 + j
-    if (sc_.log_n) {  // q_i *= max(1, ln(i+1) / ln(L)) (float32 table [T, 1])
-      Tensor f = Tensor::empty({st.T, 1}, DType::F64);
-      const float lnL = std::log((float)sc_.L);
-      for (int64_t t = 0; t < st.T; ++t)
-        f.host<double>()[t] = (double)std::max(1.0f, std::log((float)(st.q_pos0 + t + 1)) / lnL);
-      Tensor ft = device_table(f.to(st.q.dtype()), st.q.data());
-      st.q = mul(st.q, Variable(ft, false));
-    }
-    if (is_rerope()) return;  // logits() builds both branches
-    // keys sit at k_pos0.. (0 except a decoding step rotating only its new keys)
-    const int64_t n = std::max(st.k_pos0 + st.S, st.q_pos0 + st.T), h = d_ / 2;
-    auto [theta, m] = freqs(n);
-    auto [Ck, Sk] = trig_tables(f32_angles(st.k_pos0, st.S, theta), st.S, h, {}, m, st.k);
-    if (st.q_pos0 == st.k_pos0 && st.T == st.S) {
-      st.q = rope_rotate(st.q, Ck, Sk, pairing_);
-    } else {
-      auto [Cq, Sq] = trig_tables(f32_angles(st.q_pos0, st.T, theta), st.T, h, {}, m, st.q);
-      st.q = rope_rotate(st.q, Cq, Sq, pairing_);
-    }
-    st.k = rope_rotate(st.k, Ck, Sk, pairing_);
-  }
-
-  // Rotated key j depends on n only through dynamic NTK's base, which changes once n > L: the
-  // full recompute at length n rotates every key with freqs(n), so a cache must re-rotate them.
-  // (rerope / leaky-rerope leave k to logits(), which uses the raw keys.)
-  bool decode_keys_stable(int64_t n) const override { return !(sc_.type == "dynamic-ntk" && n > sc_.L); }
-  // Beyond L dynamic NTK changes the rotation of every position in every layer each step, so the
-  // earlier layers' outputs (the cached keys and values of layers > 0) change too.
-  int64_t decode_limit() const override { return sc_.type == "dynamic-ntk" ? sc_.L : 0; }
-
-  // ReRoPE / leaky ReRoPE: S_ij = scale (R_i q_i . R_j k_j) where i - j < w (j <= i), else the
-  // far branch: rerope scale (R_w q_i . k_j); leaky: q rotated by (w + (i - w)/k), k by j/k, so
-  // that the relative angle is w + (i - j - w)/k. Gradients flow through the selected branch.
-  Variable logits(AttnState& st) override {
-    if (!is_rerope()) return PositionalEncoding::logits(st);
-    const int64_t h = d_ / 2, w = sc_.window;
-    const std::vector<float> theta = freqs(std::max(st.S, st.q_pos0 + st.T)).first;
-    auto angles = [&](int64_t rows, auto pos_of) {  // double angles pos_of(t) * theta_k
-      std::vector<double> a((size_t)(rows * h));
-      for (int64_t t = 0; t < rows; ++t)
-        for (int64_t k = 0; k < h; ++k) a[(size_t)(t * h + k)] = pos_of(t) * (double)theta[(size_t)k];
-      return a;
-    };
-    const int64_t p0 = st.q_pos0;
-    // near branch: ordinary rotation (double angles)
-    auto [Cq, Sq] = trig_tables(angles(st.T, [&](int64_t t) { return (double)(p0 + t); }), st.T, h, {}, 1.0, st.q);
-    auto [Ck, Sk] = trig_tables(angles(st.S, [&](int64_t j) { return (double)j; }), st.S, h, {}, 1.0, st.k);
-    Variable near = scale(matmul(rope_rotate(st.q, Cq, Sq, pairing_), rope_rotate(st.k, Ck, Sk, pairing_),
-                                 false, true), st.scale);                 // [B, H, T, S]
-    Variable qf, kf;
-    if (sc_.type == "rerope") {
-      auto [Cw, Sw] = trig_tables(angles(st.T, [&](int64_t) { return (double)w; }), st.T, h, {}, 1.0, st.q);
-      qf = rope_rotate(st.q, Cw, Sw, pairing_);
-      kf = st.k;
-    } else {
+  // The second branch of this scaling (or of the sinks of st), or none: plain rotation.
+  std::optional<FarBranch> far_branch(const AttnState& st) const {
+    const std::string& t = sc_.type;
+    const int64_t w = sc_.window;
+    FarBranch fb;
+    fb.far = [w](int64_t i, int64_t j) { return i - j >= w; };
+    if (t == "rerope") {
+      fb.q_pos = [w](int64_t) { return (double)w; };
+      fb.f32 = false;
+    } else if (t == "leaky-rerope") {
       const double lk = sc_.factor;
-      auto [Cl, Sl] = trig_tables(angles(st.T, [&](int64_t t) { return (double)w + ((double)(p0 + t) - w) / lk; }),
-                                  st.T, h, {}, 1.0, st.q);
-      auto [Cm, Sm] = trig_tables(angles(st.S, [&](int64_t j) { return (double)j / lk; }), st.S, h, {}, 1.0, st.k);
-      qf = rope_rotate(st.q, Cl, Sl, pairing_);
-      kf = rope_rotate(st.k, Cm, Sm, pairing_);
+      fb.q_pos = [w, lk](int64_t i) { return (double)w + ((double)i - (double)w) / lk; };
+      fb.k_pos = [lk](int64_t j) { return (double)j / lk; };
+      fb.f32 = false;
+    } else if (t == "self-extend") {  // P(i) = floor(i/G) + W - floor(W/G), keys at floor(j/G)
+      const int64_t G = sc_.group;
+      fb.q_pos = [w, G](int64_t i) { return (double)(i / G + w - w / G); };
+      fb.k_pos = [G](int64_t j) { return (double)(j / G); };
+    } else if (st.sinks > 0) {  // a sink key beyond the window: q at its cache rank min(i, S + W - 1)
+      const int64_t S = st.sinks, W = st.window;
+      fb.far = [S, W](int64_t i, int64_t j) { return j < S && i - j >= W; };
+      fb.q_pos = [S, W](int64_t i) { return (double)std::min(i, S + W - 1); };
+      fb.k_near = true;
+    } else {
+      return std::nullopt;
     }
-    Variable far = scale(matmul(qf, kf, false, true), st.scale);         // [B, H, T, S]
-    // mask [T, S]: 1 where i - j < w (the near branch; masked j > i included)
-    Tensor mask = Tensor::empty({st.T, st.S}, near.dtype());
-    for (int64_t i = 0; i < st.T; ++i)
-      for (int64_t j = 0; j < st.S; ++j) mask.set(i * st.S + j, (p0 + i) - j < w ? 1.0 : 0.0);
-    mask = device_table(mask, near.data());
-    Variable s = where(mask, near, far);
-    Variable b = bias(st);
-    return b.defined() ? add(s, b) : s;
+    return fb;
   }
 
- private:
-  bool is_rerope() const { return sc_.type == "rerope" || sc_.type == "leaky-rerope"; }
   int64_t d_;
   double base_;
   RopePairing pairing_;

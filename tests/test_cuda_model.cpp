@@ -95,7 +95,7 @@ class CudaModel : public ::testing::TestWithParam<json> {};
 // window > 0) on cpu and on cuda agree; see expect_same_step. `fused`: the device's attention
 // runs the fused kernels (forced, as CTXLAB_FUSED_ATTENTION=1), else the backend's own choice,
 // which for this training shape is the composed path (Backend::prefers_fused_attention).
-void check_training_steps_with(const json& posenc, int64_t window, bool fused) {
+void check_training_steps_with(const json& posenc, int64_t window, bool fused, int64_t sinks = 0) {
   SCOPED_TRACE(fused ? "fused attention (forced)" : "the backend's choice: composed attention");
   if (fused) set_fast_path(FastPath::Attention, true);
   struct Reset {
@@ -105,8 +105,8 @@ void check_training_steps_with(const json& posenc, int64_t window, bool fused) {
   mc.init_weights(7);
   mg.init_weights(7);
   if (window > 0) {
-    mc.set_attention_window(window);
-    mg.set_attention_window(window);
+    mc.set_attention_window(window, sinks);
+    mg.set_attention_window(window, sinks);
   }
   mg.to(Device::CUDA);
   for (auto& [name, p] : mg.named_parameters()) ASSERT_EQ(p.data().device(), Device::CUDA) << name;
@@ -126,8 +126,11 @@ void check_training_steps_with(const json& posenc, int64_t window, bool fused) {
   const cuda::AttentionCalls calls0 = cuda::attention_calls();
   expect_same_step(train_step(mc, oc, in, tg), train_step(mg, og, in_g, tg_g), 2e-5);
   const cuda::AttentionCalls calls1 = cuda::attention_calls();
-  // (an encoding that owns its logits, cope, never takes the fused attention)
-  const uint64_t want = fused && mg.pe->fused_attention_ok(AttnState{}) ? (uint64_t)mg.cfg.n_layers : 0;
+  // an encoding that owns its logits (cope), self-extend and attention sinks (two-branch logits)
+  // never take the fused attention
+  const json sc = posenc.contains("scaling") ? posenc["scaling"] : json::object();
+  const bool fusable = sinks == 0 && sc.value("type", std::string()) != "self-extend";
+  const uint64_t want = fused && fusable && mg.pe->fused_attention_ok(AttnState{}) ? (uint64_t)mg.cfg.n_layers : 0;
   EXPECT_EQ(calls1.forward - calls0.forward, want) << "fused attention forward calls on cuda";
   EXPECT_EQ(calls1.backward - calls0.backward, want) << "fused attention backward calls on cuda";
   const uint64_t mallocs = cuda::device_alloc_stats().device_mallocs;
@@ -167,6 +170,25 @@ TEST(CudaModelWindow, TrainingStepsMatchTheCpu) {
   for (const json& pe : {json{{"type", "alibi"}}, json{{"type", "shaw"}, {"max_relative_position", 4}}}) {
     SCOPED_TRACE(pe.dump());
     check_training_steps(pe, 4);
+  }
+}
+
+// The 2023-24 RoPE scalings past their L = 4 (T = 9), and attention sinks (window 4, 2 sinks) with
+// rope and a bias (the composed attention: POSENC_SPEC §2, §6).
+TEST(CudaModel2024, ScalingsAndSinksTrainingStepsMatchTheCpu) {
+  if (!cuda::emulated() && cuda::device_count() == 0) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
+  auto rope = [](const json& sc) { return json{{"type", "rope"}, {"scaling", sc}}; };
+  for (const json& pe : {rope({{"type", "llama3"}, {"factor", 4}, {"original_context", 4}}),
+                         rope({{"type", "longrope"}, {"original_context", 4}, {"short_factor", {1, 1, 2, 2}},
+                               {"long_factor", {1, 2, 4, 8}}}),
+                         rope({{"type", "self-extend"}, {"window", 3}, {"group", 2}})}) {
+    SCOPED_TRACE(pe.dump());
+    check_training_steps(pe, 0);
+  }
+  for (const json& pe : {json{{"type", "rope"}}, json{{"type", "alibi"}}}) {
+    SCOPED_TRACE(pe.dump() + " with 2 sinks");
+    check_training_steps_with(pe, 4, true, 2);
+    check_training_steps_with(pe, 4, false, 2);
   }
 }
 

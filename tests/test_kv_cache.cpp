@@ -3,7 +3,7 @@
 // through the cache give the logits of the full recompute over the whole sequence so far (fp32:
 // |cached - full| <= 1e-4 (1 + max |full|) per step), past the trained context (L = 16) where the
 // scalings act (dynamic NTK: up to L, past which forward_cached refuses and sample recomputes),
-// with a sliding window, and with Transformer-XL memory (reference: the segment recurrence).
+// with a sliding window, with attention sinks (a rolling cache), and with Transformer-XL memory (reference: the segment recurrence).
 // And `sample` with and without the cache gives the same tokens; learned positions past L follow
 // the context shift (a hand computation).
 #include <algorithm>
@@ -45,6 +45,7 @@ struct Case {
   nlohmann::json posenc;
   int64_t context = 16;
   int64_t window = 0;
+  int64_t sinks = 0;  // with window: attention sinks, a rolling cache of sinks + window rows
 };
 
 std::vector<Case> cases() {
@@ -83,6 +84,18 @@ std::vector<Case> cases() {
       {"rope_window", rope(nullptr), 16, 7},
       {"alibi_window", {{"type", "alibi"}}, 16, 7},
       {"xl_window", {{"type", "xl"}}, 16, 7},
+      {"rope_llama3", rope({{"type", "llama3"}, {"factor", 4}, {"original_context", 8}})},
+      {"rope_longrope", rope({{"type", "longrope"}, {"short_factor", nlohmann::json(std::vector<double>(8, 1.5))},
+                              {"long_factor", nlohmann::json(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8})}})},
+      {"rope_self_extend", rope({{"type", "self-extend"}, {"window", 6}, {"group", 3}})},
+      // sinks: the cache rolls past sinks + window = 10 positions (the prompt is 5)
+      {"rope_sinks", rope(nullptr), 16, 7, 3},
+      {"rope_yarn_sinks", rope({{"type", "yarn"}, {"factor", 4}}), 16, 7, 3},
+      {"alibi_sinks", {{"type", "alibi"}}, 16, 7, 3},
+      {"t5_sinks", {{"type", "t5"}, {"num_buckets", 8}, {"max_distance", 20}}, 16, 7, 3},
+      {"none_sinks", {{"type", "none"}}, 16, 7, 3},
+      {"sinusoidal_sinks", {{"type", "sinusoidal"}}, 16, 6, 1},
+      {"learned_sinks", {{"type", "learned"}}, 80, 7, 3},
   };
 }
 
@@ -142,8 +155,8 @@ double max_cache_error(const Case& c, bool* positions_matter = nullptr, double t
   auto m = model_for(c.posenc, c.context);
   NoGradGuard g;
   const auto seq = tokens(kPrompt + kSteps, 17);
-  nn::KVCache cache = m->make_cache(1, kPrompt + kSteps, c.window);
-  m->set_attention_window(c.window);
+  nn::KVCache cache = m->make_cache(1, kPrompt + kSteps, c.window, c.sinks);
+  m->set_attention_window(c.window, c.sinks);
   double worst = 0;
   std::vector<double> prev;
   bool varies = false;
@@ -158,6 +171,9 @@ double max_cache_error(const Case& c, bool* positions_matter = nullptr, double t
     Variable zc = m->forward_cached(as_tensor(seq, begin, end), cache);
     EXPECT_EQ(zc.size(1), (int64_t)(end - begin));  // only the new positions are computed
     EXPECT_EQ(cache.length(), (int64_t)end);
+    if (c.sinks > 0) {
+      EXPECT_EQ(cache.rows(), std::min<int64_t>((int64_t)end, c.sinks + c.window));
+    }
     const auto full = last(m->forward(as_tensor(seq, 0, end)));
     const auto cached = last(zc);
     const double e = rel_err(cached, full);
@@ -330,12 +346,15 @@ TEST_F(KVCacheTest, SampleSameTokensWithAndWithoutCache) {
   struct S {
     nlohmann::json posenc;
     int64_t window;
+    int64_t sinks = 0;
   };
   const std::vector<S> ss = {{{{"type", "rope"}}, 0},
                              {{{"type", "rope"}, {"scaling", {{"type", "yarn"}, {"factor", 4}}}}, 0},
                              {{{"type", "rope"}, {"scaling", {{"type", "dynamic-ntk"}, {"factor", 2}}}}, 0},
                              {{{"type", "xpos"}}, 0},
                              {{{"type", "alibi"}}, 6},
+                             {{{"type", "alibi"}}, 6, 2},  // 2 sinks: a rolling cache
+                             {{{"type", "rope"}}, 5, 2},
                              {{{"type", "deberta"}}, 0},
                              {{{"type", "rnn"}}, 0},
                              {{{"type", "floater"}, {"hidden", 8}, {"dt", 0.05}}, 0},
@@ -351,6 +370,7 @@ TEST_F(KVCacheTest, SampleSameTokensWithAndWithoutCache) {
       o.top_k = 0;
       o.seed = 5;
       o.window = s.window;
+      o.sinks = s.sinks;
       o.use_cache = true;
       const auto a = sample(*m, prompt, o);
       o.use_cache = false;

@@ -24,6 +24,7 @@ void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, c
   CTX_CHECK(mode.window >= 0, "evaluate: window must be >= 0 (0 = full attention), got ", mode.window);
   CTX_CHECK(mode.segment >= 0, "evaluate: segment must be >= 0 (0 = not segmented), got ", mode.segment);
   CTX_CHECK(!(mode.window > 0 && mode.segment > 0), "evaluate: choose a sliding window or segments, not both");
+  model.check_sinks(mode.window, mode.sinks);
   CTX_CHECK(n_tokens >= length + 1, "evaluate: ", source, " has ", n_tokens,
             " tokens, fewer than one window at length ", length, " (needs length+1 = ", length + 1,
             " tokens); use a longer text or a shorter length");
@@ -67,7 +68,7 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
-  model.set_attention_window(mode.window);
+  model.set_attention_window(mode.window, mode.sinks);
   // Chunks evaluated independently: `seg` tokens each (the whole window when not segmented),
   // then a shorter last chunk of `rem` tokens.
   const int64_t seg = mode.segment > 0 ? std::min(mode.segment, length) : length;

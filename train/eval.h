@@ -40,8 +40,11 @@ struct EvalResult {
 //                 positions only (the window itself still has `length` positions).
 //   segment > 0:  each window is cut into chunks of `segment` tokens (the last one may be shorter)
 //                 evaluated independently, positions restarting at 0 (no cross-chunk attention).
+//   sinks > 0:    with window: attention sinks, the first `sinks` positions stay visible too
+//                 (POSENC_SPEC §6).
 struct EvalMode {
   int64_t window = 0;
+  int64_t sinks = 0;
   int64_t segment = 0;
 };
 

@@ -21,6 +21,8 @@ void check_sample_options(const SampleOptions& opt) {
   CTX_CHECK(opt.max_tokens >= 0, "sample: --max-tokens must be >= 0 (e.g. 200), got ", opt.max_tokens);
   check_count_fits((double)opt.max_tokens, 8.0, "sample: --max-tokens");  // the ids generated are kept
   CTX_CHECK(opt.window >= 0, "sample: --window must be >= 0 (0 = full attention, e.g. 256), got ", opt.window);
+  CTX_CHECK(opt.sinks >= 0, "sample: --sinks must be >= 0 (0 = the plain window, e.g. 4), got ", opt.sinks);
+  CTX_CHECK(opt.sinks == 0 || opt.window > 0, "sample: --sinks ", opt.sinks, " needs --window W (e.g. 256)");
   CTX_CHECK(opt.keep >= 0, "sample: --keep must be >= 0 (0 = half the context, e.g. 128), got ", opt.keep);
 }
 
@@ -65,8 +67,9 @@ Tensor last_row(const Variable& logits) {
   return row.dtype() == DType::F32 ? row : row.to(DType::F32);
 }
 
-Tensor token_tensor(const std::vector<int32_t>& seq, size_t begin) {
-  const int64_t n = (int64_t)(seq.size() - begin);
+// seq[begin, end) (end 0: to the end) as [1, n] i64
+Tensor token_tensor(const std::vector<int32_t>& seq, size_t begin, size_t end = 0) {
+  const int64_t n = (int64_t)((end ? end : seq.size()) - begin);
   Tensor in = Tensor::empty({1, n}, DType::I64);
   int64_t* ip = in.host<int64_t>();
   for (int64_t t = 0; t < n; ++t) ip[t] = seq[begin + (size_t)t];
@@ -77,13 +80,14 @@ Tensor token_tensor(const std::vector<int32_t>& seq, size_t begin) {
 struct ModelStateGuard {
   nn::GPT& m;
   bool was_training;
-  int64_t window;
+  int64_t window, sinks;
   std::vector<Tensor> memory;
   explicit ModelStateGuard(nn::GPT& model)
       : m(model), was_training(model.is_training()),
-        window(model.blocks.empty() ? 0 : model.blocks[0]->attn->window()), memory(model.memory_state()) {}
+        window(model.blocks.empty() ? 0 : model.blocks[0]->attn->window()),
+        sinks(model.blocks.empty() ? 0 : model.blocks[0]->attn->sinks()), memory(model.memory_state()) {}
   ~ModelStateGuard() {
-    m.set_attention_window(window);
+    m.set_attention_window(window, sinks);
     m.set_memory_state(memory);
     if (was_training) m.train();
   }
@@ -103,6 +107,7 @@ class Decoder {
  private:
   bool shift();
   Tensor recompute(bool first);
+  Tensor fill();
 
   nn::GPT& model_;
   const int64_t max_len_, mem_len_;
@@ -123,11 +128,11 @@ Decoder::Decoder(nn::GPT& model, const SampleOptions& opt, const std::vector<int
   CTX_CHECK(max_len_ == 0 || opt.keep <= max_len_, "sample: --keep must be <= the context the encoding can ",
             "encode (", max_len_, "), got ", opt.keep);
   keep_ = max_len_ == 0 ? 0 : opt.keep > 0 ? opt.keep : std::max<int64_t>(1, max_len_ / 2);
-  model_.set_attention_window(opt.window);
+  model_.set_attention_window(opt.window, opt.sinks);
   const int64_t want = (int64_t)prompt.size() + opt.max_tokens - 1;  // positions ever fed
   const int64_t limit = model_.pe->decode_limit();
   const int64_t cap = limit > 0 ? std::min(want, limit) : want;
-  if (opt.use_cache) cache_ = std::make_unique<nn::KVCache>(model_.make_cache(1, cap, opt.window));
+  if (opt.use_cache) cache_ = std::make_unique<nn::KVCache>(model_.make_cache(1, cap, opt.window, opt.sinks));
 }
 
 bool Decoder::shift() {  // true when start moved
@@ -145,13 +150,23 @@ Tensor Decoder::recompute(bool first) {
   return last_row(model_.forward(token_tensor(seq_, start_)));
 }
 
+// Refills the cache with seq[start..] and returns the last position's logits: one forward, or
+// for a rolling cache (sinks) as many positions as it holds, then one position per call.
+Tensor Decoder::fill() {
+  cache_->clear();
+  const size_t end = seq_.size();
+  size_t at = cache_->rolling() ? std::min(end, start_ + (size_t)cache_->buffer_rows()) : end;
+  Variable logits = model_.forward_cached(token_tensor(seq_, start_, at), *cache_);
+  for (; at < end; ++at) logits = model_.forward_cached(token_tensor(seq_, at, at + 1), *cache_);
+  return last_row(logits);
+}
+
 Tensor Decoder::next_logits(bool first) {
   const bool shifted = shift();
   if (!cache_) return recompute(first);
   if (first || shifted) {  // (re)fill the cache with everything the model sees
     if ((int64_t)(seq_.size() - start_) > cache_->capacity()) return recompute(first);
-    cache_->clear();
-    return last_row(model_.forward_cached(token_tensor(seq_, start_), *cache_));
+    return fill();
   }
   if (cache_->length() < cache_->capacity())
     return last_row(model_.forward_cached(token_tensor(seq_, seq_.size() - 1), *cache_));

@@ -5,7 +5,8 @@
 // rounding of the logits:
 //   - the whole sequence so far, positions 0.. (beyond the trained context the encoding
 //     extrapolates, with the scaling of its config; window > 0: each query sees its last
-//     `window` keys, as `eval --window`);
+//     `window` keys, as `eval --window`; with sinks > 0 also the first `sinks`, the cache then a
+//     rolling one of sinks + window rows, StreamingLLM's, at its ranks: POSENC_SPEC §6);
 //   - Transformer-XL with memory: the prompt as one segment, then one token per segment with
 //     the last mem_len positions as memory (GPT::forward with use_memory);
 //   - encodings limited to L positions (learned, tupe; PositionalEncoding::max_length): when
@@ -35,6 +36,8 @@ struct SampleOptions {
   int64_t top_k = 40;         // >= 0; 0 = keep the whole vocabulary
   uint64_t seed = 0;          // seeds the Rng that draws the tokens
   int64_t window = 0;         // >= 0; sliding-window attention over the last `window` keys (0 = all)
+  int64_t sinks = 0;          // >= 0; with window: attention sinks, the first `sinks` keys stay visible
+                              // (POSENC_SPEC §6; the cache rolls: sinks + window rows)
   bool use_cache = true;      // KV cache (one position per token); false: full recompute per token
   int64_t keep = 0;           // learned / tupe context shift: tokens kept, 1..L (0 = L / 2)
 };

@@ -11,6 +11,10 @@
              are one-line errors.
   baselines  `ctxlab eval --window W` / `--segmented`: full-width window == plain eval, segmented
              learned model runs beyond L without --hierarchical, the two together are an error.
+  extensions the 2023-24 methods on the CLI (POSENC_SPEC §2, §6): finetune with llama3 and with
+             longrope given as JSON writes them; eval with self-extend as a JSON override and with
+             --window W --sinks S (differs from the plain window, reported in the JSON); sample with
+             sinks gives the same greedy text with and without the KV cache; one-line errors.
   xl         `ctxlab train` with xl + mem_len trains on consecutive segments (memory carried over)
              and the loss goes down.
 
@@ -134,6 +138,56 @@ def cmd_baselines():
                ["--hierarchical", "--segmented"])
 
 
+def cmd_extensions():
+    d = fresh_dir("extensions")
+    # trained a little, so that positions move the loss (an initial model attends almost uniformly)
+    must_run("train a tiny rope model (context 64) for 40 steps", [
+        "train", "--preset", "tiny", "--posenc", "rope", "--steps", 40, "--lr", 3e-3, "--warmup", 5,
+        "--eval-interval", 40, "--out", os.path.join(d, "run"), "--no-plot", "--quiet"])
+    base = os.path.join(d, "run", "model.safetensors")
+    ft = os.path.join(d, "llama3")
+    must_run("finetune --rope-scaling llama3", ["finetune", "--checkpoint", base, "--context", 128, "--rope-scaling",
+                                                "llama3", "--steps", 2, "--batch", 1, "--out", ft, "--quiet", "--no-plot"])
+    sc = json.loads(meta(os.path.join(ft, "model.safetensors"))["config"])["posenc"]["scaling"]
+    check("finetune llama3: factor 128/64 and original_context 64 written",
+          sc == {"type": "llama3", "factor": 2.0, "original_context": 64}, sc)
+    lists = {"short_factor": [1.0] * 8, "long_factor": [1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0]}
+    ft2 = os.path.join(d, "longrope")
+    must_run("finetune --rope-scaling '{longrope JSON}'", [
+        "finetune", "--checkpoint", base, "--context", 128, "--rope-scaling", json.dumps({"type": "longrope", **lists}),
+        "--steps", 2, "--batch", 1, "--out", ft2, "--quiet", "--no-plot"])
+    sc = json.loads(meta(os.path.join(ft2, "model.safetensors"))["config"])["posenc"]["scaling"]
+    check("finetune longrope: the lists, factor 2 and original_context 64 written",
+          sc == {"type": "longrope", **lists, "factor": 2.0, "original_context": 64}, sc)
+    plain, _ = eval_json(base, ["--lengths", "256"], "rope256")
+    se, p = eval_json(base, ["--lengths", "256", "--rope-scaling", '{"type":"self-extend","group":4,"window":32}'], "se")
+    check("eval with self-extend as JSON: the scaling is reported and the loss differs from plain rope",
+          se is not None and plain is not None
+          and se["posenc"]["scaling"] == {"type": "self-extend", "group": 4, "window": 32}
+          # (a toy model uses far positions little: ~1e-4 here; rounding between the paths is ~1e-7)
+          and abs(se["results"][0]["loss"] - plain["results"][0]["loss"]) > 1e-5,
+          (se and se["posenc"], se and se["results"][0]["loss"], plain and plain["results"][0]["loss"]))
+    win, _ = eval_json(base, ["--lengths", "128", "--window", 16], "win16")
+    sink, p = eval_json(base, ["--lengths", "128", "--window", 16, "--sinks", 4], "sink16")
+    check("eval --window 16 --sinks 4: reported, and differs from the plain window",
+          win is not None and sink is not None and sink["sinks"] == 4 and "4 sinks" in sink["mode"]
+          and abs(sink["results"][0]["loss"] - win["results"][0]["loss"]) > 1e-5, p.stderr[-300:])
+    outs = [run(["sample", "--checkpoint", base, "--prompt", "It is a truth", "--max-tokens", 60, "--temperature", 0,
+                 "--window", 8, "--sinks", 2] + extra, check_rc=0) for extra in ([], ["--no-cache"])]
+    check("sample --window 8 --sinks 2: the rolling cache gives the text of the full recompute",
+          all(o.returncode == 0 for o in outs) and outs[0].stdout == outs[1].stdout and len(outs[0].stdout) > 60,
+          [o.stdout[-80:] for o in outs])
+    fails_with("--sinks without --window", ["eval", "--checkpoint", base, "--sinks", 2], ["--sinks", "--window"])
+    fails_with("--sinks with a longrope override", [
+        "eval", "--checkpoint", base, "--window", 16, "--sinks", 2, "--rope-scaling", json.dumps({"type": "longrope", **lists})],
+        ["--sinks is not defined", "longrope"])
+    fails_with("sample --sinks -1", ["sample", "--checkpoint", base, "--window", 8, "--sinks", -1], ["--sinks", ">= 0"])
+    fails_with("self-extend without its group", ["eval", "--checkpoint", base, "--rope-scaling", "self-extend"],
+               ["posenc.scaling.group"])
+    fails_with("grads --sinks without --window", ["grads", "--checkpoint", base, "--tokens", "x.npy", "--out",
+                                                  os.path.join(d, "g.safetensors"), "--sinks", 2], ["--sinks"])
+
+
 def cmd_xl():
     d = fresh_dir("xl")
     p = must_run("train xl with mem_len on consecutive segments", [
@@ -147,12 +201,13 @@ def cmd_xl():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["finetune", "baselines", "xl"])
+    ap.add_argument("command", choices=["finetune", "baselines", "extensions", "xl"])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     cl.configure(a.bin, a.work)
-    return cl.run_subcommand(a.command, {"finetune": cmd_finetune, "baselines": cmd_baselines, "xl": cmd_xl}[a.command])
+    return cl.run_subcommand(a.command, {"finetune": cmd_finetune, "baselines": cmd_baselines, "extensions": cmd_extensions,
+                                                  "xl": cmd_xl}[a.command])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -35,7 +35,8 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--encodings", nargs="+", default=["none", "learned", "sinusoidal", "rope"],
-                    help="posenc type names or JSON objects, one argument each")
+                    help="posenc type names or JSON objects, one argument each; a suffix "
+                    "'|OPTIONS' adds `grads` options to that one (e.g. 'alibi|--window 8 --sinks 2')")
     ap.add_argument("--emulated", type=int, required=True, help="1 when the build emulates the GPU")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
@@ -47,7 +48,8 @@ def main():
 
     failures = 0
     for i, enc in enumerate(a.encodings):
-        tag = enc if enc.isidentifier() else f"enc{i}"
+        enc, _, extra = enc.partition("|")   # grads options of this case (window, sinks)
+        tag = enc if enc.isidentifier() and not extra else f"enc{i}"
         ck = os.path.join(a.work, f"{tag}.safetensors")
         rc, out, err = run([a.bin, "init", "--preset", "tiny", "--posenc", enc, "--seed", "11", "--out", ck])
         if rc != 0:
@@ -58,7 +60,8 @@ def main():
             g = os.path.join(a.work, f"{tag}.{dev}.grads.safetensors")
             if os.path.exists(g):
                 os.remove(g)
-            rc, out, err = run([a.bin, "grads", "--checkpoint", ck, "--tokens", tok, "--out", g, "--device", dev])
+            rc, out, err = run([a.bin, "grads", "--checkpoint", ck, "--tokens", tok, "--out", g, "--device", dev]
+                               + extra.split())
             if dev == "cuda" and rc != 0 and not a.emulated:
                 lines = [l for l in err.strip().splitlines() if l.strip()]
                 if len(lines) == 1 and "no CUDA GPU" in lines[0]:
@@ -99,7 +102,7 @@ def main():
                     print(f"{enc}: {name}: max |cuda - cpu| / max |cpu| = {err_t:.3e} > 1e-4")
                     ok = False
         n = len(cpu_t)
-        print(f"{enc}: loss cpu {lc:.9g} cuda {lg:.9g} (rel {rel:.2e}); {n} gradients, worst "
+        print(f"{enc}{' ' + extra if extra else ''}: loss cpu {lc:.9g} cuda {lg:.9g} (rel {rel:.2e}); {n} gradients, worst "
               f"{worst[0] or '-'} {worst[1]:.2e}: {'ok' if ok else 'FAILED'}")
         failures += 0 if ok else 1
     return 1 if failures else 0

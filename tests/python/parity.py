@@ -52,8 +52,10 @@ BASE_CONFIG = {"vocab_size": 256, "d_model": 32, "n_layers": 2, "n_heads": 4, "d
                "context": 16, "norm_eps": 1e-5, "dropout": 0.0}
 SHORT, LONG = (16,), (16, 24)   # sequence lengths; 24 > context exercises extrapolation
 
-# An encoding case: posenc config, the sequence lengths to run, and config overrides.
-Case = namedtuple("Case", "posenc lengths overrides", defaults=((),))
+# An encoding case: posenc config, the sequence lengths to run, config overrides, and the
+# evaluation aids of POSENC_SPEC §6 given to `ctxlab grads` and torch_ref (window, sinks).
+Case = namedtuple("Case", "posenc lengths overrides aids", defaults=((), ()))
+_LONGROPE = {"short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 3.0, 8.0, 20.0]}  # head_dim 8
 ENCODING_CASES = {
     "none": Case({"type": "none"}, LONG),
     "learned": Case({"type": "learned"}, SHORT),
@@ -96,6 +98,27 @@ ENCODING_CASES = {
     "fire-shared-tie": Case({"type": "fire", "init_L": 12, "shared": True, "init_c": 0.5}, LONG),
     "cope": Case({"type": "cope"}, LONG),                         # positions past npos saturate at 24
     "cope-shared-npos4": Case({"type": "cope", "npos_max": 4, "shared": True}, LONG),
+    # the 2023-24 scalings (§2): llama3 with all three bands (wavelengths 6.3 < 8 <= 63 <= 64 < 628)
+    "rope-llama3": Case({"type": "rope", "scaling": {"type": "llama3", "factor": 4.0, "original_context": 64,
+                                                     "high_freq_factor": 8.0}}, LONG),
+    "rope-longrope": Case({"type": "rope", "scaling": {"type": "longrope", "original_context": 8, **_LONGROPE}},
+                          LONG),  # factor 16/8 = 2: m = sqrt(1 + ln 2 / ln 8); T > 8: the long list
+    "rope-longrope-switch": Case({"type": "rope", "scaling": {"type": "longrope", "attention_factor": 1.2,
+                                                              **_LONGROPE}}, LONG),  # T 16: short, 24: long
+    "rope-self-extend": Case({"type": "rope", "scaling": {"type": "self-extend", "window": 5, "group": 3}}, LONG),
+    # sliding window and attention sinks (§6)
+    "rope-window": Case({"type": "rope"}, LONG, (), (("window", 6),)),
+    "rope-sinks": Case({"type": "rope"}, LONG, (), (("window", 6), ("sinks", 2))),
+    "rope-yarn-sinks": Case({"type": "rope", "scaling": {"type": "yarn", "factor": 4.0}}, LONG, (),
+                            (("window", 5), ("sinks", 3))),
+    "rope-llama3-sinks": Case({"type": "rope", "scaling": {"type": "llama3", "factor": 4.0}}, LONG, (),
+                              (("window", 5), ("sinks", 1))),
+    "alibi-sinks": Case({"type": "alibi"}, LONG, (), (("window", 6), ("sinks", 2))),
+    "kerple-sinks": Case({"type": "kerple", "variant": "power"}, LONG, (), (("window", 6), ("sinks", 2))),
+    "sandwich-sinks": Case({"type": "sandwich"}, LONG, (), (("window", 6), ("sinks", 2))),
+    "t5-sinks": Case({"type": "t5", "num_buckets": 8, "max_distance": 12}, LONG, (), (("window", 6), ("sinks", 2))),
+    "learned-sinks": Case({"type": "learned"}, SHORT, (), (("window", 5), ("sinks", 2))),
+    "none-sinks": Case({"type": "none"}, LONG, (), (("window", 4), ("sinks", 2))),
 }
 
 # Must-reject cases: name -> (config, T, valid config the tensors are drawn from). ctxlab
@@ -116,6 +139,22 @@ REJECT_CASES = {
                        {**BASE_CONFIG, "posenc": {"type": "rnn"}}),
     "reject-fire-bad-init-L": ({**BASE_CONFIG, "posenc": {"type": "fire", "init_L": 0}}, 16,
                                {**BASE_CONFIG, "posenc": {"type": "fire"}}),
+    "reject-llama3-key": ({**BASE_CONFIG, "posenc": {"type": "rope", "scaling": {"type": "llama3", "factor": 2.0,
+                                                                                  "beta_fast": 8.0}}},
+                          16, BASE_CONFIG),
+    "reject-longrope-list": ({**BASE_CONFIG, "posenc": {"type": "rope", "scaling": {
+                                 "type": "longrope", "short_factor": [1.0] * 3, "long_factor": [1.0] * 4}}},
+                             16, BASE_CONFIG),
+    "reject-self-extend-no-group": ({**BASE_CONFIG, "posenc": {"type": "rope", "scaling": {"type": "self-extend"}}},
+                                    16, BASE_CONFIG),
+}
+# Must-reject `grads` options (name -> (config, T, the options)): sinks where §6 leaves them out.
+REJECT_AIDS = {
+    "reject-sinks-longrope": ({**BASE_CONFIG, "posenc": {"type": "rope", "scaling": {"type": "longrope",
+                                                                                     **_LONGROPE}}},
+                              16, (("window", 6), ("sinks", 2))),
+    "reject-sinks-xpos": ({**BASE_CONFIG, "posenc": {"type": "xpos"}}, 16, (("window", 6), ("sinks", 2))),
+    "reject-sinks-no-window": ({**BASE_CONFIG, "posenc": {"type": "alibi"}}, 16, (("sinks", 2),)),
 }
 
 # The minimal config: every other key takes its default (posenc none, layernorm, tied, d_ff 4D).
@@ -131,20 +170,28 @@ DEFAULT_CASES = ["defaults", "none", "learned", "learned-hier", "sinusoidal",
                  "fire", "fire-shared-tie", "cope", "cope-shared-npos4", "reject-fire-bad-init-L",
                  "reject-learned-long", "reject-learned-hier-long", "reject-tupe-long",
                  "reject-unknown-key", "reject-unknown-posenc-key", "reject-bad-heads",
-                 "reject-floater-bad-dt", "reject-rnn-key"]
-ALL_CASES = ["defaults"] + list(ENCODING_CASES) + list(REJECT_CASES)
+                 "reject-floater-bad-dt", "reject-rnn-key",
+                 "rope-llama3", "rope-longrope", "rope-longrope-switch", "rope-self-extend",
+                 "rope-window", "rope-sinks", "rope-yarn-sinks", "rope-llama3-sinks", "alibi-sinks",
+                 "kerple-sinks", "sandwich-sinks", "t5-sinks", "learned-sinks", "none-sinks",
+                 "reject-llama3-key", "reject-longrope-list", "reject-self-extend-no-group",
+                 "reject-sinks-longrope", "reject-sinks-xpos", "reject-sinks-no-window"]
+ALL_CASES = ["defaults"] + list(ENCODING_CASES) + list(REJECT_CASES) + list(REJECT_AIDS)
 
 
 # ---------------------------------------------------------------------------------------
 # Inputs
 # ---------------------------------------------------------------------------------------
 def expand(name):
-    """Variants of a case name: (label, config, T, must_reject, config the tensors fit)."""
+    """Variants of a case name: (label, config, T, must_reject, config the tensors fit, aids)."""
     if name == "defaults":
-        return [(f"defaults/T{T}", dict(DEFAULTS_CASE), T, False, None) for T in LONG]
+        return [(f"defaults/T{T}", dict(DEFAULTS_CASE), T, False, None, ()) for T in LONG]
     if name in REJECT_CASES:
         cfg, T, tensors_cfg = REJECT_CASES[name]
-        return [(name, cfg, T, True, tensors_cfg)]
+        return [(name, cfg, T, True, tensors_cfg, ())]
+    if name in REJECT_AIDS:
+        cfg, T, aids = REJECT_AIDS[name]
+        return [(name, cfg, T, True, None, aids)]
     case = ENCODING_CASES[name]
     out = []
     for norm in ("layernorm", "rmsnorm"):
@@ -153,7 +200,7 @@ def expand(name):
                    **dict(case.overrides)}
             for T in case.lengths:
                 label = f"{name}/{norm}/{'tied' if tied else 'untied'}/T{T}"
-                out.append((label, cfg, T, False, None))
+                out.append((label, cfg, T, False, None, case.aids))
     return out
 
 
@@ -201,11 +248,14 @@ def write_inputs(ref, st_io, case_dir, cfg, T, seed, tensors_cfg=None, token_dty
     return ckpt, tokens
 
 
-def run_grads(ctxlab, ckpt, tokens, out):
-    """Run `ctxlab grads`; returns (returncode or None on timeout, combined output)."""
+def run_grads(ctxlab, ckpt, tokens, out, aids=()):
+    """Run `ctxlab grads` (aids: (option, value) pairs, e.g. (("window", 6),)); returns
+    (returncode or None on timeout, combined output)."""
     if os.path.exists(out):
         os.remove(out)
     cmd = [ctxlab, "grads", "--checkpoint", ckpt, "--tokens", tokens, "--out", out]
+    for opt, value in aids:
+        cmd += [f"--{opt}", str(value)]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -216,8 +266,8 @@ def run_grads(ctxlab, ckpt, tokens, out):
 # ---------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------
-def check_reject(ctxlab, ckpt, tokens, out):
-    rc, msg = run_grads(ctxlab, ckpt, tokens, out)
+def check_reject(ctxlab, ckpt, tokens, out, aids=()):
+    rc, msg = run_grads(ctxlab, ckpt, tokens, out, aids)
     lines = msg.splitlines()
     if rc is None:
         return False, msg
@@ -230,8 +280,8 @@ def check_reject(ctxlab, ckpt, tokens, out):
     return True, f"exit {rc}: {lines[0][:160]}"
 
 
-def check_grads(ref, st_io, ctxlab, ckpt, tokens_path, out):
-    rc, msg = run_grads(ctxlab, ckpt, tokens_path, out)
+def check_grads(ref, st_io, ctxlab, ckpt, tokens_path, out, aids=()):
+    rc, msg = run_grads(ctxlab, ckpt, tokens_path, out, aids)
     if rc is None:
         return False, msg
     if rc != 0:
@@ -243,7 +293,7 @@ def check_grads(ref, st_io, ctxlab, ckpt, tokens_path, out):
         return False, f"unreadable output: {e}"
 
     cfg, params = ref.load_checkpoint(ckpt)
-    loss, grads = ref.loss_and_grads(cfg, params, st_io.load_npy(tokens_path))
+    loss, grads = ref.loss_and_grads(cfg, params, st_io.load_npy(tokens_path), **dict(aids))
 
     errors = []
     missing = sorted(set(grads) - set(entries))
@@ -321,7 +371,7 @@ def main(argv=None):
 
     failed = passed = 0
     for name in names:
-        for label, cfg, T, must_reject, tensors_cfg in expand(name):
+        for label, cfg, T, must_reject, tensors_cfg, aids in expand(name):
             case_dir = os.path.join(args.workdir, re.sub(r"[^A-Za-z0-9_.-]", "_", label))
             try:
                 token_dtype = "<i8" if name == "defaults" else "<i4"   # both are allowed
@@ -329,9 +379,9 @@ def main(argv=None):
                                             tensors_cfg, token_dtype)
                 out = os.path.join(case_dir, "g.safetensors")
                 if must_reject:
-                    ok, detail = check_reject(ctxlab, ckpt, tokens, out)
+                    ok, detail = check_reject(ctxlab, ckpt, tokens, out, aids)
                 else:
-                    ok, detail = check_grads(ref, st_io, ctxlab, ckpt, tokens, out)
+                    ok, detail = check_grads(ref, st_io, ctxlab, ckpt, tokens, out, aids)
             except Exception as e:  # a bug in the driver or reference must not hide a case
                 ok, detail = False, f"driver error: {type(e).__name__}: {e}"
             print(f"{'PASS' if ok else 'FAIL'} {label}: {detail}", flush=True)

@@ -18,10 +18,12 @@ absolute encodings, ``scores`` for everything acting on attention logits, ``valu
 value terms, ``project_`` for in-place constraint projections (KERPLE), ``check_length``.
 
 Implemented: none, learned (+hierarchical), sinusoidal, rope (half/interleaved; scaling
-pi, ntk, dynamic-ntk, yarn, rerope, leaky-rerope; log_n), xpos, alibi, kerple (log,
+pi, ntk, dynamic-ntk, yarn, rerope, leaky-rerope, llama3, longrope, self-extend; log_n), xpos, alibi, kerple (log,
 power), sandwich, t5, shaw, xl (no memory), deberta, tupe, rnn (GRU), floater (RK4),
 complex-order, fire, cope (POSENC_SPEC §7: written from the papers' code, torch.maximum and
-a flipped cumsum, not from ctxlab's kernels).
+a flipped cumsum, not from ctxlab's kernels). Sliding window and attention sinks (POSENC_SPEC §6): ``forward_loss`` /
+``loss_and_grads`` take ``window`` and ``sinks``; the encodings read their relative positions
+from ``PosEnc.rel(T)`` (i - j, or a sink key's distance in the rolling cache).
 
 Float32 tables: frequencies, slopes, buckets and similar tables are computed in float32
 with the operation order POSENC_SPEC gives, calling the C library's ``powf``/``logf`` (via
@@ -323,6 +325,37 @@ class PosEnc:
         """Additive logit bias [H, T, T] (after the scale), or None."""
         return None
 
+    # §6 window and sinks, set by forward_loss (0 = off)
+    window = 0
+    sinks = 0
+    SINKS_OK = False   # the encodings §6 defines sinks for set True
+
+    def rel(self, T):
+        """r[i, j] float64 [T, T]: i - j, a sink key beyond the window (j < S, i - j >= W) at
+        min(i, S + W - 1) - j (its distance in StreamingLLM's rolling cache); masked j > i: 0."""
+        d = causal_delta(T)
+        if self.sinks == 0:
+            return d
+        i = torch.arange(T, dtype=torch.float64)[:, None].expand(T, T)
+        rank = i.clamp(max=float(self.sinks + self.window - 1))
+        j = torch.arange(T, dtype=torch.float64)[None, :].expand(T, T)
+        return torch.where(self.sink_far(T), rank - j, d)
+
+    def sink_far(self, T):
+        """bool [T, T]: the sink keys beyond the window (j < S and i - j >= W)."""
+        pos = torch.arange(T)
+        i, j = pos[:, None], pos[None, :]
+        return (j < self.sinks) & (i - j >= self.window) if self.sinks else torch.zeros(T, T, dtype=torch.bool)
+
+    def visible(self, T):
+        """bool [T, T]: key j visible to query i (causal, window, sinks)."""
+        pos = torch.arange(T)
+        i, j = pos[:, None], pos[None, :]
+        v = j <= i
+        if self.window:
+            v = v & ((i - j < self.window) | (j < self.sinks))
+        return v
+
     def scores(self, q, k, P, l):
         s = (q @ k.transpose(-1, -2)) * self.scale
         b = self.bias(q.shape[2], P, q.dtype)
@@ -348,12 +381,14 @@ def _require_even(section, what, n):
 
 @register("none")
 class NoPosEnc(PosEnc):
+    SINKS_OK = True
     pass
 
 
 # ---- §1 absolute ----------------------------------------------------------------------
 @register("learned")
 class Learned(PosEnc):
+    SINKS_OK = True
     KEYS = {"hierarchical": False}
     ALPHA = 0.4
 
@@ -384,6 +419,7 @@ class Learned(PosEnc):
 
 @register("sinusoidal")
 class Sinusoidal(PosEnc):
+    SINKS_OK = True
     @classmethod
     def validate(cls, pe, cfg):
         _require_even("posenc sinusoidal", "d_model", cfg["d_model"])
@@ -419,8 +455,18 @@ def rotate(x, cos, sin, pairing):
 
 
 SCALING_KEYS = {"type": None, "factor": None, "original_context": None, "window": None,
-                "beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None, "log_n": False}
-SCALING_TYPES = ("pi", "ntk", "dynamic-ntk", "yarn", "rerope", "leaky-rerope")
+                "beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None, "log_n": False,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0, "short_factor": None,
+                "long_factor": None, "group": None}
+SCALING_TYPES = ("pi", "ntk", "dynamic-ntk", "yarn", "rerope", "leaky-rerope", "llama3", "longrope",
+                 "self-extend")
+# The 2024 types take exactly the keys of their POSENC_SPEC §2 bullet.
+SCALING_OWN_KEYS = {
+    "llama3": {"type", "factor", "low_freq_factor", "high_freq_factor", "original_context"},
+    "longrope": {"type", "short_factor", "long_factor", "factor", "attention_factor", "original_context"},
+    "self-extend": {"type", "window", "group", "original_context"},
+}
+SINK_SCALINGS = (None, "pi", "ntk", "yarn", "llama3")
 
 
 @register("rope")
@@ -445,6 +491,10 @@ class Rope(PosEnc):
         s = _fill(sec, sc, SCALING_KEYS)
         if s["type"] not in SCALING_TYPES:
             raise ConfigError(f"{sec}: type must be one of {', '.join(SCALING_TYPES)}, got {s['type']!r}")
+        own = SCALING_OWN_KEYS.get(s["type"])
+        if own is not None and set(sc) - own:
+            raise ConfigError(f"{sec}: key(s) {sorted(set(sc) - own)} not allowed for {s['type']}")
+        Rope.validate_2024(sec, s, sc, cfg)
         if s["factor"] is None:
             s["factor"] = 16.0 if s["type"] == "leaky-rerope" else 1.0
         if not _is_num(s["factor"]) or s["factor"] <= 0:
@@ -462,23 +512,50 @@ class Rope(PosEnc):
             raise ConfigError(f"{sec}: attention_factor must be a number")
         if not isinstance(s["log_n"], bool):
             raise ConfigError(f"{sec}: log_n must be true or false")
-        return s
+        return s if own is None else {k: s[k] for k in own}  # parsed again, it must pass again
+
+    @staticmethod
+    def validate_2024(sec, s, given, cfg):
+        """llama3 / longrope / self-extend requirements (POSENC_SPEC §2)."""
+        kind = s["type"]
+        if kind == "llama3":
+            if "factor" not in given:
+                raise ConfigError(f"{sec}: llama3 needs factor")
+            lo, hi = s["low_freq_factor"], s["high_freq_factor"]
+            if not (_is_num(lo) and _is_num(hi) and lo > 0 and hi > lo):
+                raise ConfigError(f"{sec}: llama3 needs 0 < low_freq_factor < high_freq_factor")
+        elif kind == "longrope":
+            for key in ("short_factor", "long_factor"):
+                v = s[key]
+                if not (isinstance(v, list) and len(v) == head_dim(cfg) // 2
+                        and all(_is_num(x) and math.isfinite(x) and x > 0 for x in v)):
+                    raise ConfigError(f"{sec}: {key} must be a list of head_dim/2 numbers > 0")
+            if s["factor"] is None:
+                L = s["original_context"] if s["original_context"] is not None else cfg["context"]
+                s["factor"] = cfg["context"] / L
+        elif kind == "self-extend":
+            _positive_int(sec, "group", s["group"])
 
     def __init__(self, cfg):
         super().__init__(cfg)
         self.base = self.pe["base"]
         self.pairing = self.pe["pairing"]
         self.sc = self.pe["scaling"]
+        self.SINKS_OK = (self.sc["type"] if self.sc else None) in SINK_SCALINGS
 
     # -- frequency tables (float32) --
     def theta(self, T):
         """theta_k' [d/2] float32 for a forward over T positions, and the cos/sin factor m."""
         d, half = self.d, range(self.d // 2)
         sc = self.sc
-        if sc is None or sc["type"] in ("rerope", "leaky-rerope"):
+        if sc is None or sc["type"] in ("rerope", "leaky-rerope", "self-extend"):
             return inv_freqs(self.base, d, half), 1.0
         s, L = f32(sc["factor"]), sc["original_context"]
         kind = sc["type"]
+        if kind == "llama3":
+            return self.llama3_theta(inv_freqs(self.base, d, half)), 1.0
+        if kind == "longrope":
+            return self.longrope_theta(T)
         if kind == "pi":
             return inv_freqs(self.base, d, half) / s, 1.0
         if kind == "ntk":
@@ -505,6 +582,33 @@ class Rope(PosEnc):
             m = 0.1 * math.log(sf) + 1.0 if sf > 1 else 1.0
         return theta, float(m)
 
+    def llama3_theta(self, theta):
+        """HF _compute_llama3_parameters in float32 (torch tensors, as HF)."""
+        sc = self.sc
+        inv = torch.from_numpy(np.asarray(theta, dtype=f32))
+        L = torch.tensor(float(sc["original_context"]), dtype=torch.float32)
+        lf = torch.tensor(float(sc["low_freq_factor"]), dtype=torch.float32)
+        hf = torch.tensor(float(sc["high_freq_factor"]), dtype=torch.float32)
+        wavelen = torch.tensor(2 * math.pi, dtype=torch.float32) / inv
+        out = torch.where(wavelen > L / lf, inv / float(sc["factor"]), inv)
+        smooth = (L / wavelen - lf) / (hf - lf)
+        smoothed = (1 - smooth) * out / float(sc["factor"]) + smooth * out
+        medium = ~(wavelen < L / hf) & ~(wavelen > L / lf)
+        return torch.where(medium, smoothed, out).numpy().astype(f32)
+
+    def longrope_theta(self, T):
+        """HF _compute_longrope_parameters + longrope_frequency_update (float32)."""
+        sc, d = self.sc, self.d
+        L = sc["original_context"]
+        ext = sc["long_factor"] if T > L else sc["short_factor"]
+        theta = np.array([f32(1) / (f32(ext[k]) * powf(f32(self.base), f32(2 * k) / f32(d)))
+                          for k in range(d // 2)], dtype=f32)
+        s = float(sc["factor"])
+        m = sc["attention_factor"]
+        if m is None:
+            m = math.sqrt(1 + math.log(s) / math.log(L)) if s > 1 else 1.0
+        return theta, float(m)
+
     def log_n_factor(self, T, dtype):
         """ReRoPE-style query scale max(1, ln(i+1)/ln(L)) [T, 1] (float32 table)."""
         lnL = logf(f32(self.sc["original_context"]))
@@ -513,15 +617,30 @@ class Rope(PosEnc):
 
     def scores(self, q, k, P, l):
         T = q.shape[2]
-        if self.sc is not None and self.sc["log_n"]:
+        if self.sc is not None and self.sc.get("log_n"):
             q = q * self.log_n_factor(T, q.dtype)
         if self.sc is not None and self.sc["type"] in ("rerope", "leaky-rerope"):
             return self.rerope_scores(q, k)
         theta, m = self.theta(T)
-        ang = angles(range(T), theta).astype(np.float64)
-        cos, sin = self.table(m * np.cos(ang), q.dtype), self.table(m * np.sin(ang), q.dtype)
-        q, k = rotate(q, cos, sin, self.pairing), rotate(k, cos, sin, self.pairing)
-        return (q @ k.transpose(-1, -2)) * self.scale
+        if self.sc is not None and self.sc["type"] == "self-extend":
+            W, G = self.sc["window"], self.sc["group"]
+            near = self.rotated_scores(q, k, range(T), range(T), theta, m)
+            far = self.rotated_scores(q, k, [i // G + W - W // G for i in range(T)],
+                                      [j // G for j in range(T)], theta, m)
+            return torch.where(causal_delta(T, clamp=False) < W, near, far)
+        s = self.rotated_scores(q, k, range(T), range(T), theta, m)
+        if self.sinks:  # a sink key beyond the window: the query at its cache rank
+            rank = [min(i, self.sinks + self.window - 1) for i in range(T)]
+            s = torch.where(self.sink_far(T), self.rotated_scores(q, k, rank, range(T), theta, m), s)
+        return s
+
+    def rotated_scores(self, q, k, qpos, kpos, theta, m):
+        """scale (R_qpos q . R_kpos k) [B, H, T, T] (float32 angles float(p) * theta)."""
+        def turn(x, pos):
+            ang = angles(pos, theta).astype(np.float64)
+            return rotate(x, self.table(m * np.cos(ang), x.dtype), self.table(m * np.sin(ang), x.dtype),
+                          self.pairing)
+        return (turn(q, qpos) @ turn(k, kpos).transpose(-1, -2)) * self.scale
 
     def rerope_scores(self, q, k):
         """Logits from the relative angle r_ij * theta_k of each pair (ReRoPE, leaky ReRoPE).
@@ -580,13 +699,16 @@ class XPos(PosEnc):
 # ---- §3 additive biases -----------------------------------------------------------------
 @register("alibi")
 class Alibi(PosEnc):
+    SINKS_OK = True
+
     def bias(self, T, P, dtype):
         m = torch.as_tensor(alibi_slopes(self.H).astype(np.float64))
-        return (-m[:, None, None] * causal_delta(T)).to(dtype)
+        return (-m[:, None, None] * self.rel(T)).to(dtype)
 
 
 @register("kerple")
 class Kerple(PosEnc):
+    SINKS_OK = True
     KEYS = {"variant": "log"}
 
     @classmethod
@@ -614,7 +736,7 @@ class Kerple(PosEnc):
 
     def bias(self, T, P, dtype):
         r1, r2 = P["pe.r1"][:, None, None], P["pe.r2"][:, None, None]
-        delta = causal_delta(T).to(dtype)
+        delta = self.rel(T).to(dtype)
         if self.pe["variant"] == "log":
             return -r1 * torch.log(1 + r2 * delta)
         # delta^r2 with d/dr2 = 0 at delta = 0: evaluate the power only where delta > 0
@@ -624,6 +746,7 @@ class Kerple(PosEnc):
 
 @register("sandwich")
 class Sandwich(PosEnc):
+    SINKS_OK = True
     @classmethod
     def validate(cls, pe, cfg):
         _require_even("posenc sandwich", "head_dim", head_dim(cfg))
@@ -634,7 +757,7 @@ class Sandwich(PosEnc):
         w = inv_freqs(10000.0, d, range(1, d // 2 + 1))            # k = 1 .. d/2
         ang = angles(range(T), w).astype(np.float64)                # [delta, k]
         per_delta = np.cos(ang).sum(axis=1) - d / 2                 # [T] over delta
-        tab = torch.as_tensor(per_delta)[causal_delta_index(T)]     # [T, T]
+        tab = torch.as_tensor(per_delta)[self.rel(T).long()]       # [T, T]
         hs = torch.tensor([H / (8.0 * h1) for h1 in range(1, H + 1)], dtype=torch.float64)
         return (tab[None] * hs[:, None, None]).to(dtype)
 
@@ -643,13 +766,16 @@ class _T5Table:
     """Shared helper: the causal T5 bucket bias B[h, i, j] = W[b(i - j), h]."""
 
     @staticmethod
-    def t5_bias(W, T, num_buckets, max_distance):
+    def t5_bias(W, T, num_buckets, max_distance, rel=None):
+        """rel: the [T, T] distances (default i - j; sinks: PosEnc.rel)."""
         b = torch.tensor([t5_bucket(n, num_buckets, max_distance) for n in range(T)])
-        return W[b[causal_delta_index(T)]].permute(2, 0, 1)        # [H, T, T]
+        idx = causal_delta_index(T) if rel is None else rel.long()
+        return W[b[idx]].permute(2, 0, 1)                          # [H, T, T]
 
 
 @register("t5")
 class T5(PosEnc):
+    SINKS_OK = True
     KEYS = {"num_buckets": 32, "max_distance": 128}
 
     @classmethod
@@ -667,7 +793,7 @@ class T5(PosEnc):
 
     def bias(self, T, P, dtype):
         return _T5Table.t5_bias(P["pe.rel_bias.weight"], T, self.pe["num_buckets"],
-                                self.pe["max_distance"])
+                                self.pe["max_distance"], self.rel(T))
 
 
 # ---- §4 content-position ------------------------------------------------------------------
@@ -808,6 +934,7 @@ class TUPE(PosEnc):
 # ---- §5 recurrent, continuous and complex-order ------------------------------------------
 @register("rnn")
 class Recurrent(PosEnc):
+    SINKS_OK = True
     """One GRU layer (torch.nn.GRU's equations, gates r, z, n) replaces the token embeddings."""
 
     def shared_specs(self):
@@ -836,6 +963,7 @@ class Recurrent(PosEnc):
 
 @register("floater")
 class Floater(PosEnc):
+    SINKS_OK = True
     """Positions p(i dt) of dp/dt = W2 tanh(W1 p + b1 + t w_t) + b2 by classic RK4."""
     KEYS = {"hidden": 64, "dt": 0.01, "substeps": 1}
 
@@ -881,6 +1009,7 @@ class Floater(PosEnc):
 
 @register("complex-order")
 class ComplexOrder(PosEnc):
+    SINKS_OK = True
     """Word w at position t: (wte[w, 2k] + i wte[w, 2k+1]) e^{i freq[w, k] t}."""
 
     @classmethod
@@ -1074,16 +1203,22 @@ def attention(cfg, enc, a, P, l):
     qkv = linear(a, P, f"blocks.{l}.attn.qkv")                            # [B, T, 3D]
     q, k, v = (t.reshape(B, T, H, d).transpose(1, 2) for t in qkv.split(D, dim=-1))
     s = enc.scores(q, k, P, l)                                            # [B, H, T, T]
-    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    s = s.masked_fill(~enc.visible(T), float("-inf"))
     p = torch.softmax(s, dim=-1)
     o = enc.values(p, v, P, l)                                            # [B, H, T, d]
     return linear(o.transpose(1, 2).reshape(B, T, D), P, f"blocks.{l}.attn.proj")
 
 
-def forward_loss(cfg, P, tokens):
-    """Mean next-token cross-entropy of tokens [B, T+1] (inputs [:, :-1], targets [:, 1:])."""
+def forward_loss(cfg, P, tokens, window=0, sinks=0):
+    """Mean next-token cross-entropy of tokens [B, T+1] (inputs [:, :-1], targets [:, 1:]),
+    with a sliding window and attention sinks (POSENC_SPEC §6) when given."""
     cfg = parse_config(cfg)
     enc = make_encoding(cfg)
+    if sinks < 0 or window < 0 or (sinks and not window):
+        raise ConfigError(f"sinks ({sinks}) and window ({window}) must be >= 0; sinks need a window")
+    if sinks and not enc.SINKS_OK:
+        raise ConfigError(f"sinks are not defined for posenc {cfg['posenc']}")
+    enc.window, enc.sinks = window, sinks
     tokens = torch.as_tensor(np.asarray(tokens)).long()
     if tokens.dim() != 2 or tokens.shape[1] < 2:
         raise ValueError(f"tokens must be [B, T+1] with T >= 1, got {tuple(tokens.shape)}")
@@ -1102,7 +1237,7 @@ def forward_loss(cfg, P, tokens):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
 
 
-def loss_and_grads(cfg, params, tokens, dtype=torch.float64):
+def loss_and_grads(cfg, params, tokens, dtype=torch.float64, window=0, sinks=0):
     """One forward/backward: returns (loss as float, {name: d loss / d param} in dtype).
 
     As ctxlab does before each forward, constraint projections (KERPLE's clamps) are
@@ -1112,7 +1247,7 @@ def loss_and_grads(cfg, params, tokens, dtype=torch.float64):
     check_params(cfg, params)
     make_encoding(cfg).project_(params)
     P = {n: t.detach().to(dtype).clone().requires_grad_(True) for n, t in params.items()}
-    loss = forward_loss(cfg, P, tokens)
+    loss = forward_loss(cfg, P, tokens, window, sinks)
     names = list(P)
     grads = torch.autograd.grad(loss, [P[n] for n in names], allow_unused=True)
     return loss.item(), {n: (g if g is not None else torch.zeros_like(P[n]))

@@ -326,4 +326,14 @@ void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt) {
   CTX_CHECK(opt.log_interval > 0, "--log-interval must be positive, got ", opt.log_interval);
 }
 
+
+nlohmann::json rope_scaling_option(const std::string& value) {
+  const size_t at = value.find_first_not_of(" \t");
+  if (at == std::string::npos || value[at] != '{') return {{"type", value}};
+  nlohmann::json sc = nlohmann::json::parse(value, nullptr, false);
+  CTX_CHECK(!sc.is_discarded() && sc.is_object() && sc.contains("type"), "--rope-scaling: expected a type name or a "
+            "JSON object with a \"type\" (e.g. '{\"type\":\"self-extend\",\"group\":4}'), got ", value);
+  return sc;
+}
+
 }  // namespace ctx::cli

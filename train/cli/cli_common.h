@@ -82,5 +82,9 @@ std::shared_ptr<const Tokenizer> checkpoint_tokenizer(const LoadedModel& lm, con
                                                       const std::string& ckpt);
 // all [B, T+1] -> (inputs [B, T], targets [B, T])
 std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all);
+// The value of --rope-scaling (eval, finetune): a type name ("yarn") or the whole scaling as a
+// JSON object ('{"type":"longrope","short_factor":[...],...}', the only form for longrope's
+// lists and self-extend's group) -> the scaling object (its keys are checked by the encoding).
+nlohmann::json rope_scaling_option(const std::string& value);
 
 }  // namespace ctx::cli

@@ -87,7 +87,7 @@ nlohmann::json posenc_override(const cxxopts::ParseResult& r, const std::string&
     const nlohmann::json& pe = plain.model->cfg.posenc;
     const std::string type = pe.value("type", std::string("none"));
     CTX_CHECK(type == "rope", ckpt, ": --rope-scaling needs a rope model (config.posenc.type is \"", type, "\")");
-    nlohmann::json sc = {{"type", r["rope-scaling"].as<std::string>()}};
+    nlohmann::json sc = rope_scaling_option(r["rope-scaling"].as<std::string>());
     if (r.count("factor")) {
       double f = r["factor"].as<double>();
       CTX_CHECK(std::isfinite(f) && f > 0, "--factor must be a positive number (e.g. 4), got ", f);
@@ -97,7 +97,7 @@ nlohmann::json posenc_override(const cxxopts::ParseResult& r, const std::string&
       int64_t L = r["original-context"].as<int64_t>();
       CTX_CHECK(L >= 1, "--original-context must be a positive integer (e.g. 256), got ", L);
       sc["original_context"] = L;
-    } else {
+    } else if (!sc.contains("original_context")) {
       // Keep the pretraining context a fine-tuned checkpoint recorded (POSENC_SPEC §2: L must
       // not change when the scaling is overridden).
       if (pe.contains("scaling") && pe["scaling"].is_object() && pe["scaling"].contains("original_context"))
@@ -144,7 +144,8 @@ cxxopts::Options eval_options() {
       "hierarchical", "learned positions only: extend the table beyond the context L with Su's "
       "hierarchical decomposition (POSENC_SPEC §1), needed for lengths > L")(
       "rope-scaling", "rope only: context-extension method, one of pi | ntk | dynamic-ntk | yarn | "
-      "rerope | leaky-rerope (POSENC_SPEC §2), e.g. --rope-scaling yarn",
+      "rerope | leaky-rerope | llama3 | longrope | self-extend (POSENC_SPEC §2), e.g. --rope-scaling yarn, or "
+      "the scaling as JSON, e.g. '{\"type\":\"self-extend\",\"group\":4,\"window\":64}'",
       cxxopts::value<std::string>())(
       "factor", "with --rope-scaling: the scale factor s (leaky-rerope: the leak k), e.g. 4",
       cxxopts::value<double>())(
@@ -154,6 +155,8 @@ cxxopts::Options eval_options() {
   o.add_options("baselines")(
       "window", "sliding-window (local) attention: each token attends to its last W positions only, "
       "e.g. --window 256 (the model's context is the usual choice)", cxxopts::value<int64_t>())(
+      "sinks", "with --window: attention sinks, the first S positions stay visible to every token (StreamingLLM; "
+      "POSENC_SPEC §6), e.g. --sinks 4", cxxopts::value<int64_t>())(
       "segmented", "evaluate each window in independent chunks of the model's context L (positions "
       "restart at 0 in every chunk, no attention across chunks)");
   o.add_options("output")("csv", "also write the table as CSV (length,windows,tokens,loss,ppl,bits_per_byte,bytes), "
@@ -185,11 +188,21 @@ EvalMode eval_mode(const cxxopts::ParseResult& r, const nn::GPT& model) {
     CTX_CHECK(mode.window >= 1, "--window must be a positive number of positions (e.g. ", model.cfg.context,
               "), got ", mode.window);
   }
+  if (r.count("sinks")) {
+    mode.sinks = r["sinks"].as<int64_t>();
+    model.check_sinks(mode.window, mode.sinks);
+  }
   if (r.count("segmented")) {
     CTX_CHECK(mode.window == 0, "--window and --segmented are two different baselines; give one of them");
     mode.segment = model.cfg.context;
   }
   return mode;
+}
+
+// How the output names the mode: "sliding window 256 + 4 sinks", "segmented, chunks of 128", ...
+std::string eval_mode_name(const EvalMode& mode) {
+  if (mode.window > 0) return str("sliding window ", mode.window, mode.sinks > 0 ? str(" + ", mode.sinks, " sinks") : "");
+  return mode.segment > 0 ? str("segmented, chunks of ", mode.segment) : std::string("full causal attention");
 }
 
 // The tokens evaluated: all of --data, or the validation split of the shipped corpus.
@@ -287,9 +300,7 @@ int run_eval(int argc, char** argv) {
   const EvalText text = eval_text(*r, *tok);
   const std::vector<int64_t> lengths = eval_lengths(*r, model, text, mode);
 
-  const std::string mode_name = mode.window > 0    ? str("sliding window ", mode.window)
-                                : mode.segment > 0 ? str("segmented, chunks of ", mode.segment)
-                                                   : std::string("full causal attention");
+  const std::string mode_name = eval_mode_name(mode);
   const nlohmann::json header = {
       {"checkpoint", ckpt},
       {"data", r->count("data") ? (*r)["data"].as<std::string>() : shipped_corpus_path()},
@@ -300,6 +311,7 @@ int run_eval(int argc, char** argv) {
       {"tokenizer", {{"type", tok->type()}, {"vocab_size", tok->vocab_size()}, {"fingerprint", tok->fingerprint()}}},
       {"mode", mode_name},
       {"window", mode.window},
+      {"sinks", mode.sinks},
       {"segment", mode.segment}};
   std::printf("eval %s (posenc %s, context %lld, tokenizer %s) on %s: %zu tokens, %s\n", ckpt.c_str(),
               model.cfg.posenc.dump().c_str(), (long long)model.cfg.context, tok->describe().c_str(), text.data.c_str(),
@@ -357,6 +369,8 @@ cxxopts::Options sample_options() {
       cxxopts::value<uint64_t>()->default_value("0"))(
       "window", "sliding-window attention: each token sees its last W positions, >= 0 (0 = all), e.g. 256",
       cxxopts::value<int64_t>()->default_value("0"))(
+      "sinks", "with --window: attention sinks, the first S positions stay visible; the KV cache keeps them and "
+      "the last W (StreamingLLM, POSENC_SPEC §6), >= 0, e.g. 4", cxxopts::value<int64_t>()->default_value("0"))(
       "no-cache", "recompute the full forward for every token instead of the KV cache (for comparison)")(
       "keep", "learned / tupe positions: when the context is full keep the last K tokens, re-encoded at positions "
       "0..K-1, and go on (0 = half the context; K = context: recompute the last `context` tokens every step)",
@@ -378,6 +392,7 @@ int run_sample(int argc, char** argv) {
   require(*r, "checkpoint", o);
   SampleOptions opt;
   opt.window = (*r)["window"].as<int64_t>();
+  opt.sinks = (*r)["sinks"].as<int64_t>();
   opt.use_cache = !(*r)["no-cache"].as<bool>();
   opt.keep = (*r)["keep"].as<int64_t>();
   opt.max_tokens = (*r)["max-tokens"].as<int64_t>();

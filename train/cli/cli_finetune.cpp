@@ -41,12 +41,16 @@ nlohmann::json finetune_posenc_override(const cxxopts::ParseResult& r, const Mod
     L = r["original-context"].as<int64_t>();
     CTX_CHECK(L >= 1, "--original-context must be a positive integer (e.g. 256), got ", L);
   }
-  nlohmann::json sc = {{"type", r["rope-scaling"].as<std::string>()}, {"original_context", L}};
+  nlohmann::json sc = rope_scaling_option(r["rope-scaling"].as<std::string>());
+  if (sc.contains("original_context") && sc["original_context"].is_number_integer() && !r.count("original-context"))
+    L = sc["original_context"].get<int64_t>();
+  sc["original_context"] = L;
   if (r.count("factor")) {
     double f = r["factor"].as<double>();
     CTX_CHECK(std::isfinite(f) && f > 0, "--factor must be a positive number (e.g. 4), got ", f);
     sc["factor"] = f;
-  } else if (sc["type"] != "rerope" && sc["type"] != "leaky-rerope") {
+  } else if (!sc.contains("factor") && sc["type"] != "rerope" && sc["type"] != "leaky-rerope" &&
+             sc["type"] != "self-extend") {
     sc["factor"] = (double)context / (double)L;  // PI: s = L' / L
   }
   return {{"scaling", sc}};
@@ -74,7 +78,8 @@ void add_finetune_options(cxxopts::Options& o) {
   o.add_options()("checkpoint", "the pretrained model (.safetensors), e.g. runs/rope/model.safetensors",
                   cxxopts::value<std::string>())(
       "context", "the new, longer training context L', e.g. 512", cxxopts::value<int64_t>())(
-      "rope-scaling", "rope only: pi | ntk | dynamic-ntk | yarn | rerope | leaky-rerope (POSENC_SPEC §2)",
+      "rope-scaling", "rope only: pi | ntk | dynamic-ntk | yarn | rerope | leaky-rerope | llama3 | longrope | "
+      "self-extend (POSENC_SPEC §2), or the scaling as JSON (longrope's lists, self-extend's group)",
       cxxopts::value<std::string>())(
       "factor", "scale factor s (default L' / L for pi, ntk, dynamic-ntk, yarn; leaky-rerope: the leak k)",
       cxxopts::value<double>())(

@@ -139,6 +139,10 @@ cxxopts::Options gradcheck_options() {
       "max-elements", "check at most this many elements per tensor, spread evenly (-1: all)",
       cxxopts::value<int64_t>()->default_value("-1"))(
       "only-posenc", "check only the encoding's parameters (the others are held constant)")(
+      "window", "sliding-window attention of W keys (POSENC_SPEC §6; 0 = off)",
+      cxxopts::value<int64_t>()->default_value("0"))(
+      "sinks", "with --window: attention sinks, the first S keys stay visible (§6)",
+      cxxopts::value<int64_t>()->default_value("0"))(
       "h,help", "this help");
   add_device_option(o, "where the f64 model runs (the finite differences are taken on the host)");
   return o;
@@ -280,6 +284,7 @@ int run_gradcheck(int argc, char** argv) {
   nn::GPT m(g.config(context), DType::F64, str("gradcheck --encoding ", g.pe.dump()));
   m.init_weights(g.seed);
   m.eval();
+  m.set_attention_window((*r)["window"].as<int64_t>(), (*r)["sinks"].as<int64_t>());
   Rng rng(g.seed * 7919 + 17);
   fill_weights(m, rng);
   Tensor x = random_tokens(g.B, g.T, 11, rng), y = random_tokens(g.B, g.T, 11, rng);

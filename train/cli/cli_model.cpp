@@ -36,6 +36,13 @@ int run_init(int argc, char** argv) {
   return 0;
 }
 
+// --window W [--sinks S] of grads (POSENC_SPEC §6) on the model (checked: one-line errors).
+static void set_window_options(const cxxopts::ParseResult& r, nn::GPT& model) {
+  const int64_t window = r.count("window") ? r["window"].as<int64_t>() : 0;
+  CTX_CHECK(!r.count("window") || window >= 1, "--window must be a positive integer (e.g. 8), got ", window);
+  model.set_attention_window(window, r.count("sinks") ? r["sinks"].as<int64_t>() : 0);
+}
+
 int run_grads(int argc, char** argv) {
   cxxopts::Options o("ctxlab grads",
                      "One forward/backward in eval mode on a token batch, no update.\n"
@@ -46,6 +53,10 @@ int run_grads(int argc, char** argv) {
       "tokens", "token batch (.npy, [B, T+1])", cxxopts::value<std::string>())(
       "out", "gradients to write (.safetensors)", cxxopts::value<std::string>())(
       "dtype", "compute dtype: f32 or f64", cxxopts::value<std::string>()->default_value("f32"))(
+      "window", "sliding-window attention: each token sees its last W positions (POSENC_SPEC §6), e.g. 8",
+      cxxopts::value<int64_t>())(
+      "sinks", "with --window: the first S positions stay visible too (attention sinks, §6), e.g. 2",
+      cxxopts::value<int64_t>())(
       "h,help", "this help");
   add_device_option(o, "where the forward / backward run");
   add_precision_options(o);
@@ -65,6 +76,7 @@ int run_grads(int argc, char** argv) {
   nn::GPT& model = *lm.model;
   move_model(model, dev);
   model.eval();
+  set_window_options(*r, model);
   Tensor all = load_npy(tok_path);
   CTX_CHECK(all.dtype() == DType::I32 || all.dtype() == DType::I64, tok_path,
             ": token array has dtype ", dtype_name(all.dtype()), ", expected int32 or int64 (<i4 / <i8)");
