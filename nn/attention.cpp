@@ -61,7 +61,6 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   st.q = heads[0];  // the last T of S rows
   st.k = heads[1];
   st.v = heads[2];
-  st.window = window_;
   pe_->rotate(st);
   Variable o;                                                           // [B, H, T, Dh]
   // dropout on the probabilities: one seed per call, the same mask on either path

@@ -71,7 +71,6 @@ struct AttnState {
   int64_t window = 0, sinks = 0;
   PosencDecodeState* decode = nullptr;  // this generation's state (incremental decoding) or null
   double scale = 1.0;   // 1/sqrt(Dh) unless the encoding says otherwise
-  int64_t window = 0;   // the sliding window of this call (0: full causal; POSENC_SPEC §6)
   Variable q, k, v;     // q [B, H, T, Dh]; k, v [B, H, S, Dh]
   Variable qkv_weight, qkv_bias;  // the layer's projection (DeBERTa projects its table with it)
   // terms(st) of this call, computed on first use by PositionalEncoding::score_terms (so that
