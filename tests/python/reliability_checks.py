@@ -257,6 +257,11 @@ def cmd_strict():
     op = os.path.join(R, "model.optim.safetensors")
     mp = os.path.join(R, "model.safetensors")
     good_rng = read_meta(op)["data_rng"]
+    # decimal options: a number to the last character (cxxopts alone reads "2x" as 2)
+    for args, flag, value in ((TINY + ["--lr", "2x", "--out", os.path.join(d, "x1")], "--lr", "2x"),
+                              (TINY + ["--val-fraction", "0.1.2", "--out", os.path.join(d, "x2")], "--val-fraction", "0.1.2"),
+                              (["sample", "--checkpoint", R, "--temperature", "1.5e", "--max-tokens", 2], "--temperature", "1.5e")):
+        expect_failure(f"strict: {flag} {value} refused", args, [f"{flag}: '{value}' is not a valid value"])
     cases = [
         ("all-zero data_rng", op, {"data_rng": "0 0 0 0 0 0x0p+0"}, ["data_rng", "all zero"]),
         ("junk after data_rng", op, {"data_rng": good_rng + " junk"}, ["data_rng", "malformed"]),

@@ -1,10 +1,12 @@
 // train/cli/cli_common.cpp — option helpers shared by the CLI verbs (see cli_common.h).
 #include "train/cli/cli_common.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <typeinfo>
 
 #include "core/backend.h"  // backend(Device::CUDA) for --device cuda
 #include "core/precision.h"
@@ -90,6 +92,23 @@ std::pair<ModelConfig, std::string> config_from_options(const cxxopts::ParseResu
   return {cfg, source};
 }
 
+// cxxopts reads a decimal option with a stream, which stops at the first character it cannot
+// use ("--lr 2x" gives 2): every decimal option given must be a number to its last character.
+static void check_decimal_options(const cxxopts::ParseResult& r) {
+  for (const cxxopts::KeyValue& kv : r.arguments()) {
+    try {
+      (void)r[kv.key()].as<double>();  // std::bad_cast: not a decimal option
+    } catch (const std::bad_cast&) {
+      continue;
+    }
+    const std::string& v = kv.value();
+    char* end = nullptr;
+    (void)std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || std::isspace((unsigned char)v[0]))
+      throw Error(str("--", kv.key(), ": '", v, "' is not a valid value: expected a number (see --help)"));
+  }
+}
+
 std::optional<cxxopts::ParseResult> parse_or_help(cxxopts::Options& o, int argc, char** argv) {
   try {
     auto r = o.parse(argc, argv);
@@ -99,6 +118,7 @@ std::optional<cxxopts::ParseResult> parse_or_help(cxxopts::Options& o, int argc,
     }
     if (!r.unmatched().empty())
       throw Error(str("unexpected argument '", r.unmatched()[0], "' (see --help)"));
+    check_decimal_options(r);
     return r;
   } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
     // cxxopts names the value only ("Argument 'fast' failed to parse"): find the flag it was given to
