@@ -20,7 +20,7 @@ import sys
 # the probe's reasons, whole: GoogleTest's (tests/test_util.h) and the scripts' (the CLI's error
 # from core/cuda/cuda_runtime.cu, quoted after the scripts' prefix)
 GTEST_NO_GPU = "skipped: no GPU (cuda::device_count() is 0)"
-SCRIPT_NO_GPU = re.compile(r"no GPU on this machine; `--device cuda` said: ctxlab( [a-z]+)?: error: "
+SCRIPT_NO_GPU = re.compile(r"no GPU on this machine; `--device cuda` said: ctxlab( [a-z]+)?: error: (--device cuda: )?"
                            r"no CUDA GPU available \(cudaGetDeviceCount found none\): [^\n]*")
 
 

@@ -243,12 +243,16 @@ TEST(PosencSinks, LastQueryEqualsTheRollingCacheSequence) {
 
 // Every parameter of a two-layer f64 GPT by central differences, with window 3 and 2 sinks over
 // T = 11 (sink keys beyond the window in both branches of the rope logits).
+// One of each way sinks reach the logits: rope's rank rotation, and the distance biases at the
+// sink's cache distance (fixed: alibi; trainable: kerple's r1 / r2, t5's table). llama3 and the
+// mask-only encodings with sinks are held to PyTorch autograd by pytorch_parity (rope-llama3-sinks,
+// learned-sinks, none-sinks). One layer, 8 elements per tensor (0.6 s alone, against 6 s for six
+// encodings, two layers, 16 elements; under ctest -j2 the old form took 233-421 s).
 TEST(PosencSinks, TinyGptGradcheckWithSinks) {
-  for (const json& pe : {json{{"type", "rope"}}, rope_with({{"type", "llama3"}, {"factor", 4}, {"original_context", 4}}),
-                         json{{"type", "alibi"}}, json{{"type", "kerple"}, {"variant", "power"}},
-                         json{{"type", "t5"}, {"num_buckets", 6}, {"max_distance", 8}}, json{{"type", "learned"}}}) {
+  for (const json& pe : {json{{"type", "rope"}}, json{{"type", "alibi"}}, json{{"type", "kerple"}, {"variant", "power"}},
+                         json{{"type", "t5"}, {"num_buckets", 6}, {"max_distance", 8}}}) {
     SCOPED_TRACE(pe.dump());
-    auto m = tiny_model(pe, 2);
+    auto m = tiny_model(pe, 1);
     for (auto& [name, p] : m->named_parameters())
       if (name == "pe.r1" || name == "pe.r2") Rng(2).fill_uniform(p.data(), 0.3, 1.2);
     m->set_attention_window(3, 2);
@@ -261,7 +265,7 @@ TEST(PosencSinks, TinyGptGradcheckWithSinks) {
     std::vector<std::string> names;
     for (auto& [name, p] : named) inputs.push_back(p.data().clone()), names.push_back(name);
     GradcheckOptions opt;
-    opt.max_elements = 16;
+    opt.max_elements = 8;
     GradcheckResult res = gradcheck(
         [&](const std::vector<Variable>& in) {
           // each parameter becomes a node over its gradcheck input (the gradient flows back to it)
