@@ -23,12 +23,7 @@ using ctx::testing_util::expect_error;
 
 namespace {
 
-Tensor randn(const Shape& s, uint64_t seed, double std = 0.5) {
-  Tensor t = Tensor::empty(s, DType::F64);
-  Rng rng(seed);
-  rng.fill_normal(t, 0.0, std);
-  return t;
-}
+using testing_util::randn;
 Tensor f64(const std::vector<double>& v, const Shape& s) { return Tensor::from_vector<double>(v, s); }
 
 ModelConfig tiny(const nlohmann::json& posenc, int64_t layers = 2) {

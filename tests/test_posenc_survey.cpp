@@ -28,12 +28,7 @@ using ctx::testing_util::expect_error;
 
 namespace {
 
-Tensor randn(const Shape& s, uint64_t seed, double std = 0.5) {
-  Tensor t = Tensor::empty(s, DType::F64);
-  Rng rng(seed);
-  rng.fill_normal(t, 0.0, std);
-  return t;
-}
+using testing_util::randn;
 
 Tensor ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
   Rng rng(seed);

@@ -100,6 +100,14 @@ inline ModelConfig tiny_cfg(const nlohmann::json& posenc) {
   return two_head_cfg(17, 16, 2, 32, 24, posenc);
 }
 
+// Normal values N(0, std^2) in f64 from one seed.
+inline Tensor randn(const Shape& s, uint64_t seed, double std = 0.5) {
+  Tensor t = Tensor::empty(s, DType::F64);
+  Rng rng(seed);
+  rng.fill_normal(t, 0.0, std);
+  return t;
+}
+
 // Uniform values in [lo, hi), drawn in f64 and converted to dt (so f32 and f64 runs of one seed
 // see the same numbers up to rounding).
 inline Tensor uniform_tensor(Rng& r, const Shape& s, DType dt, double lo = -1.0, double hi = 1.0) {
