@@ -1,0 +1,20 @@
+# tests/cli/study_verb.cmake — `ctxlab study` end to end, driven by tests/python/study_verb_checks.py
+# (standard library only). Included by CMakeLists.txt.
+#   study_verb_run     examples/studies/quick.json interrupted (--max-jobs), resumed, held to an
+#                      uninterrupted run; the summary recomputed from the eval files (~25 s)
+#   study_verb_errors  bad study files, another study in the same --out, a failing job: one-line errors
+
+if(EXISTS /usr/bin/python3)
+  set(_sv_py /usr/bin/python3)
+else()
+  find_program(_sv_py NAMES python3 REQUIRED)
+endif()
+foreach(_sv_sub run errors)
+  add_test(NAME study_verb_${_sv_sub}
+           COMMAND ${_sv_py} ${CMAKE_SOURCE_DIR}/tests/python/study_verb_checks.py ${_sv_sub}
+                   --bin $<TARGET_FILE:ctxlab> --work ${CMAKE_BINARY_DIR}/cli_study_verb)
+  set_tests_properties(study_verb_${_sv_sub} PROPERTIES
+                       ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
+                       TIMEOUT 300)
+endforeach()
+set_property(TEST study_verb_errors APPEND PROPERTY LABELS asan_cli)
