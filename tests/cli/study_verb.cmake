@@ -18,3 +18,11 @@ foreach(_sv_sub run errors)
                        TIMEOUT 300)
 endforeach()
 set_property(TEST study_verb_errors APPEND PROPERTY LABELS asan_cli)
+# the study's page in headless Chromium: 4 charts (ppl with bands, per-position at 3 lengths)
+set_tests_properties(study_verb_run PROPERTIES FIXTURES_SETUP study_verb_page)
+add_test(NAME study_verb_report_chromium
+         COMMAND ${_sv_py} ${CMAKE_SOURCE_DIR}/tests/python/report_checks.py
+                 ${CMAKE_BINARY_DIR}/cli_study_verb/run/straight/report.html ${CMAKE_BINARY_DIR}/cli_study_verb/chromium
+                 --expect-charts 4)
+set_tests_properties(study_verb_report_chromium PROPERTIES FIXTURES_REQUIRED study_verb_page TIMEOUT 300
+                     SKIP_RETURN_CODE 77)

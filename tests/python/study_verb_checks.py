@@ -48,15 +48,20 @@ def files_under(d):
     return out
 
 
-def check_summary(out, spec):
-    """The summary against the eval files, recomputed here."""
-    s = load(os.path.join(out, "summary.json"))
+def cells_of(spec):
     cells = []
     for name, enc in spec["encodings"].items():
         cells.append(name)
         pe = enc.get("posenc", enc)
         if (pe if isinstance(pe, str) else pe.get("type")) == "rope":
             cells += [f"{name}+{sc}" for sc in spec["scalings"]]
+    return cells
+
+
+def check_summary(out, spec):
+    """The summary against the eval files, recomputed here."""
+    s = load(os.path.join(out, "summary.json"))
+    cells = cells_of(spec)
     check("summary: the cells in the study's order", s["cells"] == cells, s["cells"])
     rows = {(r["cell"], r["length"]): r for r in s["ppl"]}
     check("summary: one ppl row per cell and length", len(rows) == len(cells) * len(spec["lengths"]))
@@ -135,6 +140,11 @@ def cmd_run():
     va = open(os.path.join(b, "data", "val.txt"), "rb").read()
     check("split: train + val is the corpus, val its last 10%",
           tr + va == text and len(va) == int(len(text) * 0.1), (len(tr), len(va)))
+    page = os.path.join(cl.WORK, "study.html")
+    must_run("report --study", ["report", "--study", b, "--out", page])
+    check("report --study: the page the study wrote", open(page).read() == open(os.path.join(b, "report.html")).read())
+    check("report: a heatmap cell per (cell, length, depth) of the task",
+          f'data-cells="{len(cells_of(spec)) * len(spec["lengths"]) * 3}"' in open(page).read())
     p = run(["study", "--study", QUICK, "--out", b], timeout=120, check_rc=0)
     check("a finished study run again: nothing run, summary rewritten",
           p.returncode == 0 and "0 run now" in p.stdout and sa == open(os.path.join(b, "ppl.csv")).read())

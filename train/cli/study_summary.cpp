@@ -1,6 +1,8 @@
 // train/cli/study_summary.cpp — reducing a study's eval files over the seeds (see study_summary.h).
 #include "train/cli/study_summary.h"
 
+#include "train/cli/study_report.h"
+
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -23,7 +25,7 @@ using Samples = std::vector<double>;
 struct Points {
   std::map<std::pair<std::string, int64_t>, Samples> loss, bpb;                      // (cell, length)
   std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, Samples> positions;   // (cell, length, begin, end)
-  std::map<std::tuple<std::string, std::string, int64_t, double>, Samples> accuracy;  // (task, cell, length, depth)
+  std::map<std::tuple<std::string, std::string, int64_t, double>, Samples> accuracy, token_accuracy;  // (task, cell, length, depth)
   std::map<std::tuple<std::string, std::string, int64_t, double>, int64_t> trials;
 };
 
@@ -59,6 +61,7 @@ void read_task(const std::string& task, const std::string& cell, const std::stri
   for (const json& c : j["task_results"]) {
     const auto key = std::make_tuple(task, cell, (int64_t)number(c, "length", path), number(c, "depth", path));
     p.accuracy[key].push_back(number(c, "accuracy", path));
+    p.token_accuracy[key].push_back(number(c, "token_accuracy", path));
     p.trials[key] += (int64_t)number(c, "trials", path);
   }
 }
@@ -123,11 +126,12 @@ void summarise_ppl(const StudySpec& s, const Points& p, json& js, std::string& c
 // Tasks: accuracy per (task, cell, length, depth), averaged over seeds (each seed's accuracy over
 // its trials), the interval clipped to [0, 1]; one markdown table per task and cell.
 void summarise_tasks(const StudySpec& s, const Points& p, json& js, std::string& csv, std::string& md) {
-  csv = "task,cell,length,depth,seeds,trials,accuracy,acc_lo,acc_hi\n";
+  csv = "task,cell,length,depth,seeds,trials,accuracy,acc_lo,acc_hi,token_accuracy\n";
   js = json::array();
   for (const StudyTask& t : s.tasks) {
     md += str("\n## Task ", t.name, ": exact-match accuracy\n\nMean over the seeds [95% t interval], ", t.trials,
-              " trials per seed and cell; rows: depth of the needle, columns: length.\n");
+              " trials per seed and cell, (the answer tokens right, teacher-forced); rows: depth of the needle, "
+              "columns: length.\n");
     for (const std::string& c : study_cells(s)) {
       md += str("\n**", c, "**\n\n| depth |");
       for (int64_t L : s.lengths) md += str(" ", L, " |");
@@ -140,12 +144,13 @@ void summarise_tasks(const StudySpec& s, const Points& p, json& js, std::string&
         const MeanCI m = mean_ci(acc);
         const double lo = std::max(0.0, m.lo), hi = std::min(1.0, m.hi);
         const int64_t L = std::get<2>(key), n = p.trials.at(key);
-        const double d = std::get<3>(key);
+        const double d = std::get<3>(key), tok = mean_ci(p.token_accuracy.at(key)).mean;
         js.push_back({{"task", t.name}, {"cell", c}, {"length", L}, {"depth", d}, {"seeds", m.n}, {"trials", n},
-                      {"accuracy", {{"mean", m.mean}, {"lo", lo}, {"hi", hi}}}});
+                      {"accuracy", {{"mean", m.mean}, {"lo", lo}, {"hi", hi}}}, {"token_accuracy", tok}});
         csv += str(t.name, ",", c, ",", L, ",", fmt("%.6g", d), ",", m.n, ",", n, ",", fmt("%.6g", m.mean), ",",
-                   fmt("%.6g", lo), ",", fmt("%.6g", hi), "\n");
-        rows[d] += fmt(" %.2f", m.mean) + (m.n > 1 ? " [" + fmt("%.2f", lo) + ", " + fmt("%.2f", hi) + "]" : "") + " |";
+                   fmt("%.6g", lo), ",", fmt("%.6g", hi), ",", fmt("%.6g", tok), "\n");
+        rows[d] += fmt(" %.2f", m.mean) + (m.n > 1 ? " [" + fmt("%.2f", lo) + ", " + fmt("%.2f", hi) + "]" : "") +
+                   fmt(" (tok %.2f)", tok) + " |";
       }
       for (const auto& [d, row] : rows) md += "| " + fmt("%.6g", d) + " |" + row + "\n";
     }
@@ -193,6 +198,8 @@ void write_study_summary(const StudySpec& s, const std::string& out) {
   if (!p.positions.empty()) write(out + "/positions.csv", pos_csv, "study positions CSV");
   write(out + "/summary.json", summary.dump(2) + "\n", "study summary JSON");
   write(out + "/summary.md", md, "study summary");
+  write_study_report(out, out + "/report.html", "ctxlab study: " + out);
+  std::printf("wrote %s/report.html\n", out.c_str());
   std::printf("\n%s", md.c_str());
 }
 
