@@ -70,8 +70,13 @@ def check_summary(out, spec):
         for L in spec["lengths"]:
             losses = []
             for seed in spec["seeds"]:
-                e = load(os.path.join(out, "eval", c, f"seed{seed}.json"))
-                losses += [r["loss"] for r in e["results"] if r["length"] == L]
+                # one file per seed, or one per seed and length for a "len/L" scaling
+                d = os.path.join(out, "eval", c)
+                names = [f"seed{seed}.json"] if os.path.exists(os.path.join(d, f"seed{seed}.json")) \
+                    else [f"seed{seed}.len{L}.json"]
+                for n in names:
+                    e = load(os.path.join(d, n))
+                    losses += [r["loss"] for r in e["results"] if r["length"] == L]
             m = sum(losses) / len(losses)
             sd = math.sqrt(sum((x - m) ** 2 for x in losses) / (len(losses) - 1))
             half = T975_1 * sd / math.sqrt(len(losses))
@@ -138,6 +143,11 @@ def cmd_run():
     text = open(os.path.join(ROOT, "data", "pride_and_prejudice.txt"), "rb").read()
     tr = open(os.path.join(b, "data", "train.txt"), "rb").read()
     va = open(os.path.join(b, "data", "val.txt"), "rb").read()
+    pi = [load(os.path.join(b, "eval", "rope+pi", f"seed1.len{L}.json")) for L in spec["lengths"]]
+    L0 = spec["train"]["context"]
+    check("a \"len/L\" scaling: one eval per length, factor max(1, length / L)",
+          [p["posenc"]["scaling"]["factor"] for p in pi] == [max(1.0, L / L0) for L in spec["lengths"]],
+          [p["posenc"].get("scaling") for p in pi])
     check("split: train + val is the corpus, val its last 10%",
           tr + va == text and len(va) == int(len(text) * 0.1), (len(tr), len(va)))
     page = os.path.join(cl.WORK, "study.html")

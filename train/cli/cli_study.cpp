@@ -68,33 +68,36 @@ Job train_job(const StudySpec& s, const StudySpec::Encoding& e, uint64_t seed, c
   return j;
 }
 
-// The jobs of one trained run: perplexity (+ per-position) and each task, for the encoding alone
-// and under each scaling when it is rotary.
+// The jobs of one trained run: perplexity (+ per-position) and each task, for each cell of its
+// encoding (alone, and under each scaling when it is rotary), one per slice of lengths.
 void eval_jobs(const StudySpec& s, const StudySpec::Encoding& e, uint64_t seed, const std::string& out,
                std::vector<Job>& jobs) {
   const std::string ckpt = out + "/runs/" + e.name + "/seed" + std::to_string(seed) + "/model.safetensors";
-  std::string lengths;
-  for (int64_t L : s.lengths) lengths += (lengths.empty() ? "" : ",") + std::to_string(L);
-  std::vector<std::pair<std::string, std::string>> scalings = {{"", ""}};
-  if (is_rotary(e.posenc)) scalings.insert(scalings.end(), s.scalings.begin(), s.scalings.end());
-  for (const auto& [sname, sval] : scalings) {
-    const std::string cell = cell_name(e.name, sname), dir = out + "/eval/" + cell;
-    std::vector<std::string> base = {"eval", "--checkpoint", ckpt, "--data", out + "/data/val.txt", "--lengths", lengths};
-    if (!sval.empty()) base.insert(base.end(), {"--rope-scaling", sval});
-    add_options(base, s.eval_args);
-    add_options(base, e.eval_args);
-    const std::string ppl = dir + "/" + study_ppl_file(seed);
-    Job j{str("eval ", cell, " seed ", seed), base, [ppl] { return exists(ppl); }, ""};
-    j.args.insert(j.args.end(), {"--json", ppl});
-    if (s.per_position) j.args.push_back("--per-position");
-    jobs.push_back(j);
-    for (const StudyTask& t : s.tasks) {
-      const std::string tj = dir + "/" + study_task_file(seed, t.name);
-      Job k{str("eval ", cell, " seed ", seed, " task ", t.name), base, [tj] { return exists(tj); }, ""};
-      k.args.insert(k.args.end(), {"--task", t.name, "--depths", t.depths, "--trials", std::to_string(t.trials),
-                                   "--seed", std::to_string(seed), "--json", tj});
-      add_options(k.args, t.args);
-      jobs.push_back(k);
+  for (const StudyCell& c : study_cells(s)) {
+    if (c.enc != &e) continue;
+    const std::string dir = out + "/eval/" + c.name;
+    for (const EvalSlice& sl : eval_slices(s, c)) {
+      std::string lengths;
+      for (int64_t L : sl.lengths) lengths += (lengths.empty() ? "" : ",") + std::to_string(L);
+      std::vector<std::string> base = {"eval", "--checkpoint", ckpt, "--data", out + "/data/val.txt", "--lengths", lengths};
+      if (c.scaling) base.insert(base.end(), {"--rope-scaling", c.scaling->value});
+      if (sl.factor > 0) base.insert(base.end(), {"--factor", str(sl.factor)});
+      add_options(base, s.eval_args);
+      add_options(base, e.eval_args);
+      const std::string what = str(c.name, " seed ", seed, sl.suffix.empty() ? "" : " length " + lengths);
+      const std::string ppl = dir + "/" + study_ppl_file(seed, sl.suffix);
+      Job j{"eval " + what, base, [ppl] { return exists(ppl); }, ""};
+      j.args.insert(j.args.end(), {"--json", ppl});
+      if (s.per_position) j.args.push_back("--per-position");
+      jobs.push_back(j);
+      for (const StudyTask& t : s.tasks) {
+        const std::string tj = dir + "/" + study_task_file(seed, t.name, sl.suffix);
+        Job k{"eval " + what + " task " + t.name, base, [tj] { return exists(tj); }, ""};
+        k.args.insert(k.args.end(), {"--task", t.name, "--depths", t.depths, "--trials", std::to_string(t.trials),
+                                     "--seed", std::to_string(seed), "--json", tj});
+        add_options(k.args, t.args);
+        jobs.push_back(k);
+      }
     }
   }
 }
@@ -191,7 +194,7 @@ cxxopts::Options study_options() {
       "The study file (docs/evaluation.md, \"ctxlab study\"; examples/studies/):\n"
       "  {\"train\": {\"preset\": \"tiny\", \"context\": 64, \"steps\": 300, \"args\": {\"lr\": 0.003}},\n"
       "   \"encodings\": {\"rope\": \"rope\", \"alibi\": {\"type\": \"alibi\"}},\n"
-      "   \"scalings\": {\"pi\": {\"type\": \"pi\", \"factor\": 4}, \"yarn\": {\"type\": \"yarn\", \"factor\": 4}},\n"
+      "   \"scalings\": {\"pi\": {\"type\": \"pi\", \"factor\": \"len/L\"}, \"yarn\": {\"type\": \"yarn\", \"factor\": 4}},\n"
       "   \"seeds\": [1, 2, 3], \"lengths\": [64, 128, 256],\n"
       "   \"tasks\": {\"passkey\": {\"depths\": [0, 0.5, 1], \"trials\": 20}}}\n"
       "\n"
@@ -231,7 +234,7 @@ int run_study(int argc, char** argv) {
     return 0;
   }
   claim_out(out, file, text);
-  for (const std::string& cell : study_cells(spec)) fs::create_directories(out + "/eval/" + cell);
+  for (const StudyCell& cell : study_cells(spec)) fs::create_directories(out + "/eval/" + cell.name);
   split_corpus(spec, out);
   int64_t ran = 0, skipped = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {

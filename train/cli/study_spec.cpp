@@ -177,7 +177,16 @@ StudySpec parse_study(const json& j, const std::string& where) {
     each_key(j["scalings"], where + ".scalings", [&](const std::string& n, const json& sc, const std::string& w) {
       CTX_CHECK(sc.is_object() || (sc.is_string() && !sc.get<std::string>().empty()), w,
                 ": expected a RoPE scaling as eval --rope-scaling takes it, e.g. \"yarn\" or {\"type\": \"pi\", \"factor\": 4}");
-      s.scalings.emplace_back(n, sc.is_string() ? sc.get<std::string>() : sc.dump());
+      StudySpec::Scaling x{n, sc.is_string() ? sc.get<std::string>() : sc.dump(), false};
+      if (sc.is_object() && sc.contains("factor") && sc["factor"].is_string()) {
+        CTX_CHECK(sc["factor"] == "len/L", w, ".factor: a number, or \"len/L\" (at each length, max(1, length / L)); got ",
+                  sc["factor"].dump());
+        CTX_CHECK(s.context > 0, w, ".factor \"len/L\" needs train.context (the L the factor divides by)");
+        json v = sc;
+        v.erase("factor");
+        x = {n, v.dump(), true};
+      }
+      s.scalings.push_back(x);
     });
   const json& seeds = field(j, "seeds", where);
   CTX_CHECK(seeds.is_array() && !seeds.empty(), where, ".seeds: expected a non-empty array of integers >= 0, e.g. [1, 2, 3]");
@@ -200,14 +209,22 @@ StudySpec parse_study(const json& j, const std::string& where) {
   return s;
 }
 
-std::vector<std::string> study_cells(const StudySpec& s) {
-  std::vector<std::string> c;
+std::vector<StudyCell> study_cells(const StudySpec& s) {
+  std::vector<StudyCell> c;
   for (const auto& e : s.encodings) {
-    c.push_back(e.name);
+    c.push_back({e.name, &e, nullptr});
     if (is_rotary(e.posenc))
-      for (const auto& sc : s.scalings) c.push_back(cell_name(e.name, sc.first));
+      for (const auto& sc : s.scalings) c.push_back({cell_name(e.name, sc.name), &e, &sc});
   }
   return c;
+}
+
+std::vector<EvalSlice> eval_slices(const StudySpec& s, const StudyCell& c) {
+  if (!c.scaling || !c.scaling->per_length) return {{s.lengths, 0, ""}};
+  std::vector<EvalSlice> v;
+  for (int64_t L : s.lengths)
+    v.push_back({{L}, std::max(1.0, (double)L / (double)s.context), str(".len", L)});
+  return v;
 }
 
 StudySpec read_study(const std::string& path) {

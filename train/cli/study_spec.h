@@ -38,7 +38,11 @@ struct StudySpec {
     OptionArgs eval_args;  // its own eval options, e.g. hierarchical for learned positions past L
   };
   std::vector<Encoding> encodings;
-  std::vector<std::pair<std::string, std::string>> scalings;       // (name, --rope-scaling value)
+  struct Scaling {
+    std::string name, value;  // value: as eval --rope-scaling takes it
+    bool per_length = false;  // "factor": "len/L": at each length, factor max(1, length / L)
+  };
+  std::vector<Scaling> scalings;
   std::vector<uint64_t> seeds;
   std::vector<int64_t> lengths;
   std::vector<StudyTask> tasks;
@@ -59,8 +63,21 @@ inline std::string cell_name(const std::string& enc, const std::string& scaling)
   return scaling.empty() ? enc : enc + "+" + scaling;
 }
 
-// The cells of the grid in the study's order: each encoding, then it under each scaling when it
-// is rotary ("rope", "rope+pi", "rope+yarn", "alibi", ...).
-std::vector<std::string> study_cells(const StudySpec& s);
+// A cell of the grid: an encoding, or a rotary one under a scaling ("rope", "rope+pi", "alibi").
+struct StudyCell {
+  std::string name;
+  const StudySpec::Encoding* enc = nullptr;
+  const StudySpec::Scaling* scaling = nullptr;  // nullptr: as trained
+};
+// The cells in the study's order: each encoding, then it under each scaling when it is rotary.
+std::vector<StudyCell> study_cells(const StudySpec& s);
+
+// One eval invocation of a cell: its lengths, and for a per-length scaling its --factor.
+struct EvalSlice {
+  std::vector<int64_t> lengths;
+  double factor = 0;   // 0: the scaling's own (or none)
+  std::string suffix;  // of its result files: "" or ".len512"
+};
+std::vector<EvalSlice> eval_slices(const StudySpec& s, const StudyCell& c);
 
 }  // namespace ctx::cli

@@ -68,13 +68,21 @@ void read_task(const std::string& task, const std::string& cell, const std::stri
 
 Points read_points(const StudySpec& s, const std::string& out) {
   Points p;
-  for (const std::string& cell : study_cells(s))
-    for (uint64_t seed : s.seeds) {
-      const std::string dir = out + "/eval/" + cell + "/";
-      read_ppl(cell, dir + study_ppl_file(seed), p);
-      for (const StudyTask& t : s.tasks) read_task(t.name, cell, dir + study_task_file(seed, t.name), p);
-    }
+  for (const StudyCell& c : study_cells(s))
+    for (uint64_t seed : s.seeds)
+      for (const EvalSlice& sl : eval_slices(s, c)) {
+        const std::string dir = out + "/eval/" + c.name + "/";
+        read_ppl(c.name, dir + study_ppl_file(seed, sl.suffix), p);
+        for (const StudyTask& t : s.tasks) read_task(t.name, c.name, dir + study_task_file(seed, t.name, sl.suffix), p);
+      }
   return p;
+}
+
+// The cells' names.
+std::vector<std::string> cell_names(const StudySpec& s) {
+  std::vector<std::string> v;
+  for (const StudyCell& c : study_cells(s)) v.push_back(c.name);
+  return v;
 }
 
 std::string fmt(const char* f, double v) {
@@ -98,10 +106,10 @@ void summarise_ppl(const StudySpec& s, const Points& p, json& js, std::string& c
   md += "\n";
   std::map<int64_t, std::string> best;
   for (int64_t L : s.lengths)
-    for (const std::string& c : study_cells(s))
+    for (const std::string& c : cell_names(s))
       if (best[L].empty() || mean_ci(p.loss.at({c, L})).mean < mean_ci(p.loss.at({best[L], L})).mean) best[L] = c;
   js = json::array();
-  for (const std::string& c : study_cells(s)) {
+  for (const std::string& c : cell_names(s)) {
     md += "| " + c + " |";
     for (int64_t L : s.lengths) {
       auto it = p.loss.find({c, L});
@@ -132,7 +140,7 @@ void summarise_tasks(const StudySpec& s, const Points& p, json& js, std::string&
     md += str("\n## Task ", t.name, ": exact-match accuracy\n\nMean over the seeds [95% t interval], ", t.trials,
               " trials per seed and cell, (the answer tokens right, teacher-forced); rows: depth of the needle, "
               "columns: length.\n");
-    for (const std::string& c : study_cells(s)) {
+    for (const std::string& c : cell_names(s)) {
       md += str("\n**", c, "**\n\n| depth |");
       for (int64_t L : s.lengths) md += str(" ", L, " |");
       md += "\n|---|";
@@ -176,8 +184,10 @@ void write(const std::string& path, const std::string& text, const char* what) {
 
 }  // namespace
 
-std::string study_ppl_file(uint64_t seed) { return str("seed", seed, ".json"); }
-std::string study_task_file(uint64_t seed, const std::string& task) { return str("seed", seed, ".", task, ".json"); }
+std::string study_ppl_file(uint64_t seed, const std::string& suffix) { return str("seed", seed, suffix, ".json"); }
+std::string study_task_file(uint64_t seed, const std::string& task, const std::string& suffix) {
+  return str("seed", seed, suffix, ".", task, ".json");
+}
 
 void write_study_summary(const StudySpec& s, const std::string& out) {
   const Points p = read_points(s, out);
@@ -188,7 +198,7 @@ void write_study_summary(const StudySpec& s, const std::string& out) {
                        ", ", s.steps, " steps", s.context > 0 ? str(", context ", s.context) : std::string(),
                        "), evaluated on ", out, "/data/val.txt (held out from training",
                        s.tokenizer_type.empty() ? "" : " and from the tokenizer", ").\n\n");
-  json summary = {{"seeds", s.seeds}, {"lengths", s.lengths}, {"cells", study_cells(s)}};
+  json summary = {{"seeds", s.seeds}, {"lengths", s.lengths}, {"cells", cell_names(s)}};
   std::string ppl_csv, task_csv, pos_csv;
   summarise_ppl(s, p, summary["ppl"], ppl_csv, md);
   summarise_tasks(s, p, summary["tasks"], task_csv, md);

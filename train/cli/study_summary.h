@@ -12,8 +12,9 @@
 namespace ctx::cli {
 
 // Where eval writes the results of one seed, in OUT/eval/CELL/.
-std::string study_ppl_file(uint64_t seed);
-std::string study_task_file(uint64_t seed, const std::string& task);
+// `suffix`: the slice's (EvalSlice, study_spec.h), "" or ".len512".
+std::string study_ppl_file(uint64_t seed, const std::string& suffix);
+std::string study_task_file(uint64_t seed, const std::string& task, const std::string& suffix);
 
 // Reads OUT/eval/**, writes the summary files (errors name the eval file and field that is off).
 void write_study_summary(const StudySpec& s, const std::string& out);
