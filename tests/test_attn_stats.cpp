@@ -206,9 +206,8 @@ TEST(AttnStats, EvaluateFusedEqualsComposedOnAModel) {
   ModelConfig cfg = testing_util::two_head_cfg(256, 16, 2, 32, 48, {{"type", "rope"}});
   nn::GPT model(cfg);
   model.init_weights(4);
-  Rng rng(21);
-  for (auto& [name, p] : model.named_parameters())
-    if (name.find("norm") == std::string::npos) rng.fill_normal(p.data(), 0.0, 0.4);
+  testing_util::randomize_weights(model, 21, 0.4);
+  Rng rng(22);
   std::vector<int32_t> tokens(49 * 2);
   for (auto& t : tokens) t = (int32_t)rng.below(256);
   std::vector<EvalResult> res;

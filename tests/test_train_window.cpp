@@ -32,9 +32,7 @@ std::unique_ptr<nn::GPT> make_model(int64_t layers, uint64_t seed) {
   cfg.tie_embeddings = false;  // wte's gradient is then the inputs' alone
   auto m = std::make_unique<nn::GPT>(cfg);
   m->init_weights(seed);
-  Rng rng(seed + 7);
-  for (auto& [name, p] : m->named_parameters())
-    if (name.find("norm") == std::string::npos) rng.fill_normal(p.data(), 0.0, 0.3);
+  testing_util::randomize_weights(*m, seed + 7, 0.3);
   m->train();
   return m;
 }

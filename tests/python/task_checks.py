@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end checks of the retrieval tasks and the per-position loss (docs/evaluation.md).
 
-    task_checks.py {eval,train,positions,attn,window} --bin path/to/ctxlab --work scratch/dir
+    task_checks.py {eval,train,positions,attn,window,learn} --bin path/to/ctxlab --work scratch/dir
 
   eval       `ctxlab eval --task`: the table, CSV and JSON per (length, depth) with the Wilson
              interval; a random model scores 0 (it cannot know a 5-digit key); the same seed gives
@@ -23,6 +23,10 @@
              attention_window and train_options) and changes the training; eval and sample use it
              by default (eval --window 0 overrides it); --resume cannot change it; --window 0 is
              an error.
+  learn      a tiny model learns `copy`: `train --task-mix copy:1 --task-span 2` at context 20 for
+             1000 steps (about 15 s on 2 cores) answers 57-80% of the trials exactly at every depth
+             (measured; chance 1/26^2 = 0.15%); asserted: >= 25% at every depth, token accuracy
+             >= 50% (chance 1/26).
 
 Prints one line per check, then "N passed, N failed"; exits 1 on failure. Standard library only.
 """
@@ -259,15 +263,31 @@ def cmd_window():
                    ["--window must be a positive number", "got 0"])
 
 
+def cmd_learn():
+    d = cl.fresh_dir("learn")
+    run_dir = os.path.join(d, "copy")
+    must_run("train a tiny rope model on copy only (span 2, context 20, 1000 steps)", [
+        "train", "--preset", "tiny", "--posenc", "rope", "--context", 20, "--task-mix", "copy:1", "--task-span", 2,
+        "--steps", 1000, "--batch", 32, "--lr", 1e-2, "--warmup", 50, "--eval-interval", 0, "--seed", 1,
+        "--out", run_dir, "--no-plot", "--quiet"], timeout=200)
+    js = os.path.join(d, "copy.json")
+    run(["eval", "--checkpoint", os.path.join(run_dir, "model.safetensors"), "--task", "copy", "--task-span", 2,
+         "--lengths", 20, "--depths", "0,0.5,1", "--trials", 100, "--json", js], check_rc=0)
+    cells = load(js)["task_results"]
+    check("copy learned: >= 25% exact at every depth (chance 0.15%), token accuracy >= 50% (chance 3.8%)",
+          len(cells) == 3 and all(c["accuracy"] >= 0.25 and c["token_accuracy"] >= 0.5 for c in cells),
+          [(c["depth"], c["accuracy"], c["token_accuracy"]) for c in cells])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["eval", "train", "positions", "attn", "window"])
+    ap.add_argument("command", choices=["eval", "train", "positions", "attn", "window", "learn"])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     cl.configure(a.bin, a.work)
     body = {"eval": cmd_eval, "train": cmd_train, "positions": cmd_positions, "attn": cmd_attn,
-            "window": cmd_window}[a.command]
+            "window": cmd_window, "learn": cmd_learn}[a.command]
     return cl.run_subcommand(a.command, body)
 
 
