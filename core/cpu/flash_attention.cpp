@@ -523,26 +523,27 @@ inline void const_index_rows(const int32_t* idx, const Geom& g, int64_t T, int64
     }
 }
 
-// The row statistics' accumulation over one key tile (FlashStats): e = p[c] = e^(logit - mnew) on
-// the visible columns [cl, ch) (before dropout). The sums so far, relative to the old max
-// (mnew - shift), move to mnew first: e scales by alpha, and e log e gains e * shift
-// (skipped before the first visible tile, where l is 0 and the old max -inf).
+// The row statistics' accumulation over one key tile (FlashStats): e = p[c] = e^(logit[c] - mnew)
+// on the visible columns [cl, ch) (before dropout), logit the row before the exponential. The
+// sums so far, relative to the old max (mnew - shift), move to mnew first: e scales by alpha, and
+// e log e gains e * shift (skipped before the first visible tile, where l is 0 and the old max
+// -inf). log e = logit - mnew: no log per element (a masked column, e = 0 and logit -inf, adds 0).
 // dist0: the distance of column 0 (i + S - T - j0); sink_end: the sink keys are the columns < it.
 template <class F>
-void stats_row(const F* p, ColRange cr, F alpha, F shift, F l, int64_t dist0, int64_t sink_end, F& ent, F& dist,
-               F& sink) {
+void stats_row(const F* p, const F* logit, ColRange cr, F mnew, F alpha, F shift, F l, int64_t dist0,
+               int64_t sink_end, F& ent, F& dist, F& sink) {
   if (l > F(0)) {
     ent = alpha * (ent + shift * l);
     dist *= alpha;
     sink *= alpha;
   }
   F a = 0, b = 0, s = 0;
+#pragma omp simd reduction(+ : a, b, s)
   for (int64_t c = cr.cl; c < cr.ch; ++c) {
     const F e = p[c];
-    if (!(e > F(0))) continue;
-    a += e * std::log(e);
+    a += e > F(0) ? e * (logit[c] - mnew) : F(0);
     b += e * (F)(dist0 - c);
-    if (c < sink_end) s += e;
+    s += c < sink_end ? e : F(0);
   }
   ent += a, dist += b, sink += s;
 }
@@ -581,7 +582,8 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
     Scratch<F> qbuf(BR * Dp), st(BR * BC), ot(BR * Dp), m(BR), l(BR), prel(rel.vrel ? BR * rel.Rq : 0);
     // row statistics (FlashStats), relative to the running max m like l: sum e log e, sum e * distance,
     // sum e over the sink keys (e = e^(logit - m))
-    Scratch<F> s_ent(stats.rows ? BR : 0), s_dist(stats.rows ? BR : 0), s_sink(stats.rows ? BR : 0);
+    Scratch<F> s_ent(stats.rows ? BR : 0), s_dist(stats.rows ? BR : 0), s_sink(stats.rows ? BR : 0),
+        s_logit(stats.rows ? BC : 0);  // the row's logits, before exp_sub_row overwrites them
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < ntask; ++t) {
       const int64_t qb = g.nqb - 1 - t / g.BH, bh = t % g.BH;  // longest blocks first
@@ -630,10 +632,11 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
           }
           const F mnew = std::max(m[r], mx);
           const F alpha = std::exp(m[r] - mnew);  // 0 on the first visible tile (m = -inf)
+          if (stats.rows) std::copy(srow + cr.cl, srow + cr.ch, s_logit.data() + cr.cl);
           const F sum = exp_sub_row(srow, cr, mnew);
           if (stats.rows)
-            stats_row(srow, cr, alpha, m[r] - mnew, l[r], i + g.off - j0, stats.sink_keys - j0, s_ent[r], s_dist[r],
-                      s_sink[r]);
+            stats_row(srow, s_logit.data(), cr, mnew, alpha, m[r] - mnew, l[r], i + g.off - j0, stats.sink_keys - j0,
+                      s_ent[r], s_dist[r], s_sink[r]);
           l[r] = l[r] * alpha + sum;  // the normaliser sums the undropped p
           if (dropping) drop_row(srow, cr, d.dropout, (uint64_t)((bh * T + i) * S + j0));
           if (alpha != F(1)) {
