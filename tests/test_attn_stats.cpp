@@ -5,7 +5,8 @@
 // attention is known (uniform over n keys: log n, (n - 1) / 2; one-hot; a geometric bias whose
 // max moves across tiles); and through a model: evaluate() reports per layer and head the means
 // of those closed forms for a model whose queries and keys are 0, with the fused path on and
-// off, and the two paths agree on a trained-like random model. Bad requests are one-line errors.
+// off, and the two paths agree on random models (rope, alibi's bias, shaw's and deberta's
+// relative terms). Bad requests are one-line errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -200,32 +201,39 @@ TEST(AttnStats, EvaluateReportsUniformModel) {
   EXPECT_EQ(model.attention_window(), 0) << "evaluate() restores the model's window";
 }
 
-// A random model with rope: the fused kernel's and the composed path's statistics per head agree,
-// and the heads differ (the table is not one number repeated).
-TEST(AttnStats, EvaluateFusedEqualsComposedOnAModel) {
-  ModelConfig cfg = testing_util::two_head_cfg(256, 16, 2, 32, 48, {{"type", "rope"}});
-  nn::GPT model(cfg);
-  model.init_weights(4);
-  testing_util::randomize_weights(model, 21, 0.4);
-  Rng rng(22);
-  std::vector<int32_t> tokens(49 * 2);
-  for (auto& t : tokens) t = (int32_t)rng.below(256);
-  std::vector<EvalResult> res;
-  for (bool fused : {true, false}) {
-    set_fast_path(FastPath::Attention, fused);
-    res.push_back(evaluate(model, tokens, 48, 2, 0, "tokens", {}, nullptr, 0, 4));
-    reset_fast_path(FastPath::Attention);
-  }
-  EXPECT_NEAR(res[0].loss, res[1].loss, 1e-5);
-  for (size_t l = 0; l < 2; ++l)
-    for (size_t h = 0; h < 2; ++h) {
-      const nn::HeadAttnStats &a = res[0].attn[l][h], &b = res[1].attn[l][h];
-      EXPECT_NEAR(a.entropy, b.entropy, 1e-5) << l << "." << h;
-      EXPECT_NEAR(a.sink_mass, b.sink_mass, 1e-6) << l << "." << h;
-      EXPECT_NEAR(a.distance, b.distance, 1e-4) << l << "." << h;
-      EXPECT_LT(a.entropy, std::log(48.0)) << "bounded by uniform over the longest row";
+// Random models whose encodings take the fused kernel with a bias (alibi) or relative terms the
+// kernel gathers in its tiles (shaw, deberta): the kernel's statistics per head equal the
+// composed path's, and the heads differ (the table is not one number repeated).
+TEST(AttnStats, EvaluateFusedEqualsComposedOnModels) {
+  for (const nlohmann::json& pe :
+       {nlohmann::json{{"type", "rope"}}, nlohmann::json{{"type", "alibi"}},
+        nlohmann::json{{"type", "shaw"}, {"max_relative_position", 4}},
+        nlohmann::json{{"type", "deberta"}, {"position_buckets", 4}, {"max_relative_positions", 8}}}) {
+    SCOPED_TRACE(pe.dump());
+    ModelConfig cfg = testing_util::two_head_cfg(256, 16, 2, 32, 48, pe);
+    nn::GPT model(cfg);
+    model.init_weights(4);
+    testing_util::randomize_weights(model, 21, 0.4);
+    Rng rng(22);
+    std::vector<int32_t> tokens(49 * 2);
+    for (auto& t : tokens) t = (int32_t)rng.below(256);
+    std::vector<EvalResult> res;
+    for (bool fused : {true, false}) {
+      set_fast_path(FastPath::Attention, fused);
+      res.push_back(evaluate(model, tokens, 48, 2, 0, "tokens", {}, nullptr, 0, 4));
+      reset_fast_path(FastPath::Attention);
     }
-  EXPECT_GT(std::fabs(res[0].attn[0][0].entropy - res[0].attn[1][1].entropy), 1e-3);
+    EXPECT_NEAR(res[0].loss, res[1].loss, 1e-5);
+    for (size_t l = 0; l < 2; ++l)
+      for (size_t h = 0; h < 2; ++h) {
+        const nn::HeadAttnStats &a = res[0].attn[l][h], &b = res[1].attn[l][h];
+        EXPECT_NEAR(a.entropy, b.entropy, 1e-5) << l << "." << h;
+        EXPECT_NEAR(a.sink_mass, b.sink_mass, 1e-6) << l << "." << h;
+        EXPECT_NEAR(a.distance, b.distance, 1e-4) << l << "." << h;
+        EXPECT_LT(a.entropy, std::log(48.0)) << "bounded by uniform over the longest row";
+      }
+    EXPECT_GT(std::fabs(res[0].attn[0][0].entropy - res[0].attn[1][1].entropy), 1e-3);
+  }
 }
 
 TEST(AttnStats, BadRequestsAreOneLineErrors) {
