@@ -315,7 +315,10 @@ class Rope final : public PositionalEncoding {
   Variable logits(AttnState& st) override {
     const std::optional<FarBranch> fb = far_branch(st);
     if (!fb) return PositionalEncoding::logits(st);
-    auto [theta, m] = freqs(std::max(st.S, st.q_pos0 + st.T));
+    // named, not a structured binding: a lambda below uses them (clang 14 rejects capturing bindings)
+    const auto fr = freqs(std::max(st.S, st.q_pos0 + st.T));
+    const auto& theta = fr.first;
+    const auto m = fr.second;
     const int64_t h = d_ / 2, p0 = st.q_pos0;
     // rotation of x's rows by pos_of(row) (angles as fb->f32 says, times m)
     auto rot = [&](const Variable& x, int64_t rows, const std::function<double(int64_t)>& pos_of) {

@@ -118,22 +118,39 @@ std::string gnuplot_single_quoted(const std::string& s) {
   return q + "'";
 }
 
-int spawn_wait(const std::vector<std::string>& args, const std::string& cwd, bool quiet_stderr) {
+namespace {
+
+// Runs args[0] (PATH-searched) with `fa`'s redirections and waits (see spawn_wait).
+int spawn_and_wait(const std::vector<std::string>& args, posix_spawn_file_actions_t* fa) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
-  if (quiet_stderr) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   pid_t pid = -1;
-  const int err = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
+  const int err = posix_spawnp(&pid, argv[0], fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(fa);
   if (err != 0) return err == ENOENT ? -2 : -1;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+int spawn_wait(const std::vector<std::string>& args, const std::string& cwd, bool quiet_stderr) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+  if (quiet_stderr) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  return spawn_and_wait(args, &fa);
+}
+
+int spawn_wait_logged(const std::vector<std::string>& args, const std::string& log_path) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  return spawn_and_wait(args, &fa);
 }
 
 void plot_loss(const std::string& out) {

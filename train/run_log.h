@@ -55,5 +55,7 @@ std::string gnuplot_single_quoted(const std::string& s);
 // when `quiet_stderr`; waits. Returns its exit status, -2 when it is not found, -1 when it could
 // not start or died of a signal.
 int spawn_wait(const std::vector<std::string>& args, const std::string& cwd, bool quiet_stderr);
+// The same with stdout and stderr written to `log_path` (created or truncated).
+int spawn_wait_logged(const std::vector<std::string>& args, const std::string& log_path);
 
 }  // namespace ctx

@@ -13,6 +13,7 @@ int run_bench(int argc, char** argv);  // cli_bench.cpp
 int run_finetune(int argc, char** argv);  // cli_finetune.cpp
 int run_tokenizer(int argc, char** argv);  // cli_tokenizer.cpp
 int run_report(int argc, char** argv);  // report.cpp
+int run_study(int argc, char** argv);   // cli_study.cpp
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> v = {
@@ -26,6 +27,8 @@ const std::vector<Verb>& verbs() {
       {"bench", "time training steps; tokens/s, ms split, peak RSS, GFLOP/s, MFU as JSON", run_bench},
       {"tokenizer", "tokenizer train: learn a SentencePiece BPE / unigram model for --tokenizer", run_tokenizer},
       {"report", "one self-contained HTML page comparing run directories (curves, eval, config)", run_report},
+      {"study", "a grid of encodings x scalings x seeds x tasks from a study file: train, eval, mean +- 95% CI; resumable",
+       run_study},
   };
   return v;
 }

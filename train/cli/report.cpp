@@ -16,12 +16,10 @@
 
 #include "core/error.h"
 #include "train/cli/cli_common.h"
+#include "train/cli/html_page.h"
+#include "train/cli/study_report.h"
 #include "train/io/fileio.h"
 #include "train/io/safetensors.h"
-
-#ifndef CTXLAB_DYGRAPHS_DIR
-#define CTXLAB_DYGRAPHS_DIR "/usr/share/javascript/dygraphs"
-#endif
 
 namespace ctx {
 
@@ -260,42 +258,6 @@ json dygraph_rows(const std::vector<const Series*>& series) {
   return rows;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
-
-// JSON safe inside <script>: no "</script>" or "<!--" can appear.
-std::string script_json(const json& j) {
-  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace), o;
-  for (char c : s) {
-    if (c == '<') o += "\\u003c";
-    else o += c;
-  }
-  return o;
-}
-
-std::string read_library(const std::string& name) {
-  const std::string path = std::string(CTXLAB_DYGRAPHS_DIR) + "/" + name;
-  std::ifstream in(path, std::ios::binary);
-  CTX_CHECK(in, "report: cannot read the charting library ", path, " (install libjs-dygraphs: scripts/setup.sh)");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Inlined, the source-map comment would point next to the page; "</script" would end the tag.
-  for (size_t p; (p = s.find("//# sourceMappingURL=")) != std::string::npos;) s.erase(p, s.find('\n', p) - p);
-  for (size_t p; (p = s.find("/*# sourceMappingURL=")) != std::string::npos;) s.erase(p, s.find("*/", p) + 2 - p);
-  for (size_t p = 0; (p = s.find("</script", p)) != std::string::npos; p += 3) s.replace(p, 2, "<\\/");
-  return s;
-}
-
 std::string fmt_num(double v) {
   char b[64];
   std::snprintf(b, sizeof b, "%.4g", v);
@@ -382,28 +344,6 @@ std::pair<std::string, int> config_diff(const std::vector<Run>& runs) {
   return {diff.str(), ndiff};
 }
 
-// The page up to its first heading: the styles, the error recorder and the charting library.
-void page_head(std::ostringstream& h, const std::string& title, size_t n_charts) {
-  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" << html_escape(title)
-    << "</title>\n<style>\n" << read_library("dygraph.min.css") << "\n"
-    << "body{font-family:sans-serif;margin:1.5em;max-width:1100px}h1{font-size:1.4em}h2{font-size:1.15em;"
-       "margin-top:1.6em}table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #bbb;padding:3px 8px;"
-       "text-align:left}th{background:#eee}.chart{width:1000px;height:340px;margin:.5em 0 1.5em}"
-       ".legend{font-size:.85em}#errors{color:#b00}\n</style>\n"
-       // Errors of the page itself land in the DOM (#errors, data-errors) as well as the console.
-       "<script>\n(function(){var n=0;function rec(m){n++;var s=document.getElementById('status');"
-       "if(s)s.setAttribute('data-errors',String(n));var u=document.getElementById('errors');"
-       "if(u){var li=document.createElement('li');li.textContent=String(m);u.appendChild(li);}else{"
-       "(window.__early=window.__early||[]).push(String(m));}}\nwindow.addEventListener('error',function(e){"
-       "rec('error: '+e.message);});var ce=console.error;console.error=function(){rec('console.error: '+"
-       "Array.prototype.join.call(arguments,' '));return ce.apply(console,arguments);};window.__rec=rec;})();\n"
-       "</script>\n<script>\n"
-    << read_library("dygraph.min.js") << "\n</script>\n</head><body>\n"
-    << "<h1>" << html_escape(title) << "</h1>\n"
-    << "<div id=\"status\" data-charts=\"" << n_charts << "\" data-rendered=\"0\" data-errors=\"0\"></div>\n"
-    << "<ul id=\"errors\"></ul>\n";
-}
-
 // The table of runs: directory, step, last losses, median tokens/s, tokenizer.
 void runs_table(std::ostringstream& h, std::vector<Run>& runs) {
   h << "<h2>Runs</h2>\n<table><tr><th>run</th><th>directory</th><th>step</th><th>last train loss</th>"
@@ -441,20 +381,6 @@ void config_section(std::ostringstream& h, const std::vector<Run>& runs) {
   }
 }
 
-// Rendering: one Dygraph per chart; once drawn, the chart's data-points attribute holds the number
-// of non-null values dygraphs holds, and #status data-rendered counts the charts drawn.
-void page_script(std::ostringstream& h, const json& charts) {
-  h << "<script>\nconst CHARTS = " << script_json(charts) << ";\n"
-    << "(function(){var st=document.getElementById('status');(window.__early||[]).forEach(window.__rec);"
-       "var done=0;\nCHARTS.forEach(function(c){var div=document.getElementById('chart-'+c.id);\n"
-       "var g=new Dygraph(div,c.rows,{labels:c.labels,xlabel:c.xlabel,ylabel:c.ylabel,"
-       "logscale:c.logy,connectSeparatedPoints:true,drawPoints:c.rows.length<40,legend:'always',"
-       "labelsSeparateLines:false,axes:{x:{logscale:c.logx},y:{axisLabelWidth:70}},animatedZooms:false});\n"
-       "g.ready(function(){var n=0;for(var i=0;i<g.numRows();i++)for(var j=1;j<g.numColumns();j++){"
-       "var v=g.getValue(i,j);if(v!==null&&!isNaN(v))n++;}div.setAttribute('data-points',String(n));"
-       "done++;st.setAttribute('data-rendered',String(done));});});})();\n</script>\n</body></html>\n";
-}
-
 }  // namespace
 
 void write_report(const std::vector<std::string>& run_dirs, const std::string& out, const std::string& title) {
@@ -467,9 +393,7 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
   std::ostringstream h;
   page_head(h, title, charts.size());
   runs_table(h, runs);
-  for (auto& c : charts)
-    h << "<h2>" << html_escape(c["title"].get<std::string>()) << "</h2>\n<div class=\"chart\" id=\"chart-"
-      << c["id"].get<std::string>() << "\" data-points=\"-1\"></div>\n";
+  for (auto& c : charts) chart_div(h, c);
   if (charts.empty()) h << "<p>No metrics or eval results in these runs: nothing to chart.</p>\n";
   config_section(h, runs);
   h << "<p style=\"font-size:.8em;color:#666\">ctxlab report; charts: dygraphs (inlined, works offline). "
@@ -490,15 +414,28 @@ int run_report(int argc, char** argv) {
                      "\n"
                      "examples:\n"
                      "  ctxlab eval --checkpoint runs/a/model.safetensors --lengths 256,512 --json runs/a/eval.json\n"
-                     "  ctxlab report runs/a runs/b --out report.html");
+                     "  ctxlab report runs/a runs/b --out report.html\n"
+                     "  ctxlab report --study runs/study --out study.html   # a `ctxlab study` directory");
   o.add_options()("out", "the HTML file to write, e.g. report.html", cxxopts::value<std::string>())(
       "title", "page title", cxxopts::value<std::string>()->default_value("ctxlab report"))(
-      "runs", "run directories", cxxopts::value<std::vector<std::string>>())("h,help", "this help");
+      "runs", "run directories", cxxopts::value<std::vector<std::string>>())(
+      "study", "instead of runs: the page of a finished `ctxlab study` directory (CI bands, task heatmaps)",
+      cxxopts::value<std::string>())("h,help", "this help");
   o.parse_positional({"runs"});
   o.positional_help("RUN_DIR...");
   auto r = parse_or_help(o, argc, argv);
   if (!r) return 0;
   require(*r, "out", o);
+  if (r->count("study")) {
+    CTX_CHECK(!r->count("runs"), "ctxlab report: give run directories or --study DIR, not both");
+    const std::string out = (*r)["out"].as<std::string>();
+    check_output_file(out, "--out");
+    const std::string title = r->count("title") && (*r)["title"].as<std::string>() != "ctxlab report"
+                                  ? (*r)["title"].as<std::string>() : "ctxlab study: " + (*r)["study"].as<std::string>();
+    write_study_report((*r)["study"].as<std::string>(), out, title);
+    std::printf("report: study %s -> %s\n", (*r)["study"].as<std::string>().c_str(), out.c_str());
+    return 0;
+  }
   CTX_CHECK(r->count("runs"), "ctxlab report: give at least one run directory (e.g. ctxlab report runs/a runs/b "
             "--out report.html)");
   const std::string out = (*r)["out"].as<std::string>();

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""End-to-end checks of `ctxlab study` (docs/evaluation.md, "ctxlab study").
+
+    study_verb_checks.py {run,errors} --bin path/to/ctxlab --work scratch/dir
+
+  run     examples/studies/quick.json (3 encodings, PI and YaRN on rope, 2 seeds, passkey): stopped
+          by --max-jobs (exit 3, nothing summarised), resumed by the same command (the finished jobs
+          skipped, a half-finished run dir restarted), then held to an uninterrupted run of the same
+          study: identical eval files and summary; the summary recomputed here from the eval JSON
+          (mean, 95% t interval with t(0.975, 1), ppl = exp(mean loss), the best per length, every
+          cell x length, the task grid); the split really holds out the tail of the corpus; the
+          dry run lists the jobs and marks them done.
+  errors  one-line errors naming the file and field: an unknown key, a reserved training option,
+          a directory-escaping name, a duplicate seed, a bad depth, another study in the same --out,
+          a failing job (named, with its log).
+
+Prints one line per check, then "N passed, N failed"; exits 1 on failure. Standard library only.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checklib as cl  # noqa: E402
+
+check, run, must_run, expect_failure = cl.check, cl.run, cl.must_run, cl.expect_failure
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+QUICK = os.path.join(ROOT, "examples", "studies", "quick.json")
+T975_1 = 12.706204736174698  # Student t quantile 0.975 at 1 degree of freedom (two seeds)
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def files_under(d):
+    out = {}
+    for base, _, names in os.walk(d):
+        for n in names:
+            p = os.path.join(base, n)
+            out[os.path.relpath(p, d)] = cl.sha(p)
+    return out
+
+
+def cells_of(spec):
+    cells = []
+    for name, enc in spec["encodings"].items():
+        cells.append(name)
+        pe = enc.get("posenc", enc)
+        if (pe if isinstance(pe, str) else pe.get("type")) == "rope":
+            cells += [f"{name}+{sc}" for sc in spec["scalings"]]
+    return cells
+
+
+def check_summary(out, spec):
+    """The summary against the eval files, recomputed here."""
+    s = load(os.path.join(out, "summary.json"))
+    cells = cells_of(spec)
+    check("summary: the cells in the study's order", s["cells"] == cells, s["cells"])
+    rows = {(r["cell"], r["length"]): r for r in s["ppl"]}
+    check("summary: one ppl row per cell and length", len(rows) == len(cells) * len(spec["lengths"]))
+    worst = 0.0
+    for c in cells:
+        for L in spec["lengths"]:
+            losses = []
+            for seed in spec["seeds"]:
+                e = load(os.path.join(out, "eval", c, f"seed{seed}.json"))
+                losses += [r["loss"] for r in e["results"] if r["length"] == L]
+            m = sum(losses) / len(losses)
+            sd = math.sqrt(sum((x - m) ** 2 for x in losses) / (len(losses) - 1))
+            half = T975_1 * sd / math.sqrt(len(losses))
+            r = rows[(c, L)]
+            worst = max(worst, abs(r["loss"]["mean"] - m), abs(r["loss"]["lo"] - (m - half)),
+                        abs(r["loss"]["hi"] - (m + half)), abs(r["ppl"]["mean"] - math.exp(m)))
+    check("summary: mean, 95% t interval and ppl recomputed from the eval files", worst < 1e-6, f"off by {worst}")
+    for L in spec["lengths"]:
+        best = min(cells, key=lambda c: rows[(c, L)]["loss"]["mean"])
+        flagged = [c for c in cells if rows[(c, L)]["best"]]
+        check(f"summary: the best at {L} is the lowest mean loss", flagged == [best], f"{flagged} vs {best}")
+        check(f"summary: p = 1 for the best itself at {L}", rows[(best, L)]["p_vs_best"] == 1.0)
+    task = spec["tasks"]["passkey"]
+    cellsk = {(t["cell"], t["length"], t["depth"]) for t in s["tasks"]}
+    want = {(c, L, d) for c in cells for L in spec["lengths"] for d in task["depths"]}
+    check("summary: one passkey cell per (cell, length, depth)", cellsk == want, len(cellsk))
+    check("summary: each task cell counts the trials of every seed",
+          all(t["trials"] == task["trials"] * len(spec["seeds"]) for t in s["tasks"]))
+    with open(os.path.join(out, "ppl.csv")) as f:
+        csv_rows = list(csv.DictReader(f))
+    check("ppl.csv: the same rows as the JSON", len(csv_rows) == len(rows) and
+          all(abs(float(r["loss_mean"]) - rows[(r["cell"], int(r["length"]))]["loss"]["mean"]) < 1e-6
+              for r in csv_rows))
+    md = open(os.path.join(out, "summary.md")).read()
+    check("summary.md: a row per cell and the passkey grid", all(f"| {c} |" in md for c in cells) and
+          "## Task passkey" in md)
+    pos = load(os.path.join(out, "summary.json"))["positions"]
+    check("summary: per-position curves for every cell", {p["cell"] for p in pos} == set(cells))
+
+
+def cmd_run():
+    spec = load(QUICK)
+    a = cl.fresh_dir("interrupted")
+    b = cl.fresh_dir("straight")
+    shutil.rmtree(a)
+    shutil.rmtree(b)
+    p = run(["study", "--study", QUICK, "--out", a, "--max-jobs", 4], timeout=300)
+    check("--max-jobs 4: exit 3, said so", p.returncode == 3 and "stopped after 4 jobs" in p.stdout,
+          f"rc {p.returncode} {p.stdout[-300:]} {p.stderr[-300:]}")
+    check("--max-jobs: no summary yet", not os.path.exists(os.path.join(a, "summary.json")))
+    p = run(["study", "--study", QUICK, "--out", a, "--dry-run"])
+    check("--dry-run: lists every job, the first four done",
+          p.returncode == 0 and p.stdout.count("(done)") == 4 and "ctxlab train --preset tiny" in p.stdout, p.stdout[-400:])
+    # a run killed before its first checkpoint leaves a directory without one: restarted (--force)
+    os.makedirs(os.path.join(a, "runs", "alibi", "seed1"), exist_ok=True)
+    open(os.path.join(a, "runs", "alibi", "seed1", "train.csv"), "w").write("step,loss\n")
+    p = run(["study", "--study", QUICK, "--out", a], timeout=600, check_rc=0)
+    check("resumed: ran to the end", p.returncode == 0)
+    total = p.stdout.count("study: [")
+    check("resumed: the 4 finished jobs skipped", "4 done before" in p.stdout, p.stdout[-300:])
+    p = run(["study", "--study", QUICK, "--out", b], timeout=600, check_rc=0)
+    check("uninterrupted: ran to the end", p.returncode == 0 and p.stdout.count("study: [") == total + 4)
+    ha, hb = files_under(os.path.join(a, "eval")), files_under(os.path.join(b, "eval"))
+
+    def results(d, rel):  # the numbers of an eval file (its header names the study's own paths)
+        j = load(os.path.join(d, "eval", rel))
+        return j.get("results"), j.get("task_results")
+    check("resumed = uninterrupted: the results of every eval file", ha and sorted(ha) == sorted(hb) and
+          all(results(a, k) == results(b, k) for k in ha),
+          sorted(k for k in ha if k not in hb or results(a, k) != results(b, k))[:5])
+    sa = open(os.path.join(a, "ppl.csv")).read()
+    check("resumed = uninterrupted: ppl.csv", sa == open(os.path.join(b, "ppl.csv")).read())
+    check_summary(b, spec)
+    text = open(os.path.join(ROOT, "data", "pride_and_prejudice.txt"), "rb").read()
+    tr = open(os.path.join(b, "data", "train.txt"), "rb").read()
+    va = open(os.path.join(b, "data", "val.txt"), "rb").read()
+    check("split: train + val is the corpus, val its last 10%",
+          tr + va == text and len(va) == int(len(text) * 0.1), (len(tr), len(va)))
+    page = os.path.join(cl.WORK, "study.html")
+    must_run("report --study", ["report", "--study", b, "--out", page])
+    check("report --study: the page the study wrote", open(page).read() == open(os.path.join(b, "report.html")).read())
+    check("report: a heatmap cell per (cell, length, depth) of the task",
+          f'data-cells="{len(cells_of(spec)) * len(spec["lengths"]) * 3}"' in open(page).read())
+    p = run(["study", "--study", QUICK, "--out", b], timeout=120, check_rc=0)
+    check("a finished study run again: nothing run, summary rewritten",
+          p.returncode == 0 and "0 run now" in p.stdout and sa == open(os.path.join(b, "ppl.csv")).read())
+
+
+def cmd_errors():
+    d = cl.fresh_dir("errors")
+    base = load(QUICK)
+
+    def study(name, change):
+        j = json.loads(json.dumps(base))
+        change(j)
+        path = os.path.join(d, name + ".json")
+        with open(path, "w") as f:
+            json.dump(j, f)
+        return path
+
+    cases = [
+        ("unknown key", lambda j: j.update(lenghts=[1]), ["unknown key \"lenghts\""]),
+        ("reserved option", lambda j: j["train"]["args"].update(seed=3), [".train.args.seed", "set by the study"]),
+        ("escaping name", lambda j: j["encodings"].update({"../x": "rope"}), ["'../x'", "names a directory"]),
+        ("duplicate seed", lambda j: j.update(seeds=[1, 1]), [".seeds: seed 1 twice"]),
+        ("bad depth", lambda j: j["tasks"]["passkey"].update(depths=[2]), [".tasks.passkey.depths", "[0, 1]"]),
+        ("no encodings", lambda j: j.pop("encodings"), ["missing \"encodings\""]),
+        ("bad task", lambda j: j["tasks"].update(needle={"depths": [0]}), [".tasks.needle", "unknown task"]),
+    ]
+    for name, change, subs in cases:
+        path = study(name.replace(" ", "_"), change)
+        expect_failure(f"error: {name}", ["study", "--study", path, "--out", os.path.join(d, "never")], [path] + subs)
+    check("errors: nothing created for a bad study", not os.path.exists(os.path.join(d, "never")))
+    out = os.path.join(d, "claimed")
+    one = study("one_seed", lambda j: j.update(seeds=[5], encodings={"alibi": "alibi"}, tasks={}, scalings={}) or
+                j.pop("tasks") or j.pop("scalings"))
+    p = run(["study", "--study", one, "--out", out, "--max-jobs", 1])
+    check("a one-seed study starts (one job, then --max-jobs stops it)", p.returncode == 3, p.stderr[-300:])
+    other = study("other", lambda j: j.update(seeds=[6]))
+    expect_failure("error: another study in the same --out", ["study", "--study", other, "--out", out],
+                   [out, "holds another study"])
+    bad = study("bad_job", lambda j: j.update(encodings={"typo": "ropee"}))
+    p = run(["study", "--study", bad, "--out", os.path.join(d, "badjob")])
+    check("a failing job: exit 1, the job and its log named, the child's error shown",
+          p.returncode == 1 and "job 'train typo seed 1' failed" in p.stderr and "train_typo_seed_1.log" in p.stderr
+          and "ropee" in p.stderr, p.stderr[-500:])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cmd", choices=["run", "errors"])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    cl.configure(a.bin, os.path.join(a.work, a.cmd))
+    return cl.run_subcommand(f"study_verb {a.cmd}", {"run": cmd_run, "errors": cmd_errors}[a.cmd])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+// train/cli/study_spec.cpp — reading and checking a study file (see study_spec.h).
+#include "train/cli/study_spec.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "train/io/fileio.h"
+
+namespace ctx::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Names become directory names: letters, digits, '-', '_', '.', not starting with '.'.
+void check_name(const std::string& name, const std::string& where) {
+  const bool ok = !name.empty() && name.size() <= 64 && name[0] != '.' &&
+                  std::all_of(name.begin(), name.end(), [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                           c == '_' || c == '.';
+                  });
+  CTX_CHECK(ok, where, ": the name ", quoted_str(name), " must be 1-64 letters, digits, '-', '_' or '.' "
+            "(not starting with '.'): it names a directory, e.g. \"rope_yarn\"");
+}
+
+const std::set<std::string>& eval_reserved() {
+  static const std::set<std::string> r = {"checkpoint", "data", "lengths", "json", "csv", "task", "depths", "trials",
+                                          "seed", "per-position", "per-position-csv", "rope-scaling", "tokenizer",
+                                          "help"};
+  return r;
+}
+
+const json& field(const json& j, const char* key, const std::string& where) {
+  CTX_CHECK(j.contains(key), where, ": missing \"", key, "\"");
+  return j.at(key);
+}
+
+int64_t positive_int(const json& v, const std::string& where) {
+  CTX_CHECK(v.is_number_integer() && v.get<int64_t>() >= 1, where, ": expected an integer >= 1, got ", v.dump());
+  return v.get<int64_t>();
+}
+
+// {"option": value} of a child verb's options; `reserved` are set by the study itself.
+OptionArgs option_args(const json& j, const std::string& where, const std::set<std::string>& reserved) {
+  CTX_CHECK(j.is_object(), where, ": expected an object of options, e.g. {\"lr\": 0.003, \"warmup\": 10}, got ",
+            brief(j.dump()));
+  OptionArgs out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    const std::string w = where + "." + k;
+    const bool name_ok = !k.empty() && k[0] != '-' && std::all_of(k.begin(), k.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+    });
+    CTX_CHECK(name_ok, w, ": an option name is lower-case letters, digits and '-', without the leading --");
+    CTX_CHECK(!reserved.count(k), w, ": set by the study itself (its own field or the grid); remove it");
+    const json& v = it.value();
+    if (v.is_boolean()) {
+      if (v.get<bool>()) out.emplace_back(k, "");
+    } else if (v.is_number()) {
+      out.emplace_back(k, v.dump());
+    } else {
+      CTX_CHECK(v.is_string(), w, ": expected a number, a string or a boolean, got ", brief(v.dump()));
+      out.emplace_back(k, v.get<std::string>());
+    }
+  }
+  return out;
+}
+
+template <class F>
+void each_key(const json& j, const std::string& where, F f) {
+  CTX_CHECK(j.is_object() && !j.empty(), where, ": expected a non-empty object of NAME: VALUE");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    check_name(it.key(), where);
+    f(it.key(), it.value(), where + "." + it.key());
+  }
+}
+
+void parse_tokenizer(const json& j, const std::string& where, StudySpec& s) {
+  CTX_CHECK(j.is_object(), where, ": expected {\"type\": \"bpe\" | \"unigram\", \"vocab\": N}");
+  for (auto it = j.begin(); it != j.end(); ++it)
+    CTX_CHECK(it.key() == "type" || it.key() == "vocab", where, ": unknown key \"", it.key(), "\" (type, vocab)");
+  const json& t = field(j, "type", where);
+  CTX_CHECK(t.is_string() && (t == "bpe" || t == "unigram"), where, ".type: expected \"bpe\" or \"unigram\", got ",
+            t.dump());
+  s.tokenizer_type = t.get<std::string>();
+  s.tokenizer_vocab = positive_int(field(j, "vocab", where), where + ".vocab");
+}
+
+void parse_train(const json& j, const std::string& where, StudySpec& s) {
+  CTX_CHECK(j.is_object(), where, ": expected {\"preset\": ..., \"steps\": N, \"args\": {...}}");
+  for (auto it = j.begin(); it != j.end(); ++it)
+    CTX_CHECK(it.key() == "preset" || it.key() == "context" || it.key() == "steps" || it.key() == "args", where,
+              ": unknown key \"", it.key(), "\" (preset, context, steps, args)");
+  if (j.contains("preset")) {
+    CTX_CHECK(j["preset"].is_string(), where, ".preset: expected a preset name, e.g. \"tiny\"");
+    s.preset = j["preset"].get<std::string>();
+  }
+  if (j.contains("context")) s.context = positive_int(j["context"], where + ".context");
+  s.steps = positive_int(field(j, "steps", where), where + ".steps");
+  if (j.contains("args"))
+    s.train_args = option_args(j["args"], where + ".args",
+                               {"data", "val-fraction", "out", "seed", "posenc", "preset", "config", "context",
+                                "set", "steps", "tokenizer", "resume", "force", "quiet", "no-plot", "stop-after"});
+}
+
+void parse_tasks(const json& j, const std::string& where, StudySpec& s) {
+  each_key(j, where, [&](const std::string& name, const json& t, const std::string& w) {
+    CTX_CHECK(name == "passkey" || name == "kv-recall" || name == "copy", w,
+              ": unknown task (passkey | kv-recall | copy)");
+    CTX_CHECK(t.is_object(), w, ": expected {\"depths\": [0, 0.5, 1], \"trials\": N, \"args\": {...}}");
+    StudyTask task;
+    task.name = name;
+    for (auto it = t.begin(); it != t.end(); ++it)
+      CTX_CHECK(it.key() == "depths" || it.key() == "trials" || it.key() == "args", w, ": unknown key \"",
+                it.key(), "\" (depths, trials, args)");
+    const json& d = field(t, "depths", w);
+    CTX_CHECK(d.is_array() && !d.empty(), w, ".depths: expected a non-empty array of numbers in [0, 1]");
+    for (const json& x : d) {
+      CTX_CHECK(x.is_number() && x.get<double>() >= 0 && x.get<double>() <= 1, w,
+                ".depths: expected numbers in [0, 1], got ", x.dump());
+      task.depths += (task.depths.empty() ? "" : ",") + x.dump();
+    }
+    if (t.contains("trials")) task.trials = positive_int(t["trials"], w + ".trials");
+    if (t.contains("args")) {
+      task.args = option_args(t["args"], w + ".args", {});
+      for (const auto& a : task.args)
+        CTX_CHECK(a.first == "task-digits" || a.first == "task-pairs" || a.first == "task-span", w, ".args.",
+                  a.first, ": a task takes task-digits, task-pairs or task-span");
+    }
+    s.tasks.push_back(task);
+  });
+}
+
+}  // namespace
+
+bool is_rotary(const nlohmann::json& posenc) {
+  const std::string t = posenc.is_string() ? posenc.get<std::string>() : posenc.value("type", std::string());
+  return t == "rope";
+}
+
+StudySpec parse_study(const json& j, const std::string& where) {
+  CTX_CHECK(j.is_object(), where, ": a study file is one JSON object (docs/evaluation.md, \"ctxlab study\")");
+  static const std::set<std::string> keys = {"data", "val_fraction", "tokenizer", "train", "encodings", "scalings",
+                                             "seeds", "lengths", "tasks", "per_position", "eval"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    CTX_CHECK(keys.count(it.key()), where, ": unknown key \"", it.key(),
+              "\" (data, val_fraction, tokenizer, train, encodings, scalings, seeds, lengths, tasks, per_position, eval)");
+  StudySpec s;
+  if (j.contains("data")) {
+    CTX_CHECK(j["data"].is_string() && !j["data"].get<std::string>().empty(), where, ".data: expected a file path");
+    s.data = j["data"].get<std::string>();
+  }
+  if (j.contains("val_fraction")) {
+    const json& v = j["val_fraction"];
+    CTX_CHECK(v.is_number() && v.get<double>() > 0 && v.get<double>() < 1, where,
+              ".val_fraction: expected a number in (0, 1), e.g. 0.1, got ", v.dump());
+    s.val_fraction = v.get<double>();
+  }
+  if (j.contains("tokenizer")) parse_tokenizer(j["tokenizer"], where + ".tokenizer", s);
+  parse_train(field(j, "train", where), where + ".train", s);
+  each_key(field(j, "encodings", where), where + ".encodings", [&](const std::string& n, const json& v, const std::string& w) {
+    // "rope", {"type": "rope"}, or {"posenc": <either>, "eval": {options of eval for this one}}
+    const bool wrapped = v.is_object() && v.contains("posenc");
+    const json& pe = wrapped ? v["posenc"] : v;
+    CTX_CHECK(pe.is_object() || (pe.is_string() && !pe.get<std::string>().empty()), w,
+              ": expected a posenc JSON object or a type name, e.g. {\"type\": \"rope\"} or \"alibi\", or "
+              "{\"posenc\": ..., \"eval\": {\"hierarchical\": true}}");
+    StudySpec::Encoding e{n, nlohmann::json::parse(pe.dump()), {}};
+    if (wrapped) {
+      for (auto it = v.begin(); it != v.end(); ++it)
+        CTX_CHECK(it.key() == "posenc" || it.key() == "eval", w, ": unknown key \"", it.key(), "\" (posenc, eval)");
+      if (v.contains("eval")) e.eval_args = option_args(v["eval"], w + ".eval", eval_reserved());
+    }
+    s.encodings.push_back(e);
+  });
+  if (j.contains("scalings"))
+    each_key(j["scalings"], where + ".scalings", [&](const std::string& n, const json& sc, const std::string& w) {
+      CTX_CHECK(sc.is_object() || (sc.is_string() && !sc.get<std::string>().empty()), w,
+                ": expected a RoPE scaling as eval --rope-scaling takes it, e.g. \"yarn\" or {\"type\": \"pi\", \"factor\": 4}");
+      s.scalings.emplace_back(n, sc.is_string() ? sc.get<std::string>() : sc.dump());
+    });
+  const json& seeds = field(j, "seeds", where);
+  CTX_CHECK(seeds.is_array() && !seeds.empty(), where, ".seeds: expected a non-empty array of integers >= 0, e.g. [1, 2, 3]");
+  for (const json& x : seeds) {
+    CTX_CHECK(x.is_number_unsigned(), where, ".seeds: expected integers >= 0, got ", x.dump());
+    const uint64_t v = x.get<uint64_t>();
+    CTX_CHECK(std::find(s.seeds.begin(), s.seeds.end(), v) == s.seeds.end(), where, ".seeds: seed ", v, " twice");
+    s.seeds.push_back(v);
+  }
+  const json& lengths = field(j, "lengths", where);
+  CTX_CHECK(lengths.is_array() && !lengths.empty(), where, ".lengths: expected a non-empty array, e.g. [64, 128, 256]");
+  for (const json& x : lengths) s.lengths.push_back(positive_int(x, where + ".lengths"));
+  if (j.contains("tasks")) parse_tasks(j["tasks"], where + ".tasks", s);
+  if (j.contains("per_position")) {
+    CTX_CHECK(j["per_position"].is_boolean(), where, ".per_position: expected true or false");
+    s.per_position = j["per_position"].get<bool>();
+  }
+  if (j.contains("eval"))
+    s.eval_args = option_args(j["eval"], where + ".eval", eval_reserved());
+  return s;
+}
+
+std::vector<std::string> study_cells(const StudySpec& s) {
+  std::vector<std::string> c;
+  for (const auto& e : s.encodings) {
+    c.push_back(e.name);
+    if (is_rotary(e.posenc))
+      for (const auto& sc : s.scalings) c.push_back(cell_name(e.name, sc.first));
+  }
+  return c;
+}
+
+StudySpec read_study(const std::string& path) {
+  const std::string text = read_file(path, "study file");
+  return parse_study(parse_json_strict<nlohmann::ordered_json>(text.data(), text.data() + text.size(), path), path);
+}
+
+}  // namespace ctx::cli
