@@ -164,13 +164,39 @@ Variable relative_output(const Variable& p, const Variable& v, const RelTerms& r
 
 Variable causal_attention_composed(const Variable& q, const Variable& k, const Variable& v,
                                    const Variable& bias, double scale_, int64_t window,
-                                   const RelTerms& rel, const DropoutMask& dropout_) {
+                                   const RelTerms& rel, const DropoutMask& dropout_, AttnRowStats* stats) {
   const char* op = "causal_attention_composed";
   const AttnDims d = check_args(op, q, k, v, bias, scale_, window);
   check_rel(op, rel, q.data(), d.B, d.H, d.T, d.S, d.Dh);
   Variable s = relative_logits(q, k, bias, scale_, rel);  // [B, H, T, S]
   if (window > 0 && window < d.S) s = masked_fill(s, hidden_keys_mask(d.T, d.S, window, 0, q.data()), -INFINITY);
-  return relative_output(dropout(causal_softmax(s, d.S - d.T), dropout_), v, rel);  // [B, H, T, Dh]
+  Variable p = causal_softmax(s, d.S - d.T);  // [B, H, T, S]
+  if (stats) stats->rows = attention_row_stats(p.data(), stats->sink_keys);
+  return relative_output(dropout(p, dropout_), v, rel);  // [B, H, T, Dh]
+}
+
+Tensor attention_row_stats(const Tensor& p_any, int64_t sink_keys) {
+  CTX_CHECK(p_any.defined() && p_any.dim() == 4 && is_float(p_any.dtype()),
+            "attention_row_stats: p must be float [B, H, T, S], got ", p_any.defined() ? p_any.str() : "undefined");
+  CTX_CHECK(sink_keys >= 0, "attention_row_stats: sink_keys must be >= 0 (e.g. 4), got ", sink_keys);
+  const Tensor p = to_host(p_any).to(DType::F64);
+  const int64_t BH = p.size(0) * p.size(1), T = p.size(2), S = p.size(3);
+  Tensor out = Tensor::zeros({p.size(0), p.size(1), T, 3}, DType::F64);
+  const double* pp = p.host<double>();
+  double* op = out.host<double>();
+  for (int64_t row = 0; row < BH * T; ++row) {
+    const int64_t i = row % T;
+    const double* pr = pp + row * S;
+    double ent = 0, sink = 0, dist = 0;
+    for (int64_t j = 0; j < S; ++j) {
+      if (!(pr[j] > 0)) continue;
+      ent -= pr[j] * std::log(pr[j]);
+      if (j < sink_keys) sink += pr[j];
+      dist += pr[j] * (double)(i + S - T - j);
+    }
+    op[row * 3] = ent, op[row * 3 + 1] = sink, op[row * 3 + 2] = dist;
+  }
+  return out;
 }
 
 namespace {
@@ -192,23 +218,24 @@ AttnRel backend_rel(const RelTerms& rel, int64_t Rq, int64_t Rk, const Tensor& q
 
 Variable fused_causal_attention(const Variable& q, const Variable& k, const Variable& v,
                                 const Variable& bias, double scale, int64_t window,
-                                const RelTerms& rel, int64_t keys, const DropoutMask& dropout) {
+                                const RelTerms& rel, int64_t keys, const DropoutMask& dropout,
+                                AttnRowStats* stats) {
   const char* op = "fused_causal_attention";
   AttnDims d = check_args(op, q, k, v, bias, scale, window, keys);
   d.dropout = dropout;
   const Tensor qd = q.data(), kd = k.data(), vd = v.data();
   Backend& be = backend_of(qd);
-  if (!be.has(Fused::Attention)) {
-    if (d.kv_rows == 0) return causal_attention_composed(q, k, v, bias, scale, window, rel, dropout);
+  if (!be.has(Fused::Attention) || (stats && !be.has_attention_stats())) {
+    if (d.kv_rows == 0) return causal_attention_composed(q, k, v, bias, scale, window, rel, dropout, stats);
     return causal_attention_composed(q, slice(k, 2, 0, d.S), slice(v, 2, 0, d.S), bias, scale, window, rel,
-                                     dropout);
+                                     dropout, stats);
   }
   const std::pair<int64_t, int64_t> R = check_rel(op, rel, qd, d.B, d.H, d.T, d.S, d.Dh);
   const AttnRel br = backend_rel(rel, R.first, R.second, qd);
   const Tensor bd = bias.defined() ? bias.data() : Tensor();
   Tensor out = empty_like(qd);                                            // [B, H, T, Dh]
   Tensor lse = Tensor::empty({d.B, d.H, d.T}, qd.dtype(), qd.device());  // [B, H, T]
-  be.attention_forward(d, qd, kd, vd, bd, out, lse, br);
+  be.attention_forward(d, qd, kd, vd, bd, out, lse, br, stats);
   std::vector<Variable> inputs = {q, k, v};
   for (const Variable* x : {&bias, &rel.qrel, &rel.krel, &rel.vrel})
     if (x->defined()) inputs.push_back(*x);

@@ -36,16 +36,25 @@ struct RelTerms {
 // out (AttnDims::kv_rows); the gradient of the other rows is 0. 0: every row.
 // dropout: an active mask drops probabilities as dropout(p, mask) would on p [B, H, T, S]
 // (training; AttnDims::dropout): the same mask as the composed version's, so the two agree.
+// stats: when given, its rows [B, H, T, 3] (AttnRowStats, core/backend.h: entropy, sink mass,
+// mean distance per query row) from the kernel's own pass where the backend has them
+// (Backend::has_attention_stats), else from the composed probabilities (attention_row_stats).
 Variable fused_causal_attention(const Variable& q, const Variable& k, const Variable& v,
                                 const Variable& bias, double scale, int64_t window = 0,
                                 const RelTerms& rel = {}, int64_t keys = 0,
-                                const DropoutMask& dropout = {});
+                                const DropoutMask& dropout = {}, AttnRowStats* stats = nullptr);
 
 // The same attention from matmul / scale / add / causal_mask / masked_fill / softmax / matmul
 // (same arguments, same checks).
 Variable causal_attention_composed(const Variable& q, const Variable& k, const Variable& v,
                                    const Variable& bias, double scale, int64_t window = 0,
-                                   const RelTerms& rel = {}, const DropoutMask& dropout = {});
+                                   const RelTerms& rel = {}, const DropoutMask& dropout = {},
+                                   AttnRowStats* stats = nullptr);
+
+// The row statistics of AttnRowStats from materialised probabilities p [B, H, T, S] (the last T
+// of S positions query; masked entries 0): the reference the fused kernels' statistics are held
+// to, and what the composed attention path reports. Returns [B, H, T, 3] f64 on the host.
+Tensor attention_row_stats(const Tensor& p, int64_t sink_keys);
 
 // The two halves of the composed version, for the general path (nn/attention.cpp runs the mask,
 // softmax and dropout between them). relative_logits: the unmasked logits [B, H, T, S] of

@@ -173,10 +173,17 @@ void Backend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, dou
 }
 
 void Backend::attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
-                                const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) {
+                                const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel,
+                                AttnRowStats* stats) {
   require(*this, "attention_forward", Fused::Attention);
   checks::attention_forward(device(), d, q, k, v, bias, out, lse, rel);
-  attention_forward_impl(d, q, k, v, bias, out, lse, rel);
+  if (!stats) return attention_forward_impl(d, q, k, v, bias, out, lse, rel);
+  CTX_CHECK(has_attention_stats(), "attention_forward: the ", device_name(device()),
+            " backend has no attention row statistics (compose them: attention_row_stats)");
+  CTX_CHECK(stats->sink_keys >= 0, "attention_forward: AttnRowStats.sink_keys must be >= 0 (e.g. 4), got ",
+            stats->sink_keys);
+  stats->rows = Tensor::empty({d.B, d.H, d.T, 3}, q.dtype(), q.device());
+  attention_forward_stats_impl(d, q, k, v, bias, out, lse, rel, *stats);
 }
 void Backend::attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
@@ -235,6 +242,10 @@ void Backend::adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const
 void Backend::attention_forward_impl(const AttnDims&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                      Tensor&, Tensor&, const AttnRel&) {
   unsupported(*this, "attention_forward", Fused::Attention);
+}
+void Backend::attention_forward_stats_impl(const AttnDims&, const Tensor&, const Tensor&, const Tensor&,
+                                           const Tensor&, Tensor&, Tensor&, const AttnRel&, AttnRowStats&) {
+  unsupported(*this, "attention_forward (row statistics)", Fused::Attention);
 }
 void Backend::attention_backward_impl(const AttnDims&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                       const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, Tensor&,

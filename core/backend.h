@@ -134,6 +134,18 @@ struct AttnRel {
   Tensor krel;  // [B, H, S, Rk]
   bool empty() const { return !qrel.defined() && !vrel.defined() && !krel.defined(); }
 };
+// Per-query-row statistics of the attention probabilities: an optional output of
+// attention_forward (ctxlab eval --attn-stats, docs/evaluation.md). rows [B, H, T, 3], q's dtype
+// and device, per query i (at key position i + S - T) of the undropped probabilities p_ij:
+//   [0] entropy        -sum_j p_ij log p_ij (nats)
+//   [1] sink mass      sum of p_ij over the first `sink_keys` keys (j < sink_keys)
+//   [2] mean distance  sum_j p_ij (i + S - T - j)
+// (all 0 for a row that sees no key with a finite logit).
+struct AttnRowStats {
+  int64_t sink_keys = 4;
+  Tensor rows;  // written by attention_forward
+};
+
 // The gradients of AttnRel's tensors that attention_backward writes (overwritten; undefined:
 // not wanted). Shapes as the matching AttnRel fields.
 struct AttnRelGrad {
@@ -258,9 +270,13 @@ class Backend {
   // Writes out [B, H, T, Dh] = softmax(scale * q k^T + rel terms + bias, masked) (v + rel.vrel)
   // and lse [B, H, T] (q's dtype): the logsumexp of each row's masked logits (+inf for a row
   // that sees no finite logit; its output is then 0).
+  // stats: when given, also its rows (AttnRowStats, allocated here) from the same pass; only
+  // where has_attention_stats() (the CPU kernels; elsewhere the caller composes, see
+  // autograd/ops_attention.h attention_row_stats).
   void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k,
                          const Tensor& v, const Tensor& bias, Tensor& out, Tensor& lse,
-                         const AttnRel& rel);
+                         const AttnRel& rel, AttnRowStats* stats = nullptr);
+  virtual bool has_attention_stats() const { return false; }
   // Given dout = dL/dout [B, H, T, Dh] and the forward's out and lse: overwrites dq
   // [B, H, T, Dh], dk, dv [B, H, S, Dh]; dbias [H, T, S] or [1, H, T, S] (summed over the batch)
   // when defined; and drel's defined fields.
@@ -358,6 +374,10 @@ class Backend {
   // fused: called only where has() reports the method's Fused
   virtual void attention_forward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                                       const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel);
+  // attention_forward with its row statistics (called only where has_attention_stats())
+  virtual void attention_forward_stats_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel,
+                                            AttnRowStats& stats);
   virtual void attention_backward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                                        const Tensor& bias, const Tensor& out, const Tensor& lse,
                                        const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias,

@@ -61,6 +61,8 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   st.q = heads[0];  // the last T of S rows
   st.k = heads[1];
   st.v = heads[2];
+  AttnRowStats row_stats;  // eval --attn-stats: [B, H, T, 3] from the fused kernel or the composed p
+  if (stats_) row_stats.sink_keys = stats_->sink_keys(), st.stats = &row_stats;
   pe_->rotate(st);
   Variable o;                                                           // [B, H, T, Dh]
   // dropout on the probabilities: one seed per call, the same mask on either path
@@ -72,9 +74,11 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   if (!o.defined()) {
     Variable s = pe_->logits(st);                                       // [B, H, T, S]
     if (sinks_ > 0) s = masked_fill(s, hidden_keys_mask(T, S, window_, sinks_, s.data()), -INFINITY);
-    Variable p = dropout(causal_softmax(s, st.S - st.T, sinks_ > 0 ? 0 : window_), drop);
-    o = pe_->output(st, p);                                             // [B, H, T, Dh]
+    Variable p = causal_softmax(s, st.S - st.T, sinks_ > 0 ? 0 : window_);  // [B, H, T, S]
+    if (stats_) row_stats.rows = attention_row_stats(p.data(), row_stats.sink_keys);
+    o = pe_->output(st, dropout(p, drop));                              // [B, H, T, Dh]
   }
+  if (stats_) stats_->add(layer_, row_stats.rows);
   Variable merged = merge_heads(o);                                     // [B, T, D]
   if (mem_len > 0) {  // keep the last mem_len inputs for the next segment
     const int64_t keep = std::min(mem_len, S);

@@ -1,6 +1,7 @@
 // nn/attention.h — causal multi-head self-attention with a positional-encoding object plugged
 // in through its hooks (posenc/posenc.h). One implementation serves every encoding.
 #pragma once
+#include "nn/attn_stats.h"
 #include "nn/kv_cache.h"
 #include "nn/layers.h"
 #include "posenc/posenc.h"
@@ -28,6 +29,9 @@ class Attention : public Module {
   void set_window(int64_t w, int64_t sinks = 0) { window_ = w, sinks_ = sinks; }
   int64_t window() const { return window_; }
   int64_t sinks() const { return sinks_; }
+  // While set, forward() adds each call's per-row attention statistics to `c` (this layer's
+  // rows; null: off, the default). GPT::set_attention_stats.
+  void set_stats(AttnStatsCollector* c) { stats_ = c; }
 
  protected:
   void move_state(Device dev) override {  // the segment memory follows the parameters
@@ -37,6 +41,7 @@ class Attention : public Module {
  private:
   mutable Tensor mem_;
   int64_t window_ = 0, sinks_ = 0;
+  AttnStatsCollector* stats_ = nullptr;
   int layer_;
   int64_t H_, Dh_, D_;
   double dropout_;

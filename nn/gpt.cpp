@@ -99,6 +99,13 @@ void GPT::set_memory_state(const std::vector<Tensor>& m) {
   for (size_t l = 0; l < blocks.size(); ++l) blocks[l]->attn->set_memory(m[l]);
 }
 
+void GPT::set_attention_stats(AttnStatsCollector* c) {
+  CTX_CHECK(!c || (c->layers() == cfg.n_layers && c->heads() == cfg.n_heads), "set_attention_stats: the collector "
+            "has ", c ? c->layers() : 0, " layers x ", c ? c->heads() : 0, " heads, the model ", cfg.n_layers, " x ",
+            cfg.n_heads);
+  for (auto& b : blocks) b->attn->set_stats(c);
+}
+
 void GPT::set_attention_window(int64_t w, int64_t sinks) {
   CTX_CHECK(w >= 0, "attention window must be >= 0 (0 = full causal attention), got ", w);
   check_sinks(w, sinks);

@@ -68,6 +68,13 @@ class GPT : public Module {
   // and an encoding with sinks_ok(): otherwise a one-line error).
   void set_attention_window(int64_t w, int64_t sinks = 0);
   void check_sinks(int64_t w, int64_t sinks) const;
+  // The window and sinks set now (0 = none). A checkpoint trained with --window records its window
+  // (train/io/checkpoint.h) and loading sets it.
+  int64_t attention_window() const { return blocks.empty() ? 0 : blocks[0]->attn->window(); }
+  int64_t attention_sinks() const { return blocks.empty() ? 0 : blocks[0]->attn->sinks(); }
+  // While set, every layer's attention adds its per-row statistics to `c` (layers x heads of this
+  // model; null: off). Evaluation (train/eval.h, --attn-stats) sets it around its forwards.
+  void set_attention_stats(AttnStatsCollector* c);
 
   ModelConfig cfg;
   DType dtype;

@@ -70,6 +70,9 @@ struct AttnState {
   // a sink key beyond the window at its cache rank (sink_distance).
   int64_t window = 0, sinks = 0;
   PosencDecodeState* decode = nullptr;  // this generation's state (incremental decoding) or null
+  // When set, the attention also writes its per-query-row statistics there (AttnRowStats,
+  // core/backend.h: eval --attn-stats); fused_attention passes it to the kernel.
+  AttnRowStats* stats = nullptr;
   double scale = 1.0;   // 1/sqrt(Dh) unless the encoding says otherwise
   Variable q, k, v;     // q [B, H, T, Dh]; k, v [B, H, S, Dh]
   Variable qkv_weight, qkv_bias;  // the layer's projection (DeBERTa projects its table with it)

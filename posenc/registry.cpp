@@ -170,7 +170,8 @@ Variable PositionalEncoding::fused_attention(AttnState& st, int64_t window, cons
   if (t.bias.defined() && t.bias.dim() == 4 && t.bias.size(0) != 1) return Variable();  // per-batch bias
   // st.k / st.v may be a decoding step's cache buffers, of which the first st.S rows are keys
   const int64_t keys = st.k.size(2) != st.S ? st.S : 0;
-  return fused_causal_attention(t.q, st.k, st.v, t.bias, t.scale, window, t.rel, keys, dropout);  // [B, H, T, Dh]
+  return fused_causal_attention(t.q, st.k, st.v, t.bias, t.scale, window, t.rel, keys, dropout,
+                                st.stats);  // [B, H, T, Dh]
 }
 
 }  // namespace ctx

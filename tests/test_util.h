@@ -100,6 +100,15 @@ inline ModelConfig tiny_cfg(const nlohmann::json& posenc) {
   return two_head_cfg(17, 16, 2, 32, 24, posenc);
 }
 
+// Every parameter of `model` (an nn::Module) except the norms' drawn N(0, std^2) from one seed:
+// larger-than-default weights, so that a model's outputs depend strongly on positions and context.
+template <class Model>
+void randomize_weights(Model& model, uint64_t seed, double std) {
+  Rng rng(seed);
+  for (auto& named : model.named_parameters())
+    if (named.first.find("norm") == std::string::npos) rng.fill_normal(named.second.data(), 0.0, std);
+}
+
 // Normal values N(0, std^2) in f64 from one seed.
 inline Tensor randn(const Shape& s, uint64_t seed, double std = 0.5) {
   Tensor t = Tensor::empty(s, DType::F64);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "autograd/variable.h"
 #include "core/device_table.h"  // to_host
@@ -37,8 +38,10 @@ void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, c
 
 EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
                     int64_t max_windows, const std::string& source, const EvalMode& mode,
-                    const Tokenizer* tok, int64_t position_bucket) {
+                    const Tokenizer* tok, int64_t position_bucket, int64_t attn_sink_keys) {
   CTX_CHECK(batch >= 1, "evaluate: batch must be >= 1, got ", batch);
+  CTX_CHECK(attn_sink_keys >= 0, "evaluate: attn_sink_keys must be >= 0 (0 = no attention statistics, e.g. 4), "
+            "got ", attn_sink_keys);
   CTX_CHECK(position_bucket >= 0, "evaluate: position_bucket must be >= 0 (0 = no per-position loss), got ",
             position_bucket);
   check_eval_length(model, (int64_t)tokens.size(), length, source, mode);
@@ -67,8 +70,18 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
 
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
+  const int64_t own_window = model.attention_window(), own_sinks = model.attention_sinks();
+  std::unique_ptr<nn::AttnStatsCollector> stats;
+  if (attn_sink_keys > 0)
+    stats = std::make_unique<nn::AttnStatsCollector>(model.cfg.n_layers, model.cfg.n_heads, attn_sink_keys);
+  auto restore = [&] {
+    model.set_attention_stats(nullptr);
+    model.set_attention_window(own_window, own_sinks);
+    if (was_training) model.train();
+  };
   model.eval();
   model.set_attention_window(mode.window, mode.sinks);
+  model.set_attention_stats(stats.get());
   // Chunks evaluated independently: `seg` tokens each (the whole window when not segmented),
   // then a shorter last chunk of `rem` tokens.
   const int64_t seg = mode.segment > 0 ? std::min(mode.segment, length) : length;
@@ -108,12 +121,16 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
       if (rem > 0) run(1, rem, [&](int64_t) { return n_full * seg; });
     }
   } catch (...) {
-    model.set_attention_window(0);
-    if (was_training) model.train();
+    restore();
     throw;
   }
-  model.set_attention_window(0);
-  if (was_training) model.train();
+  restore();
+  if (stats) {
+    r.attn_sink_keys = attn_sink_keys;
+    r.attn.assign((size_t)model.cfg.n_layers, {});
+    for (int64_t l = 0; l < model.cfg.n_layers; ++l)
+      for (int64_t h = 0; h < model.cfg.n_heads; ++h) r.attn[(size_t)l].push_back(stats->mean(l, h));
+  }
   r.loss = total / (double)r.tokens;
   r.ppl = std::exp(r.loss);
   r.bpb = total / std::log(2.0) / (double)r.bytes;

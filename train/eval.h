@@ -33,6 +33,10 @@ struct EvalResult {
   // with position_bucket > 0: positions [0, length) in buckets of that many (the last one may be
   // shorter); their count-weighted mean is `loss`
   std::vector<PositionBucket> positions;
+  // with attn_sink_keys > 0: the attention statistics of every layer and head (nn/attn_stats.h),
+  // means over every query row of every window; [layer][head]
+  int64_t attn_sink_keys = 0;
+  std::vector<std::vector<nn::HeadAttnStats>> attn;
 };
 
 // The two baselines the length-extrapolation literature compares against (both 0 = off):
@@ -63,10 +67,12 @@ void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, c
 // (>= 1); `max_windows`: use at most the first this-many windows (0 = all). `source` names the
 // text in errors (a file name). `tok` maps tokens to bytes for bits per byte (nullptr: bytes).
 // `position_bucket` > 0: also the per-position loss in buckets of that many positions
-// (EvalResult::positions). Runs in eval mode (the train/eval state is restored after).
+// (EvalResult::positions). `attn_sink_keys` > 0: also the attention statistics per layer and head
+// (EvalResult::attn), the first attn_sink_keys tokens of a window counting as sinks. Runs in eval
+// mode with mode's window (the train/eval state and the model's own window are restored after).
 EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
                     int64_t max_windows, const std::string& source = "text", const EvalMode& mode = {},
-                    const Tokenizer* tok = nullptr, int64_t position_bucket = 0);
+                    const Tokenizer* tok = nullptr, int64_t position_bucket = 0, int64_t attn_sink_keys = 0);
 
 // The trainer's validation loss (nats / token): the mean over the first `batches` batches of B
 // consecutive windows of T+1 tokens of `val` (fewer windows than one batch: one batch of all of

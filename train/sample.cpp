@@ -84,8 +84,7 @@ struct ModelStateGuard {
   std::vector<Tensor> memory;
   explicit ModelStateGuard(nn::GPT& model)
       : m(model), was_training(model.is_training()),
-        window(model.blocks.empty() ? 0 : model.blocks[0]->attn->window()),
-        sinks(model.blocks.empty() ? 0 : model.blocks[0]->attn->sinks()), memory(model.memory_state()) {}
+        window(model.attention_window()), sinks(model.attention_sinks()), memory(model.memory_state()) {}
   ~ModelStateGuard() {
     m.set_attention_window(window, sinks);
     m.set_memory_state(memory);

@@ -77,6 +77,7 @@ TaskCell evaluate_task_cell(nn::GPT& model, const TaskGenerator& gen, int64_t le
   Rng rng(task_cell_seed(seed, length, depth));
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
+  const int64_t own_window = model.attention_window();
   model.eval();
   model.set_attention_window(window);
   try {
@@ -86,11 +87,11 @@ TaskCell evaluate_task_cell(nn::GPT& model, const TaskGenerator& gen, int64_t le
       score_batch(model, seqs, length, cell);
     }
   } catch (...) {
-    model.set_attention_window(0);
+    model.set_attention_window(own_window);
     model.train(was_training);
     throw;
   }
-  model.set_attention_window(0);
+  model.set_attention_window(own_window);
   model.train(was_training);
   cell.accuracy = (double)cell.correct / (double)trials;
   cell.ci = wilson_interval(cell.correct, trials);

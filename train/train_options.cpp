@@ -11,7 +11,7 @@ namespace ctx {
 nlohmann::json train_options_to_json(const TrainOptions& o) {
   return {{"data", o.data}, {"out", o.out}, {"steps", o.steps}, {"batch", o.batch}, {"accum", o.accum},
           {"deterministic", o.deterministic},
-          {"context", o.context}, {"optimizer", o.optimizer}, {"lr", o.lr}, {"min_lr", o.min_lr},
+          {"context", o.context}, {"window", o.window}, {"optimizer", o.optimizer}, {"lr", o.lr}, {"min_lr", o.min_lr},
           {"warmup", o.warmup}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps},
           {"weight_decay", o.weight_decay}, {"momentum", o.momentum}, {"grad_clip", o.grad_clip},
           {"val_fraction", o.val_fraction}, {"log_interval", o.log_interval},
@@ -34,7 +34,7 @@ TrainOptions train_options_from_json(const nlohmann::json& j, const std::string&
     ref[kv.key()] = kv.value();
   }
   o.data = ref["data"]; o.out = ref["out"]; o.steps = ref["steps"]; o.batch = ref["batch"];
-  o.accum = ref["accum"]; o.deterministic = ref["deterministic"]; o.context = ref["context"]; o.optimizer = ref["optimizer"]; o.lr = ref["lr"];
+  o.accum = ref["accum"]; o.deterministic = ref["deterministic"]; o.context = ref["context"]; o.window = ref["window"]; o.optimizer = ref["optimizer"]; o.lr = ref["lr"];
   o.min_lr = ref["min_lr"]; o.warmup = ref["warmup"]; o.beta1 = ref["beta1"]; o.beta2 = ref["beta2"];
   o.eps = ref["eps"]; o.weight_decay = ref["weight_decay"]; o.momentum = ref["momentum"];
   o.grad_clip = ref["grad_clip"]; o.val_fraction = ref["val_fraction"]; o.log_interval = ref["log_interval"];
@@ -64,6 +64,7 @@ void validate_train_options(const TrainOptions& o) {
   positive_int(o.batch, "--batch");
   positive_int(o.accum, "--accum");
   CTX_CHECK(o.context == -1 || o.context >= 1, "--context must be a positive integer, got ", o.context);
+  CTX_CHECK(o.window >= 0, "--window must be >= 0 positions (0 = full causal attention, e.g. 64), got ", o.window);
   CTX_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd", "--optimizer must be adamw or sgd, got '", o.optimizer,
             "'");
   number_in(o.lr, 0, true, inf, true, "--lr");

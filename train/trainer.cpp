@@ -200,6 +200,11 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
       tok_(opt.tokenizer ? *opt.tokenizer : *byte_tokenizer()),
       corpus_(), sampler_(&corpus_.train, opt.seed), segments_(model.pe->memory_length() > 0) {
   std::tie(r0_, r1_) = dist::batch_rows(opt.batch, "--batch");
+  if (opt_.window > 0) {  // the same window as eval --window: Attention::set_window, the fused kernels' mask
+    CTX_CHECK(!segments_, "--window: ", model_.pe->type(), " with segment memory (mem_len ",
+              model_.pe->memory_length(), ") already limits attention to its memory; use mem_len 0 with --window");
+    model_.set_attention_window(opt_.window);
+  }
   corpus_ = open_corpus(model_, opt_, T_, tok_, root_);
   if (!opt_.task_mix.empty()) {
     CTX_CHECK(!segments_, "--task-mix: ", model_.pe->type(), " with segment memory trains on consecutive segments "

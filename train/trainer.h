@@ -22,6 +22,11 @@ struct TrainOptions {
   int64_t accum = 1;         // micro-batches per optimizer step
   bool deterministic = false;  // per-sequence leaves + gradient tree: bit-identical whatever N (grad_tree.h)
   int64_t context = -1;      // training sequence length (-1: config.context)
+  // Sliding-window attention during training (train --window W): each token attends to its last W
+  // positions only, with the attention kernels evaluation's --window runs. 0: the model's own
+  // (none for a new model; a loaded checkpoint's, train/io/checkpoint.h). The checkpoint records
+  // the window, so eval and sample use it by default.
+  int64_t window = 0;
   std::string optimizer = "adamw";  // adamw | sgd
   double lr = 1e-3, min_lr = 1e-4;
   int64_t warmup = 100;

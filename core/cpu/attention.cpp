@@ -37,11 +37,13 @@ FlashRel<F> flash_rel(const AttnRel& rel, AttnRelGrad* drel) {
 }  // namespace
 
 void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                       Tensor& out, Tensor& lse, const AttnRel& rel) {
+                       Tensor& out, Tensor& lse, const AttnRel& rel, AttnRowStats* stats) {
   auto run = [&](auto tag) {
     using F = decltype(tag);
+    FlashStats<F> fs;
+    if (stats) fs.rows = stats->rows.data<F>(), fs.sink_keys = stats->sink_keys;
     flash_attention_forward<F>(d, q.data<F>(), k.data<F>(), v.data<F>(), ptr<F>(bias), out.data<F>(),
-                               lse.data<F>(), flash_rel<F>(rel, nullptr));
+                               lse.data<F>(), flash_rel<F>(rel, nullptr), fs);
   };
   if (q.dtype() == DType::F32) run(float());
   else run(double());

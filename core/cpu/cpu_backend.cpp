@@ -351,6 +351,12 @@ class CpuBackend final : public Backend {
                               const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) override {
     cpu::attention_forward(d, q, k, v, bias, out, lse, rel);
   }
+  bool has_attention_stats() const override { return true; }
+  void attention_forward_stats_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel,
+                                    AttnRowStats& stats) override {
+    cpu::attention_forward(d, q, k, v, bias, out, lse, rel, &stats);
+  }
   void attention_backward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
                                Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,

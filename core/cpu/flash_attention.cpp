@@ -523,12 +523,38 @@ inline void const_index_rows(const int32_t* idx, const Geom& g, int64_t T, int64
     }
 }
 
+// The row statistics' accumulation over one key tile (FlashStats): e = p[c] = e^(logit[c] - mnew)
+// on the visible columns [cl, ch) (before dropout), logit the row before the exponential. The
+// sums so far, relative to the old max (mnew - shift), move to mnew first: e scales by alpha, and
+// e log e gains e * shift (skipped before the first visible tile, where l is 0 and the old max
+// -inf). log e = logit - mnew: no log per element (a masked column, e = 0 and logit -inf, adds 0).
+// dist0: the distance of column 0 (i + S - T - j0); sink_end: the sink keys are the columns < it.
+template <class F>
+void stats_row(const F* p, const F* logit, ColRange cr, F mnew, F alpha, F shift, F l, int64_t dist0,
+               int64_t sink_end, F& ent, F& dist, F& sink) {
+  if (l > F(0)) {
+    ent = alpha * (ent + shift * l);
+    dist *= alpha;
+    sink *= alpha;
+  }
+  F a = 0, b = 0, s = 0;
+#pragma omp simd reduction(+ : a, b, s)
+  for (int64_t c = cr.cl; c < cr.ch; ++c) {
+    const F e = p[c];
+    a += e > F(0) ? e * (logit[c] - mnew) : F(0);
+    b += e * (F)(dist0 - c);
+    s += c < sink_end ? e : F(0);
+  }
+  ent += a, dist += b, sink += s;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------- forward ----
 template <class F>
 void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, const F* v,
-                             const F* bias, F* o, F* lse, const FlashRel<F>& rel) {
+                             const F* bias, F* o, F* lse, const FlashRel<F>& rel,
+                             const FlashStats<F>& stats) {
   const Geom g(d);
   const int64_t T = d.T, S = d.S, Dh = d.Dh, H = d.H, Dp = g.Dp, nkb = g.nkb;
   const int64_t KS = d.kv_stride();  // rows per (b, h) in k, v
@@ -554,6 +580,10 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
     }
     // prel: the value term's weights of each query row, sum_j p_ij over qidx[i, j] = r [BR, Rq]
     Scratch<F> qbuf(BR * Dp), st(BR * BC), ot(BR * Dp), m(BR), l(BR), prel(rel.vrel ? BR * rel.Rq : 0);
+    // row statistics (FlashStats), relative to the running max m like l: sum e log e, sum e * distance,
+    // sum e over the sink keys (e = e^(logit - m))
+    Scratch<F> s_ent(stats.rows ? BR : 0), s_dist(stats.rows ? BR : 0), s_sink(stats.rows ? BR : 0),
+        s_logit(stats.rows ? BC : 0);  // the row's logits, before exp_sub_row overwrites them
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < ntask; ++t) {
       const int64_t qb = g.nqb - 1 - t / g.BH, bh = t % g.BH;  // longest blocks first
@@ -563,6 +593,8 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
       std::fill(m.data(), m.data() + rows, ninf);
       std::fill(l.data(), l.data() + rows, F(0));
       if (rel.vrel) std::fill(prel.data(), prel.data() + rows * rel.Rq, F(0));
+      if (stats.rows)
+        for (Scratch<F>* x : {&s_ent, &s_dist, &s_sink}) std::fill(x->data(), x->data() + rows, F(0));
       const F* qrel_bh = rel.qrel ? rel.qrel + bh * T * rel.Rq : nullptr;
       const F* krel_bh = rel.krel ? rel.krel + bh * S * rel.Rk : nullptr;
       const int64_t jlo = d.window > 0 ? std::max<int64_t>(0, i0 + g.off - d.window + 1) : 0;
@@ -600,7 +632,11 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
           }
           const F mnew = std::max(m[r], mx);
           const F alpha = std::exp(m[r] - mnew);  // 0 on the first visible tile (m = -inf)
+          if (stats.rows) std::copy(srow + cr.cl, srow + cr.ch, s_logit.data() + cr.cl);
           const F sum = exp_sub_row(srow, cr, mnew);
+          if (stats.rows)
+            stats_row(srow, s_logit.data(), cr, mnew, alpha, m[r] - mnew, l[r], i + g.off - j0, stats.sink_keys - j0,
+                      s_ent[r], s_dist[r], s_sink[r]);
           l[r] = l[r] * alpha + sum;  // the normaliser sums the undropped p
           if (dropping) drop_row(srow, cr, d.dropout, (uint64_t)((bh * T + i) * S + j0));
           if (alpha != F(1)) {
@@ -634,9 +670,14 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
           }
           for (int64_t c = 0; c < Dh; ++c) orow[c] = ot[r * Dp + c] * inv;
           lse[row] = m[r] + std::log(l[r]);
+          if (stats.rows) {  // -sum p log p = log l - (sum e log e) / l, with p = e / l
+            F* sr = stats.rows + row * 3;
+            sr[0] = std::log(l[r]) - s_ent[r] * inv, sr[1] = s_sink[r] * inv, sr[2] = s_dist[r] * inv;
+          }
         } else {  // no visible key with a finite logit (cannot happen with the diagonal key)
           for (int64_t c = 0; c < Dh; ++c) orow[c] = F(0);
           lse[row] = std::numeric_limits<F>::infinity();
+          if (stats.rows) std::fill(stats.rows + row * 3, stats.rows + row * 3 + 3, F(0));
         }
       }
     }
@@ -862,10 +903,10 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
 
 template void flash_attention_forward<float>(const FlashAttnDims&, const float*, const float*,
                                              const float*, const float*, float*, float*,
-                                             const FlashRel<float>&);
+                                             const FlashRel<float>&, const FlashStats<float>&);
 template void flash_attention_forward<double>(const FlashAttnDims&, const double*, const double*,
                                               const double*, const double*, double*, double*,
-                                              const FlashRel<double>&);
+                                              const FlashRel<double>&, const FlashStats<double>&);
 template void flash_attention_backward<float>(const FlashAttnDims&, const float*, const float*,
                                               const float*, const float*, const float*,
                                               const float*, const float*, float*, float*, float*,

@@ -34,13 +34,24 @@ struct FlashRel {
   bool logit_terms() const { return qrel || krel; }
 };
 
+// Optional row statistics of the forward (AttnRowStats, core/backend.h): rows [B, H, T, 3] =
+// entropy, mass on the first sink_keys keys, mean distance, per query row; null: not wanted.
+// One more accumulation per visible logit (e log e, e * distance, e on a sink key, rescaled with
+// the running max like the normaliser): no [T, S] matrix.
+template <class F>
+struct FlashStats {
+  F* rows = nullptr;
+  int64_t sink_keys = 0;
+};
+
 // q: [B, H, T, Dh]; k, v: [B, H, S, Dh] ([B, H, kv_rows, Dh] when d.kv_rows > 0, the keys the
 // first S rows of each (b, h)); bias: [H, T, S] shared over the batch, or null.
 // Writes o: [B, H, T, Dh] and lse: [B, H, T] (logsumexp of each row's masked logits; +inf for
 // a row that sees no key with a finite logit, whose output is then 0).
 template <class F>
 void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, const F* v,
-                             const F* bias, F* o, F* lse, const FlashRel<F>& rel = {});
+                             const F* bias, F* o, F* lse, const FlashRel<F>& rel = {},
+                             const FlashStats<F>& stats = {});
 
 // Given do = dL/do: dq [B, H, T, Dh], dk, dv [B, H, S, Dh] are overwritten; dbias [H, T, S]
 // (summed over the batch) is overwritten when not null, and so are rel's gradients. o and lse

@@ -15,7 +15,8 @@
 namespace ctx::cpu {
 
 void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel);
+                       const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel,
+                       AttnRowStats* stats = nullptr);
 void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& bias, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias,

@@ -9,7 +9,7 @@
              the run resumes with `ctxlab train --resume`; alibi fine-tunes without a scaling;
              learned beyond its table, --rope-scaling on a non-rope model, a missing --context
              are one-line errors.
-  baselines  `ctxlab eval --window W` / `--segmented`: full-width window == plain eval, segmented
+  baselines  `ctxlab eval --window W` / `--segmented`: full-width window == --window 0 == plain eval, segmented
              learned model runs beyond L without --hierarchical, the two together are an error.
   extensions the 2023-24 methods on the CLI (POSENC_SPEC §2, §6): finetune with llama3 and with
              longrope given as JSON writes them; eval with self-extend as a JSON override and with
@@ -133,7 +133,10 @@ def cmd_baselines():
           seg is not None and seg["segment"] == 64 and len(seg["results"]) == 2, p.stderr[-300:])
     fails_with("--window with --segmented", ["eval", "--checkpoint", learned, "--window", 8, "--segmented"],
                ["--window", "--segmented"])
-    fails_with("--window 0", ["eval", "--checkpoint", learned, "--window", 0], ["--window"])
+    full0, _ = eval_json(learned, ["--lengths", "64", "--window", 0], "full0")
+    check("--window 0 is full attention (it overrides a window the checkpoint was trained with)",
+          plain and full0 and full0["window"] == 0 and full0["results"][0]["loss"] == plain["results"][0]["loss"])
+    fails_with("--window -1", ["eval", "--checkpoint", learned, "--window", -1], ["--window must be >= 0", "-1"])
     fails_with("learned beyond L names both fixes", ["eval", "--checkpoint", learned, "--lengths", 128],
                ["--hierarchical", "--segmented"])
 

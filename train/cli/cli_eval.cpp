@@ -3,6 +3,7 @@
 //                  [--rope-scaling TYPE --factor S [--original-context L]] [--window W | --segmented]
 //                  [--csv F] [--json F]
 //                  [--task NAME --depths D,... | --per-position]   (train/cli/cli_eval_tasks.h)
+//                  [--attn-stats [--attn-sinks K]]                 (train/cli/cli_eval_attn.h)
 //   ctxlab sample  --checkpoint C [--prompt TEXT] [--max-tokens N] [--temperature T] [--top-k K] [--seed S]
 // (MODEL_SPEC §6; evaluation in train/eval.h, sampling in train/sample.h.)
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "train/io/checkpoint.h"
 #include "train/cli/cli.h"
 #include "train/cli/cli_common.h"
+#include "train/cli/cli_eval_attn.h"
 #include "train/cli/cli_eval_tasks.h"
 #include "train/data.h"
 #include "train/eval.h"
@@ -128,7 +130,9 @@ cxxopts::Options eval_options() {
       "  ctxlab eval --checkpoint alibi.safetensors --lengths 256,1024 --window 256   # local attention\n"
       "  ctxlab eval --checkpoint learned.safetensors --lengths 1024 --segmented     # chunks of L\n"
       "  ctxlab eval --checkpoint rope.safetensors --lengths 256,1024 --task passkey --depths 0,0.5,1 --trials 50\n"
-      "  ctxlab eval --checkpoint rope.safetensors --lengths 256,1024 --per-position --json pos.json");
+      "  ctxlab eval --checkpoint rope.safetensors --lengths 256,1024 --per-position --json pos.json\n"
+      "  ctxlab eval --checkpoint rope.safetensors --lengths 256,1024 --attn-stats --attn-stats-csv attn.csv\n"
+      "A checkpoint trained with --window W is evaluated with that window unless --window says otherwise.");
   o.add_options()("checkpoint", "model checkpoint to evaluate (.safetensors), e.g. runs/small/model.safetensors",
                   cxxopts::value<std::string>())(
       "data", "text file to evaluate on, all of it (default: the last 10% of data/pride_and_prejudice.txt)",
@@ -154,7 +158,8 @@ cxxopts::Options eval_options() {
       cxxopts::value<int64_t>());
   o.add_options("baselines")(
       "window", "sliding-window (local) attention: each token attends to its last W positions only, "
-      "e.g. --window 256 (the model's context is the usual choice)", cxxopts::value<int64_t>())(
+      "e.g. --window 256 (the model's context is the usual choice); default: the window the checkpoint was "
+      "trained with (train --window), else none; 0 = full attention", cxxopts::value<int64_t>())(
       "sinks", "with --window: attention sinks, the first S positions stay visible to every token (StreamingLLM; "
       "POSENC_SPEC §6), e.g. --sinks 4", cxxopts::value<int64_t>())(
       "segmented", "evaluate each window in independent chunks of the model's context L (positions "
@@ -163,6 +168,7 @@ cxxopts::Options eval_options() {
                           "e.g. results.csv", cxxopts::value<std::string>())(
       "json", "also write the results as JSON, e.g. results.json", cxxopts::value<std::string>());
   add_eval_task_options(o);
+  add_eval_attn_options(o);
   add_tokenizer_option(o, "default: the tokenizer the checkpoint records; given, it must be that one");
   add_device_option(o, "where the windows are evaluated");
   add_precision_options(o);
@@ -183,9 +189,10 @@ LoadedModel load_for_eval(const cxxopts::ParseResult& r, const std::string& ckpt
 // --window W or --segmented (chunks of the model's context), or neither.
 EvalMode eval_mode(const cxxopts::ParseResult& r, const nn::GPT& model) {
   EvalMode mode;
+  mode.window = model.attention_window();  // a checkpoint trained with --window W: W
   if (r.count("window")) {
     mode.window = r["window"].as<int64_t>();
-    CTX_CHECK(mode.window >= 1, "--window must be a positive number of positions (e.g. ", model.cfg.context,
+    CTX_CHECK(mode.window >= 0, "--window must be >= 0 positions (0 = full attention, e.g. ", model.cfg.context,
               "), got ", mode.window);
   }
   if (r.count("sinks")) {
@@ -193,7 +200,8 @@ EvalMode eval_mode(const cxxopts::ParseResult& r, const nn::GPT& model) {
     model.check_sinks(mode.window, mode.sinks);
   }
   if (r.count("segmented")) {
-    CTX_CHECK(mode.window == 0, "--window and --segmented are two different baselines; give one of them");
+    CTX_CHECK(mode.window == 0, r.count("window") ? "--window and --segmented are two different baselines; give one of them"
+              : "--segmented: the checkpoint was trained with a sliding window; add --window 0 to evaluate it in chunks");
     mode.segment = model.cfg.context;
   }
   return mode;
@@ -269,6 +277,7 @@ void write_eval_json(const std::string& path, nlohmann::json j, const std::vecto
                             {"bits_per_byte", e.bpb},
                             {"bytes", e.bytes}});
     if (bucket > 0) j["results"].back()["per_position"] = positions_json(e, bucket);
+    if (e.attn_sink_keys > 0) j["results"].back()["attn_stats"] = attn_stats_json(e);
   }
   write_text(path, j.dump(2) + "\n", "eval JSON");
   std::printf("wrote %s\n", path.c_str());
@@ -316,24 +325,32 @@ int run_eval(int argc, char** argv) {
   std::printf("eval %s (posenc %s, context %lld, tokenizer %s) on %s: %zu tokens, %s\n", ckpt.c_str(),
               model.cfg.posenc.dump().c_str(), (long long)model.cfg.context, tok->describe().c_str(), text.data.c_str(),
               text.tokens.size(), mode_name.c_str());
-  if (r->count("task")) return run_task_eval(*r, model, *tok, text.tokens, lengths, mode, header);
+  if (r->count("task")) {
+    check_no_attn_options(*r);
+    return run_task_eval(*r, model, *tok, text.tokens, lengths, mode, header);
+  }
   check_no_task_options(*r);
   const int64_t bucket = position_bucket(*r, lengths);
+  const int64_t sink_keys = attn_sink_keys(*r);
   std::printf("%8s %8s %10s %10s %12s %10s\n", "length", "windows", "tokens", "loss", "ppl", "bits/byte");
   std::fflush(stdout);
   std::vector<EvalResult> results;
   for (int64_t len : lengths) {
     const int64_t batch = batch_opt > 0 ? batch_opt : std::max<int64_t>(1, 8192 / len);
-    EvalResult e = evaluate(model, text.tokens, len, batch, max_windows, text.data, mode, tok.get(), bucket);
+    EvalResult e =
+        evaluate(model, text.tokens, len, batch, max_windows, text.data, mode, tok.get(), bucket, sink_keys);
     std::printf("%8lld %8lld %10lld %10.4f %12.4f %10.4f\n", (long long)e.length, (long long)e.windows,
                 (long long)e.tokens, e.loss, e.ppl, e.bpb);
     std::fflush(stdout);
     results.push_back(e);
   }
+  if (sink_keys > 0)
+    for (const EvalResult& e : results) print_attn_stats(e);
 
   if (r->count("csv")) write_eval_csv((*r)["csv"].as<std::string>(), results);
   if (r->count("json")) write_eval_json((*r)["json"].as<std::string>(), header, results, bucket);
   if (r->count("per-position-csv")) write_positions_csv((*r)["per-position-csv"].as<std::string>(), results);
+  if (r->count("attn-stats-csv")) write_attn_stats_csv((*r)["attn-stats-csv"].as<std::string>(), results);
   return 0;
 }
 
@@ -367,7 +384,8 @@ cxxopts::Options sample_options() {
       cxxopts::value<int64_t>()->default_value("40"))(
       "seed", "random seed for the draws; same seed, same text, e.g. 1234",
       cxxopts::value<uint64_t>()->default_value("0"))(
-      "window", "sliding-window attention: each token sees its last W positions, >= 0 (0 = all), e.g. 256",
+      "window", "sliding-window attention: each token sees its last W positions, >= 0 (0 = all), e.g. 256; "
+      "default: the window the checkpoint was trained with (train --window), else 0",
       cxxopts::value<int64_t>()->default_value("0"))(
       "sinks", "with --window: attention sinks, the first S positions stay visible; the KV cache keeps them and "
       "the last W (StreamingLLM, POSENC_SPEC §6), >= 0, e.g. 4", cxxopts::value<int64_t>()->default_value("0"))(
@@ -399,10 +417,11 @@ int run_sample(int argc, char** argv) {
   opt.temperature = (*r)["temperature"].as<double>();
   opt.top_k = (*r)["top-k"].as<int64_t>();
   opt.seed = (*r)["seed"].as<uint64_t>();
-  check_sample_options(opt);
   const Device dev = device_option(*r);
   const std::string ckpt = (*r)["checkpoint"].as<std::string>();
   LoadedModel lm = load_checkpoint(ckpt);
+  if (!r->count("window")) opt.window = lm.model->attention_window();  // trained with --window W: W
+  check_sample_options(opt);
   const std::shared_ptr<const Tokenizer> tok = checkpoint_tokenizer(lm, *r, ckpt);
   CTX_CHECK(lm.model->cfg.vocab_size == tok->vocab_size(), ckpt, ": vocab_size is ", lm.model->cfg.vocab_size,
             ", but sample reads and writes text with the ", tok->describe(), " tokenizer");

@@ -46,7 +46,11 @@ void add_train_options(cxxopts::Options& o) {
   add_device_option(o, "where the model trains (a checkpoint from either device resumes on either)");
   add_training_options(o, train_option_block());
   o.add_options("data")("context", "training sequence length (default: the config's context)",
-                        cxxopts::value<int64_t>());
+                        cxxopts::value<int64_t>())(
+      "window", "sliding-window attention while training: each token attends to its last W positions only (the "
+      "kernels of eval --window), so a model trained local can be tested long; recorded in the checkpoint, and "
+      "eval / sample use it unless told otherwise; >= 1, e.g. 64 (default: full causal attention)",
+      cxxopts::value<int64_t>());
   o.add_options("output")("resume", "continue the run saved in this directory", cxxopts::value<std::string>())(
       "stop-after", "stop (with a checkpoint) after step N of the run, counted from its start (also when resumed), "
       "as an interruption would: for trying --resume",
@@ -72,7 +76,7 @@ int resume_run(const cxxopts::ParseResult& a, Device dev) {
   // The run's config and options are saved with it: an option that would change them is an
   // error, not silently ignored. What may be given: --steps, --stop-after, where and how it runs
   // (--device, --precision, --tf32, --distributed, --tokenizer: the same one) and its output.
-  for (const char* k : {"config", "preset", "posenc", "set", "dropout", "data", "val-fraction", "context", "batch",
+  for (const char* k : {"config", "preset", "posenc", "set", "dropout", "data", "val-fraction", "context", "window", "batch",
                         "accum", "deterministic", "optimizer", "lr", "min-lr", "warmup", "weight-decay", "beta1",
                         "beta2", "momentum", "grad-clip", "seed", "task-mix", "task-digits", "task-pairs", "task-span",
                         "out", "log-interval", "eval-interval", "eval-batches", "ckpt-interval", "force"})
@@ -99,6 +103,11 @@ int new_run(const cxxopts::ParseResult& a, Device dev) {
   TrainOptions opt;
   read_train_options(a, opt);
   if (a.count("context")) opt.context = a["context"].as<int64_t>();
+  if (a.count("window")) {
+    opt.window = a["window"].as<int64_t>();
+    CTX_CHECK(opt.window >= 1, "--window must be a positive number of positions (e.g. 64; leave it out for full "
+              "attention), got ", opt.window);
+  }
   opt.optimizer = a["optimizer"].as<std::string>();
   opt.min_lr = a.count("min-lr") ? a["min-lr"].as<double>() : std::min(1e-4, opt.lr);
   opt.momentum = a["momentum"].as<double>();

@@ -22,6 +22,8 @@ void save_checkpoint(const std::string& path, nn::GPT& model, int64_t step,
   meta["format"] = "ctxlab/1";
   meta["config"] = config_to_json(model.cfg).dump();
   meta["step"] = std::to_string(step);
+  if (model.attention_window() > 0) meta["attention_window"] = std::to_string(model.attention_window());
+  else meta.erase("attention_window");
   save_safetensors(path, ts, meta);
 }
 
@@ -40,6 +42,19 @@ static void check_finite(const Tensor& t, const std::string& path, const std::st
                                               : -1;
   CTX_CHECK(i < 0, path, ": tensor '", name, "' holds a non-finite value (", t.at(i), ") at flat index ", i,
             "; a checkpoint's parameters must be finite");
+}
+
+// A count in __metadata__ (strict: digits only, no sign, no trailing text, within int64); the
+// error names the file, the field and what it must be.
+static int64_t metadata_count(const std::string& v, const std::string& path, const char* field, const char* want) {
+  size_t used = 0;
+  int64_t n = -1;
+  try {
+    if (!v.empty() && v[0] >= '0' && v[0] <= '9') n = std::stoll(v, &used);
+  } catch (...) {
+  }
+  CTX_CHECK(used == v.size() && n >= 0, path, ": __metadata__.", field, " is ", quoted_str(v), ", expected ", want);
+  return n;
 }
 
 LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::json& posenc_override,
@@ -61,19 +76,12 @@ LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::j
   }
   LoadedModel out;
   auto st = f.metadata.find("step");
-  if (st != f.metadata.end()) {
-    // strict: digits only (no sign, no trailing text), within int64
-    const std::string& v = st->second;
-    size_t used = 0;
-    int64_t n = -1;
-    try {
-      if (!v.empty() && v[0] >= '0' && v[0] <= '9') n = std::stoll(v, &used);
-    } catch (...) {
-    }
-    CTX_CHECK(used == v.size() && n >= 0, path, ": __metadata__.step is ", quoted_str(v),
-              ", expected a non-negative integer");
-    out.step = n;
-  }
+  if (st != f.metadata.end()) out.step = metadata_count(st->second, path, "step", "a non-negative integer");
+  auto aw = f.metadata.find("attention_window");
+  const int64_t window = aw == f.metadata.end() ? 0 : metadata_count(aw->second, path, "attention_window",
+                                                                      "a positive integer (train --window W)");
+  CTX_CHECK(aw == f.metadata.end() || window >= 1, path, ": __metadata__.attention_window is ", quoted_str(aw->second),
+            ", expected a positive integer (train --window W)");
   out.metadata = f.metadata;
   out.tokenizer = tokenizer_from_metadata(f.metadata, path);
   if (out.tokenizer)
@@ -96,6 +104,7 @@ LoadedModel load_checkpoint(const std::string& path, DType dt, const nlohmann::j
   }
   for (auto& n : f.names)
     CTX_CHECK(expected.count(n), path, ": unexpected tensor '", n, "' (not a parameter of this config)");
+  out.model->set_attention_window(window);  // trained with --window W: evaluated with it by default
   return out;
 }
 

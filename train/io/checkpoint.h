@@ -4,6 +4,9 @@
 // right shape and a float dtype (F64 / F16 / BF16 converted), every value finite (a NaN or inf
 // weight is an error naming the tensor and the element), no unknown tensors. Errors name the
 // file and the tensor. The tokenizer a checkpoint records comes back in LoadedModel::tokenizer.
+// A model trained with sliding-window attention (train --window W) is saved with
+// __metadata__.attention_window = "W" (beside "config": MODEL_SPEC §2's config keys are shared
+// with the PyTorch reference); loading sets that window on the model (GPT::set_attention_window).
 #pragma once
 #include <map>
 #include <memory>
