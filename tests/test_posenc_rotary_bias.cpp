@@ -323,15 +323,22 @@ TEST(PosencBias, SandwichIsTheInnerProductOfSinusoids) {
     }
     return p;
   };
+  double worst = 0;
+  std::string where;
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j <= i; ++j) {
       const std::vector<double> pi = embedding(i), pj = embedding(j);
       double dot = 0;
       for (size_t e = 0; e < pi.size(); ++e) dot += pi[e] * pj[e];
-      for (int64_t h = 0; h < H; ++h)  // float32 frequencies and angles in ctxlab: <= 4e-7 here
-        EXPECT_NEAR(b.at((h * T + i) * T + j), (dot - (double)d / 2) * (double)H / (8.0 * (double)(h + 1)), 2e-6)
-            << "h " << h << " i " << i << " j " << j;
+      for (int64_t h = 0; h < H; ++h) {
+        const double want = (dot - (double)d / 2) * (double)H / (8.0 * (double)(h + 1));
+        const double err = std::fabs(b.at((h * T + i) * T + j) - want);
+        if (err > worst) worst = err, where = "h " + std::to_string(h) + " i " + std::to_string(i) + " j " + std::to_string(j);
+      }
     }
+  // ctxlab's float32 frequencies and angles: at most ~4e-7 here (6.1e-8 seen); the dropped lowest
+  // frequency would move every entry by H / (8 h1) >= 0.125
+  EXPECT_LT(worst, 2e-6) << "at " << where;
 }
 
 TEST(PosencBias, T5Buckets) {
