@@ -284,6 +284,15 @@ TEST(SafetensorsTest, ErrorEndBeyondData) {
                           R"({"w": {"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
                           std::string(4, '\0'));
   expect_error([&] { load_safetensors(p); }, {p, "tensor 'w'", "beyond the data section", "4 bytes"});
+  // One byte past the data: refused by the header check, from a file and from memory (which would
+  // otherwise copy a byte beyond the buffer); the same tensor with its last byte present loads.
+  const std::string header = R"({"w": {"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  p = st_file("end1.safetensors", header, std::string(7, '\0'));
+  expect_error([&] { load_safetensors(p); }, {p, "tensor 'w'", "[0, 8] end beyond the data section (7 bytes)"});
+  const std::string raw = st_bytes(header, std::string(7, '\0'));
+  expect_error([&] { load_safetensors_bytes((const uint8_t*)raw.data(), raw.size(), "mem"); },
+               {"mem", "tensor 'w'", "[0, 8] end beyond the data section (7 bytes)"});
+  EXPECT_EQ(load_safetensors(st_file("end0.safetensors", header, std::string(8, '\0'))).at("w").numel(), 2);
   // An end near 2^64 must not wrap around.
   p = st_file("end2.safetensors",
               R"({"w": {"dtype":"F32","shape":[1],"data_offsets":[18446744073709551612,18446744073709551615]}})",

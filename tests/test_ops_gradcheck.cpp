@@ -177,6 +177,37 @@ TEST(GradcheckOps, Clamp) {
   }
 }
 
+// At a bound the derivative is undefined; ctxlab passes the gradient on the closed interval
+// [lo, hi] (subgradient 1 at both bounds, and at x = lo = hi): PyTorch's rule from 2018 (#7049)
+// through the releases the reference code was written against, and the rule POSENC_SPEC §7.2 asks
+// of CoPE's clamp. PyTorch 2.15 (tests/python's torch) gives 0 at scalar bounds instead (the
+// minimum-norm subgradient, #184574): docs/ops.md. Finite differences cannot check this: a
+// central difference at a kink gives 0.5, hence the exact values.
+TEST(GradcheckOps, ClampGradientAtTheBounds) {
+  for (DType dt : {DType::F64, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const double lo = -0.4, hi = 0.6;  // not representable: x and the bounds round alike to dt
+    auto next = [dt](double v, double to) {  // the neighbour of v in dt, towards `to`
+      return dt == DType::F64 ? std::nextafter(v, to) : (double)std::nextafter((float)v, (float)to);
+    };
+    const double below = next(lo, -1), above = next(hi, 1);
+    Tensor x = Tensor::from_vector<double>({lo, hi, below, above, 0.1, -3.0, 3.0}, {7}).to(dt);
+    const std::vector<double> want = {1, 1, 0, 0, 1, 0, 0};
+    Variable xv(x, true);
+    Variable y = clamp(xv, lo, hi);
+    EXPECT_EQ(y.data().at(0), x.at(0)) << "clamp(lo) is lo";
+    EXPECT_EQ(y.data().at(1), x.at(1)) << "clamp(hi) is hi";
+    sum(y).backward();
+    for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(xv.grad().at(i), want[(size_t)i]) << "x = " << x.at(i);
+    // a degenerate interval: the one point of it passes the gradient, its neighbours do not
+    Variable pv(Tensor::from_vector<double>({hi, next(hi, -1), above}, {3}).to(dt), true);
+    sum(clamp(pv, hi, hi)).backward();
+    EXPECT_EQ(pv.grad().at(0), 1.0);
+    EXPECT_EQ(pv.grad().at(1), 0.0);
+    EXPECT_EQ(pv.grad().at(2), 0.0);
+  }
+}
+
 // ----------------------------------------------------------------------------- dropout ----
 
 TEST(GradcheckOps, DropoutSameMaskForwardAndBackward) {
@@ -837,6 +868,24 @@ TEST(GradcheckOps, LayerNorm) {
     Tensor x = uniform(r, s, -2, 2), w = uniform(r, {C}, 0.5, 1.5), b = uniform(r, {C});
     GRADCHECK([](const Vars& v) { return layer_norm(v[0], v[1], v[2], 1e-5); }, {x, w, b}, {"x", "w", "b"});
     GRADCHECK([](const Vars& v) { return layer_norm(v[0], v[1], Variable(), 1e-5); }, {x, w}, {"x", "w"});
+  }
+  // value, against the definition written out here: y = (x - mean) / sqrt(var + eps) * w + b with
+  // the biased variance, on rows whose variance (~3e-5) is of the order of eps = 1e-5, so that
+  // eps moves y by ~10% (at unit variance it moves it by 5e-6 and a wrong eps hides in tolerances)
+  const int64_t N = 6, C = 11;
+  const double eps = 1e-5;
+  Tensor x = uniform(r, {N, C}, -0.01, 0.01), w = uniform(r, {C}, 0.5, 1.5), b = uniform(r, {C});
+  Tensor y = layer_norm(Variable(x), Variable(w), Variable(b), eps).data();
+  for (int64_t n = 0; n < N; ++n) {
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < C; ++c) mean += x.at(n * C + c) / (double)C;
+    for (int64_t c = 0; c < C; ++c) var += (x.at(n * C + c) - mean) * (x.at(n * C + c) - mean) / (double)C;
+    ASSERT_GT(var, eps) << "row " << n << ": eps must matter, not dominate";
+    ASSERT_LT(var, 10 * eps) << "row " << n;
+    for (int64_t c = 0; c < C; ++c) {
+      const double want = (x.at(n * C + c) - mean) / std::sqrt(var + eps) * w.at(c) + b.at(c);
+      EXPECT_NEAR(y.at(n * C + c), want, 1e-12) << "row " << n << " column " << c;
+    }
   }
 }
 

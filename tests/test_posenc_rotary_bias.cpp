@@ -298,6 +298,49 @@ TEST(PosencBias, AlibiSlopes) {
       for (int j = 0; j <= i; ++j) EXPECT_NEAR(b.at((h * 5 + i) * 5 + j), -std::pow(2.0, -(h + 1)) * (i - j), 1e-12);
 }
 
+// Sandwich's bias is the inner product of two sinusoidal embeddings of width d (the head size)
+// at positions i and j, less d/2, times H / (8 h1) (POSENC_SPEC §3): computed here from the
+// embeddings p_m = [sin(m w_k), cos(m w_k)], w_k = 10000^(-2k/d), k = 1..d/2, in double. The
+// lowest frequency, w_{d/2} = 1e-4, contributes cos(delta 1e-4) ~ 1 to every entry: a softmax
+// cancels such a row constant, so only the table itself shows it.
+TEST(PosencBias, SandwichIsTheInnerProductOfSinusoids) {
+  ModelConfig cfg = tiny_cfg({{"type", "sandwich"}});
+  const int64_t H = 4, d = 8, T = 40;
+  cfg.n_heads = H;
+  cfg.d_model = H * d;
+  auto pe = make_posenc(cfg, "test");
+  AttnState st;
+  st.B = 1, st.H = H, st.T = T, st.S = T, st.Dh = d;
+  st.q = Variable(Tensor::zeros({1, H, T, d}, DType::F64));
+  Tensor b = pe->bias(st).data();
+  ASSERT_EQ(b.shape(), Shape({1, H, T, T}));
+  auto embedding = [&](int64_t m) {
+    std::vector<double> p;
+    for (int64_t k = 1; k <= d / 2; ++k) {
+      const double w = std::pow(10000.0, -2.0 * (double)k / (double)d);
+      p.push_back(std::sin((double)m * w));
+      p.push_back(std::cos((double)m * w));
+    }
+    return p;
+  };
+  double worst = 0;
+  std::string where;
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      const std::vector<double> pi = embedding(i), pj = embedding(j);
+      double dot = 0;
+      for (size_t e = 0; e < pi.size(); ++e) dot += pi[e] * pj[e];
+      for (int64_t h = 0; h < H; ++h) {
+        const double want = (dot - (double)d / 2) * (double)H / (8.0 * (double)(h + 1));
+        const double err = std::fabs(b.at((h * T + i) * T + j) - want);
+        if (err > worst) worst = err, where = "h " + std::to_string(h) + " i " + std::to_string(i) + " j " + std::to_string(j);
+      }
+    }
+  // ctxlab's float32 frequencies and angles: at most ~4e-7 here (6.1e-8 seen); the dropped lowest
+  // frequency would move every entry by H / (8 h1) >= 0.125
+  EXPECT_LT(worst, 2e-6) << "at " << where;
+}
+
 TEST(PosencBias, T5Buckets) {
   // direct float32 transcription of POSENC_SPEC §3
   auto ref = [](int64_t n, int64_t nb, int64_t md) -> int64_t {
