@@ -26,9 +26,9 @@ def test_tensor_numpy_views_share_memory():
     assert t.numpy()[1, 2] == 5.0          # the same memory, not a copy
     assert np.asarray(t)[1, 2] == 5.0      # __array__
     assert t.shape == [2, 3] and t.dtype == "float32" and t.device == "cpu"
-    b = np.from_dlpack(t)                  # DLPack, no copy either
-    b[0, 0] = -1.0
-    assert t.numpy()[0, 0] == -1.0
+    b = np.from_dlpack(t)                  # DLPack, no copy either (NumPy < 2 makes it read-only)
+    a[0, 0] = -1.0
+    assert b[0, 0] == -1.0
 
 
 def test_tensor_from_numpy_copies_and_keeps_dtype():
@@ -144,8 +144,9 @@ def test_train_evaluate_sample(tmp_path):
     res = ctxlab.train(m, data=corpus, out=tmp_path / "run", steps=40, batch=8, lr=3e-3, warmup=5,
                        eval_interval=20, log_interval=10, plot=False, quiet=True, progress=False)
     assert res["steps"] == 40
-    losses = [r["loss"] for r in res["history"] if "loss" in r]
-    assert len(losses) == 4 and losses[-1] < losses[0]
+    losses = [r["loss"] for r in res["history"] if "loss" in r]    # a row per step
+    assert len(losses) == 40 and np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
+    assert [r["step"] for r in res["history"] if "val_loss" in r] == [20, 40]
     assert os.path.exists(tmp_path / "run" / "model.safetensors")
     after = ctxlab.evaluate(m, text[:2000], length=16, batch=4)
     assert after["loss"] < before["loss"] - 1.0 and after["windows"] == before["windows"] > 0
