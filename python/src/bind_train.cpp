@@ -8,6 +8,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <initializer_list>
+#include <utility>
+
 #include "bindings.h"
 #include "train/sample.h"
 
@@ -15,49 +18,37 @@ namespace ctxpy {
 
 namespace {
 
-nb::dict train_result(const ctx::TrainResult& r) {
+// the result structs as dicts: {name: value}
+nb::dict dict_of(std::initializer_list<std::pair<const char*, nb::object>> items) {
   nb::dict d;
-  d["steps"] = r.steps;
-  d["final_train_loss"] = r.final_train_loss;
-  d["final_val_loss"] = r.final_val_loss;
-  d["seconds"] = r.seconds;
-  d["signal"] = r.signal;
+  for (const auto& [k, v] : items) d[k] = v;
   return d;
+}
+template <class T>
+nb::object o(const T& v) {
+  return nb::cast(v);
+}
+
+nb::dict train_result(const ctx::TrainResult& r) {
+  return dict_of({{"steps", o(r.steps)}, {"final_train_loss", o(r.final_train_loss)},
+                  {"final_val_loss", o(r.final_val_loss)}, {"seconds", o(r.seconds)}, {"signal", o(r.signal)}});
 }
 
 nb::dict eval_result(const ctx::EvalResult& r) {
-  nb::dict d;
-  d["length"] = r.length;
-  d["windows"] = r.windows;
-  d["tokens"] = r.tokens;
-  d["loss"] = r.loss;
-  d["ppl"] = r.ppl;
-  d["bytes"] = r.bytes;
-  d["bpb"] = r.bpb;
   nb::list pos;
-  for (const auto& b : r.positions) {
-    nb::dict p;
-    p["begin"] = b.begin, p["end"] = b.end, p["count"] = b.count, p["loss"] = b.loss;
-    pos.append(p);
-  }
-  d["positions"] = pos;
-  return d;
+  for (const auto& b : r.positions)
+    pos.append(dict_of({{"begin", o(b.begin)}, {"end", o(b.end)}, {"count", o(b.count)}, {"loss", o(b.loss)}}));
+  return dict_of({{"length", o(r.length)}, {"windows", o(r.windows)}, {"tokens", o(r.tokens)}, {"loss", o(r.loss)},
+                  {"ppl", o(r.ppl)}, {"bytes", o(r.bytes)}, {"bpb", o(r.bpb)}, {"positions", pos}});
 }
 
 nb::dict gradcheck_result(const ctx::GradcheckResult& r) {
-  nb::dict d;
-  d["passed"] = r.pass;
-  d["summary"] = r.summary();
   nb::list ts;
-  for (const auto& t : r.tensors) {
-    nb::dict e;
-    e["name"] = t.name, e["max_abs_err"] = t.max_abs_err, e["max_rel_err"] = t.max_rel_err;
-    e["worst_index"] = t.worst_index, e["worst_analytic"] = t.worst_analytic, e["worst_numeric"] = t.worst_numeric;
-    e["passed"] = t.pass;
-    ts.append(e);
-  }
-  d["tensors"] = ts;
-  return d;
+  for (const auto& t : r.tensors)
+    ts.append(dict_of({{"name", o(t.name)}, {"max_abs_err", o(t.max_abs_err)}, {"max_rel_err", o(t.max_rel_err)},
+                       {"worst_index", o(t.worst_index)}, {"worst_analytic", o(t.worst_analytic)},
+                       {"worst_numeric", o(t.worst_numeric)}, {"passed", o(t.pass)}}));
+  return dict_of({{"passed", o(r.pass)}, {"summary", o(r.summary())}, {"tensors", ts}});
 }
 
 }  // namespace

@@ -17,6 +17,13 @@ sys.path.insert(0, os.path.abspath(TESTS_PYTHON))
 
 import deps  # noqa: E402  (tests/python/deps.py: the required-dependency policy)
 
+_allowed_skips = []   # "SKIP: ..." lines, printed uncaptured at the end for .ci/check_skips.py
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in _allowed_skips:
+        terminalreporter.write_line(line)
+
 
 @pytest.fixture(scope="session")
 def torch_ref():
@@ -28,7 +35,7 @@ def torch_ref():
     except ImportError as e:
         why = f"cannot import torch with {sys.executable}: {e}"
         if deps.missing_allowed("torch"):
-            print(f"SKIP: dependency 'torch' missing, allowed by CTXLAB_ALLOW_MISSING: {why}")
+            _allowed_skips.append(f"SKIP: dependency 'torch' missing, allowed by CTXLAB_ALLOW_MISSING: {why}")
             pytest.skip(why)
         pytest.fail(f"required dependency 'torch' missing: {why} (scripts/setup.sh installs python3-torch; "
                     f"set CTXLAB_ALLOW_MISSING=torch only on a machine that cannot have it)")
