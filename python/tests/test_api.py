@@ -89,6 +89,18 @@ def test_forward_loss_backward_grads_per_named_parameter():
         loss.backward()
 
 
+def test_sgd_step_moves_each_parameter_by_lr_times_its_grad():
+    m = ctxlab.Model(dict(TINY, posenc={"type": "t5"}), dtype="float64", seed=5)
+    x, y = batch(2)
+    m.loss(x, y).backward()
+    before = {n: p.numpy().copy() for n, p in m.named_parameters()}
+    grads = {n: p.grad.numpy().copy() for n, p in m.named_parameters()}
+    ctxlab.SGD(m, lr=0.1).step()
+    for n, p in m.named_parameters():
+        np.testing.assert_allclose(p.numpy(), before[n] - 0.1 * grads[n], rtol=0, atol=1e-15, err_msg=n)
+    assert any(np.abs(g).max() > 1e-3 for g in grads.values())
+
+
 def test_token_errors_are_cpp_messages():
     m = ctxlab.Model(dict(TINY, posenc={"type": "learned"}))
     x, y = batch(T=20)                     # learned: no positions past the context (16)
