@@ -6,6 +6,7 @@
 
 # %% Setup: the encodings this build knows, and a tiny RoPE model
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -28,7 +29,7 @@ with open(corpus, "w") as f:
     f.write(text)
 
 # %% Train with the library's loop (warmup + cosine, clipping, validation; a tqdm bar if tqdm is there)
-result = ctxlab.train(model, data=corpus, out=os.path.join(work, "run"), steps=60, batch=8, lr=3e-3,
+result = ctxlab.train(model, data=corpus, out=os.path.join(work, "run"), steps=150, batch=8, lr=3e-3,
                       warmup=10, log_interval=5, eval_interval=30, plot=False, quiet=True)
 train_rows = [r for r in result["history"] if "loss" in r]
 print(f"{result['steps']} steps in {result['seconds']:.1f} s: loss {train_rows[0]['loss']:.3f} -> "
@@ -37,7 +38,7 @@ print(f"{result['steps']} steps in {result['seconds']:.1f} s: loss {train_rows[0
 # %% Plot the loss (matplotlib, when it is installed)
 try:
     import matplotlib
-    if not os.environ.get("DISPLAY") and "ipykernel" not in os.environ.get("_", ""):
+    if "ipykernel" not in sys.modules:   # a script: draw into the file only
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 except ImportError:
@@ -49,6 +50,7 @@ if plt is not None:
     val_rows = [r for r in result["history"] if "val_loss" in r]
     ax.plot([r["step"] for r in val_rows], [r["val_loss"] for r in val_rows], "o-", label="validation")
     ax.set_xlabel("step"), ax.set_ylabel("loss (nats / byte)"), ax.legend()
+    fig.tight_layout()
     fig.savefig(os.path.join(work, "loss.png"), dpi=100)
     print("plot:", os.path.join(work, "loss.png"))
 
@@ -69,7 +71,6 @@ opt.zero_grad()
 
 # %% One gradient against PyTorch (torch, when installed): the same weights through the
 # repository's independent PyTorch model (tests/python/torch_ref.py, written from the specs)
-import sys
 
 try:
     import torch

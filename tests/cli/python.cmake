@@ -1,4 +1,4 @@
-# tests/cli/python.cmake — python_api: the pytest suite of the Python package (python/tests/,
+# tests/cli/python.cmake — python_notebook: examples/notebook.py runs; python_api: the pytest suite of the Python package (python/tests/,
 # docs/python.md) against the module this build makes (BUILD/python/ctxlab, cmake/python.cmake):
 # tensors and NumPy / DLPack views, models, optimizers, train / evaluate / sample, gradcheck,
 # errors, and the gradients of several encodings against PyTorch autograd (tests/python/torch_ref.py).
@@ -11,6 +11,9 @@ if(CTXLAB_PYTHON)
            COMMAND ${CTXLAB_PYTHON_EXECUTABLE} -m pytest -q -rs -p no:cacheprovider
                    --basetemp ${CMAKE_BINARY_DIR}/python_api ${CMAKE_SOURCE_DIR}/python/tests)
   set_tests_properties(python_api PROPERTIES ENVIRONMENT "${_py_env}" TIMEOUT 300 LABELS python)
+  # the notebook-style example runs top to bottom (its PyTorch gradient check asserts)
+  add_test(NAME python_notebook COMMAND ${CTXLAB_PYTHON_EXECUTABLE} ${CMAKE_SOURCE_DIR}/examples/notebook.py)
+  set_tests_properties(python_notebook PROPERTIES ENVIRONMENT "${_py_env}" TIMEOUT 300 LABELS python)
 elseif(NOT CTXLAB_NANOBIND_DIR AND NOT CTXLAB_SANITIZE AND NOT CTXLAB_FUZZ AND NOT CTXLAB_CUDA_EMULATOR)
   # deps.require fails (or, where allowed, skips) naming the interpreter; nanobind importable
   # now means it came after the configure: a re-run of cmake builds the module
