@@ -20,7 +20,7 @@ import json
 import os
 
 from . import _ctxlab as _C
-from ._ctxlab import Error, Tensor, Variable, no_grad, Tokenizer, Optimizer, clip_grad_norm, lr_warmup_cosine
+from ._ctxlab import Error, Tensor, Variable, no_grad, Tokenizer, clip_grad_norm, lr_warmup_cosine
 
 __all__ = ["Error", "Tensor", "Variable", "no_grad", "Tokenizer", "Model", "AdamW", "SGD", "tensor",
            "config", "presets", "encodings", "devices", "train", "evaluate", "sample", "gradcheck",
@@ -91,7 +91,7 @@ class Model:
         if _gpt is not None:
             self._m = _gpt
         else:
-            if isinstance(config, (str, os.PathLike)) and str(config).endswith(".json"):
+            if isinstance(config, os.PathLike) or (isinstance(config, str) and config.endswith(".json")):
                 with open(config) as f:
                     text, source = f.read(), str(config)
             elif isinstance(config, str):

@@ -145,6 +145,11 @@ def test_state_dict_copy_and_checkpoint_roundtrip(tmp_path):
     assert back.loss(x, y).item() == m.loss(x, y).item()
     with pytest.raises(ctxlab.Error, match="nope.safetensors"):
         ctxlab.Model.from_checkpoint(tmp_path / "nope.safetensors")
+    cfg_file = tmp_path / "cfg.json"                  # a config file, as a path or a str
+    cfg_file.write_text(json.dumps(dict(TINY, posenc={"type": "alibi", "bogus": 1})))
+    for c in (cfg_file, str(cfg_file)):
+        with pytest.raises(ctxlab.Error, match="cfg.json.*bogus"):
+            ctxlab.Model(c)
 
 
 def test_train_evaluate_sample(tmp_path):
