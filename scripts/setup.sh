@@ -4,6 +4,9 @@
 #            Boost.Context (fibers of the CUDA emulator, core/cuda/emu), OpenMPI (mpirun: data-parallel
 #            training, docs/distributed.md), SentencePiece (tokenizers, train/tokenizer_sp.*)
 #   tests:   python3-torch + numpy (PyTorch parity tests), clang + libclang-rt (fuzzers, sanitizers)
+#   python:  python3-dev, python3-venv, python3-pytest, and the project venv
+#            ~/.cache/ctxlab/py-venv (Debian's python3 with its packages, plus nanobind and
+#            scikit-build-core from PyPI, pinned): the Python module and its tests (docs/python.md)
 #   tools:   gnuplot (loss / perplexity plots), bible-kjv (optional larger corpus), dygraphs (charts
 #            inlined by `ctxlab report`), chromium (headless: the report's browser test)
 #   usage:   scripts/setup.sh [--kjv]
@@ -16,7 +19,7 @@ WITH_KJV=0
 for arg in "$@"; do
   case "$arg" in
     --kjv) WITH_KJV=1 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "setup: unknown option '$arg' (usage: scripts/setup.sh [--kjv])" >&2; exit 2 ;;
   esac
 done
@@ -29,6 +32,7 @@ PKGS=(
   libcxxopts-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev googletest libomp-dev
   python3 python3-numpy python3-torch
+  python3-dev python3-venv python3-pytest
   clang libclang-rt-14-dev
   gnuplot-nox
   libboost-context-dev
@@ -47,6 +51,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all ${#PKGS[@]} packages already installed"
+fi
+
+# ---- the project venv: nanobind for the Python module (idempotent; cmake/python.cmake finds it) ----
+# --system-site-packages: Debian's torch, numpy and pytest stay visible (the module's tests use them).
+PY_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/ctxlab/py-venv"
+PY_PINS=(nanobind==3.1.0 scikit-build-core==1.1.2)
+if "$PY_VENV/bin/python" -c 'import nanobind, scikit_build_core' 2>/dev/null; then
+  echo "setup: $PY_VENV already has nanobind"
+else
+  echo "setup: making $PY_VENV (${PY_PINS[*]} from PyPI)"
+  /usr/bin/python3 -m venv --system-site-packages "$PY_VENV"
+  "$PY_VENV/bin/pip" install -q --disable-pip-version-check "${PY_PINS[@]}"
 fi
 
 # ---- optional larger corpus: data/kjv.txt (idempotent; rebuilt only when missing or empty) ----
