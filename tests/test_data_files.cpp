@@ -159,9 +159,9 @@ TEST(Jsonl, MalformedLinesNamed) {
     SCOPED_TRACE(in);
     expect_error([&] { jsonl_text(in.data(), in.data() + in.size(), "text", "c.jsonl"); }, needles);
   };
-  bad("{\"text\": \"a\"}\n[1, 2]\n", {"c.jsonl line 2", "expected a JSON object", "\"text\"", "array"});
-  bad("{\"text\": \"a\"}\n\n{\"txt\": \"b\"}\n", {"c.jsonl line 3", "no field \"text\"", "--data-field"});
-  bad("{\"text\": 17}\n", {"c.jsonl line 1", "field \"text\" is a JSON number", "expected a string"});
+  bad("{\"text\": \"a\"}\n[1, 2]\n", {"c.jsonl line 2", "expected a JSON object", "'text'", "array"});
+  bad("{\"text\": \"a\"}\n\n{\"txt\": \"b\"}\n", {"c.jsonl line 3", "no field 'text'", "--data-field"});
+  bad("{\"text\": 17}\n", {"c.jsonl line 1", "field 'text' is a JSON number", "expected a string"});
   bad("{\"text\": \"a\"}\n{\"text\": \"b\"\n", {"c.jsonl line 2", "JSON parse error"});
   bad("{\"text\": \"a\", \"text\": \"b\"}\n", {"c.jsonl line 1", "duplicate key"});
 }

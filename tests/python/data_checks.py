@@ -10,13 +10,15 @@
           records an "ids" tokenizer for --vocab; bad requests are one-line errors naming the file
           and the field (token file without --vocab, a token past --vocab, --val-data with
           --val-fraction, a bad llm.c header, a JSONL line without the field).
-  verbs   the other verbs that read --data: `eval` on the .bin with the run's checkpoint,
-          `tokenizer train` on JSONL (and the refusal of a token file there).
+  verbs   the other verbs that read --data: `eval` on the .bin with the run's checkpoint (and the
+          refusal of text there); `tokenizer train` on JSONL learns the text file's model byte for
+          byte (and refuses a token file).
 
 Prints one line per check, then "N passed, N failed"; exits 1 on failure. Standard library only.
 """
 
 import argparse
+import csv
 import json
 import os
 import struct
@@ -24,7 +26,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checklib as cl  # noqa: E402
-import train_checks as tc  # noqa: E402  (read_csv)
 
 check, run, must_run, expect_failure = cl.check, cl.run, cl.must_run, cl.expect_failure
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "pride_and_prejudice.txt")
@@ -49,8 +50,13 @@ def write(path, data):
     return path
 
 
+def rows(out, name):
+    with open(os.path.join(out, name), newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def losses(out):
-    return [r["loss"] for r in tc.read_csv(os.path.join(out, "train.csv"))]
+    return [r["loss"] for r in rows(out, "train.csv")]
 
 
 def files(d):
@@ -95,7 +101,7 @@ def cmd_train():
           f"{losses(out['two'])} {losses(out['rep'])} vs {ref}")
     must_run("--val-data", ["train", *FAST, "--data", f["bin"], "--val-data", f["llmc"], "--vocab", 256,
                             "--eval-interval", 2, "--out", out["val"]])
-    vals = tc.read_csv(os.path.join(out["val"], "val.csv"))
+    vals = rows(out["val"], "val.csv")
     check("--val-data: validation losses written", len(vals) >= 2, vals)
 
     bad = os.path.join(d, "bad")
@@ -112,7 +118,7 @@ def cmd_train():
                    [v2, "header[1] (version) is 2", "expected 1"])
     nofield = write(os.path.join(d, "nofield.jsonl"), '{"text": "a"}\n{"body": "b"}\n')
     expect_failure("JSONL line without the field", ["train", *FAST, "--data", nofield, "--out", bad],
-                   [nofield + " line 2", 'no field "text"', "--data-field"])
+                   [nofield + " line 2", "no field 'text'", "--data-field"])
     check("no run directory left by the refusals", not os.path.exists(os.path.join(bad, "model.safetensors")))
 
 
@@ -128,10 +134,13 @@ def cmd_verbs():
           p.stdout[-500:])
     expect_failure("eval of text with the ids checkpoint", ["eval", "--checkpoint", ck, "--data", f["txt"]],
                    ["pre-tokenized", "--tokenizer"])
-    model = os.path.join(d, "tok.model")
+    model, ref = os.path.join(d, "tok.model"), os.path.join(d, "txt.model")
     must_run("tokenizer train on JSONL", ["tokenizer", "train", "--data", f["jsonl"], "--data-field", "body",
-                                          "--vocab", 300, "--out", model])
-    check("tokenizer model written", os.path.getsize(model) > 0)
+                                          "--vocab", 400, "--out", model])
+    must_run("tokenizer train on the text file", ["tokenizer", "train", "--data", f["txt"], "--vocab", 400,
+                                                  "--out", ref])
+    check("the JSONL's tokenizer is the text file's, byte for byte",
+          os.path.exists(model) and os.path.exists(ref) and cl.sha(model) == cl.sha(ref))
     expect_failure("tokenizer train on a token file", ["tokenizer", "train", "--data", f["bin"], "--vocab", 300,
                                                        "--out", os.path.join(d, "no.model")],
                    ["--data", f["bin"], "already tokenized"])

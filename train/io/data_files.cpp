@@ -55,7 +55,8 @@ std::vector<DataSource> data_sources(const std::string& list, const std::string&
     CTX_CHECK(!entry.empty(), option, " ", quoted_str(list), ": empty entry in the comma-separated list of files");
     std::error_code ec;
     const fs::file_status st = fs::status(entry, ec);
-    CTX_CHECK(!ec && fs::exists(st), option, " ", entry, ": cannot open: no such file or directory");
+    CTX_CHECK(fs::exists(st), option, " ", entry, ": cannot open: ",
+              ec && ec != std::errc::no_such_file_or_directory ? ec.message() : "no such file or directory");
     if (fs::is_directory(st))
       add_directory(entry, option, &out);
     else

@@ -105,14 +105,14 @@ void TokenStream::append(const TokenStream& more) {
 
 void TokenStream::check_ids_below(int64_t vocab, const std::string& hint) const {
   for (const Piece& p : pieces_) {
+    if (p.u16 && vocab > 0xffff) continue;  // every uint16 fits
     for (int64_t j = 0; j < p.n; ++j) {
       const int64_t id = p.i32 ? p.i32[j] : p.u16[j];
       if (id >= 0 && id < vocab) continue;
-      const int64_t width = p.i32 ? 4 : 2;
+      const std::string where = p.u16 ? str(" (byte offset ", p.byte_offset + j * 2, ")") : std::string();
       throw Error(str(p.source.empty() ? std::string("encoded text") : p.source, ": token ", id, " at token index ",
-                      p.file_index + j, " (byte offset ",
-                      p.byte_offset + j * width, ") is not below the vocabulary size ", vocab, hint.empty() ? "" : "; ",
-                      hint));
+                      p.file_index + j, where, " is not below the vocabulary size ", vocab,
+                      hint.empty() ? "" : "; ", hint));
     }
   }
 }
