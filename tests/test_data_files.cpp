@@ -139,6 +139,9 @@ TEST(TokenFiles, MalformedEachNamed) {
                                                                            "the file has 1032", "truncated"});
   bad("long.bin", llmc_header(kLlmcMagic, 1, 3) + u16s({1, 2, 3, 4}), {"header[2] (token count) is 3", "1030 bytes",
                                                                           "the file has 1032", "trailing"});
+  // the size of an llm.c shard of 4 tokens, the magic off by one: refused as .bin, raw as .u16
+  write_bytes(d + "collide.u16", llmc_header(20240519, 1, 4) + u16s({1, 2, 3, 4}));
+  EXPECT_EQ(map_token_file(d + "collide.u16").size(), 516);
   bad("odd.bin", std::string("\x01\x00\x02", 3), {"nanoGPT", "3 bytes", "odd byte count", "uint16"});
   bad("empty.bin", "", {"holds no tokens"});
   expect_error([&] { map_token_file(d + "missing.bin"); }, {d + "missing.bin", "cannot open"});

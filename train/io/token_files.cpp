@@ -37,11 +37,12 @@ struct Mapping {
 
 }  // namespace
 
-TokenFileLayout token_file_layout(const unsigned char* bytes, size_t size, const std::string& path) {
+TokenFileLayout token_file_layout(const unsigned char* bytes, size_t size, const std::string& path,
+                                  bool detect_header) {
   TokenFileLayout l;
-  const int32_t first = size >= 4 ? le_i32(bytes) : 0;
+  const int32_t first = detect_header && size >= 4 ? le_i32(bytes) : 0;
   // a damaged llm.c shard: the size fits its header's count, but the magic is wrong
-  const bool llmc_sized = size >= (size_t)kLlmcHeaderBytes &&
+  const bool llmc_sized = detect_header && size >= (size_t)kLlmcHeaderBytes &&
                           le_i32(bytes + 8) > 0 &&
                           (int64_t)size == kLlmcHeaderBytes + 2 * (int64_t)le_i32(bytes + 8);
   if (first == kLlmcMagic) {
@@ -96,7 +97,8 @@ TokenStream map_token_file(const std::string& path) {
   }
   ::close(fd);  // the mapping stays valid
   const auto* bytes = static_cast<const unsigned char*>(m->addr);
-  const TokenFileLayout l = token_file_layout(bytes, m->size, path);
+  const bool u16 = path.size() >= 4 && path.compare(path.size() - 4, 4, ".u16") == 0;
+  const TokenFileLayout l = token_file_layout(bytes, m->size, path, !u16);
   const auto* tokens = reinterpret_cast<const uint16_t*>(bytes + l.offset);
   return TokenStream::mapped(m, tokens, l.count, path, l.offset);
 }

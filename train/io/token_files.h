@@ -6,7 +6,8 @@
 //            fineweb / tinyshakespeare shards).
 // A file whose first int32 is the magic is read as llm.c; any other as nanoGPT, except one that
 // looks like a damaged llm.c shard (its size is 1024 + 2 x header[2]): a wrong magic is an error
-// then, not 512 garbage tokens. Files are memory-mapped read-only; the tokens are never copied.
+// then, not 512 garbage tokens. A `.u16` file is always read as nanoGPT (raw uint16, no header
+// detection). Files are memory-mapped read-only; the tokens are never copied.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,7 +29,9 @@ struct TokenFileLayout {
 // The layout of a token file from its bytes (`size` of them; only the header is read). Errors name
 // `path`, the field and the expected value: truncated llm.c header, bad magic, version other than
 // 1, header count disagreeing with the file size, an odd byte count, no tokens at all.
-TokenFileLayout token_file_layout(const unsigned char* bytes, size_t size, const std::string& path);
+// `detect_header` false: raw uint16 whatever the first bytes (`.u16` files).
+TokenFileLayout token_file_layout(const unsigned char* bytes, size_t size, const std::string& path,
+                                  bool detect_header = true);
 
 // `path` mapped read-only as a stream of its tokens (held by the mapping, not copied).
 TokenStream map_token_file(const std::string& path);
