@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh [seconds] — fuzz the file-format parsers (safetensors, .npy, config JSON, the
-# optimizer state of a checkpoint, tokenizer models and records).
+# optimizer state of a checkpoint, tokenizer models and records, token files and JSONL corpora).
 # Configures a separate clang build (build-fuzz/, libFuzzer + ASan + UBSan, no CUDA, no tests),
 # builds only the fuzz targets, and runs each for N seconds (default 60) starting from the seed
 # corpora in tests/fuzz/seeds/<name>/ (+ tests/fuzz/<name>.dict). Fails on the first crash;
@@ -11,7 +11,7 @@ SECS="${1:-60}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${CTXLAB_FUZZ_BUILD:-$ROOT/build-fuzz}"
 JOBS="${JOBS:-2}"
-TARGETS=(fuzz_safetensors fuzz_npy fuzz_config fuzz_optim fuzz_tokenizer)
+TARGETS=(fuzz_safetensors fuzz_npy fuzz_config fuzz_optim fuzz_tokenizer fuzz_data)
 
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (scripts/setup.sh installs it)" >&2; exit 1; }
 CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -30,22 +30,8 @@ using json = nlohmann::json;
 
 namespace {
 
-// A fresh directory for the current test.
-std::string test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string d = ::testing::TempDir();
-  if (!d.empty() && d.back() != '/') d += '/';
-  d += std::string("ctxlab_io_") + std::to_string(::getpid()) + "_" + info->test_suite_name() +
-       "_" + info->name();
-  ::mkdir(d.c_str(), 0755);
-  return d + "/";
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), (std::streamsize)bytes.size());
-  ASSERT_TRUE(f.good()) << path;
-}
+using ctx::testing_util::test_dir;
+using ctx::testing_util::write_bytes;
 
 std::string read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

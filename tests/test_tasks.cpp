@@ -42,7 +42,7 @@ bool is_subsequence(const std::vector<int32_t>& hay, int64_t b, int64_t e, const
 
 // Every task at several lengths and depths: the layout of tasks.h holds exactly.
 TEST(Tasks, LayoutDepthAndAnswer) {
-  const std::vector<int32_t> filler = filler_text(5000);
+  const TokenStream filler = filler_text(5000);
   const ByteTokenizer tok;
   for (const std::string& name : task_names()) {
     const TaskGenerator gen(name, TaskParams{}, tok, &filler);
@@ -60,7 +60,7 @@ TEST(Tasks, LayoutDepthAndAnswer) {
         // the filler around it is one stretch of the text
         std::vector<int32_t> around(s.tokens.begin(), s.tokens.begin() + s.needle_begin);
         around.insert(around.end(), s.tokens.begin() + s.needle_end, s.tokens.begin() + s.query_begin);
-        EXPECT_TRUE(around.empty() || is_subsequence(filler, 0, (int64_t)filler.size(), around));
+        EXPECT_TRUE(around.empty() || is_subsequence(filler.to_vector(), 0, filler.size(), around));
         // the answer is in the needle, and nowhere else before it
         const std::vector<int32_t> ans(s.tokens.begin() + s.answer_begin, s.tokens.end());
         EXPECT_TRUE(is_subsequence(s.tokens, s.needle_begin, s.needle_end, ans));
@@ -88,7 +88,7 @@ TEST(Tasks, LayoutDepthAndAnswer) {
 }
 
 TEST(Tasks, DeterministicInTheRng) {
-  const std::vector<int32_t> filler = filler_text(3000);
+  const TokenStream filler = filler_text(3000);
   const ByteTokenizer tok;
   const TaskGenerator gen("passkey", TaskParams{}, tok, &filler);
   Rng a(5), b(5), c(6);
@@ -110,7 +110,7 @@ TEST(Tasks, DeterministicInTheRng) {
 }
 
 TEST(Tasks, BadRequestsAreOneLineErrors) {
-  const std::vector<int32_t> filler = filler_text(500);
+  const TokenStream filler = filler_text(500);
   const ByteTokenizer tok;
   expect_error([&] { TaskGenerator("needle", TaskParams{}, tok, &filler); },
                {"unknown task", "needle", "passkey | kv-recall | copy"});
@@ -153,7 +153,7 @@ TEST(TaskEval, WilsonInterval) {
 // Exact match from the logits: an oracle's logits (the answer's one-hot) score every answer token,
 // logits on another byte value score none.
 TEST(TaskEval, AnswerTokensFromLogits) {
-  const std::vector<int32_t> filler = filler_text(2000);
+  const TokenStream filler = filler_text(2000);
   const ByteTokenizer tok;
   Rng r(3);
   const TaskSequence s = TaskGenerator("copy", TaskParams{}, tok, &filler).make(100, 0.5, r);
@@ -176,7 +176,7 @@ TEST(TaskEval, RandomModelScoresChance) {
   ModelConfig c = testing_util::two_head_cfg(256, 16, 1, 32, 128, {{"type", "rope"}});
   nn::GPT model(c);
   model.init_weights(1);
-  const std::vector<int32_t> filler = filler_text(3000);
+  const TokenStream filler = filler_text(3000);
   const ByteTokenizer tok;
   const TaskGenerator gen("passkey", TaskParams{}, tok, &filler);
   const TaskCell a = evaluate_task_cell(model, gen, 100, 0.5, 12, 5, 7);
@@ -210,7 +210,7 @@ TEST(TaskMix, ParseErrors) {
 // Rate 1: every row a task sequence, its targets ignored but the answer; rate 0: the batch as it
 // was; rate 0.5: about half the rows; the same rows for the same Rng.
 TEST(TaskMix, RowsAndMasks) {
-  const std::vector<int32_t> filler = filler_text(4000);
+  const TokenStream filler = filler_text(4000);
   const ByteTokenizer tok;
   const int64_t B = 64, T = 96;
   auto batch = [&] {

@@ -1,11 +1,14 @@
 // tests/test_util.h — helpers shared by the test files.
 #pragma once
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <random>
@@ -157,6 +160,24 @@ inline bool graph_has_op(const Variable& v, const std::string& name) {
     for (const auto& in : x->node->inputs) todo.push_back(in.get());
   }
   return false;
+}
+
+// A fresh directory for the current test, under gtest's TempDir, with a trailing '/'.
+inline std::string test_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string d = ::testing::TempDir();
+  if (!d.empty() && d.back() != '/') d += '/';
+  d += std::string("ctxlab_io_") + std::to_string(::getpid()) + "_" + info->test_suite_name() +
+       "_" + info->name();
+  ::mkdir(d.c_str(), 0755);
+  return d + "/";
+}
+
+// Writes `bytes` to `path` (binary, replacing it); the test fails when it cannot.
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), (std::streamsize)bytes.size());
+  ASSERT_TRUE(f.good()) << path;
 }
 
 // Runs fn, which must throw ctx::Error whose one-line message contains every needle.

@@ -149,8 +149,9 @@ TEST(XLMemory, GradcheckWithMemoryOverTheCurrentSegment) {
 // The trainer's segment order (train/data.h SegmentSampler): row b of batch n+1 continues row b
 // of batch n; after the last segment the streams start over (and the caller clears memory).
 TEST(XLMemory, SegmentSamplerRowsContinue) {
-  std::vector<int32_t> tok(1000);
-  for (size_t i = 0; i < tok.size(); ++i) tok[i] = (int32_t)i;  // the id is the offset
+  std::vector<int32_t> ids(1000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int32_t)i;  // the id is the offset
+  const TokenStream tok(ids);
   const int64_t B = 3, T = 10;
   SegmentSampler s(&tok, B, T);
   const int64_t len = 1000 / B;
@@ -166,7 +167,7 @@ TEST(XLMemory, SegmentSamplerRowsContinue) {
         EXPECT_EQ(y.data<int64_t>()[b * T + t], b * len + k * T + t + 1);  // targets are the next token
       }
   }
-  std::vector<int32_t> few(20);
+  const TokenStream few(std::vector<int32_t>(20));
   EXPECT_THROW(SegmentSampler(&few, 4, 10), Error);
 }
 

@@ -1,6 +1,8 @@
 // train/data.h — the training corpus as tokens: a deterministic train/validation split (the
-// last `val_fraction` of the bytes is validation, whatever the tokenizer: each part is encoded on its own) and seeded random batches whose RNG state
-// can be saved and restored (resume continues the same batches).
+// last `val_fraction` of the bytes is validation when all of --data is text, whatever the
+// tokenizer: each part is encoded on its own; of the tokens when any file is pre-tokenized; or
+// the files of --val-data) and seeded random batches whose RNG state can be saved and restored
+// (resume continues the same batches). What --data may name: train/io/data_files.h.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "train/io/token_stream.h"
 #include "train/io/tokenizer.h"
 
 namespace ctx {
@@ -18,10 +21,20 @@ std::string default_corpus_path();
 
 struct Corpus {
   std::string source;
-  std::vector<int32_t> train, val;
+  TokenStream train, val;
 };
-// Splits the text at byte n - floor(n * val_fraction) and encodes both parts with `tok` (nullptr:
-// bytes). Errors: unreadable file; too short to hold one window of `min_window` tokens in each split.
+// Where the corpus comes from: --data, --val-data, --val-fraction, --data-field.
+struct DataSpec {
+  std::string data;      // comma-separated files / directories (train/io/data_files.h)
+  std::string val_data;  // "": the last val_fraction of `data` is validation
+  double val_fraction = 0.1;
+  std::string field = "text";  // JSONL text field
+};
+// All text: splits the text at byte n - floor(n * val_fraction) and encodes both parts with `tok`
+// (nullptr: bytes). Any token file: splits the tokens at n - floor(n * val_fraction). With
+// val_data: all of `data` trains, all of `val_data` validates. Errors: those of the readers; too
+// short to hold one window of `min_window` tokens in each split.
+Corpus load_corpus(const DataSpec& spec, int64_t min_window, const Tokenizer* tok = nullptr);
 Corpus load_corpus(const std::string& path, double val_fraction, int64_t min_window, const Tokenizer* tok = nullptr);
 // The same split of a text: (train part, validation part).
 std::pair<std::string, std::string> split_text(const std::string& text, double val_fraction);
@@ -29,12 +42,12 @@ std::pair<std::string, std::string> split_text(const std::string& text, double v
 // Random windows of T+1 tokens from `tokens`: (inputs [B, T], targets [B, T]) as i64.
 class BatchSampler {
  public:
-  BatchSampler(const std::vector<int32_t>* tokens, uint64_t seed) : tokens_(tokens), rng_(seed) {}
+  BatchSampler(const TokenStream* tokens, uint64_t seed) : tokens_(tokens), rng_(seed) {}
   std::pair<Tensor, Tensor> next(int64_t B, int64_t T);
   Rng& rng() { return rng_; }
 
  private:
-  const std::vector<int32_t>* tokens_;
+  const TokenStream* tokens_;
   Rng rng_;
 };
 
@@ -45,17 +58,17 @@ class BatchSampler {
 // memory then (`starts_over`). Deterministic in n, so resuming needs only the step count.
 class SegmentSampler {
  public:
-  SegmentSampler(const std::vector<int32_t>* tokens, int64_t B, int64_t T);
+  SegmentSampler(const TokenStream* tokens, int64_t B, int64_t T);
   std::pair<Tensor, Tensor> get(int64_t n, bool* starts_over) const;
   int64_t segments() const { return segs_; }
 
  private:
-  const std::vector<int32_t>* tokens_;
+  const TokenStream* tokens_;
   int64_t B_, T_, len_, segs_;
 };
 
 // Consecutive, non-overlapping windows (validation): window i starts at i*T.
-std::pair<Tensor, Tensor> sequential_batch(const std::vector<int32_t>& tokens, int64_t first_window,
+std::pair<Tensor, Tensor> sequential_batch(const TokenStream& tokens, int64_t first_window,
                                            int64_t B, int64_t T);
 
 }  // namespace ctx

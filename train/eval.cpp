@@ -36,7 +36,7 @@ void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, c
   }
 }
 
-EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
+EvalResult evaluate(nn::GPT& model, const TokenStream& tokens, int64_t length, int64_t batch,
                     int64_t max_windows, const std::string& source, const EvalMode& mode,
                     const Tokenizer* tok, int64_t position_bucket, int64_t attn_sink_keys) {
   CTX_CHECK(batch >= 1, "evaluate: batch must be >= 1, got ", batch);
@@ -44,15 +44,15 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
             "got ", attn_sink_keys);
   CTX_CHECK(position_bucket >= 0, "evaluate: position_bucket must be >= 0 (0 = no per-position loss), got ",
             position_bucket);
-  check_eval_length(model, (int64_t)tokens.size(), length, source, mode);
+  check_eval_length(model, tokens.size(), length, source, mode);
   const int64_t V = model.cfg.vocab_size;
-  for (size_t i = 0; i < tokens.size(); ++i)
+  for (int64_t i = 0; i < tokens.size(); ++i)
     CTX_CHECK(tokens[i] >= 0 && tokens[i] < V, "evaluate: ", source, ": token id ", tokens[i],
               " at position ", i, " is out of range for vocab_size ", V);
 
   EvalResult r;
   r.length = length;
-  r.windows = eval_window_count((int64_t)tokens.size(), length, max_windows);
+  r.windows = eval_window_count(tokens.size(), length, max_windows);
   r.tokens = r.windows * length;
   // Bytes of the predicted tokens (targets: positions 1..length of every window).
   CTX_CHECK(!tok || tok->vocab_size() == V, "evaluate: the tokenizer has ", tok ? tok->vocab_size() : 0,
@@ -63,7 +63,7 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
     std::vector<int64_t> nbytes((size_t)V);
     for (int64_t v = 0; v < V; ++v) nbytes[(size_t)v] = (int64_t)tok->token_text((int32_t)v).size();
     for (int64_t w = 0; w < r.windows; ++w)
-      for (int64_t t = 1; t <= length; ++t) r.bytes += nbytes[(size_t)tokens[(size_t)(w * (length + 1) + t)]];
+      for (int64_t t = 1; t <= length; ++t) r.bytes += nbytes[(size_t)tokens[w * (length + 1) + t]];
   }
   CTX_CHECK(r.tokens == 0 || r.bytes > 0, "evaluate: ", source, ": the predicted tokens stand for no bytes of "
             "text (all control tokens?); bits per byte is undefined");
@@ -98,13 +98,14 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
         Tensor in = Tensor::empty({n, len}, DType::I64), tg = Tensor::empty({n, len}, DType::I64);
         int64_t* ip = in.host<int64_t>();
         int64_t* tp = tg.host<int64_t>();
+        std::vector<int64_t> src((size_t)len + 1);
         for (int64_t i = 0; i < b; ++i)
           for (int64_t c = 0; c < rows_per_window; ++c) {
-            const int32_t* src = tokens.data() + (w0 + i) * (length + 1) + offset_of(c);
+            tokens.read((w0 + i) * (length + 1) + offset_of(c), len + 1, src.data());
             const int64_t row = i * rows_per_window + c;
             for (int64_t t = 0; t < len; ++t) {
-              ip[row * len + t] = src[t];
-              tp[row * len + t] = src[t + 1];
+              ip[row * len + t] = src[(size_t)t];
+              tp[row * len + t] = src[(size_t)t + 1];
             }
           }
         const Tensor losses = model.token_losses(in, tg);  // [n, len], host f32
@@ -145,12 +146,12 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
   return r;
 }
 
-double validation_loss(nn::GPT& model, const std::vector<int32_t>& val, int64_t B, int64_t T, int64_t batches,
+double validation_loss(nn::GPT& model, const TokenStream& val, int64_t B, int64_t T, int64_t batches,
                        const Tokenizer& tok, double* bpb) {
   NoGradGuard ng;
   bool was = model.is_training();
   model.eval();
-  int64_t windows = ((int64_t)val.size() - 1) / T;
+  int64_t windows = (val.size() - 1) / T;
   int64_t nb = std::min(batches, windows / B);
   if (nb == 0) { B = std::max<int64_t>(1, windows); nb = 1; }
   // Under MPI rank r evaluates batches r, r + N, ... and the sums are reduced (same batches,
@@ -164,7 +165,7 @@ double validation_loss(nn::GPT& model, const std::vector<int32_t>& val, int64_t 
   model.train(was);
   int64_t bytes = 0;  // windows 0 .. nb*B-1 of sequential_batch: targets val[w*T+1 .. w*T+T]
   for (int64_t w = 0; w < nb * B; ++w)
-    for (int64_t t = 1; t <= T; ++t) bytes += (int64_t)tok.token_text(val[(size_t)(w * T + t)]).size();
+    for (int64_t t = 1; t <= T; ++t) bytes += (int64_t)tok.token_text(val[w * T + t]).size();
   *bpb = bytes > 0 ? total / (double)nb * (double)(nb * B * T) / std::log(2.0) / (double)bytes : 0.0;
   return total / (double)nb;
 }

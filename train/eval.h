@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nn/gpt.h"
+#include "train/io/token_stream.h"
 #include "train/io/tokenizer.h"
 
 namespace ctx {
@@ -70,7 +71,7 @@ void check_eval_length(const nn::GPT& model, int64_t n_tokens, int64_t length, c
 // (EvalResult::positions). `attn_sink_keys` > 0: also the attention statistics per layer and head
 // (EvalResult::attn), the first attn_sink_keys tokens of a window counting as sinks. Runs in eval
 // mode with mode's window (the train/eval state and the model's own window are restored after).
-EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t length, int64_t batch,
+EvalResult evaluate(nn::GPT& model, const TokenStream& tokens, int64_t length, int64_t batch,
                     int64_t max_windows, const std::string& source = "text", const EvalMode& mode = {},
                     const Tokenizer* tok = nullptr, int64_t position_bucket = 0, int64_t attn_sink_keys = 0);
 
@@ -79,7 +80,7 @@ EvalResult evaluate(nn::GPT& model, const std::vector<int32_t>& tokens, int64_t 
 // them), in eval mode without a graph. *bpb gets the bits per byte of the same windows (the bytes
 // their target tokens stand for, by `tok`). Under MPI rank r evaluates batches r, r + N, ... and
 // the sums are reduced: every rank returns the same value.
-double validation_loss(nn::GPT& model, const std::vector<int32_t>& val, int64_t B, int64_t T, int64_t batches,
+double validation_loss(nn::GPT& model, const TokenStream& val, int64_t B, int64_t T, int64_t batches,
                        const Tokenizer& tok, double* bpb);
 
 }  // namespace ctx

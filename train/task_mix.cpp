@@ -41,7 +41,7 @@ std::vector<TaskRate> parse_task_mix(const std::string& text) {
 }
 
 TaskMixer::TaskMixer(const std::vector<TaskRate>& mix, const TaskParams& params, const Tokenizer& tok,
-                     const std::vector<int32_t>* filler, int64_t T)
+                     const TokenStream* filler, int64_t T)
     : T_(T) {
   for (const TaskRate& m : mix) {
     rates_.push_back(m.rate);

@@ -26,7 +26,7 @@ class TaskMixer {
  public:
   // Checks every task fits sequences of T tokens (+1) and `filler` (which must outlive this).
   TaskMixer(const std::vector<TaskRate>& mix, const TaskParams& params, const Tokenizer& tok,
-            const std::vector<int32_t>* filler, int64_t T);
+            const TokenStream* filler, int64_t T);
   // Replaces rows of inputs x and targets y ([B, T] i64, host) as described above; returns the
   // number of task rows.
   int64_t apply(Tensor& x, Tensor& y, Rng& rng) const;

@@ -47,7 +47,7 @@ void check_task_params(const TaskParams& p) {
 }
 
 TaskGenerator::TaskGenerator(const std::string& name, const TaskParams& params, const Tokenizer& tok,
-                             const std::vector<int32_t>* filler)
+                             const TokenStream* filler)
     : name_(name), params_(params), tok_(tok), filler_(filler) {
   check_task(name, params);
   CTX_CHECK(filler_ != nullptr, "task ", name, ": no filler text");
@@ -117,7 +117,7 @@ void TaskGenerator::check_fits(int64_t length, const Parts& p) const {
             "query and answer take ", fixed, " tokens and a sequence of length L holds L + 1, so the length must be "
             "at least ", fixed - 1);
   const int64_t filler = length + 1 - fixed;
-  CTX_CHECK((int64_t)filler_->size() >= filler, "task ", name_, ": the filler text has ", filler_->size(),
+  CTX_CHECK(filler_->size() >= filler, "task ", name_, ": the filler text has ", filler_->size(),
             " tokens, fewer than the ", filler, " a sequence of length ", length, " needs; use a longer text or a "
             "shorter length");
 }
@@ -134,8 +134,9 @@ TaskSequence TaskGenerator::make(int64_t length, double depth, Rng& rng) const {
   check_fits(length, p);
   TaskSequence s;
   s.filler = length + 1 - (int64_t)(p.needle.size() + p.query.size() + p.answer.size());
-  const int64_t offset = (int64_t)rng.below((uint64_t)((int64_t)filler_->size() - s.filler + 1));
-  const auto from = filler_->begin() + offset;
+  const int64_t offset = (int64_t)rng.below((uint64_t)(filler_->size() - s.filler + 1));
+  const std::vector<int32_t> fill = filler_->slice_vector(offset, offset + s.filler);
+  const auto from = fill.begin();
   const int64_t at = std::llround(depth * (double)s.filler);
   s.tokens.reserve((size_t)length + 1);
   s.tokens.insert(s.tokens.end(), from, from + at);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "train/io/token_stream.h"
 #include "train/io/tokenizer.h"
 
 namespace ctx {
@@ -41,7 +42,7 @@ class TaskGenerator {
  public:
   // `filler`: the tokens the needle hides in; `tok` encodes the pieces. Both must outlive this.
   TaskGenerator(const std::string& name, const TaskParams& params, const Tokenizer& tok,
-                const std::vector<int32_t>* filler);
+                const TokenStream* filler);
   const std::string& name() const { return name_; }
   const TaskParams& params() const { return params_; }
   // A sequence of length+1 tokens: the filler is `length` + 1 - |needle| - |query| - |answer|
@@ -68,7 +69,7 @@ class TaskGenerator {
   std::string name_;
   TaskParams params_;
   const Tokenizer& tok_;
-  const std::vector<int32_t>* filler_;
+  const TokenStream* filler_;
 };
 
 }  // namespace ctx

@@ -9,7 +9,8 @@
 namespace ctx {
 
 nlohmann::json train_options_to_json(const TrainOptions& o) {
-  return {{"data", o.data}, {"out", o.out}, {"steps", o.steps}, {"batch", o.batch}, {"accum", o.accum},
+  return {{"data", o.data}, {"val_data", o.val_data}, {"data_field", o.data_field}, {"out", o.out},
+          {"steps", o.steps}, {"batch", o.batch}, {"accum", o.accum},
           {"deterministic", o.deterministic},
           {"context", o.context}, {"window", o.window}, {"optimizer", o.optimizer}, {"lr", o.lr}, {"min_lr", o.min_lr},
           {"warmup", o.warmup}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps},
@@ -33,7 +34,8 @@ TrainOptions train_options_from_json(const nlohmann::json& j, const std::string&
               kv.value().dump());
     ref[kv.key()] = kv.value();
   }
-  o.data = ref["data"]; o.out = ref["out"]; o.steps = ref["steps"]; o.batch = ref["batch"];
+  o.data = ref["data"]; o.val_data = ref["val_data"]; o.data_field = ref["data_field"];
+  o.out = ref["out"]; o.steps = ref["steps"]; o.batch = ref["batch"];
   o.accum = ref["accum"]; o.deterministic = ref["deterministic"]; o.context = ref["context"]; o.window = ref["window"]; o.optimizer = ref["optimizer"]; o.lr = ref["lr"];
   o.min_lr = ref["min_lr"]; o.warmup = ref["warmup"]; o.beta1 = ref["beta1"]; o.beta2 = ref["beta2"];
   o.eps = ref["eps"]; o.weight_decay = ref["weight_decay"]; o.momentum = ref["momentum"];
@@ -81,6 +83,7 @@ void validate_train_options(const TrainOptions& o) {
   at_least_zero(o.eval_interval, "--eval-interval", "at the end only");
   positive_int(o.eval_batches, "--eval-batches");
   at_least_zero(o.ckpt_interval, "--ckpt-interval", "a checkpoint at the end only");
+  CTX_CHECK(!o.data_field.empty(), "--data-field must name the JSONL field that holds the text, e.g. text; got \"\"");
   if (!o.task_mix.empty()) parse_task_mix(o.task_mix);
   check_task_params(o.task_params);
 }

@@ -96,10 +96,14 @@ double ms_since(Clock::time_point t0) {
 // The run's tokens (training and validation split) from opt.data or the shipped corpus, once the
 // tokenizer is known to fit the model; the run directory is created (rank 0).
 Corpus open_corpus(const nn::GPT& model, const TrainOptions& opt, int64_t T, const Tokenizer& tok, bool root) {
-  std::string data_path = opt.data.empty() ? default_corpus_path() : opt.data;
+  DataSpec spec;
+  spec.data = opt.data.empty() ? default_corpus_path() : opt.data;
+  spec.val_data = opt.val_data;
+  spec.val_fraction = opt.val_fraction;
+  spec.field = opt.data_field;
   CTX_CHECK(tok.vocab_size() == model.cfg.vocab_size, "train: the tokenizer (", tok.describe(), ") has ",
             tok.vocab_size(), " tokens but the model's vocab_size is ", model.cfg.vocab_size);
-  Corpus corpus = load_corpus(data_path, opt.val_fraction, T, &tok);
+  Corpus corpus = load_corpus(spec, T, &tok);
   std::error_code ec;
   if (root) std::filesystem::create_directories(opt.out, ec);
   CTX_CHECK(!ec, "train: cannot create the run directory ", opt.out, ": ", ec.message());

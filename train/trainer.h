@@ -15,7 +15,9 @@
 namespace ctx {
 
 struct TrainOptions {
-  std::string data;          // corpus (text); "" = the shipped corpus
+  std::string data;          // corpus: comma-separated files / directories; "" = the shipped corpus
+  std::string val_data;      // validation files ("": the last val_fraction of `data`)
+  std::string data_field = "text";  // the text field of JSONL files
   std::string out = "runs/run";
   int64_t steps = 1000;
   int64_t batch = 8;

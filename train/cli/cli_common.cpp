@@ -11,6 +11,7 @@
 #include "core/backend.h"  // backend(Device::CUDA) for --device cuda
 #include "core/precision.h"
 #include "train/dist/distributed.h"
+#include "train/io/data_files.h"
 #include "train/io/limits.h"
 
 namespace ctx::cli {
@@ -259,9 +260,13 @@ std::pair<Tensor, Tensor> split_inputs_targets(const Tensor& all) {
 void add_training_options(cxxopts::Options& o, const TrainingOptionBlock& b) {
   const TrainOptions d;
   auto s = [](auto v) { return std::to_string(v); };
-  o.add_options(b.data_group)("data", b.data_help, cxxopts::value<std::string>())(
-      "val-fraction", "last fraction of the corpus held out for validation",
-      cxxopts::value<double>()->default_value("0.1"));
+  o.add_options(b.data_group)("data", str(b.data_help, "; ", kDataFilesHelp), cxxopts::value<std::vector<std::string>>())(
+      "val-fraction", "last fraction of the corpus held out for validation (of its bytes when all of --data is text, "
+      "of its tokens when a file is pre-tokenized)",
+      cxxopts::value<double>()->default_value("0.1"))(
+      "val-data", "validation files instead of the --val-fraction split (the same forms as --data), e.g. val.bin",
+      cxxopts::value<std::vector<std::string>>());
+  add_data_field_option(o, b.data_group);
   auto optimisation = o.add_options("optimisation");
   optimisation("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value(b.steps))(
       "batch", "sequences per micro-batch", cxxopts::value<int64_t>()->default_value(b.batch))(
@@ -319,8 +324,53 @@ void add_distributed_option(cxxopts::Options& o) {
       cxxopts::value<std::string>()->default_value(str(dist::kDefaultTimeoutSeconds)));
 }
 
+const char* const kDataFilesHelp =
+    "FILES: comma-separated or the option repeated; a directory stands for its *.txt, *.md, *.jsonl, *.bin, *.u16 "
+    "files in name order; *.jsonl is JSON Lines (the text in --data-field), *.bin / *.u16 pre-tokenized uint16 "
+    "(nanoGPT, or llm.c with its 1024-byte header), memory-mapped; any other file is text (docs/training.md, Data)";
+
+void add_data_field_option(cxxopts::Options& o, const std::string& group) {
+  o.add_options(group)("data-field", "the field of each JSONL line that holds the text",
+                       cxxopts::value<std::string>()->default_value("text"));
+}
+
+std::string data_list_option(const cxxopts::ParseResult& r, const std::string& name) {
+  if (!r.count(name)) return "";
+  std::string list;
+  for (const std::string& v : r[name].as<std::vector<std::string>>()) list += (list.empty() ? "" : ",") + v;
+  CTX_CHECK(!list.empty(), "--", name, ": expected FILES (comma-separated), got an empty value");
+  return list;
+}
+
+void add_vocab_option(cxxopts::Options& o, const std::string& group) {
+  o.add_options(group)("vocab", "the vocabulary size of pre-tokenized --data (.bin / .u16) made by a tokenizer ctxlab "
+                       "does not have, e.g. 50257 for GPT-2's: the model gets N tokens with no text (bits per byte "
+                       "is then not reported); with --tokenizer it must equal the tokenizer's",
+                       cxxopts::value<int64_t>());
+}
+
+std::shared_ptr<const Tokenizer> new_run_tokenizer(const cxxopts::ParseResult& r, const std::string& data) {
+  std::shared_ptr<const Tokenizer> tok = tokenizer_from_option(r);
+  if (r.count("vocab")) {
+    const int64_t n = r["vocab"].as<int64_t>();
+    if (!r.count("tokenizer")) return std::make_shared<IdTokenizer>(n);
+    CTX_CHECK(n == tok->vocab_size(), "--vocab ", n, " disagrees with --tokenizer ", r["tokenizer"].as<std::string>(),
+              " (", tok->vocab_size(), " tokens); give one of them");
+    return tok;
+  }
+  if (!r.count("tokenizer") && !data.empty())
+    CTX_CHECK(!has_token_files(data_sources(data, "--data")), "--data ", data, ": pre-tokenized files (.bin / .u16) "
+              "carry no tokenizer, and ctxlab cannot tell which one made them: give --vocab N (its vocabulary size, "
+              "e.g. 50257 for GPT-2's) or --tokenizer MODEL (the SentencePiece model that made them)");
+  return tok;
+}
+
 void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt) {
-  if (a.count("data")) opt.data = a["data"].as<std::string>();
+  opt.data = data_list_option(a, "data");
+  opt.val_data = data_list_option(a, "val-data");
+  CTX_CHECK(opt.val_data.empty() || !a.count("val-fraction"), "--val-data and --val-fraction both choose the "
+            "validation data; give one of them");
+  opt.data_field = a["data-field"].as<std::string>();
   opt.val_fraction = a["val-fraction"].as<double>();
   opt.steps = a["steps"].as<int64_t>();
   opt.batch = a["batch"].as<int64_t>();

@@ -31,7 +31,7 @@ struct TrainingOptionBlock {
   bool optimizer_choice = false;  // --optimizer and --momentum too (train; finetune is AdamW only)
 };
 // The training options `train` and `finetune` share, in the groups `data_group` (data,
-// val-fraction), "optimisation" (steps, batch, accum, deterministic, [optimizer], lr, min-lr,
+// val-fraction, val-data, data-field), "optimisation" (steps, batch, accum, deterministic, [optimizer], lr, min-lr,
 // warmup, weight-decay, beta1, beta2, [momentum], grad-clip, seed), "tasks" (task-mix and the
 // task sizes) and "output" (out,
 // log/eval/ckpt intervals, eval-batches, no-plot, quiet); a verb adds its own after them.
@@ -43,7 +43,20 @@ void add_task_param_options(cxxopts::Options& o, const std::string& group);
 TaskParams task_params_from_options(const cxxopts::ParseResult& r);
 // --distributed and --dist-timeout (in the "output" group), for the verbs that train.
 void add_distributed_option(cxxopts::Options& o);
-// The training options `train` and `finetune` share (data, val-fraction, steps, batch, accum, lr,
+// --data's help after the verb's own words: what FILES may be (train/io/data_files.h).
+extern const char* const kDataFilesHelp;
+// --data-field (JSONL text field, default "text") in the help group `group`.
+void add_data_field_option(cxxopts::Options& o, const std::string& group);
+// A FILES option (--data, --val-data) as one comma-separated list: the values of a repeated
+// option joined with commas; "" when absent.
+std::string data_list_option(const cxxopts::ParseResult& r, const std::string& name);
+// --vocab N: the vocabulary of pre-tokenized data (the verbs that build a model: train).
+void add_vocab_option(cxxopts::Options& o, const std::string& group);
+// The tokenizer of a new run on `data` (a --data list, "" for the shipped corpus): --tokenizer,
+// --vocab N alone (an IdTokenizer), both when they agree, bytes otherwise. Pre-tokenized files
+// with neither option are an error that says the tokenizer that made them must be given.
+std::shared_ptr<const Tokenizer> new_run_tokenizer(const cxxopts::ParseResult& r, const std::string& data);
+// The training options `train` and `finetune` share (data, val-fraction, val-data, data-field, steps, batch, accum, lr,
 // warmup, weight-decay, beta1, beta2, grad-clip, seed, task-mix and sizes, out, log/eval/ckpt
 // intervals, eval-batches, no-plot, quiet), read into `opt`; each verb sets the rest (context, optimizer, min-lr, ...).
 void read_train_options(const cxxopts::ParseResult& a, TrainOptions& opt);

@@ -23,6 +23,7 @@
 #include "train/cli/cli_eval_attn.h"
 #include "train/cli/cli_eval_tasks.h"
 #include "train/data.h"
+#include "train/io/data_files.h"
 #include "train/eval.h"
 #include "train/io/fileio.h"
 #include "train/sample.h"
@@ -135,8 +136,9 @@ cxxopts::Options eval_options() {
       "A checkpoint trained with --window W is evaluated with that window unless --window says otherwise.");
   o.add_options()("checkpoint", "model checkpoint to evaluate (.safetensors), e.g. runs/small/model.safetensors",
                   cxxopts::value<std::string>())(
-      "data", "text file to evaluate on, all of it (default: the last 10% of data/pride_and_prejudice.txt)",
-      cxxopts::value<std::string>())(
+      "data", str("data to evaluate on, all of it (default: the last 10% of data/pride_and_prejudice.txt); ",
+                  kDataFilesHelp),
+      cxxopts::value<std::vector<std::string>>())(
       "lengths", "context lengths, comma-separated, e.g. 128,256,512 (default: the model's context)",
       cxxopts::value<std::string>())(
       "batch", "windows per forward pass; 0 = automatic (about 8192 tokens per forward), e.g. 4",
@@ -144,6 +146,7 @@ cxxopts::Options eval_options() {
       "max-windows", "use at most the first N windows per length (0 = all), e.g. 50 for a quick look",
       cxxopts::value<int64_t>()->default_value("0"))(
       "h,help", "this help");
+  add_data_field_option(o, "");
   o.add_options("positions")(
       "hierarchical", "learned positions only: extend the table beyond the context L with Su's "
       "hierarchical decomposition (POSENC_SPEC §1), needed for lengths > L")(
@@ -216,14 +219,14 @@ std::string eval_mode_name(const EvalMode& mode) {
 // The tokens evaluated: all of --data, or the validation split of the shipped corpus.
 struct EvalText {
   std::string data, split;  // what the output names: the file (and split), and the split alone
-  std::vector<int32_t> tokens;
+  TokenStream tokens;
 };
 
 EvalText eval_text(const cxxopts::ParseResult& r, const Tokenizer& tok) {
   EvalText t;
   if (r.count("data")) {
-    t.data = r["data"].as<std::string>();
-    t.tokens = load_text_tokens(t.data, &tok);
+    t.data = data_list_option(r, "data");
+    t.tokens = load_tokens(data_sources(t.data, "--data"), tok, r["data-field"].as<std::string>());
     t.split = "all";
   } else {
     t.data = shipped_corpus_path();
@@ -312,7 +315,7 @@ int run_eval(int argc, char** argv) {
   const std::string mode_name = eval_mode_name(mode);
   const nlohmann::json header = {
       {"checkpoint", ckpt},
-      {"data", r->count("data") ? (*r)["data"].as<std::string>() : shipped_corpus_path()},
+      {"data", r->count("data") ? data_list_option(*r, "data") : shipped_corpus_path()},
       {"split", text.split},
       {"posenc", model.cfg.posenc},
       {"context", model.cfg.context},
@@ -324,7 +327,7 @@ int run_eval(int argc, char** argv) {
       {"segment", mode.segment}};
   std::printf("eval %s (posenc %s, context %lld, tokenizer %s) on %s: %zu tokens, %s\n", ckpt.c_str(),
               model.cfg.posenc.dump().c_str(), (long long)model.cfg.context, tok->describe().c_str(), text.data.c_str(),
-              text.tokens.size(), mode_name.c_str());
+              (size_t)text.tokens.size(), mode_name.c_str());
   if (r->count("task")) {
     check_no_attn_options(*r);
     return run_task_eval(*r, model, *tok, text.tokens, lengths, mode, header);
@@ -337,8 +340,10 @@ int run_eval(int argc, char** argv) {
   std::vector<EvalResult> results;
   for (int64_t len : lengths) {
     const int64_t batch = batch_opt > 0 ? batch_opt : std::max<int64_t>(1, 8192 / len);
+    // pre-tokenized data without a tokenizer (--vocab): no text, so "bits per byte" is per token
+    const Tokenizer* bytes_of = tok->type() == "ids" ? nullptr : tok.get();
     EvalResult e =
-        evaluate(model, text.tokens, len, batch, max_windows, text.data, mode, tok.get(), bucket, sink_keys);
+        evaluate(model, text.tokens, len, batch, max_windows, text.data, mode, bytes_of, bucket, sink_keys);
     std::printf("%8lld %8lld %10lld %10.4f %12.4f %10.4f\n", (long long)e.length, (long long)e.windows,
                 (long long)e.tokens, e.loss, e.ppl, e.bpb);
     std::fflush(stdout);

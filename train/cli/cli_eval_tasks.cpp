@@ -87,7 +87,7 @@ void add_eval_task_options(cxxopts::Options& o) {
 }
 
 int run_task_eval(const cxxopts::ParseResult& r, nn::GPT& model, const Tokenizer& tok,
-                  const std::vector<int32_t>& filler, const std::vector<int64_t>& lengths, const EvalMode& mode,
+                  const TokenStream& filler, const std::vector<int64_t>& lengths, const EvalMode& mode,
                   nlohmann::json header) {
   const std::string name = r["task"].as<std::string>();
   const TaskParams params = task_params_from_options(r);

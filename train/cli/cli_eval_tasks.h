@@ -22,7 +22,7 @@ void add_eval_task_options(cxxopts::Options& o);
 // the table and writes --csv / --json (`header`: what every eval JSON records). Returns 0. The
 // options are checked (and every length against the task) before any compute.
 int run_task_eval(const cxxopts::ParseResult& r, nn::GPT& model, const Tokenizer& tok,
-                  const std::vector<int32_t>& filler, const std::vector<int64_t>& lengths, const EvalMode& mode,
+                  const TokenStream& filler, const std::vector<int64_t>& lengths, const EvalMode& mode,
                   nlohmann::json header);
 
 // Without --task: none of its options (--depths, --trials, --seed, --task-*) may be given.

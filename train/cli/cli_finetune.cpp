@@ -59,7 +59,7 @@ nlohmann::json finetune_posenc_override(const cxxopts::ParseResult& r, const Mod
 TrainingOptionBlock finetune_option_block() {
   TrainingOptionBlock b;
   b.data_group = "";
-  b.data_help = "training text file (default: the shipped corpus)";
+  b.data_help = "training data (default: the shipped corpus)";
   b.steps = "200", b.batch = "4";
   b.accum_help = "micro-batches per step";
   b.lr = "2e-4", b.lr_help = "learning rate after warmup (constant unless --min-lr is lower: then cosine to it)";

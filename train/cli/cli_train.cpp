@@ -25,7 +25,7 @@ TrainingOptionBlock train_option_block() {
   auto s = [](auto v) { return std::to_string(v); };
   TrainingOptionBlock b;
   b.data_group = "data";
-  b.data_help = "training text file (default: the shipped data/pride_and_prejudice.txt)";
+  b.data_help = "training data (default: the shipped data/pride_and_prejudice.txt)";
   b.steps = s(d.steps), b.batch = s(d.batch);
   b.accum_help = "micro-batches per step (gradient accumulation)";
   b.optimizer_choice = true;
@@ -59,6 +59,7 @@ void add_train_options(cxxopts::Options& o) {
   o.add_options("output")("h,help", "this help");
   add_tokenizer_option(o, "SentencePiece model (ctxlab tokenizer train), e.g. bpe4k.model; "
                           "default: bytes (vocab 256); recorded in the checkpoint");
+  add_vocab_option(o, "tokenizer");
   add_precision_options(o);
 }
 
@@ -76,7 +77,8 @@ int resume_run(const cxxopts::ParseResult& a, Device dev) {
   // The run's config and options are saved with it: an option that would change them is an
   // error, not silently ignored. What may be given: --steps, --stop-after, where and how it runs
   // (--device, --precision, --tf32, --distributed, --tokenizer: the same one) and its output.
-  for (const char* k : {"config", "preset", "posenc", "set", "dropout", "data", "val-fraction", "context", "window", "batch",
+  for (const char* k : {"config", "preset", "posenc", "set", "dropout", "data", "val-fraction", "val-data",
+                        "data-field", "vocab", "context", "window", "batch",
                         "accum", "deterministic", "optimizer", "lr", "min-lr", "warmup", "weight-decay", "beta1",
                         "beta2", "momentum", "grad-clip", "seed", "task-mix", "task-digits", "task-pairs", "task-span",
                         "out", "log-interval", "eval-interval", "eval-batches", "ckpt-interval", "force"})
@@ -114,7 +116,7 @@ int new_run(const cxxopts::ParseResult& a, Device dev) {
   validate_train_options(opt);  // before the model is built: a bad flag fails at once
   check_training_fits(cfg, source, opt.batch, opt.context > 0 ? opt.context : cfg.context,
                       std::min(opt.log_interval, opt.steps) * opt.accum);
-  opt.tokenizer = tokenizer_from_option(a);
+  opt.tokenizer = new_run_tokenizer(a, opt.data);
   cfg.vocab_size = opt.tokenizer->vocab_size();  // the config's vocab_size follows the tokenizer
 
   nn::GPT model(cfg, DType::F32, source);

@@ -47,6 +47,24 @@ std::string ByteTokenizer::decode(const int32_t* ids, size_t n) const {
 
 std::string ByteTokenizer::token_text(int32_t id) const { return decode(&id, 1); }
 
+IdTokenizer::IdTokenizer(int64_t vocab) : vocab_(vocab) {
+  CTX_CHECK(vocab >= 1 && vocab <= (int64_t{1} << 24), "--vocab must be an integer in [1, 16777216], got ", vocab);
+}
+
+std::vector<int32_t> IdTokenizer::encode(const std::string&) const {
+  throw Error(str("tokenizer: ", describe(), " has no text encoding (the data is pre-tokenized); text needs the "
+                  "tokenizer that made the token files: --tokenizer MODEL"));
+}
+
+std::string IdTokenizer::decode(const int32_t* ids, size_t n) const {
+  for (size_t i = 0; i < n; ++i)
+    CTX_CHECK(ids[i] >= 0 && ids[i] < vocab_, "tokenizer: decode: token id ", ids[i], " at position ", i,
+              " is outside the vocabulary [0, ", vocab_, ")");
+  return "";
+}
+
+std::string IdTokenizer::describe() const { return str("ids (vocab ", vocab_, ", pre-tokenized data, no text)"); }
+
 std::vector<int32_t> encode_bytes(const std::string& text) { return ByteTokenizer().encode(text); }
 std::string decode_bytes(const std::vector<int32_t>& ids) { return ByteTokenizer().decode(ids); }
 
@@ -90,8 +108,13 @@ std::shared_ptr<const Tokenizer> tokenizer_from_metadata(const std::map<std::str
   std::shared_ptr<const Tokenizer> tok;
   if (type == "bytes") {
     tok = byte_tokenizer();
+  } else if (type == "ids") {
+    CTX_CHECK(j.contains("vocab_size") && j["vocab_size"].is_number_integer(), where,
+              ": an \"ids\" tokenizer needs an integer vocab_size, got ", it->second);
+    tok = std::make_shared<IdTokenizer>(j["vocab_size"].get<int64_t>());
   } else {
-    CTX_CHECK(type == "sentencepiece", where, ": type is ", quoted_str(type), ", expected \"bytes\" or \"sentencepiece\"");
+    CTX_CHECK(type == "sentencepiece", where, ": type is ", quoted_str(type),
+              ", expected \"bytes\", \"sentencepiece\" or \"ids\"");
     auto m = meta.find("tokenizer_model");
     CTX_CHECK(m != meta.end(), source, ": __metadata__.tokenizer_model missing (a sentencepiece tokenizer "
               "needs its model, base64)");

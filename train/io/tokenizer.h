@@ -43,6 +43,24 @@ class ByteTokenizer : public Tokenizer {
   std::string describe() const override { return "bytes (vocab 256)"; }
 };
 
+// The vocabulary of pre-tokenized data (--vocab N without --tokenizer: token files made by a
+// tokenizer ctxlab does not have): ids 0..N-1 that stand for no known text. encode refuses text;
+// every token's text is empty, so bits per byte is undefined (reported as 0) for such runs.
+class IdTokenizer : public Tokenizer {
+ public:
+  explicit IdTokenizer(int64_t vocab);
+  std::string type() const override { return "ids"; }
+  int64_t vocab_size() const override { return vocab_; }
+  std::vector<int32_t> encode(const std::string& text) const override;
+  using Tokenizer::decode;
+  std::string decode(const int32_t* ids, size_t n) const override;
+  std::string token_text(int32_t) const override { return ""; }
+  std::string describe() const override;
+
+ private:
+  int64_t vocab_;
+};
+
 // Free-function forms of the byte tokenizer.
 std::vector<int32_t> encode_bytes(const std::string& text);
 std::string decode_bytes(const std::vector<int32_t>& ids);
@@ -58,7 +76,7 @@ std::shared_ptr<const Tokenizer> byte_tokenizer();
 std::shared_ptr<const Tokenizer> load_tokenizer_file(const std::string& path);
 
 // Checkpoint metadata (all values strings, safetensors __metadata__):
-//   "tokenizer":       JSON {"type": "bytes"|"sentencepiece", "vocab_size": N, "fingerprint": hex}
+//   "tokenizer":       JSON {"type": "bytes"|"sentencepiece"|"ids", "vocab_size": N, "fingerprint": hex}
 //   "tokenizer_model": the SentencePiece ModelProto, base64 (absent for bytes)
 std::map<std::string, std::string> tokenizer_metadata(const Tokenizer& tok);
 // The tokenizer recorded in `meta`; nullptr when the file records none (checkpoints written

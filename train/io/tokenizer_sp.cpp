@@ -7,11 +7,37 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "train/io/data_files.h"
 #include "train/io/fileio.h"
 
 namespace ctx {
 
 namespace {
+
+// The lines of a text, one sentence each (as SentencePiece reads a file: split at '\n').
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit LineIterator(const std::string& text) : text_(text) { Next(); }
+  bool done() const override { return done_; }
+  void Next() override {
+    if (at_ >= text_.size()) {
+      done_ = true;
+      return;
+    }
+    const size_t nl = text_.find('\n', at_);
+    const size_t end = nl == std::string::npos ? text_.size() : nl;
+    line_.assign(text_, at_, end - at_);
+    at_ = end + 1;
+  }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return sentencepiece::util::Status(); }
+
+ private:
+  const std::string& text_;
+  size_t at_ = 0;
+  std::string line_;
+  bool done_ = false;
+};
 
 // SentencePiece statuses read "Internal: ./src/x.cc(660) [cond] Message.": keep the message.
 std::string status_message(const sentencepiece::util::Status& s) {
@@ -97,11 +123,10 @@ std::string train_sentencepiece(const SentencePieceTrainOptions& opt) {
   CTX_CHECK(opt.type == "bpe" || opt.type == "unigram", "--type must be bpe or unigram, got ", quoted_str(opt.type));
   CTX_CHECK(opt.vocab >= 2 && opt.vocab <= (1 << 24), "--vocab must be an integer in [2, 16777216], got ", opt.vocab);
   CTX_CHECK(opt.max_lines >= 0, "--max-lines must be >= 0 (0 = all lines), got ", opt.max_lines);
-  const std::string text = read_file(opt.data, "tokenizer training text");  // names the file when missing
+  const std::string text = load_text(data_sources(opt.data, "--data"), opt.field, "--data");  // names the file
   CTX_CHECK(text.find_first_not_of(" \t\r\n") != std::string::npos, opt.data,
             ": the training text is empty (nothing to learn a vocabulary from)");
   std::unordered_map<std::string, std::string> kw = {
-      {"input", opt.data},
       {"model_type", opt.type},
       {"vocab_size", std::to_string(opt.vocab)},
       {"normalization_rule_name", "identity"},
@@ -125,7 +150,8 @@ std::string train_sentencepiece(const SentencePieceTrainOptions& opt) {
     kw["shuffle_input_sentence"] = "true";
   }
   std::string model;
-  auto st = sentencepiece::SentencePieceTrainer::Train(kw, nullptr, &model);
+  LineIterator lines(text);
+  auto st = sentencepiece::SentencePieceTrainer::Train(kw, &lines, &model);
   if (!st.ok()) {
     // SentencePiece's own advice names its options ("--character_coverage"), which ctxlab does not
     // expose (every character is kept: character_coverage 1.0): say what to change here instead.

@@ -37,7 +37,8 @@ class SentencePieceTokenizer : public Tokenizer {
 };
 
 struct SentencePieceTrainOptions {
-  std::string data;          // training text file
+  std::string data;          // --data: text / JSONL files or directories (train/io/data_files.h)
+  std::string field = "text";  // the text field of JSONL files
   int64_t vocab = 4000;      // vocabulary size, including the 256 byte-fallback pieces and <unk>
   std::string type = "bpe";  // bpe | unigram
   int64_t max_lines = 0;     // sample at most this many lines (0 = all)

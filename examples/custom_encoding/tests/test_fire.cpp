@@ -162,7 +162,7 @@ TEST(FireModel, TrainsSaveLoadAndExtrapolates) {
   cfg.posenc = {{"type", "fire-example"}, {"init_L", 32}};
   nn::GPT model(cfg);
   model.init_weights(1);
-  const std::vector<int32_t> text = toy_text();
+  const TokenStream text = toy_text();
   BatchSampler batches(&text, 42);
   AdamWOptions o;
   o.lr = 3e-3;
