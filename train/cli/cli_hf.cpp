@@ -26,7 +26,8 @@ void add_format_options(cxxopts::Options& o, const char* dir_help) {
 std::string format_dir(const cxxopts::ParseResult& r, const cxxopts::Options& o) {
   const std::string fmt = r["format"].as<std::string>();
   CTX_CHECK(fmt == "hf", "--format must be hf (Hugging Face), got ", quoted_str(fmt));
-  require(r, "dir", o);
+  CTX_CHECK(r.count("dir"), "missing the directory argument DIR (e.g. `", o.program(), " --format hf hf/small`; "
+            "see --help)");
   return r["dir"].as<std::string>();
 }
 
