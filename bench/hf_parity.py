@@ -104,8 +104,35 @@ def main():
     tok_ok = ids == list(text.encode("utf-8")) and tok.decode(ids) == text
     print(f"byte tokenizer via AutoTokenizer ({type(tok).__name__}): ids == UTF-8 bytes and decode round trip: "
           f"{'ok' if tok_ok else 'FAIL ' + str(ids[:20])}")
+    sp_ok = sentencepiece_check(ctxlab, a.work, text)
     print(f"worst {worst:.2e} (tolerance {a.tol:g})")
-    return 0 if worst < a.tol and tok_ok else 1
+    return 0 if worst < a.tol and tok_ok and sp_ok else 1
+
+
+def sentencepiece_check(ctxlab, work, text):
+    """A SentencePiece model from `ctxlab tokenizer train`, recorded by a one-step `ctxlab train` and
+    exported: AutoTokenizer on the directory must give the ids of the sentencepiece package on the
+    same model file (the library ctxlab's tokenizer runs) and decode them back to the text."""
+    import sentencepiece as spm
+    d = os.path.join(work, "sp")
+    os.makedirs(d, exist_ok=True)
+    corpus = os.path.join(HERE, "..", "data", "pride_and_prejudice.txt")
+    model = os.path.join(d, "bpe.model")
+    run(ctxlab, "tokenizer", "train", "--data", corpus, "--vocab", 600, "--max-lines", 3000, "--out", model)
+    cfg = dict(BASE, vocab_size=600, norm="rmsnorm", posenc={"type": "rope"})
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    run(ctxlab, "train", "--config", os.path.join(d, "config.json"), "--tokenizer", model, "--steps", 1,
+        "--batch", 1, "--data", corpus, "--out", os.path.join(d, "run"), "--force", "--quiet")
+    ckpt = os.path.join(d, "run", "model.safetensors")
+    run(ctxlab, "export", "--checkpoint", ckpt, "--format", "hf", os.path.join(d, "hf"))
+    tok = transformers.AutoTokenizer.from_pretrained(os.path.join(d, "hf"))
+    want = spm.SentencePieceProcessor(model_file=model).encode(text + " Mr. Darcy")
+    ids = tok(text + " Mr. Darcy")["input_ids"]
+    ok = ids == want and tok.decode(ids) == text + " Mr. Darcy"
+    print(f"SentencePiece tokenizer via AutoTokenizer ({type(tok).__name__}): ids == sentencepiece's and decode "
+          f"round trip: {'ok' if ok else 'FAIL ' + str(ids[:12]) + ' vs ' + str(want[:12])}")
+    return ok
 
 
 if __name__ == "__main__":
