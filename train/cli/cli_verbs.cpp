@@ -14,6 +14,8 @@ int run_finetune(int argc, char** argv);  // cli_finetune.cpp
 int run_tokenizer(int argc, char** argv);  // cli_tokenizer.cpp
 int run_report(int argc, char** argv);  // report.cpp
 int run_study(int argc, char** argv);   // cli_study.cpp
+int run_export(int argc, char** argv);  // cli_hf.cpp
+int run_import(int argc, char** argv);  // cli_hf.cpp
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> v = {
@@ -26,6 +28,8 @@ const std::vector<Verb>& verbs() {
       {"gradcheck", "finite-difference check of an encoding's gradients through a tiny f64 model", run_gradcheck},
       {"bench", "time training steps; tokens/s, ms split, peak RSS, GFLOP/s, MFU as JSON", run_bench},
       {"tokenizer", "tokenizer train: learn a SentencePiece BPE / unigram model for --tokenizer", run_tokenizer},
+      {"export", "write a checkpoint as a Hugging Face directory (GPT-2 / Llama layout) for transformers", run_export},
+      {"import", "read a Hugging Face GPT-2 / Llama directory into a ctxlab checkpoint", run_import},
       {"report", "one self-contained HTML page comparing run directories (curves, eval, config)", run_report},
       {"study", "a grid of encodings x scalings x seeds x tasks from a study file: train, eval, mean +- 95% CI; resumable",
        run_study},
