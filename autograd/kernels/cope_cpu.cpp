@@ -3,6 +3,7 @@
 // parallel. Its CUDA twin is cope_cuda.cu.
 #include "autograd/kernels/cope.h"
 #include "autograd/kernels/cope_formula.h"
+#include "core/cpu/parallel.h"
 
 namespace ctx::kernels {
 namespace {
@@ -14,7 +15,7 @@ void forward_t(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window,
   const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
   const F *ap = a.data<F>(), *zp = z.data<F>();
   F *op = out.data<F>(), *pp = psum.data<F>();
-#pragma omp parallel for schedule(static) if (R * S > 32768)
+#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * 2))
   for (int64_t r = 0; r < R; ++r)
     cope_row_forward(ap + r * S, zp + r * np, S, np, q_pos0 + r % T, window, (F)scale, op + r * S, pp + r * S);
 }
@@ -25,7 +26,7 @@ void backward_t(const Tensor& dout, const Tensor& a, const Tensor& z, const Tens
   const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
   const F *dp = dout.data<F>(), *ap = a.data<F>(), *zp = z.data<F>(), *pp = psum.data<F>();
   F *dap = da.data<F>(), *dzp = dz.data<F>();
-#pragma omp parallel for schedule(static) if (R * S > 32768)
+#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * 2))
   for (int64_t r = 0; r < R; ++r)
     cope_row_backward(dp + r * S, ap + r * S, zp + r * np, pp + r * S, S, np, q_pos0 + r % T, window, (F)scale,
                       dap + r * S, dzp + r * np);

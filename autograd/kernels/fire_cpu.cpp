@@ -3,6 +3,7 @@
 // fire_cuda.cu; both compile the same formula (fire_formula.h).
 #include "autograd/kernels/fire.h"
 #include "autograd/kernels/fire_formula.h"
+#include "core/cpu/parallel.h"
 
 namespace ctx::kernels {
 namespace {
@@ -10,7 +11,7 @@ namespace {
 template <class F>
 void run(const F* pq, const F* pk, F c, F lm, F init_L, F eps, F* x, F* dc, F* dl, int64_t Bp, int64_t T,
          int64_t S) {
-#pragma omp parallel for schedule(static) if (Bp * T * S > 32768)
+#pragma omp parallel for schedule(static) if (cpu::parallel_pays(Bp * T * S * 2))
   for (int64_t r = 0; r < Bp * T; ++r) {
     const int64_t b = r / T;
     for (int64_t j = 0; j < S; ++j) {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "autograd/kernels/gru_cell.h"
+#include "core/cpu/parallel.h"
 
 namespace ctx::kernels {
 namespace {
@@ -18,7 +19,7 @@ inline F sigm(F x) {  // (1 + tanh(x / 2)) / 2, the composed path's formula
 
 template <class F>
 void forward_kernel(const F* xg, const F* hg, const F* bhn, const F* hp, F* h, F* rzn, F* hn, int64_t B, int64_t H) {
-#pragma omp parallel for schedule(static) if (B * H > 32768)
+#pragma omp parallel for schedule(static) if (cpu::parallel_pays(B * H * 2))
   for (int64_t b = 0; b < B; ++b) {
     const F* x = xg + b * 3 * H;
     const F* g = hg + b * 3 * H;
@@ -38,7 +39,7 @@ void forward_kernel(const F* xg, const F* hg, const F* bhn, const F* hp, F* h, F
 template <class F>
 void backward_kernel(const F* gy, const F* dhc, const F* hp, const F* rzn, const F* hn, F* d1, F* d2, F* dh,
                      int64_t B, int64_t H) {
-#pragma omp parallel for schedule(static) if (B * H > 32768)
+#pragma omp parallel for schedule(static) if (cpu::parallel_pays(B * H * 2))
   for (int64_t b = 0; b < B; ++b) {
     const F* s = rzn + b * 3 * H;
     F* a = d1 + b * 3 * H;

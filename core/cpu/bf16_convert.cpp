@@ -5,6 +5,7 @@
 // each, on the integer bits) and recomputes the lanes that have them with the integer form of
 // the rounding (x + 0x7FFF + lsb) >> 16, so that its output equals the reference bit for bit.
 #include "core/cpu/bf16_convert.h"
+#include "core/cpu/parallel.h"
 
 #include <immintrin.h>
 #include <algorithm>
@@ -19,7 +20,6 @@
 namespace ctx::cpu {
 
 namespace {
-constexpr int64_t kParallelMin = 1 << 16;  // below this one thread converts (a fork costs more)
 constexpr int64_t kChunk = 1 << 14;        // per-task size, a multiple of 32
 
 #define CTX_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -70,7 +70,7 @@ CTX_BF16_TARGET void convert_avx512(const float* src, uint16_t* dst, int64_t n) 
 
 template <class Kernel>
 void run_chunks(Kernel k, const float* src, uint16_t* dst, int64_t n) {
-  if (n < kParallelMin || omp_in_parallel()) {
+  if (!parallel_pays(n)) {
     k(src, dst, n);
     return;
   }

@@ -5,6 +5,7 @@
 // dropout_draws to DropoutMask::draw across a 2^32 boundary of the index.
 #pragma once
 #include "core/dropout_mask.h"
+#include "core/cpu/parallel.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -50,7 +51,7 @@ void dropout_apply(const T* x, T* y, int64_t n, const DropoutMask& m, uint64_t b
 template <class T>
 void dropout_fast(const T* x, T* y, int64_t n, const DropoutMask& m) {
   constexpr int64_t kBlock = 16384;
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (parallel_pays(n))
   for (int64_t b = 0; b < n; b += kBlock) dropout_apply(x + b, y + b, std::min(kBlock, n - b), m, (uint64_t)b);
 }
 

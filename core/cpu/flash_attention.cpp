@@ -35,6 +35,7 @@
 #include "core/allocator.h"
 #include "core/cpu/dropout_simd.h"
 #include "core/cpu/hsum.h"
+#include "core/cpu/parallel.h"
 #include "core/precision.h"
 #include "core/fast_paths.h"
 
@@ -358,9 +359,11 @@ class Scratch {
 
 struct Geom {
   int64_t BH, off, Dp, nqb, nkb, Tp, Sp;
+  int64_t work;  // the forward's work in core/cpu/parallel.h units: per score 2 Dh / 16 FMAs + ~4 (exp)
   explicit Geom(const FlashAttnDims& d)
       : BH(d.B * d.H), off(d.S - d.T), Dp(ceil_div(d.Dh, 2 * kW<float>) * 2 * kW<float>),
-        nqb(ceil_div(d.T, BR)), nkb(ceil_div(d.S, BC)), Tp(nqb * BR), Sp(nkb * BC) {}
+        nqb(ceil_div(d.T, BR)), nkb(ceil_div(d.S, BC)), Tp(nqb * BR), Sp(nkb * BC),
+        work(BH * d.T * d.S * (d.Dh / 8 + 4)) {}
 };
 
 // x [n, Dh] as rows of Dp elements: x itself when Dh == Dp, else x copied into out [n, Dp] with
@@ -507,7 +510,7 @@ void bin_row(F* bins, const F* p, const int32_t* ix, ColRange cr, int32_t qc) {
 // add and bin one scalar per row instead of gathering per element.
 inline void const_index_rows(const int32_t* idx, const Geom& g, int64_t T, int64_t S, int64_t window,
                              int32_t* out) {
-#pragma omp parallel for schedule(static) if (T * S > 65536)
+#pragma omp parallel for schedule(static) if (parallel_pays(T * S))
   for (int64_t i = 0; i < T; ++i)
     for (int64_t kb = 0; kb < g.nkb; ++kb) {
       const int64_t j0 = kb * BC, nb = std::min(BC, S - j0);
@@ -571,7 +574,7 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
   const int64_t ntask = g.BH * g.nqb;
   Scratch<int32_t> qconst(rel.qidx ? T * nkb : 0);  // constant qidx per (row, key tile), or -1
   if (rel.qidx) const_index_rows(rel.qidx, g, T, S, d.window, qconst.data());
-#pragma omp parallel if (ntask > 1)
+#pragma omp parallel if (ntask > 1 && parallel_pays(g.work))
   {
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < g.BH; ++bh) {
@@ -709,7 +712,7 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
   }
   const F sc = (F)d.scale;
   const bool dropping = d.dropout.active();
-  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int nt = threads_for(2 * g.work);  // the backward: about twice the forward's products
   const int64_t G = dbias ? std::min<int64_t>(B, ceil_div(nt, H)) : B;  // batch groups
   Scratch<F> extra(dbias && G > 1 ? (G - 1) * HTS : 0);
   if (dbias && G > 1) std::fill(extra.data(), extra.data() + (G - 1) * HTS, F(0));
@@ -721,7 +724,7 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
   Scratch<F> dvrel_parts(want_dvrel ? nitems * Rq * Dh : 0);
   Scratch<int32_t> qconst(rel.qidx ? T * nkb : 0);  // as in the forward
   if (rel.qidx) const_index_rows(rel.qidx, g, T, S, d.window, qconst.data());
-#pragma omp parallel if (nitems > 1)
+#pragma omp parallel if (nitems > 1 && nt > 1)
   {
     Scratch<F> qp(g.Tp * Dp), dop(g.Tp * Dp), kp(g.Sp * Dp), ktt(g.Sp * Dp), vtt(g.Sp * Dp),
         dqa(g.Tp * Dp), dka(BC * Dp), dva(BC * Dp), p(BR * BC), ds(BR * BC), D(T);
@@ -895,7 +898,7 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
       for (int64_t x = 0; x < Rq * Dh; ++x) rel.dvrel[x] += dvrel_parts[it * Rq * Dh + x];
   }
   if (G > 1 && dbias) {
-#pragma omp parallel for schedule(static) if (HTS > 65536)
+#pragma omp parallel for schedule(static) if (parallel_pays(HTS))
     for (int64_t x = 0; x < HTS; ++x)
       for (int64_t grp = 1; grp < G; ++grp) dbias[x] += extra[(grp - 1) * HTS + x];
   }

@@ -11,9 +11,17 @@
 #endif
 
 #include "core/cpu/fused.h"
+#include "core/cpu/parallel.h"
 
 namespace ctx::cpu {
 namespace {
+
+// Elements of all chunks (the work of a pass over them)
+int64_t chunk_elements(const std::vector<FlatChunk>& chunks) {
+  int64_t n = 0;
+  for (const FlatChunk& c : chunks) n += c.end - c.begin;
+  return n;
+}
 
 template <class T>
 double sum_squares_chunks(const T* g, const std::vector<FlatChunk>& chunks) {
@@ -21,7 +29,7 @@ double sum_squares_chunks(const T* g, const std::vector<FlatChunk>& chunks) {
   const int64_t nc = (int64_t)chunks.size();
   if ((int64_t)partial.size() < nc) partial.resize((size_t)nc);
   double* part = partial.data();
-#pragma omp parallel for schedule(static) if (nc > 4)
+#pragma omp parallel for schedule(static) if (nc > 4 && parallel_pays(chunk_elements(chunks)))
   for (int64_t c = 0; c < nc; ++c) {
     double s = 0;
 #pragma omp simd reduction(+ : s)
@@ -97,7 +105,8 @@ void adamw_chunks(T* p, const T* g, T* m, T* v, const std::vector<FlatChunk>& ch
   const T tb1 = (T)h.beta1, tb2 = (T)h.beta2, teps = (T)h.eps;
   const T gs = (T)gscale;
   const int64_t nc = (int64_t)chunks.size();
-#pragma omp parallel for schedule(static) if (nc > 4)
+  // ~4 units an element (two moments, a square root, a division)
+#pragma omp parallel for schedule(static) if (nc > 4 && parallel_pays(chunk_elements(chunks) * 4))
   for (int64_t c = 0; c < nc; ++c)
     adamw_range(p, g, m, v, chunks[c].begin, chunks[c].end, gs, chunks[c].decay ? decay_on : decay_off, tb1, tb2,
                 bc2_sqrt, teps, step_size);

@@ -19,6 +19,7 @@
 #endif
 
 #include "core/cpu/onednn_ops.h"
+#include "core/cpu/parallel.h"
 #include "core/error.h"
 #include "core/settings.h"
 
@@ -30,7 +31,6 @@ constexpr float kC = 0.7978845608028654f;              // sqrt(2/pi)
 constexpr float kCA = 0.7978845608028654f * 0.044715f;  // sqrt(2/pi) * 0.044715
 constexpr float kCA3 = 3.f * kCA;
 constexpr float kLimit = 80.f;  // |2u| beyond which the limit is exact in f32
-constexpr int64_t kParallelMin = 65536;
 
 // ---- scalar: the same formula (fallback, and the reference of what the vector code does) ----
 inline void gelu_scalar(float x, float& y, float& g) {
@@ -97,7 +97,7 @@ inline __m256 gelu8(__m256 x, __m256 dy) {
 template <bool kBackward>
 void run_avx2(const float* x, const float* dy, float* out, int64_t n) {
   const int64_t nv = n / 8;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (parallel_pays(n))
   for (int64_t i = 0; i < nv; ++i) {
     const __m256 xv = _mm256_loadu_ps(x + 8 * i);
     const __m256 gv = kBackward ? _mm256_loadu_ps(dy + 8 * i) : _mm256_setzero_ps();
@@ -120,7 +120,7 @@ void gelu_tanh_fast_f32(const float* x, float* y, int64_t n) {
 #ifdef CTX_GELU_AVX2
   run_avx2<false>(x, nullptr, y, n);
 #else
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (parallel_pays(n))
   for (int64_t i = 0; i < n; ++i) {
     float g;
     gelu_scalar(x[i], y[i], g);
@@ -132,7 +132,7 @@ void gelu_tanh_backward_fast_f32(const float* x, const float* dy, float* dx, int
 #ifdef CTX_GELU_AVX2
   run_avx2<true>(x, dy, dx, n);
 #else
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (parallel_pays(n))
   for (int64_t i = 0; i < n; ++i) {
     float y, g;
     gelu_scalar(x[i], y, g);

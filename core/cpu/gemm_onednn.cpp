@@ -24,6 +24,7 @@
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/onednn_util.h"
+#include "core/cpu/parallel.h"
 #include "core/determinism.h"
 #include "core/error.h"
 
@@ -114,8 +115,8 @@ onednn::Key make_key(const GemmDesc& g, bool bias, bool bf16) {
 template <class In>
 void run(const GemmDesc& g, const In* A, const In* B, const float* bias, float* C) {
   constexpr bool bf16 = sizeof(In) == 2;
-  const onednn::Prim& p = cache().get(make_key(g, bias != nullptr, bf16),
-                                      [&] { return create(g, bias != nullptr, bf16); });
+  const onednn::Prim& p = cache().get(make_key(g, bias != nullptr, bf16), g.batch * g.M * g.N * g.K / 16,
+                                      [&] { return create(g, bias != nullptr, bf16); });  // 16 lanes per FMA
   if (p.ok) {
     if (bias)
       onednn::execute(p, {A, B, bias, C});
@@ -133,7 +134,7 @@ void run(const GemmDesc& g, const In* A, const In* B, const float* bias, float* 
 // bf16 bits `x` (n values) widened to fp32 (exact) into this thread's buffer `slot`.
 const float* widened(int slot, const uint16_t* x, int64_t n) {
   float* out = thread_buffer<float>(slot, n);
-#pragma omp parallel for simd if (n > (int64_t)1 << 18)
+#pragma omp parallel for simd if (parallel_pays(n / 4))  // a widening: ~1/4 unit
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(x[i]);
   return out;
 }

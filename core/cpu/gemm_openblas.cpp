@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include "core/cpu/gemm.h"
+#include "core/cpu/parallel.h"
 #include "core/determinism.h"
 #include "core/error.h"
 #include "core/settings.h"
@@ -142,7 +143,9 @@ void sgemm_block(const OpenBlasApi& api, const GemmDesc& g, const float* A, cons
             (int)(g.trans_b ? g.K : g.N), (float)g.beta, C + i0 * g.N + j0, (int)g.N);
 }
 
-constexpr int64_t kOneThreadWork = (int64_t)1 << 20;  // batch M N K below this (< ~10 us): one call
+// batch M N K below this (< ~10 us) is one call: the one fork threshold (core/cpu/parallel.h) at
+// 1/16 unit per multiply-add (16 f32 lanes per FMA); the deterministic split uses it too
+constexpr int64_t kOneThreadWork = kParallelMinWork * 16;
 
 // The deterministic split of one batch item: a power of two (even work for 1, 2 or 4 threads)
 // with blocks of at least kMinBlock rows (or columns), at most kMaxSplits: a function of the shape
@@ -181,8 +184,7 @@ void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C) 
   // call's bits depend on its block's extent (measured on Haswell kernels), so the split that
   // follows the thread count changes the bits with it; under deterministic_algorithms() the split
   // follows the shape alone (core/determinism.h): 1 thread runs the same blocks one after another.
-  int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (g.batch * g.M * g.N * g.K < kOneThreadWork) threads = 1;
+  const int64_t threads = threads_for(g.batch * g.M * g.N * g.K / 16);
   constexpr int64_t kAlign = 16;  // block edges on whole micro-kernel tiles
   const int64_t splits = deterministic_algorithms() ? shape_splits(g, kAlign)
                          : g.batch >= threads       ? 1

@@ -13,6 +13,7 @@
 #include "core/bf16.h"
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/hsum.h"
+#include "core/cpu/parallel.h"
 #include "core/precision.h"
 
 namespace ctx::cpu {
@@ -35,8 +36,8 @@ namespace {
 // for a fork to pay (the same threshold as the GEMMs: ~10 us of work), in blocks of 4 rows.
 template <class Rows>
 void split_rows(int64_t N, int64_t K, const Rows& rows) {
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (threads <= 1 || N * K < ((int64_t)1 << 20) || N < 8) {
+  const int threads = threads_for(N * K / 16);  // 16 f32 lanes per FMA
+  if (threads <= 1 || N < 8) {
     rows(0, N);
     return;
   }

@@ -3,11 +3,10 @@
 // by Backend): forward and backward side by side, each one OpenMP pass over rows of [B, S, 3D] /
 // [B, T, D].
 #include "core/cpu/fused.h"
+#include "core/cpu/parallel.h"
 
 namespace ctx::cpu {
 namespace {
-
-constexpr int64_t kParallelMin = 1 << 15;  // elements; below this one thread is faster
 
 template <class T>
 inline void copy_n(const T* __restrict s, T* __restrict d, int64_t n) {
@@ -28,7 +27,7 @@ struct HeadDims {
 template <class T>
 void split_forward(const T* x, T* q, T* k, T* v, const HeadDims& d) {
   const int64_t S = d.S, H = d.H, Dh = d.Dh, D = d.D(), Tq = d.Tq(), q0 = d.q0;
-#pragma omp parallel for schedule(static) if (d.B * S * 3 * D >= kParallelMin)
+#pragma omp parallel for schedule(static) if (parallel_pays(d.B * S * 3 * D * 2))
   for (int64_t r = 0; r < d.B * S; ++r) {
     const int64_t b = r / S, s = r % S;
     const T* row = x + r * 3 * D;
@@ -45,7 +44,7 @@ void split_forward(const T* x, T* q, T* k, T* v, const HeadDims& d) {
 template <class T>
 void split_backward(const T* dq, const T* dk, const T* dv, T* dx, const HeadDims& d) {
   const int64_t S = d.S, H = d.H, Dh = d.Dh, D = d.D(), Tq = d.Tq(), q0 = d.q0;
-#pragma omp parallel for schedule(static) if (d.B * S * 3 * D >= kParallelMin)
+#pragma omp parallel for schedule(static) if (parallel_pays(d.B * S * 3 * D * 2))
   for (int64_t r = 0; r < d.B * S; ++r) {
     const int64_t b = r / S, s = r % S;
     T* row = dx + r * 3 * D;
@@ -70,7 +69,7 @@ void split_backward(const T* dq, const T* dk, const T* dv, T* dx, const HeadDims
 template <class T>
 void merge_copy(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t Dh, bool to_merged) {
   const int64_t D = H * Dh;
-#pragma omp parallel for schedule(static) if (B * Tn * D >= kParallelMin)
+#pragma omp parallel for schedule(static) if (parallel_pays(B * Tn * D * 2))
   for (int64_t r = 0; r < B * Tn; ++r) {
     const int64_t b = r / Tn, t = r % Tn;
     for (int64_t h = 0; h < H; ++h) {

@@ -2,6 +2,7 @@
 // created once per shape and run on the caller's buffers. See onednn_ops.h for the contract.
 #include "core/cpu/onednn_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -56,7 +57,9 @@ std::string impl_name(const dnnl::primitive& p) {
 // plain loops far slower than ours: softmax backward on AVX2 machines, measured 10x slower).
 template <class Make>
 bool run(const onednn::Key& key, Make make, std::initializer_list<Arg> args) {
-  const onednn::Prim& p = cache().get(key, [&] {
+  int64_t work = 0;  // the largest argument's elements, ~4 units each (core/cpu/parallel.h)
+  for (const Arg& a : args) work = std::max(work, a.dims.n * std::max<int64_t>(a.dims.c, 1) * 4);
+  const onednn::Prim& p = cache().get(key, work, [&] {
     onednn::Prim r;
     try {
       r.prim = make();

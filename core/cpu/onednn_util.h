@@ -17,6 +17,7 @@
 
 #include <omp.h>
 
+#include "core/cpu/parallel.h"
 #include "core/error.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -33,12 +34,7 @@ inline dnnl::stream& stream() {
   return s;
 }
 
-// The threads a primitive executed here will get. oneDNN (OpenMP runtime) plans its work split
-// for omp_get_max_threads() when the primitive is created, and runs a nested call (inside one
-// of our parallel regions) on one thread: so the thread count is part of every cache key.
-inline int threads_here() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
-
-// Sets omp_get_max_threads() of the calling thread to `n` while a primitive is created.
+// Sets omp_get_max_threads() of the calling thread to `n` while a primitive is created or run.
 class ScopedMaxThreads {
  public:
   explicit ScopedMaxThreads(int n) : saved_(omp_get_max_threads()) {
@@ -80,14 +76,19 @@ class PrimitiveCache {
  public:
   // The engine is made first, so that it outlives the primitives at exit.
   PrimitiveCache() { engine(); }
-  const Value& get(Key key, const std::function<Value()>& create) {
-    const int nthr = threads_here();
+  // The threads a primitive over `work` units (core/cpu/parallel.h) gets: threads_for(work), 1
+  // below the fork threshold or inside one of our parallel regions. oneDNN (OpenMP runtime) plans
+  // its work split for omp_get_max_threads() when the primitive is created, so the count is part
+  // of every cache key, and execute() runs the primitive with the same count (Value::threads).
+  const Value& get(Key key, int64_t work, const std::function<Value()>& create) {
+    const int nthr = threads_for(work);
     key.v[15] = nthr;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(key);
     if (it == map_.end()) {
       ScopedMaxThreads scope(nthr);
       it = map_.emplace(key, std::make_unique<Value>(create())).first;
+      it->second->threads = nthr;
     }
     return *it->second;  // node storage: stable while the cache lives
   }
@@ -108,6 +109,7 @@ struct Prim {
   dnnl::primitive prim;
   std::vector<std::pair<int, dnnl::memory::desc>> args;
   size_t scratch_bytes = 0;  // > 0: the last entry of args is DNNL_ARG_SCRATCHPAD (see attr())
+  int threads = 1;           // what it was created for (PrimitiveCache::get); execute() runs it so
 };
 
 // The attributes every primitive here is created with: a user-managed scratchpad. oneDNN's
@@ -149,6 +151,7 @@ inline void execute(const Prim& p, const void* const* ptrs, size_t n) {
     mem[i].set_data_handle(i < n ? const_cast<void*>(ptrs[i]) : static_cast<void*>(scratch.data()));
     args[i] = {p.args[i].first, mem[i].get()};
   }
+  ScopedMaxThreads scope(p.threads);  // a primitive made for one thread never forks
   const dnnl_status_t st = dnnl_primitive_execute(p.prim.get(), stream().get(), (int)total, args);
   CTX_CHECK(st == dnnl_success, "oneDNN primitive execution failed (status ", (int)st, ")");
   stream().wait();

@@ -11,6 +11,7 @@
 
 #include "core/backend.h"
 #include "core/causal_rows.h"
+#include "core/cpu/parallel.h"
 #include "core/dropout_mask.h"
 #include "core/elementwise_formulas.h"
 
@@ -27,7 +28,7 @@ void for_each_strided(const Shape& shape, const std::vector<int64_t>& sa, int64_
   const int64_t inner = shape[nd - 1];
   const int64_t outer = n / inner;
   const int64_t ia = sa[nd - 1], ib = sb[nd - 1];
-#pragma omp parallel for schedule(static) if (n > 32768)
+#pragma omp parallel for schedule(static) if (parallel_pays(n * 2))
   for (int64_t o = 0; o < outer; ++o) {
     int64_t rem = o, pa = oa, pb = ob;
     for (int64_t d = nd - 2; d >= 0; --d) {
@@ -43,20 +44,20 @@ void for_each_strided(const Shape& shape, const std::vector<int64_t>& sa, int64_
 // ---- elementwise (the per-element formulas: core/elementwise_formulas.h) ----
 template <class T>
 void unary(UnaryOp op, const T* x, T* y, int64_t n, T a, T b) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (parallel_pays(n))
   for (int64_t i = 0; i < n; ++i) y[i] = formula::unary(op, x[i], a, b);
 }
 
 template <class T>
 void unary_backward(UnaryOp op, const T* x, const T* y, const T* dy, T* dx, int64_t n, T a, T b) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (parallel_pays(n))
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * formula::unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b);
 }
 
 // y = x * mask factor (core/dropout_mask.h); the backward is the same call on dy
 template <class T>
 void dropout(const T* x, T* y, int64_t n, const DropoutMask& m) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (parallel_pays(n))
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * m.factor<T>((uint64_t)i);
 }
 
@@ -66,7 +67,7 @@ void dropout(const T* x, T* y, int64_t n, const DropoutMask& m) {
 // causal_fill(-inf) then softmax, in one pass. y may be x.
 template <class T>
 void softmax(const T* x, T* y, int64_t N, int64_t C, bool log, CausalRows rows = {}) {
-#pragma omp parallel for schedule(static) if (N * C > 16384)
+#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     T* yr = y + n * C;
@@ -104,7 +105,7 @@ void softmax(const T* x, T* y, int64_t N, int64_t C, bool log, CausalRows rows =
 // were overwritten by the mask), dy read only where visible.
 template <class T>
 void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C, bool log, CausalRows rows = {}) {
-#pragma omp parallel for schedule(static) if (N * C > 16384)
+#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
     const T* yr = y + n * C;
     const T* gr = dy + n * C;
@@ -130,7 +131,7 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C, bool
 template <class T>
 void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N,
                int64_t C) {
-#pragma omp parallel for schedule(static) if (N * C > 16384)
+#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     T* yr = y + n * C;
@@ -188,7 +189,7 @@ template <class T, class Row>
 void colsum_tree(int64_t R, int64_t C, const Row& row, T* out, bool accumulate) {
   int64_t depth = 1;
   for (int64_t n = R; n > kRowLeaf; n = n - n / 2) ++depth;  // the deepest path (the right spine)
-  const int64_t nt = R * C > 65536 ? std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), C / 16)) : 1;
+  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(threads_for(R * C), C / 16));
   const int64_t chunk = ((C + nt - 1) / nt + 15) / 16 * 16;  // columns per thread, 64-byte multiples
 #pragma omp parallel num_threads((int)nt) if (nt > 1)
   {
@@ -260,7 +261,7 @@ struct ThreadPartials {
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
                         T* dw, T* db, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static) if (N * C > 16384)
+#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
     const T* g = dy + n * C;
     const T* xr = x + n * C;
@@ -288,7 +289,7 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, cons
 // ---- RMS norm: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
 template <class T>
 void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static) if (N * C > 16384)
+#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     T s = 0;
@@ -303,7 +304,7 @@ void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C)
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw, int64_t N,
                       int64_t C) {
-#pragma omp parallel for schedule(static) if (N * C > 16384)
+#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
     const T* g = dy + n * C;
     const T* xr = x + n * C;
@@ -319,7 +320,7 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx,
 // ---- cross entropy: logits [N, V], targets [N] ----
 template <class T, class I>
 void cross_entropy(const T* logits, const I* tgt, T* loss, T* lse, int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static) if (N * V > 16384)
+#pragma omp parallel for schedule(static) if (parallel_pays(N * V * 4))
   for (int64_t n = 0; n < N; ++n) {
     const T* z = logits + n * V;
     T mx = -INFINITY;
@@ -335,7 +336,7 @@ void cross_entropy(const T* logits, const I* tgt, T* loss, T* lse, int64_t N, in
 template <class T, class I>
 void cross_entropy_backward(const T* logits, const I* tgt, const T* lse, const T* dloss, T* dz,
                             int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static) if (N * V > 16384)
+#pragma omp parallel for schedule(static) if (parallel_pays(N * V * 4))
   for (int64_t n = 0; n < N; ++n) {
     const T* z = logits + n * V;
     T* d = dz + n * V;
@@ -359,7 +360,7 @@ void adamw(T* p, const T* g, T* m, T* v, int64_t n, double lr, double b1, double
   const T bc2_sqrt = (T)std::sqrt(bc2);
   const T decay = (T)(1.0 - lr * wd);
   const T tb1 = (T)b1, tb2 = (T)b2, teps = (T)eps;
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (parallel_pays(n))
   for (int64_t i = 0; i < n; ++i) {
     T gi = g[i];
     p[i] *= decay;
@@ -378,20 +379,20 @@ void binary(BinaryOp op, const T* ap, const std::vector<int64_t>& sa, const T* b
   const int64_t n = shape_numel(os);
   if (n == 0) return;
   if (na == n && nb == n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (parallel_pays(n))
     for (int64_t i = 0; i < n; ++i) out[i] = formula::binary(op, ap[i], bp[i]);
     return;
   }
   if (na == n && nb == 1) {
     const T bv = bp[0];
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (parallel_pays(n))
     for (int64_t i = 0; i < n; ++i) out[i] = formula::binary(op, ap[i], bv);
     return;
   }
   const int64_t nd = (int64_t)os.size();
   const int64_t inner = os[nd - 1], outer = n / inner;
   const int64_t ia = sa[nd - 1], ib = sb[nd - 1];
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (parallel_pays(n))
   for (int64_t o = 0; o < outer; ++o) {
     int64_t rem = o, pa = 0, pb = 0;
     for (int64_t d = nd - 2; d >= 0; --d) {
@@ -414,7 +415,7 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
   const int64_t nd = (int64_t)xs.size();
   if (no == 1) {
     T s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n > 65536)
+#pragma omp parallel for reduction(+ : s) schedule(static) if (parallel_pays(n))
     for (int64_t i = 0; i < n; ++i) s += xp[i];
     out[0] = s;
     return;
@@ -493,8 +494,8 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
       }
     }
   };
-  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (n <= 65536 || nt < 2 || rows < 2) {
+  const int nt = threads_for(n);
+  if (nt < 2 || rows < 2) {
     walk(0, rows, 0, L, out);
   } else if (inner.so != 0) {
 #pragma omp parallel num_threads(nt)
@@ -520,7 +521,7 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
 // j <= i + diag - window (sliding-window attention: each row keeps at most `window` keys) ----
 template <class T>
 void causal_fill(T* p, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag, int64_t window) {
-#pragma omp parallel for schedule(static) if (N * Tq * S > 65536)
+#pragma omp parallel for schedule(static) if (parallel_pays(N * Tq * S))
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < Tq; ++i) {
       T* row = p + (n * Tq + i) * S;
@@ -534,7 +535,7 @@ void causal_fill(T* p, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag, int6
 template <class T, class I>
 void index_select(const T* x, const I* idx, T* out, int64_t outer, int64_t n, int64_t m,
                   int64_t inner) {
-#pragma omp parallel for collapse(2) schedule(static) if (outer * m * inner > 65536)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_pays(outer * m * inner))
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < m; ++i)
       std::memcpy(out + (o * m + i) * inner, x + (o * n + idx[i]) * inner, inner * sizeof(T));
@@ -544,7 +545,7 @@ template <class T, class I>
 void index_add(T* out, const I* idx, const T* src, int64_t outer, int64_t n, int64_t m,
                int64_t inner) {
   // parallel over column blocks: no two threads touch the same element
-#pragma omp parallel for schedule(static) if (outer * m * inner > 65536 && inner >= 128)
+#pragma omp parallel for schedule(static) if (parallel_pays(outer * m * inner) && inner >= 128)
   for (int64_t c0 = 0; c0 < inner; c0 += 64) {
     const int64_t c1 = std::min(inner, c0 + 64);
     for (int64_t o = 0; o < outer; ++o)

@@ -1,6 +1,7 @@
 // core/cpu/rope.cpp — the rotary rotation on the CPU (Backend::rope_rotate, core/cpu/fused.h):
 // one OpenMP pass over the rows; the backward is the same kernel with the angle negated.
 #include "core/cpu/fused.h"
+#include "core/cpu/parallel.h"
 
 namespace ctx::cpu {
 namespace {
@@ -12,7 +13,7 @@ void rotate_kernel(const F* x, const F* C, const F* S, F* out, int64_t R, int64_
                    bool interleaved, bool transpose) {
   const int64_t h = d / 2;
   const F sgn = transpose ? F(-1) : F(1);
-#pragma omp parallel for schedule(static) if (R * T * d > 32768)
+#pragma omp parallel for schedule(static) if (parallel_pays(R * T * d * 2))
   for (int64_t rt = 0; rt < R * T; ++rt) {
     const int64_t t = rt % T;
     const F* xr = x + rt * d;
