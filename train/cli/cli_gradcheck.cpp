@@ -147,7 +147,7 @@ cxxopts::Options gradcheck_options() {
       cxxopts::value<int64_t>()->default_value("0"))(
       "positions", "explicit positions (POSENC_SPEC §7.3): --seq strictly increasing integers, comma-separated, "
       "shared by every row (e.g. 0,3,4,9,10,17), or one list per row separated by ';' (--batch lists, e.g. "
-      "'0,2,5;1,4,6' for --seq 3 --batch 2); the gradients through gapped positions",
+      "'0,2,5;1,4,6' for --seq 3 --batch 2; '/' works as ';'); the gradients through gapped positions",
       cxxopts::value<std::string>())(
       "h,help", "this help");
   add_device_option(o, "where the f64 model runs (the finite differences are taken on the host)");
@@ -171,13 +171,14 @@ nlohmann::json encoding_config(const std::string& enc, const std::vector<std::st
   return pe;
 }
 
-// --positions "0,3,4;1,2,6": one row for the whole batch or `B` rows of `T` integers each.
+// --positions "0,3,4;1,2,6" (or "0,3,4/1,2,6"): one row for the whole batch or `B` rows of `T`
+// integers each.
 Positions parse_positions(const std::string& text, int64_t B, int64_t T) {
   std::vector<int64_t> p;
   int64_t rows = 1;
   std::string num;
   for (size_t i = 0; i <= text.size(); ++i) {
-    const char c = i < text.size() ? text[i] : ';';
+    const char c = i < text.size() ? (text[i] == '/' ? ';' : text[i]) : ';';
     if (c == ',' || c == ';') {
       size_t used = 0;
       int64_t v = -1;
