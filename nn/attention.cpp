@@ -45,7 +45,7 @@ static AttnState new_state(int layer, int64_t H, int64_t Dh, const Linear& qkv, 
   return st;
 }
 
-Variable Attention::forward(const Variable& x, Rng* rng) const {
+Variable Attention::forward(const Variable& x, Rng* rng, const Positions* positions) const {
   const int64_t B = x.size(0), T = x.size(1);
   // Keys and values see [memory; x] when the encoding keeps segment memory (Transformer-XL);
   // queries are the last T rows. Memory is detached: no gradient flows into past segments.
@@ -58,6 +58,7 @@ Variable Attention::forward(const Variable& x, Rng* rng) const {
   AttnState st = new_state(layer_, H_, Dh_, *qkv, B, T, S, M);
   st.window = window_;
   st.sinks = sinks_;
+  st.positions = positions;
   st.q = heads[0];  // the last T of S rows
   st.k = heads[1];
   st.v = heads[2];

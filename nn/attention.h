@@ -11,8 +11,9 @@ namespace ctx::nn {
 class Attention : public Module {
  public:
   Attention(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt = DType::F32);
-  // x: [B, T, D] -> [B, T, D]
-  Variable forward(const Variable& x, Rng* dropout_rng) const;
+  // x: [B, T, D] -> [B, T, D]; positions: explicit positions of the rows (POSENC_SPEC §7.3,
+  // checked by GPT::forward) or null (0..T-1 after any segment memory)
+  Variable forward(const Variable& x, Rng* dropout_rng, const Positions* positions = nullptr) const;
   // Incremental decoding: x [B, T, D] holds the T new positions cache.length().. ; their keys
   // and values are appended to this layer's rows of the cache and the queries attend over all
   // cached positions (-> [B, T, D]). Eval only (no dropout). The caller advances the cache.

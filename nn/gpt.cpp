@@ -16,8 +16,8 @@ Block::Block(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt
   mlp = register_module("mlp", std::make_shared<MLP>(cfg.d_model, cfg.ff_dim(), dt));
 }
 
-Variable Block::forward(const Variable& x, Rng* rng) const {
-  Variable a = attn->forward(norm1->forward(x), rng);
+Variable Block::forward(const Variable& x, Rng* rng, const Positions* positions) const {
+  Variable a = attn->forward(norm1->forward(x), rng, positions);
   if (rng && dropout > 0) a = ctx::dropout(a, dropout, is_training(), *rng);
   Variable h = add(x, a);
   Variable m = mlp->forward(norm2->forward(h));
@@ -122,18 +122,34 @@ void GPT::check_sinks(int64_t w, int64_t sinks) const {
             "without scaling or with pi, ntk, yarn, llama3)");
 }
 
-Variable GPT::forward(const Tensor& tokens_in, int64_t pos0, bool use_memory) {
+void GPT::check_positions(const Positions& p, int64_t B, int64_t T, const std::string& what) const {
+  CTX_CHECK(pe->explicit_positions_ok(), what, ": posenc ", cfg.posenc.dump(), " does not take explicit positions "
+            "(POSENC_SPEC §7.3: none, learned without hierarchical, sinusoidal, rope with no scaling or pi, ntk, "
+            "dynamic-ntk, yarn, llama3, longrope, alibi, kerple, sandwich, t5, fire)");
+  CTX_CHECK(p.T == T && (p.rows == 1 || p.rows == B), what, ": positions of shape [", p.rows, ", ", p.T,
+            "] do not match the tokens [", B, ", ", T, "]; expected one row per sequence, [", B, ", ", T, "]");
+  for (auto& b : blocks)
+    CTX_CHECK(b->attn->sinks() == 0, what, ": explicit positions cannot be combined with --sinks (POSENC_SPEC §6, "
+              "§7.3: a sink's position is its rank in the rolling cache); drop one of the two");
+}
+
+Variable GPT::forward(const Tensor& tokens_in, int64_t pos0, bool use_memory, const Positions* positions) {
   check_tokens(tokens_in, "forward");
   // host tokens (the usual case: they come from the data loader) move to the model's device
   const Tensor tokens = tokens_in.device() == Device::CPU ? to_device_like(tokens_in, wte->weight.data()) : tokens_in;
   if (prof::enabled()) prof::mark();
   if (!use_memory) reset_memory();
   const int64_t B = tokens.size(0), T = tokens.size(1);
-  pe->check_length(pos0 + T);
+  if (positions) {
+    CTX_CHECK(pos0 == 0 && !use_memory, "forward: explicit positions replace pos0 and segment memory");
+    check_positions(*positions, B, T, "forward");
+  }
+  pe->check_length(positions ? positions->max() + 1 : pos0 + T);
   Rng* rng = (is_training() && cfg.dropout > 0) ? &dropout_rng : nullptr;
-  Variable x = pe->embed_tokens(wte->weight, tokens, pos0);  // [B, T, D]
+  Variable x = positions ? pe->embed_positions(embedding(wte->weight, tokens), *positions)
+                         : pe->embed_tokens(wte->weight, tokens, pos0);  // [B, T, D]
   if (rng) x = dropout(x, cfg.dropout, true, *rng);
-  for (auto& b : blocks) x = b->forward(x, rng);
+  for (auto& b : blocks) x = b->forward(x, rng, positions);
   x = norm_f->forward(x);
   const Variable& w_out = lm_head ? lm_head->weight : wte->weight;
   Variable logits = matmul(x, w_out, false, true);         // [B, T, V]
@@ -166,18 +182,18 @@ Variable GPT::forward_cached(const Tensor& tokens_in, KVCache& cache) {
   return matmul(x, w_out, false, true);                    // [B, T, V]
 }
 
-Variable GPT::loss(const Tensor& inputs, const Tensor& targets, bool use_memory) {
+Variable GPT::loss(const Tensor& inputs, const Tensor& targets, bool use_memory, const Positions* positions) {
   CTX_CHECK(inputs.shape() == targets.shape(), "loss: inputs ", inputs.str(), " and targets ",
             targets.str(), " differ in shape");
   // Targets are token ids too: cross_entropy would silently ignore a -1 (its ignore index).
   check_tokens(targets, "loss targets");
-  Variable logits = forward(inputs, 0, use_memory);
+  Variable logits = forward(inputs, 0, use_memory, positions);
   const int64_t N = inputs.numel();
   const Tensor tg = targets.device() == Device::CPU ? to_device_like(targets, logits.data()) : targets;
   return cross_entropy(reshape(logits, {N, cfg.vocab_size}), tg.view({N}));
 }
 
-Variable GPT::masked_loss(const Tensor& inputs, const Tensor& targets) {
+Variable GPT::masked_loss(const Tensor& inputs, const Tensor& targets, const Positions* positions) {
   CTX_CHECK(inputs.shape() == targets.shape() && targets.dim() == 2, "masked_loss: inputs ", inputs.str(),
             " and targets ", targets.str(), " must be [B, T] of the same shape");
   const int64_t B = targets.size(0), T = targets.size(1), N = B * T;
@@ -196,7 +212,7 @@ Variable GPT::masked_loss(const Tensor& inputs, const Tensor& targets) {
     CTX_CHECK(kept > 0, "masked_loss: every target of row ", b, " is ignored");
     for (int64_t t = 0; t < T; ++t) wp[b * T + t] = th.at(b * T + t) >= 0 ? 1.0 / (double)(B * kept) : 0.0;
   }
-  Variable logits = forward(inputs);
+  Variable logits = forward(inputs, 0, false, positions);
   const Tensor tg = targets.device() == Device::CPU ? to_device_like(targets, logits.data()) : targets;
   return cross_entropy(reshape(logits, {N, cfg.vocab_size}), tg.view({N}), w);
 }

@@ -15,7 +15,7 @@ namespace ctx::nn {
 class Block : public Module {
  public:
   Block(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt);
-  Variable forward(const Variable& x, Rng* rng) const;  // x [B, T, D]
+  Variable forward(const Variable& x, Rng* rng, const Positions* positions = nullptr) const;  // x [B, T, D]
   Variable forward_cached(const Variable& x, KVCache& cache) const;  // decoding, eval only
   std::shared_ptr<Norm> norm1, norm2;
   std::shared_ptr<Attention> attn;
@@ -33,7 +33,10 @@ class GPT : public Module {
   // use_memory: continue from the previous call's segment memory (Transformer-XL with mem_len;
   // the caller feeds consecutive segments). Otherwise memory is cleared first, so every call
   // stands alone.
-  Variable forward(const Tensor& tokens, int64_t pos0 = 0, bool use_memory = false);
+  // positions (POSENC_SPEC §7.3): explicit positions [1 or B, T] instead of pos0.. (pos0 must be 0,
+  // no memory, no sinks, an encoding with explicit_positions_ok(): otherwise an error).
+  Variable forward(const Tensor& tokens, int64_t pos0 = 0, bool use_memory = false,
+                   const Positions* positions = nullptr);
   // Incremental decoding (nn/kv_cache.h, docs/sampling.md): tokens [B, T] at positions
   // cache.length().. -> logits [B, T, V]; each layer appends their keys / values to the cache
   // and attends over every cached position, so a step of one token costs one position. Equals
@@ -44,14 +47,18 @@ class GPT : public Module {
   // A cache for `batch` sequences of up to `capacity` positions on the model's device.
   // window / sinks: as set_attention_window (sinks > 0: a rolling cache, nn/kv_cache.h).
   KVCache make_cache(int64_t batch, int64_t capacity, int64_t window = 0, int64_t sinks = 0);
-  // mean cross-entropy of forward(inputs, 0, use_memory) against targets [B, T]
-  Variable loss(const Tensor& inputs, const Tensor& targets, bool use_memory = false);
+  // mean cross-entropy of forward(inputs, 0, use_memory, positions) against targets [B, T]
+  Variable loss(const Tensor& inputs, const Tensor& targets, bool use_memory = false,
+                const Positions* positions = nullptr);
   // Targets with ignored positions (kIgnoreTarget = -1, e.g. everything but a task's answer):
   // the mean over rows of each row's mean cross-entropy over its non-ignored targets, so that every
   // sequence weighs the same however few tokens it scores (a row of plain text: its T tokens;
   // without ignored targets this equals loss()). Every row needs one target that is not ignored.
   static constexpr int64_t kIgnoreTarget = -1;
-  Variable masked_loss(const Tensor& inputs, const Tensor& targets);
+  Variable masked_loss(const Tensor& inputs, const Tensor& targets, const Positions* positions = nullptr);
+  // Checks that explicit positions fit tokens [B, T] and this model (POSENC_SPEC §7.3: the
+  // encoding takes them, no sinks); `what` starts the messages (a file or an option).
+  void check_positions(const Positions& p, int64_t B, int64_t T, const std::string& what) const;
   // The cross-entropy of every position, nats, as a host f32 tensor [B, T] (no graph: call under
   // NoGradGuard in eval mode); the per-position loss of evaluation (train/eval.h).
   Tensor token_losses(const Tensor& inputs, const Tensor& targets);
@@ -84,6 +91,9 @@ class GPT : public Module {
   std::shared_ptr<Norm> norm_f;
   std::shared_ptr<Linear> lm_head;  // null when tied
   Rng dropout_rng{0};
+  // The randomized-positions sampler's RNG (POSENC_SPEC §7.3, "randomized": M): seeded by the
+  // trainer from --seed, saved with the optimizer state like the data position.
+  Rng position_rng{0};
 };
 
 }  // namespace ctx::nn

@@ -1,8 +1,10 @@
 // posenc/bias.cpp — additive causal biases (POSENC_SPEC §3): `alibi`, `kerple` (log / power),
 // `sandwich` and `t5`. One mechanism serves all four: each encoding gives a per-head table over
-// the distances delta = 0..n-1 ([H, n], a Variable, trainable or not), and distance_bias()
+// the distances of the call (0..n-1, or the distinct p_i - p_j of explicit positions, POSENC_SPEC
+// §7.3: [H, n], a Variable, trainable or not), and distance_bias()
 // gathers it by the distance index of every (i, j) with index_select, so trainable tables get
 // their scatter-add backward for free.
+#include <algorithm>
 #include <cmath>
 
 #include "core/device_table.h"  // device_table
@@ -37,21 +39,48 @@ std::vector<float> posenc_alibi_slopes(int64_t H) {
 
 namespace {
 
-// B[h, i, j] = table[h, max(r, 0)], r = q_pos0 + i - j (a sink key beyond the window: its
-// cache distance, sink_distance): [1, H, T, S] from table [H, n], n >= q_pos0 + T (masked
-// entries j > i read distance 0; the causal mask removes them).
-Variable distance_bias(const Variable& table, const AttnState& st) {
-  const int64_t H = table.size(0);
-  Tensor idx = Tensor::empty({st.T * st.S}, DType::I64);
-  int64_t* ip = idx.host<int64_t>();
-  for (int64_t i = 0; i < st.T; ++i)
-    for (int64_t j = 0; j < st.S; ++j)
-      ip[i * st.S + j] = std::max<int64_t>(sink_distance(st, st.q_pos0 + i, j), 0);
-  return reshape(index_select(table, 1, device_table(idx, table.data())), {1, H, st.T, st.S});
+// The distances of one call: `values` (ascending) and, for every (row, i, j), the index of its
+// distance max(r, 0) in them ([rows * T * S]). r = q_pos0 + i - j, a sink key beyond the window
+// at its cache distance (sink_distance); with explicit positions (POSENC_SPEC §7.3) r = p_i - p_j
+// per batch row and `values` the distinct distances that occur (never a table up to 2^24).
+// Masked entries j > i read distance 0; the causal mask removes them.
+struct Distances {
+  std::vector<int64_t> values, index;
+  int64_t rows = 1;
+};
+
+Distances distances(const AttnState& st) {
+  Distances d;
+  d.rows = position_rows(st);
+  d.index.resize((size_t)(d.rows * st.T * st.S));
+  for (int64_t b = 0; b < d.rows; ++b)
+    for (int64_t i = 0; i < st.T; ++i)
+      for (int64_t j = 0; j < st.S; ++j) {
+        const int64_t r = st.positions ? query_position(st, b, i) - key_position(st, b, j)
+                                       : sink_distance(st, st.q_pos0 + i, j);
+        d.index[(size_t)((b * st.T + i) * st.S + j)] = std::max<int64_t>(r, 0);
+      }
+  if (!st.positions) {  // contiguous: values 0 .. q_pos0 + T - 1, the index is the distance itself
+    d.values.resize((size_t)std::max<int64_t>(st.q_pos0 + st.T, 1));
+    for (size_t t = 0; t < d.values.size(); ++t) d.values[t] = (int64_t)t;
+    return d;
+  }
+  d.values = d.index;
+  std::sort(d.values.begin(), d.values.end());
+  d.values.erase(std::unique(d.values.begin(), d.values.end()), d.values.end());
+  for (int64_t& x : d.index) x = std::lower_bound(d.values.begin(), d.values.end(), x) - d.values.begin();
+  return d;
 }
 
-// Number of distances a forward reaches: 0 .. q_pos0 + T - 1.
-int64_t n_distances(const AttnState& st) { return std::max<int64_t>(st.q_pos0 + st.T, 1); }
+// B[b, h, i, j] = table[h, index(b, i, j)]: [rows, H, T, S] from table [H, values.size()]
+Variable distance_bias(const Variable& table, const AttnState& st, const Distances& d) {
+  const int64_t H = table.size(0);
+  Tensor idx = Tensor::empty({(int64_t)d.index.size()}, DType::I64);
+  std::copy(d.index.begin(), d.index.end(), idx.host<int64_t>());
+  Variable g = index_select(table, 1, device_table(idx, table.data()));  // [H, rows * T * S]
+  if (d.rows == 1) return reshape(g, {1, H, st.T, st.S});
+  return permute(reshape(g, {H, d.rows, st.T, st.S}), {1, 0, 2, 3});
+}
 
 // A constant [H, n] table (double values) in the model's dtype and device.
 Variable const_table(const std::vector<double>& v, int64_t H, int64_t n, const Variable& like) {
@@ -61,38 +90,40 @@ Variable const_table(const std::vector<double>& v, int64_t H, int64_t n, const V
   return Variable(device_table(t, like.data()), false);
 }
 
-// Base of the four: bias(st) = distance_bias(table(n, st), st); fixed tables are cached per
-// (n, dtype, device) since every layer of a forward asks for the same one.
+// Base of the four: bias(st) = distance_bias(table(distances, st), st); fixed tables are cached
+// per (distances, dtype, device) since every layer of a forward asks for the same one.
 class DistanceBias : public PositionalEncoding {
  public:
   explicit DistanceBias(const ModelConfig& c) : H_(c.n_heads), d_(c.head_dim()) {}
   // default logits + bias [1, H, T, S] (distance_bias): the fused attention takes it as is
   bool fused_attention_ok(const AttnState&) const override { return true; }
   bool sinks_ok() const override { return true; }  // B at the sink's cache distance (distance_bias)
+  bool explicit_positions_ok() const override { return true; }  // delta = p_i - p_j (§7.3)
   Variable bias(AttnState& st) override {
-    const int64_t n = n_distances(st);
+    const Distances d = distances(st);
     Variable tab;
     if (fixed()) {
-      if (!cache_.defined() || cache_n_ != n || cache_.dtype() != st.q.dtype() || cache_.device() != st.q.device()) {
-        cache_ = table(n, st);
-        cache_n_ = n;
+      if (!cache_.defined() || cache_values_ != d.values || cache_.dtype() != st.q.dtype() ||
+          cache_.device() != st.q.device()) {
+        cache_ = table(d.values, st);
+        cache_values_ = d.values;
       }
       tab = cache_;
     } else {
-      tab = table(n, st);
+      tab = table(d.values, st);
     }
-    return distance_bias(tab, st);
+    return distance_bias(tab, st, d);
   }
 
  protected:
   virtual bool fixed() const { return true; }
-  // [H, n]: the bias of each head at distances 0..n-1.
-  virtual Variable table(int64_t n, const AttnState& st) = 0;
+  // [H, n]: the bias of each head at the distances dist[0..n-1].
+  virtual Variable table(const std::vector<int64_t>& dist, const AttnState& st) = 0;
   int64_t H_, d_;
 
  private:
   Variable cache_;
-  int64_t cache_n_ = -1;
+  std::vector<int64_t> cache_values_;
 };
 
 // alibi: B = -m_h * delta
@@ -100,11 +131,12 @@ class Alibi final : public DistanceBias {
  public:
   using DistanceBias::DistanceBias;
   std::string type() const override { return "alibi"; }
-  Variable table(int64_t n, const AttnState& st) override {
+  Variable table(const std::vector<int64_t>& dist, const AttnState& st) override {
+    const int64_t n = (int64_t)dist.size();
     std::vector<float> m = posenc_alibi_slopes(H_);
     std::vector<double> v((size_t)(H_ * n));
     for (int64_t h = 0; h < H_; ++h)
-      for (int64_t t = 0; t < n; ++t) v[(size_t)(h * n + t)] = -(double)m[(size_t)h] * (double)t;
+      for (int64_t t = 0; t < n; ++t) v[(size_t)(h * n + t)] = -(double)m[(size_t)h] * (double)dist[(size_t)t];
     return const_table(v, H_, n, st.q);
   }
 };
@@ -114,13 +146,14 @@ class Sandwich final : public DistanceBias {
  public:
   using DistanceBias::DistanceBias;
   std::string type() const override { return "sandwich"; }
-  Variable table(int64_t n, const AttnState& st) override {
+  Variable table(const std::vector<int64_t>& dist, const AttnState& st) override {
+    const int64_t n = (int64_t)dist.size();
     std::vector<float> w;
     for (int64_t k = 1; k <= d_ / 2; ++k) w.push_back(1.0f / std::pow(10000.0f, (float)(2 * k) / (float)d_));
     std::vector<double> per(n);
     for (int64_t t = 0; t < n; ++t) {
       double s = 0;
-      for (float wk : w) s += std::cos((double)((float)t * wk));
+      for (float wk : w) s += std::cos((double)((float)dist[(size_t)t] * wk));
       per[(size_t)t] = s - (double)d_ / 2;
     }
     std::vector<double> v((size_t)(H_ * n));
@@ -141,9 +174,10 @@ class T5 final : public DistanceBias {
   std::shared_ptr<nn::Module> shared_module() override { return mod_; }
   void init_parameters(Rng& rng) override { rng.fill_normal(w_.data(), 0.0, 0.02); }
   bool fixed() const override { return false; }
-  Variable table(int64_t n, const AttnState&) override {
+  Variable table(const std::vector<int64_t>& dist, const AttnState&) override {
+    const int64_t n = (int64_t)dist.size();
     Tensor b = Tensor::empty({n}, DType::I64);
-    for (int64_t t = 0; t < n; ++t) b.host<int64_t>()[t] = posenc_t5_bucket(t, nb_, md_);
+    for (int64_t t = 0; t < n; ++t) b.host<int64_t>()[t] = posenc_t5_bucket(dist[(size_t)t], nb_, md_);
     return transpose(index_select(w_, 0, device_table(b, w_.data())), 0, 1);  // [n, H] -> [H, n]
   }
 
@@ -178,21 +212,23 @@ class Kerple final : public DistanceBias {
     backend_of(b).unary(UnaryOp::Clamp, b, b, 0.01, power_ ? 2.0 : INFINITY);
   }
 
-  Variable table(int64_t n, const AttnState& st) override {
+  Variable table(const std::vector<int64_t>& dist, const AttnState& st) override {
+    const int64_t n = (int64_t)dist.size();
     project();
     const DType dt = r1_.dtype();
     Variable r1 = reshape(r1_, {H_, 1}), r2 = reshape(r2_, {H_, 1});
     Tensor dl = Tensor::empty({1, n}, DType::F64);
     if (!power_) {  // -r1 * ln(1 + r2 * delta)
-      for (int64_t t = 0; t < n; ++t) dl.host<double>()[t] = (double)t;
+      for (int64_t t = 0; t < n; ++t) dl.host<double>()[t] = (double)dist[(size_t)t];
       Variable delta(to_like(dl, dt, st), false);
       return neg(mul(r1, log(add_scalar(mul(r2, delta), 1.0))));
     }
     // -r1 * [delta > 0] * exp(r2 * ln(delta)), with ln(0) read as 0 so nothing is NaN
     Tensor keep = Tensor::empty({1, n}, DType::F64);
     for (int64_t t = 0; t < n; ++t) {
-      dl.host<double>()[t] = t > 0 ? std::log((double)t) : 0.0;
-      keep.host<double>()[t] = t > 0 ? 1.0 : 0.0;
+      const int64_t x = dist[(size_t)t];
+      dl.host<double>()[t] = x > 0 ? std::log((double)x) : 0.0;
+      keep.host<double>()[t] = x > 0 ? 1.0 : 0.0;
     }
     Variable lnd(to_like(dl, dt, st), false), k(to_like(keep, dt, st), false);
     return neg(mul(r1, mul(exp(mul(r2, lnd)), k)));

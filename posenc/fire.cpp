@@ -44,10 +44,14 @@ struct FireModule {
   std::shared_ptr<nn::Linear> fc1, fc2;
 };
 
-// Positions [1, n] = p0, p0 + 1, ... in like's dtype, on its device (a constant table).
-Tensor arange_row(int64_t p0, int64_t n, const Tensor& like) {
-  Tensor h = Tensor::empty({1, n}, DType::F64);
-  for (int64_t t = 0; t < n; ++t) h.host<double>()[t] = (double)(p0 + t);
+// Positions [R, n] of the call in like's dtype, on its device (a constant table): the queries'
+// (keys = false) or the keys' positions of each position row (query_position / key_position).
+Tensor position_table(const AttnState& st, int64_t n, bool keys, const Tensor& like) {
+  const int64_t R = position_rows(st);
+  Tensor h = Tensor::empty({R, n}, DType::F64);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t t = 0; t < n; ++t)
+      h.host<double>()[r * n + t] = (double)(keys ? key_position(st, r, t) : query_position(st, r, t));
   return device_table(like.dtype() == DType::F64 ? h : h.to(like.dtype()), like);
 }
 
@@ -65,12 +69,14 @@ class Fire final : public PositionalEncoding {
   // default logits + a [1, H, T, S] bias: the fused attention takes it as is
   bool fused_attention_ok(const AttnState&) const override { return true; }
 
-  // [1, H, T, S]: query i at q_pos0 + i, key j at j
+  bool explicit_positions_ok() const override { return true; }  // i, j = p_i, p_j (§7.3)
+
+  // [R, H, T, S]: query i at q_pos0 + i, key j at j (R = 1), or at explicit positions (R rows)
   Variable bias(AttnState& st) override {
     const FireModule& m = mods_.at(s_.shared ? 0 : st.layer);
     const Tensor& like = m.c.data();
     return fire_bias(m.c, m.lm, m.fc1->weight, m.fc1->bias, m.fc2->weight, m.fc2->bias,
-                     arange_row(st.q_pos0, st.T, like), arange_row(0, st.S, like), s_.init_L, s_.eps);
+                     position_table(st, st.T, false, like), position_table(st, st.S, true, like), s_.init_L, s_.eps);
   }
 
  private:

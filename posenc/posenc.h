@@ -23,6 +23,10 @@
 //   decode_keys_stable  whether rotate() maps key j by j alone, so rotated keys may be cached
 //   max_length          the longest sequence the encoding can encode (0 = no limit)
 //   decode_limit        the most positions a cache reproduces exactly (0 = no limit)
+// Explicit positions (POSENC_SPEC §7.3; `grads --positions`, `"randomized": M` in training):
+// GPT::forward hands a Positions table to embed_positions() and, through AttnState::positions,
+// to every attention hook; the encodings with explicit_positions_ok() read them through
+// query_position / key_position (the same helpers serve the contiguous q_pos0 / k_pos0 case).
 // Parameters: a shared module registered on the model (under shared_prefix(), e.g. "wpe" or
 // "pe") and per-layer modules registered on each attention as "pe".
 #pragma once
@@ -57,6 +61,28 @@ struct ScoreTerms {
   RelTerms rel;        // content-position terms; empty for the other encodings
 };
 
+// Explicit positions (POSENC_SPEC §7.3): token t of batch row b sits at at(b, t) instead of t.
+// rows == 1: one row shared by the whole batch (a randomized draw; a [B, T] array whose rows are
+// all equal collapses to it, so the encodings build one table and the fused attention applies).
+// Each row strictly increasing, 0 <= p < 2^24 (make_positions checks).
+struct Positions {
+  int64_t rows = 0, T = 0;
+  std::vector<int64_t> p;  // [rows, T], row-major
+  int64_t at(int64_t b, int64_t t) const { return p[(size_t)((rows == 1 ? 0 : b) * T + t)]; }
+  int64_t max() const { return p.empty() ? 0 : *std::max_element(p.begin(), p.end()); }
+};
+// The largest position an explicit table may hold + 1 (every integer below is exact in float32).
+constexpr int64_t kMaxExplicitPosition = int64_t(1) << 24;
+// Positions from a [rows, T] row-major array (checked: rows >= 1, T >= 1, each row strictly
+// increasing, 0 <= p < 2^24; `what` starts the messages); equal rows collapse to one.
+Positions make_positions(std::vector<int64_t> p, int64_t rows, int64_t T, const std::string& what);
+// Randomized positions (POSENC_SPEC §7.3, Ruoss et al. 2023): T distinct integers drawn uniformly
+// from {0, ..., M-1} (without replacement), sorted ascending; one row for the whole batch.
+Positions randomized_positions(Rng& rng, int64_t M, int64_t T);
+// The `"randomized": M` key of a posenc config: M (an integer >= context), or 0 when absent /
+// null. `source` starts the error messages.
+int64_t posenc_randomized(const nlohmann::json& posenc, int64_t context, const std::string& source);
+
 // What an encoding sees of one attention call.
 struct AttnState {
   int layer = 0;
@@ -73,6 +99,10 @@ struct AttnState {
   // When set, the attention also writes its per-query-row statistics there (AttnRowStats,
   // core/backend.h: eval --attn-stats); fused_attention passes it to the kernel.
   AttnRowStats* stats = nullptr;
+  // Explicit positions of this forward (POSENC_SPEC §7.3) or null: query i and key j of batch row
+  // b sit at positions->at(b, i) and at(b, j) (then q_pos0 = k_pos0 = 0 and S = T). Read them
+  // through query_position / key_position / position_rows.
+  const Positions* positions = nullptr;
   double scale = 1.0;   // 1/sqrt(Dh) unless the encoding says otherwise
   Variable q, k, v;     // q [B, H, T, Dh]; k, v [B, H, S, Dh]
   Variable qkv_weight, qkv_bias;  // the layer's projection (DeBERTa projects its table with it)
@@ -80,6 +110,21 @@ struct AttnState {
   // logits and output share them); a copy of the state made after that carries them along.
   std::optional<ScoreTerms> terms;
 };
+
+// The position of query i / key j of batch row b (explicit, or q_pos0 + i / k_pos0 + j).
+inline int64_t query_position(const AttnState& st, int64_t b, int64_t i) {
+  return st.positions ? st.positions->at(b, i) : st.q_pos0 + i;
+}
+inline int64_t key_position(const AttnState& st, int64_t b, int64_t j) {
+  return st.positions ? st.positions->at(b, j) : st.k_pos0 + j;
+}
+// How many distinct position rows the call has: explicit per-row positions give B, else 1
+// (tables over positions are [position_rows, ...] and broadcast over the batch when 1).
+inline int64_t position_rows(const AttnState& st) { return st.positions ? st.positions->rows : 1; }
+// The largest position of the call + 1 (the "n" of dynamic NTK / LongRoPE, of distance tables).
+inline int64_t position_extent(const AttnState& st) {
+  return st.positions ? st.positions->max() + 1 : std::max(st.k_pos0 + st.S, st.q_pos0 + st.T);
+}
 
 class PositionalEncoding {
  public:
@@ -121,6 +166,17 @@ class PositionalEncoding {
   // True when the encoding is defined with attention sinks (POSENC_SPEC §6): the mask-only
   // encodings, the distance biases and rope with a T-independent scaling. Others are an error.
   virtual bool sinks_ok() const { return false; }
+  // True when the encoding takes explicit positions (POSENC_SPEC §7.3: none, learned without
+  // hierarchical, sinusoidal, rope with no scaling or pi / ntk / dynamic-ntk / yarn / llama3 /
+  // longrope, alibi, kerple, sandwich, t5, fire); GPT::forward refuses them for the others, and
+  // make_posenc refuses "randomized" there.
+  virtual bool explicit_positions_ok() const { return false; }
+  // The input of block 0 with explicit positions (only called when explicit_positions_ok()):
+  // x [B, T, D] = wte[tokens]; absolute encodings add their vectors at p.at(b, t). Default: x.
+  virtual Variable embed_positions(const Variable& x, const Positions& p) {
+    (void)p;
+    return x;
+  }
 
   // ---- incremental decoding (nn/kv_cache.h) ----
   // A state for one generation of up to `capacity` positions, or null when the encoding needs

@@ -78,7 +78,17 @@ std::unique_ptr<PositionalEncoding> make_posenc(const ModelConfig& cfg, const st
     for (auto& n : posenc_types()) names += (names.empty() ? "" : ", ") + n;
     throw Error(str(source, ": unknown posenc.type '", type, "' (expected one of: ", names, ")"));
   }
-  return build(type, it->second, cfg, p, source);
+  // "randomized": M (POSENC_SPEC §7.3) is a key of every encoding that takes explicit positions:
+  // checked here, once, and hidden from the factory (learned reads M from cfg.posenc for its table).
+  posenc_randomized(p, cfg.context, source);  // validates M
+  nlohmann::json own = p;
+  own.erase("randomized");
+  std::unique_ptr<PositionalEncoding> pe = build(type, it->second, cfg, own, source);
+  CTX_CHECK(!p.contains("randomized") || pe->explicit_positions_ok(), source, ": unknown key 'posenc.randomized' "
+            "for posenc ", own.dump(), ": randomized positions (POSENC_SPEC §7.3) need an encoding that takes "
+            "explicit positions: none, learned (not hierarchical), sinusoidal, rope (no scaling, or pi, ntk, "
+            "dynamic-ntk, yarn, llama3, longrope), alibi, kerple, sandwich, t5, fire");
+  return pe;
 }
 
 void posenc_probe(const std::vector<std::string>& types, const ModelConfig& cfg, const std::string& source) {

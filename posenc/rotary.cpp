@@ -70,13 +70,19 @@ std::pair<Tensor, Tensor> trig_tables(const std::vector<double>& ang, int64_t ro
   return {device_table(C, like.data()), device_table(S, like.data())};
 }
 
-// float32 angles float(pos0 + t) * theta_k as doubles: [rows, d/2]
-std::vector<double> f32_angles(int64_t pos0, int64_t rows, const std::vector<float>& theta) {
+// float32 angles float(pos[t]) * theta_k as doubles: [rows, d/2]
+std::vector<double> f32_angles_at(const int64_t* pos, int64_t rows, const std::vector<float>& theta) {
   const int64_t h = (int64_t)theta.size();
   std::vector<double> a((size_t)(rows * h));
   for (int64_t t = 0; t < rows; ++t)
-    for (int64_t k = 0; k < h; ++k) a[(size_t)(t * h + k)] = (double)((float)(pos0 + t) * theta[(size_t)k]);
+    for (int64_t k = 0; k < h; ++k) a[(size_t)(t * h + k)] = (double)((float)pos[t] * theta[(size_t)k]);
   return a;
+}
+// ... at the contiguous positions pos0, pos0 + 1, ..
+std::vector<double> f32_angles(int64_t pos0, int64_t rows, const std::vector<float>& theta) {
+  std::vector<int64_t> pos((size_t)rows);
+  for (int64_t t = 0; t < rows; ++t) pos[(size_t)t] = pos0 + t;
+  return f32_angles_at(pos.data(), rows, theta);
 }
 
 // ---- rope ----
@@ -249,6 +255,12 @@ class Rope final : public PositionalEncoding {
     const std::string& t = sc_.type;
     return t.empty() || t == "pi" || t == "ntk" || t == "yarn" || t == "llama3";
   }
+  // Explicit positions (POSENC_SPEC §7.3): angle float(p) theta_k' for the one-branch scalings.
+  bool explicit_positions_ok() const override {
+    const std::string& t = sc_.type;
+    return t.empty() || t == "pi" || t == "ntk" || t == "dynamic-ntk" || t == "yarn" || t == "llama3" ||
+           t == "longrope";
+  }
 
   // theta_k' [d/2] (float32) for a forward whose largest position is n - 1, and the cos/sin
   // factor m (YaRN's and LongRoPE's attention factor; 1 otherwise).
@@ -280,18 +292,22 @@ class Rope final : public PositionalEncoding {
 
   void rotate(AttnState& st) override {
     // q: [B, H, T, Dh], k: [B, H, S, Dh]; query t sits at position q_pos0 + t, key j at k_pos0 + j
-    if (sc_.log_n) {  // q_i *= max(1, ln(i+1) / ln(L)) (float32 table [T, 1])
-      Tensor f = Tensor::empty({st.T, 1}, DType::F64);
+    if (sc_.log_n) {  // q_i *= max(1, ln(i+1) / ln(L)) at query position i (float32 table [R, 1, T, 1])
+      const int64_t R = position_rows(st);
+      Tensor f = Tensor::empty(R == 1 ? Shape{st.T, 1} : Shape{R, 1, st.T, 1}, DType::F64);
       const float lnL = std::log((float)sc_.L);
-      for (int64_t t = 0; t < st.T; ++t)
-        f.host<double>()[t] = (double)std::max(1.0f, std::log((float)(st.q_pos0 + t + 1)) / lnL);
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t t = 0; t < st.T; ++t)
+          f.host<double>()[r * st.T + t] =
+              (double)std::max(1.0f, std::log((float)(query_position(st, r, t) + 1)) / lnL);
       Tensor ft = device_table(f.to(st.q.dtype()), st.q.data());
       st.q = mul(st.q, Variable(ft, false));
     }
     if (far_branch(st)) return;  // logits() builds both branches
     // keys sit at k_pos0.. (0 except a decoding step rotating only its new keys)
-    const int64_t n = std::max(st.k_pos0 + st.S, st.q_pos0 + st.T), h = d_ / 2;
+    const int64_t n = position_extent(st), h = d_ / 2;
     auto [theta, m] = freqs(n);
+    if (st.positions) return rotate_explicit(st, theta, m);
     auto [Ck, Sk] = trig_tables(f32_angles(st.k_pos0, st.S, theta), st.S, h, {}, m, st.k);
     if (st.q_pos0 == st.k_pos0 && st.T == st.S) {
       st.q = rope_rotate(st.q, Ck, Sk, pairing_);
@@ -347,6 +363,24 @@ class Rope final : public PositionalEncoding {
 
  private:
   bool n_dependent() const { return sc_.type == "dynamic-ntk" || sc_.type == "longrope"; }
+
+  // Explicit positions (§7.3; queries and keys of row b both at p[b, :], S = T): one table
+  // [T, d/2] for a shared row (the fused rotation over the whole batch), else row b of q and k
+  // rotated by its own table and the rows concatenated (composed; the gradient flows per row).
+  void rotate_explicit(AttnState& st, const std::vector<float>& theta, double m) const {
+    const Positions& p = *st.positions;
+    const int64_t h = d_ / 2;
+    std::vector<Variable> qs, ks;
+    for (int64_t r = 0; r < p.rows; ++r) {
+      auto [C, S] = trig_tables(f32_angles_at(p.p.data() + r * p.T, p.T, theta), p.T, h, {}, m, st.k);
+      const Variable q = p.rows == 1 ? st.q : slice(st.q, 0, r, r + 1);  // [1 or B, H, T, Dh]
+      const Variable k = p.rows == 1 ? st.k : slice(st.k, 0, r, r + 1);
+      qs.push_back(rope_rotate(q, C, S, pairing_));
+      ks.push_back(rope_rotate(k, C, S, pairing_));
+    }
+    st.q = p.rows == 1 ? qs[0] : concat(qs, 0);
+    st.k = p.rows == 1 ? ks[0] : concat(ks, 0);
+  }
 
   // YaRN (HF _compute_yarn_parameters): theta blended between theta/s and theta by a ramp over k.
   std::pair<std::vector<float>, double> yarn_freqs() const {

@@ -119,6 +119,9 @@ void Checkpointer::restore(const SafetensorsFile& f, const std::string& op) {
   optim_.steps = n;
   rng_from_string(data_rng_, get("data_rng"), op + " (__metadata__.data_rng)");
   rng_from_string(model_.dropout_rng, get("dropout_rng"), op + " (__metadata__.dropout_rng)");
+  // randomized positions (POSENC_SPEC §7.3): the sampler continues where it stopped
+  if (posenc_randomized(model_.cfg.posenc, model_.cfg.context, op) > 0)
+    rng_from_string(model_.position_rng, get("position_rng"), op + " (__metadata__.position_rng)");
 }
 
 void Checkpointer::check_finite(int64_t step) const {
@@ -141,6 +144,7 @@ void Checkpointer::save(int64_t step) {
                                           {"optimizer_steps", std::to_string(optim_.steps)},
                                           {"data_rng", rng_to_string(data_rng_)},
                                           {"dropout_rng", rng_to_string(model_.dropout_rng)},
+                                          {"position_rng", rng_to_string(model_.position_rng)},
                                           {"train_options", train_options_to_json(opt_).dump()}};
   // Two files cannot be replaced in one atomic step. The optimizer state that matches the
   // model on disk is therefore kept as model.optim.prev.safetensors until the new model is in

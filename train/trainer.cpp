@@ -168,6 +168,9 @@ class Trainer {
   std::unique_ptr<SegmentSampler> seg_;
   // --task-mix: task rows in the batches, trained on their answers (nn::GPT::masked_loss)
   std::unique_ptr<TaskMixer> mixer_;
+  // "randomized": M (POSENC_SPEC §7.3; 0 = off) and this step's draw
+  int64_t randomized_ = 0;
+  Positions positions_;
   nn::NamedParams params_;
   std::unique_ptr<Optimizer> optim_;
   std::unique_ptr<Checkpointer> checkpointer_;
@@ -218,6 +221,10 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
   if (root_) run_dir_ = take_run_dir(opt_.out, "train", span_.start_step > 0, opt_.force);
   if (segments_) seg_ = std::make_unique<SegmentSampler>(&corpus_.train, opt_.batch, T_);
   model_.dropout_rng.seed_with(opt_.seed ^ 0x5DEECE66DULL);
+  model_.position_rng.seed_with(opt_.seed ^ 0x9E3779B97F4A7C15ULL);
+  randomized_ = posenc_randomized(model_.cfg.posenc, model_.cfg.context, "train");
+  CTX_CHECK(randomized_ == 0 || T_ <= randomized_, "train: --context ", T_, " exceeds posenc.randomized = ",
+            randomized_, " (POSENC_SPEC §7.3 draws T distinct positions from 0..M-1)");
   params_ = model_.named_parameters();
   optim_ = make_optimizer(opt_, params_);
   dist::check_same_parameters(params_, span_.start_step > 0 ? "after loading the checkpoint" : "after initialisation");
@@ -241,6 +248,9 @@ bool Trainer::step(int64_t s) {
   const auto t0 = Clock::now();
   const double lr = lr_warmup_cosine(s, opt_.warmup, opt_.steps, opt_.lr, opt_.min_lr);
   const int64_t slot = (int64_t)pending_.size();
+  // randomized positions (POSENC_SPEC §7.3): one sorted draw per optimizer step, every row and
+  // micro-batch of the step (the same on every rank: the same seed)
+  if (randomized_ > 0) positions_ = randomized_positions(model_.position_rng, randomized_, T_);
   for (int64_t a = 0; a < opt_.accum; ++a) {
     const auto [x, y] = batch(s, a);
     forward_backward(x, y, slot * opt_.accum + a, a);
@@ -302,7 +312,8 @@ void Trainer::forward_backward(const Tensor& x, const Tensor& y, int64_t k, int6
     const Tensor xs = whole ? x : x.slice0(b0, b1), ys = whole ? y : y.slice0(b0, b1);
     // with task rows: the mean over rows of each row's mean (rows weigh the same, so the shard
     // shares below stay exact)
-    Variable loss = mixer_ ? model_.masked_loss(xs, ys) : model_.loss(xs, ys, /*use_memory=*/segments_);
+    const Positions* pos = randomized_ > 0 ? &positions_ : nullptr;
+    Variable loss = mixer_ ? model_.masked_loss(xs, ys, pos) : model_.loss(xs, ys, /*use_memory=*/segments_, pos);
     if (!loss_hist_.defined())
       loss_hist_ = Tensor::zeros({history_ * opt_.accum}, loss.dtype(), loss.data().device());
     Tensor hist = loss_hist_.slice0(k, k + 1);

@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -143,6 +145,10 @@ cxxopts::Options gradcheck_options() {
       cxxopts::value<int64_t>()->default_value("0"))(
       "sinks", "with --window: attention sinks, the first S keys stay visible (§6)",
       cxxopts::value<int64_t>()->default_value("0"))(
+      "positions", "explicit positions (POSENC_SPEC §7.3): --seq strictly increasing integers, comma-separated, "
+      "shared by every row (e.g. 0,3,4,9,10,17), or one list per row separated by ';' (--batch lists, e.g. "
+      "'0,2,5;1,4,6' for --seq 3 --batch 2; '/' works as ';'); the gradients through gapped positions",
+      cxxopts::value<std::string>())(
       "h,help", "this help");
   add_device_option(o, "where the f64 model runs (the finite differences are taken on the host)");
   return o;
@@ -165,6 +171,38 @@ nlohmann::json encoding_config(const std::string& enc, const std::vector<std::st
   return pe;
 }
 
+// --positions "0,3,4;1,2,6" (or "0,3,4/1,2,6"): one row for the whole batch or `B` rows of `T`
+// integers each.
+Positions parse_positions(const std::string& text, int64_t B, int64_t T) {
+  std::vector<int64_t> p;
+  int64_t rows = 1;
+  std::string num;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    const char c = i < text.size() ? (text[i] == '/' ? ';' : text[i]) : ';';
+    if (c == ',' || c == ';') {
+      size_t used = 0;
+      int64_t v = -1;
+      try {
+        v = std::stoll(num, &used);
+      } catch (const std::logic_error&) {
+      }
+      CTX_CHECK(!num.empty() && used == num.size(), "--positions: '", num, "' is not an integer (expected e.g. "
+                "0,3,4,9 or '0,2,5;1,4,6')");
+      p.push_back(v);
+      num.clear();
+      if (c == ';' && i < text.size()) ++rows;
+    } else {
+      num += c;
+    }
+  }
+  CTX_CHECK((rows == 1 || rows == B) && (int64_t)p.size() == rows * T, "--positions: expected ", T,
+            " integers (--seq) shared by every row, or ", B, " rows (--batch) of ", T, " separated by ';', got ",
+            p.size(), " in ", rows, " row(s)");
+  if (rows == 1 && B > 1)
+    for (int64_t b = 1; b < B; ++b) p.insert(p.end(), p.begin(), p.begin() + T);
+  return make_positions(std::move(p), B, T, "--positions");
+}
+
 // The model's shape and the check's tolerances, from the options (checked).
 struct GradcheckSpec {
   nlohmann::json pe;
@@ -172,6 +210,7 @@ struct GradcheckSpec {
   GradcheckOptions gopt;
   uint64_t seed = 0;
   bool only_pe = false;
+  std::optional<Positions> positions;  // --positions
 
   ModelConfig config(int64_t context) const {
     nlohmann::json j = {{"vocab_size", 11},   {"d_model", H * d}, {"n_layers", nl},
@@ -201,18 +240,20 @@ GradcheckSpec gradcheck_spec(const cxxopts::ParseResult& r, const std::vector<st
   CTX_CHECK(g.gopt.max_elements == -1 || g.gopt.max_elements >= 1, "--max-elements must be -1 or >= 1");
   g.seed = r["seed"].as<uint64_t>();
   g.only_pe = r.count("only-posenc") > 0;
+  if (r.count("positions")) g.positions = parse_positions(r["positions"].as<std::string>(), g.B, g.T);
   return g;
 }
 
 // Context T-1 where the encoding takes sequences longer than its context, else T.
 int64_t model_context(const GradcheckSpec& g) {
+  const int64_t n = g.positions ? g.positions->max() + 1 : g.T;  // the positions to encode
   int64_t context = g.T - 1;
   ModelConfig c = g.config(context);
   auto probe = make_posenc(c, "gradcheck");  // unknown type / key: the registry's error
   try {
-    probe->check_length(g.T);
+    probe->check_length(n);
   } catch (const Error&) {
-    context = g.T;
+    context = n;
   }
   return context;
 }
@@ -305,7 +346,7 @@ int run_gradcheck(int argc, char** argv) {
   // carries the gradient back to the input gradcheck reads.
   GradFn f = [&](const std::vector<Variable>& in) {
     for (size_t i = 0; i < named.size(); ++i) *named[i].second.impl() = *moved(in[i], dev).impl();
-    return moved(m.loss(x, y), Device::CPU);
+    return moved(m.loss(x, y, false, g.positions ? &*g.positions : nullptr), Device::CPU);
   };
   // Tiny shapes: one thread is fastest (and immune to OpenMP spin-waits on a loaded machine).
   const int saved_threads = ctx::num_threads();
@@ -318,7 +359,10 @@ int run_gradcheck(int argc, char** argv) {
               m.pe->type().c_str(), device_name(dev), (long long)g.nl, (long long)g.H, (long long)g.d,
               (long long)(g.H * g.d), (long long)context, (long long)g.B, (long long)g.T, g.gopt.eps, g.gopt.atol,
               g.gopt.rtol);
-  std::printf("posenc %s\n\n", g.pe.dump().c_str());
+  std::printf("posenc %s\n", g.pe.dump().c_str());
+  if (g.positions) std::printf("explicit positions: %lld row(s), largest %lld\n", (long long)g.positions->rows,
+                               (long long)g.positions->max());
+  std::printf("\n");
   return print_results(g, m, named, inputs, res, is_pe) ? 1 : 0;
 }
 

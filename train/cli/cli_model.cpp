@@ -1,7 +1,8 @@
 // train/cli/cli_model.cpp — the verbs that work on one model without training it:
 //   ctxlab init   --config F | --preset P [--posenc JSON] --seed N --out C
-//   ctxlab grads  --checkpoint C --tokens T.npy --out G.safetensors   (MODEL_SPEC §6)
+//   ctxlab grads  --checkpoint C --tokens T.npy --out G.safetensors [--positions P.npy]  (MODEL_SPEC §6)
 #include <cstdio>
+#include <optional>
 
 #include <cxxopts.hpp>
 
@@ -43,6 +44,20 @@ static void set_window_options(const cxxopts::ParseResult& r, nn::GPT& model) {
   model.set_attention_window(window, r.count("sinks") ? r["sinks"].as<int64_t>() : 0);
 }
 
+// --positions P.npy of grads (POSENC_SPEC §7.3): an <i4 / <i8 array [B, T] matching the inputs
+// [B, T]; each row strictly increasing, 0 <= p < 2^24 (one-line errors naming the file).
+static Positions load_positions(const std::string& path, int64_t B, int64_t T) {
+  const Tensor a = load_npy(path);
+  CTX_CHECK(a.dtype() == DType::I32 || a.dtype() == DType::I64, path, ": position array has dtype ",
+            dtype_name(a.dtype()), ", expected int32 or int64 (<i4 / <i8)");
+  CTX_CHECK(a.dim() == 2 && a.size(0) == B && a.size(1) == T, path, ": position array has shape ",
+            shape_str(a.shape()), ", expected [B, T] = [", B, ", ", T, "] (one row per sequence of the token array, "
+            "T = its columns - 1)");
+  std::vector<int64_t> p((size_t)a.numel());
+  for (int64_t i = 0; i < a.numel(); ++i) p[(size_t)i] = (int64_t)a.at(i);
+  return make_positions(std::move(p), B, T, path);
+}
+
 int run_grads(int argc, char** argv) {
   cxxopts::Options o("ctxlab grads",
                      "One forward/backward in eval mode on a token batch, no update.\n"
@@ -57,6 +72,11 @@ int run_grads(int argc, char** argv) {
       cxxopts::value<int64_t>())(
       "sinks", "with --window: the first S positions stay visible too (attention sinks, §6), e.g. 2",
       cxxopts::value<int64_t>())(
+      "positions", "explicit positions (POSENC_SPEC §7.3): an int32/int64 .npy [B, T], token t of row b sits at "
+      "P[b, t] instead of t; each row strictly increasing, 0 <= P < 2^24, e.g. [[0, 3, 4, 9]] for T = 4. "
+      "For none, learned, sinusoidal, rope (no scaling, pi, ntk, dynamic-ntk, yarn, llama3, longrope), alibi, "
+      "kerple, sandwich, t5, fire; not with --sinks. Rows 0..T-1 give the run without it",
+      cxxopts::value<std::string>())(
       "h,help", "this help");
   add_device_option(o, "where the forward / backward run");
   add_precision_options(o);
@@ -89,7 +109,18 @@ int run_grads(int argc, char** argv) {
     throw Error(str(tok_path, ": token array has shape ", shape_str(all.shape()), ": ", e.what()));
   }
   auto [inputs, targets] = split_inputs_targets(all);
-  Variable loss = model.loss(inputs.to(dev), targets.to(dev));
+  std::optional<Positions> pos;
+  if (r->count("positions")) {
+    const std::string pp = (*r)["positions"].as<std::string>();
+    pos = load_positions(pp, inputs.size(0), inputs.size(1));
+    model.check_positions(*pos, inputs.size(0), inputs.size(1), pp);
+    try {
+      model.pe->check_length(pos->max() + 1);
+    } catch (const Error& e) {
+      throw Error(str(pp, ": largest position ", pos->max(), ": ", e.what()));
+    }
+  }
+  Variable loss = model.loss(inputs.to(dev), targets.to(dev), false, pos ? &*pos : nullptr);
   loss.backward();
   std::vector<std::pair<std::string, Tensor>> grads;
   for (auto& [name, p] : model.named_parameters()) {
