@@ -7,18 +7,6 @@
 #   context_xl         Transformer-XL trains on consecutive segments with memory
 # Each takes a few seconds (tiny preset).
 
-if(EXISTS /usr/bin/python3)
-  set(_cc_py /usr/bin/python3)
-else()
-  find_program(_cc_py NAMES python3 REQUIRED)
-endif()
-foreach(_cc_sub finetune baselines extensions xl)
-  add_test(NAME context_${_cc_sub}
-           COMMAND ${_cc_py} ${CMAKE_SOURCE_DIR}/tests/python/context_checks.py ${_cc_sub}
-                   --bin $<TARGET_FILE:ctxlab> --work ${CMAKE_BINARY_DIR}/cli_context_checks)
-  set_tests_properties(context_${_cc_sub} PROPERTIES
-                       ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
-                       TIMEOUT 120)
-endforeach()
+ctxlab_check_script(context context_checks.py cli_context_checks 120 finetune baselines extensions xl)
 # finetune writes and resumes checkpoints: also under ASan/UBSan in .ci/run (ctest -L asan_cli)
 set_property(TEST context_finetune APPEND PROPERTY LABELS asan_cli)

@@ -4,24 +4,12 @@
 #                      uninterrupted run; the summary recomputed from the eval files (~25 s)
 #   study_verb_errors  bad study files, another study in the same --out, a failing job: one-line errors
 
-if(EXISTS /usr/bin/python3)
-  set(_sv_py /usr/bin/python3)
-else()
-  find_program(_sv_py NAMES python3 REQUIRED)
-endif()
-foreach(_sv_sub run errors)
-  add_test(NAME study_verb_${_sv_sub}
-           COMMAND ${_sv_py} ${CMAKE_SOURCE_DIR}/tests/python/study_verb_checks.py ${_sv_sub}
-                   --bin $<TARGET_FILE:ctxlab> --work ${CMAKE_BINARY_DIR}/cli_study_verb)
-  set_tests_properties(study_verb_${_sv_sub} PROPERTIES
-                       ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
-                       TIMEOUT 300)
-endforeach()
+ctxlab_check_script(study_verb study_verb_checks.py cli_study_verb 300 run errors)
 set_property(TEST study_verb_errors APPEND PROPERTY LABELS asan_cli)
 # the study's page in headless Chromium: 4 charts (ppl with bands, per-position at 3 lengths)
 set_tests_properties(study_verb_run PROPERTIES FIXTURES_SETUP study_verb_page)
 add_test(NAME study_verb_report_chromium
-         COMMAND ${_sv_py} ${CMAKE_SOURCE_DIR}/tests/python/report_checks.py
+         COMMAND ${CTX_CHECK_PYTHON} ${CMAKE_SOURCE_DIR}/tests/python/report_checks.py
                  ${CMAKE_BINARY_DIR}/cli_study_verb/run/straight/report.html ${CMAKE_BINARY_DIR}/cli_study_verb/chromium
                  --expect-charts 4)
 set_tests_properties(study_verb_report_chromium PROPERTIES FIXTURES_REQUIRED study_verb_page TIMEOUT 300

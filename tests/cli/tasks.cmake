@@ -7,18 +7,6 @@
 #   tasks_window     train --window W: saved with the run, used by eval / sample by default, errors
 #   tasks_learn      a tiny model learns copy (span 2, context 20) in 1000 steps: well above chance
 
-if(EXISTS /usr/bin/python3)
-  set(_tk_py /usr/bin/python3)
-else()
-  find_program(_tk_py NAMES python3 REQUIRED)
-endif()
-foreach(_tk_sub eval train positions attn window learn)
-  add_test(NAME tasks_${_tk_sub}
-           COMMAND ${_tk_py} ${CMAKE_SOURCE_DIR}/tests/python/task_checks.py ${_tk_sub}
-                   --bin $<TARGET_FILE:ctxlab> --work ${CMAKE_BINARY_DIR}/cli_task_checks)
-  set_tests_properties(tasks_${_tk_sub} PROPERTIES
-                       ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
-                       TIMEOUT 240)
-endforeach()
+ctxlab_check_script(tasks task_checks.py cli_task_checks 240 eval train positions attn window learn)
 # the bad-input cases also under ASan/UBSan in .ci/run (ctest -L asan_cli)
 set_property(TEST tasks_eval APPEND PROPERTY LABELS asan_cli)
