@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "train/io/data_files.h"
 #include "train/io/fileio.h"
+#include "train/io/sp_model_check.h"
 
 namespace ctx {
 
@@ -71,7 +72,13 @@ std::string unmark_spaces(const std::string& piece) {
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model, const std::string& source)
     : model_(model), source_(source), sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-  auto st = sp_->LoadFromSerializedProto(model);
+  check_sentencepiece_model(model, source);  // what the library would read out of bounds or throw on
+  sentencepiece::util::Status st;
+  try {
+    st = sp_->LoadFromSerializedProto(model);
+  } catch (const std::exception& e) {  // its trie builder throws on keys it cannot hold
+    throw Error(str(source, ": not a SentencePiece model (", e.what(), ")"));
+  }
   CTX_CHECK(st.ok(), source, ": not a SentencePiece model (", status_message(st), ")");
   vocab_ = sp_->GetPieceSize();
   CTX_CHECK(vocab_ >= 1, source, ": SentencePiece model with an empty vocabulary");
