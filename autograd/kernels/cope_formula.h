@@ -32,6 +32,33 @@ CTX_HOST_DEVICE inline void cope_interp(F psum, int64_t npos, int64_t& fl, int64
   w = p - f;
 }
 
+// One visible key j of the forward scan (from i down): acc += g_j, psum_j = acc, and the logit
+// out_j = a_j + e_j scale with e_j interpolated in z.
+template <class F>
+CTX_HOST_DEVICE inline void cope_forward_step(F a, F g, const F* z, int64_t npos, F scale, F& acc, F& out, F& psum) {
+  acc += g;
+  psum = acc;
+  int64_t fl, ce;
+  F w;
+  cope_interp(acc, npos, fl, ce, w);
+  out = a + (z[ce] * w + z[fl] * (F(1) - w)) * scale;
+}
+
+// One visible key j of the backward scan (from lo up), slope = g_j (1 - g_j): adds its dz terms,
+// run += dL/dp_j where the clamp passes (psum <= npos - 1), and returns da_j = dout_j + run slope.
+template <class F>
+CTX_HOST_DEVICE inline F cope_backward_step(F dout, F slope, F psum, const F* z, int64_t npos, F scale, F& run,
+                                            F* dz) {
+  int64_t fl, ce;
+  F w;
+  cope_interp(psum, npos, fl, ce, w);
+  const F de = dout * scale;
+  dz[ce] += de * w;
+  dz[fl] += de * (F(1) - w);
+  if (psum <= F(npos - 1)) run += de * (z[ce] - z[fl]);  // the clamp passes below its cap
+  return dout + run * slope;
+}
+
 template <class F>
 CTX_HOST_DEVICE inline void cope_row_forward(const F* a, const F* z, int64_t S, int64_t npos, int64_t qp,
                                              int64_t window, F scale, F* out, F* psum) {
@@ -39,14 +66,7 @@ CTX_HOST_DEVICE inline void cope_row_forward(const F* a, const F* z, int64_t S, 
   cope_visible(qp, S, window, lo, hi);
   for (int64_t j = 0; j < S; ++j) out[j] = a[j], psum[j] = F(0);
   F acc = F(0);
-  for (int64_t j = hi; j >= lo; --j) {  // the reverse cumulative sum, from i down to j
-    acc += cope_sigmoid(a[j]);
-    psum[j] = acc;
-    int64_t fl, ce;
-    F w;
-    cope_interp(acc, npos, fl, ce, w);
-    out[j] = a[j] + (z[ce] * w + z[fl] * (F(1) - w)) * scale;
-  }
+  for (int64_t j = hi; j >= lo; --j) cope_forward_step(a[j], cope_sigmoid(a[j]), z, npos, scale, acc, out[j], psum[j]);
 }
 
 template <class F>
@@ -58,15 +78,8 @@ CTX_HOST_DEVICE inline void cope_row_backward(const F* dout, const F* a, const F
   for (int64_t n = 0; n < npos; ++n) dz[n] = F(0);
   F run = F(0);  // dL/dg_k = sum over visible j <= k of dL/dp_j
   for (int64_t j = lo; j <= hi; ++j) {
-    int64_t fl, ce;
-    F w;
-    cope_interp(psum[j], npos, fl, ce, w);
-    const F de = dout[j] * scale;
-    dz[ce] += de * w;
-    dz[fl] += de * (F(1) - w);
-    if (psum[j] <= F(npos - 1)) run += de * (z[ce] - z[fl]);  // the clamp passes below its cap
     const F g = cope_sigmoid(a[j]);
-    da[j] += run * g * (F(1) - g);
+    da[j] = cope_backward_step(dout[j], g * (F(1) - g), psum[j], z, npos, scale, run, dz);
   }
 }
 
