@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, List, Literal, Optional, Protocol, Tuple, TypedDict, Union, cast, overload
+from typing import TYPE_CHECKING, Any, List, Literal, Protocol, Tuple, TypedDict, Union, cast, overload
 
 from . import _ctxlab as _C
 from ._ctxlab import Error, Tensor, Variable, no_grad, Tokenizer, clip_grad_norm, lr_warmup_cosine

@@ -1,8 +1,9 @@
-"""python/tests/test_result_types.py — the result dicts of train / evaluate / gradcheck at run time
-match the TypedDicts ctxlab declares for them (TrainResult, HistoryRow, EvalResult, GradcheckResult):
-the same keys (required ones present, no undeclared ones) and values of the declared types.
-mypy (ctest python_types) trusts these declarations; this is what keeps them true to the C++
-side (python/src/bind_train.cpp, train/run_log.cpp)."""
+"""python/tests/test_result_types.py — ctxlab's declared types agree with the library at run time:
+the result dicts of train / evaluate / gradcheck match their TypedDicts (TrainResult, HistoryRow,
+EvalResult, GradcheckResult: the same keys, required ones present, values of the declared types),
+and the Literal choices (Preset, DType, Device) are what the library accepts. mypy (ctest
+python_types) trusts these declarations; this keeps them true to the C++ side
+(python/src/bind_train.cpp, train/run_log.cpp, nn/config.cpp)."""
 
 import typing
 
@@ -59,3 +60,11 @@ def test_results_match_their_typeddicts(tmp_path):
     gc = ctxlab.gradcheck(m64, tok[:, :-1], tok[:, 1:], names=["norm_f.weight"])
     assert gc["tensors"]
     assert mismatches(gc, ctxlab.GradcheckResult) == []
+
+
+def test_literal_choices_are_what_the_library_takes():
+    assert list(typing.get_args(ctxlab.Preset)) == ctxlab.presets()
+    for dtype in typing.get_args(ctxlab.DType):
+        assert ctxlab.Model(TINY, dtype=dtype).dtype == dtype
+    assert set(ctxlab.devices()) <= set(typing.get_args(ctxlab.Device))
+    assert ctxlab.Model(TINY).to("cpu").parameters()[0].device == "cpu"
