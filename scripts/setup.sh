@@ -5,8 +5,8 @@
 #            training, docs/distributed.md), SentencePiece (tokenizers, train/tokenizer_sp.*)
 #   tests:   python3-torch + numpy (PyTorch parity tests), clang + libclang-rt (fuzzers, sanitizers)
 #   python:  python3-dev, python3-venv, python3-pytest, and the project venv
-#            ~/.cache/ctxlab/py-venv (Debian's python3 with its packages, plus nanobind and
-#            scikit-build-core from PyPI, pinned): the Python module and its tests (docs/python.md)
+#            ~/.cache/ctxlab/py-venv (Debian's python3 with its packages, plus nanobind,
+#            scikit-build-core and mypy from PyPI, pinned): the Python module and its tests (docs/python.md)
 #   tools:   gnuplot (loss / perplexity plots), bible-kjv (optional larger corpus), dygraphs (charts
 #            inlined by `ctxlab report`), chromium (headless: the report's browser test)
 #   usage:   scripts/setup.sh [--kjv]
@@ -55,10 +55,17 @@ fi
 
 # ---- the project venv: nanobind for the Python module (idempotent; cmake/python.cmake finds it) ----
 # --system-site-packages: Debian's torch, numpy and pytest stay visible (the module's tests use them).
+# mypy: ctest python_types type-checks the package with it (docs/python.md "Types").
 PY_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/ctxlab/py-venv"
-PY_PINS=(nanobind==3.1.0 scikit-build-core==1.1.2)
-if "$PY_VENV/bin/python" -c 'import nanobind, scikit_build_core' 2>/dev/null; then
-  echo "setup: $PY_VENV already has nanobind"
+PY_PINS=(nanobind==3.1.0 scikit-build-core==1.1.2 mypy==1.19.1)
+# every pin installed at its version (a venv made before a pin was added or bumped gets it now)
+if "$PY_VENV/bin/python" - "${PY_PINS[@]}" 2>/dev/null <<'EOF'
+import sys
+from importlib.metadata import version
+sys.exit(any(version(name) != v for name, v in (pin.split("==") for pin in sys.argv[1:])))
+EOF
+then
+  echo "setup: $PY_VENV already has ${PY_PINS[*]}"
 else
   echo "setup: making $PY_VENV (${PY_PINS[*]} from PyPI)"
   /usr/bin/python3 -m venv --system-site-packages "$PY_VENV"

@@ -14,65 +14,164 @@ The PyTorch-like layer over the C++ library (the nanobind module ctxlab._ctxlab;
 Tensors and Variables export their memory without a copy (t.numpy(), np.asarray(t),
 torch.from_dlpack(t)); arrays passed in (tokens, ctxlab.tensor, Variable.copy_) are copied,
 since ctxlab tensors own their memory. C++ errors are raised as ctxlab.Error with the C++ message.
+
+Typed (py.typed; docs/python.md "Types"): the signatures below and the generated stub _ctxlab.pyi
+pass `mypy --strict` (ctest python_types). The annotations stay valid on Python 3.8: postponed
+(`from __future__ import annotations`), and the aliases evaluated at run time use typing's forms.
 """
+
+from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, List, Literal, Protocol, Tuple, TypedDict, Union, cast, overload
 
 from . import _ctxlab as _C
 from ._ctxlab import Error, Tensor, Variable, no_grad, Tokenizer, clip_grad_norm, lr_warmup_cosine
 
+if TYPE_CHECKING:
+    import numpy
+    from numpy.typing import ArrayLike, DTypeLike, NDArray
+    from typing_extensions import Self, Unpack
+
 __all__ = ["Error", "Tensor", "Variable", "no_grad", "Tokenizer", "Model", "AdamW", "SGD", "tensor",
            "config", "presets", "encodings", "devices", "train", "evaluate", "sample", "gradcheck",
-           "gradcheck_params", "byte_tokenizer", "load_tokenizer", "clip_grad_norm", "lr_warmup_cosine"]
+           "gradcheck_params", "byte_tokenizer", "load_tokenizer", "clip_grad_norm", "lr_warmup_cosine",
+           "DType", "Device", "Preset", "StrPath", "NamedParameters", "TrainResult", "HistoryRow", "EvalResult",
+           "PositionBucket", "GradcheckResult", "TensorCheck", "GradcheckOptions"]
+
+# ---- the types of the API (run-time objects, so `ctxlab.TrainResult` works in user annotations) ----
+DType = Literal["float32", "float64"]
+"""Model precisions (tensors also take "int32" and "int64")."""
+Device = Literal["cpu", "cuda", "cuda:0"]
+Preset = Literal["tiny", "small", "medium"]
+"""The built-in presets (nn/config.cpp; ctxlab.presets() lists them)."""
+StrPath = Union[str, "os.PathLike[str]"]
+NamedParameters = List[Tuple[str, Variable]]
+"""model.named_parameters(): (MODEL_SPEC §4 name, parameter) in registration order."""
+
+
+class TrainResult(TypedDict):
+    """ctxlab.train()'s result: ctx::TrainResult plus the run's metrics.jsonl rows."""
+    steps: int
+    final_train_loss: float
+    final_val_loss: float
+    seconds: float
+    signal: int              # SIGINT / SIGTERM that stopped the run, 0 when it ended normally
+    history: list[HistoryRow]
+
+
+class _HistoryStep(TypedDict):
+    step: int
+
+
+class HistoryRow(_HistoryStep, total=False):
+    """A row of metrics.jsonl: a training row (loss, lr, grad_norm, ms, tok_s; rank_loss under MPI) or a
+    validation row (val_loss, val_bpb); `step` is in both."""
+    loss: float
+    lr: float
+    grad_norm: float
+    ms: float
+    tok_s: float
+    rank_loss: list[float]
+    val_loss: float
+    val_bpb: float
+
+
+class PositionBucket(TypedDict):
+    """The mean loss of positions [begin, end) (evaluate(..., position_bucket=N))."""
+    begin: int
+    end: int
+    count: int
+    loss: float
+
+
+class EvalResult(TypedDict):
+    """ctxlab.evaluate()'s result (ctx::EvalResult)."""
+    length: int
+    windows: int
+    tokens: int
+    loss: float              # nats per token
+    ppl: float
+    bytes: int
+    bpb: float               # bits per byte
+    positions: list[PositionBucket]
+
+
+class TensorCheck(TypedDict):
+    """One parameter's finite-difference check (ctx::GradcheckResult's per-tensor row)."""
+    name: str
+    max_abs_err: float
+    max_rel_err: float
+    worst_index: int
+    worst_analytic: float
+    worst_numeric: float
+    passed: bool
+
+
+class GradcheckResult(TypedDict):
+    passed: bool
+    summary: str
+    tensors: list[TensorCheck]
+
+
+class GradcheckOptions(TypedDict, total=False):
+    """The keyword options gradcheck() passes on to gradcheck_params()."""
+    eps: float
+    atol: float
+    rtol: float
+    seed: int
+    max_elements: int
 
 byte_tokenizer = _C.byte_tokenizer
 load_tokenizer = _C.load_tokenizer
 
 
-def _np():
+def _np() -> Any:
     import numpy  # a dependency of the package; imported late so that stubgen needs no numpy
     return numpy
 
 
-def tensor(data, dtype=None):
+def tensor(data: ArrayLike, dtype: DTypeLike = None) -> Tensor:
     """A ctxlab.Tensor holding a copy of `data` (array, list, torch tensor via DLPack)."""
     np = _np()
     a = np.ascontiguousarray(data if dtype is None else np.asarray(data, dtype=dtype))
     return Tensor.from_numpy(a)
 
 
-def presets():
+def presets() -> list[str]:
     """Names of the built-in model presets (tiny, small, medium)."""
     return list(_C.preset_names())
 
 
-def encodings():
+def encodings() -> list[str]:
     """Names of every registered positional encoding (the C++ registry: built-ins and plugins)."""
     return list(_C.encodings())
 
 
-def devices():
+def devices() -> list[str]:
     """Devices this build can use now: ['cpu'] or ['cpu', 'cuda']."""
     return list(_C.devices())
 
 
-def config(preset="tiny", **overrides):
+def config(preset: Preset = "tiny", **overrides: Any) -> dict[str, Any]:
     """A validated model config as a dict: a preset with keys replaced (MODEL_SPEC §2)."""
-    c = json.loads(_C.preset_config(preset))
+    c: dict[str, Any] = json.loads(_C.preset_config(preset))
     c.update(overrides)
-    return json.loads(_C.normalize_config(json.dumps(c), f"ctxlab.config({preset!r})"))
+    return cast("dict[str, Any]", json.loads(_C.normalize_config(json.dumps(c), f"ctxlab.config({preset!r})")))
 
 
-def _tokens(x):
+def _tokens(x: ArrayLike) -> NDArray[numpy.int32 | numpy.int64]:
     np = _np()
     a = np.asarray(x)
     if a.dtype.kind not in "iu":
         raise Error(f"token ids must be integers, got an array of dtype {a.dtype}")
-    return np.ascontiguousarray(a, dtype=np.int64 if a.dtype != np.int32 else np.int32)
+    return cast("NDArray[numpy.int32 | numpy.int64]",
+                np.ascontiguousarray(a, dtype=np.int64 if a.dtype != np.int32 else np.int32))
 
 
-def _named(params):
+def _named(params: Model | Iterable[tuple[str, Variable]]) -> NamedParameters:
     if isinstance(params, Model):
         return params.named_parameters()
     named = list(params)
@@ -87,7 +186,15 @@ class Model:
 
     seed: initial weights (MODEL_SPEC §4 init, deterministic in the seed)."""
 
-    def __init__(self, config="tiny", dtype="float32", seed=0, *, _gpt=None):
+    tokenizer: Tokenizer
+    """The tokenizer of the checkpoint (the byte tokenizer for a new model)."""
+    step: int
+    """The training step of the checkpoint (0 for a new model); save() writes it."""
+    metadata: dict[str, str]
+    """The checkpoint's safetensors metadata ({} for a new model)."""
+
+    def __init__(self, config: str | os.PathLike[str] | Mapping[str, Any] = "tiny", dtype: DType = "float32",
+                 seed: int = 0, *, _gpt: _C.GPT | None = None) -> None:
         if _gpt is not None:
             self._m = _gpt
         else:
@@ -105,7 +212,8 @@ class Model:
         self.metadata = {}
 
     @classmethod
-    def from_checkpoint(cls, path, dtype="float32", posenc=None, context=-1):
+    def from_checkpoint(cls, path: StrPath, dtype: DType = "float32", posenc: Mapping[str, Any] | None = None,
+                        context: int = -1) -> Self:
         """Loads a ctxlab checkpoint; posenc: keys merged into the config's posenc (e.g. RoPE scaling)."""
         lc = _C.load_checkpoint(os.fspath(path), dtype, json.dumps(posenc) if posenc else "", context)
         m = cls(_gpt=lc.take_model())
@@ -113,31 +221,31 @@ class Model:
         return m
 
     # --- what torch.nn.Module has ---
-    def forward(self, tokens, pos0=0, use_memory=False):
+    def forward(self, tokens: ArrayLike, pos0: int = 0, use_memory: bool = False) -> Variable:
         """tokens [B, T] ints -> logits Variable [B, T, vocab]."""
         return self._m.forward(_tokens(tokens), pos0, use_memory)
 
     __call__ = forward
 
-    def loss(self, inputs, targets, use_memory=False):
+    def loss(self, inputs: ArrayLike, targets: ArrayLike, use_memory: bool = False) -> Variable:
         """Mean cross-entropy (nats) of the next-token predictions, a scalar Variable."""
         return self._m.loss(_tokens(inputs), _tokens(targets), use_memory)
 
-    def token_losses(self, inputs, targets):
+    def token_losses(self, inputs: ArrayLike, targets: ArrayLike) -> Tensor:
         """Per-position cross-entropy [B, T] as a Tensor (no graph)."""
         return self._m.token_losses(_tokens(inputs), _tokens(targets))
 
-    def named_parameters(self):
+    def named_parameters(self) -> NamedParameters:
         return list(self._m.named_parameters())
 
-    def parameters(self):
+    def parameters(self) -> list[Variable]:
         return [p for _, p in self.named_parameters()]
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, NDArray[numpy.floating[Any]]]:
         """{name: NumPy view of the parameter} (no copy: copy it to keep a snapshot)."""
         return {n: p.numpy() for n, p in self.named_parameters()}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Mapping[str, ArrayLike]) -> None:
         """Copies arrays (NumPy, torch via DLPack) into the parameters of the same names and shapes."""
         np = _np()
         params = dict(self.named_parameters())
@@ -150,42 +258,42 @@ class Model:
                 v = v.detach().cpu().numpy()
             params[n].copy_(np.ascontiguousarray(v))
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
         self._m.zero_grad()
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> Self:
         self._m.train(mode)
         return self
 
-    def eval(self):
+    def eval(self) -> Self:
         self._m.eval()
         return self
 
     @property
-    def training(self):
+    def training(self) -> bool:
         return self._m.training
 
-    def to(self, device):
+    def to(self, device: Device) -> Self:
         self._m.to(device)
         return self
 
-    def save(self, path, step=None):
+    def save(self, path: StrPath, step: int | None = None) -> None:
         """Writes a ctxlab checkpoint (safetensors, MODEL_SPEC §5)."""
         self._m.save(os.fspath(path), self.step if step is None else step, {})
 
     @property
-    def config(self):
-        return json.loads(self._m.config_json)
+    def config(self) -> dict[str, Any]:
+        return cast("dict[str, Any]", json.loads(self._m.config_json))
 
     @property
-    def encoding(self):
+    def encoding(self) -> str:
         return self._m.encoding
 
     @property
-    def dtype(self):
-        return self._m.dtype
+    def dtype(self) -> DType:
+        return cast(DType, self._m.dtype)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         c = self.config
         n = sum(int(_np().prod(p.shape)) for p in self.parameters())
         return (f"ctxlab.Model(encoding={self.encoding!r}, d_model={c['d_model']}, n_layers={c['n_layers']}, "
@@ -193,28 +301,34 @@ class Model:
 
 
 class _Optim:
-    def step(self):
+    lr: float
+    """The learning rate the next step() uses (settable, as a scheduler would)."""
+    _o: _C.Optimizer
+
+    def step(self) -> None:
         self._o.step(self.lr)
 
-    def clip_and_step(self, max_norm):
+    def clip_and_step(self, max_norm: float) -> float:
         """Clips the global gradient norm to max_norm, steps; returns the norm before clipping."""
         return self._o.clip_and_step(self.lr, max_norm)
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
         self._o.zero_grad()
 
     @property
-    def steps(self):
+    def steps(self) -> int:
         return self._o.steps
 
-    def state(self):
+    def state(self) -> dict[str, Tensor]:
         return dict(self._o.state())
 
 
 class AdamW(_Optim):
     """AdamW (ctx::AdamW; decoupled weight decay, none on biases, norms and embeddings)."""
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, fused=True):
+    def __init__(self, params: Model | Iterable[tuple[str, Variable]], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
+                 fused: bool = True) -> None:
         self.lr = lr
         self._o = _C.AdamW(_named(params), lr, betas[0], betas[1], eps, weight_decay, fused)
 
@@ -222,23 +336,32 @@ class AdamW(_Optim):
 class SGD(_Optim):
     """SGD with momentum (ctx::SGD)."""
 
-    def __init__(self, params, lr=1e-2, momentum=0.0, weight_decay=0.0):
+    def __init__(self, params: Model | Iterable[tuple[str, Variable]], lr: float = 1e-2, momentum: float = 0.0,
+                 weight_decay: float = 0.0) -> None:
         self.lr = lr
         self._o = _C.SGD(_named(params), momentum, weight_decay)
 
 
-def _progress_bar(total, enabled):
+class _ProgressBar(Protocol):
+    """What train() uses of a tqdm bar."""
+    def update(self, n: int = 1) -> object: ...
+    def close(self) -> None: ...
+
+
+def _progress_bar(total: int, enabled: bool) -> _ProgressBar | None:
     """A tqdm bar (tqdm.auto: the notebook widget in Jupyter) when asked and tqdm is importable."""
     if not enabled:
         return None
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # untyped: Any to mypy (pyproject.toml's [tool.mypy] override)
     except ImportError:
         return None
-    return tqdm(total=total, desc="train", unit="step")
+    bar: _ProgressBar = tqdm(total=total, desc="train", unit="step")
+    return bar
 
 
-def train(model, data=None, out="runs/run", steps=1000, progress=True, force=False, **options):
+def train(model: Model, data: StrPath | None = None, out: StrPath = "runs/run", steps: int = 1000,
+          progress: bool = True, force: bool = False, **options: Any) -> TrainResult:
     """Trains with ctx::train (warmup + cosine, clipping, validation, checkpoints in `out`).
 
     options: the TrainOptions keys (batch, lr, min_lr, warmup, optimizer, grad_clip, context,
@@ -251,8 +374,12 @@ def train(model, data=None, out="runs/run", steps=1000, progress=True, force=Fal
     bar = _progress_bar(steps, progress)
     if bar is not None:
         opts.setdefault("quiet", True)
+
+    def tick(step: int, reported: bool) -> None:  # ctx::train's after_step: the bar advances a step
+        if bar is not None:
+            bar.update(1)
     try:
-        res = _C.train(model._m, json.dumps(opts), force, (lambda step, reported: bar.update(1)) if bar else None)
+        res = cast(TrainResult, _C.train(model._m, json.dumps(opts), force, tick if bar is not None else None))
     finally:
         if bar is not None:
             bar.close()
@@ -264,7 +391,7 @@ def train(model, data=None, out="runs/run", steps=1000, progress=True, force=Fal
     return res
 
 
-def _token_list(model, data):
+def _token_list(model: Model, data: str | bytes | ArrayLike) -> list[int]:
     if isinstance(data, str):
         return model.tokenizer.encode(data)
     if isinstance(data, bytes):
@@ -272,15 +399,27 @@ def _token_list(model, data):
     return [int(t) for t in _np().asarray(data).reshape(-1)]
 
 
-def evaluate(model, data, length, batch=1, max_windows=0, window=0, sinks=0, segment=0, position_bucket=0):
+def evaluate(model: Model, data: str | bytes | ArrayLike, length: int, batch: int = 1, max_windows: int = 0,
+             window: int = 0, sinks: int = 0, segment: int = 0, position_bucket: int = 0) -> EvalResult:
     """Perplexity of `model` at context `length` on text (str) or token ids (ctx::evaluate)."""
-    return _C.evaluate(model._m, _token_list(model, data), length, batch, max_windows, window, sinks, segment,
-                       position_bucket, model.tokenizer)
+    return cast(EvalResult, _C.evaluate(model._m, _token_list(model, data), length, batch, max_windows, window,
+                                        sinks, segment, position_bucket, model.tokenizer))
 
 
-def sample(model, prompt, max_tokens=200, temperature=0.8, top_k=40, seed=0, window=0, sinks=0, use_cache=True,
-           on_token=None):
-    """Generates after `prompt`: a str prompt gives the decoded str, token ids give ids."""
+@overload
+def sample(model: Model, prompt: str, max_tokens: int = ..., temperature: float = ..., top_k: int = ...,
+           seed: int = ..., window: int = ..., sinks: int = ..., use_cache: bool = ...,
+           on_token: Callable[[int], None] | None = ...) -> str: ...
+@overload
+def sample(model: Model, prompt: bytes | Sequence[int] | NDArray[numpy.integer[Any]], max_tokens: int = ...,
+           temperature: float = ..., top_k: int = ..., seed: int = ..., window: int = ..., sinks: int = ...,
+           use_cache: bool = ..., on_token: Callable[[int], None] | None = ...) -> list[int]: ...
+def sample(model: Model, prompt: str | bytes | Sequence[int] | NDArray[numpy.integer[Any]], max_tokens: int = 200,
+           temperature: float = 0.8, top_k: int = 40, seed: int = 0, window: int = 0, sinks: int = 0,
+           use_cache: bool = True, on_token: Callable[[int], None] | None = None) -> str | list[int]:
+    """Generates after `prompt`: a str prompt gives the decoded str, token ids (or bytes) give ids.
+
+    on_token(id) is called with each token as it is generated."""
     ids = _C.sample(model._m, _token_list(model, prompt), max_tokens, temperature, top_k, seed, window, sinks,
                     use_cache, on_token)
     if isinstance(prompt, str):
@@ -288,15 +427,18 @@ def sample(model, prompt, max_tokens=200, temperature=0.8, top_k=40, seed=0, win
     return list(ids)
 
 
-def gradcheck_params(named_parameters, loss, check=None, eps=1e-6, atol=1e-5, rtol=1e-3, seed=1234,
-                     max_elements=-1):
+def gradcheck_params(named_parameters: Iterable[tuple[str, Variable]], loss: Callable[[], Variable],
+                     check: Callable[[str], bool] | None = None, eps: float = 1e-6, atol: float = 1e-5,
+                     rtol: float = 1e-3, seed: int = 1234, max_elements: int = -1) -> GradcheckResult:
     """Finite differences of loss() against backward for float64 parameters (ctx::gradcheck_params).
 
     check(name) selects the parameters checked (None: all). Returns {'passed', 'summary', 'tensors'}."""
-    return _C.gradcheck_params(list(named_parameters), loss, check, eps, atol, rtol, seed, max_elements)
+    return cast(GradcheckResult, _C.gradcheck_params(list(named_parameters), loss, check, eps, atol, rtol, seed,
+                                                     max_elements))
 
 
-def gradcheck(model, inputs, targets, names=None, **options):
+def gradcheck(model: Model, inputs: ArrayLike, targets: ArrayLike, names: Iterable[str] | None = None,
+              **options: Unpack[GradcheckOptions]) -> GradcheckResult:
     """gradcheck_params of model.loss(inputs, targets) (a float64 model); names: the parameters to check."""
     x, y = _tokens(inputs), _tokens(targets)
     check = None if names is None else (lambda n, keep=frozenset(names): n in keep)

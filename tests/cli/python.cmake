@@ -1,4 +1,5 @@
-# tests/cli/python.cmake — python_notebook: examples/notebook.py runs; python_api: the pytest suite of the Python package (python/tests/,
+# tests/cli/python.cmake — python_notebook: examples/notebook.py runs; python_types: mypy --strict over
+# the package and python/tests/typecheck_usage.py; python_api: the pytest suite of the Python package (python/tests/,
 # docs/python.md) against the module this build makes (BUILD/python/ctxlab, cmake/python.cmake):
 # tensors and NumPy / DLPack views, models, optimizers, train / evaluate / sample, gradcheck,
 # errors, and the gradients of several encodings against PyTorch autograd (tests/python/torch_ref.py).
@@ -14,6 +15,13 @@ if(CTXLAB_PYTHON)
   # the notebook-style example runs top to bottom (its PyTorch gradient check asserts)
   add_test(NAME python_notebook COMMAND ${CTXLAB_PYTHON_EXECUTABLE} ${CMAKE_SOURCE_DIR}/examples/notebook.py)
   set_tests_properties(python_notebook PROPERTIES ENVIRONMENT "${_py_env}" TIMEOUT 300 LABELS python)
+  # mypy --strict over the built package (its generated stub included) and a typed usage file;
+  # mypy missing: FAIL, or 77 where CTXLAB_ALLOW_MISSING lists mypy (tests/python/typecheck.py)
+  add_test(NAME python_types
+           COMMAND ${CTXLAB_PYTHON_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/python/typecheck.py
+                   ${CMAKE_BINARY_DIR}/python ${CMAKE_SOURCE_DIR}/python)
+  set_tests_properties(python_types PROPERTIES ENVIRONMENT "${_py_env}" TIMEOUT 300 SKIP_RETURN_CODE 77
+                       LABELS python)
 elseif(NOT CTXLAB_NANOBIND_DIR AND NOT CTXLAB_SANITIZE AND NOT CTXLAB_FUZZ AND NOT CTXLAB_CUDA_EMULATOR)
   # deps.require fails (or, where allowed, skips) naming the interpreter; nanobind importable
   # now means it came after the configure: a re-run of cmake builds the module
