@@ -298,14 +298,14 @@ TEST_F(SentencePieceModelCheck, AModelWithNormalisationRulesLoadsAndAppliesThem)
 
 TEST_F(SentencePieceModelCheck, DamagedModelsAreOneLineErrors) {
   expect_error([&] { SentencePieceTokenizer(fixture("nul_user_piece.model"), "nul.model"); },
-               {"nul.model", "piece 2", "NUL byte"});
+               {"nul.model", "not a SentencePiece model", "piece 2", "NUL byte"});
   expect_error([&] { SentencePieceTokenizer(fixture("bad_charsmap.model"), "cm.model"); },
                {"cm.model", "normalizer_spec.precompiled_charsmap", "damaged trie"});
   expect_error([&] { SentencePieceTokenizer(fixture("bad_decharsmap.model"), "dm.model"); },
                {"dm.model", "denormalizer_spec.precompiled_charsmap", "damaged trie"});
   const std::string good = fixture("rules.model");
   expect_error([&] { SentencePieceTokenizer(good.substr(0, good.size() - 3), "cut.model"); },
-               {"cut.model", "damaged protobuf"});
+               {"cut.model", "not a SentencePiece model (the bytes do not parse", "runs past the end"});
   const size_t cm = charsmap_at(good);
   std::string m = good;
   set_u32(m, cm, 0xFFFFFFF0u);  // the trie size

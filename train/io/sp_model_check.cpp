@@ -39,29 +39,29 @@ bool read_varint(std::string_view& in, uint64_t* v) {
 void for_each_field(std::string_view msg, const std::string& where, const std::function<void(const Field&)>& fn) {
   while (!msg.empty()) {
     uint64_t tag = 0, len = 0;
-    CTX_CHECK(read_varint(msg, &tag), where, ": damaged protobuf (a field tag runs past the end)");
+    CTX_CHECK(read_varint(msg, &tag), where, ": a field tag runs past the end");
     Field f;
     f.number = tag >> 3;
     f.wire = (int)(tag & 7);
     switch (f.wire) {
       case 0:  // varint
-        CTX_CHECK(read_varint(msg, &len), where, ": damaged protobuf (field ", f.number, ": a varint runs past the end)");
+        CTX_CHECK(read_varint(msg, &len), where, ": field ", f.number, ": a varint runs past the end");
         break;
       case 1:  // fixed64
       case 5:  // fixed32
         len = f.wire == 1 ? 8 : 4;
-        CTX_CHECK(msg.size() >= len, where, ": damaged protobuf (field ", f.number, " runs past the end)");
+        CTX_CHECK(msg.size() >= len, where, ": field ", f.number, " runs past the end");
         msg.remove_prefix(len);
         break;
       case 2:  // length-delimited
-        CTX_CHECK(read_varint(msg, &len) && len <= msg.size(), where, ": damaged protobuf (field ", f.number,
-                  ": its length runs past the end)");
+        CTX_CHECK(read_varint(msg, &len) && len <= msg.size(), where, ": field ", f.number,
+                  ": its length runs past the end");
         f.bytes = msg.substr(0, len);
         msg.remove_prefix(len);
         break;
       default:
-        throw Error(str(where, ": damaged protobuf (field ", f.number, " has wire type ", f.wire,
-                        "; SentencePiece models use 0, 1, 2 and 5)"));
+        throw Error(str(where, ": field ", f.number, " has wire type ", f.wire,
+                        " (SentencePiece models use 0, 1, 2 and 5)"));
     }
     fn(f);
   }
@@ -79,9 +79,9 @@ uint32_t value_of(uint32_t u) { return u & ((1U << 31) - 1); }
 
 }  // namespace
 
-void check_sentencepiece_charsmap(const std::string& blob, const std::string& source, const std::string& field) {
+void check_sentencepiece_charsmap(const std::string& blob, const std::string& field) {
   if (blob.empty()) return;  // no normalisation rules
-  const std::string where = source + ": " + field;
+  const std::string& where = field;
   CTX_CHECK(blob.size() > 4, where, ": ", blob.size(), " bytes, too short for a charsmap (4-byte trie size + trie + strings)");
   uint32_t trie_bytes;
   std::memcpy(&trie_bytes, blob.data(), 4);
@@ -115,12 +115,15 @@ void check_sentencepiece_charsmap(const std::string& blob, const std::string& so
   }
 }
 
-void check_sentencepiece_model(const std::string& model, const std::string& source) {
+namespace {
+
+// Throws ctx::Error with the reason alone (check_sentencepiece_model adds the source).
+void check_model(const std::string& model) {
   int64_t piece_index = 0;
-  for_each_field(model, source, [&](const Field& f) {
+  for_each_field(model, "the bytes do not parse as a SentencePiece ModelProto", [&](const Field& f) {
     if (f.wire != 2) return;
     if (f.number == 1) {  // pieces: SentencePiece { piece = 1; score = 2; type = 3 }
-      const std::string where = str(source, ": piece ", piece_index);
+      const std::string where = str("piece ", piece_index);
       for_each_field(f.bytes, where, [&](const Field& g) {
         if (g.number == 1 && g.wire == 2)
           CTX_CHECK(g.bytes.find('\0') == std::string_view::npos, where, " holds a NUL byte (pieces are text)");
@@ -128,12 +131,21 @@ void check_sentencepiece_model(const std::string& model, const std::string& sour
       ++piece_index;
     } else if (f.number == 3 || f.number == 5) {  // normalizer_spec, denormalizer_spec
       const std::string spec = f.number == 3 ? "normalizer_spec" : "denormalizer_spec";
-      for_each_field(f.bytes, source + ": " + spec, [&](const Field& g) {
-        if (g.number == 2 && g.wire == 2)
-          check_sentencepiece_charsmap(std::string(g.bytes), source, spec + ".precompiled_charsmap");
+      for_each_field(f.bytes, spec, [&](const Field& g) {
+        if (g.number == 2 && g.wire == 2) check_sentencepiece_charsmap(std::string(g.bytes), spec + ".precompiled_charsmap");
       });
     }
   });
+}
+
+}  // namespace
+
+void check_sentencepiece_model(const std::string& model, const std::string& source) {
+  try {
+    check_model(model);
+  } catch (const Error& e) {
+    throw Error(str(source, ": not a SentencePiece model (", e.what(), ")"));
+  }
 }
 
 }  // namespace ctx

@@ -11,11 +11,13 @@
 
 namespace ctx {
 
-// Throws ctx::Error("SOURCE: ...") when the bytes are not a well-formed protobuf message, a piece
-// holds a NUL byte, or a charsmap's double array can reach outside itself or its strings.
+// Throws ctx::Error("SOURCE: not a SentencePiece model (REASON)") when the bytes are not a
+// well-formed protobuf message, a piece holds a NUL byte, or a charsmap's double array can reach
+// outside itself or its strings (REASON names the field, e.g. "piece 2", and what is wrong).
 void check_sentencepiece_model(const std::string& model, const std::string& source);
 
-// The charsmap check alone (the bytes of NormalizerSpec.precompiled_charsmap; `field` names it).
-void check_sentencepiece_charsmap(const std::string& blob, const std::string& source, const std::string& field);
+// The charsmap check alone (the bytes of NormalizerSpec.precompiled_charsmap; `field` names it in
+// the reason; throws ctx::Error without a source).
+void check_sentencepiece_charsmap(const std::string& blob, const std::string& field);
 
 }  // namespace ctx
