@@ -55,19 +55,20 @@ inline Interp<F> interp_vec(cpu::Vec<F> psum, const F* z, cpu::Vec<F> cap) {
   return r;
 }
 
-// The shuffle mask whose lane t picks v[t + Sh] (Down) or v[t - Sh], else lane kW: the zero
-// vector's first (a compile-time constant, so the shuffle is one permute).
-template <bool Down, class F, int64_t Sh, size_t... I>
-constexpr VecI<F> shift_mask(std::index_sequence<I...>) {
-  constexpr int64_t W = cpu::kW<F>;
-  return VecI<F>{(Down ? ((int64_t)I + Sh < W ? (int64_t)I + Sh : W) : ((int64_t)I >= Sh ? (int64_t)I - Sh : W))...};
+// Lane t of the result is v[t + Sh] (Down) or v[t - Sh], 0 where that lane does not exist (index
+// kW: the zero vector's first lane). __builtin_shufflevector (GCC >= 12 and clang) takes the lanes
+// as constants, so this is one permute.
+template <bool Down, class F, int Sh, size_t... I>
+inline cpu::Vec<F> shifted(cpu::Vec<F> v, std::index_sequence<I...>) {
+  constexpr int W = (int)cpu::kW<F>;
+  return __builtin_shufflevector(v, cpu::Vec<F>{},
+                                 (Down ? ((int)I + Sh < W ? (int)I + Sh : W) : ((int)I >= Sh ? (int)I - Sh : W))...);
 }
 // Suffix sums (lane t: v[t] + ... + v[W-1]) or prefix sums (v[0] + ... + v[t]) in log2(W) steps.
-template <bool Suffix, class F, int64_t Sh = 1>
+template <bool Suffix, class F, int Sh = 1>
 inline cpu::Vec<F> running_sum(cpu::Vec<F> v) {
   if constexpr (Sh < cpu::kW<F>) {
-    constexpr VecI<F> m = shift_mask<Suffix, F, Sh>(std::make_index_sequence<(size_t)cpu::kW<F>>{});
-    return running_sum<Suffix, F, 2 * Sh>(v + __builtin_shuffle(v, cpu::Vec<F>{}, m));
+    return running_sum<Suffix, F, 2 * Sh>(v + shifted<Suffix, F, Sh>(v, std::make_index_sequence<(size_t)cpu::kW<F>>{}));
   } else {
     return v;
   }
