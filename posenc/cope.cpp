@@ -3,7 +3,8 @@
 // S_ij = (q_i . k_j + e_ij) / sqrt(d). One table per attention layer (`blocks.{l}.attn.pe.pos_emb`),
 // shared by its heads, or one for the model (`pe.pos_emb`) with "shared": true. The logits are one
 // node (cope_logits, autograd/ops_posenc2024.h; q k^T computed once for the gates and the scores);
-// the softmax and p v are the composed attention's.
+// the softmax and p v are the composed attention's, or, where the device has the kernels (CPU),
+// one node for the whole attention (cope_attention).
 #include "autograd/ops_posenc2024.h"
 #include "posenc/posenc.h"
 
@@ -29,11 +30,26 @@ class Cope final : public PositionalEncoding {
 
   // [B, H, T, S]: the gates count the keys the window leaves visible (st.window)
   Variable logits(AttnState& st) override {
-    Variable k = st.k.size(2) == st.S ? st.k : slice(st.k, 2, 0, st.S);
-    return cope_logits(st.q, k, tables_.at(shared_ ? 0 : st.layer), st.scale, st.q_pos0, st.window);
+    return cope_logits(st.q, keys(st, st.k), tables_.at(shared_ ? 0 : st.layer), st.scale, st.q_pos0, st.window);
+  }
+
+  // [B, H, T, Dh]: CoPE's attention as one node (cope_attention: each row's softmax right after its
+  // scan, the logits never in memory) where the device has its kernels (the CPU) and nothing needs
+  // the composed path's probabilities: no dropout on them, no attention statistics; else undefined
+  // (the composed path: logits, causal_softmax, p v).
+  Variable fused_attention(AttnState& st, int64_t window, const DropoutMask& dropout) override {
+    if (dropout.active() || st.stats || st.q_pos0 != st.S - st.T || !cope_attention_on(st.q.data().device()))
+      return Variable();
+    return cope_attention(st.q, keys(st, st.k), keys(st, st.v), tables_.at(shared_ ? 0 : st.layer), st.scale,
+                          st.q_pos0, window);
   }
 
  private:
+  // the first st.S rows (a decoding step passes the cache's buffers)
+  static Variable keys(const AttnState& st, const Variable& x) {
+    return x.size(2) == st.S ? x : slice(x, 2, 0, st.S);
+  }
+
   bool shared_;
   std::vector<std::shared_ptr<nn::Module>> mods_;
   std::vector<Variable> tables_;  // E [d, npos_max]

@@ -216,7 +216,9 @@ class PositionalEncoding {
   // fused op when fused_attention_ok(st) and the bias (if any) is shared over the batch; else
   // undefined (the caller composes logits / softmax / output). An active dropout mask drops the
   // probabilities (training), as dropout(p, mask) on the composed path.
-  Variable fused_attention(AttnState& st, int64_t window, const DropoutMask& dropout = {});
+  // An encoding whose logits are its own may override it with a fused attention of its own
+  // (cope: logits, softmax and p v in one node), or undefined where it has none.
+  virtual Variable fused_attention(AttnState& st, int64_t window, const DropoutMask& dropout = {});
 };
 
 // The relative position of key j for query i (absolute positions, j <= i) under st's window and

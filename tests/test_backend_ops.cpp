@@ -977,7 +977,8 @@ void large_cases(std::vector<Case>& cs) {
 
 // --- the 2023-24 encodings' extension kernels (POSENC_SPEC §7): fire_distances (FIRE's
 // normalised distances, a tie thr == p at p = 3, c of either sign) and cope_forward / backward
-// (CoPE's gated positions: the clamp reached, a decoding offset, a window) against short loops ---
+// (CoPE's gated positions: the clamp reached, a decoding offset, a window) and cope_softmax_* (its
+// attention's rows: those logits' softmax, and back) against short loops ---
 template <class T>
 void posenc2024_cases(std::vector<Case>& cs) {
   const DType dt = dtype_of<T>::value;
@@ -1062,6 +1063,38 @@ void posenc2024_cases(std::vector<Case>& cs) {
                     return hosts({da, dz});
                   },
                   [=] { return ref(rnd(ts, dt, 163), rnd(ts, dt, 161, -2, 2), rnd(zs, dt, 162), false); }});
+    // CoPE's attention rows: the logits above, then the softmax over the visible keys (forward);
+    // the softmax's backward into dL/dlogits, then the scan's backward
+    const CausalRows rows{Tq, p0, win};
+    auto probs = [=](const Tensor& a, const Tensor& z) {
+      std::vector<Tensor> r = ref(Tensor(), a, z, true);
+      ref::softmax<T>(P<T>(r[0]), P<T>(r[0]), B * H * Tq, S, false, rows);
+      return r;  // {p, psum}
+    };
+    cs.push_back({"cope_softmax_forward " + tag, dt, false, S, kernels::cope_softmax_forward,
+                  [=](const Dev& D) {
+                    Tensor p = D.out(ts, dt), ps = D.out(ts, dt);
+                    kernels::cope_softmax_forward(D.d, D.in(rnd(ts, dt, 161, -2, 2)), D.in(rnd(zs, dt, 162)), p0, win,
+                                                  scale, p, ps);
+                    return hosts({p, ps});
+                  },
+                  [=] { return probs(rnd(ts, dt, 161, -2, 2), rnd(zs, dt, 162)); }});
+    cs.push_back({"cope_softmax_backward " + tag, dt, false, S, kernels::cope_softmax_backward,
+                  [=](const Dev& D) {
+                    const Tensor a = rnd(ts, dt, 161, -2, 2), z = rnd(zs, dt, 162);
+                    const std::vector<Tensor> pp = probs(a, z);
+                    Tensor dp = D.in(rnd(ts, dt, 164)), da = D.out(ts, dt), dz = D.out(zs, dt);
+                    kernels::cope_softmax_backward(D.d, dp, D.in(pp[0]), D.in(a), D.in(z), D.in(pp[1]), p0, win, scale,
+                                                   da, dz);
+                    return hosts({da, dz});
+                  },
+                  [=] {
+                    const Tensor a = rnd(ts, dt, 161, -2, 2), z = rnd(zs, dt, 162);
+                    const std::vector<Tensor> pp = probs(a, z);
+                    Tensor ds = Tensor::empty(ts, dt);
+                    ref::softmax_backward<T>(P<T>(pp[0]), P<T>(rnd(ts, dt, 164)), P<T>(ds), B * H * Tq, S, false, rows);
+                    return ref(ds, a, z, false);
+                  }});
   }
 }
 

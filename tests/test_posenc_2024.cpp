@@ -16,6 +16,8 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops_posenc2024.h"
 #include "core/rng.h"
+#include "autograd/profiler.h"
+#include "core/fast_paths.h"
 #include "nn/gpt.h"
 
 using namespace ctx;
@@ -234,6 +236,79 @@ TEST(Posenc2024, GradcheckCopeLogits) {
     EXPECT_TRUE(r.pass) << "S " << S << " window " << window << "\n" << r.summary();
     EXPECT_EQ(r.tensors.size(), 3u);
   }
+}
+
+// CoPE's attention as one node (cope_attention: the row's softmax inside the kernel) is the
+// composed path's causal_softmax(cope_logits) then p v: values and every input's gradient within
+// 1e-12 in f64 (and within f32 tolerance), and its own f64 gradcheck, at the clamp, at a decoding
+// offset and with a window.
+TEST(Posenc2024, CopeAttentionIsTheComposedAttention) {
+  ASSERT_TRUE(cope_attention_on(Device::CPU));
+  const int64_t B = 2, H = 2, T = 3, d = 4, dv = 5;
+  for (auto [S, qp0, window, np] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 0, 0, 4}, {5, 2, 0, 3},
+                                    {5, 2, 2, 9}, {40, 37, 0, 41}}) {
+    SCOPED_TRACE(str("S ", S, " q_pos0 ", qp0, " window ", window, " npos ", np));
+    const double scale = 1.0 / std::sqrt((double)d);
+    const std::vector<Tensor> in = {randn({B, H, T, d}, 31, 1.0), randn({B, H, S, d}, 32, 1.0),
+                                    randn({B, H, S, dv}, 33, 1.0), randn({d, np}, 34, 1.0)};
+    for (DType dt : {DType::F64, DType::F32}) {
+      std::vector<Variable> a, b;
+      for (const Tensor& t : in) a.emplace_back(t.to(dt), true), b.emplace_back(t.to(dt), true);
+      Variable fused = cope_attention(a[0], a[1], a[2], a[3], scale, qp0, window);
+      Variable composed =
+          matmul(causal_softmax(cope_logits(b[0], b[1], b[3], scale, qp0, window), qp0, window), b[2]);
+      EXPECT_EQ(fused.op_name(), "cope_attention");
+      const Tensor seed = randn({B, H, T, dv}, 35, 1.0).to(dt);
+      fused.backward(seed);
+      composed.backward(seed);
+      const double tol = dt == DType::F64 ? 1e-12 : 2e-5;
+      auto worst = [](const Tensor& x, const Tensor& y) {
+        double w = 0;
+        for (int64_t e = 0; e < x.numel(); ++e) w = std::max(w, std::fabs(x.at(e) - y.at(e)) / (1 + std::fabs(y.at(e))));
+        return w;
+      };
+      EXPECT_LT(worst(fused.data(), composed.data()), tol) << dtype_name(dt) << " output";
+      for (size_t i = 0; i < in.size(); ++i)
+        EXPECT_LT(worst(a[i].grad(), b[i].grad()), tol) << dtype_name(dt) << " gradient of input " << i;
+    }
+    if (S > 5) continue;  // the finite differences on the small cases
+    GradFn f = [=](const std::vector<Variable>& v) { return cope_attention(v[0], v[1], v[2], v[3], scale, qp0, window); };
+    const GradcheckResult r = gradcheck(f, in, {"q", "k", "v", "pos_emb"});
+    EXPECT_TRUE(r.pass) << r.summary();
+    EXPECT_EQ(r.tensors.size(), 4u);
+  }
+}
+
+// The model takes CoPE's one-node attention on the CPU (the profiler sees cope_attention, not
+// cope_logits), and its output and parameter gradients are the composed path's (fused attention
+// switched off).
+TEST(Posenc2024, CopeModelTakesItsOwnAttentionOnTheCpu) {
+  const Tensor tok = Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6, 7, 8, 3, 1, 4, 1, 5, 9, 2, 6}, {2, 8});
+  auto run = [&](bool fused, std::string* ops) {
+    nn::GPT m(tiny({{"type", "cope"}}), DType::F64, "cope");
+    m.init_weights(5);
+    for (auto& [name, p] : m.named_parameters())  // CoPE's tables start at 0: give them values
+      if (name.find("pos_emb") != std::string::npos) p.data().copy_from(randn(p.data().shape(), 6, 0.5));
+    set_fast_path(FastPath::Attention, fused);
+    prof::set_enabled(true);
+    prof::reset();
+    const Variable y = m.forward(tok);
+    sum(y).backward();
+    *ops = prof::to_json().dump();
+    prof::set_enabled(false);
+    reset_fast_path(FastPath::Attention);
+    std::vector<Tensor> out{y.data().clone()};
+    for (auto& [name, p] : m.named_parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  std::string fused_ops, composed_ops;
+  const std::vector<Tensor> f = run(true, &fused_ops), c = run(false, &composed_ops);
+  EXPECT_NE(fused_ops.find("cope_attention"), std::string::npos) << fused_ops;
+  EXPECT_EQ(fused_ops.find("cope_logits"), std::string::npos) << fused_ops;
+  EXPECT_NE(composed_ops.find("cope_logits"), std::string::npos) << composed_ops;
+  ASSERT_EQ(f.size(), c.size());
+  for (size_t i = 0; i < f.size(); ++i)
+    for (int64_t e = 0; e < f[i].numel(); ++e) EXPECT_NEAR(f[i].at(e), c[i].at(e), 1e-12) << "tensor " << i << " element " << e;
 }
 
 TEST(Posenc2024, CopeParameterNamesInitAndErrors) {

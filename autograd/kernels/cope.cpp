@@ -41,9 +41,27 @@ void check_backward(Device d, const Tensor& dout, const Tensor& a, const Tensor&
   check_cope("cope_backward", a, z, {{"dout", &dout}, {"psum", &psum}, {"da", &da}}, {{"dz", &dz}}, q_pos0, window);
 }
 
+void check_softmax_forward(Device d, const Tensor& a, const Tensor& z, const int64_t& q_pos0, const int64_t& window,
+                           const double& scale, const Tensor& p, const Tensor& psum) {
+  (void)scale;
+  check_on_device(d, "cope_softmax_forward", {&a, &z, &p, &psum});
+  check_cope("cope_softmax_forward", a, z, {{"p", &p}, {"psum", &psum}}, {}, q_pos0, window);
+}
+
+void check_softmax_backward(Device d, const Tensor& dp, const Tensor& p, const Tensor& a, const Tensor& z,
+                            const Tensor& psum, const int64_t& q_pos0, const int64_t& window, const double& scale,
+                            const Tensor& da, const Tensor& dz) {
+  (void)scale;
+  check_on_device(d, "cope_softmax_backward", {&dp, &p, &a, &z, &psum, &da, &dz});
+  check_cope("cope_softmax_backward", a, z, {{"dp", &dp}, {"p", &p}, {"psum", &psum}, {"da", &da}}, {{"dz", &dz}},
+             q_pos0, window);
+}
+
 }  // namespace
 
 ExtensionKernel<CopeForward> cope_forward{"cope_forward", &check_forward};
 ExtensionKernel<CopeBackward> cope_backward{"cope_backward", &check_backward};
+ExtensionKernel<CopeSoftmaxForward> cope_softmax_forward{"cope_softmax_forward", &check_softmax_forward};
+ExtensionKernel<CopeSoftmaxBackward> cope_softmax_backward{"cope_softmax_backward", &check_softmax_backward};
 
 }  // namespace ctx::kernels

@@ -1,6 +1,6 @@
 // autograd/kernels/cope.h — CoPE's gated positions (POSENC_SPEC §7.2), the extension kernels of
-// the cope_logits op (autograd/ops_cope.cpp, their owner and only caller; core/extension.h): one
-// scan per query row. Registered per device by cope_cpu.cpp (the library) and cope_cuda.cu
+// the cope_logits and cope_attention ops (autograd/ops_cope.cpp, their owner and only caller;
+// core/extension.h): one scan per query row (and, for the attention, its softmax). Registered per device by cope_cpu.cpp (the library) and cope_cuda.cu
 // (libctxlab_cuda.so); the argument checks every device runs first are in cope.cpp; the row
 // formulas both compile are cope_formula.h. tests/test_backend_ops.cpp holds every device's
 // kernels to short loops; the op's float64 gradcheck is in tests/test_posenc_2024.cpp.
@@ -27,5 +27,18 @@ extern ExtensionKernel<CopeForward> cope_forward;
 using CopeBackward = void(const Tensor& dout, const Tensor& a, const Tensor& z, const Tensor& psum, int64_t q_pos0,
                           int64_t window, double scale, Tensor& da, Tensor& dz);
 extern ExtensionKernel<CopeBackward> cope_backward;
+
+// CoPE's own attention (cope_attention, ops_cope.cpp): cope_forward's logits, then the softmax over
+// each row's visible keys in place: p [B, H, T, S] holds the probabilities (0 on invisible keys),
+// psum as cope_forward. The logits never leave the row.
+using CopeSoftmaxForward = void(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, double scale,
+                                Tensor& p, Tensor& psum);
+extern ExtensionKernel<CopeSoftmaxForward> cope_softmax_forward;
+
+// From dp = dL/dp [B, H, T, S] (overwritten: it becomes dL/dlogits = p (dp - sum(dp p)) on visible
+// keys, 0 elsewhere), then cope_backward's da and dz from it.
+using CopeSoftmaxBackward = void(Tensor& dp, const Tensor& p, const Tensor& a, const Tensor& z, const Tensor& psum,
+                                 int64_t q_pos0, int64_t window, double scale, Tensor& da, Tensor& dz);
+extern ExtensionKernel<CopeSoftmaxBackward> cope_softmax_backward;
 
 }  // namespace ctx::kernels

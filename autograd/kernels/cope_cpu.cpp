@@ -1,12 +1,17 @@
 // autograd/kernels/cope_cpu.cpp — the CPU kernels of CoPE's gated positions (cope.h, the
 // semantics; registered below for Device::CPU): one scan per query row (cope_formula.h), rows in
 // parallel: cope_formula.h's row with its sigmoids, interpolations and dL/dp taken on whole vectors
-// (core/cpu/simd.h), the running sums and dz's scatter scalar. Its CUDA twin is cope_cuda.cu.
+// (core/cpu/simd.h), the running sums and dz's scatter scalar; the attention's kernels run the
+// row's softmax (core/cpu/softmax_fast.h) while the row is in cache. Its CUDA twin is cope_cuda.cu
+// (the scans; the attention's kernels are CPU only: on CUDA CoPE takes the composed attention).
 #include "autograd/kernels/cope.h"
 #include "autograd/kernels/cope_formula.h"
 #include "core/cpu/parallel.h"
+#include "core/cpu/ref_kernels.h"
 #include "core/cpu/simd.h"
+#include "core/cpu/softmax_fast.h"
 
+#include <algorithm>
 #include <type_traits>
 #include <utility>
 
@@ -158,6 +163,54 @@ void backward_t(const Tensor& dout, const Tensor& a, const Tensor& z, const Tens
                  dap + r * S, dzp + r * np);
 }
 
+// The softmax of one row over its visible keys in place (0 elsewhere), and its backward into dp:
+// f32 on vectors (core/cpu/softmax_fast.h, no threads of its own), f64 the reference's loop.
+template <class F>
+void softmax_row(F* row, int64_t S, int64_t qp, int64_t window) {
+  int64_t lo, hi;
+  cope_visible(qp, S, window, lo, hi);
+  if constexpr (std::is_same_v<F, float>)
+    cpu::softmax_row_f32(row, row, S, lo, std::max(lo, hi + 1));
+  else
+    cpu::ref::softmax<F>(row, row, 1, S, false, CausalRows{1, qp, window});
+}
+template <class F>
+void softmax_backward_row(const F* p, F* dp, int64_t S, int64_t qp, int64_t window) {
+  int64_t lo, hi;
+  cope_visible(qp, S, window, lo, hi);
+  if constexpr (std::is_same_v<F, float>)
+    cpu::softmax_backward_row_f32(p, dp, dp, S, lo, std::max(lo, hi + 1));
+  else
+    cpu::ref::softmax_backward<F>(p, dp, dp, 1, S, false, CausalRows{1, qp, window});
+}
+
+template <class F>
+void softmax_forward_t(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, double scale, Tensor& p,
+                       Tensor& psum) {
+  const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
+  const F *ap = a.data<F>(), *zp = z.data<F>();
+  F *pp = p.data<F>(), *sp = psum.data<F>();
+#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * 3))
+  for (int64_t r = 0; r < R; ++r) {
+    row_forward(ap + r * S, zp + r * np, S, np, q_pos0 + r % T, window, (F)scale, pp + r * S, sp + r * S);
+    softmax_row(pp + r * S, S, q_pos0 + r % T, window);
+  }
+}
+
+template <class F>
+void softmax_backward_t(Tensor& dp, const Tensor& p, const Tensor& a, const Tensor& z, const Tensor& psum,
+                        int64_t q_pos0, int64_t window, double scale, Tensor& da, Tensor& dz) {
+  const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
+  const F *pp = p.data<F>(), *ap = a.data<F>(), *zp = z.data<F>(), *sp = psum.data<F>();
+  F *dpp = dp.data<F>(), *dap = da.data<F>(), *dzp = dz.data<F>();
+#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * 3))
+  for (int64_t r = 0; r < R; ++r) {
+    softmax_backward_row(pp + r * S, dpp + r * S, S, q_pos0 + r % T, window);  // dp -> dL/dlogits
+    row_backward(dpp + r * S, ap + r * S, zp + r * np, sp + r * S, S, np, q_pos0 + r % T, window, (F)scale,
+                 dap + r * S, dzp + r * np);
+  }
+}
+
 void forward(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, double scale, Tensor& out,
              Tensor& psum) {
   if (a.dtype() == DType::F32)
@@ -174,8 +227,26 @@ void backward(const Tensor& dout, const Tensor& a, const Tensor& z, const Tensor
     backward_t<double>(dout, a, z, psum, q_pos0, window, scale, da, dz);
 }
 
+void softmax_forward(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, double scale, Tensor& p,
+                     Tensor& psum) {
+  if (a.dtype() == DType::F32)
+    softmax_forward_t<float>(a, z, q_pos0, window, scale, p, psum);
+  else
+    softmax_forward_t<double>(a, z, q_pos0, window, scale, p, psum);
+}
+
+void softmax_backward(Tensor& dp, const Tensor& p, const Tensor& a, const Tensor& z, const Tensor& psum,
+                      int64_t q_pos0, int64_t window, double scale, Tensor& da, Tensor& dz) {
+  if (a.dtype() == DType::F32)
+    softmax_backward_t<float>(dp, p, a, z, psum, q_pos0, window, scale, da, dz);
+  else
+    softmax_backward_t<double>(dp, p, a, z, psum, q_pos0, window, scale, da, dz);
+}
+
 [[maybe_unused]] const bool g_registered = (cope_forward.add(Device::CPU, &forward, __FILE__),
-                                            cope_backward.add(Device::CPU, &backward, __FILE__), true);
+                                            cope_backward.add(Device::CPU, &backward, __FILE__),
+                                            cope_softmax_forward.add(Device::CPU, &softmax_forward, __FILE__),
+                                            cope_softmax_backward.add(Device::CPU, &softmax_backward, __FILE__), true);
 
 }  // namespace
 }  // namespace ctx::kernels

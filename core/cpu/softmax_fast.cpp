@@ -31,7 +31,9 @@ float row_max(const float* x, int64_t lo, int64_t hi) {
   return mx;
 }
 
-void softmax_row(const float* x, float* y, int64_t C, int64_t lo, int64_t hi) {
+}  // namespace
+
+void softmax_row_f32(const float* x, float* y, int64_t C, int64_t lo, int64_t hi) {
   const float mx = row_max(x, lo, hi);
   if (mx == -INFINITY) {  // no visible finite logit: 0, as the reference
     std::fill(y, y + C, 0.f);
@@ -55,7 +57,7 @@ void softmax_row(const float* x, float* y, int64_t C, int64_t lo, int64_t hi) {
   std::fill(y + hi, y + C, 0.f);
 }
 
-void softmax_backward_row(const float* y, const float* dy, float* dx, int64_t C, int64_t lo, int64_t hi) {
+void softmax_backward_row_f32(const float* y, const float* dy, float* dx, int64_t C, int64_t lo, int64_t hi) {
   V acc = V{};
   int64_t c = lo;
   for (; c + W <= hi; c += W) acc += vload(dy + c) * vload(y + c);
@@ -68,13 +70,11 @@ void softmax_backward_row(const float* y, const float* dy, float* dx, int64_t C,
   std::fill(dx + hi, dx + C, 0.f);
 }
 
-}  // namespace
-
 void causal_softmax_fast_f32(const float* x, float* y, int64_t N, int64_t C, CausalRows rows) {
 #pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
     const int64_t lo = rows.lo(n), hi = std::max(lo, rows.hi(n, C));
-    softmax_row(x + n * C, y + n * C, C, lo, hi);
+    softmax_row_f32(x + n * C, y + n * C, C, lo, hi);
   }
 }
 
@@ -83,7 +83,7 @@ void causal_softmax_backward_fast_f32(const float* y, const float* dy, float* dx
 #pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
     const int64_t lo = rows.lo(n), hi = std::max(lo, rows.hi(n, C));
-    softmax_backward_row(y + n * C, dy + n * C, dx + n * C, C, lo, hi);
+    softmax_backward_row_f32(y + n * C, dy + n * C, dx + n * C, C, lo, hi);
   }
 }
 

@@ -18,4 +18,9 @@ void causal_softmax_fast_f32(const float* x, float* y, int64_t N, int64_t C, Cau
 void causal_softmax_backward_fast_f32(const float* y, const float* dy, float* dx, int64_t N, int64_t C,
                                       CausalRows rows);
 
+// One row (no threads: for kernels that already run rows in parallel): y = the softmax of x over
+// the columns [lo, hi), 0 elsewhere; dx = y (dy - sum(dy y)) over [lo, hi), 0 elsewhere.
+void softmax_row_f32(const float* x, float* y, int64_t C, int64_t lo, int64_t hi);
+void softmax_backward_row_f32(const float* y, const float* dy, float* dx, int64_t C, int64_t lo, int64_t hi);
+
 }  // namespace ctx::cpu
