@@ -28,7 +28,8 @@ Variable cope_logits(const Variable& q, const Variable& k, const Variable& E, do
 // CoPE's attention as one node: softmax over the visible keys of cope_logits(q, k, E, ...), then
 // times v [B, H, S, dv] -> [B, H, T, dv] (the composed path's value, without [B, H, T, S] logits
 // in memory: the kernels take each row's softmax right after its scan). Needs the
-// cope_softmax_* kernels on the device: cope_attention_on(d) says whether it has them (CPU).
+// cope_softmax_* kernels on the device: cope_attention_on(d) says whether it has them (CPU, and
+// CUDA once libctxlab_cuda.so is loaded).
 Variable cope_attention(const Variable& q, const Variable& k, const Variable& v, const Variable& E, double scale,
                         int64_t q_pos0, int64_t window);
 bool cope_attention_on(Device d);

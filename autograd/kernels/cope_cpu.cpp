@@ -2,12 +2,10 @@
 // semantics; registered below for Device::CPU): one scan per query row (cope_formula.h), rows in
 // parallel: cope_formula.h's row with its sigmoids, interpolations and dL/dp taken on whole vectors
 // (core/cpu/simd.h), the running sums and dz's scatter scalar; the attention's kernels run the
-// row's softmax (core/cpu/softmax_fast.h) while the row is in cache. Its CUDA twin is cope_cuda.cu
-// (the scans; the attention's kernels are CPU only: on CUDA CoPE takes the composed attention).
+// row's softmax (core/cpu/softmax_fast.h) while the row is in cache. Its CUDA twin is cope_cuda.cu.
 #include "autograd/kernels/cope.h"
 #include "autograd/kernels/cope_formula.h"
 #include "core/cpu/parallel.h"
-#include "core/cpu/ref_kernels.h"
 #include "core/cpu/simd.h"
 #include "core/cpu/softmax_fast.h"
 
@@ -164,7 +162,7 @@ void backward_t(const Tensor& dout, const Tensor& a, const Tensor& z, const Tens
 }
 
 // The softmax of one row over its visible keys in place (0 elsewhere), and its backward into dp:
-// f32 on vectors (core/cpu/softmax_fast.h, no threads of its own), f64 the reference's loop.
+// f32 on vectors (core/cpu/softmax_fast.h, no threads of its own), f64 cope_formula.h's loop.
 template <class F>
 void softmax_row(F* row, int64_t S, int64_t qp, int64_t window) {
   int64_t lo, hi;
@@ -172,7 +170,7 @@ void softmax_row(F* row, int64_t S, int64_t qp, int64_t window) {
   if constexpr (std::is_same_v<F, float>)
     cpu::softmax_row_f32(row, row, S, lo, std::max(lo, hi + 1));
   else
-    cpu::ref::softmax<F>(row, row, 1, S, false, CausalRows{1, qp, window});
+    cope_row_softmax(row, S, qp, window);
 }
 template <class F>
 void softmax_backward_row(const F* p, F* dp, int64_t S, int64_t qp, int64_t window) {
@@ -181,7 +179,7 @@ void softmax_backward_row(const F* p, F* dp, int64_t S, int64_t qp, int64_t wind
   if constexpr (std::is_same_v<F, float>)
     cpu::softmax_backward_row_f32(p, dp, dp, S, lo, std::max(lo, hi + 1));
   else
-    cpu::ref::softmax_backward<F>(p, dp, dp, 1, S, false, CausalRows{1, qp, window});
+    cope_row_softmax_backward(p, dp, S, qp, window);
 }
 
 template <class F>

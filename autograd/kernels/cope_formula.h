@@ -83,4 +83,29 @@ CTX_HOST_DEVICE inline void cope_row_backward(const F* dout, const F* a, const F
   }
 }
 
+// The attention's rows (cope_softmax_*): the softmax of the row's logits over its visible keys in
+// place, 0 elsewhere (a row without a finite logit: all 0, as ref::softmax); and its backward in
+// place, dp -> p (dp - sum(dp p)) on the visible keys, 0 elsewhere. Sequential over the row: the
+// CUDA kernels' (one thread per row) and the CPU's f64 (its f32 runs on vectors, softmax_fast.h).
+template <class F>
+CTX_HOST_DEVICE inline void cope_row_softmax(F* row, int64_t S, int64_t qp, int64_t window) {
+  int64_t lo, hi;
+  cope_visible(qp, S, window, lo, hi);
+  F mx = -INFINITY;
+  for (int64_t j = lo; j <= hi; ++j) mx = row[j] > mx ? row[j] : mx;
+  F sum = F(0);
+  for (int64_t j = lo; j <= hi; ++j) sum += row[j] = mx == -INFINITY ? F(0) : std::exp(row[j] - mx);
+  const F inv = sum > F(0) ? F(1) / sum : F(0);
+  for (int64_t j = 0; j < S; ++j) row[j] = j >= lo && j <= hi ? row[j] * inv : F(0);
+}
+
+template <class F>
+CTX_HOST_DEVICE inline void cope_row_softmax_backward(const F* p, F* dp, int64_t S, int64_t qp, int64_t window) {
+  int64_t lo, hi;
+  cope_visible(qp, S, window, lo, hi);
+  F s = F(0);
+  for (int64_t j = lo; j <= hi; ++j) s += dp[j] * p[j];
+  for (int64_t j = 0; j < S; ++j) dp[j] = j >= lo && j <= hi ? p[j] * (dp[j] - s) : F(0);
+}
+
 }  // namespace ctx::kernels
