@@ -5,7 +5,8 @@
 #   distributed_small_batch    --deterministic --batch 8: 1, 2 and 4 ranks give the same bits
 #   distributed_resume         a run checkpointed with N = 2 resumes with N = 1 and the other way round
 #   distributed_kill9          kill -9 of one rank: all end non-zero within seconds, checkpoint loads
-#   distributed_stopped_rank   SIGSTOP of one rank mid-run: the other exits 124 after --dist-timeout, naming it
+#   distributed_stopped_rank   SIGSTOP of one rank mid-run (2 and 3 ranks): the others exit 124 after
+#                              --dist-timeout, naming the stopped rank alone
 #   distributed_stopped_start_end  SIGSTOP of one rank before MPI_Init, the last barrier, MPI_Finalize:
 #                                  the other exits 124 after --dist-timeout, naming the operation
 #   distributed_signal_one_rank  SIGINT to one rank: both stop after the same step, checkpoint, exit 130
