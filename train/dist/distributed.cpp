@@ -61,18 +61,19 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-std::vector<int> other_ranks() {
+// Every rank of `size` but `rank`.
+std::vector<int> other_ranks(int rank, int size) {
   std::vector<int> r;
-  for (int i = 0; i < g_size; ++i)
-    if (i != g_rank) r.push_back(i);
+  for (int i = 0; i < size; ++i)
+    if (i != rank) r.push_back(i);
   return r;
 }
 
 // The one-line message of every --dist-timeout expiry: the operation, this rank, the ranks it
 // waited for and the timeout.
-std::string timeout_message(const char* call, const std::string& waited_for) {
-  return str("MPI: ", call, " did not complete within ", g_timeout_s, " s (--dist-timeout) on rank ", g_rank, " of ",
-             g_size, ": waited for ", waited_for, "; the job ends (exit ", kTimeoutExitCode, ")");
+std::string timeout_message(const char* call, int rank, int size, const std::string& waited_for) {
+  return str("MPI: ", call, " did not complete within ", g_timeout_s, " s (--dist-timeout) on rank ", rank, " of ",
+             size, ": waited for ", waited_for, "; the job ends (exit ", kTimeoutExitCode, ")");
 }
 
 // Who is missing, asked only after a timeout: a ping to every other rank on a communicator of
@@ -99,7 +100,7 @@ void answer_pings() {
 // The ranks that do not answer a ping within min(2 s, --dist-timeout); every other rank when
 // there is no ping communicator (a timeout in start-up, before it exists).
 std::vector<int> silent_ranks() {
-  std::vector<int> others = other_ranks();
+  std::vector<int> others = other_ranks(g_rank, g_size);
   if (g_ping_comm == MPI_COMM_NULL) return others;
   std::vector<MPI_Request> pong(others.size(), MPI_REQUEST_NULL);
   std::vector<int> got(others.size(), 0);
@@ -149,7 +150,7 @@ void wait_bounded(MPI_Request& req, const char* call) {
     check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), call);
     if (done) return;
     const auto now = Clock::now();
-    if (now >= deadline) throw TimeoutError(timeout_message(call, silent_description()));
+    if (now >= deadline) throw TimeoutError(timeout_message(call, g_rank, g_size, silent_description()));
     if (now >= patient) {
       answer_pings();
       std::this_thread::yield();
@@ -160,18 +161,20 @@ void wait_bounded(MPI_Request& req, const char* call) {
 // Runs `blocking` (an MPI call with no non-blocking form: MPI_Init_thread, MPI_Finalize) while a
 // watchdog thread waits --dist-timeout seconds for it; past that the watchdog prints the one-line
 // error and ends this process with kTimeoutExitCode (_Exit: the main thread is inside MPI, and no
-// other MPI call or exit handler can run safely). Costs one thread start per call.
+// other MPI call or exit handler can run safely). `rank` of `size`: this process (before MPI_Init,
+// as the launcher says). Costs one thread start per call.
 template <class F>
-void with_watchdog(const char* call, F&& blocking) {
+void with_watchdog(const char* call, int rank, int size, F&& blocking) {
   std::mutex m;
   std::condition_variable cv;
   bool done = false;
-  const int rank = g_rank, size = g_size;
   std::thread dog([&] {
     std::unique_lock<std::mutex> lk(m);
     if (cv.wait_for(lk, timeout_duration(), [&] { return done; })) return;
-    const std::string waited = size > 1 ? rank_list(other_ranks()) : std::string("the MPI launcher");
-    std::fprintf(stderr, "ctxlab: error (rank %d of %d): %s\n", rank, size, timeout_message(call, waited).c_str());
+    const std::vector<int> others = other_ranks(rank, size);
+    const std::string waited = others.empty() ? std::string("the MPI launcher") : rank_list(others);
+    std::fprintf(stderr, "ctxlab: error (rank %d of %d): %s\n", rank, size,
+                 timeout_message(call, rank, size, waited).c_str());
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(kTimeoutExitCode);
@@ -240,12 +243,12 @@ void init(bool forced, double timeout_s) {
   if (!already) {
     int provided = 0;
     // the launcher's rank and size, for the watchdog's message (MPI does not know them yet)
-    g_rank = env_int("OMPI_COMM_WORLD_RANK", env_int("PMIX_RANK", env_int("PMI_RANK", 0)));
-    g_size = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", 1));
+    const int rank = env_int("OMPI_COMM_WORLD_RANK", env_int("PMIX_RANK", env_int("PMI_RANK", 0)));
+    const int size = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", 1));
     kill_point("dist:init");
     // Only the main thread calls MPI (OpenMP threads never do). MPI_Init waits for every rank.
     int rc = MPI_SUCCESS;
-    with_watchdog("MPI_Init_thread (start-up)",
+    with_watchdog("MPI_Init_thread (start-up)", rank, size,
                   [&] { rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided); });
     if (rc != MPI_SUCCESS) throw Error("MPI: MPI_Init_thread failed (is this process started by mpirun?)");
     std::atexit(finalize_at_exit);
@@ -433,7 +436,7 @@ void finalize() {
 #endif
   if (!fin) {
     if (g_ping_comm != MPI_COMM_NULL) MPI_Comm_free(&g_ping_comm);
-    with_watchdog("MPI_Finalize", [] { MPI_Finalize(); });
+    with_watchdog("MPI_Finalize", g_rank, g_size, [] { MPI_Finalize(); });
   }
   g_active = false;
 }
