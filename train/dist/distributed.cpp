@@ -18,7 +18,7 @@
 #include "core/threads.h"
 #include "core/error.h"
 #include "core/settings.h"  // setting_env: CTXLAB_THREADS
-#include "train/io/kill_point.h"  // the test hook of the end of a run ("dist:finalize")
+#include "train/io/kill_point.h"  // the test hooks of a run's start and end ("dist:init", "dist:finalize")
 #ifdef CTXLAB_WITH_NCCL
 #include "core/cuda_module.h"  // NCCL lives in libctxlab_cuda.so, loaded with the CUDA backend
 #include "train/dist/nccl/nccl_allreduce.h"  // its entry point's table (plain C++)
@@ -129,8 +129,8 @@ std::vector<int> silent_ranks() {
 std::string silent_description() {
   const std::vector<int> silent = silent_ranks();
   if (silent.empty())
-    return str("every other rank, which all answer but wait elsewhere (the ranks disagree on the order of the "
-               "collectives: a bug)");
+    return str("no rank in particular: every other rank answers from inside a collective (they arrived just "
+               "after the timeout, or the ranks run different collectives: a bug)");
   return str(rank_list(silent), " (no answer: stopped, hung, cut off, or busy outside MPI for longer than the "
              "timeout)");
 }
