@@ -57,8 +57,9 @@ const std::vector<Setting>& settings() {
        "so that the fallbacks are tested on a CPU that has it", "core/precision.cpp"},
       {"CTXLAB_NO_REEXEC", "unset", "any value",
        "set: the CLI does not restart itself with GOMP_SPINCOUNT=1000", "train/cli/main.cpp"},
-      {"CTXLAB_TEST_KILL_AT", "unset", "NAME@N",
-       "tests: SIGKILL the process at the N-th pass of the kill point NAME (a checkpoint write's steps)",
+      {"CTXLAB_TEST_KILL_AT", "unset", "NAME@N | NAME@N:STOP",
+       "tests: SIGKILL (:STOP: SIGSTOP) the process at the N-th pass of the kill point NAME (a checkpoint "
+       "write's steps; dist:init, dist:finalize, dist:mpi_finalize: the MPI waits of a run's start and end)",
        "train/io/kill_point.cpp"},
       // The CUDA emulator (core/cuda/emu, a library that does not depend on ctxlab's core) reads
       // its own variables with getenv; they are listed here so that this table is complete.

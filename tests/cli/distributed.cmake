@@ -5,7 +5,10 @@
 #   distributed_small_batch    --deterministic --batch 8: 1, 2 and 4 ranks give the same bits
 #   distributed_resume         a run checkpointed with N = 2 resumes with N = 1 and the other way round
 #   distributed_kill9          kill -9 of one rank: all end non-zero within seconds, checkpoint loads
-#   distributed_stopped_rank   SIGSTOP of one rank: the other ends the job after --dist-timeout, naming it
+#   distributed_stopped_rank   SIGSTOP of one rank mid-run (2 and 3 ranks): the others exit 124 after
+#                              --dist-timeout, naming the stopped rank alone
+#   distributed_stopped_start_end  SIGSTOP of one rank before MPI_Init, the last barrier, MPI_Finalize:
+#                                  the other exits 124 after --dist-timeout, naming the operation
 #   distributed_signal_one_rank  SIGINT to one rank: both stop after the same step, checkpoint, exit 130
 #   distributed_bad_split      --batch 7 on 2 ranks: one clear error
 #   distributed_slicing        each rank's loss is that of its own rows of the global batch
@@ -20,7 +23,8 @@ set(_dc_script ${CMAKE_SOURCE_DIR}/tests/python/distributed_checks.py)
 set(_dc_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1")
 foreach(_dc IN ITEMS "same_run_shm|same_run" "same_run_tcp|same_run;--btl;self,tcp" "small_batch|small_batch"
                      "resume|resume_across_n"
-                     "kill9|kill9" "stopped_rank|stopped_rank" "signal_one_rank|signal_one_rank"
+                     "kill9|kill9" "stopped_rank|stopped_rank" "stopped_start_end|stopped_start_end"
+                     "signal_one_rank|signal_one_rank"
                      "bad_split|bad_split" "slicing|slicing")
   string(REPLACE "|" ";" _dc_parts "${_dc}")
   list(GET _dc_parts 0 _dc_name)

@@ -15,9 +15,16 @@
                          round) and ends where the uninterrupted single process ends.
   kill9                  kill -9 of one rank mid-run: mpirun and the other rank exit non-zero within
                          seconds, and the last checkpoint still loads and resumes.
-  stopped_rank           SIGSTOP of one rank mid-run (alive but silent, as a network partition): the
-                         other gives up after --dist-timeout (3 s here), naming the collective, the
-                         timeout and the rank count; mpirun exits non-zero within the timeout + 10 s.
+  stopped_rank           SIGSTOP of the last rank mid-run (alive but silent, as a network partition),
+                         with 2 and 3 ranks: the others give up after --dist-timeout (3 s here),
+                         naming the collective, the timeout, the rank count and the stopped rank
+                         alone (it does not answer the ping that follows a timeout; with 3 ranks,
+                         rank 1 does); mpirun exits 124 within the timeout + 10 s.
+  stopped_start_end      rank 1 stopped (SIGSTOP, the test hook CTXLAB_TEST_KILL_AT=NAME@1:STOP,
+                         train/io/kill_point.h) where no collective of the run waits: before MPI_Init,
+                         before the end-of-run barrier, between it and MPI_Finalize. Rank 0 names the
+                         operation, rank 1 and the timeout (3 s), mpirun exits 124 within the timeout
+                         + 10 s, no rank is left behind, and a finished run's checkpoint is complete.
   signal_one_rank        SIGINT to rank 1 alone: the ranks agree on it, rank 0 checkpoints that step,
                          the job exits 130, and the checkpoint resumes with N = 2.
   bad_split              --batch 7 on 2 ranks: one clear error, exit non-zero.
@@ -282,11 +289,11 @@ def kill9():
         check(f"kill9 rank {victim}: the last checkpoint loads and resumes", q.returncode == 0)
 
 
-def start_and_find_ranks(d, extra):
-    """mpirun -np 2 of a long tiny run into `d`; once step 3 is logged: (Popen, {rank: pid})."""
-    args = TINY + ["--steps", 100000, "--batch", 8, "--out", d, "--eval-interval", 0, "--ckpt-interval", 0,
-                   "--log-interval", 1] + extra
-    p = subprocess.Popen(mpi(2, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start_and_find_ranks(d, extra, n=2):
+    """mpirun -np n of a long tiny run into `d`; once step 3 is logged: (Popen, {rank: pid})."""
+    args = TINY + ["--steps", 100000, "--batch", 12 if n == 3 else 8, "--out", d, "--eval-interval", 0,
+                   "--ckpt-interval", 0, "--log-interval", 1] + extra
+    p = subprocess.Popen(mpi(n, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     csv = os.path.join(d, "train.csv")
     t0 = time.time()
     while time.time() - t0 < 60 and p.poll() is None:
@@ -297,21 +304,29 @@ def start_and_find_ranks(d, extra):
 
 
 def stopped_rank():
-    """SIGSTOP of rank 1 (alive but silent: mpirun never notices, as a partition): rank 0 gives up
-    after --dist-timeout seconds in its collective, names it, the rank count and the timeout, and
-    the whole job ends non-zero within the timeout + slack."""
+    """SIGSTOP of the last rank (alive but silent: mpirun never notices, as a partition): the others
+    give up after --dist-timeout seconds in their collective, name it, the rank count, the timeout
+    and the stopped rank, and the whole job ends with 124 within the timeout + slack."""
     for bad in ("0", "-1", "2x", "nan", ""):
         d = fresh("stopped_bad")
         q = run(single(TINY + ["--steps", 1, "--dist-timeout", bad, "--out", d]))
         check(f"stopped: --dist-timeout {bad!r} is refused in one line before any work",
               q.returncode != 0 and "--dist-timeout" in q.stderr and "expected a positive number of seconds" in q.stderr
               and not os.path.exists(d), q.stderr[-300:])
-    timeout = 3
-    p, ranks = start_and_find_ranks(fresh("stopped"), ["--dist-timeout", timeout])
-    if not check(f"stopped: found both ranks ({ranks})", p.poll() is None and len(ranks) == 2):
+    for n in (2, 3):
+        stop_one_rank(n)
+
+
+def stop_one_rank(n, timeout=3):
+    """SIGSTOP of the last of n ranks mid-run; with 3 ranks, rank 1 answers the ping that follows the
+    timeout and rank 2 does not: the message names rank 2 alone."""
+    victim = n - 1
+    name = f"stopped (np {n}, rank {victim})"
+    p, ranks = start_and_find_ranks(fresh(f"stopped_np{n}"), ["--dist-timeout", timeout], n)
+    if not check(f"{name}: found the ranks ({ranks})", p.poll() is None and len(ranks) == n):
         p.kill()
         return p.communicate()
-    os.kill(ranks[1], signal.SIGSTOP)
+    os.kill(ranks[victim], signal.SIGSTOP)
     t_stop = time.time()
     try:
         out, err = p.communicate(timeout=timeout + 30)
@@ -320,19 +335,69 @@ def stopped_rank():
             os.kill(pid, signal.SIGKILL)
         p.kill()
         p.communicate()
-        return check(f"stopped: mpirun ends within {timeout + 30} s", False, "hung")
+        return check(f"{name}: mpirun ends within {timeout + 30} s", False, "hung")
     took = time.time() - t_stop
     for pid in ranks.values():  # nothing left behind, stopped or not
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    msg = f"did not complete within {timeout} s (--dist-timeout) on rank 0 of 2"
-    check(f"stopped: mpirun exits non-zero (rc {p.returncode}) in {took:.1f} s (timeout {timeout} s + 10 s slack)",
-          p.returncode != 0 and took < timeout + 10)
-    check("stopped: rank 0 names the collective, the timeout and the rank count",
-          "error (rank 0 of 2): MPI: MPI_" in err and msg in err, err[-800:])
-    check("stopped: rank 0 gave up no earlier than the timeout", took >= timeout - 0.5, f"{took:.1f} s")
+    msg = (f"did not complete within {timeout} s (--dist-timeout) on rank {{}} of {n}: waited for rank {victim} "
+           "(no answer")
+    named = [r for r in range(victim) if f"error (rank {r} of {n}): MPI: MPI_" in err and msg.format(r) in err]
+    check(f"{name}: mpirun exits 124 (rc {p.returncode}) in {took:.1f} s (timeout {timeout} s + 10 s slack)",
+          p.returncode == 124 and took < timeout + 10)
+    check(f"{name}: a waiting rank ({named}) names the collective, the timeout, the rank count and rank {victim} "
+          "alone", named and "waited for ranks" not in err, err[-800:])
+    check(f"{name}: the waiting ranks gave up no earlier than the timeout", took >= timeout - 0.5, f"{took:.1f} s")
+
+
+# Where rank 1 stops (kill points of train/dist/distributed.cpp) and what rank 0 then reports.
+STOP_POINTS = [("dist:init", "MPI_Init_thread (start-up)"),
+               ("dist:finalize", "MPI_Barrier (end of the run, before MPI_Finalize)"),
+               ("dist:mpi_finalize", "MPI_Finalize")]
+
+
+def stopped_start_end():
+    """Rank 1 stops (SIGSTOP from the test hook) outside the collectives of the steps: rank 0 does
+    not wait for it longer than --dist-timeout in MPI_Init, the last barrier or MPI_Finalize."""
+    timeout, steps = 3, 3
+    for point, op in STOP_POINTS:
+        d = fresh("stopped_" + point.replace(":", "_"))
+        # rank 1 alone gets the hook (mpirun passes one environment to every rank)
+        only_rank1 = ('[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export CTXLAB_TEST_KILL_AT="$STOP_AT"; exec "$0" "$@"')
+        cmd = mpi(2, TINY + ["--steps", steps, "--batch", 8, "--out", d, "--eval-interval", 0,
+                             "--dist-timeout", timeout])
+        at = cmd.index(BIN)
+        cmd = cmd[:at] + ["-x", "STOP_AT", "/bin/sh", "-c", only_rank1] + cmd[at:]
+        env = dict(os.environ, STOP_AT=point + "@1:STOP")
+        t0 = time.time()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        ranks = {}
+        while p.poll() is None and time.time() - t0 < timeout + 30:  # the ranks' pids, for the cleanup
+            ranks.update(ranks_of(p.pid))
+            time.sleep(0.05)
+        hung = p.poll() is None
+        if hung:
+            p.kill()
+        out, err = p.communicate()
+        took = time.time() - t0
+        left = [pid for pid in ranks.values() if not gone_within(pid, 5)]
+        for pid in left:  # a stopped rank ignores everything but SIGKILL
+            os.kill(pid, signal.SIGKILL)
+        name = f"stopped at {point}"
+        if not check(f"{name}: mpirun ends within {timeout + 30} s", not hung, err[-800:]):
+            continue
+        check(f"{name}: mpirun exits 124 (rc {p.returncode}) in {took:.1f} s (timeout {timeout} s + 10 s slack)",
+              p.returncode == 124 and took < timeout + 10, err[-800:])
+        msg = f"MPI: {op} did not complete within {timeout} s (--dist-timeout) on rank 0 of 2: waited for rank 1"
+        check(f"{name}: rank 0 names the operation, rank 1 and the timeout in one line",
+              f"error (rank 0 of 2): {msg}" in err, err[-800:])
+        check(f"{name}: no rank is left behind ({left})", not left)
+        if point != "dist:init":
+            ckpt = os.path.join(d, "model.safetensors")
+            step = st_io.read_header(ckpt)[1].get("step") if os.path.exists(ckpt) else None
+            check(f"{name}: the finished run's checkpoint is complete (step {step})", step == str(steps))
 
 
 def signal_one_rank():
@@ -405,7 +470,7 @@ def main():
     global BIN, WORK, MPIRUN
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["same_run", "small_batch", "resume_across_n", "kill9", "stopped_rank",
-                                     "signal_one_rank",
+                                     "stopped_start_end", "signal_one_rank",
                                      "bad_split", "slicing"])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)

@@ -319,8 +319,9 @@ TaskParams task_params_from_options(const cxxopts::ParseResult& r) {
 
 void add_distributed_option(cxxopts::Options& o) {
   o.add_options("output")("distributed", "data-parallel over MPI even when not started by mpirun (docs/distributed.md)")(
-      "dist-timeout", "seconds a rank waits in one MPI collective before the job ends with an error (a rank that is "
-      "stopped, hung or cut off); longer than any checkpoint or validation pass",
+      "dist-timeout", "seconds a rank waits for the others in one MPI call (MPI_Init, each collective, the barrier and "
+      "MPI_Finalize at the end) before the job ends with an error naming the silent ranks and exit status 124 "
+      "(a rank that is stopped, hung or cut off); longer than any checkpoint or validation pass",
       cxxopts::value<std::string>()->default_value(str(dist::kDefaultTimeoutSeconds)));
 }
 

@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
       if (ctx::dist::size() > 1) {  // one rank failing ends the whole MPI job, not a hang
         std::fprintf(stderr, "ctxlab %s: error (rank %d of %d): %s\n", v.name, ctx::dist::rank(),
                      ctx::dist::size(), ctx::escape_control(e.what()).c_str());
-        ctx::dist::abort_job(1);
+        // a wait past --dist-timeout: 124, as timeout(1) (docs/reliability.md)
+        ctx::dist::abort_job(dynamic_cast<const ctx::dist::TimeoutError*>(&e) ? ctx::dist::kTimeoutExitCode : 1);
       }
       // every message is one line, and whatever it echoes from files or options reaches the
       // terminal with its control characters escaped

@@ -8,14 +8,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "core/threads.h"
 #include "core/error.h"
 #include "core/settings.h"  // setting_env: CTXLAB_THREADS
+#include "train/io/kill_point.h"  // the test hooks of a run's start and end ("dist:init", "dist:finalize")
 #ifdef CTXLAB_WITH_NCCL
 #include "core/cuda_module.h"  // NCCL lives in libctxlab_cuda.so, loaded with the CUDA backend
 #include "train/dist/nccl/nccl_allreduce.h"  // its entry point's table (plain C++)
@@ -39,26 +42,150 @@ void check(int rc, const char* call) {
                   " (another rank died or the network failed; the job ends)"));
 }
 
+using Clock = std::chrono::steady_clock;
+
+Clock::duration timeout_duration() {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(g_timeout_s));
+}
+
+// "rank 1", "ranks 1, 3", "ranks 0-3, 5" (ascending, not empty).
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    s += str(i ? ", " : "", ranks[i]);
+    if (j > i) s += str(j == i + 1 ? ", " : "-", ranks[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+// Every rank of `size` but `rank`.
+std::vector<int> other_ranks(int rank, int size) {
+  std::vector<int> r;
+  for (int i = 0; i < size; ++i)
+    if (i != rank) r.push_back(i);
+  return r;
+}
+
+// The one-line message of every --dist-timeout expiry: the operation, this rank, the ranks it
+// waited for and the timeout.
+std::string timeout_message(const char* call, int rank, int size, const std::string& waited_for) {
+  return str("MPI: ", call, " did not complete within ", g_timeout_s, " s (--dist-timeout) on rank ", rank, " of ",
+             size, ": waited for ", waited_for, "; the job ends (exit ", kTimeoutExitCode, ")");
+}
+
+// Who is missing, asked only after a timeout: a ping to every other rank on a communicator of
+// its own; a rank waiting in wait_bounded (any collective) answers it, one that is stopped, hung,
+// cut off or busy outside MPI does not. Ranks answer each other's pings while they wait.
+MPI_Comm g_ping_comm = MPI_COMM_NULL;
+constexpr int kPingTag = 1, kPongTag = 2;
+int g_ping_buf = 0, g_pong_buf = 0;  // the payload is unused; MPI needs a buffer that outlives the send
+
+void answer_pings() {
+  if (g_ping_comm == MPI_COMM_NULL) return;
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, g_ping_comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+    int in = 0;
+    MPI_Recv(&in, 1, MPI_INT, st.MPI_SOURCE, kPingTag, g_ping_comm, MPI_STATUS_IGNORE);  // already here
+    MPI_Request r;
+    if (MPI_Isend(&g_pong_buf, 1, MPI_INT, st.MPI_SOURCE, kPongTag, g_ping_comm, &r) == MPI_SUCCESS)
+      MPI_Request_free(&r);
+  }
+}
+
+// The ranks that do not answer a ping within min(2 s, --dist-timeout); every other rank when
+// there is no ping communicator (a timeout in start-up, before it exists).
+std::vector<int> silent_ranks() {
+  std::vector<int> others = other_ranks(g_rank, g_size);
+  if (g_ping_comm == MPI_COMM_NULL) return others;
+  std::vector<MPI_Request> pong(others.size(), MPI_REQUEST_NULL);
+  std::vector<int> got(others.size(), 0);
+  for (size_t i = 0; i < others.size(); ++i) {
+    MPI_Irecv(&got[i], 1, MPI_INT, others[i], kPongTag, g_ping_comm, &pong[i]);
+    MPI_Request s;
+    if (MPI_Isend(&g_ping_buf, 1, MPI_INT, others[i], kPingTag, g_ping_comm, &s) == MPI_SUCCESS) MPI_Request_free(&s);
+  }
+  const auto until = Clock::now() + std::min(timeout_duration(), Clock::duration(std::chrono::seconds(2)));
+  std::vector<int> silent;
+  for (;;) {
+    silent.clear();
+    for (size_t i = 0; i < others.size(); ++i) {
+      int done = pong[i] == MPI_REQUEST_NULL;
+      if (!done && MPI_Test(&pong[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 0;
+      if (!done) silent.push_back(others[i]);
+    }
+    if (silent.empty() || Clock::now() >= until) break;
+    answer_pings();
+    std::this_thread::yield();
+  }
+  // the pongs never received stay posted: the job ends now (MPI_Abort)
+  return silent;
+}
+
+std::string silent_description() {
+  const std::vector<int> silent = silent_ranks();
+  if (silent.empty())
+    return str("no rank in particular: every other rank answers from inside a collective (they arrived just "
+               "after the timeout, or the ranks run different collectives: a bug)");
+  return str(rank_list(silent), " (no answer: stopped, hung, cut off, or busy outside MPI for longer than the "
+             "timeout)");
+}
+
 // Waits for the non-blocking collective `req` (started by `call`), at most --dist-timeout
 // seconds: a rank that is stopped, hung or cut off never completes it, and the job must end
-// rather than wait forever. MPI_Test drives the progress as the blocking call's wait would; after
-// the first 10 ms (another rank is still computing, evaluating or writing a checkpoint) each
-// test yields the core to whoever else wants it.
+// rather than wait forever (TimeoutError naming the ranks that do not answer). MPI_Test drives
+// the progress as the blocking call's wait would; after the first 10 ms (another rank is still
+// computing, evaluating or writing a checkpoint) each test also answers the pings of ranks that
+// gave up, and yields the core to whoever else wants it.
 void wait_bounded(MPI_Request& req, const char* call) {
-  using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   const auto patient = t0 + std::chrono::milliseconds(10);
-  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(g_timeout_s));
+  const auto deadline = t0 + timeout_duration();
   for (;;) {
     int done = 0;
     check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), call);
     if (done) return;
     const auto now = Clock::now();
-    if (now >= deadline)
-      throw Error(str("MPI: ", call, " did not complete within ", g_timeout_s, " s (--dist-timeout) on rank ", g_rank,
-                      " of ", g_size, ": another rank is stopped, hung or cut off from this one; the job ends"));
-    if (now >= patient) std::this_thread::yield();
+    if (now >= deadline) throw TimeoutError(timeout_message(call, g_rank, g_size, silent_description()));
+    if (now >= patient) {
+      answer_pings();
+      std::this_thread::yield();
+    }
   }
+}
+
+// Runs `blocking` (an MPI call with no non-blocking form: MPI_Init_thread, MPI_Finalize) while a
+// watchdog thread waits --dist-timeout seconds for it; past that the watchdog prints the one-line
+// error and ends this process with kTimeoutExitCode (_Exit: the main thread is inside MPI, and no
+// other MPI call or exit handler can run safely). `rank` of `size`: this process (before MPI_Init,
+// as the launcher says). Costs one thread start per call.
+template <class F>
+void with_watchdog(const char* call, int rank, int size, F&& blocking) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread dog([&] {
+    std::unique_lock<std::mutex> lk(m);
+    if (cv.wait_for(lk, timeout_duration(), [&] { return done; })) return;
+    const std::vector<int> others = other_ranks(rank, size);
+    const std::string waited = others.empty() ? std::string("the MPI launcher") : rank_list(others);
+    std::fprintf(stderr, "ctxlab: error (rank %d of %d): %s\n", rank, size,
+                 timeout_message(call, rank, size, waited).c_str());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(kTimeoutExitCode);
+  });
+  blocking();
+  {
+    std::lock_guard<std::mutex> lk(m);
+    done = true;
+  }
+  cv.notify_one();
+  dog.join();
 }
 
 int env_int(const char* name, int fallback) {
@@ -91,6 +218,21 @@ bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
 }
 
+namespace {
+
+// The exit handler of an MPI run (registered by init): finalize(), whose errors cannot leave
+// an exit handler, so they end the job here.
+void finalize_at_exit() {
+  try {
+    finalize();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ctxlab: error (rank %d of %d): %s\n", g_rank, g_size, e.what());
+    abort_job(dynamic_cast<const TimeoutError*>(&e) ? kTimeoutExitCode : 1);
+  }
+}
+
+}  // namespace
+
 void init(bool forced, double timeout_s) {
   CTX_CHECK(std::isfinite(timeout_s) && timeout_s > 0, "--dist-timeout ", timeout_s,
             ": expected a positive number of seconds (default ", kDefaultTimeoutSeconds, ")");
@@ -100,15 +242,28 @@ void init(bool forced, double timeout_s) {
   MPI_Initialized(&already);
   if (!already) {
     int provided = 0;
-    // Only the main thread calls MPI (OpenMP threads never do).
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-      throw Error("MPI: MPI_Init_thread failed (is this process started by mpirun?)");
-    std::atexit(finalize);
+    // the launcher's rank and size, for the watchdog's message (MPI does not know them yet)
+    const int rank = env_int("OMPI_COMM_WORLD_RANK", env_int("PMIX_RANK", env_int("PMI_RANK", 0)));
+    const int size = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", 1));
+    kill_point("dist:init");
+    // Only the main thread calls MPI (OpenMP threads never do). MPI_Init waits for every rank.
+    int rc = MPI_SUCCESS;
+    with_watchdog("MPI_Init_thread (start-up)", rank, size,
+                  [&] { rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided); });
+    if (rc != MPI_SUCCESS) throw Error("MPI: MPI_Init_thread failed (is this process started by mpirun?)");
+    std::atexit(finalize_at_exit);
   }
   g_active = true;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   check(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &g_size), "MPI_Comm_size");
+  if (g_size > 1) {  // the communicator of the pings that name a silent rank after a timeout
+    MPI_Comm c = MPI_COMM_NULL;
+    MPI_Request req;
+    check(MPI_Comm_idup(MPI_COMM_WORLD, &c, &req), "MPI_Comm_idup (start-up)");
+    wait_bounded(req, "MPI_Comm_idup (start-up)");
+    g_ping_comm = c;
+  }
   // One GPU per rank on a node (--device cuda): the backend uses device 0, so each rank sees only
   // the GPU of its local rank, unless the user (or the batch system) chose already.
   if (const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); lr && !std::getenv("CUDA_VISIBLE_DEVICES"))
@@ -268,10 +423,21 @@ void finalize() {
   if (!g_active) return;
   int fin = 0;
   MPI_Finalized(&fin);
+  if (!fin && g_size > 1) {
+    // every rank reaches the end, or the others name the one that does not (MPI_Finalize cannot)
+    kill_point("dist:finalize");
+    MPI_Request req;
+    check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Barrier (end of the run)");
+    wait_bounded(req, "MPI_Barrier (end of the run, before MPI_Finalize)");
+    kill_point("dist:mpi_finalize");
+  }
 #ifdef CTXLAB_WITH_NCCL
   if (cuda_module_loaded()) nccl_module().finalize();  // never loads CUDA just to finalize
 #endif
-  if (!fin) MPI_Finalize();
+  if (!fin) {
+    if (g_ping_comm != MPI_COMM_NULL) MPI_Comm_free(&g_ping_comm);
+    with_watchdog("MPI_Finalize", g_rank, g_size, [] { MPI_Finalize(); });
+  }
   g_active = false;
 }
 

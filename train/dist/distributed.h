@@ -4,9 +4,12 @@
 // check that every rank starts from the same parameters. Without MPI (a plain `ctxlab train`)
 // nothing here calls MPI: rank 0 of 1, every reduction is the identity.
 // Errors: every MPI call is checked (MPI_ERRORS_RETURN on the communicator) and throws a
-// ctx::Error naming the call; main() then ends the whole job with abort_job(). Every collective
-// is non-blocking and waited for at most --dist-timeout seconds, so a rank that is stopped or cut
-// off (it never dies, so mpirun never notices) ends the job too, instead of a wait forever.
+// ctx::Error naming the call; main() then ends the whole job with abort_job(). Every wait on
+// another rank is bounded by --dist-timeout seconds, so a rank that is stopped or cut off (it
+// never dies, so mpirun never notices) ends the job too, instead of a wait forever: every
+// collective is non-blocking and polled (TimeoutError past the timeout, naming the ranks that do
+// not answer), and MPI_Init_thread / MPI_Finalize, which have no non-blocking form, run under a
+// watchdog thread that ends the process with kTimeoutExitCode.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,6 +26,14 @@ bool launched_by_mpi();
 // --dist-timeout's default: longer than any pause of one rank that the others wait out in a
 // collective (a checkpoint of a large model, a validation pass), short enough for an overnight run.
 constexpr double kDefaultTimeoutSeconds = 300;
+// The exit status of a rank (and of mpirun, through MPI_Abort) when a wait passed --dist-timeout:
+// 124, as timeout(1) exits (docs/reliability.md).
+constexpr int kTimeoutExitCode = 124;
+// Thrown by a collective that did not complete within --dist-timeout; main() ends the job with
+// abort_job(kTimeoutExitCode).
+struct TimeoutError : Error {
+  using Error::Error;
+};
 // Initialises MPI when launched_by_mpi() or `forced` (--distributed); idempotent. Under MPI with
 // more than one rank per node and no CTXLAB_THREADS / OMP_NUM_THREADS, sets the threads of this
 // rank to cores / ranks-on-this-node (at least 1), so N ranks x T threads fit the cores.
@@ -56,9 +67,12 @@ std::vector<double> allgather(const double* v, int n);
 std::vector<float> allgather_varying(const std::vector<float>& mine, const std::vector<int64_t>& counts);
 // Throws unless every rank holds bit-identical parameters (a 64-bit hash compared by min/max).
 void check_same_parameters(const nn::NamedParams& params, const std::string& when);
-void barrier();
+void barrier();  // bounded like every collective
 // Ends every rank of the job with `code` (MPI_Abort) when active; returns otherwise.
 void abort_job(int code);
-void finalize();  // MPI_Finalize when active (registered with atexit by init)
+// The end of an MPI run, when active: a barrier (so that a rank stopped before it is named:
+// TimeoutError), then MPI_Finalize under the watchdog. main() calls it after the verb; the exit
+// handler that init registers calls it too (an error there ends the job with kTimeoutExitCode).
+void finalize();
 
 }  // namespace ctx::dist
