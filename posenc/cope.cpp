@@ -34,11 +34,14 @@ class Cope final : public PositionalEncoding {
   }
 
   // [B, H, T, Dh]: CoPE's attention as one node (cope_attention: each row's softmax right after its
-  // scan, the logits never in memory) where the device has its kernels (the CPU) and nothing needs
-  // the composed path's probabilities: no dropout on them, no attention statistics; else undefined
-  // (the composed path: logits, causal_softmax, p v).
+  // scan, the logits never in memory) on the CPU when nothing needs the composed path's
+  // probabilities (no dropout on them, no attention statistics); else undefined (the composed path:
+  // logits, causal_softmax, p v). CUDA has the kernels (one thread per row, held to the CPU in the
+  // backend table) but keeps the composed path, whose softmax is a row-parallel kernel, until the
+  // two are timed on a GPU (docs/posenc.md).
   Variable fused_attention(AttnState& st, int64_t window, const DropoutMask& dropout) override {
-    if (dropout.active() || st.stats || st.q_pos0 != st.S - st.T || !cope_attention_on(st.q.data().device()))
+    const Device d = st.q.data().device();
+    if (dropout.active() || st.stats || st.q_pos0 != st.S - st.T || d != Device::CPU || !cope_attention_on(d))
       return Variable();
     return cope_attention(st.q, keys(st, st.k), keys(st, st.v), tables_.at(shared_ ? 0 : st.layer), st.scale,
                           st.q_pos0, window);
