@@ -2,6 +2,7 @@
 #include "train/cli/study_spec.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "core/error.h"
@@ -131,7 +132,105 @@ void parse_tasks(const json& j, const std::string& where, StudySpec& s) {
   });
 }
 
+// "length": an integer, or "kL" (k times train.context), e.g. "4L".
+void parse_ft_length(const json& v, const std::string& w, const StudySpec& s, StudySpec::Finetune& f) {
+  if (v.is_string()) {
+    const std::string t = v.get<std::string>();
+    const bool ok = t.size() >= 2 && t.size() <= 6 && t.back() == 'L' &&
+                    std::all_of(t.begin(), t.end() - 1, [](char c) { return c >= '0' && c <= '9'; }) && t[0] != '0';
+    CTX_CHECK(ok, w, ": expected an integer >= 1 or \"kL\" (k times train.context, e.g. \"4L\"), got ", v.dump());
+    CTX_CHECK(s.context > 0, w, ": ", v.dump(), " needs train.context (the L it multiplies)");
+    f.length_mult = std::stoll(t.substr(0, t.size() - 1));
+    f.length = f.length_mult * s.context;
+  } else {
+    f.length = positive_int(v, w);
+  }
+}
+
+// "scaling": a type name or {"type": ..., "factor": N | "len/L", ...} as finetune --rope-scaling takes it.
+void parse_ft_scaling(const json& sc, const std::string& w, const StudySpec& s, StudySpec::Finetune& f) {
+  CTX_CHECK((sc.is_string() && !sc.get<std::string>().empty()) || (sc.is_object() && sc.contains("type") &&
+            sc["type"].is_string()), w, ": expected a RoPE scaling as finetune --rope-scaling takes it, e.g. \"pi\" "
+            "or {\"type\": \"yarn\", \"factor\": \"len/L\"}, got ", brief(sc.dump()));
+  f.scaling_type = sc.is_string() ? sc.get<std::string>() : sc["type"].get<std::string>();
+  json v = sc.is_string() ? json{{"type", f.scaling_type}} : sc;
+  if (v.contains("factor") && v["factor"].is_string()) {
+    CTX_CHECK(v["factor"] == "len/L", w, ".factor: a number, or \"len/L\" (the fine-tuning length / train.context); got ",
+              v["factor"].dump());
+    v.erase("factor");
+  } else if (v.contains("factor")) {
+    CTX_CHECK(v["factor"].is_number() && v["factor"].get<double>() > 0, w, ".factor: expected a number > 0 or "
+              "\"len/L\", got ", v["factor"].dump());
+    f.factor = v["factor"].get<double>();
+  }
+  if (!v.contains("factor")) {
+    static const std::set<std::string> by_length = {"pi", "ntk", "dynamic-ntk", "yarn"};
+    f.factor_default = by_length.count(f.scaling_type) > 0;  // finetune's default: length / L
+    CTX_CHECK(!f.factor_default || s.context > 0, w, ": the factor \"len/L\" (the default of ", f.scaling_type,
+              ") needs train.context (the L it divides by), or give \"factor\": N");
+    if (f.factor_default) f.factor = (double)f.length / (double)s.context;
+  }
+  f.scaling = v.size() == 1 ? f.scaling_type : v.dump();
+}
+
+void parse_finetunes(const json& j, const std::string& where, StudySpec& s) {
+  each_key(j, where, [&](const std::string& name, const json& v, const std::string& w) {
+    CTX_CHECK(v.is_object(), w, ": expected {\"scaling\": {\"type\": \"pi\", \"factor\": \"len/L\"}, "
+              "\"length\": \"4L\", \"steps\": N, \"args\": {finetune options}}, got ", brief(v.dump()));
+    for (auto it = v.begin(); it != v.end(); ++it)
+      CTX_CHECK(it.key() == "scaling" || it.key() == "length" || it.key() == "steps" || it.key() == "args" ||
+                it.key() == "encodings", w, ": unknown key \"", it.key(), "\" (scaling, length, steps, args, encodings)");
+    for (const auto& sc : s.scalings)
+      CTX_CHECK(sc.name != name, w, ": the name is also a scaling's (a cell ENC+NAME would be both); rename one");
+    StudySpec::Finetune f;
+    f.name = name;
+    parse_ft_length(field(v, "length", w), w + ".length", s, f);
+    f.steps = positive_int(field(v, "steps", w), w + ".steps");
+    if (v.contains("scaling")) parse_ft_scaling(v["scaling"], w + ".scaling", s, f);
+    if (v.contains("args"))
+      f.args = option_args(v["args"], w + ".args",
+                           {"checkpoint", "context", "rope-scaling", "factor", "original-context", "data", "val-data",
+                            "val-fraction", "out", "seed", "steps", "tokenizer", "resume", "force", "quiet", "no-plot",
+                            "help"});
+    if (v.contains("encodings")) {
+      const json& e = v["encodings"];
+      CTX_CHECK(e.is_array() && !e.empty(), w, ".encodings: expected a non-empty array of encoding names, e.g. [\"rope\"]");
+      for (const json& x : e) {
+        const bool known = x.is_string() && std::any_of(s.encodings.begin(), s.encodings.end(),
+                                                        [&](const StudySpec::Encoding& en) { return en.name == x.get<std::string>(); });
+        CTX_CHECK(known, w, ".encodings: ", x.dump(), " is not one of the study's \"encodings\"");
+        f.encodings.push_back(x.get<std::string>());
+      }
+    }
+    CTX_CHECK(f.scaling.empty() || f.encodings.empty() ||
+              std::all_of(f.encodings.begin(), f.encodings.end(), [&](const std::string& n) {
+                return std::any_of(s.encodings.begin(), s.encodings.end(), [&](const StudySpec::Encoding& en) {
+                  return en.name == n && is_rotary(en.posenc);
+                });
+              }), w, ".encodings: a fine-tune with a \"scaling\" applies to rotary (rope) encodings only");
+    s.finetunes.push_back(f);
+  });
+}
+
 }  // namespace
+
+bool finetunes_encoding(const StudySpec::Finetune& f, const StudySpec::Encoding& e) {
+  if (f.encodings.empty()) return is_rotary(e.posenc);
+  return std::find(f.encodings.begin(), f.encodings.end(), e.name) != f.encodings.end();
+}
+
+std::string finetune_label(const std::string& enc, const StudySpec::Finetune& f) {
+  std::string l = enc;
+  if (!f.scaling_type.empty()) {
+    l += " + " + f.scaling_type;
+    if (f.factor > 0) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%g", f.factor);
+      l += str(" s=", b);
+    }
+  }
+  return l + str(" ft ", f.steps, "@", f.length_mult > 0 ? str(f.length_mult, "L") : std::to_string(f.length));
+}
 
 bool is_rotary(const nlohmann::json& posenc) {
   const std::string t = posenc.is_string() ? posenc.get<std::string>() : posenc.value("type", std::string());
@@ -141,10 +240,11 @@ bool is_rotary(const nlohmann::json& posenc) {
 StudySpec parse_study(const json& j, const std::string& where) {
   CTX_CHECK(j.is_object(), where, ": a study file is one JSON object (docs/evaluation.md, \"ctxlab study\")");
   static const std::set<std::string> keys = {"data", "val_fraction", "tokenizer", "train", "encodings", "scalings",
-                                             "seeds", "lengths", "tasks", "per_position", "eval"};
+                                             "finetunes", "seeds", "lengths", "tasks", "per_position", "eval"};
   for (auto it = j.begin(); it != j.end(); ++it)
     CTX_CHECK(keys.count(it.key()), where, ": unknown key \"", it.key(),
-              "\" (data, val_fraction, tokenizer, train, encodings, scalings, seeds, lengths, tasks, per_position, eval)");
+              "\" (data, val_fraction, tokenizer, train, encodings, scalings, finetunes, seeds, lengths, tasks, "
+              "per_position, eval)");
   StudySpec s;
   if (j.contains("data")) {
     CTX_CHECK(j["data"].is_string() && !j["data"].get<std::string>().empty(), where, ".data: expected a file path");
@@ -188,6 +288,7 @@ StudySpec parse_study(const json& j, const std::string& where) {
       }
       s.scalings.push_back(x);
     });
+  if (j.contains("finetunes")) parse_finetunes(j["finetunes"], where + ".finetunes", s);
   const json& seeds = field(j, "seeds", where);
   CTX_CHECK(seeds.is_array() && !seeds.empty(), where, ".seeds: expected a non-empty array of integers >= 0, e.g. [1, 2, 3]");
   for (const json& x : seeds) {
@@ -212,9 +313,11 @@ StudySpec parse_study(const json& j, const std::string& where) {
 std::vector<StudyCell> study_cells(const StudySpec& s) {
   std::vector<StudyCell> c;
   for (const auto& e : s.encodings) {
-    c.push_back({e.name, &e, nullptr});
+    c.push_back({e.name, &e, nullptr, nullptr, e.name});
     if (is_rotary(e.posenc))
-      for (const auto& sc : s.scalings) c.push_back({cell_name(e.name, sc.name), &e, &sc});
+      for (const auto& sc : s.scalings) c.push_back({cell_name(e.name, sc.name), &e, &sc, nullptr, cell_name(e.name, sc.name)});
+    for (const auto& f : s.finetunes)
+      if (finetunes_encoding(f, e)) c.push_back({cell_name(e.name, f.name), &e, nullptr, &f, finetune_label(e.name, f)});
   }
   return c;
 }
