@@ -2,9 +2,10 @@
 # (standard library only). Included by CMakeLists.txt.
 #   study_verb_run     examples/studies/quick.json interrupted (--max-jobs), resumed, held to an
 #                      uninterrupted run; the summary recomputed from the eval files (~25 s)
-#   study_verb_errors  bad study files, another study in the same --out, a failing job: one-line errors
+#   study_verb_errors  bad study files (bad "finetunes" too), another study in the same --out, a failing job: one-line errors
+#   study_verb_finetune fine-tune cells: trained once per base, fine-tuned, evaluated, labelled, resumed
 
-ctxlab_check_script(study_verb study_verb_checks.py cli_study_verb 300 run errors)
+ctxlab_check_script(study_verb study_verb_checks.py cli_study_verb 300 run errors finetune)
 set_property(TEST study_verb_errors APPEND PROPERTY LABELS asan_cli)
 # the study's page in headless Chromium: 4 charts (ppl with bands, per-position at 3 lengths)
 set_tests_properties(study_verb_run PROPERTIES FIXTURES_SETUP study_verb_page)
