@@ -11,7 +11,8 @@
           cell x length, the task grid); the split really holds out the tail of the corpus; the
           dry run lists the jobs and marks them done.
   errors  one-line errors naming the file and field: an unknown key, a reserved training option,
-          a directory-escaping name, a duplicate seed, a bad depth, bad "finetunes" entries, another
+          a directory-escaping name, a duplicate seed, a bad depth, bad "finetunes" entries, a config
+          field the study sets in "train.set", another
           study in the same --out, a failing job (named, with its log).
   finetune  fine-tune cells (FT_STUDY: rope with a PI fine-tune and a direct one, alibi with a
           direct one, a few steps): each base run trained once and fine-tuned from, the fine-tuned
@@ -42,7 +43,7 @@ T975_1 = 12.706204736174698  # Student t quantile 0.975 at 1 degree of freedom (
 
 # A study with fine-tune cells, small enough for seconds: L = 128 (the passkey needs 67 tokens).
 FT_STUDY = {
-    "train": {"preset": "tiny", "context": 128, "steps": 8,
+    "train": {"preset": "tiny", "context": 128, "steps": 8, "set": {"d_ff": 128},
               "args": {"lr": 0.003, "warmup": 2, "batch": 4, "eval-interval": 0}},
     "encodings": {"rope": "rope", "alibi": "alibi"},
     "scalings": {"pi": {"type": "pi", "factor": "len/L"}},
@@ -220,6 +221,8 @@ def cmd_finetune():
     check("the PI fine-tune: 4 steps at context 256, PI s = 256 / 128 over original_context 128",
           ft.get("step") == "4" and cfg.get("context") == 256 and cfg.get("posenc", {}).get("scaling") ==
           {"type": "pi", "factor": 2.0, "original_context": 128}, (ft.get("step"), cfg))
+    check("train.set: the model's d_ff 128 over the tiny preset's 256, kept by the fine-tune",
+          cfg.get("d_ff") == 128 and cfg.get("d_model") == 64, cfg)
     e = load(os.path.join(b, "eval", "rope+pi_ft", "seed1.json"))
     check("the PI fine-tune evaluated from its own checkpoint at every length, with its scaling",
           e["checkpoint"].endswith("runs/rope+pi_ft/seed1/model.safetensors") and e["step"] == 4 and
@@ -292,6 +295,8 @@ def cmd_errors():
         ("bad depth", lambda j: j["tasks"]["passkey"].update(depths=[2]), [".tasks.passkey.depths", "[0, 1]"]),
         ("no encodings", lambda j: j.pop("encodings"), ["missing \"encodings\""]),
         ("bad task", lambda j: j["tasks"].update(needle={"depths": [0]}), [".tasks.needle", "unknown task"]),
+        ("train.set: context", lambda j: j["train"].update(set={"context": 64}),
+         [".train.set.context", "set by the study itself"]),
         ("finetune: unknown key", lambda j: j.update(finetunes={"ft": {"length": "2L", "steps": 5, "lr": 1}}),
          [".finetunes.ft: unknown key \"lr\"", "(scaling, length, steps, args, encodings)"]),
         ("finetune: bad length", lambda j: j.update(finetunes={"ft": {"length": "4x", "steps": 5}}),

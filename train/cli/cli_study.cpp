@@ -66,6 +66,7 @@ Job train_job(const StudySpec& s, const StudySpec::Encoding& e, uint64_t seed, c
             e.posenc.is_string() ? e.posenc.get<std::string>() : e.posenc.dump(), "--seed", std::to_string(seed),
             "--data", out + "/data/train.txt", "--out", dir, "--quiet", "--no-plot"};
   if (s.context > 0) j.args.insert(j.args.end(), {"--set", "context=" + std::to_string(s.context)});  // the model's L
+  for (const auto& kv : s.model_set) j.args.insert(j.args.end(), {"--set", kv.first + "=" + kv.second});
   if (!s.tokenizer_type.empty()) j.args.insert(j.args.end(), {"--tokenizer", out + "/tokenizer.model"});
   add_options(j.args, s.train_args);
   return j;

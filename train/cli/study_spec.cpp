@@ -90,8 +90,25 @@ void parse_tokenizer(const json& j, const std::string& where, StudySpec& s) {
 void parse_train(const json& j, const std::string& where, StudySpec& s) {
   CTX_CHECK(j.is_object(), where, ": expected {\"preset\": ..., \"steps\": N, \"args\": {...}}");
   for (auto it = j.begin(); it != j.end(); ++it)
-    CTX_CHECK(it.key() == "preset" || it.key() == "context" || it.key() == "steps" || it.key() == "args", where,
-              ": unknown key \"", it.key(), "\" (preset, context, steps, args)");
+    CTX_CHECK(it.key() == "preset" || it.key() == "context" || it.key() == "steps" || it.key() == "set" ||
+              it.key() == "args", where, ": unknown key \"", it.key(), "\" (preset, context, steps, set, args)");
+  if (j.contains("set")) {  // model config fields over the preset's (MODEL_SPEC §2), e.g. {"d_model": 128}
+    const json& m = j["set"];
+    const std::string w = where + ".set";
+    CTX_CHECK(m.is_object() && !m.empty(), w, ": expected an object of config fields, e.g. {\"d_model\": 128, "
+              "\"n_layers\": 4}");
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      const std::string& k = it.key();
+      CTX_CHECK(!k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
+                  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+                }), w, ".", k, ": a config field is lower-case letters, digits and '_' (MODEL_SPEC §2)");
+      CTX_CHECK(k != "context" && k != "posenc", w, ".", k, ": set by the study itself (train.context, "
+                "\"encodings\"); remove it");
+      CTX_CHECK(it.value().is_primitive() && !it.value().is_null(), w, ".", k,
+                ": expected a number, a string or a boolean, got ", brief(it.value().dump()));
+      s.model_set.emplace_back(k, it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
+    }
+  }
   if (j.contains("preset")) {
     CTX_CHECK(j["preset"].is_string(), where, ".preset: expected a preset name, e.g. \"tiny\"");
     s.preset = j["preset"].get<std::string>();

@@ -32,6 +32,7 @@ struct StudySpec {
   std::string preset = "tiny";
   int64_t context = 0;         // training length L (0: the preset's)
   int64_t steps = 0;
+  OptionArgs model_set;        // config fields over the preset's ("set": {"d_model": 128}): --set KEY=VALUE
   OptionArgs train_args;       // e.g. lr, warmup, batch, task-mix
   struct Encoding {
     std::string name;
