@@ -179,8 +179,9 @@ void parse_ft_scaling(const json& sc, const std::string& w, const StudySpec& s, 
     CTX_CHECK(v["factor"].is_number() && v["factor"].get<double>() > 0, w, ".factor: expected a number > 0 or "
               "\"len/L\", got ", v["factor"].dump());
     f.factor = v["factor"].get<double>();
+    v.erase("factor");  // given as finetune --factor
   }
-  if (!v.contains("factor")) {
+  if (f.factor == 0) {
     static const std::set<std::string> by_length = {"pi", "ntk", "dynamic-ntk", "yarn"};
     f.factor_default = by_length.count(f.scaling_type) > 0;  // finetune's default: length / L
     CTX_CHECK(!f.factor_default || s.context > 0, w, ": the factor \"len/L\" (the default of ", f.scaling_type,
