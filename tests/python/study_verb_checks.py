@@ -317,6 +317,9 @@ def cmd_errors():
         ("finetune: scaling on alibi", lambda j: j.update(finetunes={"ft": {"length": "4L", "steps": 5, "scaling": "pi",
                                                                             "encodings": ["alibi"]}}),
          [".finetunes.ft.encodings", "rotary (rope) encodings only"]),
+        ("finetune: no encoding", lambda j: j.update(encodings={"alibi": "alibi"},
+                                                     finetunes={"ft": {"length": "4L", "steps": 5}}),
+         [".finetunes.ft: applies to no encoding"]),
         ("finetune: a scaling's name", lambda j: j.update(finetunes={"pi": {"length": "4L", "steps": 5}}),
          [".finetunes.pi", "also a scaling's"]),
     ]

@@ -226,6 +226,10 @@ void parse_finetunes(const json& j, const std::string& where, StudySpec& s) {
                   return en.name == n && is_rotary(en.posenc);
                 });
               }), w, ".encodings: a fine-tune with a \"scaling\" applies to rotary (rope) encodings only");
+    CTX_CHECK(std::any_of(s.encodings.begin(), s.encodings.end(),
+                          [&](const StudySpec::Encoding& en) { return finetunes_encoding(f, en); }),
+              w, ": applies to no encoding (by default it fine-tunes the rotary ones, and the study has none); "
+              "name them in \"encodings\", e.g. [\"alibi\"]");
     s.finetunes.push_back(f);
   });
 }
