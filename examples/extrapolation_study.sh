@@ -19,8 +19,8 @@
 #          --add-encoding NAME or NAME='POSENC_JSON' (repeatable: one more encoding in part 1, e.g.
 #          --plugin libfire.so --add-encoding 'fire-example={"type":"fire-example","init_L":128}').
 # A finished run (its checkpoint at the final step) is reused, so an interrupted study continues.
-# The same grid with 3 seeds and 95% intervals, as a `ctxlab study` preset (fine-tunes included;
-# not the baselines, the BPE re-run, --plugin / --add-encoding or this report: docs/evaluation.md):
+# The same grid with 3 seeds and 95% intervals, as a `ctxlab study` preset (baselines and
+# fine-tunes included; not the BPE re-run, --plugin / --add-encoding or this report: docs/evaluation.md):
 #   ctxlab study --study examples/studies/extrapolation.json --out runs/extrapolation-study
 set -euo pipefail
 

@@ -11,11 +11,12 @@
           cell x length, the task grid); the split really holds out the tail of the corpus; the
           dry run lists the jobs and marks them done.
   errors  one-line errors naming the file and field: an unknown key, a reserved training option,
-          a directory-escaping name, a duplicate seed, a bad depth, bad "finetunes" entries, a config
+          a directory-escaping name, a duplicate seed, a bad depth, bad "variants" and "finetunes"
+          entries, a config
           field the study sets in "train.set", another
           study in the same --out, a failing job (named, with its log).
   finetune  fine-tune cells (FT_STUDY: rope with a PI fine-tune and a direct one, alibi with a
-          direct one, a few steps): each base run trained once and fine-tuned from, the fine-tuned
+          direct one, a few steps; and a sliding-window eval variant of the rope runs): each base run trained once and fine-tuned from, the fine-tuned
           checkpoint at the longer context with its scaling, evaluated like every cell, labelled in
           summary.json, ppl.csv and summary.md; a fine-tune interrupted at a checkpoint resumed (and
           one killed before it restarted) to the same results as an uninterrupted study; a finished
@@ -47,6 +48,7 @@ FT_STUDY = {
               "args": {"lr": 0.003, "warmup": 2, "batch": 4, "eval-interval": 0}},
     "encodings": {"rope": "rope", "alibi": "alibi"},
     "scalings": {"pi": {"type": "pi", "factor": "len/L"}},
+    "variants": {"window": {"eval": {"window": 128}, "encodings": ["rope"]}},
     "finetunes": {
         "pi_ft": {"scaling": {"type": "pi", "factor": "len/L"}, "length": "2L", "steps": 4,
                   "args": {"lr": 0.0003, "warmup": 1, "batch": 2, "eval-interval": 0, "ckpt-interval": 2}},
@@ -232,8 +234,14 @@ def cmd_finetune():
     check("a direct fine-tune (no scaling) of alibi: step 4, no scaling",
           direct["step"] == 4 and "scaling" not in direct["posenc"], direct["posenc"])
     s = load(os.path.join(b, "summary.json"))
-    check("summary: the fine-tune cells after their encoding's", s["cells"] ==
-          ["rope", "rope+pi", "rope+pi_ft", "rope+direct_ft", "alibi", "alibi+direct_ft"], s["cells"])
+    check("summary: the variant and fine-tune cells after their encoding's", s["cells"] ==
+          ["rope", "rope+pi", "rope+window", "rope+pi_ft", "rope+direct_ft", "alibi", "alibi+direct_ft"], s["cells"])
+    w = load(os.path.join(b, "eval", "rope+window", "seed1.json"))
+    plain = load(os.path.join(b, "eval", "rope", "seed1.json"))
+    check("a variant: the rope run (not retrained) under eval --window 128: = rope at 128, not at 256",
+          w["checkpoint"] == plain["checkpoint"] and w["window"] == 128 and
+          w["results"][0]["loss"] == plain["results"][0]["loss"] and
+          w["results"][1]["loss"] != plain["results"][1]["loss"], (w["window"], w["results"], plain["results"]))
     check("summary: the fine-tune cells' labels", all(s["labels"].get(c) == lab for c, lab in FT_LABELS.items()),
           s["labels"])
     with open(os.path.join(b, "ppl.csv")) as f:
@@ -272,7 +280,7 @@ def cmd_finetune():
     check("resumed = uninterrupted: the fine-tune cells' results", same)
     p = run(["study", "--study", study, "--out", b], timeout=120, check_rc=0)
     check("a finished study run again: nothing run, no fine-tune redone", "0 run now" in p.stdout and
-          "study: [" not in p.stdout and "19 done before" in p.stdout, p.stdout[-400:])
+          "study: [" not in p.stdout and "21 done before" in p.stdout, p.stdout[-400:])
 
 
 def cmd_errors():
@@ -320,6 +328,17 @@ def cmd_errors():
         ("finetune: no encoding", lambda j: j.update(encodings={"alibi": "alibi"},
                                                      finetunes={"ft": {"length": "4L", "steps": 5}}),
          [".finetunes.ft: applies to no encoding"]),
+        ("variant: no eval", lambda j: j.update(variants={"seg": {"encodings": ["learned"]}}),
+         [".variants.seg: missing \"eval\""]),
+        ("variant: reserved eval option", lambda j: j.update(variants={"seg": {"eval": {"rope-scaling": "pi"},
+                                                                                "encodings": ["rope"]}}),
+         [".variants.seg.eval.rope-scaling", "set by the study"]),
+        ("variant: unknown encoding", lambda j: j.update(variants={"seg": {"eval": {"segmented": True},
+                                                                            "encodings": ["nope"]}}),
+         [".variants.seg.encodings", "\"nope\" is not one of the study's"]),
+        ("variant: a scaling's name", lambda j: j.update(variants={"yarn": {"eval": {"window": 64},
+                                                                             "encodings": ["rope"]}}),
+         [".variants.yarn", "also a scaling's"]),
         ("finetune: a scaling's name", lambda j: j.update(finetunes={"pi": {"length": "4L", "steps": 5}}),
          [".finetunes.pi", "also a scaling's"]),
     ]

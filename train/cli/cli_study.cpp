@@ -111,6 +111,7 @@ void eval_jobs(const StudySpec& s, const StudySpec::Encoding& e, uint64_t seed, 
       if (sl.factor > 0) base.insert(base.end(), {"--factor", str(sl.factor)});
       add_options(base, s.eval_args);
       add_options(base, e.eval_args);
+      if (c.variant) add_options(base, c.variant->eval_args);
       const std::string what = str(c.name, " seed ", seed, sl.suffix.empty() ? "" : " length " + lengths);
       const std::string ppl = dir + "/" + study_ppl_file(seed, sl.suffix);
       Job j{"eval " + what, base, [ppl] { return exists(ppl); }, "", 0};

@@ -191,6 +191,43 @@ void parse_ft_scaling(const json& sc, const std::string& w, const StudySpec& s, 
   f.scaling = v.size() == 1 ? f.scaling_type : v.dump();
 }
 
+// The "encodings" list of a variant or a fine-tune: names of the study's encodings.
+std::vector<std::string> encoding_list(const json& e, const std::string& w, const StudySpec& s) {
+  CTX_CHECK(e.is_array() && !e.empty(), w, ": expected a non-empty array of encoding names, e.g. [\"rope\"]");
+  std::vector<std::string> out;
+  for (const json& x : e) {
+    const bool known = x.is_string() && std::any_of(s.encodings.begin(), s.encodings.end(),
+                                                    [&](const StudySpec::Encoding& en) { return en.name == x.get<std::string>(); });
+    CTX_CHECK(known, w, ": ", x.dump(), " is not one of the study's \"encodings\"");
+    out.push_back(x.get<std::string>());
+  }
+  return out;
+}
+
+// A cell ENC+NAME must be one thing: a scaling, a variant or a fine-tune.
+void check_unused(const std::string& name, const std::string& w, const StudySpec& s) {
+  for (const auto& x : s.scalings)
+    CTX_CHECK(x.name != name, w, ": the name is also a scaling's (a cell ENC+NAME would be both); rename one");
+  for (const auto& x : s.variants)
+    CTX_CHECK(x.name != name, w, ": the name is also a variant's (a cell ENC+NAME would be both); rename one");
+}
+
+void parse_variants(const json& j, const std::string& where, StudySpec& s) {
+  each_key(j, where, [&](const std::string& name, const json& v, const std::string& w) {
+    CTX_CHECK(v.is_object(), w, ": expected {\"eval\": {eval options}, \"encodings\": [names]}, e.g. "
+              "{\"eval\": {\"window\": 128}, \"encodings\": [\"rope\"]}, got ", brief(v.dump()));
+    for (auto it = v.begin(); it != v.end(); ++it)
+      CTX_CHECK(it.key() == "eval" || it.key() == "encodings", w, ": unknown key \"", it.key(), "\" (eval, encodings)");
+    check_unused(name, w, s);
+    StudySpec::Variant x;
+    x.name = name;
+    x.eval_args = option_args(field(v, "eval", w), w + ".eval", eval_reserved());
+    CTX_CHECK(!x.eval_args.empty(), w, ".eval: expected at least one eval option, e.g. {\"segmented\": true}");
+    x.encodings = encoding_list(field(v, "encodings", w), w + ".encodings", s);
+    s.variants.push_back(x);
+  });
+}
+
 void parse_finetunes(const json& j, const std::string& where, StudySpec& s) {
   each_key(j, where, [&](const std::string& name, const json& v, const std::string& w) {
     CTX_CHECK(v.is_object(), w, ": expected {\"scaling\": {\"type\": \"pi\", \"factor\": \"len/L\"}, "
@@ -198,8 +235,7 @@ void parse_finetunes(const json& j, const std::string& where, StudySpec& s) {
     for (auto it = v.begin(); it != v.end(); ++it)
       CTX_CHECK(it.key() == "scaling" || it.key() == "length" || it.key() == "steps" || it.key() == "args" ||
                 it.key() == "encodings", w, ": unknown key \"", it.key(), "\" (scaling, length, steps, args, encodings)");
-    for (const auto& sc : s.scalings)
-      CTX_CHECK(sc.name != name, w, ": the name is also a scaling's (a cell ENC+NAME would be both); rename one");
+    check_unused(name, w, s);
     StudySpec::Finetune f;
     f.name = name;
     parse_ft_length(field(v, "length", w), w + ".length", s, f);
@@ -210,16 +246,7 @@ void parse_finetunes(const json& j, const std::string& where, StudySpec& s) {
                            {"checkpoint", "context", "rope-scaling", "factor", "original-context", "data", "val-data",
                             "val-fraction", "out", "seed", "steps", "tokenizer", "resume", "force", "quiet", "no-plot",
                             "help"});
-    if (v.contains("encodings")) {
-      const json& e = v["encodings"];
-      CTX_CHECK(e.is_array() && !e.empty(), w, ".encodings: expected a non-empty array of encoding names, e.g. [\"rope\"]");
-      for (const json& x : e) {
-        const bool known = x.is_string() && std::any_of(s.encodings.begin(), s.encodings.end(),
-                                                        [&](const StudySpec::Encoding& en) { return en.name == x.get<std::string>(); });
-        CTX_CHECK(known, w, ".encodings: ", x.dump(), " is not one of the study's \"encodings\"");
-        f.encodings.push_back(x.get<std::string>());
-      }
-    }
+    if (v.contains("encodings")) f.encodings = encoding_list(v["encodings"], w + ".encodings", s);
     CTX_CHECK(f.scaling.empty() || f.encodings.empty() ||
               std::all_of(f.encodings.begin(), f.encodings.end(), [&](const std::string& n) {
                 return std::any_of(s.encodings.begin(), s.encodings.end(), [&](const StudySpec::Encoding& en) {
@@ -262,10 +289,10 @@ bool is_rotary(const nlohmann::json& posenc) {
 StudySpec parse_study(const json& j, const std::string& where) {
   CTX_CHECK(j.is_object(), where, ": a study file is one JSON object (docs/evaluation.md, \"ctxlab study\")");
   static const std::set<std::string> keys = {"data", "val_fraction", "tokenizer", "train", "encodings", "scalings",
-                                             "finetunes", "seeds", "lengths", "tasks", "per_position", "eval"};
+                                             "variants", "finetunes", "seeds", "lengths", "tasks", "per_position", "eval"};
   for (auto it = j.begin(); it != j.end(); ++it)
     CTX_CHECK(keys.count(it.key()), where, ": unknown key \"", it.key(),
-              "\" (data, val_fraction, tokenizer, train, encodings, scalings, finetunes, seeds, lengths, tasks, "
+              "\" (data, val_fraction, tokenizer, train, encodings, scalings, variants, finetunes, seeds, lengths, tasks, "
               "per_position, eval)");
   StudySpec s;
   if (j.contains("data")) {
@@ -310,6 +337,7 @@ StudySpec parse_study(const json& j, const std::string& where) {
       }
       s.scalings.push_back(x);
     });
+  if (j.contains("variants")) parse_variants(j["variants"], where + ".variants", s);
   if (j.contains("finetunes")) parse_finetunes(j["finetunes"], where + ".finetunes", s);
   const json& seeds = field(j, "seeds", where);
   CTX_CHECK(seeds.is_array() && !seeds.empty(), where, ".seeds: expected a non-empty array of integers >= 0, e.g. [1, 2, 3]");
@@ -335,11 +363,16 @@ StudySpec parse_study(const json& j, const std::string& where) {
 std::vector<StudyCell> study_cells(const StudySpec& s) {
   std::vector<StudyCell> c;
   for (const auto& e : s.encodings) {
-    c.push_back({e.name, &e, nullptr, nullptr, e.name});
+    c.push_back({e.name, &e, nullptr, nullptr, nullptr, e.name});
     if (is_rotary(e.posenc))
-      for (const auto& sc : s.scalings) c.push_back({cell_name(e.name, sc.name), &e, &sc, nullptr, cell_name(e.name, sc.name)});
+      for (const auto& sc : s.scalings)
+        c.push_back({cell_name(e.name, sc.name), &e, &sc, nullptr, nullptr, cell_name(e.name, sc.name)});
+    for (const auto& v : s.variants)
+      if (std::find(v.encodings.begin(), v.encodings.end(), e.name) != v.encodings.end())
+        c.push_back({cell_name(e.name, v.name), &e, nullptr, nullptr, &v, cell_name(e.name, v.name)});
     for (const auto& f : s.finetunes)
-      if (finetunes_encoding(f, e)) c.push_back({cell_name(e.name, f.name), &e, nullptr, &f, finetune_label(e.name, f)});
+      if (finetunes_encoding(f, e))
+        c.push_back({cell_name(e.name, f.name), &e, nullptr, &f, nullptr, finetune_label(e.name, f)});
   }
   return c;
 }

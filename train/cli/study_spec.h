@@ -47,6 +47,14 @@ struct StudySpec {
   std::vector<Scaling> scalings;
   std::vector<uint64_t> seeds;
   std::vector<int64_t> lengths;
+  // An eval variant of trained runs, no training of its own: the segmented / sliding-window
+  // baselines ({"window": {"eval": {"window": 128}, "encodings": ["rope"]}}).
+  struct Variant {
+    std::string name;
+    OptionArgs eval_args;
+    std::vector<std::string> encodings;  // required: the encodings whose runs it evaluates
+  };
+  std::vector<Variant> variants;
   // A fine-tune cell: each selected encoding's trained run fine-tuned (`ctxlab finetune`) at a
   // longer context, with a RoPE scaling or without one ("direct"), then evaluated as it is (the
   // fine-tuned checkpoint records its scaling).
@@ -81,17 +89,18 @@ inline std::string cell_name(const std::string& enc, const std::string& scaling)
   return scaling.empty() ? enc : enc + "+" + scaling;
 }
 
-// A cell of the grid: an encoding, a rotary one under a scaling ("rope", "rope+pi", "alibi"), or
-// an encoding's run fine-tuned ("rope+pi_ft").
+// A cell of the grid: an encoding, a rotary one under a scaling ("rope", "rope+pi", "alibi"), an
+// encoding's run under an eval variant ("rope+window"), or fine-tuned ("rope+pi_ft").
 struct StudyCell {
   std::string name;
   const StudySpec::Encoding* enc = nullptr;
   const StudySpec::Scaling* scaling = nullptr;    // nullptr: as trained
   const StudySpec::Finetune* finetune = nullptr;  // non-null: the fine-tuned run, evaluated as it is
+  const StudySpec::Variant* variant = nullptr;    // non-null: the trained run under the variant's eval options
   std::string label;  // for tables and plots: the name, or e.g. "rope + pi s=4 ft 300@4L"
 };
 // The cells in the study's order: each encoding, then it under each scaling when it is rotary,
-// then its fine-tunes.
+// then its variants, then its fine-tunes.
 std::vector<StudyCell> study_cells(const StudySpec& s);
 
 // Whether fine-tune `f` applies to encoding `e`.
