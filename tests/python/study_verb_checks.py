@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end checks of `ctxlab study` (docs/evaluation.md, "ctxlab study").
 
-    study_verb_checks.py {run,errors,finetune} --bin path/to/ctxlab --work scratch/dir
+    study_verb_checks.py {run,errors,finetune,plugin} --bin path/to/ctxlab --work scratch/dir [--plugin-lib LIB]
 
   run     examples/studies/quick.json (3 encodings, PI and YaRN on rope, 2 seeds, passkey): stopped
           by --max-jobs (exit 3, nothing summarised), resumed by the same command (the finished jobs
@@ -21,6 +21,9 @@
           summary.json, ppl.csv and summary.md; a fine-tune interrupted at a checkpoint resumed (and
           one killed before it restarted) to the same results as an uninterrupted study; a finished
           study run again does nothing; the dry run lists the finetune commands.
+  plugin  `ctxlab --plugin LIB study`: an encoding registered by the plugin (--plugin-lib,
+          tests/tools/alias_posenc_plugin.cpp) trained, fine-tuned and evaluated by the jobs,
+          which load the plugin too; without --plugin the study fails on it.
 
 Prints one line per check, then "N passed, N failed"; exits 1 on failure. Standard library only.
 """
@@ -60,6 +63,7 @@ FT_STUDY = {
     "tasks": {"passkey": {"depths": [0, 1], "trials": 2}},
     "eval": {"max-windows": 2},
 }
+PLUGIN_LIB = None  # --plugin-lib
 FT_LABELS = {"rope+pi_ft": "rope + pi s=2 ft 4@2L", "rope+direct_ft": "rope ft 4@256",
              "alibi+direct_ft": "alibi ft 4@256"}
 
@@ -283,6 +287,29 @@ def cmd_finetune():
           "study: [" not in p.stdout and "21 done before" in p.stdout, p.stdout[-400:])
 
 
+def cmd_plugin():
+    d = cl.fresh_dir("plugin")
+    spec = {k: v for k, v in FT_STUDY.items() if k not in ("scalings", "variants", "tasks")}
+    spec["encodings"] = {"alias": {"type": "study-alias"}}
+    spec["finetunes"] = {"direct_ft": {"length": "2L", "steps": 2, "encodings": ["alias"], "args": {"batch": 2}}}
+    study = os.path.join(d, "plugin.json")
+    with open(study, "w") as f:
+        json.dump(spec, f)
+    out = os.path.join(d, "out")
+    p = run(["study", "--study", study, "--out", os.path.join(d, "without")])
+    check("without --plugin: the study refuses the plugin's encoding (its train job fails)",
+          p.returncode != 0 and "study-alias" in p.stderr, p.stderr[-300:])
+    p = run(["--plugin", PLUGIN_LIB, "study", "--study", study, "--out", out, "--dry-run"])
+    check("--dry-run: every job's command loads the plugin",
+          p.returncode == 0 and p.stdout.count(f"ctxlab --plugin {PLUGIN_LIB} ") == 4, p.stdout[-600:])
+    p = run(["--plugin", PLUGIN_LIB, "study", "--study", study, "--out", out], timeout=300, check_rc=0)
+    check("with --plugin: trained, fine-tuned and evaluated by child processes",
+          p.returncode == 0 and "4 run now" in p.stdout, p.stdout[-400:])
+    e = load(os.path.join(out, "eval", "alias+direct_ft", "seed1.json"))
+    check("the fine-tuned plugin encoding evaluated", e["posenc"]["type"] == "study-alias" and e["step"] == 2,
+          e["posenc"])
+
+
 def cmd_errors():
     d = cl.fresh_dir("errors")
     base = load(QUICK)
@@ -363,12 +390,16 @@ def cmd_errors():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=["run", "errors", "finetune"])
+    ap.add_argument("cmd", choices=["run", "errors", "finetune", "plugin"])
+    ap.add_argument("--plugin-lib", help="plugin: tests/tools/alias_posenc_plugin.cpp built")
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     cl.configure(a.bin, os.path.join(a.work, a.cmd))
-    return cl.run_subcommand(f"study_verb {a.cmd}", {"run": cmd_run, "errors": cmd_errors, "finetune": cmd_finetune}[a.cmd])
+    global PLUGIN_LIB
+    PLUGIN_LIB = a.plugin_lib
+    return cl.run_subcommand(f"study_verb {a.cmd}", {"run": cmd_run, "errors": cmd_errors, "finetune": cmd_finetune,
+                                                        "plugin": cmd_plugin}[a.cmd])
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@
 
 #include "train/cli/cli.h"
 #include "train/cli/cli_common.h"
+#include "train/cli/plugin.h"
 #include "train/cli/study_spec.h"
 #include "train/cli/study_summary.h"
 #include "train/data.h"
@@ -181,9 +182,17 @@ std::string log_name(const std::string& job) {
   return n + ".log";
 }
 
+// The program and its first arguments for a child: this executable, loading the plugins this
+// process loaded (`ctxlab --plugin X study ...`: every job can build X's encodings).
+std::vector<std::string> child_program(const std::string& exe) {
+  std::vector<std::string> a = {exe};
+  for (const std::string& p : loaded_plugin_paths()) a.insert(a.end(), {"--plugin", p});
+  return a;
+}
+
 // Runs the job; a failure is an error that names the job and its log (with its last lines).
 void run_job(const Job& j, const std::string& out, size_t index, size_t total) {
-  std::vector<std::string> args = {"/proc/self/exe"};
+  std::vector<std::string> args = child_program("/proc/self/exe");
   if (!j.run_dir.empty() && checkpoint_step(j.run_dir) >= 0) {
     // interrupted: go on to the job's last step (a fine-tune's run dir resumes as a training run)
     args.insert(args.end(), {"train", "--resume", j.run_dir, "--steps", std::to_string(j.steps), "--quiet", "--no-plot"});
@@ -261,8 +270,10 @@ int run_study(int argc, char** argv) {
   if (r->count("dry-run")) {
     for (size_t i = 0; i < jobs.size(); ++i) {
       std::string cmd;
-      for (const std::string& a : jobs[i].args) cmd += " " + a;
-      std::printf("[%zu/%zu] %s%s\n    ctxlab%s\n", i + 1, jobs.size(), jobs[i].name.c_str(),
+      std::vector<std::string> a = child_program("ctxlab");
+      a.insert(a.end(), jobs[i].args.begin(), jobs[i].args.end());
+      for (const std::string& x : a) cmd += (cmd.empty() ? "" : " ") + x;
+      std::printf("[%zu/%zu] %s%s\n    %s\n", i + 1, jobs.size(), jobs[i].name.c_str(),
                   exists(out) && jobs[i].done() ? " (done)" : "", cmd.c_str());
     }
     return 0;
