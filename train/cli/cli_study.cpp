@@ -9,7 +9,8 @@
 // OUT/tokenizer.model        when the study names one (trained on train.txt)
 // OUT/runs/ENC/seedS/        one training run per encoding and seed
 // OUT/runs/ENC+FT/seedS/     a fine-tune of it ("finetunes"), from its final checkpoint
-// OUT/eval/CELL/seedS*.json  eval of each run (CELL = ENC or ENC+SCALING): ppl, per-position, tasks
+// OUT/eval/CELL/seedS*.json  eval of each run (CELL = ENC, or ENC+NAME of a scaling, a variant or a
+//                            fine-tune): ppl, per-position, tasks
 // OUT/summary.{md,json}, OUT/{ppl,tasks,positions}.csv   mean +- 95% t interval over the seeds
 #include <chrono>
 #include <cstdio>
@@ -226,16 +227,19 @@ cxxopts::Options study_options() {
       "ctxlab study",
       "Run a grid of experiments from a study file: each encoding x seed trained on the training split,\n"
       "evaluated on the held-out split at every length (perplexity, per-position loss), under each RoPE\n"
-      "scaling (rotary encodings), and on each retrieval task; each \"finetunes\" entry fine-tunes the\n"
+      "scaling (rotary encodings), with each \"variants\" entry's eval options (baselines such as\n"
+      "--window, no training), and on each retrieval task; each \"finetunes\" entry fine-tunes the\n"
       "trained run (`ctxlab finetune`, at a longer context, with a RoPE scaling or without) and evaluates\n"
-      "the result the same way (a cell such as \"rope + pi s=4 ft 300@4L\"); then the mean and 95% t interval over\n"
-      "the seeds, and which differences are significant (Welch's t-test), in OUT/summary.md, .json and\n"
-      "CSV files for plots. Every job is a `ctxlab` child process logged to OUT/logs/; run the same\n"
-      "command again to resume an interrupted study (finished jobs are skipped).\n"
+      "the result the same way (a cell such as \"rope + pi s=4 ft 300@4L\"); then the mean and 95% t\n"
+      "interval over the seeds, and which differences are significant (Welch's t-test), in\n"
+      "OUT/summary.md, .json and CSV files for plots. Every job is a `ctxlab` child process logged to OUT/logs/; run the same\n"
+      "command again to resume an interrupted study (finished jobs are skipped). The jobs load the\n"
+      "plugins of `ctxlab --plugin LIB study ...`.\n"
       "The study file (docs/evaluation.md, \"ctxlab study\"; examples/studies/):\n"
       "  {\"train\": {\"preset\": \"tiny\", \"context\": 64, \"steps\": 300, \"args\": {\"lr\": 0.003}},\n"
       "   \"encodings\": {\"rope\": \"rope\", \"alibi\": {\"type\": \"alibi\"}},\n"
       "   \"scalings\": {\"pi\": {\"type\": \"pi\", \"factor\": \"len/L\"}, \"yarn\": {\"type\": \"yarn\", \"factor\": 4}},\n"
+      "   \"variants\": {\"window\": {\"eval\": {\"window\": 64}, \"encodings\": [\"rope\"]}},\n"
       "   \"finetunes\": {\"pi_ft\": {\"scaling\": {\"type\": \"pi\", \"factor\": \"len/L\"}, \"length\": \"4L\", \"steps\": 100,\n"
       "                              \"args\": {\"lr\": 0.0003, \"batch\": 2}}},\n"
       "   \"seeds\": [1, 2, 3], \"lengths\": [64, 128, 256],\n"
