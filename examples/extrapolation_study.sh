@@ -19,6 +19,10 @@
 #          --add-encoding NAME or NAME='POSENC_JSON' (repeatable: one more encoding in part 1, e.g.
 #          --plugin libfire.so --add-encoding 'fire-example={"type":"fire-example","init_L":128}').
 # A finished run (its checkpoint at the final step) is reused, so an interrupted study continues.
+# The same grid with 3 seeds and 95% intervals, as a `ctxlab study` preset (baselines and
+# fine-tunes included; not the BPE re-run or this report; --plugin: `ctxlab --plugin LIB study`,
+# --add-encoding: an "encodings" entry in a copy of the preset; docs/evaluation.md):
+#   ctxlab study --study examples/studies/extrapolation.json --out runs/extrapolation-study
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -40,7 +44,7 @@ while [ $# -gt 0 ]; do
       name="${2%%=*}"; added+=("$name")
       [ "$name" != "$2" ] && posenc_json[$name]="${2#*=}"
       shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "extrapolation_study.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end checks of `ctxlab study` (docs/evaluation.md, "ctxlab study").
 
-    study_verb_checks.py {run,errors} --bin path/to/ctxlab --work scratch/dir
+    study_verb_checks.py {run,errors,finetune,plugin} --bin path/to/ctxlab --work scratch/dir [--plugin-lib LIB]
 
   run     examples/studies/quick.json (3 encodings, PI and YaRN on rope, 2 seeds, passkey): stopped
           by --max-jobs (exit 3, nothing summarised), resumed by the same command (the finished jobs
@@ -11,8 +11,19 @@
           cell x length, the task grid); the split really holds out the tail of the corpus; the
           dry run lists the jobs and marks them done.
   errors  one-line errors naming the file and field: an unknown key, a reserved training option,
-          a directory-escaping name, a duplicate seed, a bad depth, another study in the same --out,
-          a failing job (named, with its log).
+          a directory-escaping name, a duplicate seed, a bad depth, bad "variants" and "finetunes"
+          entries, a config
+          field the study sets in "train.set", another
+          study in the same --out, a failing job (named, with its log).
+  finetune  fine-tune cells (FT_STUDY: rope with a PI fine-tune and a direct one, alibi with a
+          direct one, a few steps; and a sliding-window eval variant of the rope runs): each base run trained once and fine-tuned from, the fine-tuned
+          checkpoint at the longer context with its scaling, evaluated like every cell, labelled in
+          summary.json, ppl.csv and summary.md; a fine-tune interrupted at a checkpoint resumed (and
+          one killed before it restarted) to the same results as an uninterrupted study; a finished
+          study run again does nothing; the dry run lists the finetune commands.
+  plugin  `ctxlab --plugin LIB study`: an encoding registered by the plugin (--plugin-lib,
+          tests/tools/alias_posenc_plugin.cpp) trained, fine-tuned and evaluated by the jobs,
+          which load the plugin too; without --plugin the study fails on it.
 
 Prints one line per check, then "N passed, N failed"; exits 1 on failure. Standard library only.
 """
@@ -32,6 +43,29 @@ check, run, must_run, expect_failure = cl.check, cl.run, cl.must_run, cl.expect_
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 QUICK = os.path.join(ROOT, "examples", "studies", "quick.json")
 T975_1 = 12.706204736174698  # Student t quantile 0.975 at 1 degree of freedom (two seeds)
+
+
+# A study with fine-tune cells, small enough for seconds: L = 128 (the passkey needs 67 tokens).
+FT_STUDY = {
+    "train": {"preset": "tiny", "context": 128, "steps": 8, "set": {"d_ff": 128},
+              "args": {"lr": 0.003, "warmup": 2, "batch": 4, "eval-interval": 0}},
+    "encodings": {"rope": "rope", "alibi": "alibi"},
+    "scalings": {"pi": {"type": "pi", "factor": "len/L"}},
+    "variants": {"window": {"eval": {"window": 128}, "encodings": ["rope"]}},
+    "finetunes": {
+        "pi_ft": {"scaling": {"type": "pi", "factor": "len/L"}, "length": "2L", "steps": 4,
+                  "args": {"lr": 0.0003, "warmup": 1, "batch": 2, "eval-interval": 0, "ckpt-interval": 2}},
+        "direct_ft": {"length": 256, "steps": 4, "encodings": ["rope", "alibi"],
+                      "args": {"batch": 2, "eval-interval": 0}},
+    },
+    "seeds": [1],
+    "lengths": [128, 256],
+    "tasks": {"passkey": {"depths": [0, 1], "trials": 2}},
+    "eval": {"max-windows": 2},
+}
+PLUGIN_LIB = None  # --plugin-lib
+FT_LABELS = {"rope+pi_ft": "rope + pi s=2 ft 4@2L", "rope+direct_ft": "rope ft 4@256",
+             "alibi+direct_ft": "alibi ft 4@256"}
 
 
 def load(path):
@@ -160,6 +194,122 @@ def cmd_run():
           p.returncode == 0 and "0 run now" in p.stdout and sa == open(os.path.join(b, "ppl.csv")).read())
 
 
+def checkpoint_meta(path):
+    header, _ = cl.split_st(path)
+    return header.get("__metadata__", {})
+
+
+def cmd_finetune():
+    d = cl.fresh_dir("finetune")
+    study = os.path.join(d, "ft.json")
+    with open(study, "w") as f:
+        json.dump(FT_STUDY, f, indent=1)
+    a, b = os.path.join(d, "interrupted"), os.path.join(d, "straight")
+    p = run(["study", "--study", study, "--out", b, "--dry-run"])
+    base = os.path.join(b, "runs", "rope", "seed1", "model.safetensors")
+    check("--dry-run: the finetune commands, from the base run, at the fine-tune's context and scaling",
+          p.returncode == 0 and f"ctxlab finetune --checkpoint {base} --context 256 --rope-scaling pi --steps 4 "
+          f"--seed 1 --data {b}/data/train.txt --out {b}/runs/rope+pi_ft/seed1" in p.stdout and
+          f"ctxlab finetune --checkpoint {base} --context 256 --steps 4" in p.stdout and
+          "finetune alibi+direct_ft seed 1" in p.stdout, p.stdout[-1500:])
+    p = run(["study", "--study", study, "--out", b], timeout=300, check_rc=0)
+    jobs = [ln.split("] ", 1)[1].split(" ...")[0] for ln in p.stdout.splitlines() if ln.startswith("study: [")]
+    check("each base run trained once (2 encodings x 1 seed), 3 fine-tunes",
+          [j for j in jobs if j.startswith("train")] == ["train rope seed 1", "train alibi seed 1"] and
+          [j for j in jobs if j.startswith("finetune")] ==
+          ["finetune rope+pi_ft seed 1", "finetune rope+direct_ft seed 1", "finetune alibi+direct_ft seed 1"], jobs)
+    check("a fine-tune after its base run, its evals after it",
+          jobs.index("train rope seed 1") < jobs.index("finetune rope+pi_ft seed 1") <
+          jobs.index("eval rope+pi_ft seed 1") and jobs.index("train alibi seed 1") <
+          jobs.index("finetune alibi+direct_ft seed 1"), jobs)
+    ft = checkpoint_meta(os.path.join(b, "runs", "rope+pi_ft", "seed1", "model.safetensors"))
+    cfg = json.loads(ft.get("config", "{}"))
+    check("the PI fine-tune: 4 steps at context 256, PI s = 256 / 128 over original_context 128",
+          ft.get("step") == "4" and cfg.get("context") == 256 and cfg.get("posenc", {}).get("scaling") ==
+          {"type": "pi", "factor": 2.0, "original_context": 128}, (ft.get("step"), cfg))
+    check("train.set: the model's d_ff 128 over the tiny preset's 256, kept by the fine-tune",
+          cfg.get("d_ff") == 128 and cfg.get("d_model") == 64, cfg)
+    e = load(os.path.join(b, "eval", "rope+pi_ft", "seed1.json"))
+    check("the PI fine-tune evaluated from its own checkpoint at every length, with its scaling",
+          e["checkpoint"].endswith("runs/rope+pi_ft/seed1/model.safetensors") and e["step"] == 4 and
+          [r["length"] for r in e["results"]] == FT_STUDY["lengths"] and "per_position" in e["results"][0] and
+          e["posenc"]["scaling"]["factor"] == 2.0, {k: e[k] for k in ("checkpoint", "step", "posenc")})
+    direct = load(os.path.join(b, "eval", "alibi+direct_ft", "seed1.json"))
+    check("a direct fine-tune (no scaling) of alibi: step 4, no scaling",
+          direct["step"] == 4 and "scaling" not in direct["posenc"], direct["posenc"])
+    s = load(os.path.join(b, "summary.json"))
+    check("summary: the variant and fine-tune cells after their encoding's", s["cells"] ==
+          ["rope", "rope+pi", "rope+window", "rope+pi_ft", "rope+direct_ft", "alibi", "alibi+direct_ft"], s["cells"])
+    w = load(os.path.join(b, "eval", "rope+window", "seed1.json"))
+    plain = load(os.path.join(b, "eval", "rope", "seed1.json"))
+    check("a variant: the rope run (not retrained) under eval --window 128: = rope at 128, not at 256",
+          w["checkpoint"] == plain["checkpoint"] and w["window"] == 128 and
+          w["results"][0]["loss"] == plain["results"][0]["loss"] and
+          w["results"][1]["loss"] != plain["results"][1]["loss"], (w["window"], w["results"], plain["results"]))
+    check("summary: the fine-tune cells' labels", all(s["labels"].get(c) == lab for c, lab in FT_LABELS.items()),
+          s["labels"])
+    with open(os.path.join(b, "ppl.csv")) as f:
+        rows = list(csv.DictReader(f))
+    check("ppl.csv: each fine-tune cell at each length, with its label and the eval's loss",
+          all(sum(1 for r in rows if r["cell"] == c and r["label"] == lab) == 2 for c, lab in FT_LABELS.items()) and
+          all(abs(float(r["loss_mean"]) - x["loss"]) < 1e-6 for r in rows if r["cell"] == "rope+pi_ft"
+              for x in e["results"] if x["length"] == int(r["length"])), [r for r in rows if "ft" in r["cell"]])
+    check("summary.json: passkey results for the fine-tune cells",
+          {t["cell"] for t in s["tasks"] if "ft" in t["cell"]} == set(FT_LABELS))
+    md = open(os.path.join(b, "summary.md")).read()
+    check("summary.md: a row per fine-tune cell, by label", all(f"| {lab} |" in md for lab in FT_LABELS.values()))
+    page = open(os.path.join(b, "report.html")).read()
+    check("report.html: the labels in the legends", all(lab in page for lab in FT_LABELS.values()))
+    # interrupted: the base run and the eval-time cells done, then the PI fine-tune stopped at its step-2
+    # checkpoint, the direct one killed before its first checkpoint
+    p = run(["study", "--study", study, "--out", a, "--max-jobs", 7], timeout=300)
+    check("--max-jobs 7: stopped before the first fine-tune", p.returncode == 3 and
+          not os.path.exists(os.path.join(a, "runs", "rope+pi_ft")), p.stdout[-300:])
+    lines = run(["study", "--study", study, "--out", a, "--dry-run"]).stdout.splitlines()
+    cmd = lines[[i for i, ln in enumerate(lines) if "finetune rope+pi_ft seed 1" in ln][0] + 1].split()[1:]
+    cmd[cmd.index("--steps") + 1] = "2"
+    must_run("the PI fine-tune's own command (from --dry-run) run by hand for 2 of its 4 steps", cmd)
+    os.makedirs(os.path.join(a, "runs", "rope+direct_ft", "seed1"))
+    open(os.path.join(a, "runs", "rope+direct_ft", "seed1", "train.csv"), "w").write("step,loss\n")
+    p = run(["study", "--study", study, "--out", a], timeout=300, check_rc=0)
+    log = open(os.path.join(a, "logs", "finetune_rope_pi_ft_seed_1.log")).read()
+    check("resumed: the base runs not trained again, the PI fine-tune resumed at step 2",
+          "7 done before" in p.stdout and "train rope seed 1 ..." not in p.stdout and
+          "at step 2 of 4" in log, p.stdout[-600:] + log[-300:])
+    check("resumed: the fine-tunes at their last step",
+          all(checkpoint_meta(os.path.join(a, "runs", c, "seed1", "model.safetensors")).get("step") == "4"
+              for c in FT_LABELS))
+    same = all(load(os.path.join(a, "eval", c, "seed1.json"))["results"] ==
+               load(os.path.join(b, "eval", c, "seed1.json"))["results"] for c in FT_LABELS)
+    check("resumed = uninterrupted: the fine-tune cells' results", same)
+    p = run(["study", "--study", study, "--out", b], timeout=120, check_rc=0)
+    check("a finished study run again: nothing run, no fine-tune redone", "0 run now" in p.stdout and
+          "study: [" not in p.stdout and "21 done before" in p.stdout, p.stdout[-400:])
+
+
+def cmd_plugin():
+    d = cl.fresh_dir("plugin")
+    spec = {k: v for k, v in FT_STUDY.items() if k not in ("scalings", "variants", "tasks")}
+    spec["encodings"] = {"alias": {"type": "study-alias"}}
+    spec["finetunes"] = {"direct_ft": {"length": "2L", "steps": 2, "encodings": ["alias"], "args": {"batch": 2}}}
+    study = os.path.join(d, "plugin.json")
+    with open(study, "w") as f:
+        json.dump(spec, f)
+    out = os.path.join(d, "out")
+    p = run(["study", "--study", study, "--out", os.path.join(d, "without")])
+    check("without --plugin: the study refuses the plugin's encoding (its train job fails)",
+          p.returncode != 0 and "study-alias" in p.stderr, p.stderr[-300:])
+    p = run(["--plugin", PLUGIN_LIB, "study", "--study", study, "--out", out, "--dry-run"])
+    check("--dry-run: every job's command loads the plugin",
+          p.returncode == 0 and p.stdout.count(f"ctxlab --plugin {PLUGIN_LIB} ") == 4, p.stdout[-600:])
+    p = run(["--plugin", PLUGIN_LIB, "study", "--study", study, "--out", out], timeout=300, check_rc=0)
+    check("with --plugin: trained, fine-tuned and evaluated by child processes",
+          p.returncode == 0 and "4 run now" in p.stdout, p.stdout[-400:])
+    e = load(os.path.join(out, "eval", "alias+direct_ft", "seed1.json"))
+    check("the fine-tuned plugin encoding evaluated", e["posenc"]["type"] == "study-alias" and e["step"] == 2,
+          e["posenc"])
+
+
 def cmd_errors():
     d = cl.fresh_dir("errors")
     base = load(QUICK)
@@ -180,6 +330,44 @@ def cmd_errors():
         ("bad depth", lambda j: j["tasks"]["passkey"].update(depths=[2]), [".tasks.passkey.depths", "[0, 1]"]),
         ("no encodings", lambda j: j.pop("encodings"), ["missing \"encodings\""]),
         ("bad task", lambda j: j["tasks"].update(needle={"depths": [0]}), [".tasks.needle", "unknown task"]),
+        ("train.set: context", lambda j: j["train"].update(set={"context": 64}),
+         [".train.set.context", "set by the study itself"]),
+        ("finetune: unknown key", lambda j: j.update(finetunes={"ft": {"length": "2L", "steps": 5, "lr": 1}}),
+         [".finetunes.ft: unknown key \"lr\"", "(scaling, length, steps, args, encodings)"]),
+        ("finetune: bad length", lambda j: j.update(finetunes={"ft": {"length": "4x", "steps": 5}}),
+         [".finetunes.ft.length", "expected an integer >= 1 or \"kL\"", "\"4x\""]),
+        ("finetune: no steps", lambda j: j.update(finetunes={"ft": {"length": 512}}),
+         [".finetunes.ft: missing \"steps\""]),
+        ("finetune: bad steps", lambda j: j.update(finetunes={"ft": {"length": 512, "steps": 0}}),
+         [".finetunes.ft.steps", "expected an integer >= 1, got 0"]),
+        ("finetune: bad factor", lambda j: j.update(finetunes={"ft": {"length": "4L", "steps": 5,
+                                                                       "scaling": {"type": "pi", "factor": "L/len"}}}),
+         [".finetunes.ft.scaling.factor", "\"len/L\"", "\"L/len\""]),
+        ("finetune: reserved option", lambda j: j.update(finetunes={"ft": {"length": "4L", "steps": 5,
+                                                                           "args": {"checkpoint": "x"}}}),
+         [".finetunes.ft.args.checkpoint", "set by the study"]),
+        ("finetune: unknown encoding", lambda j: j.update(finetunes={"ft": {"length": "4L", "steps": 5,
+                                                                            "encodings": ["ropee"]}}),
+         [".finetunes.ft.encodings", "\"ropee\" is not one of the study's"]),
+        ("finetune: scaling on alibi", lambda j: j.update(finetunes={"ft": {"length": "4L", "steps": 5, "scaling": "pi",
+                                                                            "encodings": ["alibi"]}}),
+         [".finetunes.ft.encodings", "rotary (rope) encodings only"]),
+        ("finetune: no encoding", lambda j: j.update(encodings={"alibi": "alibi"},
+                                                     finetunes={"ft": {"length": "4L", "steps": 5}}),
+         [".finetunes.ft: applies to no encoding"]),
+        ("variant: no eval", lambda j: j.update(variants={"seg": {"encodings": ["learned"]}}),
+         [".variants.seg: missing \"eval\""]),
+        ("variant: reserved eval option", lambda j: j.update(variants={"seg": {"eval": {"rope-scaling": "pi"},
+                                                                                "encodings": ["rope"]}}),
+         [".variants.seg.eval.rope-scaling", "set by the study"]),
+        ("variant: unknown encoding", lambda j: j.update(variants={"seg": {"eval": {"segmented": True},
+                                                                            "encodings": ["nope"]}}),
+         [".variants.seg.encodings", "\"nope\" is not one of the study's"]),
+        ("variant: a scaling's name", lambda j: j.update(variants={"yarn": {"eval": {"window": 64},
+                                                                             "encodings": ["rope"]}}),
+         [".variants.yarn", "also a scaling's"]),
+        ("finetune: a scaling's name", lambda j: j.update(finetunes={"pi": {"length": "4L", "steps": 5}}),
+         [".finetunes.pi", "also a scaling's"]),
     ]
     for name, change, subs in cases:
         path = study(name.replace(" ", "_"), change)
@@ -202,12 +390,16 @@ def cmd_errors():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=["run", "errors"])
+    ap.add_argument("cmd", choices=["run", "errors", "finetune", "plugin"])
+    ap.add_argument("--plugin-lib", help="plugin: tests/tools/alias_posenc_plugin.cpp built")
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     cl.configure(a.bin, os.path.join(a.work, a.cmd))
-    return cl.run_subcommand(f"study_verb {a.cmd}", {"run": cmd_run, "errors": cmd_errors}[a.cmd])
+    global PLUGIN_LIB
+    PLUGIN_LIB = a.plugin_lib
+    return cl.run_subcommand(f"study_verb {a.cmd}", {"run": cmd_run, "errors": cmd_errors, "finetune": cmd_finetune,
+                                                        "plugin": cmd_plugin}[a.cmd])
 
 
 if __name__ == "__main__":

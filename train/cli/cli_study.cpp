@@ -8,7 +8,9 @@
 // OUT/data/{train,val}.txt   the split: models and tokenizer see train.txt only
 // OUT/tokenizer.model        when the study names one (trained on train.txt)
 // OUT/runs/ENC/seedS/        one training run per encoding and seed
-// OUT/eval/CELL/seedS*.json  eval of each run (CELL = ENC or ENC+SCALING): ppl, per-position, tasks
+// OUT/runs/ENC+FT/seedS/     a fine-tune of it ("finetunes"), from its final checkpoint
+// OUT/eval/CELL/seedS*.json  eval of each run (CELL = ENC, or ENC+NAME of a scaling, a variant or a
+//                            fine-tune): ppl, per-position, tasks
 // OUT/summary.{md,json}, OUT/{ppl,tasks,positions}.csv   mean +- 95% t interval over the seeds
 #include <chrono>
 #include <cstdio>
@@ -17,6 +19,7 @@
 
 #include "train/cli/cli.h"
 #include "train/cli/cli_common.h"
+#include "train/cli/plugin.h"
 #include "train/cli/study_spec.h"
 #include "train/cli/study_summary.h"
 #include "train/data.h"
@@ -34,7 +37,8 @@ struct Job {
   std::string name;               // e.g. "train rope seed 1" (also its log's name, spaces as '_')
   std::vector<std::string> args;  // after the program: the verb and its options
   std::function<bool()> done;     // its output is complete
-  std::string run_dir;            // train jobs: resumed from its checkpoint when it has one
+  std::string run_dir;            // train / finetune jobs: resumed from its checkpoint when it has one
+  int64_t steps = 0;              // ... up to this step
 };
 
 void add_options(std::vector<std::string>& a, const OptionArgs& opts) {
@@ -58,23 +62,48 @@ int64_t checkpoint_step(const std::string& dir) {
 
 Job train_job(const StudySpec& s, const StudySpec::Encoding& e, uint64_t seed, const std::string& out) {
   const std::string dir = out + "/runs/" + e.name + "/seed" + std::to_string(seed);
-  Job j{str("train ", e.name, " seed ", seed), {}, [dir, steps = s.steps] { return checkpoint_step(dir) >= steps; }, dir};
+  Job j{str("train ", e.name, " seed ", seed), {}, [dir, steps = s.steps] { return checkpoint_step(dir) >= steps; }, dir,
+        s.steps};
   j.args = {"train", "--preset", s.preset, "--steps", std::to_string(s.steps), "--posenc",
             e.posenc.is_string() ? e.posenc.get<std::string>() : e.posenc.dump(), "--seed", std::to_string(seed),
             "--data", out + "/data/train.txt", "--out", dir, "--quiet", "--no-plot"};
   if (s.context > 0) j.args.insert(j.args.end(), {"--set", "context=" + std::to_string(s.context)});  // the model's L
+  for (const auto& kv : s.model_set) j.args.insert(j.args.end(), {"--set", kv.first + "=" + kv.second});
   if (!s.tokenizer_type.empty()) j.args.insert(j.args.end(), {"--tokenizer", out + "/tokenizer.model"});
   add_options(j.args, s.train_args);
   return j;
 }
 
+// A fine-tune cell's job: `ctxlab finetune` of the encoding's trained run (the same seed) at the
+// fine-tune's context, on the training split; done when its checkpoint is at the last step.
+Job finetune_job(const StudySpec::Finetune& f, const StudyCell& c, uint64_t seed, const std::string& out) {
+  const std::string base = out + "/runs/" + c.enc->name + "/seed" + std::to_string(seed);
+  const std::string dir = out + "/runs/" + c.name + "/seed" + std::to_string(seed);
+  Job j{str("finetune ", c.name, " seed ", seed), {}, [dir, steps = f.steps] { return checkpoint_step(dir) >= steps; },
+        dir, f.steps};
+  j.args = {"finetune", "--checkpoint", base + "/model.safetensors", "--context", std::to_string(f.length)};
+  if (!f.scaling.empty()) j.args.insert(j.args.end(), {"--rope-scaling", f.scaling});
+  if (!f.scaling.empty() && !f.factor_default && f.factor > 0) j.args.insert(j.args.end(), {"--factor", str(f.factor)});
+  j.args.insert(j.args.end(), {"--steps", std::to_string(f.steps), "--seed", std::to_string(seed), "--data",
+                               out + "/data/train.txt", "--out", dir, "--quiet", "--no-plot"});
+  add_options(j.args, f.args);
+  return j;
+}
+
+// The checkpoint a cell evaluates: its fine-tuned run's, else its encoding's trained run's.
+std::string cell_checkpoint(const StudyCell& c, uint64_t seed, const std::string& out) {
+  return out + "/runs/" + (c.finetune ? c.name : c.enc->name) + "/seed" + std::to_string(seed) + "/model.safetensors";
+}
+
 // The jobs of one trained run: perplexity (+ per-position) and each task, for each cell of its
-// encoding (alone, and under each scaling when it is rotary), one per slice of lengths.
+// encoding (alone, under each scaling when it is rotary, fine-tuned: after its finetune job), one
+// per slice of lengths.
 void eval_jobs(const StudySpec& s, const StudySpec::Encoding& e, uint64_t seed, const std::string& out,
                std::vector<Job>& jobs) {
-  const std::string ckpt = out + "/runs/" + e.name + "/seed" + std::to_string(seed) + "/model.safetensors";
   for (const StudyCell& c : study_cells(s)) {
     if (c.enc != &e) continue;
+    if (c.finetune) jobs.push_back(finetune_job(*c.finetune, c, seed, out));
+    const std::string ckpt = cell_checkpoint(c, seed, out);
     const std::string dir = out + "/eval/" + c.name;
     for (const EvalSlice& sl : eval_slices(s, c)) {
       std::string lengths;
@@ -84,15 +113,16 @@ void eval_jobs(const StudySpec& s, const StudySpec::Encoding& e, uint64_t seed, 
       if (sl.factor > 0) base.insert(base.end(), {"--factor", str(sl.factor)});
       add_options(base, s.eval_args);
       add_options(base, e.eval_args);
+      if (c.variant) add_options(base, c.variant->eval_args);
       const std::string what = str(c.name, " seed ", seed, sl.suffix.empty() ? "" : " length " + lengths);
       const std::string ppl = dir + "/" + study_ppl_file(seed, sl.suffix);
-      Job j{"eval " + what, base, [ppl] { return exists(ppl); }, ""};
+      Job j{"eval " + what, base, [ppl] { return exists(ppl); }, "", 0};
       j.args.insert(j.args.end(), {"--json", ppl});
       if (s.per_position) j.args.push_back("--per-position");
       jobs.push_back(j);
       for (const StudyTask& t : s.tasks) {
         const std::string tj = dir + "/" + study_task_file(seed, t.name, sl.suffix);
-        Job k{"eval " + what + " task " + t.name, base, [tj] { return exists(tj); }, ""};
+        Job k{"eval " + what + " task " + t.name, base, [tj] { return exists(tj); }, "", 0};
         k.args.insert(k.args.end(), {"--task", t.name, "--depths", t.depths, "--trials", std::to_string(t.trials),
                                      "--seed", std::to_string(seed), "--json", tj});
         add_options(k.args, t.args);
@@ -110,7 +140,8 @@ std::vector<Job> study_jobs(const StudySpec& s, const std::string& out) {
                     {"tokenizer", "train", "--data", out + "/data/train.txt", "--vocab", std::to_string(s.tokenizer_vocab),
                      "--type", s.tokenizer_type, "--out", tok},
                     [tok] { return exists(tok); },
-                    ""});
+                    "",
+                    0});
   }
   for (const auto& e : s.encodings)
     for (uint64_t seed : s.seeds) {
@@ -152,11 +183,20 @@ std::string log_name(const std::string& job) {
   return n + ".log";
 }
 
+// The program and its first arguments for a child: this executable, loading the plugins this
+// process loaded (`ctxlab --plugin X study ...`: every job can build X's encodings).
+std::vector<std::string> child_program(const std::string& exe) {
+  std::vector<std::string> a = {exe};
+  for (const std::string& p : loaded_plugin_paths()) a.insert(a.end(), {"--plugin", p});
+  return a;
+}
+
 // Runs the job; a failure is an error that names the job and its log (with its last lines).
 void run_job(const Job& j, const std::string& out, size_t index, size_t total) {
-  std::vector<std::string> args = {"/proc/self/exe"};
+  std::vector<std::string> args = child_program("/proc/self/exe");
   if (!j.run_dir.empty() && checkpoint_step(j.run_dir) >= 0) {
-    args.insert(args.end(), {"train", "--resume", j.run_dir, "--quiet", "--no-plot"});  // interrupted: go on
+    // interrupted: go on to the job's last step (a fine-tune's run dir resumes as a training run)
+    args.insert(args.end(), {"train", "--resume", j.run_dir, "--steps", std::to_string(j.steps), "--quiet", "--no-plot"});
   } else {
     args.insert(args.end(), j.args.begin(), j.args.end());
     if (!j.run_dir.empty() && exists(j.run_dir)) args.push_back("--force");  // killed before its first checkpoint
@@ -187,14 +227,21 @@ cxxopts::Options study_options() {
       "ctxlab study",
       "Run a grid of experiments from a study file: each encoding x seed trained on the training split,\n"
       "evaluated on the held-out split at every length (perplexity, per-position loss), under each RoPE\n"
-      "scaling (rotary encodings), and on each retrieval task; then the mean and 95% t interval over\n"
-      "the seeds, and which differences are significant (Welch's t-test), in OUT/summary.md, .json and\n"
-      "CSV files for plots. Every job is a `ctxlab` child process logged to OUT/logs/; run the same\n"
-      "command again to resume an interrupted study (finished jobs are skipped).\n"
+      "scaling (rotary encodings), with each \"variants\" entry's eval options (baselines such as\n"
+      "--window, no training), and on each retrieval task; each \"finetunes\" entry fine-tunes the\n"
+      "trained run (`ctxlab finetune`, at a longer context, with a RoPE scaling or without) and evaluates\n"
+      "the result the same way (a cell such as \"rope + pi s=4 ft 300@4L\"); then the mean and 95% t\n"
+      "interval over the seeds, and which differences are significant (Welch's t-test), in\n"
+      "OUT/summary.md, .json and CSV files for plots. Every job is a `ctxlab` child process logged to OUT/logs/; run the same\n"
+      "command again to resume an interrupted study (finished jobs are skipped). The jobs load the\n"
+      "plugins of `ctxlab --plugin LIB study ...`.\n"
       "The study file (docs/evaluation.md, \"ctxlab study\"; examples/studies/):\n"
       "  {\"train\": {\"preset\": \"tiny\", \"context\": 64, \"steps\": 300, \"args\": {\"lr\": 0.003}},\n"
       "   \"encodings\": {\"rope\": \"rope\", \"alibi\": {\"type\": \"alibi\"}},\n"
       "   \"scalings\": {\"pi\": {\"type\": \"pi\", \"factor\": \"len/L\"}, \"yarn\": {\"type\": \"yarn\", \"factor\": 4}},\n"
+      "   \"variants\": {\"window\": {\"eval\": {\"window\": 64}, \"encodings\": [\"rope\"]}},\n"
+      "   \"finetunes\": {\"pi_ft\": {\"scaling\": {\"type\": \"pi\", \"factor\": \"len/L\"}, \"length\": \"4L\", \"steps\": 100,\n"
+      "                              \"args\": {\"lr\": 0.0003, \"batch\": 2}}},\n"
       "   \"seeds\": [1, 2, 3], \"lengths\": [64, 128, 256],\n"
       "   \"tasks\": {\"passkey\": {\"depths\": [0, 0.5, 1], \"trials\": 20}}}\n"
       "\n"
@@ -227,8 +274,10 @@ int run_study(int argc, char** argv) {
   if (r->count("dry-run")) {
     for (size_t i = 0; i < jobs.size(); ++i) {
       std::string cmd;
-      for (const std::string& a : jobs[i].args) cmd += " " + a;
-      std::printf("[%zu/%zu] %s%s\n    ctxlab%s\n", i + 1, jobs.size(), jobs[i].name.c_str(),
+      std::vector<std::string> a = child_program("ctxlab");
+      a.insert(a.end(), jobs[i].args.begin(), jobs[i].args.end());
+      for (const std::string& x : a) cmd += (cmd.empty() ? "" : " ") + x;
+      std::printf("[%zu/%zu] %s%s\n    %s\n", i + 1, jobs.size(), jobs[i].name.c_str(),
                   exists(out) && jobs[i].done() ? " (done)" : "", cmd.c_str());
     }
     return 0;

@@ -23,7 +23,14 @@ std::map<void*, std::vector<std::string>>& loaded_plugins() {
   return m;
 }
 
+std::vector<std::string>& plugin_paths() {
+  static std::vector<std::string> v;
+  return v;
+}
+
 }  // namespace
+
+const std::vector<std::string>& loaded_plugin_paths() { return plugin_paths(); }
 
 std::vector<std::string> load_plugin(const std::string& path) {
   const std::vector<std::string> before = posenc_types();  // the built-ins registered first
@@ -59,6 +66,7 @@ std::vector<std::string> load_plugin(const std::string& path) {
   // refuses it then too)
   posenc_probe(added, preset_config("tiny"), str("--plugin ", path));
   loaded_plugins()[h] = added;
+  plugin_paths().push_back(path);
   return added;
 }
 

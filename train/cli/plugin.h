@@ -16,6 +16,10 @@ namespace ctx {
 // registers no encoding at all.
 std::vector<std::string> load_plugin(const std::string& path);
 
+// The paths of the plugins loaded so far, as given, in load order (each once): `ctxlab study`
+// passes them on to its child processes.
+const std::vector<std::string>& loaded_plugin_paths();
+
 // Removes every `--plugin PATH` / `--plugin=PATH` from argv[first..argc) (argc and argv updated,
 // order of the rest kept) and returns the paths in order. `--plugin` without a path: an error.
 std::vector<std::string> take_plugin_args(int& argc, char** argv, int first);

@@ -34,9 +34,15 @@ json band_rows(const std::vector<std::string>& cells, const std::map<std::pair<d
   return rows;
 }
 
-json labels(const std::string& x, const std::vector<std::string>& cells) {
+// A cell as tables and legends show it: its label (summary.json "labels", e.g. a fine-tune cell's
+// "rope + pi s=4 ft 300@4L"), else its name.
+std::string shown(const json& s, const std::string& cell) {
+  return s.contains("labels") && s["labels"].contains(cell) ? s["labels"][cell].get<std::string>() : cell;
+}
+
+json labels(const json& s, const std::string& x, const std::vector<std::string>& cells) {
   json l = json::array({x});
-  for (const std::string& c : cells) l.push_back(c);
+  for (const std::string& c : cells) l.push_back(shown(s, c));
   return l;
 }
 
@@ -46,7 +52,7 @@ json ppl_chart(const json& s, const std::vector<std::string>& cells) {
     pts[{r.at("length").get<double>(), r.at("cell").get<std::string>()}] =
         band(r["ppl"]["lo"].get<double>(), r["ppl"]["mean"].get<double>(), r["ppl"]["hi"].get<double>());
   return {{"id", "ppl"}, {"title", "Perplexity vs context length (mean over seeds, 95% t band)"},
-          {"xlabel", "context length"}, {"ylabel", "perplexity"}, {"labels", labels("context length", cells)},
+          {"xlabel", "context length"}, {"ylabel", "perplexity"}, {"labels", labels(s, "context length", cells)},
           {"logx", true}, {"logy", true}, {"bars", true}, {"rows", band_rows(cells, pts)}};
 }
 
@@ -62,7 +68,7 @@ void position_charts(const json& s, const std::vector<std::string>& cells, json&
     charts.push_back({{"id", str("pos", L)},
                       {"title", str("Loss at each position, windows of ", L, " (mean over seeds, 95% t band)")},
                       {"xlabel", "position in the window"}, {"ylabel", "loss (nats / token)"},
-                      {"labels", labels("position", cells)}, {"logx", false}, {"logy", false}, {"bars", true},
+                      {"labels", labels(s, "position", cells)}, {"logx", false}, {"logy", false}, {"bars", true},
                       {"rows", band_rows(cells, pts)}});
 }
 
@@ -83,7 +89,7 @@ void task_heatmaps(std::ostringstream& h, const json& s, const std::vector<std::
     for (const std::string& c : cells) {
       auto it = by_cell.find(c);
       if (it == by_cell.end()) continue;
-      h << "<div><b>" << html_escape(c) << "</b>\n<table class=\"heatmap\" data-task=\"" << html_escape(task)
+      h << "<div><b>" << html_escape(shown(s, c)) << "</b>\n<table class=\"heatmap\" data-task=\"" << html_escape(task)
         << "\" data-cell=\"" << html_escape(c) << "\"><tr><th>depth</th>";
       for (int64_t L : lengths) h << "<th>" << L << "</th>";
       h << "</tr>\n";

@@ -2,6 +2,7 @@
 #include "train/cli/study_spec.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "core/error.h"
@@ -89,8 +90,25 @@ void parse_tokenizer(const json& j, const std::string& where, StudySpec& s) {
 void parse_train(const json& j, const std::string& where, StudySpec& s) {
   CTX_CHECK(j.is_object(), where, ": expected {\"preset\": ..., \"steps\": N, \"args\": {...}}");
   for (auto it = j.begin(); it != j.end(); ++it)
-    CTX_CHECK(it.key() == "preset" || it.key() == "context" || it.key() == "steps" || it.key() == "args", where,
-              ": unknown key \"", it.key(), "\" (preset, context, steps, args)");
+    CTX_CHECK(it.key() == "preset" || it.key() == "context" || it.key() == "steps" || it.key() == "set" ||
+              it.key() == "args", where, ": unknown key \"", it.key(), "\" (preset, context, steps, set, args)");
+  if (j.contains("set")) {  // model config fields over the preset's (MODEL_SPEC §2), e.g. {"d_model": 128}
+    const json& m = j["set"];
+    const std::string w = where + ".set";
+    CTX_CHECK(m.is_object() && !m.empty(), w, ": expected an object of config fields, e.g. {\"d_model\": 128, "
+              "\"n_layers\": 4}");
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      const std::string& k = it.key();
+      CTX_CHECK(!k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
+                  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+                }), w, ".", k, ": a config field is lower-case letters, digits and '_' (MODEL_SPEC §2)");
+      CTX_CHECK(k != "context" && k != "posenc", w, ".", k, ": set by the study itself (train.context, "
+                "\"encodings\"); remove it");
+      CTX_CHECK(it.value().is_primitive() && !it.value().is_null(), w, ".", k,
+                ": expected a number, a string or a boolean, got ", brief(it.value().dump()));
+      s.model_set.emplace_back(k, it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
+    }
+  }
   if (j.contains("preset")) {
     CTX_CHECK(j["preset"].is_string(), where, ".preset: expected a preset name, e.g. \"tiny\"");
     s.preset = j["preset"].get<std::string>();
@@ -131,7 +149,137 @@ void parse_tasks(const json& j, const std::string& where, StudySpec& s) {
   });
 }
 
+// "length": an integer, or "kL" (k times train.context), e.g. "4L".
+void parse_ft_length(const json& v, const std::string& w, const StudySpec& s, StudySpec::Finetune& f) {
+  if (v.is_string()) {
+    const std::string t = v.get<std::string>();
+    const bool ok = t.size() >= 2 && t.size() <= 6 && t.back() == 'L' &&
+                    std::all_of(t.begin(), t.end() - 1, [](char c) { return c >= '0' && c <= '9'; }) && t[0] != '0';
+    CTX_CHECK(ok, w, ": expected an integer >= 1 or \"kL\" (k times train.context, e.g. \"4L\"), got ", v.dump());
+    CTX_CHECK(s.context > 0, w, ": ", v.dump(), " needs train.context (the L it multiplies)");
+    f.length_mult = std::stoll(t.substr(0, t.size() - 1));
+    f.length = f.length_mult * s.context;
+  } else {
+    f.length = positive_int(v, w);
+  }
+}
+
+// "scaling": a type name or {"type": ..., "factor": N | "len/L", ...} as finetune --rope-scaling takes it.
+void parse_ft_scaling(const json& sc, const std::string& w, const StudySpec& s, StudySpec::Finetune& f) {
+  CTX_CHECK((sc.is_string() && !sc.get<std::string>().empty()) || (sc.is_object() && sc.contains("type") &&
+            sc["type"].is_string()), w, ": expected a RoPE scaling as finetune --rope-scaling takes it, e.g. \"pi\" "
+            "or {\"type\": \"yarn\", \"factor\": \"len/L\"}, got ", brief(sc.dump()));
+  f.scaling_type = sc.is_string() ? sc.get<std::string>() : sc["type"].get<std::string>();
+  json v = sc.is_string() ? json{{"type", f.scaling_type}} : sc;
+  if (v.contains("factor") && v["factor"].is_string()) {
+    CTX_CHECK(v["factor"] == "len/L", w, ".factor: a number, or \"len/L\" (the fine-tuning length / train.context); got ",
+              v["factor"].dump());
+    v.erase("factor");
+  } else if (v.contains("factor")) {
+    CTX_CHECK(v["factor"].is_number() && v["factor"].get<double>() > 0, w, ".factor: expected a number > 0 or "
+              "\"len/L\", got ", v["factor"].dump());
+    f.factor = v["factor"].get<double>();
+    v.erase("factor");  // given as finetune --factor
+  }
+  if (f.factor == 0) {
+    static const std::set<std::string> by_length = {"pi", "ntk", "dynamic-ntk", "yarn"};
+    f.factor_default = by_length.count(f.scaling_type) > 0;  // finetune's default: length / L
+    CTX_CHECK(!f.factor_default || s.context > 0, w, ": the factor \"len/L\" (the default of ", f.scaling_type,
+              ") needs train.context (the L it divides by), or give \"factor\": N");
+    if (f.factor_default) f.factor = (double)f.length / (double)s.context;
+  }
+  f.scaling = v.size() == 1 ? f.scaling_type : v.dump();
+}
+
+// The "encodings" list of a variant or a fine-tune: names of the study's encodings.
+std::vector<std::string> encoding_list(const json& e, const std::string& w, const StudySpec& s) {
+  CTX_CHECK(e.is_array() && !e.empty(), w, ": expected a non-empty array of encoding names, e.g. [\"rope\"]");
+  std::vector<std::string> out;
+  for (const json& x : e) {
+    const bool known = x.is_string() && std::any_of(s.encodings.begin(), s.encodings.end(),
+                                                    [&](const StudySpec::Encoding& en) { return en.name == x.get<std::string>(); });
+    CTX_CHECK(known, w, ": ", x.dump(), " is not one of the study's \"encodings\"");
+    out.push_back(x.get<std::string>());
+  }
+  return out;
+}
+
+// A cell ENC+NAME must be one thing: a scaling, a variant or a fine-tune.
+void check_unused(const std::string& name, const std::string& w, const StudySpec& s) {
+  for (const auto& x : s.scalings)
+    CTX_CHECK(x.name != name, w, ": the name is also a scaling's (a cell ENC+NAME would be both); rename one");
+  for (const auto& x : s.variants)
+    CTX_CHECK(x.name != name, w, ": the name is also a variant's (a cell ENC+NAME would be both); rename one");
+}
+
+void parse_variants(const json& j, const std::string& where, StudySpec& s) {
+  each_key(j, where, [&](const std::string& name, const json& v, const std::string& w) {
+    CTX_CHECK(v.is_object(), w, ": expected {\"eval\": {eval options}, \"encodings\": [names]}, e.g. "
+              "{\"eval\": {\"window\": 128}, \"encodings\": [\"rope\"]}, got ", brief(v.dump()));
+    for (auto it = v.begin(); it != v.end(); ++it)
+      CTX_CHECK(it.key() == "eval" || it.key() == "encodings", w, ": unknown key \"", it.key(), "\" (eval, encodings)");
+    check_unused(name, w, s);
+    StudySpec::Variant x;
+    x.name = name;
+    x.eval_args = option_args(field(v, "eval", w), w + ".eval", eval_reserved());
+    CTX_CHECK(!x.eval_args.empty(), w, ".eval: expected at least one eval option, e.g. {\"segmented\": true}");
+    x.encodings = encoding_list(field(v, "encodings", w), w + ".encodings", s);
+    s.variants.push_back(x);
+  });
+}
+
+void parse_finetunes(const json& j, const std::string& where, StudySpec& s) {
+  each_key(j, where, [&](const std::string& name, const json& v, const std::string& w) {
+    CTX_CHECK(v.is_object(), w, ": expected {\"scaling\": {\"type\": \"pi\", \"factor\": \"len/L\"}, "
+              "\"length\": \"4L\", \"steps\": N, \"args\": {finetune options}}, got ", brief(v.dump()));
+    for (auto it = v.begin(); it != v.end(); ++it)
+      CTX_CHECK(it.key() == "scaling" || it.key() == "length" || it.key() == "steps" || it.key() == "args" ||
+                it.key() == "encodings", w, ": unknown key \"", it.key(), "\" (scaling, length, steps, args, encodings)");
+    check_unused(name, w, s);
+    StudySpec::Finetune f;
+    f.name = name;
+    parse_ft_length(field(v, "length", w), w + ".length", s, f);
+    f.steps = positive_int(field(v, "steps", w), w + ".steps");
+    if (v.contains("scaling")) parse_ft_scaling(v["scaling"], w + ".scaling", s, f);
+    if (v.contains("args"))
+      f.args = option_args(v["args"], w + ".args",
+                           {"checkpoint", "context", "rope-scaling", "factor", "original-context", "data", "val-data",
+                            "val-fraction", "out", "seed", "steps", "tokenizer", "resume", "force", "quiet", "no-plot",
+                            "help"});
+    if (v.contains("encodings")) f.encodings = encoding_list(v["encodings"], w + ".encodings", s);
+    CTX_CHECK(f.scaling.empty() || f.encodings.empty() ||
+              std::all_of(f.encodings.begin(), f.encodings.end(), [&](const std::string& n) {
+                return std::any_of(s.encodings.begin(), s.encodings.end(), [&](const StudySpec::Encoding& en) {
+                  return en.name == n && is_rotary(en.posenc);
+                });
+              }), w, ".encodings: a fine-tune with a \"scaling\" applies to rotary (rope) encodings only");
+    CTX_CHECK(std::any_of(s.encodings.begin(), s.encodings.end(),
+                          [&](const StudySpec::Encoding& en) { return finetunes_encoding(f, en); }),
+              w, ": applies to no encoding (by default it fine-tunes the rotary ones, and the study has none); "
+              "name them in \"encodings\", e.g. [\"alibi\"]");
+    s.finetunes.push_back(f);
+  });
+}
+
 }  // namespace
+
+bool finetunes_encoding(const StudySpec::Finetune& f, const StudySpec::Encoding& e) {
+  if (f.encodings.empty()) return is_rotary(e.posenc);
+  return std::find(f.encodings.begin(), f.encodings.end(), e.name) != f.encodings.end();
+}
+
+std::string finetune_label(const std::string& enc, const StudySpec::Finetune& f) {
+  std::string l = enc;
+  if (!f.scaling_type.empty()) {
+    l += " + " + f.scaling_type;
+    if (f.factor > 0) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%g", f.factor);
+      l += str(" s=", b);
+    }
+  }
+  return l + str(" ft ", f.steps, "@", f.length_mult > 0 ? str(f.length_mult, "L") : std::to_string(f.length));
+}
 
 bool is_rotary(const nlohmann::json& posenc) {
   const std::string t = posenc.is_string() ? posenc.get<std::string>() : posenc.value("type", std::string());
@@ -141,10 +289,11 @@ bool is_rotary(const nlohmann::json& posenc) {
 StudySpec parse_study(const json& j, const std::string& where) {
   CTX_CHECK(j.is_object(), where, ": a study file is one JSON object (docs/evaluation.md, \"ctxlab study\")");
   static const std::set<std::string> keys = {"data", "val_fraction", "tokenizer", "train", "encodings", "scalings",
-                                             "seeds", "lengths", "tasks", "per_position", "eval"};
+                                             "variants", "finetunes", "seeds", "lengths", "tasks", "per_position", "eval"};
   for (auto it = j.begin(); it != j.end(); ++it)
     CTX_CHECK(keys.count(it.key()), where, ": unknown key \"", it.key(),
-              "\" (data, val_fraction, tokenizer, train, encodings, scalings, seeds, lengths, tasks, per_position, eval)");
+              "\" (data, val_fraction, tokenizer, train, encodings, scalings, variants, finetunes, seeds, lengths, tasks, "
+              "per_position, eval)");
   StudySpec s;
   if (j.contains("data")) {
     CTX_CHECK(j["data"].is_string() && !j["data"].get<std::string>().empty(), where, ".data: expected a file path");
@@ -188,6 +337,8 @@ StudySpec parse_study(const json& j, const std::string& where) {
       }
       s.scalings.push_back(x);
     });
+  if (j.contains("variants")) parse_variants(j["variants"], where + ".variants", s);
+  if (j.contains("finetunes")) parse_finetunes(j["finetunes"], where + ".finetunes", s);
   const json& seeds = field(j, "seeds", where);
   CTX_CHECK(seeds.is_array() && !seeds.empty(), where, ".seeds: expected a non-empty array of integers >= 0, e.g. [1, 2, 3]");
   for (const json& x : seeds) {
@@ -212,9 +363,16 @@ StudySpec parse_study(const json& j, const std::string& where) {
 std::vector<StudyCell> study_cells(const StudySpec& s) {
   std::vector<StudyCell> c;
   for (const auto& e : s.encodings) {
-    c.push_back({e.name, &e, nullptr});
+    c.push_back({e.name, &e, nullptr, nullptr, nullptr, e.name});
     if (is_rotary(e.posenc))
-      for (const auto& sc : s.scalings) c.push_back({cell_name(e.name, sc.name), &e, &sc});
+      for (const auto& sc : s.scalings)
+        c.push_back({cell_name(e.name, sc.name), &e, &sc, nullptr, nullptr, cell_name(e.name, sc.name)});
+    for (const auto& v : s.variants)
+      if (std::find(v.encodings.begin(), v.encodings.end(), e.name) != v.encodings.end())
+        c.push_back({cell_name(e.name, v.name), &e, nullptr, nullptr, &v, cell_name(e.name, v.name)});
+    for (const auto& f : s.finetunes)
+      if (finetunes_encoding(f, e))
+        c.push_back({cell_name(e.name, f.name), &e, nullptr, &f, nullptr, finetune_label(e.name, f)});
   }
   return c;
 }

@@ -85,6 +85,13 @@ std::vector<std::string> cell_names(const StudySpec& s) {
   return v;
 }
 
+// Each cell's label: its name, or for a fine-tune cell e.g. "rope + pi s=4 ft 300@4L".
+std::map<std::string, std::string> cell_labels(const StudySpec& s) {
+  std::map<std::string, std::string> m;
+  for (const StudyCell& c : study_cells(s)) m[c.name] = c.label;
+  return m;
+}
+
 std::string fmt(const char* f, double v) {
   char b[64];
   std::snprintf(b, sizeof b, f, v);
@@ -96,7 +103,8 @@ json ci_json(const MeanCI& c) { return {{"mean", c.mean}, {"lo", c.lo}, {"hi", c
 // Perplexity: per (cell, length) the loss interval, ppl = exp of it, and Welch's p against the
 // cell with the lowest mean loss at that length. Fills the JSON, CSV and markdown table.
 void summarise_ppl(const StudySpec& s, const Points& p, json& js, std::string& csv, std::string& md) {
-  csv = "cell,length,seeds,loss_mean,loss_lo,loss_hi,ppl,ppl_lo,ppl_hi,bits_per_byte,p_vs_best,best\n";
+  csv = "cell,length,seeds,loss_mean,loss_lo,loss_hi,ppl,ppl_lo,ppl_hi,bits_per_byte,p_vs_best,best,label\n";
+  const std::map<std::string, std::string> label = cell_labels(s);
   md += "## Perplexity on the held-out split\n\nMean over the seeds, with the 95% t interval. **Bold**: the lowest "
         "at that length; `~`: not significantly worse than it (Welch's t-test, p >= 0.05); the rest are "
         "significantly worse.\n\n| cell |";
@@ -110,7 +118,7 @@ void summarise_ppl(const StudySpec& s, const Points& p, json& js, std::string& c
       if (best[L].empty() || mean_ci(p.loss.at({c, L})).mean < mean_ci(p.loss.at({best[L], L})).mean) best[L] = c;
   js = json::array();
   for (const std::string& c : cell_names(s)) {
-    md += "| " + c + " |";
+    md += "| " + label.at(c) + " |";
     for (int64_t L : s.lengths) {
       auto it = p.loss.find({c, L});
       CTX_CHECK(it != p.loss.end(), "study: no result for ", c, " at length ", L);
@@ -119,10 +127,10 @@ void summarise_ppl(const StudySpec& s, const Points& p, json& js, std::string& c
       const bool is_best = c == best[L];
       js.push_back({{"cell", c}, {"length", L}, {"seeds", m.n}, {"loss", ci_json(m)},
                     {"ppl", {{"mean", std::exp(m.mean)}, {"lo", std::exp(m.lo)}, {"hi", std::exp(m.hi)}}},
-                    {"bits_per_byte", b.mean}, {"p_vs_best", pv}, {"best", is_best}});
+                    {"bits_per_byte", b.mean}, {"p_vs_best", pv}, {"best", is_best}, {"label", label.at(c)}});
       csv += str(c, ",", L, ",", m.n, ",", fmt("%.9g", m.mean), ",", fmt("%.9g", m.lo), ",", fmt("%.9g", m.hi), ",",
                  fmt("%.9g", std::exp(m.mean)), ",", fmt("%.9g", std::exp(m.lo)), ",", fmt("%.9g", std::exp(m.hi)), ",",
-                 fmt("%.9g", b.mean), ",", fmt("%.6g", pv), ",", is_best ? 1 : 0, "\n");
+                 fmt("%.9g", b.mean), ",", fmt("%.6g", pv), ",", is_best ? 1 : 0, ",", label.at(c), "\n");
       std::string cellv = fmt("%.2f", std::exp(m.mean));
       if (m.n > 1) cellv += " [" + fmt("%.2f", std::exp(m.lo)) + ", " + fmt("%.2f", std::exp(m.hi)) + "]";
       md += " " + (is_best ? "**" + cellv + "**" : pv >= 0.05 ? "~" + cellv : cellv) + " |";
@@ -134,14 +142,15 @@ void summarise_ppl(const StudySpec& s, const Points& p, json& js, std::string& c
 // Tasks: accuracy per (task, cell, length, depth), averaged over seeds (each seed's accuracy over
 // its trials), the interval clipped to [0, 1]; one markdown table per task and cell.
 void summarise_tasks(const StudySpec& s, const Points& p, json& js, std::string& csv, std::string& md) {
-  csv = "task,cell,length,depth,seeds,trials,accuracy,acc_lo,acc_hi,token_accuracy\n";
+  csv = "task,cell,length,depth,seeds,trials,accuracy,acc_lo,acc_hi,token_accuracy,label\n";
   js = json::array();
+  const std::map<std::string, std::string> label = cell_labels(s);
   for (const StudyTask& t : s.tasks) {
     md += str("\n## Task ", t.name, ": exact-match accuracy\n\nMean over the seeds [95% t interval], ", t.trials,
               " trials per seed and cell, (the answer tokens right, teacher-forced); rows: depth of the needle, "
               "columns: length.\n");
     for (const std::string& c : cell_names(s)) {
-      md += str("\n**", c, "**\n\n| depth |");
+      md += str("\n**", label.at(c), "**\n\n| depth |");
       for (int64_t L : s.lengths) md += str(" ", L, " |");
       md += "\n|---|";
       for (size_t i = 0; i < s.lengths.size(); ++i) md += "---|";
@@ -154,9 +163,10 @@ void summarise_tasks(const StudySpec& s, const Points& p, json& js, std::string&
         const int64_t L = std::get<2>(key), n = p.trials.at(key);
         const double d = std::get<3>(key), tok = mean_ci(p.token_accuracy.at(key)).mean;
         js.push_back({{"task", t.name}, {"cell", c}, {"length", L}, {"depth", d}, {"seeds", m.n}, {"trials", n},
-                      {"accuracy", {{"mean", m.mean}, {"lo", lo}, {"hi", hi}}}, {"token_accuracy", tok}});
+                      {"accuracy", {{"mean", m.mean}, {"lo", lo}, {"hi", hi}}}, {"token_accuracy", tok},
+                      {"label", label.at(c)}});
         csv += str(t.name, ",", c, ",", L, ",", fmt("%.6g", d), ",", m.n, ",", n, ",", fmt("%.6g", m.mean), ",",
-                   fmt("%.6g", lo), ",", fmt("%.6g", hi), ",", fmt("%.6g", tok), "\n");
+                   fmt("%.6g", lo), ",", fmt("%.6g", hi), ",", fmt("%.6g", tok), ",", label.at(c), "\n");
         rows[d] += fmt(" %.2f", m.mean) + (m.n > 1 ? " [" + fmt("%.2f", lo) + ", " + fmt("%.2f", hi) + "]" : "") +
                    fmt(" (tok %.2f)", tok) + " |";
       }
@@ -194,11 +204,11 @@ void write_study_summary(const StudySpec& s, const std::string& out) {
   std::string seeds;
   for (uint64_t x : s.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(x);
   std::string md = str("# Study summary\n\n", s.encodings.size(), " encodings, ", s.scalings.size(),
-                       " RoPE scalings, seeds ", seeds, "; trained on ", out, "/data/train.txt (preset ", s.preset,
+                       " RoPE scalings, ", s.finetunes.size(), " fine-tunes, seeds ", seeds, "; trained on ", out, "/data/train.txt (preset ", s.preset,
                        ", ", s.steps, " steps", s.context > 0 ? str(", context ", s.context) : std::string(),
                        "), evaluated on ", out, "/data/val.txt (held out from training",
                        s.tokenizer_type.empty() ? "" : " and from the tokenizer", ").\n\n");
-  json summary = {{"seeds", s.seeds}, {"lengths", s.lengths}, {"cells", cell_names(s)}};
+  json summary = {{"seeds", s.seeds}, {"lengths", s.lengths}, {"cells", cell_names(s)}, {"labels", cell_labels(s)}};
   std::string ppl_csv, task_csv, pos_csv;
   summarise_ppl(s, p, summary["ppl"], ppl_csv, md);
   summarise_tasks(s, p, summary["tasks"], task_csv, md);
