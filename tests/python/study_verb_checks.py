@@ -310,8 +310,19 @@ def cmd_plugin():
           e["posenc"])
 
 
+def check_presets(d):
+    """Every study file shipped in examples/studies/ parses and plans (--dry-run lists its jobs)."""
+    folder = os.path.join(ROOT, "examples", "studies")
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+    check("the shipped presets are found", len(names) >= 4, str(names))
+    for n in names:
+        p = run(["study", "--study", os.path.join(folder, n), "--out", os.path.join(d, "preset-" + n[:-5]), "--dry-run"])
+        check(f"preset {n} plans its jobs", p.returncode == 0 and "[1/" in p.stdout, (p.stdout + p.stderr)[-400:])
+
+
 def cmd_errors():
     d = cl.fresh_dir("errors")
+    check_presets(d)
     base = load(QUICK)
 
     def study(name, change):
