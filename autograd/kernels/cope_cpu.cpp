@@ -137,30 +137,6 @@ void row_backward(const F* dout, const F* a, const F* z, const F* psum, int64_t 
 
 }
 
-// The arguments are checked (cope.cpp) before these run.
-template <class F>
-void forward_t(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, double scale, Tensor& out,
-               Tensor& psum) {
-  const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
-  const F *ap = a.data<F>(), *zp = z.data<F>();
-  F *op = out.data<F>(), *pp = psum.data<F>();
-#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * 2))
-  for (int64_t r = 0; r < R; ++r)
-    row_forward(ap + r * S, zp + r * np, S, np, q_pos0 + r % T, window, (F)scale, op + r * S, pp + r * S);
-}
-
-template <class F>
-void backward_t(const Tensor& dout, const Tensor& a, const Tensor& z, const Tensor& psum, int64_t q_pos0,
-                int64_t window, double scale, Tensor& da, Tensor& dz) {
-  const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
-  const F *dp = dout.data<F>(), *ap = a.data<F>(), *zp = z.data<F>(), *pp = psum.data<F>();
-  F *dap = da.data<F>(), *dzp = dz.data<F>();
-#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * 2))
-  for (int64_t r = 0; r < R; ++r)
-    row_backward(dp + r * S, ap + r * S, zp + r * np, pp + r * S, S, np, q_pos0 + r % T, window, (F)scale,
-                 dap + r * S, dzp + r * np);
-}
-
 // The softmax of one row over its visible keys in place (0 elsewhere), and its backward into dp:
 // f32 on vectors (core/cpu/softmax_fast.h, no threads of its own), f64 cope_formula.h's loop.
 template <class F>
@@ -182,68 +158,66 @@ void softmax_backward_row(const F* p, F* dp, int64_t S, int64_t qp, int64_t wind
     cope_row_softmax_backward(p, dp, S, qp, window);
 }
 
-template <class F>
-void softmax_forward_t(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, double scale, Tensor& p,
-                       Tensor& psum) {
+// The rows in parallel, the arguments checked (cope.cpp) before these run. Softmax: the attention's
+// kernels (out is p: each row's softmax right after its scan; dout is dp, overwritten with
+// dL/dlogits before the scan's backward reads it).
+template <class F, bool Softmax>
+void forward_t(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, double scale, Tensor& out,
+               Tensor& psum) {
   const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
   const F *ap = a.data<F>(), *zp = z.data<F>();
-  F *pp = p.data<F>(), *sp = psum.data<F>();
-#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * 3))
+  F *op = out.data<F>(), *pp = psum.data<F>();
+#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * (Softmax ? 3 : 2)))
   for (int64_t r = 0; r < R; ++r) {
-    row_forward(ap + r * S, zp + r * np, S, np, q_pos0 + r % T, window, (F)scale, pp + r * S, sp + r * S);
-    softmax_row(pp + r * S, S, q_pos0 + r % T, window);
+    row_forward(ap + r * S, zp + r * np, S, np, q_pos0 + r % T, window, (F)scale, op + r * S, pp + r * S);
+    if constexpr (Softmax) softmax_row(op + r * S, S, q_pos0 + r % T, window);
   }
 }
 
-template <class F>
-void softmax_backward_t(Tensor& dp, const Tensor& p, const Tensor& a, const Tensor& z, const Tensor& psum,
-                        int64_t q_pos0, int64_t window, double scale, Tensor& da, Tensor& dz) {
+// p: the forward's probabilities (Softmax only; else null)
+template <class F, bool Softmax>
+void backward_t(Tensor dout, const Tensor* p, const Tensor& a, const Tensor& z, const Tensor& psum, int64_t q_pos0,
+                int64_t window, double scale, Tensor& da, Tensor& dz) {
   const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
-  const F *pp = p.data<F>(), *ap = a.data<F>(), *zp = z.data<F>(), *sp = psum.data<F>();
-  F *dpp = dp.data<F>(), *dap = da.data<F>(), *dzp = dz.data<F>();
-#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * 3))
+  const F *ap = a.data<F>(), *zp = z.data<F>(), *pp = psum.data<F>(), *prob = Softmax ? p->data<F>() : nullptr;
+  F *dp = dout.data<F>(), *dap = da.data<F>(), *dzp = dz.data<F>();
+#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * (Softmax ? 3 : 2)))
   for (int64_t r = 0; r < R; ++r) {
-    softmax_backward_row(pp + r * S, dpp + r * S, S, q_pos0 + r % T, window);  // dp -> dL/dlogits
-    row_backward(dpp + r * S, ap + r * S, zp + r * np, sp + r * S, S, np, q_pos0 + r % T, window, (F)scale,
+    if constexpr (Softmax) softmax_backward_row(prob + r * S, dp + r * S, S, q_pos0 + r % T, window);
+    row_backward(dp + r * S, ap + r * S, zp + r * np, pp + r * S, S, np, q_pos0 + r % T, window, (F)scale,
                  dap + r * S, dzp + r * np);
   }
 }
 
+// cope_forward (Softmax false) and cope_softmax_forward (true): the same signature
+template <bool Softmax>
 void forward(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, double scale, Tensor& out,
              Tensor& psum) {
   if (a.dtype() == DType::F32)
-    forward_t<float>(a, z, q_pos0, window, scale, out, psum);
+    forward_t<float, Softmax>(a, z, q_pos0, window, scale, out, psum);
   else
-    forward_t<double>(a, z, q_pos0, window, scale, out, psum);
+    forward_t<double, Softmax>(a, z, q_pos0, window, scale, out, psum);
 }
 
 void backward(const Tensor& dout, const Tensor& a, const Tensor& z, const Tensor& psum, int64_t q_pos0,
               int64_t window, double scale, Tensor& da, Tensor& dz) {
   if (a.dtype() == DType::F32)
-    backward_t<float>(dout, a, z, psum, q_pos0, window, scale, da, dz);
+    backward_t<float, false>(dout, nullptr, a, z, psum, q_pos0, window, scale, da, dz);
   else
-    backward_t<double>(dout, a, z, psum, q_pos0, window, scale, da, dz);
-}
-
-void softmax_forward(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, double scale, Tensor& p,
-                     Tensor& psum) {
-  if (a.dtype() == DType::F32)
-    softmax_forward_t<float>(a, z, q_pos0, window, scale, p, psum);
-  else
-    softmax_forward_t<double>(a, z, q_pos0, window, scale, p, psum);
+    backward_t<double, false>(dout, nullptr, a, z, psum, q_pos0, window, scale, da, dz);
 }
 
 void softmax_backward(Tensor& dp, const Tensor& p, const Tensor& a, const Tensor& z, const Tensor& psum,
                       int64_t q_pos0, int64_t window, double scale, Tensor& da, Tensor& dz) {
   if (a.dtype() == DType::F32)
-    softmax_backward_t<float>(dp, p, a, z, psum, q_pos0, window, scale, da, dz);
+    backward_t<float, true>(dp, &p, a, z, psum, q_pos0, window, scale, da, dz);
   else
-    softmax_backward_t<double>(dp, p, a, z, psum, q_pos0, window, scale, da, dz);
+    backward_t<double, true>(dp, &p, a, z, psum, q_pos0, window, scale, da, dz);
 }
 
-[[maybe_unused]] const bool g_registered = (cope_forward.add(Device::CPU, &forward, __FILE__),
+[[maybe_unused]] const bool g_registered = (cope_forward.add(Device::CPU, &forward<false>, __FILE__),
                                             cope_backward.add(Device::CPU, &backward, __FILE__),
-                                            cope_softmax_forward.add(Device::CPU, &softmax_forward, __FILE__),
+                                            cope_softmax_forward.add(Device::CPU, &forward<true>, __FILE__),
                                             cope_softmax_backward.add(Device::CPU, &softmax_backward, __FILE__), true);
 
 }  // namespace
