@@ -77,9 +77,9 @@ bool has_leaf(uint32_t u) { return ((u >> 8) & 1) == 1; }
 uint64_t offset_of(uint32_t u) { return (uint64_t)(u >> 10) << ((u & (1U << 9)) >> 6); }
 uint32_t value_of(uint32_t u) { return u & ((1U << 31) - 1); }
 
-}  // namespace
-
-void check_sentencepiece_charsmap(const std::string& blob, const std::string& field) {
+// The bytes of NormalizerSpec.precompiled_charsmap (`field` names it in the reason): every search
+// path of the double array stays inside it and every rule inside the replacement strings.
+void check_charsmap(const std::string& blob, const std::string& field) {
   if (blob.empty()) return;  // no normalisation rules
   const std::string& where = field;
   CTX_CHECK(blob.size() > 4, where, ": ", blob.size(), " bytes, too short for a charsmap (4-byte trie size + trie + strings)");
@@ -115,8 +115,6 @@ void check_sentencepiece_charsmap(const std::string& blob, const std::string& fi
   }
 }
 
-namespace {
-
 // Throws ctx::Error with the reason alone (check_sentencepiece_model adds the source).
 void check_model(const std::string& model) {
   int64_t piece_index = 0;
@@ -132,7 +130,7 @@ void check_model(const std::string& model) {
     } else if (f.number == 3 || f.number == 5) {  // normalizer_spec, denormalizer_spec
       const std::string spec = f.number == 3 ? "normalizer_spec" : "denormalizer_spec";
       for_each_field(f.bytes, spec, [&](const Field& g) {
-        if (g.number == 2 && g.wire == 2) check_sentencepiece_charsmap(std::string(g.bytes), spec + ".precompiled_charsmap");
+        if (g.number == 2 && g.wire == 2) check_charsmap(std::string(g.bytes), spec + ".precompiled_charsmap");
       });
     }
   });

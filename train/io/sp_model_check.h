@@ -16,8 +16,4 @@ namespace ctx {
 // outside itself or its strings (REASON names the field, e.g. "piece 2", and what is wrong).
 void check_sentencepiece_model(const std::string& model, const std::string& source);
 
-// The charsmap check alone (the bytes of NormalizerSpec.precompiled_charsmap; `field` names it in
-// the reason; throws ctx::Error without a source).
-void check_sentencepiece_charsmap(const std::string& blob, const std::string& field);
-
 }  // namespace ctx
