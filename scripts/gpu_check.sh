@@ -59,7 +59,8 @@ if [[ -d "$BUILD/carried-lib" ]]; then
   PEER_PY="$OUTDIR/peer-python"
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "${LD_LIBRARY_PATH:-}" "$PYTHON" >"$PEER_PY"
   chmod +x "$PEER_PY"
-  export LD_LIBRARY_PATH="$(cd "$BUILD/carried-lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # BUILD first: ctxlab_tests links libctxlab_cuda.so, which must be the file the backend dlopens
+  export LD_LIBRARY_PATH="$(cd "$BUILD" && pwd):$(cd "$BUILD/carried-lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 FAILED=0
 say() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
@@ -104,12 +105,12 @@ section_tests() {
   run 10 "$PYTHON" .ci/check_skips.py "$BUILD" --no-skips
 }
 
-ATTENTION_TESTS='Devices/BackendOps.EveryMethodAgainstTheReference/cuda:CudaModelAttention.*'
+ATTENTION_TESTS='Devices/BackendOps.EveryMethodAgainstTheReference/cuda:CudaModelAttention.*:BackendOpsCuda.TensorCoreAttention*'
 section_sanitizer() {
   command -v compute-sanitizer >/dev/null || { say "no compute-sanitizer on PATH"; return 1; }
   local rc=0 tool
   run 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/ctxlab_tests" \
-    --gtest_filter='Encodings/CudaModel.TrainingStepsMatchTheCpu/rope:CudaTrainStep.*' || rc=1
+    --gtest_filter='Encodings/CudaModel.TrainingStepsMatchTheCpu/rope:CudaTrainStep.*:BackendOpsCuda.TensorCoreAttention*' || rc=1
   for tool in racecheck synccheck; do  # shared-memory hazards, barrier misuse: the attention kernels
     run 90 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/ctxlab_tests" \
       --gtest_filter="$ATTENTION_TESTS" || rc=1
@@ -140,10 +141,30 @@ section_compare() {
 compare() {  # NAME ARGS...: bench/gpu_compare.sh into OUTDIR/NAME.md, 2 rounds
   local name="$1"; shift
   run 400 bench/gpu_compare.sh --peer "$PEER_PY" --ctxlab "$BUILD/ctxlab" --rounds 2 --steps 10 \
-    --out "$OUTDIR/$name.md" "$@"
+    --out "$OUTDIR/$name.md" --json-dir "$OUTDIR/$name.json.d" "$@"
 }
-section_compare-core() { compare compare-core --models gpt2 --precisions bf16,fp32 --peer-modes eager,compile; }
+section_compare-core() {
+  compare compare-core --models gpt2 --precisions "${COMPARE_PRECISIONS:-bf16,fp32}" --peer-modes eager,compile \
+    --rounds "${COMPARE_ROUNDS:-2}"
+}
 section_compare-bias() { compare compare-bias --models gpt2 --posencs alibi,t5 --precisions bf16 --peer-modes flex; }
+
+GPT2_BF16="bench --config bench/configs/gpt2-small.json --device cuda --precision bf16 --peak-gflops 989400"
+section_tc() {  # the tensor-core attention on hardware: GPT-2 small bf16, composed (A) vs tensor-core (B)
+  local b="$BUILD/ctxlab" j="$OUTDIR/bench" rc=0
+  mkdir -p "$j"
+  run 150 bench/ab_steps.sh 2 "$b $GPT2_BF16 --steps 10" "CTXLAB_BF16_ATTENTION=1 $b $GPT2_BF16 --steps 10" || rc=1
+  run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-composed-profile.json" || rc=1
+  CTXLAB_BF16_ATTENTION=1 run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-tc-profile.json" || rc=1
+  return $rc
+}
+
+section_ncu() {  # Nsight Compute on the tensor-core attention kernels of one GPT-2 small bf16 step
+  command -v ncu >/dev/null || { say "no ncu on PATH"; return 1; }
+  CTXLAB_BF16_ATTENTION=1 run 90 ncu --clock-control none --kernel-name regex:'tc_|f32_to_bf16' --launch-count 8 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+    --csv --log-file "$OUTDIR/ncu-tc.csv" "$BUILD/ctxlab" $GPT2_BF16 --steps 1 --warmup 0
+}
 
 section_report() {  # the summary of this run, from the log and the tables
   local dev day f

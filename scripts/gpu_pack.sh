@@ -31,10 +31,13 @@ find "$BUILD" -name CTestTestfile.cmake -mindepth 2 | while read -r f; do
   rel="${f#"$BUILD"/}"; mkdir -p "$STAGE/$(dirname "$rel")"; cp -a "$f" "$STAGE/$rel"
 done
 
-# The shared libraries, resolved by ldd, less the C runtime and CUDA's (the device's own).
+# The shared libraries, resolved by ldd, less the C runtime and CUDA's (the device's own) and the
+# build's own (libctxlab_cuda.so: staged above; a second copy in carried-lib made ctxlab_tests,
+# which links it, and core/cuda_module.cpp's dlopen of BUILD's load two, each registering its
+# kernels: every CUDA test failed so on an H200, 2026-11-27).
 mkdir -p "$STAGE/carried-lib"
 ldd "$STAGE"/ctxlab "$STAGE"/ctxlab_tests "$STAGE"/*.so 2>/dev/null | awk '/=> \//{print $3}' | sort -u |
-  grep -v -F "$STAGE/" |
+  grep -v -F -e "$STAGE/" -e "$(cd "$BUILD" && pwd)/" |
   grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|ld-linux[^/]*)\.so|/lib(cuda|cublas|cublasLt|cudart|nccl|nvidia)[^/]*\.so' |
   while read -r lib; do cp -L "$lib" "$STAGE/carried-lib/"; done
 
