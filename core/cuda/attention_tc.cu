@@ -64,6 +64,14 @@ __host__ __device__ inline int64_t lmax(int64_t a, int64_t b) { return a < b ? b
 __device__ inline bool sees(const Geo& g, int64_t i, int64_t j) {
   return i < g.T && j < g.S && j <= i + g.off && (g.window <= 0 || j > i + g.off - g.window);
 }
+// whether every query of [i_lo, i_hi] sees every key of [j_lo, j_hi]: such a tile needs no mask.
+// j_hi <= i_lo + off implies j_hi < S for a real query; rows past T are never written (forward)
+// or have lse = +inf, so p = 0 (backward), whatever the mask.
+__device__ inline bool sees_all(const Geo& g, int64_t i_lo, int64_t i_hi, int64_t j_lo, int64_t j_hi) {
+  return j_hi <= i_lo + g.off && (g.window <= 0 || j_lo > i_hi + g.off - g.window);
+}
+constexpr float kLog2e = 1.4426950408889634f;  // e^x = 2^(x log2 e): ex2 is the hardware's exponential
+constexpr float kLn2 = 0.6931471805599453f;
 // the tiles [*t0, *t1) of kTileRows keys that queries [i0, i0 + kBlockRows) can see
 __device__ inline void key_tiles(const Geo& g, int64_t i0, int64_t* t0, int64_t* t1) {
   const int64_t hi = lmin(g.S, lmin(i0 + kBlockRows, g.T) - 1 + g.off + 1);
@@ -93,6 +101,7 @@ __device__ inline float group_sum(float x) {
 template <int D>
 __device__ void load_tile(tc::AsyncCopies& cp, const bf16* x, int64_t r0, int64_t valid, bf16* sm) {
   constexpr int chunks = D / 8;  // 16-byte pieces of a row
+CTX_UNROLL
   for (int e = threadIdx.x; e < kTileRows * chunks; e += kBlock) {
     const int r = e / chunks, c = e % chunks;
     bf16* dst = sm + r * Tile<D>::ld + c * 8;
@@ -109,6 +118,7 @@ template <int D>
 __device__ void load_a(uint32_t (&a)[D / 16][4], const bf16* sm, int r0) {
   const int l = threadIdx.x % 32, m = l / 8;
   const bf16* row = sm + (r0 + l % 8 + 8 * (m % 2)) * Tile<D>::ld + 8 * (m / 2);
+CTX_UNROLL
   for (int kk = 0; kk < D / 16; ++kk) tc::ldmatrix<4, false>(a[kk], row + 16 * kk);
 }
 
@@ -117,10 +127,14 @@ __device__ void load_a(uint32_t (&a)[D / 16][4], const bf16* sm, int r0) {
 template <int D>
 __device__ void mma_abt(float (&acc)[8][4], const uint32_t (&a)[D / 16][4], const bf16* sm) {
   const int l = threadIdx.x % 32, m = l / 8;
+CTX_UNROLL
   for (int nb = 0; nb < 8; ++nb)
+CTX_UNROLL
     for (int e = 0; e < 4; ++e) acc[nb][e] = 0.0f;
+CTX_UNROLL
   for (int np = 0; np < 4; ++np) {
     const bf16* row = sm + (16 * np + 8 * (m / 2) + l % 8) * Tile<D>::ld + 8 * (m % 2);
+CTX_UNROLL
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t b[4];
       tc::ldmatrix<4, false>(b, row + 16 * kk);
@@ -136,11 +150,13 @@ __device__ void mma_abt(float (&acc)[8][4], const uint32_t (&a)[D / 16][4], cons
 template <int D>
 __device__ void mma_py(float (&acc)[D / 8][4], const float (&p)[8][4], const bf16* sm) {
   const int l = threadIdx.x % 32, m = l / 8;
+CTX_UNROLL
   for (int kt = 0; kt < 4; ++kt) {
     const uint32_t a[4] = {tc::pack_bf16(p[2 * kt][0], p[2 * kt][1]), tc::pack_bf16(p[2 * kt][2], p[2 * kt][3]),
                            tc::pack_bf16(p[2 * kt + 1][0], p[2 * kt + 1][1]),
                            tc::pack_bf16(p[2 * kt + 1][2], p[2 * kt + 1][3])};
     const bf16* row = sm + (16 * kt + 8 * (m % 2) + l % 8) * Tile<D>::ld + 8 * (m / 2);
+CTX_UNROLL
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t b[4];
       tc::ldmatrix<4, true>(b, row + 16 * dp);
@@ -156,27 +172,35 @@ __device__ inline int64_t acc_row(int64_t r0, int e) { return r0 + (threadIdx.x 
 __device__ inline int64_t acc_col(int64_t c0, int nb, int e) { return c0 + 8 * nb + 2 * (threadIdx.x % 4) + e % 2; }
 
 // One key tile of the forward's online softmax for the warp's rows from i0: s (scores against keys
-// from j0) becomes p = e^(scale s - m') (0 where masked); m, the partial sums l and o rescaled.
+// from j0) becomes p = 2^(scale log2e s - m') (0 where masked; m is kept in log2 units); m, the
+// partial sums l and o rescaled. `full`: the warp's rows see every key of the tile (no mask).
 template <int D>
-__device__ void softmax_tile(const Geo& g, int64_t i0, int64_t j0, float (&s)[8][4], float (&m)[2], float (&l)[2],
-                             float (&o)[D / 8][4]) {
+__device__ void softmax_tile(const Geo& g, int64_t i0, int64_t j0, bool full, float (&s)[8][4], float (&m)[2],
+                             float (&l)[2], float (&o)[D / 8][4]) {
+  const float c = g.scale * kLog2e;
+CTX_UNROLL
   for (int h = 0; h < 2; ++h) {
     float mx = m[h];
+CTX_UNROLL
     for (int nb = 0; nb < 8; ++nb)
+CTX_UNROLL
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[nb][e] = sees(g, acc_row(i0, e), acc_col(j0, nb, e)) ? g.scale * s[nb][e] : -INFINITY;
+        s[nb][e] = full || sees(g, acc_row(i0, e), acc_col(j0, nb, e)) ? c * s[nb][e] : -INFINITY;
         mx = fmaxf(mx, s[nb][e]);
       }
     mx = group_max(mx);
     const bool none = mx == -INFINITY;  // no key seen yet: p = 0, nothing to rescale
-    const float alpha = none ? 1.0f : expf(m[h] - mx);
+    const float alpha = none ? 1.0f : exp2f(m[h] - mx);
     float sum = 0.0f;
+CTX_UNROLL
     for (int nb = 0; nb < 8; ++nb)
+CTX_UNROLL
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[nb][e] = none ? 0.0f : expf(s[nb][e] - mx);
+        s[nb][e] = none ? 0.0f : exp2f(s[nb][e] - mx);
         sum += s[nb][e];
       }
     l[h] = l[h] * alpha + sum;
+CTX_UNROLL
     for (int nb = 0; nb < D / 8; ++nb) o[nb][2 * h] *= alpha, o[nb][2 * h + 1] *= alpha;
     m[h] = mx;
   }
@@ -220,36 +244,43 @@ __global__ void __launch_bounds__(kBlock) tc_forward_kernel(Geo g, const bf16* q
     if (tt == t0) load_a<D>(qa, Qs, 16 * w);
     float s[8][4];
     mma_abt<D>(s, qa, Ks + buf * E);
-    softmax_tile<D>(g, r0, tt * kTileRows, s, m, l, o);
+    const int64_t j0 = tt * kTileRows;
+    softmax_tile<D>(g, r0, j0, sees_all(g, r0, r0 + 15, j0, j0 + kTileRows - 1), s, m, l, o);
     mma_py<D>(o, s, Vs + buf * E);
     __syncthreads();  // the buffer is read by every warp before it is refilled
   }
   cp.wait_all();  // (no key tile: the Q copies)
+CTX_UNROLL
   for (int h = 0; h < 2; ++h) {
     const float sum = group_sum(l[h]);
     const int64_t i = acc_row(r0, 2 * h);
     if (i >= g.T) continue;
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+CTX_UNROLL
     for (int nb = 0; nb < D / 8; ++nb) {
       const int64_t c = acc_col(0, nb, 0);
       out[(bh * g.T + i) * D + c] = o[nb][2 * h] * inv;
       out[(bh * g.T + i) * D + c + 1] = o[nb][2 * h + 1] * inv;
     }
-    if (threadIdx.x % 4 == 0) lse[bh * g.T + i] = sum > 0.0f ? m[h] + logf(sum) : INFINITY;
+    if (threadIdx.x % 4 == 0) lse[bh * g.T + i] = sum > 0.0f ? m[h] * kLn2 + logf(sum) : INFINITY;
   }
 }
 
 // ------------------------------------------------------------------------------ backward ----
-// p = e^(scale s - lse) where the query sees the key (else 0), then ds = p (dp - D); s becomes p,
-// dp becomes ds. Element (nb, e): query, key and the row statistics given by `at`.
+// p = e^(scale s - lse) = 2^(scale log2e s - lse log2e) where the query sees the key (else 0),
+// then ds = p (dp - D); s becomes p, dp becomes ds. Element (nb, e): query, key and the row
+// statistics given by `at`. `full`: every element of the tile is seen (no mask).
 template <class At>
-__device__ void grad_tile(const Geo& g, float (&s)[8][4], float (&dp)[8][4], At at) {
+__device__ void grad_tile(const Geo& g, bool full, float (&s)[8][4], float (&dp)[8][4], At at) {
+  const float c = g.scale * kLog2e;
+CTX_UNROLL
   for (int nb = 0; nb < 8; ++nb)
+CTX_UNROLL
     for (int e = 0; e < 4; ++e) {
       int64_t i, j;
       float L, Di;
       at(nb, e, &i, &j, &L, &Di);
-      const float p = sees(g, i, j) ? expf(g.scale * s[nb][e] - L) : 0.0f;
+      const float p = full || sees(g, i, j) ? exp2f(c * s[nb][e] - L * kLog2e) : 0.0f;
       s[nb][e] = p;
       dp[nb][e] = p * (dp[nb][e] - Di);
     }
@@ -277,6 +308,7 @@ __global__ void __launch_bounds__(kBlock) tc_dq_kernel(Geo g, const bf16* q, con
   }
   cp.commit();
   float L[2], Di[2];  // lse and D of the lane's two rows
+CTX_UNROLL
   for (int h = 0; h < 2; ++h) {
     const int64_t i = acc_row(r0, 2 * h);
     L[h] = i < g.T ? lse[bh * g.T + i] : INFINITY;
@@ -301,16 +333,19 @@ __global__ void __launch_bounds__(kBlock) tc_dq_kernel(Geo g, const bf16* q, con
     mma_abt<D>(s, qa, Ks + buf * E);   // S = Q K^T
     mma_abt<D>(dp, ga, Vs + buf * E);  // dP = dO V^T
     const int64_t j0 = tt * kTileRows;
-    grad_tile(g, s, dp, [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
+    grad_tile(g, sees_all(g, r0, r0 + 15, j0, j0 + kTileRows - 1), s, dp,
+              [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
       *i = acc_row(r0, e), *j = acc_col(j0, nb, e), *Le = L[e / 2], *De = Di[e / 2];
     });
     mma_py<D>(acc, dp, Ks + buf * E);  // dQ += dS K
     __syncthreads();
   }
   cp.wait_all();
+CTX_UNROLL
   for (int e = 0; e < 4; ++e) {
     const int64_t i = acc_row(r0, e);
     if (i >= g.T) continue;
+CTX_UNROLL
     for (int nb = 0; nb < D / 8; ++nb) dq[(bh * g.T + i) * D + acc_col(0, nb, e)] = g.scale * acc[nb][e];
   }
 }
@@ -364,7 +399,8 @@ __global__ void __launch_bounds__(kBlock) tc_dkdv_kernel(Geo g, const bf16* q, c
     mma_abt<D>(dpt, va, Gs + buf * E);  // dP^T = V dO^T
     const int64_t c0 = tt * kTileRows;
     const float *Lb = Ls + buf * kTileRows, *Db = Ds + buf * kTileRows;
-    grad_tile(g, st, dpt, [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
+    grad_tile(g, sees_all(g, c0, c0 + kTileRows - 1, r0, r0 + 15), st, dpt,
+              [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
       *j = acc_row(r0, e), *i = acc_col(c0, nb, e);
       *Le = Lb[*i - c0], *De = Db[*i - c0];
     });
@@ -373,9 +409,11 @@ __global__ void __launch_bounds__(kBlock) tc_dkdv_kernel(Geo g, const bf16* q, c
     __syncthreads();
   }
   cp.wait_all();
+CTX_UNROLL
   for (int e = 0; e < 4; ++e) {
     const int64_t j = acc_row(r0, e);
     if (j >= g.S) continue;
+CTX_UNROLL
     for (int nb = 0; nb < D / 8; ++nb) {
       const int64_t n = (bh * g.S + j) * D + acc_col(0, nb, e);
       dk[n] = g.scale * ak[nb][e];
