@@ -702,7 +702,7 @@ void fused_cases(std::vector<Case>& cs) {
       }
   // heads: qkv [B, S, 3 H Dh] <-> q [B, H, S - q0, Dh], k, v [B, H, S, Dh]; merge o [B, H, T, Dh]
   struct HC { int64_t B, S, H, Dh, q0; };
-  for (const HC& c : {HC{2, 5, 3, 4, 0}, HC{1, 1, 1, 1, 0}, HC{2, 7, 2, 3, 4}}) {
+  for (const HC& c : {HC{2, 5, 3, 4, 0}, HC{1, 1, 1, 1, 0}, HC{2, 7, 2, 3, 4}, HC{2, 6, 3, 8, 2}}) {  // Dh 4, 8: 16-byte moves
     const int64_t D3 = 3 * c.H * c.Dh, Tq = c.S - c.q0;
     const Shape qs{c.B, c.H, Tq, c.Dh}, ks{c.B, c.H, c.S, c.Dh}, xs{c.B, c.S, D3};
     // element (b, s, part, h, j) of qkv <-> its place in q / k / v
