@@ -57,6 +57,28 @@ std::string file_bytes(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// The tiny rope model on cuda with AdamW and one batch [2, 8] of tokens drawn from `seed`; step()
+// is one training step (zero_grad, loss, backward, clip and AdamW step).
+struct TinyCudaRun {
+  nn::GPT m;
+  AdamW og;
+  Tensor in = Tensor::empty({2, 8}, DType::I64), tg = Tensor::empty({2, 8}, DType::I64);
+  explicit TinyCudaRun(uint64_t seed) : m(tiny_cfg(json{{"type", "rope"}})), og(init(m), AdamWOptions{}) {
+    Rng r(seed);
+    for (int64_t i = 0; i < 16; ++i) in.set(i, (double)r.below(17)), tg.set(i, (double)r.below(17));
+  }
+  static nn::NamedParams init(nn::GPT& g) {  // weights, then to cuda
+    g.init_weights(3);
+    g.to(Device::CUDA);
+    return g.named_parameters();
+  }
+  void step() {
+    m.zero_grad();
+    m.loss(in, tg).backward();
+    og.clip_and_step(1e-2, 1.0);
+  }
+};
+
 // A model trained for two AdamW steps on cuda, saved from cuda; loaded (on the host, as
 // load_checkpoint does) and saved again from cpu; loaded, moved to cuda and saved from there:
 // the three files are byte for byte the same, and so are the optimizer states saved from the
@@ -64,18 +86,10 @@ std::string file_bytes(const std::string& path) {
 TEST(CudaCheckpoint, SameBytesFromEitherDevice) {
   CTX_SKIP_WITHOUT_GPU(!no_gpu());
   const std::string dir = temp_dir("ckpt");
-  nn::GPT m(tiny_cfg(json{{"type", "rope"}}));
-  m.init_weights(3);
-  m.to(Device::CUDA);
-  AdamW og(m.named_parameters(), AdamWOptions{});
-  Rng r(5);
-  Tensor in = Tensor::empty({2, 8}, DType::I64), tg = Tensor::empty({2, 8}, DType::I64);
-  for (int64_t i = 0; i < 16; ++i) in.set(i, (double)r.below(17)), tg.set(i, (double)r.below(17));
-  for (int s = 0; s < 2; ++s) {
-    m.zero_grad();
-    m.loss(in, tg).backward();
-    og.clip_and_step(1e-2, 1.0);
-  }
+  TinyCudaRun run(5);
+  nn::GPT& m = run.m;
+  AdamW& og = run.og;
+  for (int s = 0; s < 2; ++s) run.step();
   const std::string a = dir + "/cuda.safetensors", b = dir + "/cpu.safetensors", c = dir + "/cuda2.safetensors";
   save_checkpoint(a, m, 2);
   LoadedModel on_cpu = load_checkpoint(a);
@@ -112,21 +126,10 @@ TEST(CudaTrainStep, WarmSpeedModeStepMakesNoLtDescriptorOrHeuristic) {
   for (const bool bf16 : {true, false}) {
     SCOPED_TRACE(bf16 ? "bf16" : "tf32");
     PrecisionScope speed(bf16 ? Precision::BF16 : Precision::FP32, !bf16);
-    nn::GPT m(tiny_cfg(json{{"type", "rope"}}));
-    m.init_weights(3);
-    m.to(Device::CUDA);
-    AdamW og(m.named_parameters(), AdamWOptions{});
-    Rng r(11);
-    Tensor in = Tensor::empty({2, 8}, DType::I64), tg = Tensor::empty({2, 8}, DType::I64);
-    for (int64_t i = 0; i < 16; ++i) in.set(i, (double)r.below(17)), tg.set(i, (double)r.below(17));
-    auto step = [&] {
-      m.zero_grad();
-      m.loss(in, tg).backward();
-      og.clip_and_step(1e-2, 1.0);
-    };
-    step();  // cold: makes the plans
+    TinyCudaRun run(11);
+    run.step();  // cold: makes the plans
     const cuda::GemmLtStats before = cuda::gemm_lt_stats();
-    step();
+    run.step();
     const cuda::GemmLtStats after = cuda::gemm_lt_stats();
     EXPECT_GT(after.matmuls, before.matmuls + 10) << "the step's GEMMs did not run on cuBLASLt";
     EXPECT_GT(after.bias_epilogues, before.bias_epilogues) << "no linear layer added its bias in the epilogue";
