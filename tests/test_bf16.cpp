@@ -2,7 +2,9 @@
 // rounding (reference bits for ties, NaN, inf, overflow, denormals; the AVX-512 kernel equal to
 // the portable one bit for bit), bf16 GEMMs and Linear through Backend held to fp32 references
 // with bounds derived from bf16's 8-bit significand and K, the primitive cache staying warm, the
-// fp32 default unchanged bit for bit, and the --precision request on this CPU.
+// fp32 default unchanged bit for bit, and the --precision request on this CPU. In CUDA builds
+// the same bounds hold the cuBLASLt speed modes (bf16 and tf32; linear with its bias in the
+// GEMM's epilogue; emulated device or GPU).
 #include <cstdio>
 #include <gtest/gtest.h>
 
@@ -21,6 +23,9 @@
 #include "core/threads.h"
 #include "core/precision.h"
 #include "tests/test_util.h"
+#ifdef CTXLAB_WITH_CUDA
+#include "core/cuda/cuda_runtime.h"  // gemm_lt_stats
+#endif
 
 namespace ctx {
 namespace {
@@ -125,15 +130,29 @@ std::vector<float> rounded(std::vector<float> v) {
   return v;
 }
 
-// Backend::gemm under Precision::BF16 against two references in double:
+// A speed mode under test: bf16 (inputs rounded to nearest even by bf16_round: the bound on the
+// rounded inputs holds) or tf32 (CUDA only: inputs rounded to a 10-bit significand on the tensor
+// cores; cuBLAS does not document the rounding, so only the bound on the fp32 inputs, with a
+// whole unit of the last place, u = 2^-10).
+struct Mode {
+  Precision p;
+  bool tf32;
+  double u;            // relative movement of each input
+  bool rounds_to_bf16; // the inputs are bf16_round(x): bound (1) applies
+  const char* name;
+};
+const Mode kBf16{Precision::BF16, false, 0x1p-8, true, "bf16"};
+const Mode kTf32{Precision::FP32, true, 0x1p-10, false, "tf32"};
+
+// Backend::gemm in a speed mode (default bf16, on the CPU) against two references in double:
 //  (1) on the bf16-rounded inputs: a bf16 x bf16 product is exact in fp32 (8 + 8 significand bits
 //      <= 24), so only fp32 accumulation separates the two: |c - ref| <= (K + 2) 2^-24 sum|a||b|
 //      (+ the same for beta c0). Holds only if the inputs were rounded to nearest even exactly.
 //  (2) on the fp32 inputs: each input moves by at most u = 2^-8 relative (8-bit significand),
 //      each product by at most 2u + u^2, so |c - ref32| <= (2u + u^2 + (K + 2) 2^-24) |alpha|
 //      sum|a||b| + (K + 2) 2^-24 |beta c0| (docs/performance.md, "bf16").
-// And (3) some element differs from the exact fp32 GEMM: the bf16 path was taken.
-void check_bf16_gemm(const GemmDesc& g, uint32_t seed) {
+// And (3) some element differs from the exact fp32 GEMM on the same device: the mode was taken.
+void check_bf16_gemm(const GemmDesc& g, uint32_t seed, Device dev = Device::CPU, const Mode& mode = kBf16) {
   const int64_t na = (g.batch - 1) * g.stride_a + g.M * g.K, nb = (g.batch - 1) * g.stride_b + g.K * g.N;
   const int64_t nc = (g.batch - 1) * g.stride_c + g.M * g.N;
   const std::vector<float> A = random_vec(na, seed), B = random_vec(nb, seed + 1), C0 = random_vec(nc, seed + 2);
@@ -149,29 +168,33 @@ void check_bf16_gemm(const GemmDesc& g, uint32_t seed) {
   gm.alpha = 1.f, gm.beta = 0.f;
   cpu::gemm_reference<double>(gm, Aa.data(), Ba.data(), mag.data());
 
-  Tensor tA = Tensor::from_vector(A, {na}), tB = Tensor::from_vector(B, {nb});
-  Tensor tC = Tensor::from_vector(C0, {nc}), tC32 = Tensor::from_vector(C0, {nc});
+  Tensor tA = Tensor::from_vector(A, {na}).to(dev), tB = Tensor::from_vector(B, {nb}).to(dev);
+  Tensor tC = Tensor::from_vector(C0, {nc}).to(dev), tC32 = Tensor::from_vector(C0, {nc}).to(dev);
   {
-    PrecisionScope bf16(Precision::BF16);
-    backend(Device::CPU).gemm(g, tA, tB, tC);
+    PrecisionScope speed(mode.p, mode.tf32);
+    backend(dev).gemm(g, tA, tB, tC);
   }
-  backend(Device::CPU).gemm(g, tA, tB, tC32);
+  backend(dev).gemm(g, tA, tB, tC32);
+  tC = tC.to(Device::CPU), tC32 = tC32.to(Device::CPU);
   const float* c = tC.data<float>();
   const float* c32 = tC32.data<float>();
-  const double acc = (g.K + 2) * std::ldexp(1.0, -24), u = std::ldexp(1.0, -8);
+  const double acc = (g.K + 2) * std::ldexp(1.0, -24), u = mode.u;
   int differ = 0;
   for (int64_t b = 0; b < g.batch; ++b)
     for (int64_t i = 0; i < g.M * g.N; ++i) {
       const int64_t at = b * g.stride_c + i;
       const double m = std::fabs(g.alpha) * mag[at], cb = std::fabs(g.beta * C0[at]);
-      ASSERT_NEAR(c[at], refr[at], acc * (m + cb) + 1e-30)
-          << "vs rounded inputs: M=" << g.M << " N=" << g.N << " K=" << g.K << " ta=" << g.trans_a
-          << " tb=" << g.trans_b << " batch=" << g.batch << " at " << at;
+      if (mode.rounds_to_bf16) {
+        ASSERT_NEAR(c[at], refr[at], acc * (m + cb) + 1e-30)
+            << mode.name << " vs rounded inputs: M=" << g.M << " N=" << g.N << " K=" << g.K << " ta=" << g.trans_a
+            << " tb=" << g.trans_b << " batch=" << g.batch << " at " << at;
+      }
       ASSERT_NEAR(c[at], ref32[at], (2 * u + u * u + acc) * m + acc * cb + 1e-30)
-          << "vs fp32 inputs: M=" << g.M << " N=" << g.N << " K=" << g.K << " at " << at;
+          << mode.name << " vs fp32 inputs: M=" << g.M << " N=" << g.N << " K=" << g.K << " at " << at;
       differ += c[at] != c32[at];
     }
-  EXPECT_GT(differ, 0) << "bf16 GEMM equals the fp32 GEMM everywhere: the bf16 path was not taken";
+  EXPECT_GT(differ, 0) << mode.name << " GEMM equals the fp32 GEMM everywhere: the " << mode.name
+                       << " path was not taken";
 }
 
 GemmDesc desc(int64_t M, int64_t N, int64_t K, bool ta, bool tb, float alpha = 1.f, float beta = 0.f,
@@ -182,31 +205,42 @@ GemmDesc desc(int64_t M, int64_t N, int64_t K, bool ta, bool tb, float alpha = 1
   return g;
 }
 
-TEST(Bf16, GemmWithinTheBf16BoundOfFp32) {
-  ctx::init_threading();
+// Every transpose pair, alpha / beta, long K, batches and a broadcast B, in `mode` on `dev`.
+void check_gemm_shapes(Device dev, const Mode& mode) {
   uint32_t seed = 10;
   for (int t = 0; t < 4; ++t) {
-    check_bf16_gemm(desc(33, 17, 65, t & 1, t & 2), seed++);
-    check_bf16_gemm(desc(128, 96, 256, t & 1, t & 2, -0.7f, 0.5f), seed++);
-    check_bf16_gemm(desc(7, 64, 1024, t & 1, t & 2), seed++);  // long K: the accumulation term grows
+    check_bf16_gemm(desc(33, 17, 65, t & 1, t & 2), seed++, dev, mode);
+    check_bf16_gemm(desc(128, 96, 256, t & 1, t & 2, -0.7f, 0.5f), seed++, dev, mode);
+    check_bf16_gemm(desc(7, 64, 1024, t & 1, t & 2), seed++, dev, mode);  // long K: the accumulation term grows
   }
-  check_bf16_gemm(desc(16, 24, 32, false, true, 1.f, 0.f, 5), seed++);        // batched
-  check_bf16_gemm(desc(16, 24, 32, false, false, 0.5f, 1.f, 3, true), seed++);  // broadcast B
+  check_bf16_gemm(desc(16, 24, 32, false, true, 1.f, 0.f, 5), seed++, dev, mode);        // batched
+  check_bf16_gemm(desc(16, 24, 32, false, false, 0.5f, 1.f, 3, true), seed++, dev, mode);  // broadcast B
 }
 
-TEST(Bf16, LinearWithinTheBound) {
+TEST(Bf16, GemmWithinTheBf16BoundOfFp32) {
   ctx::init_threading();
-  const int64_t R = 40, K = 96, N = 72;
-  const std::vector<float> x = random_vec(R * K, 1), w = random_vec(N * K, 2), b = random_vec(N, 3);
-  Tensor tx = Tensor::from_vector(x, {R, K}), tw = Tensor::from_vector(w, {N, K}), tb = Tensor::from_vector(b, {N});
-  Tensor y = Tensor::empty({R, N}, DType::F32), y32 = Tensor::empty({R, N}, DType::F32);
-  ASSERT_TRUE(backend(Device::CPU).has(Fused::Linear));
+  check_gemm_shapes(Device::CPU, kBf16);
+}
+
+// Backend::linear (y = x w^T + b, x [rows..., K]) in `mode` on `dev` within the bounds of
+// check_bf16_gemm, the bias counted once (a bias dropped or added twice moves y by |b|, far
+// outside them), and different from the fp32 linear: the mode was taken.
+void check_linear(Device dev, const Mode& mode, const Shape& xs, int64_t N, uint32_t seed) {
+  const int64_t K = xs.back(), R = shape_numel(xs) / K;
+  const std::vector<float> x = random_vec(R * K, seed), w = random_vec(N * K, seed + 1), b = random_vec(N, seed + 2);
+  Tensor tx = Tensor::from_vector(x, xs).to(dev), tw = Tensor::from_vector(w, {N, K}).to(dev),
+         tb = Tensor::from_vector(b, {N}).to(dev);
+  Shape ys = xs;
+  ys.back() = N;
+  Tensor y = Tensor::empty(ys, DType::F32, dev), y32 = Tensor::empty(ys, DType::F32, dev);
+  ASSERT_TRUE(backend(dev).has(Fused::Linear));
   {
-    PrecisionScope bf16(Precision::BF16);
-    backend(Device::CPU).linear(tx, tw, tb, y);
+    PrecisionScope speed(mode.p, mode.tf32);
+    backend(dev).linear(tx, tw, tb, y);
   }
-  backend(Device::CPU).linear(tx, tw, tb, y32);
-  const double u = std::ldexp(1.0, -8), acc = (K + 2) * std::ldexp(1.0, -24);
+  backend(dev).linear(tx, tw, tb, y32);
+  y = y.to(Device::CPU), y32 = y32.to(Device::CPU);
+  const double u = mode.u, acc = (K + 2) * std::ldexp(1.0, -24);
   int differ = 0;
   for (int64_t r = 0; r < R; ++r)
     for (int64_t n = 0; n < N; ++n) {
@@ -217,12 +251,46 @@ TEST(Bf16, LinearWithinTheBound) {
         mag += std::fabs((double)x[r * K + k] * w[n * K + k]);
       }
       const float v = y.data<float>()[r * N + n];
-      ASSERT_NEAR(v, refr, acc * (mag + std::fabs(b[n])) + 1e-30) << r << "," << n;
-      ASSERT_NEAR(v, ref, (2 * u + u * u + acc) * mag + acc * std::fabs(b[n]) + 1e-30) << r << "," << n;
+      if (mode.rounds_to_bf16) {
+        ASSERT_NEAR(v, refr, acc * (mag + std::fabs(b[n])) + 1e-30) << mode.name << " " << r << "," << n;
+      }
+      ASSERT_NEAR(v, ref, (2 * u + u * u + acc) * mag + acc * std::fabs(b[n]) + 1e-30) << mode.name << " " << r << ","
+                                                                                        << n;
       differ += v != y32.data<float>()[r * N + n];
     }
-  EXPECT_GT(differ, 0) << "bf16 Linear equals fp32 Linear: the bf16 path was not taken";
+  EXPECT_GT(differ, 0) << mode.name << " Linear equals fp32 Linear: the " << mode.name << " path was not taken";
 }
+
+TEST(Bf16, LinearWithinTheBound) {
+  ctx::init_threading();
+  check_linear(Device::CPU, kBf16, {40, 96}, 72, 1);
+}
+
+#ifdef CTXLAB_WITH_CUDA
+// The CUDA speed modes (cuBLASLt: bf16 inputs, or tf32 compute with --tf32) within the bounds:
+// every GEMM shape of the CPU test, and linear on 2-d and 3-d inputs with odd sizes, its bias
+// added in the GEMM's epilogue (CUBLASLT_EPILOGUE_BIAS, counted by gemm_lt_stats). Asking the
+// same shapes again creates no cuBLASLt descriptor and asks no heuristic.
+TEST(CudaGemmLt, SpeedModesWithinTheBounds) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  for (const Mode& mode : {kBf16, kTf32}) {
+    SCOPED_TRACE(mode.name);
+    check_gemm_shapes(Device::CUDA, mode);
+    const cuda::GemmLtStats before = cuda::gemm_lt_stats();
+    check_linear(Device::CUDA, mode, {40, 96}, 72, 1);
+    check_linear(Device::CUDA, mode, {3, 5, 33}, 17, 4);
+    const cuda::GemmLtStats mid = cuda::gemm_lt_stats();
+    EXPECT_EQ(mid.bias_epilogues - before.bias_epilogues, 2u) << "linear did not add its bias in the epilogue";
+    check_gemm_shapes(Device::CUDA, mode);
+    check_linear(Device::CUDA, mode, {40, 96}, 72, 1);
+    const cuda::GemmLtStats after = cuda::gemm_lt_stats();
+    EXPECT_GT(after.matmuls, mid.matmuls + 10);
+    EXPECT_EQ(after.descriptors, mid.descriptors) << "a repeated shape created cuBLASLt descriptors";
+    EXPECT_EQ(after.heuristics, mid.heuristics) << "a repeated shape asked the heuristic again";
+    EXPECT_EQ(after.plans, mid.plans);
+  }
+}
+#endif
 
 TEST(Bf16, WarmGemmCreatesNoPrimitive) {
   ctx::init_threading();

@@ -14,6 +14,7 @@
 
 #include "core/device_table.h"
 #include "core/fast_paths.h"
+#include "core/precision.h"
 #include "nn/attention.h"
 #include "nn/gpt.h"
 #include "tests/test_util.h"
@@ -56,6 +57,28 @@ std::string file_bytes(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// The tiny rope model on cuda with AdamW and one batch [2, 8] of tokens drawn from `seed`; step()
+// is one training step (zero_grad, loss, backward, clip and AdamW step).
+struct TinyCudaRun {
+  nn::GPT m;
+  AdamW og;
+  Tensor in = Tensor::empty({2, 8}, DType::I64), tg = Tensor::empty({2, 8}, DType::I64);
+  explicit TinyCudaRun(uint64_t seed) : m(tiny_cfg(json{{"type", "rope"}})), og(init(m), AdamWOptions{}) {
+    Rng r(seed);
+    for (int64_t i = 0; i < 16; ++i) in.set(i, (double)r.below(17)), tg.set(i, (double)r.below(17));
+  }
+  static nn::NamedParams init(nn::GPT& g) {  // weights, then to cuda
+    g.init_weights(3);
+    g.to(Device::CUDA);
+    return g.named_parameters();
+  }
+  void step() {
+    m.zero_grad();
+    m.loss(in, tg).backward();
+    og.clip_and_step(1e-2, 1.0);
+  }
+};
+
 // A model trained for two AdamW steps on cuda, saved from cuda; loaded (on the host, as
 // load_checkpoint does) and saved again from cpu; loaded, moved to cuda and saved from there:
 // the three files are byte for byte the same, and so are the optimizer states saved from the
@@ -63,18 +86,10 @@ std::string file_bytes(const std::string& path) {
 TEST(CudaCheckpoint, SameBytesFromEitherDevice) {
   CTX_SKIP_WITHOUT_GPU(!no_gpu());
   const std::string dir = temp_dir("ckpt");
-  nn::GPT m(tiny_cfg(json{{"type", "rope"}}));
-  m.init_weights(3);
-  m.to(Device::CUDA);
-  AdamW og(m.named_parameters(), AdamWOptions{});
-  Rng r(5);
-  Tensor in = Tensor::empty({2, 8}, DType::I64), tg = Tensor::empty({2, 8}, DType::I64);
-  for (int64_t i = 0; i < 16; ++i) in.set(i, (double)r.below(17)), tg.set(i, (double)r.below(17));
-  for (int s = 0; s < 2; ++s) {
-    m.zero_grad();
-    m.loss(in, tg).backward();
-    og.clip_and_step(1e-2, 1.0);
-  }
+  TinyCudaRun run(5);
+  nn::GPT& m = run.m;
+  AdamW& og = run.og;
+  for (int s = 0; s < 2; ++s) run.step();
   const std::string a = dir + "/cuda.safetensors", b = dir + "/cpu.safetensors", c = dir + "/cuda2.safetensors";
   save_checkpoint(a, m, 2);
   LoadedModel on_cpu = load_checkpoint(a);
@@ -101,6 +116,27 @@ TEST(CudaCheckpoint, SameBytesFromEitherDevice) {
   save_safetensors(dir + "/optim.cpu.safetensors", oc.state());
   EXPECT_EQ(file_bytes(dir + "/optim.cuda.safetensors"), file_bytes(dir + "/optim.cpu.safetensors"));
   std::filesystem::remove_all(dir);
+}
+
+// A warm training step in a speed mode (bf16; tf32) runs its GEMMs on cuBLASLt from the plans the
+// first step made (gemm.cu): cublasLtMatmul calls, the linear layers' with the bias in the
+// epilogue, and not one matmul descriptor, layout or preference created, no heuristic asked.
+TEST(CudaTrainStep, WarmSpeedModeStepMakesNoLtDescriptorOrHeuristic) {
+  CTX_SKIP_WITHOUT_GPU(!no_gpu());
+  for (const bool bf16 : {true, false}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "tf32");
+    PrecisionScope speed(bf16 ? Precision::BF16 : Precision::FP32, !bf16);
+    TinyCudaRun run(11);
+    run.step();  // cold: makes the plans
+    const cuda::GemmLtStats before = cuda::gemm_lt_stats();
+    run.step();
+    const cuda::GemmLtStats after = cuda::gemm_lt_stats();
+    EXPECT_GT(after.matmuls, before.matmuls + 10) << "the step's GEMMs did not run on cuBLASLt";
+    EXPECT_GT(after.bias_epilogues, before.bias_epilogues) << "no linear layer added its bias in the epilogue";
+    EXPECT_EQ(after.descriptors, before.descriptors) << "a warm step created cuBLASLt descriptors";
+    EXPECT_EQ(after.heuristics, before.heuristics) << "a warm step asked cuBLASLt's heuristic";
+    EXPECT_EQ(after.plans, before.plans);
+  }
 }
 
 // The trainer on cuda, quiet, reporting at the first step, then every 4 steps (eval and

@@ -393,19 +393,23 @@ class CudaBackend final : public Backend {
                             cuda::merge_heads<T>(ptr<T>(dout), ptr<T>(d_o), B, H, Tn, Dh, false));
   }
 
-  // y = broadcast(b), then y += x w^T (gemm with beta = 1; cuBLAS adds the bias in the same rounding)
+  // y = x w^T + b. The speed modes (bf16, tf32: cuBLASLt) add b in the GEMM's epilogue (one write
+  // of y); exact fp32 (and f64) broadcast b into y, then y += x w^T (gemm with beta = 1; cuBLAS
+  // adds the bias in the same rounding).
   void linear_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
     const int64_t N = w.size(0), K = w.size(1);
     const int64_t R = K ? x.numel() / K : shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
-    Strided s, d;
-    s.strides = {0, 1};
-    d.strides = {N, 1};
-    copy_strided(b, s, y, d, {R, N}, false);
     GemmDesc g;
     g.trans_b = true;
     g.M = R;
     g.N = N;
     g.K = K;
+    if (x.dtype() == DType::F32 && cuda::gemm_bias_epilogue(g, ptr<float>(x), ptr<float>(w), ptr<float>(b), ptr<float>(y)))
+      return;
+    Strided s, d;
+    s.strides = {0, 1};
+    d.strides = {N, 1};
+    copy_strided(b, s, y, d, {R, N}, false);
     g.beta = 1.f;
     gemm(g, x, w, y);
   }

@@ -25,6 +25,17 @@ void fill_f32(float* dst, size_t n, float value);
 // the bf16 GEMMs (gemm.cu), exposed for its bit-exactness test.
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
 
+// The cuBLASLt GEMMs' counters (the speed modes: bf16, tf32; gemm.cu), process-wide. A warm
+// training step calls cublasLtMatmul only: descriptors and heuristics stay flat.
+struct GemmLtStats {
+  uint64_t matmuls = 0;         // cublasLtMatmul calls
+  uint64_t bias_epilogues = 0;  // of which added the bias in the epilogue (CUBLASLT_EPILOGUE_BIAS)
+  uint64_t descriptors = 0;     // matmul descriptors, matrix layouts and preferences created
+  uint64_t heuristics = 0;      // cublasLtMatmulAlgoGetHeuristic calls
+  uint64_t plans = 0;           // call shapes cached (one descriptor, three layouts, an algorithm each)
+};
+GemmLtStats gemm_lt_stats();
+
 // The caching allocator's counters (process-wide).
 struct DeviceAllocStats {
   uint64_t requests = 0;      // allocations asked for (tensors created on the device)

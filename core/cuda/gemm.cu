@@ -12,8 +12,17 @@
 //         size seen (a warm step allocates nothing), then CUDA_R_16BF A/B, fp32 C/D,
 //         CUBLAS_COMPUTE_32F (fp32 accumulation on the tensor cores);
 //   tf32  fp32 A/B/C/D with CUBLAS_COMPUTE_32F_FAST_TF32.
+// A warm step makes no cuBLASLt descriptor and asks no heuristic: each distinct call shape (sizes,
+// strides, transposes, mode, epilogue, beta == 0, the operands' alignments) gets its matmul
+// descriptor, three layouts and the heuristic's algorithm once, kept for the process
+// (gemm_lt_stats counts what is made). gemm_bias_epilogue adds a bias vector in the GEMM's
+// epilogue (CUBLASLT_EPILOGUE_BIAS, fp32 bias, beta = 0): the linear layer's y = x w^T + b in one
+// pass over y (the exact fp32 path copies b into y and runs the GEMM with beta = 1).
+#include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <type_traits>
 
@@ -83,9 +92,35 @@ cublasLtHandle_t lt_handle() {
   return h;
 }
 
-// y[i] = bf16(x[i]), round to nearest even (cuda_bf16.h)
-__global__ void f32_to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
-  CTX_GRID_STRIDE(i, n) { y[i] = __float2bfloat16_rn(x[i]); }
+// y[i] = bf16(x[i]), round to nearest even (cuda_bf16.h). Elements [head, head + 4 nq) go four
+// at a time, one float4 load and one 8-byte store (the host checked that x + head is 16-byte and
+// y + head 8-byte aligned); the head (< 4 elements) and the tail (< 4) one by one. Same rounding
+// either way (__float2bfloat16_rn on each element).
+__global__ void f32_to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n, int64_t head, int64_t nq) {
+  const float4* xq = reinterpret_cast<const float4*>(x + head);
+  uint2* yq = reinterpret_cast<uint2*>(y + head);
+  CTX_GRID_STRIDE(q, nq) {
+    const float4 v = xq[q];
+    const unsigned b0 = __bfloat16_as_ushort(__float2bfloat16_rn(v.x)), b1 = __bfloat16_as_ushort(__float2bfloat16_rn(v.y));
+    const unsigned b2 = __bfloat16_as_ushort(__float2bfloat16_rn(v.z)), b3 = __bfloat16_as_ushort(__float2bfloat16_rn(v.w));
+    yq[q] = make_uint2(b0 | b1 << 16, b2 | b3 << 16);  // little endian: element 0 in the low half
+  }
+  const int64_t body_end = head + 4 * nq;
+  CTX_GRID_STRIDE(e, head + (n - body_end)) {
+    const int64_t i = e < head ? e : body_end + (e - head);
+    y[i] = __float2bfloat16_rn(x[i]);
+  }
+}
+
+void launch_f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n) {
+  // head: elements before x is 16-byte aligned (x is a float*: 4-byte aligned)
+  int64_t head = (int64_t)(((16 - (reinterpret_cast<uintptr_t>(x) & 15)) & 15) / 4);
+  head = std::min(head, n);
+  const bool vec = (reinterpret_cast<uintptr_t>(y + head) & 7) == 0;
+  const int64_t nq = vec ? (n - head) / 4 : 0;
+  if (!vec) head = n;  // y cannot be stored 8 bytes at a time in step with x: all scalar
+  CTX_LAUNCH(f32_to_bf16_kernel, grid_for(std::max<int64_t>(nq, n - 4 * nq)), kThreads, 0, 0, x, y, n, head, nq);
+  CTX_CUDA_LAUNCH_CHECK("f32_to_bf16_kernel");
 }
 
 // A device buffer that only grows (freed at exit by the driver).
@@ -101,82 +136,155 @@ struct Scratch {
     return p;
   }
 };
-std::mutex g_lt_mu;  // the scratch buffers are shared by the callers of gemm_lt
+std::mutex g_lt_mu;  // the scratch buffers, the plan cache and the counters are shared by the callers of gemm_lt
 Scratch g_scratch_a, g_scratch_b, g_workspace;
 constexpr size_t kLtWorkspace = size_t(32) << 20;  // cuBLASLt's split-K / stream-K workspace
+GemmLtStats g_lt_stats;
 
 const __nv_bfloat16* to_bf16(Scratch& s, const float* x, int64_t n) {
   auto* y = static_cast<__nv_bfloat16*>(s.get((size_t)n * sizeof(__nv_bfloat16)));
-  CTX_LAUNCH(f32_to_bf16_kernel, grid_for(n), kThreads, 0, 0, x, y, n);
-  CTX_CUDA_LAUNCH_CHECK("f32_to_bf16_kernel");
+  launch_f32_to_bf16(x, y, n);
   return y;
 }
 
-// Owns the cuBLASLt descriptors of one call.
-struct LtCall {
+// The alignment of p in bytes, capped at 256 (cuBLASLt's default assumption for A, B, C, D).
+uint32_t alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 1;
+  while (al < 256 && (a & al) == 0) al *= 2;
+  return al;
+}
+
+// One call shape's cuBLASLt state, made once (descriptor, layouts, the heuristic's algorithm) and
+// kept for the process (never destroyed: the cache outlives every caller).
+struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t l[3] = {nullptr, nullptr, nullptr};  // first operand, second, C = D
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtCall() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    for (auto* x : l)
-      if (x) cublasLtMatrixLayoutDestroy(x);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-  }
+  cublasLtMatmulAlgo_t algo;
 };
+// What a plan depends on: shapes, strides, transposes, mode, epilogue, beta == 0 (the heuristic
+// may pick another kernel when C is not read) and the alignments of the four pointers (the
+// preference tells the heuristic; an algorithm chosen for 256-byte aligned operands may not run
+// on less aligned ones).
+using LtKey = std::array<int64_t, 14>;
+std::map<LtKey, LtPlan>& plans() {
+  static auto* m = new std::map<LtKey, LtPlan>();  // never destroyed, like the plans
+  return *m;
+}
 
 void layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
             int64_t stride) {
   CTX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld));
+  ++g_lt_stats.descriptors;
   const int32_t b = (int32_t)batch;
   const int64_t st = stride;
   CTX_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b));
   CTX_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st, sizeof st));
 }
 
-// Row-major C = alpha op(A) op(B) + beta C in bf16 (inputs) or tf32 (compute) mode.
-void gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool bf16) {
+// Makes the plan of `key` (g, bf16, bias: as gemm_lt's; first / second / c: the pointers it passes).
+LtPlan make_plan(const GemmDesc& g, bool bf16, bool bias, const void* first, const void* second, const void* c) {
+  LtPlan p;
+  const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+  CTX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
+  ++g_lt_stats.descriptors;
+  const int32_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
+  CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
+  if (bias) {  // bias[i] added to row i of the column-major D^T [N, M]: our bias[N] over the row-major rows
+    const uint32_t ep = CUBLASLT_EPILOGUE_BIAS;
+    const int32_t bias_type = CUDA_R_32F;  // fp32, as D (the compute type 32F's bias type)
+    CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    CTX_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+  }
+  // stored (column-major) shapes: B is [N, K] (ld K) when trans_b, else [K, N] read as N x K (ld N)
+  layout(&p.l[0], in, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, g.batch, g.stride_b);
+  layout(&p.l[1], in, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.batch, g.stride_a);
+  layout(&p.l[2], CUDA_R_32F, g.N, g.M, g.N, g.batch, g.stride_c);
+  cublasLtMatmulPreference_t pref = nullptr;
+  CTX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  ++g_lt_stats.descriptors;
+  const uint64_t ws_bytes = kLtWorkspace;
+  CTX_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+  const uint32_t al[4] = {alignment(first), alignment(second), alignment(c), alignment(c)};
+  const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    CTX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]));
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  ++g_lt_stats.heuristics;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_handle(), p.desc, p.l[0], p.l[1], p.l[2], p.l[2], pref, 1, &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  CTX_CUBLAS_CHECK(st);
+  CTX_CHECK(found > 0, "gemm (", bf16 ? "bf16" : "tf32", bias ? ", bias epilogue" : "",
+            "): cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K, " batch=", g.batch);
+  p.algo = res.algo;
+  return p;
+}
+
+// Row-major C = alpha op(A) op(B) + beta C in bf16 (inputs) or tf32 (compute) mode; with `bias`
+// (beta must be 0): C = alpha op(A) op(B) + bias broadcast over the rows, in the GEMM's epilogue.
+void gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool bf16, const float* bias = nullptr) {
   std::lock_guard<std::mutex> lock(g_lt_mu);
   const void* a = A;
   const void* b = B;
-  const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   if (bf16) {  // the elements the batch reads, in place (same layout and strides)
     a = to_bf16(g_scratch_a, A, (g.batch - 1) * g.stride_a + g.M * g.K);
     b = to_bf16(g_scratch_b, B, (g.batch - 1) * g.stride_b + g.K * g.N);
   }
   // column-major: D^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M]: first operand B, second A
-  LtCall c;
-  const cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
-  CTX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&c.desc, compute, CUDA_R_32F));
-  const int32_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
-  CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
-  // stored (column-major) shapes: B is [N, K] (ld K) when trans_b, else [K, N] read as N x K (ld N)
-  layout(&c.l[0], in, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, g.batch, g.stride_b);
-  layout(&c.l[1], in, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.batch, g.stride_a);
-  layout(&c.l[2], CUDA_R_32F, g.N, g.M, g.N, g.batch, g.stride_c);
+  const LtKey key = {g.M, g.N, g.K, g.batch, g.stride_a, g.stride_b, g.stride_c,
+                     (int64_t)g.trans_a << 1 | (int64_t)g.trans_b, (int64_t)bf16, bias != nullptr, g.beta == 0.0,
+                     alignment(b), alignment(a), alignment(C)};
+  auto it = plans().find(key);
+  if (it == plans().end()) it = plans().emplace(key, make_plan(g, bf16, bias != nullptr, b, a, C)).first;
+  const LtPlan& p = it->second;
+  if (bias) {
+    CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    ++g_lt_stats.bias_epilogues;
+  }
   void* ws = g_workspace.get(kLtWorkspace);
-  CTX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&c.pref));
-  const uint64_t ws_bytes = kLtWorkspace;
-  CTX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                        sizeof ws_bytes));
-  cublasLtMatmulHeuristicResult_t res;
-  int found = 0;
-  CTX_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_handle(), c.desc, c.l[0], c.l[1], c.l[2], c.l[2], c.pref, 1, &res,
-                                                  &found));
-  CTX_CHECK(found > 0, "gemm (", bf16 ? "bf16" : "tf32", "): cuBLASLt has no algorithm for M=", g.M, " N=", g.N,
-            " K=", g.K, " batch=", g.batch);
   const float alpha = (float)g.alpha, beta = (float)g.beta;  // CUBLAS_COMPUTE_32F: fp32 scales
-  CTX_CUBLAS_CHECK(cublasLtMatmul(lt_handle(), c.desc, &alpha, b, c.l[0], a, c.l[1], &beta, C, c.l[2], C, c.l[2],
-                                  &res.algo, ws, kLtWorkspace, 0));
+  ++g_lt_stats.matmuls;
+  CTX_CUBLAS_CHECK(cublasLtMatmul(lt_handle(), p.desc, &alpha, b, p.l[0], a, p.l[1], &beta, C, p.l[2], C, p.l[2],
+                                  &p.algo, ws, kLtWorkspace, 0));
+}
+
+bool lt_mode(bool* bf16) {
+  *bf16 = gemm_precision() == Precision::BF16;
+  return *bf16 || gemm_allow_tf32();
 }
 
 }  // namespace
 
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   if (n <= 0) return;
-  CTX_LAUNCH(f32_to_bf16_kernel, grid_for(n), kThreads, 0, 0, src, reinterpret_cast<__nv_bfloat16*>(dst), n);
-  CTX_CUDA_LAUNCH_CHECK("f32_to_bf16_kernel");
+  launch_f32_to_bf16(src, reinterpret_cast<__nv_bfloat16*>(dst), n);
+}
+
+GemmLtStats gemm_lt_stats() {
+  std::lock_guard<std::mutex> lock(g_lt_mu);
+  GemmLtStats s = g_lt_stats;
+  s.plans = plans().size();
+  return s;
+}
+
+bool gemm_bias_epilogue(const GemmDesc& g, const float* A, const float* B, const float* bias, float* C) {
+  bool bf16 = false;
+  if (!lt_mode(&bf16) || g.M <= 0 || g.N <= 0 || g.K <= 0 || g.beta != 0.0) return false;
+  if (g.M > INT_MAX || g.N > INT_MAX || g.K > INT_MAX || g.batch > INT_MAX) return false;
+  // cuBLASLt documents no alignment for the bias; its epilogues are reported to need 16 bytes
+  // (marian-nmt's gpu/prod.cpp: 8 failed on an A100). Tensors start 256-byte aligned: only an
+  // offset view takes the copy path.
+  if ((reinterpret_cast<uintptr_t>(bias) & 15) != 0) return false;
+  gemm_lt(g, A, B, C, bf16, bias);
+  return true;
 }
 
 template <class T>
@@ -192,8 +300,8 @@ void gemm(const GemmDesc& g, const T* A, const T* B, T* C) {
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    const bool bf16 = gemm_precision() == Precision::BF16;
-    if (bf16 || gemm_allow_tf32()) return gemm_lt(g, A, B, C, bf16);
+    bool bf16 = false;
+    if (lt_mode(&bf16)) return gemm_lt(g, A, B, C, bf16);
   }
   // column-major: C^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M]
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;

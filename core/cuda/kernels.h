@@ -110,5 +110,10 @@ template <class T> void adamw_tiles(T* p, const T* g, T* m, T* v, const int64_t*
 
 // --- gemm.cu --- (row-major, see GemmDesc; the one row-major -> column-major translation)
 template <class T> void gemm(const GemmDesc& g, const T* A, const T* B, T* C);
+// Row-major C[M, N] = alpha op(A) op(B) + bias[N] (broadcast over the M rows), the bias added in
+// cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS), where the speed modes (bf16, tf32) take the GEMM
+// and g.beta == 0. Returns false, doing nothing, where they do not (exact fp32, K == 0, a bias
+// not 16-byte aligned): the caller broadcasts the bias into C and runs gemm with beta = 1.
+bool gemm_bias_epilogue(const GemmDesc& g, const float* A, const float* B, const float* bias, float* C);
 
 }  // namespace ctx::cuda

@@ -313,6 +313,51 @@ TEST_F(Cublas, LtHeuristicAnswersOnceAndRejectsUnsupportedTypes) {
   cublasLtMatmulPreferenceDestroy(pref);
 }
 
+// The heuristic's algorithm runs only on operands as aligned as the preference promised
+// (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default 256): a caller that caches algorithms must
+// key them by alignment. A pointer 4 bytes into an allocation is refused with the default
+// preference, accepted with 4-byte minimums; the preference refuses a non-power of two.
+TEST_F(Cublas, LtAlgorithmRunsOnlyOnOperandsAsAlignedAsItsPreference) {
+  const int m = 4, n = 3, k = 2;
+  const auto A = random_vec(m * k + 1, 20), B = random_vec(k * n, 21);
+  DeviceBuffer<float> dA(A), dB(B), dD((size_t)m * n + 1);
+  LtCase c(m, n, k, false);
+  auto algo_for = [&](uint32_t align) {
+    cublasLtMatmulPreference_t pref;
+    EXPECT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+    for (int a = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES; align && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES; ++a)
+      EXPECT_EQ(cublasLtMatmulPreferenceSetAttribute(pref, (cublasLtMatmulPreferenceAttributes_t)a, &align, sizeof align),
+                CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(c.lt, c.desc, c.la, c.lb, c.lc, c.lc, pref, 1, &res, &got),
+              CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulPreferenceDestroy(pref);
+    return res.algo;
+  };
+  const float one = 1.0f, zero = 0.0f;
+  auto run = [&](const cublasLtMatmulAlgo_t& algo, const float* a, float* d) {
+    return cublasLtMatmul(c.lt, c.desc, &one, a, c.la, dB.ptr, c.lb, &zero, d, c.lc, d, c.lc, &algo, nullptr, 0, 0);
+  };
+  const cublasLtMatmulAlgo_t dflt = algo_for(0), four = algo_for(4);
+  EXPECT_EQ(run(dflt, dA.ptr, dD.ptr), CUBLAS_STATUS_SUCCESS);  // cudaMalloc: 256-byte aligned
+  EXPECT_EQ(run(dflt, dA.ptr + 1, dD.ptr), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(cuemu::last_fault().find("operand A is not 256-byte aligned"), std::string::npos) << cuemu::last_fault();
+  EXPECT_EQ(run(dflt, dA.ptr, dD.ptr + 1), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(run(four, dA.ptr + 1, dD.ptr + 1), CUBLAS_STATUS_SUCCESS);
+  const auto D = dD.download();
+  const std::vector<float> A1(A.begin() + 1, A.end());
+  expect_close(std::vector<float>(D.begin() + 1, D.end()),
+               ref_gemm(false, false, m, n, k, 1.0f, A1, m, B, k, 0.0f, std::vector<float>(m * n), m), 1e-6f,
+               "offset operands");
+  cublasLtMatmulPreference_t pref;
+  ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+  const uint32_t three = 3;
+  EXPECT_EQ(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &three, sizeof three),
+            CUBLAS_STATUS_INVALID_VALUE);
+  cublasLtMatmulPreferenceDestroy(pref);
+}
+
 // bf16 A and B (CUDA_R_16BF) with fp32 C/D and CUBLAS_COMPUTE_32F: D is the fp32 product of the
 // widened inputs (a bf16 x bf16 product is exact in fp32; only the fp32 sum rounds); bf16 inputs
 // with FAST_TF32, or a bf16 D, are refused as cuBLASLt does. The rounding of __float2bfloat16_rn
@@ -373,7 +418,8 @@ TEST_F(Cublas, LtEpiloguesBiasGeluAuxAndDgelu) {
   ASSERT_EQ(c.run(dW.ptr, dX.ptr, dD.ptr), CUBLAS_STATUS_SUCCESS);
   auto D = dD.download();
   for (int j = 0; j < n; ++j)
-    for (int i = 0; i < m; ++i) EXPECT_FLOAT_EQ(D[i + j * m], plain[i + j * m] + b[i]) << "bias over rows";
+    for (int i = 0; i < m; ++i)  // fp32 accumulation, then + bias: one rounding, as the hardware's epilogue
+      EXPECT_EQ(D[i + j * m], plain[i + j * m] + b[i]) << "bias over rows";
 
   c.epilogue(CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
   c.aux(dAux.ptr, m);

@@ -160,6 +160,10 @@ enum cublasLtEpilogue_t {
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,  // uint32_t, default 256: the heuristic's algorithm
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,  // may assume operands this aligned (the emulator's
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,  // cublasLtMatmul refuses less aligned pointers
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,  // with that algorithm: CUBLAS_STATUS_NOT_SUPPORTED)
 };
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);

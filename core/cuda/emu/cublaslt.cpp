@@ -49,7 +49,10 @@ struct Layout {
 };
 struct Pref {
   uint64_t max_workspace = 0;
+  uint32_t min_align[4] = {256, 256, 256, 256};  // A, B, C, D (bytes; cuBLASLt's default 256)
 };
+// The algorithm the heuristic answers: a marker and the alignments it was chosen for (algo.data).
+constexpr uint64_t kAlgoMarker = 0x63746c6167656d6dull;
 
 std::mutex g_mu;
 std::set<const void*> g_live;  // every live handle / descriptor / layout / preference
@@ -331,6 +334,15 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     return CUBLAS_STATUS_SUCCESS;
   }
   if (attr == CUBLASLT_MATMUL_PREF_SEARCH_MODE) return CUBLAS_STATUS_SUCCESS;
+  if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+    uint32_t v = 0;
+    if (!read_attr(&v, buf, size) || v == 0 || (v & (v - 1)) != 0)
+      return blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceSetAttribute: MIN_ALIGNMENT_" +
+                                                        std::string(1, "ABCD"[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES]) +
+                                                        "_BYTES takes a uint32_t power of two");
+    P_(pref)->min_align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = v;
+    return CUBLAS_STATUS_SUCCESS;
+  }
   return blas_fail(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulPreferenceSetAttribute: attribute " +
                                                     std::to_string((int)attr) + " is not emulated");
 }
@@ -354,6 +366,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   results[0].state = CUBLAS_STATUS_SUCCESS;
   results[0].workspaceSize = 0;  // the emulator needs no workspace
   results[0].wavesCount = 1.0f;
+  results[0].algo.data[0] = kAlgoMarker;
+  for (int i = 0; i < 4; ++i) results[0].algo.data[1 + i] = P_(pref)->min_align[i];
   *returned = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -361,7 +375,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
                               const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
-                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t*, void*, size_t,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void*, size_t,
                               cudaStream_t stream) {
   const char* fn = "cublasLtMatmul";
   if (!live(handle)) return blas_fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtMatmul: not a live handle");
@@ -375,6 +389,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   std::string why;
   cublasStatus_t st = validate(d, la, lb, lc, ld, &m, &n, &k, &why);
   if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(st, std::string(fn) + ": " + why);
+  if (algo && algo->data[0] == kAlgoMarker) {  // the heuristic's algorithm: only for operands as aligned as asked
+    const void* ptrs[4] = {A, B, C, D};
+    for (int i = 0; i < 4; ++i) {
+      const uint64_t want = algo->data[1 + i];
+      if (reinterpret_cast<uintptr_t>(ptrs[i]) % want != 0)
+        return blas_fail(CUBLAS_STATUS_NOT_SUPPORTED,
+                         std::string(fn) + ": operand " + "ABCD"[i] + " is not " + std::to_string(want) +
+                             "-byte aligned, as the algorithm was chosen for (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_" +
+                             "ABCD"[i] + "_BYTES of the heuristic's preference; default 256)");
+    }
+  }
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   if (sticky_error() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   const cublasLtEpilogue_t ep = d.epilogue;
