@@ -75,7 +75,9 @@ constexpr int kLanes = 8;
 template <class T>
 __global__ void norm_dweight_partial_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* part,
                                             int64_t N, int64_t C, int64_t K, bool with_bias) {
-  __shared__ T sw_l[kLanes][32], sb_l[kLanes][32];
+  CTX_DYNAMIC_SHARED(T, sh);  // [2][kLanes][32]: the lanes' sums (dynamic: the emulator keeps a static
+  T* sw_l = sh;               // __shared__ array in static TLS, which dlopen cannot grow)
+  T* sb_l = sh + kLanes * 32;
   const int64_t rows = (N + K - 1) / K, k = blockIdx.y, c = blockIdx.x * (int64_t)32 + threadIdx.x;
   T sw = T(0), sb = T(0);
   if (c < C)
@@ -85,11 +87,11 @@ __global__ void norm_dweight_partial_kernel(const T* dy, const T* x, const T* me
       sw += g * xh;
       sb += g;
     }
-  sw_l[threadIdx.y][threadIdx.x] = sw;
-  sb_l[threadIdx.y][threadIdx.x] = sb;
+  sw_l[threadIdx.y * 32 + threadIdx.x] = sw;
+  sb_l[threadIdx.y * 32 + threadIdx.x] = sb;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
-    for (int y = 1; y < kLanes; ++y) sw += sw_l[y][threadIdx.x], sb += sb_l[y][threadIdx.x];
+    for (int y = 1; y < kLanes; ++y) sw += sw_l[y * 32 + threadIdx.x], sb += sb_l[y * 32 + threadIdx.x];
     part[k * C + c] = sw;
     if (with_bias) part[K * C + k * C + c] = sb;
   }
@@ -131,7 +133,8 @@ template <class T>
 void dweight(const T* dy, const T* x, const T* mean, const T* rstd, T* dw, T* db, T* part, int64_t N,
              int64_t C) {
   const int64_t K = column_chunks(N);
-  CTX_LAUNCH(norm_dweight_partial_kernel<T>, dim3((unsigned)((C + 31) / 32), (unsigned)K), dim3(32, kLanes), 0, 0,
+  CTX_LAUNCH(norm_dweight_partial_kernel<T>, dim3((unsigned)((C + 31) / 32), (unsigned)K), dim3(32, kLanes),
+             2 * kLanes * 32 * sizeof(T), 0,
              dy, x, mean, rstd, part, N, C, K, db != nullptr);
   CTX_CUDA_LAUNCH_CHECK("norm_dweight_partial_kernel");
   column_sum_add(part, dw, K, C);
