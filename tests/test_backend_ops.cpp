@@ -269,6 +269,22 @@ void elementwise_cases(std::vector<Case>& cs) {
                       return std::vector<Tensor>{out};
                     }});
     }
+  // contiguous operands at an odd element offset (slice0 of [302]: rows 1..301, 301 elements): the
+  // CUDA flat kernel's element-wise path, where 16-byte accesses are not aligned
+  for (int shift : {0, 1})
+    cs.push_back({str("binary mul ", tn<T>(), " views from element ", 1 + shift, " [301]"), dt, true, 1, {},
+                  [=](const Dev& D) {
+                    Tensor a = D.in(rnd({302}, dt, 23)).slice0(1, 302), b = D.in(rnd({302}, dt, 24)).slice0(shift, 301 + shift);
+                    Tensor out = D.out({301}, dt);
+                    D.be().binary(BinaryOp::Mul, a, b, out);
+                    return hosts({out});
+                  },
+                  [=] {
+                    Tensor a = rnd({302}, dt, 23).slice0(1, 302).clone(), b = rnd({302}, dt, 24).slice0(shift, 301 + shift).clone();
+                    Tensor out = Tensor::empty({301}, dt);
+                    ref::binary<T>(BinaryOp::Mul, P<T>(a), {1}, P<T>(b), {1}, P<T>(out), {301}, 301, 301);
+                    return std::vector<Tensor>{out};
+                  }});
   // where / masked fill: masks of every dtype, broadcast or full
   for (DType mdt : {DType::F32, DType::I32, DType::I64})
     for (const auto& [ms, s] : std::vector<std::pair<Shape, Shape>>{{{3, 5}, {3, 5}}, {{1, 5}, {3, 5}}, {{1}, {7}}}) {
@@ -958,6 +974,19 @@ void large_cases(std::vector<Case>& cs) {
                 [=] {
                   Tensor a = rnd(big, dt, 301), b = rnd({1}, dt, 302), out = Tensor::empty(big, dt);
                   ref::binary<float>(BinaryOp::Add, P<float>(a), {1}, P<float>(b), {0}, P<float>(out), big, a.numel(), 1);
+                  return std::vector<Tensor>{out};
+                }});
+  cs.back().large = true;
+  cs.push_back({"binary sub f32" + S(big) + S(big) + " (flat, grid-stride)", dt, true, 1, {},
+                [=](const Dev& D) {
+                  Tensor a = D.in(rnd(big, dt, 304)), b = D.in(rnd(big, dt, 305)), out = D.out(big, dt);
+                  D.be().binary(BinaryOp::Sub, a, b, out);
+                  return hosts({out});
+                },
+                [=] {
+                  Tensor a = rnd(big, dt, 304), b = rnd(big, dt, 305), out = Tensor::empty(big, dt);
+                  ref::binary<float>(BinaryOp::Sub, P<float>(a), {1}, P<float>(b), {1}, P<float>(out), big, a.numel(),
+                                     a.numel());
                   return std::vector<Tensor>{out};
                 }});
   cs.back().large = true;
