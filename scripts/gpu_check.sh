@@ -80,7 +80,7 @@ run() {
   return $rc
 }
 
-CUDA_TESTS='^(BackendOpsCuda\.|Cuda\.|CudaModel[A-Za-z]*\.|CudaCheckpoint\.|CudaTrainStep\.|DeviceCore\.|Devices/BackendOps\..*/cuda|Encodings/CudaModel\.|device_.*cuda_vs_cpu|precision_.*_cuda)'
+CUDA_TESTS='^(BackendOpsCuda\.|Cuda\.|CudaModel[A-Za-z]*\.|CudaCheckpoint\.|CudaTrainStep\.|CudaGemmLt\.|DeviceCore\.|Devices/BackendOps\..*/cuda|Encodings/CudaModel\.|device_.*cuda_vs_cpu|precision_.*_cuda)'
 
 section_env() {
   run 30 nvidia-smi || { say "no usable nvidia-smi: is there a GPU?"; return 1; }
@@ -159,9 +159,11 @@ section_tc() {  # the tensor-core attention on hardware: GPT-2 small bf16, compo
   return $rc
 }
 
-section_ncu() {  # Nsight Compute on the tensor-core attention kernels of one GPT-2 small bf16 step
+section_ncu() {  # Nsight Compute on one GPT-2 small bf16 step's kernels: NCU_KERNELS (regex; default the
+  # tensor-core attention and the bf16 conversions), the first NCU_COUNT (default 8) launches
   command -v ncu >/dev/null || { say "no ncu on PATH"; return 1; }
-  CTXLAB_BF16_ATTENTION=1 run 90 ncu --clock-control none --kernel-name regex:'tc_|f32_to_bf16' --launch-count 8 \
+  CTXLAB_BF16_ATTENTION=1 run 90 ncu --clock-control none --kernel-name regex:"${NCU_KERNELS:-tc_|f32_to_bf16}" \
+    --launch-count "${NCU_COUNT:-8}" \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
     --csv --log-file "$OUTDIR/ncu-tc.csv" "$BUILD/ctxlab" $GPT2_BF16 --steps 1 --warmup 0
 }
