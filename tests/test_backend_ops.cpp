@@ -349,7 +349,9 @@ void reduce_cases(std::vector<Case>& cs) {
   const std::vector<std::pair<Shape, Shape>> rs = {
       {{6, 5}, {5}},           {{6, 5}, {6, 1}},      {{6, 5}, {1}},        {{2, 3, 4, 5}, {1, 3, 1, 5}},
       {{2, 3, 4, 5}, {2, 1, 4, 1}}, {{7}, {7}},       {{1, 9}, {1, 1}},     {{700}, {1}},
-      {{3, 1, 333}, {3, 1, 1}}, {{33, 17}, {17}}};
+      {{3, 1, 333}, {3, 1, 1}}, {{33, 17}, {17}},  {{600, 40}, {40}},  {{5, 120, 33}, {1, 1, 33}}};
+  // ({600, 40} -> {40} and {5, 120, 33} -> {33}: rows summed, CUDA's two-pass column sums with
+  // several rows per lane of a chunk)
   for (const auto& [xs, os] : rs) {
     const int64_t L = shape_numel(xs) / shape_numel(os);
     cs.push_back({str("reduce_sum ", tn<T>(), S(xs), "->", S(os)), dt, false, L, {},

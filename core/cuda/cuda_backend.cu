@@ -143,6 +143,13 @@ class CudaBackend final : public Backend {
     CTX_CHECK(no == out.numel(), "reduce_sum: out ", out.str(), " does not match x ", x.str());
     const NdStrides<1> kept = make_nd<1>("reduce_sum", kshape, {&kst}, {0});
     const NdStrides<1> red = make_nd<1>("reduce_sum", rshape, {&rst}, {0});
+    if (kept.nd == 1 && kept.stride[0][0] == 1 && red.nd == 1 && red.stride[0][0] == no) {
+      // x is [L, no] with the rows summed (a bias gradient): column sums, coalesced
+      Tensor part = Tensor::empty({column_chunks(L), no}, x.dtype(), Device::CUDA);
+      CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "reduce_sum",
+                              cuda::column_sums<T>(ptr<T>(x), ptr<T>(part), ptr<T>(out), L, no));
+      return;
+    }
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "reduce_sum", cuda::reduce_sum<T>(ptr<T>(x), ptr<T>(out), kept, no, red, L));
   }
 

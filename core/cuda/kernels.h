@@ -44,6 +44,8 @@ template <class T> void reduce_sum(const T* x, T* out, const NdStrides<1>& kept,
                                    const NdStrides<1>& red, int64_t L);
 // out[c] += sum_k part[k, c], k in order (part [K, C]): the second pass of column sums
 template <class T> void column_sum_add(const T* part, T* out, int64_t K, int64_t C);
+// out[c] = sum over the rows of x [R, C] (part [column_chunks(R), C] scratch): two coalesced passes
+template <class T> void column_sums(const T* x, T* part, T* out, int64_t R, int64_t C);
 // rows per chunk for the first pass over [N, C] (depends only on N)
 int64_t column_chunks(int64_t N);
 
