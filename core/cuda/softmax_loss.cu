@@ -77,17 +77,27 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, int64_t 
 }
 
 // logits is (N, V); tgt, loss, lse are (N)
+// One block per row of logits [N, V], read once: each thread keeps a running max m and its sum of
+// e^(z - m) (rescaled when m grows), then the block's max M, each thread's sum rescaled to M, and
+// the block's sum. (Two passes, max then sum, read GPT-2's 201 KB rows twice: 1.4 ms of a step
+// on an H200.)
 template <class T, class I>
 __global__ void cross_entropy_kernel(const T* logits, const I* tgt, T* loss, T* lse, int64_t N, int64_t V) {
   CTX_DYNAMIC_SHARED(T, buf);
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* z = logits + n * V;
-    T mx = -INFINITY;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = MaxOp()(mx, z[v]);
-    mx = block_reduce(mx, buf, MaxOp());
-    T s = T(0);
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += std::exp(z[v] - mx);
-    s = block_reduce(s, buf, SumOp());
+    T m = -INFINITY, s = T(0);
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+      const T x = z[v];
+      if (x > m) {
+        s = s * std::exp(m - x) + T(1);
+        m = x;
+      } else {
+        s += m == -INFINITY ? T(0) : std::exp(x - m);  // (x NaN: NaN, as the two-pass sum had)
+      }
+    }
+    const T mx = block_reduce(m, buf, MaxOp());
+    s = block_reduce(m == -INFINITY ? T(0) : s * std::exp(m - mx), buf, SumOp());
     if (threadIdx.x == 0) {
       const T l = std::log(s) + mx;
       lse[n] = l;
@@ -96,21 +106,26 @@ __global__ void cross_entropy_kernel(const T* logits, const I* tgt, T* loss, T* 
   }
 }
 
-// logits, dlogits are (N, V); tgt, lse, dloss are (N)
-template <class T, class I>
+// dz = dloss (softmax(z) - onehot(t)) (0 for an ignored row). One block per row, V consecutive
+// elements a thread by 16-byte accesses where V and the pointers allow (the flat kernel divided
+// every index by V).
+template <class T, class I, int W>
 __global__ void cross_entropy_backward_kernel(const T* logits, const I* tgt, const T* lse, const T* dloss,
                                               T* dz, int64_t N, int64_t V) {
-  CTX_GRID_STRIDE(e, N * V) {
-    const int64_t n = e / V, v = e % V;
+  struct alignas(sizeof(T) * W) P { T x[W]; };
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const int64_t t = (int64_t)tgt[n];
-    if (t < 0) {
-      dz[e] = T(0);
-    } else {
-      const T g = dloss[n];
-      T d = g * std::exp(logits[e] - lse[n]);
-      if (v == t) d -= g;
-      dz[e] = d;
+    const T g = t < 0 ? T(0) : dloss[n], l = lse[n];
+    const P* zr = reinterpret_cast<const P*>(logits + n * V);
+    P* dr = reinterpret_cast<P*>(dz + n * V);
+    for (int64_t c = threadIdx.x; c < V / W; c += blockDim.x) {
+      const P z = zr[c];
+      P d;
+      for (int e = 0; e < W; ++e) d.x[e] = t < 0 ? T(0) : g * std::exp(z.x[e] - l);
+      dr[c] = d;
     }
+    __syncthreads();  // the target's element after every thread's store to its pack
+    if (threadIdx.x == 0 && t >= 0) dz[n * V + t] -= g;
   }
 }
 
@@ -144,8 +159,14 @@ template <class T, class I>
 void cross_entropy_backward(const T* logits, const I* tgt, const T* lse, const T* dloss, T* dlogits,
                             int64_t N, int64_t V) {
   if (N * V == 0) return;
-  CTX_LAUNCH((cross_entropy_backward_kernel<T, I>), grid_for(N * V), kThreads, 0, 0, logits, tgt, lse, dloss,
-             dlogits, N, V);
+  constexpr int W = 16 / (int)sizeof(T);
+  const bool wide = V % W == 0 && (reinterpret_cast<uintptr_t>(logits) | reinterpret_cast<uintptr_t>(dlogits)) % 16 == 0;
+  if (wide)
+    CTX_LAUNCH((cross_entropy_backward_kernel<T, I, W>), row_grid(N), row_threads(V / W), 0, 0, logits, tgt, lse,
+               dloss, dlogits, N, V);
+  else
+    CTX_LAUNCH((cross_entropy_backward_kernel<T, I, 1>), row_grid(N), row_threads(V), 0, 0, logits, tgt, lse, dloss,
+               dlogits, N, V);
   CTX_CUDA_LAUNCH_CHECK("cross_entropy_backward_kernel");
 }
 
