@@ -446,8 +446,9 @@ void row_cases(std::vector<Case>& cs) {
                     return std::vector<Tensor>{dx};
                   }});
   }
-  // {600, 40}: norms' weight gradients with several rows per lane of a chunk (cuda norm.cu), ragged columns
-  const std::vector<Shape> shapes = {{1, 1}, {3, 7}, {2, 300}, {4, 1, 9}, {70, 5}, {600, 40}};
+  // {600, 40}: norms' weight gradients with several rows per lane of a chunk (cuda norm.cu), ragged columns;
+  // {3, 1500}: rows past the CUDA LayerNorm's one-warp-a-row kernels (C <= 1024)
+  const std::vector<Shape> shapes = {{1, 1}, {3, 7}, {2, 300}, {4, 1, 9}, {70, 5}, {600, 40}, {3, 1500}};
   for (const Shape& s : shapes) {
     const int64_t C = s.back(), N = shape_numel(s) / C;
     for (bool lg : {false, true}) {

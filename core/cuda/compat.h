@@ -35,3 +35,12 @@
   T* name = reinterpret_cast<T*>(ctx_smem_)
 
 #endif
+
+// CTX_UNROLL before a loop of fixed trip count over fragment arrays: fully unrolled, so that the
+// arrays live in registers (nvcc puts an array indexed by a loop it keeps in local memory:
+// attention_tc.cu's forward had a 272-byte stack frame without it). The emulator's GCC: its own spelling.
+#if defined(CTXLAB_CUDA_EMULATOR)
+#define CTX_UNROLL _Pragma("GCC unroll 16")
+#else
+#define CTX_UNROLL _Pragma("unroll")
+#endif

@@ -21,15 +21,6 @@
 #include "core/cuda/emu/emu_mma.h"
 #endif
 
-// CTX_UNROLL before a loop of fixed trip count over fragment arrays: fully unrolled, so that the
-// arrays live in registers (nvcc puts an array indexed by a loop it keeps in local memory: the
-// forward kernel had a 272-byte stack frame without it). The emulator's GCC: its own spelling.
-#if defined(CTXLAB_CUDA_EMULATOR)
-#define CTX_UNROLL _Pragma("GCC unroll 16")
-#else
-#define CTX_UNROLL _Pragma("unroll")
-#endif
-
 namespace ctx::cuda::tc {
 
 // Two floats as a bf16 pair (round to nearest even): lo in the low half.

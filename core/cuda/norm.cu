@@ -3,10 +3,11 @@
 // block_reduce.cuh. Weight / bias gradients: two passes without atomics — K row chunks
 // (reduce.cu: column_chunks) each write a partial [K, C], then column_sum_add adds the K partials
 // in order into dw / db (accumulated, as the interface says). Deterministic.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-#include "core/cuda/block_reduce.cuh"
+#include "core/cuda/block_reduce.cuh"  // block_reduce, warp_reduce
 #include "core/cuda/check.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.h"
@@ -62,6 +63,81 @@ __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const T* w
       d[c] = r * (g[c] * w[c] - sg - xh * sgx);
     }
   }
+}
+
+// ---- LayerNorm rows of C <= 32 P (P <= 32) columns: one warp a row, the row in registers (lane l
+// holds columns l, l + 32, ...), sums by warp_reduce: no shared memory, no barrier, x read once.
+// (One block a row took 37 us forward, 113 us backward per GPT-2 small call on an H200.)
+constexpr int kRowWarps = 8;  // rows per block of 256 threads
+__device__ inline unsigned full_mask() { return 0xffffffffu; }
+template <class T>
+__device__ T warp_sum(T v) { return warp_reduce(v, full_mask(), 32, SumOp()); }
+
+template <class T, int P>
+__global__ void layernorm_warp_kernel(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N,
+                                      int C) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t n = blockIdx.x * (int64_t)kRowWarps + threadIdx.x / 32; n < N; n += (int64_t)gridDim.x * kRowWarps) {
+    const T* xr = x + n * C;
+    T v[P], s = T(0);
+    CTX_UNROLL
+    for (int i = 0; i < P; ++i) {
+      const int c = lane + 32 * i;
+      v[i] = c < C ? xr[c] : T(0);
+      s += v[i];
+    }
+    const T m = warp_sum(s) / T(C);
+    T q = T(0);
+    CTX_UNROLL
+    for (int i = 0; i < P; ++i)
+      if (lane + 32 * i < C) q += (v[i] - m) * (v[i] - m);
+    const T r = T(1) / std::sqrt(warp_sum(q) / T(C) + eps);
+    CTX_UNROLL
+    for (int i = 0; i < P; ++i) {
+      const int c = lane + 32 * i;
+      if (c < C) y[n * C + c] = b ? (v[i] - m) * r * w[c] + b[c] : (v[i] - m) * r * w[c];
+    }
+    if (lane == 0) mean[n] = m, rstd[n] = r;
+  }
+}
+
+template <class T, int P>
+__global__ void layernorm_backward_dx_warp_kernel(const T* dy, const T* x, const T* w, const T* mean,
+                                                  const T* rstd, T* dx, int64_t N, int C) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t n = blockIdx.x * (int64_t)kRowWarps + threadIdx.x / 32; n < N; n += (int64_t)gridDim.x * kRowWarps) {
+    const T m = mean[n], r = rstd[n];
+    T gw[P], xh[P], sg = T(0), sgx = T(0);
+    CTX_UNROLL
+    for (int i = 0; i < P; ++i) {
+      const int c = lane + 32 * i;
+      gw[i] = c < C ? dy[n * C + c] * w[c] : T(0);
+      xh[i] = c < C ? (x[n * C + c] - m) * r : T(0);
+      sg += gw[i];
+      sgx += gw[i] * xh[i];
+    }
+    sg = warp_sum(sg) / T(C);
+    sgx = warp_sum(sgx) / T(C);
+    CTX_UNROLL
+    for (int i = 0; i < P; ++i) {
+      const int c = lane + 32 * i;
+      if (c < C) dx[n * C + c] = r * (gw[i] - sg - xh[i] * sgx);
+    }
+  }
+}
+
+// CALL with constexpr int P = the registers a lane needs for C columns (C <= 1024)
+#define CTX_ROW_REGS(C, CALL)                                   \
+  do {                                                          \
+    if ((C) <= 128) { constexpr int P = 4; CALL; }              \
+    else if ((C) <= 256) { constexpr int P = 8; CALL; }         \
+    else if ((C) <= 512) { constexpr int P = 16; CALL; }        \
+    else if ((C) <= 768) { constexpr int P = 24; CALL; }        \
+    else { constexpr int P = 32; CALL; }                        \
+  } while (0)
+constexpr int64_t kWarpRowMaxC = 1024;
+inline unsigned warp_row_grid(int64_t N) {
+  return (unsigned)std::max<int64_t>(1, std::min<int64_t>((N + kRowWarps - 1) / kRowWarps, 65535));
 }
 
 // First pass of the weight gradients. dy, x are (N, C); mean, rstd (N); part is (2, K, C):
@@ -146,6 +222,12 @@ void dweight(const T* dy, const T* x, const T* mean, const T* rstd, T* dw, T* db
 template <class T>
 void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N, int64_t C) {
   if (N == 0 || C == 0) return;
+  if (C <= kWarpRowMaxC) {
+    CTX_ROW_REGS(C, (CTX_LAUNCH((layernorm_warp_kernel<T, P>), warp_row_grid(N), 32 * kRowWarps, 0, 0, x, w, b, eps,
+                                y, mean, rstd, N, (int)C)));
+    CTX_CUDA_LAUNCH_CHECK("layernorm_warp_kernel");
+    return;
+  }
   const int th = row_threads(C);
   CTX_LAUNCH(layernorm_kernel<T>, row_grid(N), th, th * sizeof(T), 0, x, w, b, eps, y, mean, rstd, N, C);
   CTX_CUDA_LAUNCH_CHECK("layernorm_kernel");
@@ -155,9 +237,15 @@ template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw, T* db,
                         T* part, int64_t N, int64_t C) {
   if (N == 0 || C == 0) return;
-  const int th = row_threads(C);
-  CTX_LAUNCH(layernorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), 0, dy, x, w, mean, rstd, dx, N, C);
-  CTX_CUDA_LAUNCH_CHECK("layernorm_backward_dx_kernel");
+  if (C <= kWarpRowMaxC) {
+    CTX_ROW_REGS(C, (CTX_LAUNCH((layernorm_backward_dx_warp_kernel<T, P>), warp_row_grid(N), 32 * kRowWarps, 0, 0,
+                                dy, x, w, mean, rstd, dx, N, (int)C)));
+    CTX_CUDA_LAUNCH_CHECK("layernorm_backward_dx_warp_kernel");
+  } else {
+    const int th = row_threads(C);
+    CTX_LAUNCH(layernorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), 0, dy, x, w, mean, rstd, dx, N, C);
+    CTX_CUDA_LAUNCH_CHECK("layernorm_backward_dx_kernel");
+  }
   dweight(dy, x, mean, rstd, dw, db, part, N, C);
 }
 
