@@ -88,6 +88,11 @@ __device__ inline void query_tiles(const Geo& g, int64_t j0, int64_t* t0, int64_
   *t1 = hi > lo ? (hi + kTileRows - 1) / kTileRows : *t0;
 }
 
+// A query block's first row, the last blocks first: under the causal mask a block's work grows with
+// its rows, and the blocks launched last should be the short ones (no long tail at the end of the
+// grid). Only the order changes: each block's result is its own.
+__device__ inline int64_t heavy_first_rows() { return (int64_t)(gridDim.x - 1 - blockIdx.x) * kBlockRows; }
+
 __device__ inline float group_max(float x) {  // over the 4 lanes of a fragment row (same bits in each)
   x = fmaxf(x, __shfl_xor_sync(kFull, x, 1));
   return fmaxf(x, __shfl_xor_sync(kFull, x, 2));
@@ -216,7 +221,7 @@ __global__ void __launch_bounds__(kBlock) tc_forward_kernel(Geo g, const bf16* q
   constexpr int E = Tile<D>::elems;
   bf16 *Qs = sm, *Ks = sm + E, *Vs = sm + 3 * E;  // K, V: two buffers each
   const int w = threadIdx.x / 32;
-  const int64_t bh = blockIdx.y, i0 = (int64_t)blockIdx.x * kBlockRows, r0 = i0 + 16 * w;
+  const int64_t bh = blockIdx.y, i0 = heavy_first_rows(), r0 = i0 + 16 * w;
   const bf16 *kb = k + bh * g.S * D, *vb = v + bh * g.S * D;
   int64_t t0, t1;
   key_tiles(g, i0, &t0, &t1);
@@ -295,7 +300,7 @@ __global__ void __launch_bounds__(kBlock) tc_dq_kernel(Geo g, const bf16* q, con
   constexpr int E = Tile<D>::elems;
   bf16 *Qs = sm, *Gs = sm + E, *Ks = sm + 2 * E, *Vs = sm + 4 * E;
   const int w = threadIdx.x / 32;
-  const int64_t bh = blockIdx.y, i0 = (int64_t)blockIdx.x * kBlockRows, r0 = i0 + 16 * w;
+  const int64_t bh = blockIdx.y, i0 = heavy_first_rows(), r0 = i0 + 16 * w;
   const bf16 *kb = k + bh * g.S * D, *vb = v + bh * g.S * D;
   int64_t t0, t1;
   key_tiles(g, i0, &t0, &t1);
