@@ -26,6 +26,11 @@
 #   compare    bench/gpu_compare.sh against the machine's PyTorch (eager), 2 rounds
 #   compare-core  GPT-2 small bf16 and fp32 (learned) against PyTorch eager and torch.compile
 #              (SDPA flash attention), A B A B, 2 rounds
+#   compare-tc GPT-2 small bf16 with the tensor-core attention (CTXLAB_BF16_ATTENTION=1) against
+#              PyTorch eager and torch.compile, A B A B, COMPARE_ROUNDS rounds (default 2)
+#   tc         GPT-2 small bf16: composed attention vs tensor-core (A B, 2 pairs) and each one's
+#              per-op profile
+#   ncu        Nsight Compute over one GPT-2 small bf16 step's kernels (NCU_KERNELS, NCU_COUNT)
 #   compare-bias  GPT-2 small bf16 with ALiBi and T5 buckets against PyTorch FlexAttention
 #              compiled (the bias as a score_mod), 2 rounds
 #   report     OUTDIR/gpu-<device>-<date>.md: device, versions, each section's outcome, the tables
@@ -105,12 +110,14 @@ section_tests() {
   run 10 "$PYTHON" .ci/check_skips.py "$BUILD" --no-skips
 }
 
-ATTENTION_TESTS='Devices/BackendOps.EveryMethodAgainstTheReference/cuda:CudaModelAttention.*:BackendOpsCuda.TensorCoreAttention*'
+# the sanitizers' gtest filters (SANITIZE_MEMCHECK, SANITIZE_ATTENTION override them, e.g. to fit a
+# short window)
+ATTENTION_TESTS="${SANITIZE_ATTENTION:-Devices/BackendOps.EveryMethodAgainstTheReference/cuda:CudaModelAttention.*:BackendOpsCuda.TensorCoreAttention*}"
+MEMCHECK_TESTS="${SANITIZE_MEMCHECK:-Encodings/CudaModel.TrainingStepsMatchTheCpu/rope:CudaTrainStep.*:BackendOpsCuda.TensorCoreAttention*}"
 section_sanitizer() {
   command -v compute-sanitizer >/dev/null || { say "no compute-sanitizer on PATH"; return 1; }
   local rc=0 tool
-  run 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/ctxlab_tests" \
-    --gtest_filter='Encodings/CudaModel.TrainingStepsMatchTheCpu/rope:CudaTrainStep.*:BackendOpsCuda.TensorCoreAttention*' || rc=1
+  run 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/ctxlab_tests" --gtest_filter="$MEMCHECK_TESTS" || rc=1
   for tool in racecheck synccheck; do  # shared-memory hazards, barrier misuse: the attention kernels
     run 90 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/ctxlab_tests" \
       --gtest_filter="$ATTENTION_TESTS" || rc=1
@@ -145,6 +152,11 @@ compare() {  # NAME ARGS...: bench/gpu_compare.sh into OUTDIR/NAME.md, 2 rounds
 }
 section_compare-core() {
   compare compare-core --models gpt2 --precisions "${COMPARE_PRECISIONS:-bf16,fp32}" --peer-modes eager,compile \
+    --rounds "${COMPARE_ROUNDS:-2}"
+}
+# GPT-2 small bf16 with the tensor-core attention (CTXLAB_BF16_ATTENTION=1, ctxlab's side only)
+section_compare-tc() {
+  CTXLAB_BF16_ATTENTION=1 compare compare-tc --models gpt2 --precisions bf16 --peer-modes eager,compile \
     --rounds "${COMPARE_ROUNDS:-2}"
 }
 section_compare-bias() { compare compare-bias --models gpt2 --posencs alibi,t5 --precisions bf16 --peer-modes flex; }
@@ -189,7 +201,7 @@ section_report() {  # the summary of this run, from the log and the tables
     echo '```'
     grep -E 'tests passed|tests failed|ERROR SUMMARY|RACECHECK SUMMARY|Skipped|skip' "$LOG" | head -40
     echo '```'
-    for t in compare-core compare-bias; do
+    for t in compare-core compare-tc compare-bias; do
       [[ -f "$OUTDIR/$t.md" ]] && { echo; echo "## $t"; echo; sed '1d' "$OUTDIR/$t.md"; }
     done
   } >"$f"
