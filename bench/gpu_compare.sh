@@ -177,7 +177,7 @@ med() { "$HPY" -c 'import statistics,sys; v=[float(x) for x in sys.argv[1:] if x
   echo "# ctxlab vs PyTorch on $GPU_NAME ($(date -u '+%Y-%m-%d %H:%M UTC'))"
   echo
   echo "Measured by \`bench/gpu_compare.sh\` (A B A B, $ROUNDS rounds, $STEPS timed steps after $WARMUP warm-up)."
-  echo "GPU: $GPU_INFO. Peer: torch $TORCH_VERSION ($PY), attention $ATTENTION. ctxlab: $CTXLAB ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))."
+  echo "GPU: $GPU_INFO. Peer: torch $TORCH_VERSION ($PY), attention $ATTENTION. ctxlab: $CTXLAB ($(cat "$(dirname "$CTXLAB")/built-from.txt" 2>/dev/null || git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))."
   echo "Extra args: ${EXTRA[*]:-(none)}. MFU: 6N + 12 L T D FLOP per token against the datasheet dense peak of the precision (fp32: CUDA cores; tf32 / bf16: tensor cores)."
   echo
   echo "| model | posenc | precision | PyTorch mode | ctxlab tok/s | PyTorch tok/s | median ratio ctxlab/PyTorch | ratios per round | ctxlab ms fwd / bwd / opt | PyTorch ms fwd / bwd / opt | MFU ctxlab / PyTorch | PyTorch compile s | GPU MB PyTorch |"

@@ -188,7 +188,7 @@ section_report() {  # the summary of this run, from the log and the tables
   {
     echo "# GPU protocol on ${dev:-an unknown device}, $day (scripts/gpu_check.sh)"
     echo
-    echo "ctxlab $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); budget ${BUDGET_S} s, used $((SECONDS - START_S)) s."
+    echo "ctxlab $(cat "$BUILD/built-from.txt" 2>/dev/null || git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') (built from; scripts/gpu_pack.sh); budget ${BUDGET_S} s, used $((SECONDS - START_S)) s."
     echo "Device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)."
     echo "Peer: $("$PEER_PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo 'no torch')."
     echo

@@ -41,6 +41,9 @@ ldd "$STAGE"/ctxlab "$STAGE"/ctxlab_tests "$STAGE"/*.so 2>/dev/null | awk '/=> \
   grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|ld-linux[^/]*)\.so|/lib(cuda|cublas|cublasLt|cudart|nccl|nvidia)[^/]*\.so' |
   while read -r lib; do cp -L "$lib" "$STAGE/carried-lib/"; done
 
+# the commit the binaries were built from (the device's copy of the repository may name another)
+echo "$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- . 2>/dev/null || echo '+changes')" \
+  >"$STAGE/built-from.txt"
 tar -cJf "$ARCHIVE" -C "$STAGE" .
 size=$(stat -c %s "$ARCHIVE")
 echo "gpu_pack.sh: $ARCHIVE: $((size / 1024 / 1024)) MiB ($(ls "$STAGE/carried-lib" | wc -l) carried libraries: $(ls "$STAGE/carried-lib" | tr '\n' ' '))"
