@@ -15,6 +15,9 @@
 #include "core/allocator.h"
 #include "core/backend.h"
 #include "core/bf16.h"
+#ifdef CTXLAB_WITH_CUDA
+#include "core/cuda/cuda_runtime.h"  // gemm_lt_stats
+#endif
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/gemv.h"
@@ -193,6 +196,43 @@ TEST(Bf16Copy, LinearForwardAndBackwardConvertEachOperandOnce) {
   EXPECT_EQ(step(), first);
   EXPECT_EQ(cpu::bf16_copies_made(), made + 2) << "a write to w makes the next forward convert again";
 }
+
+#ifdef CTXLAB_WITH_CUDA
+// The CUDA twin (bf16 GEMMs through cuBLASLt, core/cuda/cuda_backend.cu's kept_bf16): the forward
+// keeps x's and w's bf16 copies, the backward dy's (gemm_operand_reused), so gemm_lt converts none
+// of the three GEMMs' six operands itself; new values written into w drop its copy: the next step
+// equals one with a fresh w holding those values, bit for bit.
+TEST(CudaGemmLt, LinearGemmsReadTheKeptCopies) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  const int64_t R = 24, K = 48, N = 40;
+  auto on_gpu = [](const std::vector<float>& v, const Shape& s) { return Tensor::from_vector(v, s).to(Device::CUDA); };
+  Variable w(on_gpu(random_vec(N * K, 21), {N, K}), true), b(on_gpu(random_vec(N, 22), {N}), true);
+  Variable x(on_gpu(random_vec(R * K, 23), {R, K}), true);
+  PrecisionScope bf16(Precision::BF16);
+  auto step = [&](Variable& wv) {
+    wv.zero_grad(), b.zero_grad(), x.zero_grad();
+    Variable y = linear(x, wv, b);
+    sum(mul(y, y)).backward();
+    return std::vector<std::vector<float>>{y.data().to(Device::CPU).to_vector<float>(),
+                                           x.grad().to(Device::CPU).to_vector<float>(),
+                                           wv.grad().to(Device::CPU).to_vector<float>()};
+  };
+  const cuda::GemmLtStats s0 = cuda::gemm_lt_stats();
+  const auto first = step(w);
+  const cuda::GemmLtStats s1 = cuda::gemm_lt_stats();
+  EXPECT_EQ(s1.matmuls - s0.matmuls, 3u);
+  EXPECT_EQ(s1.conversions - s0.conversions, 0u) << "a Linear's GEMM converted an operand itself";
+  EXPECT_EQ(s1.kept_operands - s0.kept_operands, 6u);
+  EXPECT_EQ(step(w), first);
+  // new values into w (as the optimizer's update): its copy must not be read again
+  const std::vector<float> w_new = random_vec(N * K, 24);
+  w.data().copy_from(on_gpu(w_new, {N, K}));
+  Variable fresh(on_gpu(w_new, {N, K}), true);
+  const auto updated = step(w);
+  EXPECT_NE(updated, first);
+  EXPECT_EQ(updated, step(fresh)) << "a stale bf16 copy of w was read after w was written";
+}
+#endif
 
 // The backward writes dw straight into a preassigned gradient slot (the trainer's flat buffer),
 // and adds into an existing gradient: the same values as the unfused composition, both ways.

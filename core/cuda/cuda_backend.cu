@@ -55,6 +55,32 @@ const T* ptr_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullp
 template <class T>
 T* ptr_or_null(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 
+// Under --precision bf16, an f32 CUDA tensor's values rounded to bf16 and kept with its storage
+// (Storage::bf16_copy, as the CPU keeps them: dropped by the storage's next mutable access), so
+// that the GEMMs reading one tensor several times convert it once: a Linear's input (forward,
+// then dw = dy^T x), its weight (forward, dx = dy w, every step until the optimizer writes it) and
+// its output gradient (dx and dw; Backend::gemm_operand_reused). `make`: convert now if there is
+// no copy (only a tensor covering its whole storage: a copy is the whole storage's); else only an
+// existing copy is returned. Null where there is none to use.
+std::mutex g_kept_mu;
+const uint16_t* kept_bf16(const Tensor& t, bool make) {
+  if (gemm_precision() != Precision::BF16 || !t.defined() || t.dtype() != DType::F32 || t.device() != Device::CUDA ||
+      t.numel() == 0)
+    return nullptr;
+  Storage& s = *t.storage();
+  if (!s.bf16_copy.load() && make && t.spans_storage()) {
+    std::lock_guard<std::mutex> lock(g_kept_mu);
+    if (!s.bf16_copy.load()) {
+      const int64_t n = (int64_t)(s.bytes / sizeof(float));
+      auto* c = new Storage((size_t)n * sizeof(uint16_t), Device::CUDA);
+      cuda::f32_to_bf16(static_cast<const float*>(s.data), static_cast<uint16_t*>(c->data), n);
+      s.bf16_copy.store(c);
+    }
+  }
+  const Storage* c = s.bf16_copy.load();
+  return c ? static_cast<const uint16_t*>(c->data) + t.offset() : nullptr;
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend() { ensure_allocator(); }
@@ -189,8 +215,10 @@ class CudaBackend final : public Backend {
   }
 
   void gemm_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {
-    CTX_CUDA_DISPATCH_FLOAT(A.dtype(), "gemm", cuda::gemm<T>(g, ptr<T>(A), ptr<T>(B), ptr<T>(C)));
+    const cuda::Bf16Operands kept{kept_bf16(A, false), kept_bf16(B, false)};  // before C's write access
+    CTX_CUDA_DISPATCH_FLOAT(A.dtype(), "gemm", cuda::gemm<T>(g, ptr<T>(A), ptr<T>(B), ptr<T>(C), kept));
   }
+  void gemm_operand_reused(const Tensor& t) override { kept_bf16(t, true); }
 
   void softmax_impl(const Tensor& x, Tensor& y, bool log) override {
     if (x.numel() == 0) return;
@@ -413,7 +441,10 @@ class CudaBackend final : public Backend {
     g.M = R;
     g.N = N;
     g.K = K;
-    if (x.dtype() == DType::F32 && cuda::gemm_bias_epilogue(g, ptr<float>(x), ptr<float>(w), ptr<float>(b), ptr<float>(y)))
+    // x and w keep their bf16 copies (bf16 mode): the backward's dw and dx read them again
+    const cuda::Bf16Operands kept{kept_bf16(x, true), kept_bf16(w, true)};
+    if (x.dtype() == DType::F32 &&
+        cuda::gemm_bias_epilogue(g, ptr<float>(x), ptr<float>(w), ptr<float>(b), ptr<float>(y), kept))
       return;
     Strided s, d;
     s.strides = {0, 1};

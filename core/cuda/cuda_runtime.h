@@ -33,6 +33,8 @@ struct GemmLtStats {
   uint64_t descriptors = 0;     // matmul descriptors, matrix layouts and preferences created
   uint64_t heuristics = 0;      // cublasLtMatmulAlgoGetHeuristic calls
   uint64_t plans = 0;           // call shapes cached (one descriptor, three layouts, an algorithm each)
+  uint64_t conversions = 0;     // bf16 operands converted by gemm_lt itself (f32_to_bf16 into scratch)
+  uint64_t kept_operands = 0;   // bf16 operands read from a tensor's kept copy instead
 };
 GemmLtStats gemm_lt_stats();
 

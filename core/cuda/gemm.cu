@@ -230,13 +230,16 @@ LtPlan make_plan(const GemmDesc& g, bool bf16, bool bias, const void* first, con
 
 // Row-major C = alpha op(A) op(B) + beta C in bf16 (inputs) or tf32 (compute) mode; with `bias`
 // (beta must be 0): C = alpha op(A) op(B) + bias broadcast over the rows, in the GEMM's epilogue.
-void gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool bf16, const float* bias = nullptr) {
+void gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool bf16, const float* bias = nullptr,
+             Bf16Operands kept = {}) {
   std::lock_guard<std::mutex> lock(g_lt_mu);
   const void* a = A;
   const void* b = B;
-  if (bf16) {  // the elements the batch reads, in place (same layout and strides)
-    a = to_bf16(g_scratch_a, A, (g.batch - 1) * g.stride_a + g.M * g.K);
-    b = to_bf16(g_scratch_b, B, (g.batch - 1) * g.stride_b + g.K * g.N);
+  if (bf16) {  // the elements the batch reads, in place (same layout and strides), or the kept copies
+    if (kept.a) a = kept.a, ++g_lt_stats.kept_operands;
+    else a = to_bf16(g_scratch_a, A, (g.batch - 1) * g.stride_a + g.M * g.K), ++g_lt_stats.conversions;
+    if (kept.b) b = kept.b, ++g_lt_stats.kept_operands;
+    else b = to_bf16(g_scratch_b, B, (g.batch - 1) * g.stride_b + g.K * g.N), ++g_lt_stats.conversions;
   }
   // column-major: D^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M]: first operand B, second A
   const LtKey key = {g.M, g.N, g.K, g.batch, g.stride_a, g.stride_b, g.stride_c,
@@ -275,7 +278,8 @@ GemmLtStats gemm_lt_stats() {
   return s;
 }
 
-bool gemm_bias_epilogue(const GemmDesc& g, const float* A, const float* B, const float* bias, float* C) {
+bool gemm_bias_epilogue(const GemmDesc& g, const float* A, const float* B, const float* bias, float* C,
+                        Bf16Operands kept) {
   bool bf16 = false;
   if (!lt_mode(&bf16) || g.M <= 0 || g.N <= 0 || g.K <= 0 || g.beta != 0.0) return false;
   if (g.M > INT_MAX || g.N > INT_MAX || g.K > INT_MAX || g.batch > INT_MAX) return false;
@@ -283,12 +287,12 @@ bool gemm_bias_epilogue(const GemmDesc& g, const float* A, const float* B, const
   // (marian-nmt's gpu/prod.cpp: 8 failed on an A100). Tensors start 256-byte aligned: only an
   // offset view takes the copy path.
   if ((reinterpret_cast<uintptr_t>(bias) & 15) != 0) return false;
-  gemm_lt(g, A, B, C, bf16, bias);
+  gemm_lt(g, A, B, C, bf16, bias, kept);
   return true;
 }
 
 template <class T>
-void gemm(const GemmDesc& g, const T* A, const T* B, T* C) {
+void gemm(const GemmDesc& g, const T* A, const T* B, T* C, Bf16Operands kept) {
   if (g.M == 0 || g.N == 0) return;
   CTX_CHECK(g.M <= INT_MAX && g.N <= INT_MAX && g.K <= INT_MAX && g.batch <= INT_MAX,
             "gemm: sizes M=", g.M, " N=", g.N, " K=", g.K, " batch=", g.batch, " exceed cuBLAS's int range");
@@ -301,7 +305,7 @@ void gemm(const GemmDesc& g, const T* A, const T* B, T* C) {
   }
   if constexpr (std::is_same_v<T, float>) {
     bool bf16 = false;
-    if (lt_mode(&bf16)) return gemm_lt(g, A, B, C, bf16);
+    if (lt_mode(&bf16)) return gemm_lt(g, A, B, C, bf16, nullptr, kept);
   }
   // column-major: C^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M]
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -312,7 +316,7 @@ void gemm(const GemmDesc& g, const T* A, const T* B, T* C) {
                            g.stride_a, g.beta, C, (int)g.N, g.stride_c, (int)g.batch));
 }
 
-template void gemm<float>(const GemmDesc&, const float*, const float*, float*);
-template void gemm<double>(const GemmDesc&, const double*, const double*, double*);
+template void gemm<float>(const GemmDesc&, const float*, const float*, float*, Bf16Operands);
+template void gemm<double>(const GemmDesc&, const double*, const double*, double*, Bf16Operands);
 
 }  // namespace ctx::cuda

@@ -111,11 +111,19 @@ template <class T> void adamw_tiles(T* p, const T* g, T* m, T* v, const int64_t*
                                     const double* norm_sq, const AdamWHyper& h);
 
 // --- gemm.cu --- (row-major, see GemmDesc; the one row-major -> column-major translation)
-template <class T> void gemm(const GemmDesc& g, const T* A, const T* B, T* C);
+// Operands already rounded to bf16 (bf16 bits, the same layout as A / B: a tensor's kept copy,
+// cuda_backend.cu's kept_bf16): under --precision bf16 gemm_lt reads them instead of converting
+// A / B; null: converted as usual. Ignored in the other modes.
+struct Bf16Operands {
+  const uint16_t* a = nullptr;
+  const uint16_t* b = nullptr;
+};
+template <class T> void gemm(const GemmDesc& g, const T* A, const T* B, T* C, Bf16Operands kept = {});
 // Row-major C[M, N] = alpha op(A) op(B) + bias[N] (broadcast over the M rows), the bias added in
 // cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS), where the speed modes (bf16, tf32) take the GEMM
 // and g.beta == 0. Returns false, doing nothing, where they do not (exact fp32, K == 0, a bias
 // not 16-byte aligned): the caller broadcasts the bias into C and runs gemm with beta = 1.
-bool gemm_bias_epilogue(const GemmDesc& g, const float* A, const float* B, const float* bias, float* C);
+bool gemm_bias_epilogue(const GemmDesc& g, const float* A, const float* B, const float* bias, float* C,
+                        Bf16Operands kept = {});
 
 }  // namespace ctx::cuda
