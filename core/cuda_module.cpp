@@ -1,13 +1,12 @@
 // core/cuda_module.cpp — dlopen of libctxlab_cuda.so on the first use of Device::CUDA (see
 // core/cuda_module.h). The library binds to the ctx:: symbols of the object that holds ctxlab's
-// code: the running executable (the CLI, the tests) or a shared object linking ctxlab_lib (the
-// Python module ctxlab/_ctxlab*.so). A shared object loaded with RTLD_LOCAL (Python loads its
-// extensions so) is promoted to RTLD_GLOBAL first, else the library's ctx:: references would not
-// resolve. Found next to that object (/proc/self/exe's directory: the build tree; the module's
-// directory: the installed wheel), else by name through that object's RUNPATH (the installed
-// CLI: $ORIGIN/../lib; a program linking the installed package: its prefix's lib/,
-// cmake/ctxlabConfig.cmake.in; the build tree's Python module: the build directory) and
-// LD_LIBRARY_PATH; entry point `ctxlab_cuda_entry` resolved with dlsym.
+// code: the running executable (the CLI, the tests: their symbols are exported) or, for the Python
+// module ctxlab/_ctxlab*.so, the module itself (its own link of the library NEEDs the module:
+// python/CMakeLists.txt). Found next to that object (/proc/self/exe's directory: the build tree;
+// the module's directory: BUILD/python/ctxlab, the installed wheel), else by name through that
+// object's RUNPATH (the installed CLI: $ORIGIN/../lib; a program linking the installed package:
+// its prefix's lib/, cmake/ctxlabConfig.cmake.in) and LD_LIBRARY_PATH; entry point
+// `ctxlab_cuda_entry` resolved with dlsym.
 #include "core/cuda_module.h"
 
 #ifdef CTXLAB_WITH_CUDA
@@ -53,13 +52,6 @@ std::string executable_dir() {
 
 const CudaModule* load() {
   const std::string host = host_shared_object();
-  if (!host.empty()) {
-    // ctxlab lives in a shared object (the Python module): its symbols must be global for the
-    // library to bind to them. RTLD_NOLOAD: the object already loaded, only its flags change.
-    if (!dlopen(host.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL))
-      throw Error(str("--device cuda: cannot make the symbols of ", host, " global for libctxlab_cuda.so: ",
-                      dlerror()));
-  }
   std::string path = (host.empty() ? executable_dir() : dir_of(host)) + "/libctxlab_cuda.so";
   // RTLD_NOW: an unresolved symbol is reported here, not at its first call mid-run.
   void* h = nullptr;

@@ -11,6 +11,13 @@
 # that 'cuda' is refused with the library's message). The sanitizer and fuzzer builds make no
 # module and no test.
 set(_py_env "PYTHONPATH=${CMAKE_BINARY_DIR}/python;CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1")
+if(CTXLAB_CUDA_EMULATOR)
+  # the emulator's initial-exec thread_local (core/cuda/emu/access.cpp) puts libctxlab_cuda.so's
+  # whole TLS block into glibc's static TLS surplus when it loads; torch's libGLdispatch, imported
+  # after the first use of 'cuda', then finds none left ("cannot allocate memory in static TLS
+  # block"): a larger surplus (docs/python.md "Devices")
+  list(APPEND _py_env "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096")
+endif()
 if(CTXLAB_PYTHON)
   set(_py_ignore)
   if(TARGET ctxlab_cuda)
