@@ -4,10 +4,13 @@ In a CUDA build (real, or the CUDA emulator's: CI's build-emu, ctest python_cuda
 libctxlab_cuda.so itself: devices() lists 'cuda'; tensors go there and back; a model on 'cuda' gives
 the 'cpu' model's loss and every named parameter's gradient, optimizer step, training losses and
 evaluation; NumPy refuses CUDA tensors, DLPack exports them (refused on the emulated device, whose
-memory is host memory). In a CPU-only build (the README's ctest run: python_api) only the refusal
+memory is host memory); torch imports after 'cuda' was used. In a CPU-only build (the README's ctest run: python_api) only the refusal
 is tested: asking for 'cuda' raises ctxlab.Error with the library's message. The only skip is a
 real CUDA build on a machine without a GPU.
 """
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -153,3 +156,11 @@ else:  # every test takes conftest.py's device check, cuda_device (a skip only w
         assert len(res["cpu"][0]) == 4
         assert_close(res["cuda"][0], res["cpu"][0], 1e-4, "training losses")
         assert abs(res["cuda"][1] - res["cpu"][1]) <= 1e-4 * res["cpu"][1]
+
+    def test_torch_imports_after_cuda_was_used(cuda_device, torch_ref):
+        """Loading libctxlab_cuda.so changes no other library's symbols: torch, imported after, works
+        (a module made RTLD_GLOBAL would take SentencePiece's protobuf with it: torch then crashed)."""
+        code = ("import ctxlab; ctxlab.Tensor.zeros([1], device='cuda'); import torch; "
+                "print(float(torch.ones(3).sum()))")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip() == "3.0", (r.returncode, r.stdout, r.stderr[-2000:])
