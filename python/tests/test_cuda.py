@@ -5,8 +5,9 @@ libctxlab_cuda.so itself: devices() lists 'cuda'; tensors go there and back; a m
 the 'cpu' model's loss and every named parameter's gradient, optimizer step, training losses and
 evaluation; NumPy refuses CUDA tensors, DLPack exports them (refused on the emulated device, whose
 memory is host memory); torch imports after 'cuda' was used. In a CPU-only build (the README's ctest run: python_api) only the refusal
-is tested: asking for 'cuda' raises ctxlab.Error with the library's message. The only skip is a
-real CUDA build on a machine without a GPU.
+is tested: asking for 'cuda' raises ctxlab.Error with the library's message; a real CUDA build on a
+machine without a GPU (the README's run) checks the no-GPU refusal the same way and skips the rest,
+its only skip.
 """
 
 import subprocess
@@ -56,10 +57,27 @@ if not CUDA_BUILD:
         with pytest.raises(ctxlab.Error, match="unknown device 'gpu'"):
             m.to("gpu")
 
-else:  # every test takes conftest.py's device check, cuda_device (a skip only without a GPU)
-    def test_devices_lists_cuda(cuda_device):
+else:
+    def test_devices_say_what_cuda_can_do():
+        """Runs in every CUDA build: with a device 'cuda' is listed; without one (a real build on a
+        machine without a GPU: the README's run in CI) it is not, and asking for it raises the
+        library's one-line reason."""
+        try:
+            ctxlab.Tensor.zeros([1], device="cuda")
+        except ctxlab.Error as e:
+            reason = str(e)
+            assert not ctxlab._ctxlab.cuda_emulator, f"the emulated device must be there: {reason}"
+            assert reason.startswith("no CUDA GPU available (cudaGetDeviceCount found none)"), reason
+            assert ctxlab.devices() == ["cpu"]
+            m = ctxlab.Model(dict(TINY, posenc={"type": "rope"}))
+            for ask in (lambda: m.to("cuda"), lambda: ctxlab.tensor(np.ones(2)).to("cuda")):
+                with pytest.raises(ctxlab.Error, match=r"no CUDA GPU available \(cudaGetDeviceCount found none\)"):
+                    ask()
+            assert m.device == "cpu"
+            return
         assert ctxlab.devices() == ["cpu", "cuda"]
 
+    # the rest take conftest.py's device check, cuda_device (a skip only without a GPU)
     @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
     def test_tensor_to_cuda_and_back(cuda_device, dtype):
         a = (np.arange(24, dtype=np.float64).reshape(2, 3, 4) * 1.5 - 7).astype(dtype)
