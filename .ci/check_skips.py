@@ -6,10 +6,11 @@ that run (BUILD_DIR/Testing/Temporary/LastTest.log) and lists every test that sk
 GoogleTest GTEST_SKIP ("[  SKIPPED ]"), or a script test that printed "SKIP:" (ctest's
 SKIP_RETURN_CODE 77, which the log records as passed). Allowed are only the device probe's own
 "no GPU" results, word for word (no CI machine has a GPU; docs/testing.md): a GoogleTest skip
-with CTX_NO_GPU_REASON (tests/test_util.h, cuda::device_count() is 0), and a script's
+with CTX_NO_GPU_REASON (tests/test_util.h, cuda::device_count() is 0), a script's
 "SKIP: no GPU on this machine; `--device cuda` said: <the CLI's one-line no-GPU error>"
-(tests/python/device_checks.py and its siblings). Everything scripts/setup.sh installs is
-required, so any other skip is a failure (a CTXLAB_ALLOW_MISSING skip included). Exit 0 when none, 1 otherwise, 2 when
+(tests/python/device_checks.py and its siblings), and the pytest suite's "SKIP: no GPU on this
+machine; ctxlab said: <the library's no-GPU error>" (python/tests/conftest.py, cuda_device).
+Everything scripts/setup.sh installs is required, so any other skip is a failure (a CTXLAB_ALLOW_MISSING skip included). Exit 0 when none, 1 otherwise, 2 when
 the log is missing or holds no test. With --no-skips (the emulated-GPU build, where the CUDA
 tests have their device and must run) every skip is a failure.
 """
@@ -20,8 +21,8 @@ import sys
 # the probe's reasons, whole: GoogleTest's (tests/test_util.h) and the scripts' (the CLI's error
 # from core/cuda/cuda_runtime.cu, quoted after the scripts' prefix)
 GTEST_NO_GPU = "skipped: no GPU (cuda::device_count() is 0)"
-SCRIPT_NO_GPU = re.compile(r"no GPU on this machine; `--device cuda` said: ctxlab( [a-z]+)?: error: (--device cuda: )?"
-                           r"no CUDA GPU available \(cudaGetDeviceCount found none\): [^\n]*")
+SCRIPT_NO_GPU = re.compile(r"no GPU on this machine; (`--device cuda` said: ctxlab( [a-z]+)?: error: |ctxlab said: )"
+                           r"(--device cuda: )?no CUDA GPU available \(cudaGetDeviceCount found none\): [^\n]*")
 
 
 def probe_said_no_gpu(reason, gtest):

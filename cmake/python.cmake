@@ -7,8 +7,9 @@
 #       with: the project venv scripts/setup.sh makes (~/.cache/ctxlab/py-venv: Debian's python3
 #       with its system packages, torch and numpy among them, plus nanobind from PyPI), else
 #       /usr/bin/python3. pip install ./python (scikit-build-core) passes its own.
-#   CTXLAB_PYTHON  ON by default when that interpreter has nanobind, except in the sanitizer,
-#       fuzzer and CUDA-emulator builds (which test the library, not the module).
+#   CTXLAB_PYTHON  ON by default when that interpreter has nanobind, except in the sanitizer and
+#       fuzzer builds (which test the library, not the module). The CUDA-emulator build makes it:
+#       ctest python_cuda runs the module on the emulated device there (.ci/run).
 if(SKBUILD)
   set(_py_exe_default "${Python_EXECUTABLE}")
 elseif(DEFINED ENV{XDG_CACHE_HOME} AND EXISTS "$ENV{XDG_CACHE_HOME}/ctxlab/py-venv/bin/python")
@@ -30,7 +31,7 @@ if(CTXLAB_PYTHON_EXECUTABLE)
     set(CTXLAB_NANOBIND_DIR "")
   endif()
 endif()
-if(CTXLAB_NANOBIND_DIR AND NOT CTXLAB_SANITIZE AND NOT CTXLAB_FUZZ AND NOT CTXLAB_CUDA_EMULATOR)
+if(CTXLAB_NANOBIND_DIR AND NOT CTXLAB_SANITIZE AND NOT CTXLAB_FUZZ)
   set(_py_default ON)
 else()
   set(_py_default OFF)

@@ -1,13 +1,18 @@
 // core/cuda_module.cpp — dlopen of libctxlab_cuda.so on the first use of Device::CUDA (see
-// core/cuda_module.h): found next to the running executable (/proc/self/exe; the build tree),
-// else by name through the executable's RUNPATH (the installed CLI: $ORIGIN/../lib; a program
-// linking the installed package: its prefix's lib/, cmake/ctxlabConfig.cmake.in) and
-// LD_LIBRARY_PATH; entry point `ctxlab_cuda_entry` resolved with dlsym.
+// core/cuda_module.h). The library binds to the ctx:: symbols of the object that holds ctxlab's
+// code: the running executable (the CLI, the tests: their symbols are exported) or, for the Python
+// module ctxlab/_ctxlab*.so, the module itself (its own link of the library NEEDs the module:
+// python/CMakeLists.txt). Found next to that object (/proc/self/exe's directory: the build tree;
+// the module's directory: BUILD/python/ctxlab, the installed wheel), else by name through that
+// object's RUNPATH (the installed CLI: $ORIGIN/../lib; a program linking the installed package:
+// its prefix's lib/, cmake/ctxlabConfig.cmake.in) and LD_LIBRARY_PATH; entry point
+// `ctxlab_cuda_entry` resolved with dlsym.
 #include "core/cuda_module.h"
 
 #ifdef CTXLAB_WITH_CUDA
 #include <dlfcn.h>
 #include <limits.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -23,26 +28,41 @@ std::atomic<const CudaModule*> g_module{nullptr};
 void* g_handle = nullptr;  // the dlopen handle, set with g_module under g_mu
 std::mutex g_mu;
 
-std::string module_path() {
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+// The shared object holding this code ("" when it is the executable itself), from the dynamic
+// linker's map of loaded objects (l_name: the path it was opened by; empty for the executable).
+std::string host_shared_object() {
+  Dl_info info;
+  link_map* map = nullptr;
+  if (!dladdr1(reinterpret_cast<void*>(&cuda_module_loaded), &info, reinterpret_cast<void**>(&map),
+               RTLD_DL_LINKMAP) || !map || !map->l_name)
+    return std::string();
+  return std::string(map->l_name);
+}
+
+std::string executable_dir() {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  std::string exe = n > 0 ? std::string(buf, (size_t)n) : std::string();
-  const size_t slash = exe.rfind('/');
-  return (slash == std::string::npos ? std::string(".") : exe.substr(0, slash)) + "/libctxlab_cuda.so";
+  return dir_of(n > 0 ? std::string(buf, (size_t)n) : std::string());
 }
 
 const CudaModule* load() {
-  std::string path = module_path();
+  const std::string host = host_shared_object();
+  std::string path = (host.empty() ? executable_dir() : dir_of(host)) + "/libctxlab_cuda.so";
   // RTLD_NOW: an unresolved symbol is reported here, not at its first call mid-run.
   void* h = nullptr;
   if (access(path.c_str(), F_OK) == 0) {
     h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   } else {
-    const std::string next_to_exe = path;
+    const std::string next_to_host = path;
     path = "libctxlab_cuda.so";
     h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h)
-      throw Error(str("--device cuda: cannot load libctxlab_cuda.so: not at ", next_to_exe,
+      throw Error(str("--device cuda: cannot load libctxlab_cuda.so: not at ", next_to_host,
                       ", and by name (RUNPATH, LD_LIBRARY_PATH): ", dlerror()));
   }
   if (!h) throw Error(str("--device cuda: cannot load ", path, ": ", dlerror()));

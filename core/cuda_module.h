@@ -5,7 +5,9 @@
 // it on the first use of Device::CUDA, so CPU-only runs never map the CUDA libraries. The library
 // resolves ctx:: symbols from the executable (built with exported symbols and the whole of
 // ctxlab_lib: CMake function ctxlab_link_lib), so there is one copy of every global (backend
-// registry, host pool, settings). Compiled only with CTXLAB_WITH_CUDA; docs/cuda.md.
+// registry, host pool, settings); the Python module has its own link of the library, next to it,
+// which resolves them from the module (python/CMakeLists.txt, docs/python.md "Devices"). Compiled
+// only with CTXLAB_WITH_CUDA; docs/cuda.md.
 #pragma once
 #include <cstdint>
 

@@ -151,7 +151,8 @@ def encodings() -> list[str]:
 
 
 def devices() -> list[str]:
-    """Devices this build can use now: ['cpu'] or ['cpu', 'cuda']."""
+    """Devices this build can use now: ['cpu'] or ['cpu', 'cuda'] ('cuda': a CUDA build, real or
+    emulated, whose libctxlab_cuda.so loads and finds a device; docs/python.md "Devices")."""
     return list(_C.devices())
 
 
@@ -242,8 +243,9 @@ class Model:
         return [p for _, p in self.named_parameters()]
 
     def state_dict(self) -> dict[str, NDArray[numpy.floating[Any]]]:
-        """{name: NumPy view of the parameter} (no copy: copy it to keep a snapshot)."""
-        return {n: p.numpy() for n, p in self.named_parameters()}
+        """{name: NumPy view of the parameter} (no copy: copy it to keep a snapshot). On 'cuda' the
+        arrays are host copies (NumPy arrays live in host memory)."""
+        return {n: p.numpy() if p.device == "cpu" else p.data.to("cpu").numpy() for n, p in self.named_parameters()}
 
     def load_state_dict(self, state: Mapping[str, ArrayLike]) -> None:
         """Copies arrays (NumPy, torch via DLPack) into the parameters of the same names and shapes."""
@@ -274,8 +276,15 @@ class Model:
         return self._m.training
 
     def to(self, device: Device) -> Self:
+        """Moves every parameter (and its gradient) to 'cpu' or 'cuda' in place; build optimizers
+        after the move. 'cuda' where ctxlab.devices() lists it, else a ctxlab.Error saying why."""
         self._m.to(device)
         return self
+
+    @property
+    def device(self) -> str:
+        """Where the parameters are: 'cpu' or 'cuda'."""
+        return self.named_parameters()[0][1].device
 
     def save(self, path: StrPath, step: int | None = None) -> None:
         """Writes a ctxlab checkpoint (safetensors, MODEL_SPEC §5)."""

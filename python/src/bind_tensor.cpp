@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "core/backend.h"  // synchronize_devices
 
 namespace ctxpy {
 
@@ -73,8 +74,21 @@ const ctx::Tensor& defined(const ctx::Tensor& t, const char* what) {
   return t;
 }
 
+// A CUDA tensor: the queued kernels finish before the consumer reads (synchronize_devices), then
+// the capsule says kDLCUDA, device 0. The emulator's device memory is host memory that another
+// framework would take for a GPU pointer: refused there (docs/python.md "Devices").
 nb::object dlpack_of(const ctx::Tensor& t, nb::args args, nb::kwargs kwargs) {
-  nb::object view = nb::cast(tensor_view<nb::array_api>(defined(t, "Tensor.__dlpack__")));
+  defined(t, "Tensor.__dlpack__");
+  if (t.device() != ctx::Device::CPU) {
+#ifdef CTXLAB_CUDA_EMULATOR
+    throw ctx::Error(ctx::str("Tensor.__dlpack__: tensor ", t.str(), " is on the emulated CUDA device "
+                              "(a CTXLAB_CUDA_EMULATOR build: its memory is host memory, not a GPU's); "
+                              "copy it with .to('cpu') first"));
+#else
+    ctx::synchronize_devices();
+#endif
+  }
+  nb::object view = nb::cast(tensor_view<nb::array_api>(t));
   return view.attr("__dlpack__")(*args, **kwargs);
 }
 
@@ -109,10 +123,19 @@ template nb::ndarray<nb::array_api> tensor_view<nb::array_api>(const ctx::Tensor
 
 namespace {
 
-// NumPy view of a host tensor; a device tensor is the library's own error (check_host)
+// NumPy view of a host tensor; a CUDA tensor is refused (NumPy arrays live in host memory; as
+// torch does, the copy is the caller's: .to('cpu'))
 nb::ndarray<nb::numpy> numpy_view(const ctx::Tensor& t) {
-  defined(t, "Tensor.numpy").check_host("Tensor.numpy");
+  if (defined(t, "Tensor.numpy").device() != ctx::Device::CPU)
+    throw ctx::Error(ctx::str("Tensor.numpy: tensor ", t.str(), " is on ", ctx::device_name(t.device()),
+                              "; NumPy arrays live in host memory: copy it with .to('cpu') first"));
   return tensor_view<nb::numpy>(t);
+}
+
+// The value of a one-element tensor as a Python float; a CUDA tensor is read back (as torch's .item())
+double item_of(const ctx::Tensor& t) {
+  defined(t, "Tensor.item");
+  return t.device() == ctx::Device::CPU ? t.item() : t.to(ctx::Device::CPU).item();
 }
 
 struct NoGrad {
@@ -140,7 +163,7 @@ void bind_tensor(nb::module_& m) {
       .def("__array__", [](const ctx::Tensor& t, nb::args, nb::kwargs) { return numpy_view(t); })
       .def("__dlpack__", &dlpack_of, "DLPack capsule of this tensor's memory (no copy).")
       .def("__dlpack_device__", &dlpack_device_of)
-      .def("item", [](const ctx::Tensor& t) { return defined(t, "Tensor.item").item(); })
+      .def("item", &item_of, "The value of a one-element tensor (a CUDA tensor is read back).")
       .def("clone", &ctx::Tensor::clone)
       .def("to", [](const ctx::Tensor& t, const std::string& what) {
             if (what == "cpu" || what == "cuda" || what == "cuda:0") return t.to(parse_device(what, "Tensor.to"));
@@ -170,7 +193,7 @@ void bind_tensor(nb::module_& m) {
           }, nb::arg("retain_graph") = false, "Backpropagate from this scalar.")
       .def("zero_grad", &ctx::Variable::zero_grad)
       .def("detach", &ctx::Variable::detach)
-      .def("item", [](const ctx::Variable& v) { return v.data().item(); })
+      .def("item", [](const ctx::Variable& v) { return item_of(v.data()); })
       .def("numpy", [](const ctx::Variable& v) { return numpy_view(v.data()); },
            "The value as a NumPy array sharing memory.")
       .def("__array__", [](const ctx::Variable& v, nb::args, nb::kwargs) { return numpy_view(v.data()); })

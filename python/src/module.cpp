@@ -17,13 +17,22 @@ NB_MODULE(_ctxlab, m) {
       (void)ctx::Tensor::zeros({1}, ctx::DType::F32, ctx::Device::CUDA);
       d.push_back("cuda");
     } catch (const ctx::Error&) {
-      // no GPU, no driver or no CUDA module: the CPU only
+      // no GPU, no driver or libctxlab_cuda.so not loadable: the CPU only (asking for 'cuda'
+      // raises the reason as ctxlab.Error)
     }
 #endif
     return d;
   }, "Devices this build can use now ('cpu', and 'cuda' where a GPU and the CUDA backend are).");
   m.attr("with_cuda") =
 #ifdef CTXLAB_WITH_CUDA
+      true;
+#else
+      false;
+#endif
+  // the CUDA device is the emulator's (CTXLAB_CUDA_EMULATOR: kernels run on the CPU, device memory
+  // is host memory; DLPack export of 'cuda' tensors is refused there, docs/python.md "Devices")
+  m.attr("cuda_emulator") =
+#ifdef CTXLAB_CUDA_EMULATOR
       true;
 #else
       false;

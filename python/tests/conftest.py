@@ -5,12 +5,17 @@ package) or from an installed wheel. `torch_ref` gives the independent PyTorch r
 of tests/python/ (torch_ref.py, the one pytorch_parity uses) with parity.py's helpers; torch is
 required as for pytorch_parity (tests/python/deps.py): missing, the test FAILS, and it is skipped
 (printing "SKIP: ..." for .ci/check_skips.py) only where CTXLAB_ALLOW_MISSING lists torch.
+`cuda_device` is test_cuda.py's device check: 'cuda', or (a real CUDA build on a machine without
+a GPU only) a skip printing "SKIP: no GPU on this machine; ctxlab said: <the library's error>",
+which .ci/check_skips.py allows outside the emulator build.
 """
 
 import os
 import sys
 
 import pytest
+
+import ctxlab
 
 TESTS_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "python")
 sys.path.insert(0, os.path.abspath(TESTS_PYTHON))
@@ -40,3 +45,16 @@ def torch_ref():
         pytest.fail(f"required dependency 'torch' missing: {why} (scripts/setup.sh installs python3-torch; "
                     f"set CTXLAB_ALLOW_MISSING=torch only on a machine that cannot have it)")
     return torch, ref, parity
+
+
+@pytest.fixture(scope="session")
+def cuda_device():
+    """'cuda' when this CUDA build can use it; the emulator's device is always there."""
+    try:
+        ctxlab.Tensor.zeros([1], device="cuda")
+    except ctxlab.Error as e:
+        if not ctxlab._ctxlab.cuda_emulator and "no CUDA GPU available" in str(e):
+            _allowed_skips.append(f"SKIP: no GPU on this machine; ctxlab said: {e}")
+            pytest.skip(f"no GPU on this machine; ctxlab said: {e}")
+        raise
+    return "cuda"
