@@ -8,10 +8,13 @@
 #   scripts/gpu_check.sh OUTDIR [SECTION ...]      (default: the protocol, below)
 #
 # The protocol (issue 33; what a session lent a GPU runs first, as a baseline, and again after its
-# change): env tests sanitizer compare-core compare-bias, then report, within GPU_CHECK_BUDGET_S
-# seconds (default 450: the device tool's 8-minute protocol with room to start): every step's
-# limit is cut to what is left of the budget, and a section that cannot start any more is listed
-# as "not run (budget)" in the report. Binaries are built here and carried (docs/cuda.md).
+# change): env tests tc compare-tc compare-fp32 compare-bias sanitizer, then report, within
+# GPU_CHECK_BUDGET_S seconds (default 450: the device tool's 8-minute protocol with room to
+# start), the comparisons one round each (COMPARE_ROUNDS) unless asked for more: sized from the
+# H200 session of 2026-11-27 (tests 26 s, tc 23 s, compare-tc 128 s with torch.compile's 60 s;
+# compare-bias compiles FlexAttention twice). Every step's limit is cut to what is left of the
+# budget, and a section that cannot start any more is listed as "not run (budget)" in the report.
+# Binaries are built here and carried (docs/cuda.md).
 #
 # Sections:
 #   env        the device, driver, CUDA, CPU and the peer's torch
@@ -25,14 +28,15 @@
 #              GPT-2 bf16 with CTXLAB_FUSED_CAUSAL_SOFTMAX=0 vs 1 (bench/ab_steps.sh, 2 pairs)
 #   compare    bench/gpu_compare.sh against the machine's PyTorch (eager), 2 rounds
 #   compare-core  GPT-2 small bf16 and fp32 (learned) against PyTorch eager and torch.compile
-#              (SDPA flash attention), A B A B, 2 rounds
+#              (SDPA flash attention), A B A B, COMPARE_ROUNDS rounds (default 2)
 #   compare-tc GPT-2 small bf16 with the tensor-core attention (CTXLAB_BF16_ATTENTION=1) against
 #              PyTorch eager and torch.compile, A B A B, COMPARE_ROUNDS rounds (default 2)
 #   tc         GPT-2 small bf16: composed attention vs tensor-core (A B, 2 pairs) and each one's
 #              per-op profile
 #   ncu        Nsight Compute over one GPT-2 small bf16 step's kernels (NCU_KERNELS, NCU_COUNT)
+#   compare-fp32  GPT-2 small fp32 against PyTorch eager (TF32 off on both sides)
 #   compare-bias  GPT-2 small bf16 with ALiBi and T5 buckets against PyTorch FlexAttention
-#              compiled (the bias as a score_mod), 2 rounds
+#              compiled (the bias as a score_mod), COMPARE_ROUNDS rounds (default 2)
 #   report     OUTDIR/gpu-<device>-<date>.md: device, versions, each section's outcome, the tables
 #   cpu-bf16   issue 17 on this host's CPU when it has avx512_bf16: ctxlab fp32 vs bf16 and the
 #              peer's bf16 autocast, pinned to 2 cores (skipped, with the reason, without it)
@@ -47,7 +51,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 [[ $# -ge 1 ]] || { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 OUTDIR="$1"; shift
-SECTIONS=("$@"); [[ ${#SECTIONS[@]} -gt 0 ]] || SECTIONS=(env tests sanitizer compare-core compare-bias report)
+SECTIONS=("$@")
+if [[ ${#SECTIONS[@]} -eq 0 ]]; then
+  SECTIONS=(env tests tc compare-tc compare-fp32 compare-bias sanitizer report)
+  export COMPARE_ROUNDS="${COMPARE_ROUNDS:-1}"
+fi
 BUDGET_S="${GPU_CHECK_BUDGET_S:-100000}"
 [[ $# -gt 0 ]] || BUDGET_S="${GPU_CHECK_BUDGET_S:-450}"
 [[ "$BUDGET_S" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check.sh: GPU_CHECK_BUDGET_S must be a positive integer, got '$BUDGET_S'" >&2; exit 2; }
@@ -145,20 +153,20 @@ section_compare() {
     --models small,gpt2 --precisions fp32,bf16 --steps 10 --out "$OUTDIR/gpu_compare.md"
 }
 
-compare() {  # NAME ARGS...: bench/gpu_compare.sh into OUTDIR/NAME.md, 2 rounds
+compare() {  # NAME ARGS...: bench/gpu_compare.sh into OUTDIR/NAME.md, COMPARE_ROUNDS rounds (default 2)
   local name="$1"; shift
-  run 400 bench/gpu_compare.sh --peer "$PEER_PY" --ctxlab "$BUILD/ctxlab" --rounds 2 --steps 10 \
+  run 400 bench/gpu_compare.sh --peer "$PEER_PY" --ctxlab "$BUILD/ctxlab" --rounds "${COMPARE_ROUNDS:-2}" --steps 10 \
     --out "$OUTDIR/$name.md" --json-dir "$OUTDIR/$name.json.d" "$@"
 }
 section_compare-core() {
-  compare compare-core --models gpt2 --precisions "${COMPARE_PRECISIONS:-bf16,fp32}" --peer-modes eager,compile \
-    --rounds "${COMPARE_ROUNDS:-2}"
+  compare compare-core --models gpt2 --precisions "${COMPARE_PRECISIONS:-bf16,fp32}" --peer-modes eager,compile
 }
 # GPT-2 small bf16 with the tensor-core attention (CTXLAB_BF16_ATTENTION=1, ctxlab's side only)
 section_compare-tc() {
-  CTXLAB_BF16_ATTENTION=1 compare compare-tc --models gpt2 --precisions bf16 --peer-modes eager,compile \
-    --rounds "${COMPARE_ROUNDS:-2}"
+  CTXLAB_BF16_ATTENTION=1 compare compare-tc --models gpt2 --precisions bf16 --peer-modes eager,compile
 }
+# GPT-2 small fp32 (exact: TF32 off on both sides) against PyTorch eager
+section_compare-fp32() { compare compare-fp32 --models gpt2 --precisions fp32 --peer-modes eager; }
 section_compare-bias() { compare compare-bias --models gpt2 --posencs alibi,t5 --precisions bf16 --peer-modes flex; }
 
 GPT2_BF16="bench --config bench/configs/gpt2-small.json --device cuda --precision bf16 --peak-gflops 989400"
@@ -201,7 +209,7 @@ section_report() {  # the summary of this run, from the log and the tables
     echo '```'
     grep -E 'tests passed|tests failed|ERROR SUMMARY|RACECHECK SUMMARY|Skipped|skip' "$LOG" | head -40
     echo '```'
-    for t in compare-core compare-tc compare-bias; do
+    for t in compare-core compare-tc compare-fp32 compare-bias; do
       [[ -f "$OUTDIR/$t.md" ]] && { echo; echo "## $t"; echo; sed '1d' "$OUTDIR/$t.md"; }
     done
   } >"$f"
