@@ -41,7 +41,7 @@ __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, NdStr
 // bandwidth on an H200)
 template <class T, int V>
 __global__ void binary_flat_kernel(BinaryOp op, const T* a, const T* b, T* out, int64_t n) {
-  struct alignas(sizeof(T) * V) P { T x[V]; };
+  using P = Pack<T, V>;
   CTX_GRID_STRIDE(i, n / V) {
     const P x = reinterpret_cast<const P*>(a)[i], y = reinterpret_cast<const P*>(b)[i];
     P z;
@@ -100,10 +100,8 @@ void binary(BinaryOp op, const T* a, const T* b, T* out, const NdStrides<2>& nd,
   const bool flat = nd.nd == 1 && nd.stride[0][0] == 1 && nd.stride[1][0] == 1;  // a, b from their offsets
   if (flat) {
     const T *pa = a + nd.offset[0], *pb = b + nd.offset[1];
-    constexpr int V = 16 / (int)sizeof(T);
-    const bool wide = (reinterpret_cast<uintptr_t>(pa) | reinterpret_cast<uintptr_t>(pb) |
-                       reinterpret_cast<uintptr_t>(out)) % 16 == 0;
-    if (wide)
+    constexpr int V = kPack<T>;
+    if (packs<T>(0, {pa, pb, out}))  // (any length: the kernel's tail takes the rest)
       CTX_LAUNCH((binary_flat_kernel<T, V>), grid_for(n / V + 1), kThreads, 0, 0, op, pa, pb, out, n);
     else
       CTX_LAUNCH((binary_flat_kernel<T, 1>), grid_for(n), kThreads, 0, 0, op, pa, pb, out, n);

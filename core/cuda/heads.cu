@@ -1,7 +1,6 @@
 // core/cuda/heads.cu — the head split / merge around attention and their backwards (Backend fused
 // method Heads; the CPU twin is core/cpu/heads.cpp): pure data movement, exact, no reductions.
 #include <cstdint>
-#include <initializer_list>
 
 #include "core/cuda/check.h"
 #include "core/cuda/kernels.h"
@@ -9,12 +8,6 @@
 
 namespace ctx::cuda {
 namespace {
-
-// V consecutive elements of T moved as one 16-byte access (V = 1: plain T)
-template <class T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T x[V];
-};
 
 // Layout: qkv (B, S, 3D), D = H Dh; q (B, H, S - q0, Dh), k, v (B, H, S, Dh). One block per qkv row
 // (b, s) (grid-stride over rows), V consecutive columns per thread (Dh % V == 0): the row's
@@ -66,24 +59,15 @@ __global__ void merge_heads_kernel(const T* src, T* dst, int64_t rows, int H, in
   }
 }
 
-// 16 bytes a thread where the head dim and every pointer allow it, else one element
-template <class T>
-int pack_width(int64_t Dh, std::initializer_list<const void*> ptrs) {
-  constexpr int V = 16 / (int)sizeof(T);
-  if (Dh % V != 0) return 1;
-  for (const void* p : ptrs)
-    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return 1;
-  return V;
-}
-
 template <class T>
 void split_heads_launch(T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t H, int64_t Dh, int64_t q0,
                         bool fwd) {
   const int64_t rows = B * S;
   if (rows * 3 * H * Dh == 0) return;
-  const int threads = row_threads(3 * H * Dh / pack_width<T>(Dh, {qkv, q, k, v}));
-  constexpr int V = 16 / (int)sizeof(T);
-  if (pack_width<T>(Dh, {qkv, q, k, v}) == V)
+  constexpr int V = kPack<T>;
+  const bool wide = packs<T>(Dh, {qkv, q, k, v});
+  const int threads = row_threads(3 * H * Dh / (wide ? V : 1));
+  if (wide)
     CTX_LAUNCH((split_heads_kernel<T, V>), row_grid(rows), threads, 0, 0, qkv, q, k, v, rows, (int)S, (int)H,
                (int)Dh, (int)q0, fwd);
   else
@@ -109,10 +93,10 @@ template <class T>
 void merge_heads(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t Dh, bool to_merged) {
   const int64_t rows = B * Tn;
   if (rows * H * Dh == 0) return;
-  constexpr int V = 16 / (int)sizeof(T);
-  const int w = pack_width<T>(Dh, {src, dst});
-  const int threads = row_threads(H * Dh / w);
-  if (w == V)
+  constexpr int V = kPack<T>;
+  const bool wide = packs<T>(Dh, {src, dst});
+  const int threads = row_threads(H * Dh / (wide ? V : 1));
+  if (wide)
     CTX_LAUNCH((merge_heads_kernel<T, V>), row_grid(rows), threads, 0, 0, src, dst, rows, (int)H, (int)Tn, (int)Dh,
                to_merged);
   else

@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 namespace ctx::cuda {
 
@@ -22,6 +23,25 @@ inline int row_threads(int64_t n) {
 }
 inline unsigned row_grid(int64_t rows) {
   return (unsigned)std::max<int64_t>(1, std::min<int64_t>(rows, 65535));
+}
+
+// V consecutive elements of T moved by one access: kPack<T> of them make 16 bytes (one vector
+// load / store), V = 1 is the plain element. The data-movement kernels (heads.cu, the flat binary
+// kernel, cross-entropy's backward) take the 16-byte form where packs() says it applies.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T x[V];
+};
+template <class T>
+constexpr int kPack = 16 / (int)sizeof(T);
+// whether n (a row's or a run's length in elements) is a multiple of kPack<T> and every pointer
+// (null ones aside) 16-byte aligned
+template <class T>
+bool packs(int64_t n, std::initializer_list<const void*> ptrs) {
+  if (n % kPack<T> != 0) return false;
+  for (const void* p : ptrs)
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 }  // namespace ctx::cuda

@@ -112,7 +112,7 @@ __global__ void cross_entropy_kernel(const T* logits, const I* tgt, T* loss, T* 
 template <class T, class I, int W>
 __global__ void cross_entropy_backward_kernel(const T* logits, const I* tgt, const T* lse, const T* dloss,
                                               T* dz, int64_t N, int64_t V) {
-  struct alignas(sizeof(T) * W) P { T x[W]; };
+  using P = Pack<T, W>;
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const int64_t t = (int64_t)tgt[n];
     const T g = t < 0 ? T(0) : dloss[n], l = lse[n];
@@ -159,9 +159,8 @@ template <class T, class I>
 void cross_entropy_backward(const T* logits, const I* tgt, const T* lse, const T* dloss, T* dlogits,
                             int64_t N, int64_t V) {
   if (N * V == 0) return;
-  constexpr int W = 16 / (int)sizeof(T);
-  const bool wide = V % W == 0 && (reinterpret_cast<uintptr_t>(logits) | reinterpret_cast<uintptr_t>(dlogits)) % 16 == 0;
-  if (wide)
+  constexpr int W = kPack<T>;
+  if (packs<T>(V, {logits, dlogits}))
     CTX_LAUNCH((cross_entropy_backward_kernel<T, I, W>), row_grid(N), row_threads(V / W), 0, 0, logits, tgt, lse,
                dloss, dlogits, N, V);
   else
