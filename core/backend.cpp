@@ -50,7 +50,7 @@ const char* fused_name(Fused f) {
 }
 
 bool Backend::has(Fused) const { return false; }
-bool Backend::prefers_fused_attention(int64_t, int64_t, int64_t, int64_t) const { return has(Fused::Attention); }
+bool Backend::prefers_fused_attention(const AttnQuery&) const { return has(Fused::Attention); }
 
 namespace {
 [[noreturn]] void unsupported(const Backend& b, const char* method, Fused f) {
@@ -225,6 +225,28 @@ void Backend::linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& 
   checks::linear(device(), x, w, b, y);
   linear_impl(x, w, b, y);
 }
+void Backend::linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& pre, Tensor& h) {
+  require(*this, "linear_gelu", Fused::Linear);
+  checks::linear(device(), x, w, b, pre);
+  checks::on(device(), h, "linear_gelu", "h");
+  checks::same(pre, h, "linear_gelu");
+  linear_gelu_impl(x, w, b, pre, h);
+}
+void Backend::gemm_dgelu(const GemmDesc& g, const Tensor& A, const Tensor& B, const Tensor& pre, Tensor& dpre,
+                         Tensor& dbias) {
+  CTX_CHECK(g.batch == 1 && g.beta == 0.0, "gemm_dgelu: one batch item with beta 0, got batch ", g.batch, " beta ",
+            g.beta);
+  if (!checks::gemm(device(), g, A, B, dpre)) return;
+  checks::on(device(), pre, "gemm_dgelu", "pre");
+  checks::same(dpre, pre, "gemm_dgelu");
+  CTX_CHECK(dpre.numel() == g.M * g.N, "gemm_dgelu: dpre ", dpre.str(), " should hold ", g.M, " x ", g.N);
+  if (dbias.defined()) {
+    checks::on(device(), dbias, "gemm_dgelu", "dbias");
+    CTX_CHECK(dbias.numel() == g.N && dbias.dtype() == dpre.dtype(), "gemm_dgelu: dbias ", dbias.str(), " should be [",
+              g.N, "] of ", dpre.str(), "'s dtype");
+  }
+  gemm_dgelu_impl(g, A, B, pre, dpre, dbias);
+}
 void Backend::sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out) {
   require(*this, "sum_squares", Fused::FlatAdamW);
   checks::sum_squares(device(), x, chunks, out);
@@ -264,6 +286,18 @@ void Backend::split_heads_backward_impl(const Tensor&, const Tensor&, const Tens
 void Backend::merge_heads_impl(const Tensor&, Tensor&) { unsupported(*this, "merge_heads", Fused::Heads); }
 void Backend::merge_heads_backward_impl(const Tensor&, Tensor&) {
   unsupported(*this, "merge_heads_backward", Fused::Heads);
+}
+// The compositions the fused MLP methods stand for (every backend has these primitives).
+void Backend::linear_gelu_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& pre, Tensor& h) {
+  linear_impl(x, w, b, pre);
+  unary(UnaryOp::GeluTanh, pre, h);
+}
+void Backend::gemm_dgelu_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, const Tensor& pre, Tensor& dpre,
+                              Tensor& dbias) {
+  Tensor dh = Tensor::empty(dpre.shape(), dpre.dtype(), dpre.device());
+  gemm(g, A, B, dh);
+  unary_backward(UnaryOp::GeluTanh, pre, Tensor(), dh, dpre);
+  if (dbias.defined()) reduce_sum(dpre.view({g.M, g.N}), dbias);
 }
 void Backend::linear_impl(const Tensor&, const Tensor&, const Tensor&, Tensor&) {
   unsupported(*this, "linear", Fused::Linear);

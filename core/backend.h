@@ -101,6 +101,15 @@ enum class Fused {
 // "attention", "rope", "heads", "linear", "flat_adamw"
 const char* fused_name(Fused f);
 
+// What the attention layer knows of a call when it chooses between the fused and the composed
+// path (Backend::prefers_fused_attention): the sizes, and whether the scores are q . k alone,
+// masked (plain: no bias, no content-position terms, no dropout), so that kernels which take only
+// the mask (CUDA's tensor-core attention) can be preferred where they apply.
+struct AttnQuery {
+  int64_t B = 0, H = 0, T = 0, S = 0, Dh = 0;
+  bool plain = false;
+};
+
 // Sizes of one causal attention call. Query i (0 <= i < T) sits at key position i + (S - T)
 // (queries are the last T positions) and sees key j iff j <= i + (S - T) and, when window > 0,
 // also j > i + (S - T) - window (at most `window` keys, its own included).
@@ -258,10 +267,11 @@ class Backend {
 
   // ======== fused methods: call only when has() says so ========
   virtual bool has(Fused f) const;  // base: none
-  // Whether the fused attention is also the faster choice for q [B, H, T, Dh] against S keys: a
-  // measured per-backend policy (base: whenever has(Fused::Attention)). nn/attention.cpp asks it
-  // unless the fused path was asked for explicitly (CTXLAB_FUSED_ATTENTION=1).
-  virtual bool prefers_fused_attention(int64_t B, int64_t H, int64_t T, int64_t S) const;
+  // Whether the fused attention is also the faster choice for the call `a` (q [B, H, T, Dh]
+  // against S keys; a.plain: no score bias, no content-position terms, no dropout): a measured
+  // per-backend policy (base: whenever has(Fused::Attention)). nn/attention.cpp asks it unless the
+  // fused path was asked for explicitly (CTXLAB_FUSED_ATTENTION=1).
+  virtual bool prefers_fused_attention(const AttnQuery& a) const;
 
   // --- causal attention (Fused::Attention), FlashAttention-2 style: the [T, S] probabilities
   // are never stored ---
@@ -312,6 +322,16 @@ class Backend {
   // x [R, K] (any leading shape, viewed as R rows), w [N, K], b [N] -> y [R, N] = x w^T + b.
   // (The backward needs only gemm and reduce_sum: dx = dy w, dw = dy^T x, db = sum of dy rows.)
   void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+  // The MLP's up-projection and its activation (the MLP node, autograd/ops_linear.cpp):
+  // pre [R, N] = x w^T + b and h [R, N] = gelu_tanh(pre), pre kept for the backward. Base: linear,
+  // then the GeluTanh unary (CUDA's speed modes: one cuBLASLt GEMM, GELU_AUX_BIAS epilogue).
+  void linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& pre, Tensor& h);
+  // The MLP's backward through the GELU: dpre [M, N] = (op(A) op(B)) * gelu_tanh'(pre) (g as gemm's,
+  // one batch item, beta 0) and, when dbias is defined, dbias [N] = the column sums of dpre
+  // (overwritten). Base: gemm, the GeluTanh unary backward, reduce_sum (CUDA's speed modes: one
+  // cuBLASLt GEMM, DGELU_BGRAD epilogue).
+  void gemm_dgelu(const GemmDesc& g, const Tensor& A, const Tensor& B, const Tensor& pre, Tensor& dpre,
+                  Tensor& dbias);
 
   // --- flat optimizer buffers (Fused::FlatAdamW) ---
   // out (one element, f64, x's device) = sum over chunks of x[i]^2, accumulated in f64 in a
@@ -390,6 +410,9 @@ class Backend {
   virtual void merge_heads_impl(const Tensor& o, Tensor& out);
   virtual void merge_heads_backward_impl(const Tensor& dout, Tensor& d_o);
   virtual void linear_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+  virtual void linear_gelu_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& pre, Tensor& h);
+  virtual void gemm_dgelu_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, const Tensor& pre, Tensor& dpre,
+                               Tensor& dbias);
   virtual void sum_squares_impl(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out);
   virtual void adamw_flat_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
                                const AdamWHyper& h, const Tensor& norm_sq);

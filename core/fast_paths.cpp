@@ -17,8 +17,9 @@ const std::vector<FastPathInfo>& fast_paths() {
        "nn/attention.cpp (use_fused_attention: also the backend's measured preference unless forced on)"},
       {FastPath::Bf16Attention, "bf16_attention", "CTXLAB_BF16_ATTENTION", false, true, Fused::Attention,
        "bf16 tile products in the fused attention under --precision bf16: the CPU's kernels on an avx512_bf16 "
-       "CPU; on CUDA (sm_80+) the tensor-core FlashAttention-2 kernels (core/cuda/attention_tc.h) where "
-       "tc_attention_fits",
+       "CPU (opt-in: the table's default); on CUDA (sm_80+) the tensor-core FlashAttention-2 kernels "
+       "(core/cuda/attention_tc.h) where tc_attention_fits, on unless the switch is set to 0 "
+       "(fast_path_enabled_or)",
        "the fp32 tile products of the same kernels (CPU); the SIMT fp32 kernels (CUDA, core/cuda/attention.h)",
        "core/cpu/flash_attention.cpp, core/cuda/cuda_backend.cu"},
       {FastPath::CausalSoftmax, "causal_softmax", "CTXLAB_FUSED_CAUSAL_SOFTMAX", true, false, Fused::Attention,
@@ -86,6 +87,11 @@ bool fast_path_forced_on(FastPath p) {
   return s && s->forced_on();
 }
 
+bool fast_path_enabled_or(FastPath p, bool backend_default) {
+  const FastPathSwitch* s = switch_of(p);
+  return s && s->is_set() ? s->enabled() : backend_default;
+}
+
 void set_fast_path(FastPath p, bool on) {
   FastPathSwitch* s = switch_of(p);
   CTX_CHECK(s, "set_fast_path: ", fast_path_info(p).name, " has no process-wide switch (core/fast_paths.cpp)");
@@ -103,9 +109,9 @@ bool use_fused(FastPath p, const Backend& be) {
   return fast_path_enabled(p) && (!r.needs_fused || be.has(r.fused));
 }
 
-bool use_fused_attention(const Backend& be, int64_t B, int64_t H, int64_t T, int64_t S) {
+bool use_fused_attention(const Backend& be, const AttnQuery& a) {
   return use_fused(FastPath::Attention, be) &&
-         (fast_path_forced_on(FastPath::Attention) || be.prefers_fused_attention(B, H, T, S));
+         (fast_path_forced_on(FastPath::Attention) || be.prefers_fused_attention(a));
 }
 
 }  // namespace ctx

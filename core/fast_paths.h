@@ -50,15 +50,19 @@ const FastPathInfo& fast_path_info(FastPath p);
 
 // The rule: the switch is on and (where needs_fused) the backend has the fused method.
 bool use_fused(FastPath p, const Backend& be);
-// Attention's rule: use_fused(Attention), and the backend prefers the fused kernels for q
-// [B, H, T, Dh] against S keys (Backend::prefers_fused_attention, measured) unless the switch was
-// forced on (CTXLAB_FUSED_ATTENTION=1 or set_fast_path(Attention, true)).
-bool use_fused_attention(const Backend& be, int64_t B, int64_t H, int64_t T, int64_t S);
+// Attention's rule: use_fused(Attention), and the backend prefers the fused kernels for the call
+// (Backend::prefers_fused_attention, measured) unless the switch was forced on
+// (CTXLAB_FUSED_ATTENTION=1 or set_fast_path(Attention, true)).
+bool use_fused_attention(const Backend& be, const AttnQuery& a);
 
 // The switch alone: its override, else its variable (read once; 0 | 1, anything else throws
 // naming it), else its default. forced_on: an explicit on (the variable = 1, or set(true)).
 bool fast_path_enabled(FastPath p);
 bool fast_path_forced_on(FastPath p);
+// The switch where a backend has a default of its own: its override or variable when set, else
+// backend_default (FastPath::Bf16Attention: opt-in on the CPU, the table's default; on by default
+// on CUDA, where the composed attention's GEMMs take bf16 inputs under --precision bf16 anyway).
+bool fast_path_enabled_or(FastPath p, bool backend_default);
 // Override a switch until reset (tests, A/B benchmarks). Throws for a path without a
 // process-wide switch (flat_adamw: AdamWOptions::fused, per optimizer).
 void set_fast_path(FastPath p, bool on);

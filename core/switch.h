@@ -27,6 +27,8 @@ class FastPathSwitch {
     if (o >= 0) return o == 1;
     return env_state() == 1;
   }
+  // Whether the switch was set (the variable, or set()): else a backend may apply its own default.
+  bool is_set() const { return override_.load(std::memory_order_relaxed) >= 0 || env_state() != kUnset; }
   void set(bool on) { override_.store(on ? 1 : 0); }
   void reset() { override_.store(-1); }
 

@@ -45,6 +45,15 @@ static AttnState new_state(int layer, int64_t H, int64_t Dh, const Linear& qkv, 
   return st;
 }
 
+// Whether the call's scores are q . k alone under the mask (AttnQuery::plain): the encoding keeps
+// the default logits (its score terms, computed here once for the call, add no bias and no
+// content-position terms) and no dropout is drawn.
+bool Attention::plain_scores(AttnState& st, const DropoutMask& drop) const {
+  if (drop.active() || !pe_->fused_attention_ok(st)) return false;
+  const ScoreTerms& t = pe_->score_terms(st);
+  return !t.bias.defined() && t.rel.empty();
+}
+
 Variable Attention::forward(const Variable& x, Rng* rng, const Positions* positions) const {
   const int64_t B = x.size(0), T = x.size(1);
   // Keys and values see [memory; x] when the encoding keeps segment memory (Transformer-XL);
@@ -70,7 +79,7 @@ Variable Attention::forward(const Variable& x, Rng* rng, const Positions* positi
   const DropoutMask drop = rng && dropout_ > 0 && is_training() ? dropout_mask(dropout_, rng->next_u64())
                                                                  : DropoutMask{};
   // sinks: the composed path (the fused kernels know only the window)
-  if (sinks_ == 0 && use_fused_attention(backend_of(st.q.data()), B, H_, T, S))
+  if (sinks_ == 0 && use_fused_attention(backend_of(st.q.data()), {B, H_, T, S, Dh_, plain_scores(st, drop)}))
     o = pe_->fused_attention(st, window_, drop);  // undefined when the encoding cannot take it
   if (!o.defined()) {
     Variable s = pe_->logits(st);                                       // [B, H, T, S]
@@ -105,7 +114,7 @@ Variable Attention::forward_cached(const Variable& x, KVCache& cache) const {
   // The fused attention reads the cache's buffers in place ([B, H, capacity, Dh], the first n
   // rows the keys: fused_causal_attention's `keys`), unless the composed path or the encoding's
   // score terms need the n rows as a tensor of their own (then they are copied out).
-  const bool fused = use_fused_attention(backend_of(c.v), B, H_, T, n);
+  const bool fused = use_fused_attention(backend_of(c.v), {B, H_, T, n, Dh_, false});
   const bool in_place = fused && stable && c.rotated == pos0 && pe_->fused_attention_ok(st) && !pe_->terms_read_keys();
   st.v = in_place ? Variable(c.v, false) : rows(c.v);
   if (stable && c.rotated == pos0) {

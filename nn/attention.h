@@ -40,6 +40,7 @@ class Attention : public Module {
   }
 
  private:
+  bool plain_scores(AttnState& st, const DropoutMask& drop) const;
   mutable Tensor mem_;
   int64_t window_ = 0, sinks_ = 0;
   AttnStatsCollector* stats_ = nullptr;
@@ -51,9 +52,9 @@ class Attention : public Module {
 
 // Fused attention (autograd/ops_attention.h) for encodings with the default logits and output
 // (PositionalEncoding::fused_attention_ok), dropout included (the kernels apply the mask the
-// composed path would draw). Unset, it runs where the backend has it and prefers it for the dims
-// (Backend::prefers_fused_attention: always on the CPU; on CUDA only past 2^27 scores and for
-// decoding, measured); CTXLAB_FUSED_ATTENTION=1 (read once) takes it wherever the backend has it, =0
+// composed path would draw). Unset, it runs where the backend has it and prefers it for the call
+// (Backend::prefers_fused_attention: always on the CPU; on CUDA for plain calls under --precision
+// bf16 (the tensor-core kernels), else only past 2^27 scores and for decoding, measured); CTXLAB_FUSED_ATTENTION=1 (read once) takes it wherever the backend has it, =0
 // never. The switch is FastPath::Attention of core/fast_paths.h (set_fast_path overrides the
 // environment, tests and benchmarks: set(true) counts as an explicit 1; reset_fast_path returns
 // to it).

@@ -29,6 +29,8 @@ MLP::MLP(int64_t d, int64_t f, DType dt) {
   fc = register_module("fc", std::make_shared<Linear>(d, f, true, dt));
   proj = register_module("proj", std::make_shared<Linear>(f, d, true, dt));
 }
-Variable MLP::forward(const Variable& x) const { return proj->forward(gelu_tanh(fc->forward(x))); }
+Variable MLP::forward(const Variable& x) const {
+  return mlp_gelu(x, fc->weight, fc->bias, proj->weight, proj->bias);  // proj(gelu_tanh(fc(x))) as one node
+}
 
 }  // namespace ctx::nn

@@ -31,6 +31,7 @@
 #include "core/backend.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/ref_kernels.h"
+#include "core/elementwise_formulas.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "tests/test_util.h"
@@ -821,6 +822,65 @@ void fused_cases(std::vector<Case>& cs) {
                     cpu::gemm_reference<T>(g, P<T>(x), P<T>(w), P<T>(y));
                     return std::vector<Tensor>{y};
                   }});
+  }
+  // the MLP's GELU methods: linear_gelu (pre = x w^T + b, h = gelu_tanh(pre)) and gemm_dgelu
+  // (dpre = (A B) * gelu_tanh'(pre), dbias = column sums of dpre, or none); the CUDA speed modes'
+  // epilogues are held to these in test_bf16.cpp (CudaGemmLt)
+  for (const auto& [xs, N] : std::vector<std::pair<Shape, int64_t>>{{{1, 1}, 1}, {{2, 3, 5}, 8}, {{9, 33}, 12}}) {
+    const int64_t K = xs.back(), R = shape_numel(xs) / K;
+    Shape ys = xs;
+    ys.back() = N;
+    auto gelu_ref = [](double x, bool deriv) {
+      return deriv ? formula::unary_deriv(UnaryOp::GeluTanh, x, 0.0, 0.0, 0.0) : formula::unary(UnaryOp::GeluTanh, x, 0.0, 0.0);
+    };
+    // pre (+ its gelu) from x, w, b, or dpre from dy [R, K] w [K, N] and pre: in f64 on the host
+    auto ref_gemm = [=](const Tensor& a, const Tensor& w, bool wt, const Tensor* b) {
+      Tensor y = Tensor::empty({R, N}, DType::F64);
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t j = 0; j < N; ++j) {
+          double v = b ? b->at(j) : 0.0;
+          for (int64_t k = 0; k < K; ++k) v += a.at(r * K + k) * (wt ? w.at(j * K + k) : w.at(k * N + j));
+          y.set(r * N + j, v);
+        }
+      return y;
+    };
+    cs.push_back({str("linear_gelu ", tn<T>(), " x", S(xs), " N ", N), dt, false, K + 1, Fused::Linear,
+                  [=](const Dev& D) {
+                    Tensor x = D.in(rnd(xs, dt, 154)), w = D.in(rnd({N, K}, dt, 155)), b = D.in(rnd({N}, dt, 156));
+                    Tensor pre = D.out(ys, dt), h = D.out(ys, dt);
+                    D.be().linear_gelu(x, w, b, pre, h);
+                    return hosts({pre, h});
+                  },
+                  [=] {
+                    const Tensor bb = rnd({N}, dt, 156);
+                    Tensor pre = ref_gemm(rnd(xs, dt, 154), rnd({N, K}, dt, 155), true, &bb), h = Tensor::empty({R, N}, DType::F64);
+                    for (int64_t e = 0; e < R * N; ++e) h.set(e, gelu_ref(pre.at(e), false));
+                    return std::vector<Tensor>{pre.to(dt).view(ys), h.to(dt).view(ys)};
+                  }});
+    for (const bool with_bias : {true, false}) {
+      cs.push_back({str("gemm_dgelu ", tn<T>(), with_bias ? "" : " no-dbias", " [", R, ", ", K, "] x [", K, ", ", N, "]"), dt,
+                    false, R + K + 1, Needs{},
+                    [=](const Dev& D) {
+                      Tensor dy = D.in(rnd({R, K}, dt, 157)), w = D.in(rnd({K, N}, dt, 158)), pre = D.in(rnd(ys, dt, 159));
+                      Tensor dpre = D.out(ys, dt), db = with_bias ? D.out({N}, dt) : Tensor();
+                      GemmDesc g;
+                      g.M = R, g.N = N, g.K = K;
+                      D.be().gemm_dgelu(g, dy, w, pre, dpre, db);
+                      return with_bias ? hosts({dpre, db}) : hosts({dpre});
+                    },
+                    [=] {
+                      Tensor d = ref_gemm(rnd({R, K}, dt, 157), rnd({K, N}, dt, 158), false, nullptr);
+                      const Tensor pre = rnd(ys, dt, 159);
+                      Tensor db = Tensor::zeros({N}, DType::F64);
+                      for (int64_t e = 0; e < R * N; ++e) {
+                        d.set(e, d.at(e) * gelu_ref(pre.at(e), true));
+                        db.set(e % N, db.at(e % N) + d.at(e));
+                      }
+                      std::vector<Tensor> out{d.to(dt).view(ys)};
+                      if (with_bias) out.push_back(db.to(dt));
+                      return out;
+                    }});
+    }
   }
   // flat optimizer: chunks with and without decay, an empty one, a gap, one past a tile (16384)
   const int64_t n = 20000;

@@ -292,6 +292,76 @@ TEST(CudaGemmLt, SpeedModesWithinTheBounds) {
 }
 #endif
 
+#ifdef CTXLAB_WITH_CUDA
+// The MLP's GELU epilogues (GELU_AUX_BIAS, DGELU_BGRAD / DGELU) in `mode` against the composition
+// they replace on the same device and mode (linear + the GeluTanh unary; gemm + its backward +
+// reduce_sum): the same bf16 products, so equal to a few fp32 roundings, or to the GELU
+// approximation the library's epilogue may use (its tanh: 1e-3 relative, below bf16's 2^-8 that
+// the next GEMM rounds h to). `taken`: the epilogue ran (gemm_lt_stats counts it); else the
+// composition did, bit for bit (N not a multiple of 8: cuBLASLt's aux needs ld % 8 == 0).
+void check_mlp_epilogues(const Mode& mode, int64_t R, int64_t K, int64_t N, bool taken) {
+  SCOPED_TRACE(str("R ", R, " K ", K, " N ", N));
+  Backend& be = backend(Device::CUDA);
+  auto dev = [](const std::vector<float>& v, const Shape& s) { return Tensor::from_vector(v, s).to(Device::CUDA); };
+  const Tensor x = dev(random_vec(R * K, 31), {R, K}), w = dev(random_vec(N * K, 32), {N, K}),
+               b = dev(random_vec(N, 33), {N}), dy = dev(random_vec(R * K, 34), {R, K});
+  auto empty = [](int64_t r, int64_t c) { return Tensor::empty({r, c}, DType::F32, Device::CUDA); };
+  Tensor pre = empty(R, N), h = empty(R, N), pre2 = empty(R, N), h2 = empty(R, N);
+  Tensor dpre = empty(R, N), dpre2 = empty(R, N), dh2 = empty(R, N), dpre_nb = empty(R, N);
+  Tensor db = Tensor::empty({N}, DType::F32, Device::CUDA), db2 = Tensor::empty({N}, DType::F32, Device::CUDA), none;
+  GemmDesc g;  // dpre [R, N] = dy [R, K] w [K, N]: w read as [K, N] (as the MLP's w2)
+  g.M = R, g.N = N, g.K = K;
+  const Tensor wkn = w.view({K, N});
+  PrecisionScope speed(mode.p, mode.tf32);
+  const cuda::GemmLtStats before = cuda::gemm_lt_stats();
+  be.linear_gelu(x, w, b, pre, h);
+  be.gemm_dgelu(g, dy, wkn, pre, dpre, db);
+  be.gemm_dgelu(g, dy, wkn, pre, dpre_nb, none);
+  const cuda::GemmLtStats after = cuda::gemm_lt_stats();
+  EXPECT_EQ(after.gelu_epilogues - before.gelu_epilogues, taken ? 3u : 0u) << "GELU epilogues run";
+  be.linear(x, w, b, pre2);  // the composition
+  be.unary(UnaryOp::GeluTanh, pre2, h2);
+  be.gemm(g, dy, wkn, dh2);
+  be.unary_backward(UnaryOp::GeluTanh, pre, Tensor(), dh2, dpre2);
+  be.reduce_sum(dpre2, db2);
+  auto host = [](const Tensor& t) { return t.to(Device::CPU); };
+  const Tensor P = host(pre), P2 = host(pre2), H = host(h), H2 = host(h2), D = host(dpre), D2 = host(dpre2),
+               DN = host(dpre_nb), B = host(db), B2 = host(db2);
+  double dmax = 0, bmax = 0;
+  for (int64_t e = 0; e < R * N; ++e) dmax = std::max(dmax, std::fabs(D2.at(e)));
+  for (int64_t j = 0; j < N; ++j) bmax = std::max(bmax, std::fabs(B2.at(j)));
+  const double acc = (K + 2) * std::ldexp(1.0, -24);
+  for (int64_t e = 0; e < R * N; ++e) {
+    if (!taken) {  // the composition itself
+      ASSERT_EQ(P.at(e), P2.at(e));
+      ASSERT_EQ(H.at(e), H2.at(e));
+      ASSERT_EQ(D.at(e), D2.at(e));
+      continue;
+    }
+    ASSERT_NEAR(P.at(e), P2.at(e), acc * (K + std::fabs(P2.at(e)))) << "pre " << e;
+    ASSERT_NEAR(H.at(e), H2.at(e), 1e-3 * (std::fabs(P2.at(e)) + std::fabs(H2.at(e))) + 1e-6) << "h " << e;
+    ASSERT_NEAR(D.at(e), D2.at(e), 2e-3 * dmax) << "dpre " << e;
+    ASSERT_EQ(DN.at(e), D.at(e)) << "dpre without the bias gradient " << e;
+  }
+  for (int64_t j = 0; j < N; ++j) ASSERT_NEAR(B.at(j), B2.at(j), taken ? 2e-3 * R * std::max(dmax, bmax / R) : 0.0) << j;
+}
+
+// Both speed modes, an MLP-like shape and a short one, then a shape the epilogues cannot take
+// (N % 8 != 0) composed instead; a repeated shape makes no new cuBLASLt plan.
+TEST(CudaGemmLt, MlpGeluEpiloguesMatchTheComposition) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  for (const Mode& mode : {kBf16, kTf32}) {
+    SCOPED_TRACE(mode.name);
+    check_mlp_epilogues(mode, 40, 48, 64, true);
+    check_mlp_epilogues(mode, 3, 17, 8, true);
+    check_mlp_epilogues(mode, 9, 16, 12, false);
+    const uint64_t plans = cuda::gemm_lt_stats().plans;
+    check_mlp_epilogues(mode, 40, 48, 64, true);
+    EXPECT_EQ(cuda::gemm_lt_stats().plans, plans) << "a repeated shape made a new plan";
+  }
+}
+#endif
+
 TEST(Bf16, WarmGemmCreatesNoPrimitive) {
   ctx::init_threading();
   const GemmDesc g = desc(64, 48, 80, false, true);

@@ -12,12 +12,14 @@
 
 #include "core/rng.h"
 #include "core/fast_paths.h"
+#include "core/precision.h"
 #include "nn/attention.h"
 #include "nn/gpt.h"
 #include "tests/test_util.h"
 #include "train/optim.h"
 #ifdef CTXLAB_WITH_CUDA
-#include "core/cuda/attention.h"  // attention_calls: the fused path ran on the device
+#include "core/cuda/attention.h"     // attention_calls: the fused path ran on the device
+#include "core/cuda/attention_tc.h"  // tc_attention_calls: the tensor-core kernels ran
 #include "core/cuda/cuda_runtime.h"
 #endif
 
@@ -144,18 +146,74 @@ void check_training_steps(const json& posenc, int64_t window) {
 }
 
 // The CUDA backend's attention policy (measured on an H200, docs/results/gpu.md): composed for
-// training shapes up to 2^27 scores, fused past that and for decoding (one query row).
+// training shapes up to 2^27 scores, fused past that and for decoding (one query row); under
+// --precision bf16 the tensor-core kernels for every plain call (no bias, no content-position
+// terms, no dropout) whose head dim they have, unless CTXLAB_BF16_ATTENTION=0.
 TEST(CudaModelAttention, ComposedForTrainingShapesFusedForLargeScoresAndDecoding) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
   const Backend& be = backend(Device::CUDA);
   ASSERT_TRUE(be.has(Fused::Attention));
-  EXPECT_FALSE(be.prefers_fused_attention(8, 12, 1024, 1024)) << "GPT-2 small, T 1024: measured 2.2x faster composed";
-  EXPECT_FALSE(be.prefers_fused_attention(8, 4, 256, 256)) << "small: measured 1.6x faster composed";
-  EXPECT_FALSE(be.prefers_fused_attention(8, 16, 1024, 1024)) << "exactly 2^27 scores";
-  EXPECT_TRUE(be.prefers_fused_attention(8, 16, 1024, 1025)) << "past 2^27 scores";
-  EXPECT_TRUE(be.prefers_fused_attention(8, 12, 4096, 4096)) << "long context";
-  EXPECT_TRUE(be.prefers_fused_attention(4, 12, 1, 300)) << "decoding one token";
-  EXPECT_TRUE(backend(Device::CPU).prefers_fused_attention(8, 12, 1024, 1024)) << "the CPU always prefers its fused kernel";
+  for (const bool plain : {false, true}) {  // fp32: plain or not, the same policy
+    SCOPED_TRACE(plain ? "plain" : "with score terms");
+    EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, plain})) << "GPT-2 small, T 1024: measured 2.2x faster composed";
+    EXPECT_FALSE(be.prefers_fused_attention({8, 4, 256, 256, 32, plain})) << "small: measured 1.6x faster composed";
+    EXPECT_FALSE(be.prefers_fused_attention({8, 16, 1024, 1024, 64, plain})) << "exactly 2^27 scores";
+    EXPECT_TRUE(be.prefers_fused_attention({8, 16, 1024, 1025, 64, plain})) << "past 2^27 scores";
+    EXPECT_TRUE(be.prefers_fused_attention({8, 12, 4096, 4096, 64, plain})) << "long context";
+    EXPECT_TRUE(be.prefers_fused_attention({4, 12, 1, 300, 64, plain})) << "decoding one token";
+  }
+  EXPECT_TRUE(backend(Device::CPU).prefers_fused_attention({8, 12, 1024, 1024, 64, false}))
+      << "the CPU always prefers its fused kernel";
+  PrecisionScope bf16(Precision::BF16);
+  EXPECT_TRUE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, true})) << "bf16, plain: the tensor cores";
+  EXPECT_TRUE(be.prefers_fused_attention({8, 4, 256, 256, 32, true}));
+  EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, false})) << "a bias or relative terms: composed";
+  EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 48, true})) << "no tensor-core kernel for Dh 48";
+  set_fast_path(FastPath::Bf16Attention, false);  // as CTXLAB_BF16_ATTENTION=0
+  EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, true})) << "switched off: composed";
+  reset_fast_path(FastPath::Bf16Attention);
+}
+
+// The same policy end to end: a GPT with Dh 32 trained on cuda under --precision bf16 runs every
+// layer's attention on the tensor-core kernels for a plain encoding (learned, rope), with the
+// switch unset, converting q, k and v to bf16 once where they are split_heads' views (the
+// backward reads the forward's copies); a bias encoding (alibi) and CTXLAB_BF16_ATTENTION=0 keep the composed path (no
+// fused kernel at all).
+TEST(CudaModelAttention, TensorCoresByDefaultForPlainCallsUnderBf16) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  PrecisionScope bf16(Precision::BF16);
+  struct Case {
+    json pe;
+    bool switched_off, want_tc;
+    uint64_t kept, converted;  // bf16 inputs of one layer's forward + backward
+  };
+  // learned: q, k, v views of split_heads' one storage, kept; rope: q and k rotated into storages
+  // of their own, kept, v (a third of the unrotated storage) converted each way; dout converted
+  for (const Case& c : {Case{json{{"type", "learned"}}, false, true, 6, 1},
+                        Case{json{{"type", "rope"}}, false, true, 4, 3}, Case{json{{"type", "alibi"}}, false, false, 0, 0},
+                        Case{json{{"type", "learned"}}, true, false, 0, 0}}) {
+    SCOPED_TRACE(c.pe.dump() + (c.switched_off ? " with CTXLAB_BF16_ATTENTION=0" : ""));
+    if (c.switched_off) set_fast_path(FastPath::Bf16Attention, false);
+    nn::GPT m(testing_util::two_head_cfg(17, 64, 2, 64, 24, c.pe));  // 2 heads of 32
+    m.init_weights(3);
+    m.to(Device::CUDA);
+    const Tensor in = Tensor::from_vector(std::vector<int64_t>{1, 5, 7, 2, 9, 4, 3, 8, 6, 2, 11, 5}, {2, 6})
+                          .to(Device::CUDA);
+    const cuda::TcAttentionCalls tc0 = cuda::tc_attention_calls();
+    const cuda::AttentionCalls simt0 = cuda::attention_calls();
+    Variable loss = m.loss(in, in);
+    loss.backward();
+    EXPECT_TRUE(std::isfinite(loss.data().to(Device::CPU).item()));
+    const uint64_t want = c.want_tc ? (uint64_t)m.cfg.n_layers : 0;
+    EXPECT_EQ(cuda::tc_attention_calls().forward - tc0.forward, want) << "tensor-core forward calls";
+    EXPECT_EQ(cuda::tc_attention_calls().backward - tc0.backward, want) << "tensor-core backward calls";
+    EXPECT_EQ(cuda::attention_calls().forward, simt0.forward) << "no call may take the SIMT kernels";
+    const uint64_t L = (uint64_t)m.cfg.n_layers;
+    EXPECT_EQ(cuda::tc_attention_calls().kept_inputs - tc0.kept_inputs, c.kept * L) << "inputs read from kept copies";
+    EXPECT_EQ(cuda::tc_attention_calls().converted_inputs - tc0.converted_inputs, c.converted * L)
+        << "inputs converted for the call";
+    reset_fast_path(FastPath::Bf16Attention);
+  }
 }
 
 TEST_P(CudaModel, TrainingStepsMatchTheCpu) {

@@ -50,8 +50,8 @@ class RecordingBackend final : public Backend {
   // the backend's measured choice (Backend::prefers_fused_attention), and the dims it was asked for
   bool prefer_fused_attention = true;
   mutable std::vector<std::array<int64_t, 4>> attention_dims_asked;
-  bool prefers_fused_attention(int64_t B, int64_t H, int64_t T, int64_t S) const override {
-    attention_dims_asked.push_back({B, H, T, S});
+  bool prefers_fused_attention(const AttnQuery& a) const override {
+    attention_dims_asked.push_back({a.B, a.H, a.T, a.S});
     return prefer_fused_attention;
   }
   std::string name() const override { return fused_ ? "recording" : "composed-only"; }

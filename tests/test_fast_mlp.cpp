@@ -243,5 +243,71 @@ TEST(FusedLinear, WithoutBiasIsMatmulAndShapeErrorsAreReported) {
   EXPECT_THROW(linear(Variable(x, true), Variable(Tensor::zeros({4, 2})), Variable()), Error);
 }
 
+// ---- the MLP node: mlp_gelu = linear(gelu_tanh(linear(x, w1, b1)), w2, b2) as one node ----
+struct MlpInputs {
+  Tensor x, w1, b1, w2, b2;
+};
+MlpInputs mlp_inputs(DType dt, const Shape& xs, int64_t F, uint64_t seed) {
+  Rng r(seed);
+  const int64_t C = xs.back();
+  MlpInputs in{Tensor::empty(xs, dt), Tensor::empty({F, C}, dt), Tensor::empty({F}, dt), Tensor::empty({C, F}, dt),
+               Tensor::empty({C}, dt)};
+  for (Tensor* t : {&in.x, &in.w1, &in.b1, &in.w2, &in.b2}) r.fill_normal(*t, 0, 0.7);
+  return in;
+}
+
+TEST(FusedMlp, GradcheckF64WithEveryInputOrSome) {
+  set_fast_path(FastPath::Linear, true);
+  for (const Shape& xs : {Shape{5, 4}, Shape{2, 3, 4}}) {
+    const MlpInputs in = mlp_inputs(DType::F64, xs, 6, 21);
+    auto all = gradcheck([](const std::vector<Variable>& v) { return mlp_gelu(v[0], v[1], v[2], v[3], v[4]); },
+                         {in.x, in.w1, in.b1, in.w2, in.b2}, {"x", "w1", "b1", "w2", "b2"});
+    EXPECT_TRUE(all.pass) << all.summary();
+    // only x and w2 (b1 without a gradient: dpre with no bias gradient), then only b1
+    auto some = gradcheck(
+        [&](const std::vector<Variable>& v) {
+          return mlp_gelu(v[0], Variable(in.w1), Variable(in.b1), v[1], Variable(in.b2));
+        },
+        {in.x, in.w2}, {"x", "w2"});
+    EXPECT_TRUE(some.pass) << some.summary();
+    auto bias_only = gradcheck(
+        [&](const std::vector<Variable>& v) {
+          return mlp_gelu(Variable(in.x), Variable(in.w1), v[0], Variable(in.w2), Variable(in.b2));
+        },
+        {in.b1}, {"b1"});
+    EXPECT_TRUE(bias_only.pass) << bias_only.summary();
+    EXPECT_EQ(mlp_gelu(Variable(in.x, true), Variable(in.w1), Variable(in.b1), Variable(in.w2), Variable(in.b2))
+                  .op_name(),
+              "mlp_gelu");
+  }
+  reset_fast_path(FastPath::Linear);
+}
+
+// f32: the node equals its composition (linear, gelu_tanh, linear), forward and every gradient;
+// with the switch off it is that composition.
+TEST(FusedMlp, F32NodeEqualsTheComposition) {
+  const MlpInputs in = mlp_inputs(DType::F32, {3, 17, 24}, 40, 22);
+  Rng r(23);
+  Tensor g = Tensor::empty({3, 17, 24});
+  r.fill_normal(g, 0, 1);
+  auto run = [&](bool fused) {
+    set_fast_path(FastPath::Linear, fused);
+    std::vector<Variable> v;
+    for (const Tensor* t : {&in.x, &in.w1, &in.b1, &in.w2, &in.b2}) v.emplace_back(t->clone(), true);
+    Variable y = mlp_gelu(v[0], v[1], v[2], v[3], v[4]);
+    EXPECT_EQ(y.op_name(), fused ? "mlp_gelu" : "add");
+    sum(mul(y, Variable(g))).backward();
+    reset_fast_path(FastPath::Linear);
+    std::vector<Tensor> out{y.data()};
+    for (const Variable& p : v) out.push_back(p.grad());
+    return out;
+  };
+  const std::vector<Tensor> f = run(true), u = run(false);
+  const char* what[] = {"y", "dx", "dw1", "db1", "dw2", "db2"};
+  for (size_t i = 0; i < f.size(); ++i) expect_close(f[i], u[i], 2e-5, what[i]);
+  EXPECT_THROW(mlp_gelu(Variable(in.x), Variable(in.w1), Variable(in.b1), Variable(in.w1), Variable(in.b2)), Error)
+      << "w2 of the wrong shape";
+}
+
 }  // namespace
 }  // namespace ctx

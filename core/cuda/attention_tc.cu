@@ -20,8 +20,10 @@
 // masked to -inf (P = 0). Shared tiles are [64, D + 8] b16: rows 16-byte aligned for cp.async and
 // ldmatrix, and an ldmatrix's 8 rows 16 bytes apart modulo 128 (distinct bank groups).
 // Inputs are converted to bf16 by one pass each (f32_to_bf16) until activations are bf16 end to
-// end (issue 33 item 3). Fragment layouts: core/cuda/mma.cuh.
+// end (issue 33 item 3); q, k, v once per step: the caller keeps the forward's copies for the
+// backward (TcBf16Inputs). Fragment layouts: core/cuda/mma.cuh.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -499,20 +501,39 @@ bool device_has_tensor_cores() {  // mma.sync bf16, ldmatrix, cp.async: sm_80 an
 
 }  // namespace
 
-bool tc_attention_fits(const AttnDims& d, const Tensor& q, const Tensor& bias, const AttnRel& rel) {
-  return q.dtype() == DType::F32 && !bias.defined() && rel.empty() && !d.dropout.active() && d.kv_stride() == d.S &&
-         d.B * d.H <= 65535 && (d.Dh == 32 || d.Dh == 64 || d.Dh == 128) && device_has_tensor_cores();
+bool tc_attention_shape_fits(int64_t BH, int64_t Dh) {
+  return BH <= 65535 && (Dh == 32 || Dh == 64 || Dh == 128) && device_has_tensor_cores();
 }
 
+bool tc_attention_fits(const AttnDims& d, const Tensor& q, const Tensor& bias, const AttnRel& rel) {
+  return q.dtype() == DType::F32 && !bias.defined() && rel.empty() && !d.dropout.active() && d.kv_stride() == d.S &&
+         tc_attention_shape_fits(d.B * d.H, d.Dh);
+}
+
+namespace {
+std::atomic<uint64_t> g_tc_forward{0}, g_tc_backward{0}, g_tc_kept{0}, g_tc_converted{0};
+// x as bf16: the kept copy when there is one, else a fresh conversion held in `scratch`
+const bf16* bf16_of(const Tensor& x, const uint16_t* kept, Tensor& scratch) {
+  if (kept) return ++g_tc_kept, kept;
+  ++g_tc_converted;
+  scratch = bf16_copy(x);
+  return bits(scratch);
+}
+}  // namespace
+
 void tc_attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                          Tensor& lse) {
+                          Tensor& lse, TcBf16Inputs kept) {
+  ++g_tc_forward;
   if (d.B * d.H * d.T == 0) return;
-  const Tensor qb = bf16_copy(q), kb = bf16_copy(k), vb = bf16_copy(v);
-  CTX_TC_DISPATCH(d.Dh, (forward_d<D>(d, bits(qb), bits(kb), bits(vb), out.data<float>(), lse.data<float>())));
+  Tensor sq, sk, sv;
+  const bf16 *qb = bf16_of(q, kept.q, sq), *kb = bf16_of(k, kept.k, sk), *vb = bf16_of(v, kept.v, sv);
+  CTX_TC_DISPATCH(d.Dh, (forward_d<D>(d, qb, kb, vb, out.data<float>(), lse.data<float>())));
 }
 
 void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                           const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
+                           const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
+                           TcBf16Inputs kept) {
+  ++g_tc_backward;
   const int64_t N = d.B * d.H * d.T;
   if (N == 0 || d.S == 0) {  // no query: no gradient reaches k, v (and dq is empty, or sees no key)
     fill<float>(dq.data<float>(), dq.numel(), 0.0f);
@@ -522,9 +543,16 @@ void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, 
   }
   Tensor rowdot = Tensor::empty({N}, DType::F32, Device::CUDA);  // D_i = dO_i . O_i
   attention_row_dot(dout.data<float>(), out.data<float>(), rowdot.data<float>(), N, d.Dh);
-  const Tensor qb = bf16_copy(q), kb = bf16_copy(k), vb = bf16_copy(v), gb = bf16_copy(dout);
-  CTX_TC_DISPATCH(d.Dh, (backward_d<D>(d, bits(qb), bits(kb), bits(vb), bits(gb), lse.data<float>(),
-                                       rowdot.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>())));
+  Tensor sq, sk, sv;
+  const bf16 *qb = bf16_of(q, kept.q, sq), *kb = bf16_of(k, kept.k, sk), *vb = bf16_of(v, kept.v, sv);
+  Tensor sg;
+  const bf16* gb = bf16_of(dout, nullptr, sg);
+  CTX_TC_DISPATCH(d.Dh, (backward_d<D>(d, qb, kb, vb, gb, lse.data<float>(), rowdot.data<float>(),
+                                       dq.data<float>(), dk.data<float>(), dv.data<float>())));
+}
+
+TcAttentionCalls tc_attention_calls() {
+  return {g_tc_forward.load(), g_tc_backward.load(), g_tc_kept.load(), g_tc_converted.load()};
 }
 
 }  // namespace ctx::cuda

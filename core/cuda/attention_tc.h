@@ -13,14 +13,31 @@ namespace ctx::cuda {
 
 // The dims and operands this kernel computes (the switch and the precision are the caller's).
 bool tc_attention_fits(const AttnDims& d, const Tensor& q, const Tensor& bias, const AttnRel& rel);
+// The part of it a caller knows before it has the tensors: B H blocks, the head dim, the device.
+bool tc_attention_shape_fits(int64_t BH, int64_t Dh);
+
+// q, k, v rounded to bf16 (the caller's kept copies: CudaBackend keeps them with their storages
+// from the forward to the backward), or null: converted here for this call.
+struct TcBf16Inputs {
+  const uint16_t *q = nullptr, *k = nullptr, *v = nullptr;
+};
 
 // q [B, H, T, Dh], k, v [B, H, S, Dh] f32; out [B, H, T, Dh], lse [B, H, T] overwritten (lse +inf
 // and out 0 for a query that sees no key). Semantics as attention_forward with q, k, v and the
 // probabilities rounded to bf16 for the products.
 void tc_attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                          Tensor& lse);
+                          Tensor& lse, TcBf16Inputs kept = {});
 // dq [B, H, T, Dh], dk, dv [B, H, S, Dh] overwritten.
 void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                           const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv);
+                           const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
+                           TcBf16Inputs kept = {});
+
+// Calls of the tensor-core forward and backward since start (tests check with it which kernels a
+// model's attention took), and their bf16 inputs: read from a kept copy, or converted for the call.
+struct TcAttentionCalls {
+  uint64_t forward = 0, backward = 0;
+  uint64_t kept_inputs = 0, converted_inputs = 0;
+};
+TcAttentionCalls tc_attention_calls();
 
 }  // namespace ctx::cuda

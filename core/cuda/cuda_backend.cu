@@ -59,19 +59,21 @@ T* ptr_or_null(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 // (Storage::bf16_copy, as the CPU keeps them: dropped by the storage's next mutable access), so
 // that the GEMMs reading one tensor several times convert it once: a Linear's input (forward,
 // then dw = dy^T x), its weight (forward, dx = dy w, every step until the optimizer writes it) and
-// its output gradient (dx and dw; Backend::gemm_operand_reused). `make`: convert now if there is
-// no copy (only a tensor covering its whole storage: a copy is the whole storage's); else only an
-// existing copy is returned. Null where there is none to use.
+// its output gradient (dx and dw; Backend::gemm_operand_reused), and the tensor-core attention's
+// q, k, v (forward, then backward). A copy is the whole storage's: `make_up_to` is the largest
+// storage, in elements, the caller lets it convert when there is no copy yet (a tensor's own
+// numel: only a tensor covering its storage; q, k and v's numels together: split_heads' one
+// q | k | v storage); 0: only an existing copy is returned. Null where there is none to use.
 std::mutex g_kept_mu;
-const uint16_t* kept_bf16(const Tensor& t, bool make) {
+const uint16_t* kept_bf16(const Tensor& t, int64_t make_up_to) {
   if (gemm_precision() != Precision::BF16 || !t.defined() || t.dtype() != DType::F32 || t.device() != Device::CUDA ||
       t.numel() == 0)
     return nullptr;
   Storage& s = *t.storage();
-  if (!s.bf16_copy.load() && make && t.spans_storage()) {
+  const int64_t n = (int64_t)(s.bytes / sizeof(float));
+  if (!s.bf16_copy.load() && n <= make_up_to) {
     std::lock_guard<std::mutex> lock(g_kept_mu);
     if (!s.bf16_copy.load()) {
-      const int64_t n = (int64_t)(s.bytes / sizeof(float));
       auto* c = new Storage((size_t)n * sizeof(uint16_t), Device::CUDA);
       cuda::f32_to_bf16(static_cast<const float*>(s.data), static_cast<uint16_t*>(c->data), n);
       s.bf16_copy.store(c);
@@ -80,6 +82,7 @@ const uint16_t* kept_bf16(const Tensor& t, bool make) {
   const Storage* c = s.bf16_copy.load();
   return c ? static_cast<const uint16_t*>(c->data) + t.offset() : nullptr;
 }
+const uint16_t* kept_bf16_of_own(const Tensor& t) { return kept_bf16(t, t.defined() ? t.numel() : 0); }
 
 class CudaBackend final : public Backend {
  public:
@@ -97,13 +100,17 @@ class CudaBackend final : public Backend {
   // [B, H, T, S] scores would be large (over 2^27 elements, 512 MiB each in fp32: it keeps several
   // per layer for the backward) and for decoding (T == 1: they read the KV cache in place).
   static constexpr int64_t kComposedAttentionMaxScores = int64_t(1) << 27;
-  // The tensor-core kernels (--precision bf16 with CTXLAB_BF16_ATTENTION=1, an explicit opt-in) are
-  // preferred at every shape: on an H200 a GPT-2 small bf16 step took 35.8 ms with them, 50.9 ms
-  // composed (docs/results/gpu-h200-2026-11-27.md). Opt-in still: a bias encoding does not fit
-  // them (tc_attention_fits) and would take the SIMT kernels here.
-  bool prefers_fused_attention(int64_t B, int64_t H, int64_t T, int64_t S) const override {
-    if (gemm_precision() == Precision::BF16 && fast_path_enabled(FastPath::Bf16Attention)) return true;
-    return T == 1 || B * H * T * S > kComposedAttentionMaxScores;
+  // The tensor-core kernels win at every shape timed: on an H200 a GPT-2 small bf16 step took
+  // 34.0 ms with them, 49.7 ms composed (docs/results/gpu.md). They take the plain calls (no bias,
+  // no content-position terms, no dropout) under --precision bf16, on by default here
+  // (CTXLAB_BF16_ATTENTION=0 turns them off): the composed path's GEMMs round the same q, k, p
+  // and v to bf16 under that precision. The other calls keep the policy above.
+  bool prefers_fused_attention(const AttnQuery& a) const override {
+    if (a.plain && tensor_core_attention_on() && cuda::tc_attention_shape_fits(a.B * a.H, a.Dh)) return true;
+    return a.T == 1 || a.B * a.H * a.T * a.S > kComposedAttentionMaxScores;
+  }
+  static bool tensor_core_attention_on() {
+    return gemm_precision() == Precision::BF16 && fast_path_enabled_or(FastPath::Bf16Attention, true);
   }
 
  protected:
@@ -215,10 +222,10 @@ class CudaBackend final : public Backend {
   }
 
   void gemm_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) override {
-    const cuda::Bf16Operands kept{kept_bf16(A, false), kept_bf16(B, false)};  // before C's write access
+    const cuda::Bf16Operands kept{kept_bf16(A, 0), kept_bf16(B, 0)};  // before C's write access
     CTX_CUDA_DISPATCH_FLOAT(A.dtype(), "gemm", cuda::gemm<T>(g, ptr<T>(A), ptr<T>(B), ptr<T>(C), kept));
   }
-  void gemm_operand_reused(const Tensor& t) override { kept_bf16(t, true); }
+  void gemm_operand_reused(const Tensor& t) override { kept_bf16_of_own(t); }
 
   void softmax_impl(const Tensor& x, Tensor& y, bool log) override {
     if (x.numel() == 0) return;
@@ -376,22 +383,34 @@ class CudaBackend final : public Backend {
   }
 
   // ---- fused methods ----
-  // The tensor-core kernels (bf16 products) under --precision bf16 with FastPath::Bf16Attention on,
-  // where they fit the call (attention_tc.h); the SIMT kernels otherwise.
+  // The tensor-core kernels (bf16 products) under --precision bf16 unless CTXLAB_BF16_ATTENTION=0,
+  // where they fit the call (attention_tc.h); the SIMT kernels otherwise. The forward keeps q, k
+  // and v's bf16 copies with their storages (kept_bf16): the backward reads them again.
   bool tensor_core_attention(const AttnDims& d, const Tensor& q, const Tensor& bias, const AttnRel& rel) const {
-    return gemm_precision() == Precision::BF16 && use_fused(FastPath::Bf16Attention, *this) &&
-           cuda::tc_attention_fits(d, q, bias, rel);
+    return tensor_core_attention_on() && cuda::tc_attention_fits(d, q, bias, rel);
+  }
+  // (make: a storage is converted when q, k and v's views of it cover it: split_heads' q | k | v,
+  // or a rotated q or k of its own; not v alone in q | k | v, which a rotation left behind)
+  static cuda::TcBf16Inputs kept_qkv(const Tensor& q, const Tensor& k, const Tensor& v, bool make) {
+    auto up_to = [&](const Tensor& t) {
+      int64_t n = 0;
+      for (const Tensor* u : {&q, &k, &v}) n += u->storage() == t.storage() ? u->numel() : 0;
+      return make ? n : 0;
+    };
+    return {kept_bf16(q, up_to(q)), kept_bf16(k, up_to(k)), kept_bf16(v, up_to(v))};
   }
   void attention_forward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) override {
-    if (tensor_core_attention(d, q, bias, rel)) return cuda::tc_attention_forward(d, q, k, v, out, lse);
+    if (tensor_core_attention(d, q, bias, rel))
+      return cuda::tc_attention_forward(d, q, k, v, out, lse, kept_qkv(q, k, v, true));
     cuda::attention_forward(d, q, k, v, bias, out, lse, rel);
   }
   void attention_backward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
                                Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,
                                AttnRelGrad& drel) override {
-    if (tensor_core_attention(d, q, bias, rel)) return cuda::tc_attention_backward(d, q, k, v, out, lse, dout, dq, dk, dv);
+    if (tensor_core_attention(d, q, bias, rel))
+      return cuda::tc_attention_backward(d, q, k, v, out, lse, dout, dq, dk, dv, kept_qkv(q, k, v, false));
     cuda::attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
   }
 
@@ -442,7 +461,7 @@ class CudaBackend final : public Backend {
     g.N = N;
     g.K = K;
     // x and w keep their bf16 copies (bf16 mode): the backward's dw and dx read them again
-    const cuda::Bf16Operands kept{kept_bf16(x, true), kept_bf16(w, true)};
+    const cuda::Bf16Operands kept{kept_bf16_of_own(x), kept_bf16_of_own(w)};
     if (x.dtype() == DType::F32 &&
         cuda::gemm_bias_epilogue(g, ptr<float>(x), ptr<float>(w), ptr<float>(b), ptr<float>(y), kept))
       return;
@@ -452,6 +471,35 @@ class CudaBackend final : public Backend {
     copy_strided(b, s, y, d, {R, N}, false);
     g.beta = 1.f;
     gemm(g, x, w, y);
+  }
+
+  // The MLP's GELU in the speed modes' GEMM epilogues (GELU_AUX_BIAS forward, DGELU_BGRAD backward:
+  // no separate GELU pass either way, no separate bias gradient); the base composition elsewhere
+  // (exact fp32, f64, and where cuBLASLt has no algorithm for the epilogue).
+  void linear_gelu_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& pre, Tensor& h) override {
+    const int64_t N = w.size(0), K = w.size(1);
+    GemmDesc g;
+    g.trans_b = true;
+    g.M = K ? x.numel() / K : 0;
+    g.N = N;
+    g.K = K;
+    if (x.dtype() == DType::F32) {
+      const cuda::Bf16Operands kept{kept_bf16_of_own(x), kept_bf16_of_own(w)};
+      if (cuda::gemm_gelu_aux_bias(g, ptr<float>(x), ptr<float>(w), ptr<float>(b), ptr<float>(pre), ptr<float>(h),
+                                   kept))
+        return;
+    }
+    Backend::linear_gelu_impl(x, w, b, pre, h);
+  }
+  void gemm_dgelu_impl(const GemmDesc& g, const Tensor& A, const Tensor& B, const Tensor& pre, Tensor& dpre,
+                       Tensor& dbias) override {
+    if (A.dtype() == DType::F32) {
+      const cuda::Bf16Operands kept{kept_bf16(A, 0), kept_bf16_of_own(B)};  // B: a weight, read again by dx
+      if (cuda::gemm_dgelu(g, ptr<float>(A), ptr<float>(B), ptr<float>(pre), ptr<float>(dpre),
+                           ptr_or_null<float>(dbias), kept))
+        return;
+    }
+    Backend::gemm_dgelu_impl(g, A, B, pre, dpre, dbias);
   }
 
   // The tiles of kernels.h (begin, end, decay), at most kFlatTile elements each, in chunk order,

@@ -161,6 +161,7 @@ struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t l[3] = {nullptr, nullptr, nullptr};  // first operand, second, C = D
   cublasLtMatmulAlgo_t algo;
+  bool ok = false;  // the heuristic had an algorithm (the GELU epilogues may have none: the caller composes)
 };
 // What a plan depends on: shapes, strides, transposes, mode, epilogue, beta == 0 (the heuristic
 // may pick another kernel when C is not read) and the alignments of the four pointers (the
@@ -182,8 +183,33 @@ void layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t c
   CTX_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st, sizeof st));
 }
 
-// Makes the plan of `key` (g, bf16, bias: as gemm_lt's; first / second / c: the pointers it passes).
-LtPlan make_plan(const GemmDesc& g, bool bf16, bool bias, const void* first, const void* second, const void* c) {
+// The epilogues gemm_lt runs (the bias and the aux matrix are column-major [N, M]'s: our [N] per
+// column of the row-major C, and an [M, N] row-major matrix like C):
+//   Bias         C = op(A) op(B) + bias
+//   GeluAuxBias  aux = op(A) op(B) + bias, C = gelu_tanh(aux)
+//   Dgelu        C = op(A) op(B) * gelu_tanh'(aux)
+//   DgeluBgrad   the same, and bias = the column sums of C (written)
+enum class Epi : int { None, Bias, GeluAuxBias, Dgelu, DgeluBgrad };
+struct EpiArgs {
+  Epi kind = Epi::None;
+  const float* bias = nullptr;  // Bias, GeluAuxBias: read; DgeluBgrad: written
+  float* aux = nullptr;         // GeluAuxBias: written; Dgelu*: read
+};
+cublasLtEpilogue_t lt_epilogue(Epi e) {
+  switch (e) {
+    case Epi::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epi::GeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epi::Dgelu: return CUBLASLT_EPILOGUE_DGELU;
+    case Epi::DgeluBgrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+bool has_bias(Epi e) { return e == Epi::Bias || e == Epi::GeluAuxBias || e == Epi::DgeluBgrad; }
+bool has_aux(Epi e) { return e == Epi::GeluAuxBias || e == Epi::Dgelu || e == Epi::DgeluBgrad; }
+
+// Makes the plan of `key` (g, bf16, epi: as gemm_lt's; al_first / al_second / al_c: the alignments
+// of the operands it passes, in bytes).
+LtPlan make_plan(const GemmDesc& g, bool bf16, Epi epi, uint32_t al_first, uint32_t al_second, uint32_t al_c) {
   LtPlan p;
   const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
@@ -192,12 +218,18 @@ LtPlan make_plan(const GemmDesc& g, bool bf16, bool bias, const void* first, con
   const int32_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
   CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
-  if (bias) {  // bias[i] added to row i of the column-major D^T [N, M]: our bias[N] over the row-major rows
-    const uint32_t ep = CUBLASLT_EPILOGUE_BIAS;
-    const int32_t bias_type = CUDA_R_32F;  // fp32, as D (the compute type 32F's bias type)
+  if (epi != Epi::None) {  // bias[i] of row i of the column-major D^T [N, M]: our bias[N] over the row-major rows
+    const uint32_t ep = lt_epilogue(epi);
     CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+  }
+  if (has_bias(epi)) {
+    const int32_t bias_type = CUDA_R_32F;  // fp32, as D (the compute type 32F's bias type)
     CTX_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+  }
+  if (has_aux(epi)) {  // aux: fp32 (D's type), laid out as D: column-major [N, M], ld N
+    const int64_t ld = g.N;
+    CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
   }
   // stored (column-major) shapes: B is [N, K] (ld K) when trans_b, else [K, N] read as N x K (ld N)
   layout(&p.l[0], in, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, g.batch, g.stride_b);
@@ -209,7 +241,7 @@ LtPlan make_plan(const GemmDesc& g, bool bf16, bool bias, const void* first, con
   const uint64_t ws_bytes = kLtWorkspace;
   CTX_CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
-  const uint32_t al[4] = {alignment(first), alignment(second), alignment(c), alignment(c)};
+  const uint32_t al[4] = {al_first, al_second, al_c, al_c};
   const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -221,18 +253,37 @@ LtPlan make_plan(const GemmDesc& g, bool bf16, bool bias, const void* first, con
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(lt_handle(), p.desc, p.l[0], p.l[1], p.l[2], p.l[2], pref, 1, &res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  // no algorithm (CUBLAS_STATUS_NOT_SUPPORTED, or none found): an epilogue the library does not
+  // have for these types and shapes; the plain GEMM must always have one
+  const bool none = st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0);
+  if (none && epi != Epi::None) return p;  // ok = false: the caller composes
   CTX_CUBLAS_CHECK(st);
-  CTX_CHECK(found > 0, "gemm (", bf16 ? "bf16" : "tf32", bias ? ", bias epilogue" : "",
-            "): cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K, " batch=", g.batch);
+  CTX_CHECK(found > 0, "gemm (", bf16 ? "bf16" : "tf32", "): cuBLASLt has no algorithm for M=", g.M, " N=", g.N,
+            " K=", g.K, " batch=", g.batch);
   p.algo = res.algo;
+  p.ok = true;
   return p;
 }
 
-// Row-major C = alpha op(A) op(B) + beta C in bf16 (inputs) or tf32 (compute) mode; with `bias`
-// (beta must be 0): C = alpha op(A) op(B) + bias broadcast over the rows, in the GEMM's epilogue.
-void gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool bf16, const float* bias = nullptr,
+// Row-major C = alpha op(A) op(B) + beta C in bf16 (inputs) or tf32 (compute) mode, through the
+// epilogue e (beta must be 0 with one). False, having run nothing, where cuBLASLt has no algorithm
+// for the epilogue (never for Epi::None).
+bool gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool bf16, const EpiArgs& e = {},
              Bf16Operands kept = {}) {
   std::lock_guard<std::mutex> lock(g_lt_mu);
+  // column-major: D^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M]: first operand B, second A. The
+  // plan is looked up before any conversion (whose scratch buffers are cudaMalloc's, 256-byte
+  // aligned) so that an epilogue without an algorithm costs nothing.
+  const uint32_t al_a = kept.a ? alignment(kept.a) : bf16 ? 256 : alignment(A);
+  const uint32_t al_b = kept.b ? alignment(kept.b) : bf16 ? 256 : alignment(B);
+  const uint32_t al_c = std::min(alignment(C), e.aux ? alignment(e.aux) : 256u);
+  const LtKey key = {g.M, g.N, g.K, g.batch, g.stride_a, g.stride_b, g.stride_c,
+                     (int64_t)g.trans_a << 1 | (int64_t)g.trans_b, (int64_t)bf16, (int64_t)e.kind, g.beta == 0.0,
+                     al_b, al_a, al_c};
+  auto it = plans().find(key);
+  if (it == plans().end()) it = plans().emplace(key, make_plan(g, bf16, e.kind, al_b, al_a, al_c)).first;
+  const LtPlan& p = it->second;
+  if (!p.ok) return ++g_lt_stats.epilogue_fallbacks, false;
   const void* a = A;
   const void* b = B;
   if (bf16) {  // the elements the batch reads, in place (same layout and strides), or the kept copies
@@ -241,22 +292,21 @@ void gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool b
     if (kept.b) b = kept.b, ++g_lt_stats.kept_operands;
     else b = to_bf16(g_scratch_b, B, (g.batch - 1) * g.stride_b + g.K * g.N), ++g_lt_stats.conversions;
   }
-  // column-major: D^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M]: first operand B, second A
-  const LtKey key = {g.M, g.N, g.K, g.batch, g.stride_a, g.stride_b, g.stride_c,
-                     (int64_t)g.trans_a << 1 | (int64_t)g.trans_b, (int64_t)bf16, bias != nullptr, g.beta == 0.0,
-                     alignment(b), alignment(a), alignment(C)};
-  auto it = plans().find(key);
-  if (it == plans().end()) it = plans().emplace(key, make_plan(g, bf16, bias != nullptr, b, a, C)).first;
-  const LtPlan& p = it->second;
-  if (bias) {
-    CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    ++g_lt_stats.bias_epilogues;
+  if (has_bias(e.kind)) {
+    CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof e.bias));
+    ++(e.kind == Epi::Bias ? g_lt_stats.bias_epilogues : g_lt_stats.gelu_epilogues);
+  }
+  if (has_aux(e.kind)) {
+    CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux,
+                                                    sizeof e.aux));
+    if (e.kind == Epi::Dgelu) ++g_lt_stats.gelu_epilogues;
   }
   void* ws = g_workspace.get(kLtWorkspace);
   const float alpha = (float)g.alpha, beta = (float)g.beta;  // CUBLAS_COMPUTE_32F: fp32 scales
   ++g_lt_stats.matmuls;
   CTX_CUBLAS_CHECK(cublasLtMatmul(lt_handle(), p.desc, &alpha, b, p.l[0], a, p.l[1], &beta, C, p.l[2], C, p.l[2],
                                   &p.algo, ws, kLtWorkspace, 0));
+  return true;
 }
 
 bool lt_mode(bool* bf16) {
@@ -278,17 +328,40 @@ GemmLtStats gemm_lt_stats() {
   return s;
 }
 
+namespace {
+// Whether an epilogue call can go to cuBLASLt: a speed mode, sizes in its int range, beta 0, the
+// bias and aux 16-byte aligned (cuBLASLt documents no alignment for the bias; its epilogues are
+// reported to need 16 bytes: marian-nmt's gpu/prod.cpp, 8 failed on an A100) and the aux's ld (N)
+// a multiple of 8 (the GELU epilogues' documented requirement). Tensors start 256-byte aligned:
+// only an offset view takes the composed path.
+bool epilogue_ok(const GemmDesc& g, bool* bf16, const void* bias, const void* aux) {
+  if (!lt_mode(bf16) || g.M <= 0 || g.N <= 0 || g.K <= 0 || g.beta != 0.0) return false;
+  if (g.M > INT_MAX || g.N > INT_MAX || g.K > INT_MAX || g.batch > INT_MAX) return false;
+  const auto al16 = [](const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  return al16(bias) && al16(aux) && (aux == nullptr || (g.batch == 1 && g.N % 8 == 0));
+}
+}  // namespace
+
 bool gemm_bias_epilogue(const GemmDesc& g, const float* A, const float* B, const float* bias, float* C,
                         Bf16Operands kept) {
   bool bf16 = false;
-  if (!lt_mode(&bf16) || g.M <= 0 || g.N <= 0 || g.K <= 0 || g.beta != 0.0) return false;
-  if (g.M > INT_MAX || g.N > INT_MAX || g.K > INT_MAX || g.batch > INT_MAX) return false;
-  // cuBLASLt documents no alignment for the bias; its epilogues are reported to need 16 bytes
-  // (marian-nmt's gpu/prod.cpp: 8 failed on an A100). Tensors start 256-byte aligned: only an
-  // offset view takes the copy path.
-  if ((reinterpret_cast<uintptr_t>(bias) & 15) != 0) return false;
-  gemm_lt(g, A, B, C, bf16, bias, kept);
-  return true;
+  if (!epilogue_ok(g, &bf16, bias, nullptr)) return false;
+  return gemm_lt(g, A, B, C, bf16, EpiArgs{Epi::Bias, bias, nullptr}, kept);
+}
+
+bool gemm_gelu_aux_bias(const GemmDesc& g, const float* A, const float* B, const float* bias, float* aux, float* C,
+                        Bf16Operands kept) {
+  bool bf16 = false;
+  if (!epilogue_ok(g, &bf16, bias, aux)) return false;
+  return gemm_lt(g, A, B, C, bf16, EpiArgs{Epi::GeluAuxBias, bias, aux}, kept);
+}
+
+bool gemm_dgelu(const GemmDesc& g, const float* A, const float* B, const float* aux, float* C, float* dbias,
+                Bf16Operands kept) {
+  bool bf16 = false;
+  if (!epilogue_ok(g, &bf16, dbias, aux)) return false;
+  return gemm_lt(g, A, B, C, bf16, EpiArgs{dbias ? Epi::DgeluBgrad : Epi::Dgelu, dbias, const_cast<float*>(aux)},
+                 kept);
 }
 
 template <class T>
@@ -305,7 +378,10 @@ void gemm(const GemmDesc& g, const T* A, const T* B, T* C, Bf16Operands kept) {
   }
   if constexpr (std::is_same_v<T, float>) {
     bool bf16 = false;
-    if (lt_mode(&bf16)) return gemm_lt(g, A, B, C, bf16, nullptr, kept);
+    if (lt_mode(&bf16)) {
+      gemm_lt(g, A, B, C, bf16, EpiArgs{}, kept);  // Epi::None: always runs
+      return;
+    }
   }
   // column-major: C^T [N, M] = op(B)^T [N, K] * op(A)^T [K, M]
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;

@@ -125,5 +125,14 @@ template <class T> void gemm(const GemmDesc& g, const T* A, const T* B, T* C, Bf
 // not 16-byte aligned): the caller broadcasts the bias into C and runs gemm with beta = 1.
 bool gemm_bias_epilogue(const GemmDesc& g, const float* A, const float* B, const float* bias, float* C,
                         Bf16Operands kept = {});
+// The MLP's GELU epilogues, under the same conditions (one batch item, N a multiple of 8, aux
+// 16-byte aligned) and also false where cuBLASLt has no algorithm for them (the caller composes):
+//   gemm_gelu_aux_bias  aux = op(A) op(B) + bias[N], C = gelu_tanh(aux)   (GELU_AUX_BIAS)
+//   gemm_dgelu          C = op(A) op(B) * gelu_tanh'(aux); dbias[N] = the column sums of C when not
+//                       null (DGELU_BGRAD; DGELU without)
+bool gemm_gelu_aux_bias(const GemmDesc& g, const float* A, const float* B, const float* bias, float* aux, float* C,
+                        Bf16Operands kept = {});
+bool gemm_dgelu(const GemmDesc& g, const float* A, const float* B, const float* aux, float* C, float* dbias,
+                Bf16Operands kept = {});
 
 }  // namespace ctx::cuda
