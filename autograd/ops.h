@@ -54,7 +54,7 @@ Variable linear(const Variable& x, const Variable& w, const Variable& bias = Var
 // The transformer MLP, linear(gelu_tanh(linear(x, w1, b1)), w2, b2) (w1 [F, C], b1 [F], w2 [C, F],
 // b2 [C]), as one node: the backend's linear_gelu forward and gemm_dgelu backward (CUDA: cuBLASLt's
 // GELU epilogues; the GELU's input gradient never exists on its own). Composed where
-// use_fused(FastPath::Linear) says no.
+// use_fused(FastPath::Linear) or use_fused(FastPath::MlpGelu) (CTXLAB_FUSED_MLP=0) says no.
 Variable mlp_gelu(const Variable& x, const Variable& w1, const Variable& b1, const Variable& w2, const Variable& b2);
 
 // ---- reductions (ops_reduce.cpp) ----

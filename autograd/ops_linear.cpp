@@ -113,7 +113,9 @@ Variable mlp_gelu(const Variable& x, const Variable& w1, const Variable& b1, con
   if (b2.defined())
     CTX_CHECK(b2.dim() == 1 && b2.size(0) == w2.size(0), "mlp_gelu: second bias ", b2.data().str(),
               " does not match weight ", w2.data().str());
-  if (!b1.defined() || !b2.defined() || x.dim() < 2 || !use_fused(FastPath::Linear, backend_of(x.data())))
+  const Backend& xb = backend_of(x.data());
+  if (!b1.defined() || !b2.defined() || x.dim() < 2 || !use_fused(FastPath::Linear, xb) ||
+      !use_fused(FastPath::MlpGelu, xb))
     return linear(gelu_tanh(linear(x, w1, b1)), w2, b2);
 
   const Tensor xd = x.data(), w1d = w1.data(), w2d = w2.data();

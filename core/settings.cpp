@@ -29,10 +29,11 @@ const std::vector<Setting>& settings() {
        "for training shapes, fused past 2^27 scores and for decoding)", "0 | 1",
        "0: attention always composed (matmul, mask, softmax, matmul); 1: fused wherever the backend has it",
        "core/fast_paths.cpp"},
-      {"CTXLAB_BF16_ATTENTION", "0", "0 | 1",
-       "1: under --precision bf16 the fused attention's tile products take bf16 inputs too: the CPU's "
-       "kernels (faster; measured +1.8% validation loss on the main job) and on CUDA the tensor-core "
-       "FlashAttention-2 kernels (docs/cuda.md; measured on an H200: GPT-2 small bf16 step 50.9 -> 35.8 ms)", "core/fast_paths.cpp"},
+      {"CTXLAB_BF16_ATTENTION", "unset: off on the CPU, on on CUDA", "0 | 1",
+       "under --precision bf16, whether the fused attention's tile products take bf16 inputs too: on the "
+       "CPU opt-in (1; faster, measured +1.8% validation loss on the main job); on CUDA on unless 0: the "
+       "tensor-core FlashAttention-2 kernels for every call without a bias or relative terms (docs/cuda.md; "
+       "measured on an H200: GPT-2 small bf16 step 49.7 -> 34.0 ms)", "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_CAUSAL_SOFTMAX", "1", "0 | 1",
        "0: the composed attention's mask and softmax as causal_fill + softmax (two passes) instead of "
        "Backend::causal_softmax (one pass each way)", "core/fast_paths.cpp"},
@@ -42,6 +43,10 @@ const std::vector<Setting>& settings() {
       {"CTXLAB_FUSED_HEADS", "1", "0 | 1", "0: head split / merge through reshape + permute + slice",
        "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_LINEAR", "1", "0 | 1", "0: Linear as matmul + add (two nodes) instead of one GEMM with bias",
+       "core/fast_paths.cpp"},
+      {"CTXLAB_FUSED_MLP", "1", "0 | 1",
+       "0: the MLP as linear, gelu_tanh, linear (three nodes) instead of one node whose GELU runs in the "
+       "GEMMs' epilogues on CUDA (cuBLASLt GELU_AUX_BIAS / DGELU_BGRAD under --precision bf16 or --tf32)",
        "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_ODE", "1", "0 | 1",
        "0: FLOATER's RK4 as the composed loop (~10 primitives per stage) instead of one call (its ode_rk4 kernels)",

@@ -29,10 +29,10 @@
 #   compare    bench/gpu_compare.sh against the machine's PyTorch (eager), 2 rounds
 #   compare-core  GPT-2 small bf16 and fp32 (learned) against PyTorch eager and torch.compile
 #              (SDPA flash attention), A B A B, COMPARE_ROUNDS rounds (default 2)
-#   compare-tc GPT-2 small bf16 with the tensor-core attention (CTXLAB_BF16_ATTENTION=1) against
+#   compare-tc GPT-2 small bf16 with the tensor-core attention (the default) against
 #              PyTorch eager and torch.compile, A B A B, COMPARE_ROUNDS rounds (default 2)
-#   tc         GPT-2 small bf16: composed attention vs tensor-core (A B, 2 pairs) and each one's
-#              per-op profile
+#   tc         GPT-2 small bf16: composed attention (CTXLAB_BF16_ATTENTION=0) vs tensor-core, the MLP's
+#              GELU epilogues off (CTXLAB_FUSED_MLP=0) vs on (A B, 2 pairs each), per-op profiles
 #   ncu        Nsight Compute over one GPT-2 small bf16 step's kernels (NCU_KERNELS, NCU_COUNT)
 #   compare-fp32  GPT-2 small fp32 against PyTorch eager (TF32 off on both sides)
 #   compare-bias  GPT-2 small bf16 with ALiBi and T5 buckets against PyTorch FlexAttention
@@ -161,28 +161,31 @@ compare() {  # NAME ARGS...: bench/gpu_compare.sh into OUTDIR/NAME.md, COMPARE_R
 section_compare-core() {
   compare compare-core --models gpt2 --precisions "${COMPARE_PRECISIONS:-bf16,fp32}" --peer-modes eager,compile
 }
-# GPT-2 small bf16 with the tensor-core attention (CTXLAB_BF16_ATTENTION=1, ctxlab's side only)
+# GPT-2 small bf16 with the tensor-core attention (ctxlab's default on CUDA since fa41362)
 section_compare-tc() {
-  CTXLAB_BF16_ATTENTION=1 compare compare-tc --models gpt2 --precisions bf16 --peer-modes eager,compile
+  compare compare-tc --models gpt2 --precisions bf16 --peer-modes eager,compile
 }
 # GPT-2 small fp32 (exact: TF32 off on both sides) against PyTorch eager
 section_compare-fp32() { compare compare-fp32 --models gpt2 --precisions fp32 --peer-modes eager; }
 section_compare-bias() { compare compare-bias --models gpt2 --posencs alibi,t5 --precisions bf16 --peer-modes flex; }
 
 GPT2_BF16="bench --config bench/configs/gpt2-small.json --device cuda --precision bf16 --peak-gflops 989400"
-section_tc() {  # the tensor-core attention on hardware: GPT-2 small bf16, composed (A) vs tensor-core (B)
+section_tc() {  # GPT-2 small bf16 on hardware: composed attention (A, CTXLAB_BF16_ATTENTION=0) vs the
+  # default (B, tensor-core attention), then the MLP's GELU epilogues off (A, CTXLAB_FUSED_MLP=0) vs on (B),
+  # and the default's per-op profile (and the composed attention's)
   local b="$BUILD/ctxlab" j="$OUTDIR/bench" rc=0
   mkdir -p "$j"
-  run 150 bench/ab_steps.sh 2 "$b $GPT2_BF16 --steps 10" "CTXLAB_BF16_ATTENTION=1 $b $GPT2_BF16 --steps 10" || rc=1
-  run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-composed-profile.json" || rc=1
-  CTXLAB_BF16_ATTENTION=1 run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-tc-profile.json" || rc=1
+  run 150 bench/ab_steps.sh 2 "CTXLAB_BF16_ATTENTION=0 $b $GPT2_BF16 --steps 10" "$b $GPT2_BF16 --steps 10" || rc=1
+  run 150 bench/ab_steps.sh 2 "CTXLAB_FUSED_MLP=0 $b $GPT2_BF16 --steps 10" "$b $GPT2_BF16 --steps 10" || rc=1
+  CTXLAB_BF16_ATTENTION=0 run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-composed-profile.json" || rc=1
+  run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-tc-profile.json" || rc=1
   return $rc
 }
 
 section_ncu() {  # Nsight Compute on one GPT-2 small bf16 step's kernels: NCU_KERNELS (regex; default the
   # tensor-core attention and the bf16 conversions), the first NCU_COUNT (default 8) launches
   command -v ncu >/dev/null || { say "no ncu on PATH"; return 1; }
-  CTXLAB_BF16_ATTENTION=1 run 90 ncu --clock-control none --kernel-name regex:"${NCU_KERNELS:-tc_|f32_to_bf16}" \
+  run 90 ncu --clock-control none --kernel-name regex:"${NCU_KERNELS:-tc_|f32_to_bf16}" \
     --launch-count "${NCU_COUNT:-8}" \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
     --csv --log-file "$OUTDIR/ncu-tc.csv" "$BUILD/ctxlab" $GPT2_BF16 --steps 1 --warmup 0

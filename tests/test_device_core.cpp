@@ -367,7 +367,7 @@ TEST(DeviceCore, ComplexOrderFallsBackToItsComposedTwin) {
 // the same default, and use_fused = the switch and (where the path needs one) the backend's has().
 TEST(FastPaths, OneTableTheSettingsAndTheRule) {
   const auto& t = fast_paths();
-  ASSERT_EQ(t.size(), 9u);
+  ASSERT_EQ(t.size(), 10u);
   RecordingBackend none(backend(Device::CPU), false), all(backend(Device::CPU), true);
   for (size_t i = 0; i < t.size(); ++i) {
     const FastPathInfo& r = t[i];
@@ -383,7 +383,8 @@ TEST(FastPaths, OneTableTheSettingsAndTheRule) {
       ASSERT_NE(s, st.end()) << r.env << " is not in the settings table";
       EXPECT_STREQ(s->values, "0 | 1");
       EXPECT_STREQ(s->read_by, "core/fast_paths.cpp");
-      if (r.path != FastPath::Attention) {  // (its default is the backend's measured choice, in words)
+      // (attention's default is the backend's measured choice, bf16 attention's the device's: in words)
+      if (r.path != FastPath::Attention && r.path != FastPath::Bf16Attention) {
         EXPECT_STREQ(s->default_value, r.default_on ? "1" : "0");
       }
       reset_fast_path(r.path);  // (an earlier test may have left an override)
@@ -711,7 +712,7 @@ TEST(DeviceCore, ModuleToMovesEveryParameterOnceKeepingNamesAndTies) {
 
 TEST(Settings, EveryVariableIsInTheTableAndDocumented) {
   const auto& t = settings();
-  EXPECT_EQ(t.size(), 25u);
+  EXPECT_EQ(t.size(), 26u);
   std::ifstream f(std::string(CTXLAB_SOURCE_DIR) + "/docs/settings.md");
   ASSERT_TRUE(f.good()) << "docs/settings.md is missing";
   std::stringstream doc;
