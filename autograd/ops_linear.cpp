@@ -8,8 +8,9 @@
 // Without a bias, or where use_fused(FastPath::Linear) says no (core/fast_paths.h: a backend
 // without Fused::Linear, or CTXLAB_FUSED_LINEAR=0), it is matmul (+ add).
 // mlp_gelu: Backend::linear_gelu keeps pre = x w1^T + b1 and h = gelu(pre), then linear; its
-// backward forms dpre = (dy w2) * gelu'(pre) and db1 by Backend::gemm_dgelu (one cuBLASLt GEMM on
-// CUDA), never the GELU's input gradient dh on its own; the rest is Linear's backward.
+// backward forms dpre = (dy w2) * gelu'(pre) and db1 by Backend::gemm_dgelu (CUDA: one cuBLASLt
+// GEMM with the DGELU epilogue, then the column sums), never the GELU's input gradient dh on its
+// own; the rest is Linear's backward.
 #include "autograd/ops.h"
 #include "autograd/ops_util.h"
 #include "core/fast_paths.h"

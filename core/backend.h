@@ -329,7 +329,7 @@ class Backend {
   // The MLP's backward through the GELU: dpre [M, N] = (op(A) op(B)) * gelu_tanh'(pre) (g as gemm's,
   // one batch item, beta 0) and, when dbias is defined, dbias [N] = the column sums of dpre
   // (overwritten). Base: gemm, the GeluTanh unary backward, reduce_sum (CUDA's speed modes: one
-  // cuBLASLt GEMM, DGELU_BGRAD epilogue).
+  // cuBLASLt GEMM with the DGELU epilogue, then reduce_sum).
   void gemm_dgelu(const GemmDesc& g, const Tensor& A, const Tensor& B, const Tensor& pre, Tensor& dpre,
                   Tensor& dbias);
 

@@ -38,7 +38,7 @@ const std::vector<FastPathInfo>& fast_paths() {
        "matmul + add (autograd/ops_linear.cpp)", "autograd/ops_linear.cpp"},
       {FastPath::MlpGelu, "mlp_gelu", "CTXLAB_FUSED_MLP", true, true, Fused::Linear,
        "mlp_gelu: Backend::linear_gelu forward, Backend::gemm_dgelu backward (CUDA speed modes: cuBLASLt's "
-       "GELU_AUX_BIAS and DGELU_BGRAD epilogues)",
+       "GELU_AUX_BIAS and DGELU epilogues)",
        "linear, gelu_tanh, linear (autograd/ops_linear.cpp)", "autograd/ops_linear.cpp"},
       {FastPath::FlatAdamW, "flat_adamw", nullptr, true, true, Fused::FlatAdamW,
        "Backend::sum_squares + adamw_flat over FlatParams' flat buffers",

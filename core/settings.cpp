@@ -34,6 +34,10 @@ const std::vector<Setting>& settings() {
        "CPU opt-in (1; faster, measured +1.8% validation loss on the main job); on CUDA on unless 0: the "
        "tensor-core FlashAttention-2 kernels for every call without a bias or relative terms (docs/cuda.md; "
        "measured on an H200: GPT-2 small bf16 step 49.7 -> 34.0 ms)", "core/fast_paths.cpp"},
+      {"CTXLAB_TC_FORWARD_ROWS", "128", "64 | 128",
+       "query rows a block of CUDA's tensor-core attention forward takes for head dims up to 64: 128 "
+       "(4 warps x 32 rows, each K / V fragment feeding twice the mma) or 64 (4 x 16); the same results",
+       "core/cuda/attention_tc.cu"},
       {"CTXLAB_FUSED_CAUSAL_SOFTMAX", "1", "0 | 1",
        "0: the composed attention's mask and softmax as causal_fill + softmax (two passes) instead of "
        "Backend::causal_softmax (one pass each way)", "core/fast_paths.cpp"},
@@ -46,7 +50,7 @@ const std::vector<Setting>& settings() {
        "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_MLP", "1", "0 | 1",
        "0: the MLP as linear, gelu_tanh, linear (three nodes) instead of one node whose GELU runs in the "
-       "GEMMs' epilogues on CUDA (cuBLASLt GELU_AUX_BIAS / DGELU_BGRAD under --precision bf16 or --tf32)",
+       "GEMMs' epilogues on CUDA (cuBLASLt GELU_AUX_BIAS / DGELU under --precision bf16 or --tf32)",
        "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_ODE", "1", "0 | 1",
        "0: FLOATER's RK4 as the composed loop (~10 primitives per stage) instead of one call (its ode_rk4 kernels)",

@@ -293,7 +293,7 @@ TEST(CudaGemmLt, SpeedModesWithinTheBounds) {
 #endif
 
 #ifdef CTXLAB_WITH_CUDA
-// The MLP's GELU epilogues (GELU_AUX_BIAS, DGELU_BGRAD / DGELU) in `mode` against the composition
+// The MLP's GELU epilogues (GELU_AUX_BIAS, DGELU) in `mode` against the composition
 // they replace on the same device and mode (linear + the GeluTanh unary; gemm + its backward +
 // reduce_sum): the same bf16 products, so equal to a few fp32 roundings, or to the GELU
 // approximation the library's epilogue may use (its tanh: 1e-3 relative, below bf16's 2^-8 that

@@ -232,6 +232,39 @@ TEST(CudaGemmLt, LinearGemmsReadTheKeptCopies) {
   EXPECT_NE(updated, first);
   EXPECT_EQ(updated, step(fresh)) << "a stale bf16 copy of w was read after w was written";
 }
+
+// The cross-entropy's backward writes dlogits' bf16 copy in the same pass (the LM head's two GEMMs
+// read it next): a GEMM reading dlogits takes the copy (no conversion of it), and equals, bit for
+// bit, the same GEMM on a fresh tensor with dlogits' values that gemm_lt converts itself; the
+// copy holds the target's element after its -dloss (and an ignored row's zeros).
+TEST(CudaGemmLt, CrossEntropyGradientKeepsItsBf16Copy) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  const int64_t N = 13, V = 37, K = 24;  // V odd: the one-element-a-thread kernel (GPT-2's 50257 too)
+  auto on_gpu = [](const std::vector<float>& v, const Shape& s) { return Tensor::from_vector(v, s).to(Device::CUDA); };
+  std::vector<int64_t> tg(N);
+  for (int64_t n = 0; n < N; ++n) tg[n] = n == 5 ? -1 : (n * 7) % V;  // row 5 ignored
+  const Tensor logits = on_gpu(random_vec(N * V, 41), {N, V}), w = on_gpu(random_vec(V * K, 42), {V, K});
+  const Tensor targets = Tensor::from_vector(tg, {N}).to(Device::CUDA);
+  const Tensor dloss = on_gpu(std::vector<float>(N, 1.0f / N), {N});
+  Backend& be = backend(Device::CUDA);
+  Tensor loss = Tensor::empty({N}, DType::F32, Device::CUDA), lse = Tensor::empty({N}, DType::F32, Device::CUDA);
+  be.cross_entropy(logits, targets, loss, lse);
+  PrecisionScope bf16(Precision::BF16);
+  Tensor dz = Tensor::empty({N, V}, DType::F32, Device::CUDA);
+  be.cross_entropy_backward(logits, targets, lse, dloss, dz);
+  GemmDesc g;  // dh [N, K] = dz [N, V] w [V, K]
+  g.M = N, g.N = K, g.K = V;
+  Tensor dh = Tensor::empty({N, K}, DType::F32, Device::CUDA), dh_fresh = Tensor::empty({N, K}, DType::F32, Device::CUDA);
+  const cuda::GemmLtStats s0 = cuda::gemm_lt_stats();
+  be.gemm(g, dz, w, dh);
+  const cuda::GemmLtStats s1 = cuda::gemm_lt_stats();
+  EXPECT_EQ(s1.kept_operands - s0.kept_operands, 1u) << "dlogits was not read from its kept copy";
+  EXPECT_EQ(s1.conversions - s0.conversions, 1u) << "only w is converted";
+  be.gemm(g, dz.clone(), w, dh_fresh);  // a fresh storage: no copy, converted by gemm_lt
+  EXPECT_EQ(cuda::gemm_lt_stats().conversions - s1.conversions, 2u);
+  EXPECT_EQ(dh.to(Device::CPU).to_vector<float>(), dh_fresh.to(Device::CPU).to_vector<float>())
+      << "the kept copy is not dlogits rounded to bf16";
+}
 #endif
 
 // The backward writes dw straight into a preassigned gradient slot (the trainer's flat buffer),

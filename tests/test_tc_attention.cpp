@@ -19,7 +19,8 @@
 
 #include "core/backend.h"
 #include "core/bf16.h"
-#include "core/cuda/attention.h"  // attention_calls: the SIMT kernels were not used
+#include "core/cuda/attention.h"     // attention_calls: the SIMT kernels were not used
+#include "core/cuda/attention_tc.h"  // set_tc_forward_rows
 #include "core/cuda/cuda_runtime.h"
 #include "core/fast_paths.h"
 #include "core/precision.h"
@@ -38,9 +39,10 @@ struct TcCase {
 const TcCase kCases[] = {{1, 2, 100, 100, 64, 0}, {2, 1, 64, 64, 64, 0},  {1, 1, 70, 150, 64, 0},
                          {1, 2, 130, 130, 64, 40}, {1, 1, 20, 20, 64, 1},  {1, 1, 50, 50, 32, 7},
                          {1, 1, 33, 40, 128, 0},   {1, 1, 1, 65, 64, 0},   {1, 1, 78, 92, 64, 0},
-                         {1, 1, 200, 200, 64, 79}};
+                         {1, 1, 200, 200, 64, 79}, {1, 1, 260, 300, 32, 0}};
 // (78, 92: S - T = 14 leaves a warp's 16 x 64 tile one key short of unmasked; 200 with window 79
 // one key short of inside the window: the kernels' unmasked-tile test, sees_all, at its edges)
+// (260 of 300: three forward blocks of 128 queries, the last of 4, with S - T = 40)
 
 std::string name(const TcCase& c) {
   return "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " T" + std::to_string(c.T) + " S" +
@@ -211,6 +213,11 @@ TEST(BackendOpsCuda, TensorCoreAttentionWithinItsBf16Bound) {
     const std::vector<std::vector<float>> got = run_device(c, in);
     EXPECT_EQ(cuda::attention_calls().forward, before.forward) << name(c) << ": took the SIMT kernels";
     worst = std::max(worst, expect_within(c, got, reference(c, in)));
+    // the forward's other block shape (64 query rows for Dh <= 64): the same bits
+    const int other = cuda::tc_forward_rows() == 128 ? 64 : 128;
+    cuda::set_tc_forward_rows(other);
+    EXPECT_EQ(run_device(c, in), got) << name(c) << ": forward blocks of " << other << " rows differ";
+    cuda::set_tc_forward_rows(0);
   }
   std::printf("tensor-core attention: largest error / bound %.3g\n", worst);
   EXPECT_GT(worst, 0.01) << "the bound is more than 100x the largest observed error";

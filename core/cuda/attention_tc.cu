@@ -1,7 +1,8 @@
 // core/cuda/attention_tc.cu — tensor-core FlashAttention-2 (Dao, 2023) for the CUDA backend:
 // bf16 products on mma.sync m16n8k16 with fp32 accumulation, operands staged by cp.async (double
 // buffered) and read by ldmatrix (core/cuda/mma.cuh). Per (b, h):
-//   forward   a block = 64 queries (4 warps x 16 rows, Q fragments in registers); key tiles of 64
+//   forward   a block = 128 queries (4 warps x 32 rows; 64 = 4 x 16 for D = 128; Q fragments in
+//             registers); key tiles of 64
 //             stream through shared memory, the next one in flight while the current is used;
 //             S = Q K^T (16 x 64 per warp), online softmax (running max m, the lane's partial row
 //             sums l; the 4 lanes of a row combine by xor shuffles), O = O e^(m - m') + P V with P
@@ -26,6 +27,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/cuda/attention.h"  // attention_row_dot
@@ -36,6 +39,7 @@
 #include "core/cuda/launch.h"
 #include "core/cuda/mma.cuh"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace ctx::cuda {
 namespace {
@@ -74,9 +78,9 @@ __device__ inline bool sees_all(const Geo& g, int64_t i_lo, int64_t i_hi, int64_
 }
 constexpr float kLog2e = 1.4426950408889634f;  // e^x = 2^(x log2 e): ex2 is the hardware's exponential
 constexpr float kLn2 = 0.6931471805599453f;
-// the tiles [*t0, *t1) of kTileRows keys that queries [i0, i0 + kBlockRows) can see
-__device__ inline void key_tiles(const Geo& g, int64_t i0, int64_t* t0, int64_t* t1) {
-  const int64_t hi = lmin(g.S, lmin(i0 + kBlockRows, g.T) - 1 + g.off + 1);
+// the tiles [*t0, *t1) of kTileRows keys that queries [i0, i0 + rows) can see
+__device__ inline void key_tiles(const Geo& g, int64_t i0, int64_t* t0, int64_t* t1, int rows = kBlockRows) {
+  const int64_t hi = lmin(g.S, lmin(i0 + rows, g.T) - 1 + g.off + 1);
   const int64_t lo = g.window > 0 ? lmax(0, i0 + g.off - g.window + 1) : 0;
   *t0 = lo / kTileRows;
   *t1 = hi > lo ? (hi + kTileRows - 1) / kTileRows : *t0;
@@ -93,7 +97,9 @@ __device__ inline void query_tiles(const Geo& g, int64_t j0, int64_t* t0, int64_
 // A query block's first row, the last blocks first: under the causal mask a block's work grows with
 // its rows, and the blocks launched last should be the short ones (no long tail at the end of the
 // grid). Only the order changes: each block's result is its own.
-__device__ inline int64_t heavy_first_rows() { return (int64_t)(gridDim.x - 1 - blockIdx.x) * kBlockRows; }
+__device__ inline int64_t heavy_first_rows(int rows = kBlockRows) {
+  return (int64_t)(gridDim.x - 1 - blockIdx.x) * rows;
+}
 
 __device__ inline float group_max(float x) {  // over the 4 lanes of a fragment row (same bits in each)
   x = fmaxf(x, __shfl_xor_sync(kFull, x, 1));
@@ -104,12 +110,12 @@ __device__ inline float group_sum(float x) {
   return x + __shfl_xor_sync(kFull, x, 2);
 }
 
-// rows [r0, r0 + 64) of x [.., D] into the tile sm by cp.async; rows from `valid` on are zeros
-template <int D>
+// rows [r0, r0 + ROWS) of x [.., D] into the tile sm by cp.async; rows from `valid` on are zeros
+template <int D, int ROWS = kTileRows>
 __device__ void load_tile(tc::AsyncCopies& cp, const bf16* x, int64_t r0, int64_t valid, bf16* sm) {
   constexpr int chunks = D / 8;  // 16-byte pieces of a row
 CTX_UNROLL
-  for (int e = threadIdx.x; e < kTileRows * chunks; e += kBlock) {
+  for (int e = threadIdx.x; e < ROWS * chunks; e += kBlock) {
     const int r = e / chunks, c = e % chunks;
     bf16* dst = sm + r * Tile<D>::ld + c * 8;
     if (r < valid)
@@ -129,15 +135,18 @@ CTX_UNROLL
   for (int kk = 0; kk < D / 16; ++kk) tc::ldmatrix<4, false>(a[kk], row + 16 * kk);
 }
 
-// acc [16, 64] = A [16, D] X^T for the tile X [64, D] (B = X^T: ldmatrix without .trans; x4 = two
-// 8-row n-blocks of one 16-column k-step)
-template <int D>
-__device__ void mma_abt(float (&acc)[8][4], const uint32_t (&a)[D / 16][4], const bf16* sm) {
+// acc[mt] [16, 64] = A[mt] [16, D] X^T for the tile X [64, D], mt < MT m-tiles of 16 rows (B = X^T:
+// ldmatrix without .trans; x4 = two 8-row n-blocks of one 16-column k-step; each B fragment
+// loaded once feeds the MT m-tiles: 2 MT mma an ldmatrix)
+template <int D, int MT>
+__device__ void mma_abt(float (&acc)[MT][8][4], const uint32_t (&a)[MT][D / 16][4], const bf16* sm) {
   const int l = threadIdx.x % 32, m = l / 8;
 CTX_UNROLL
-  for (int nb = 0; nb < 8; ++nb)
+  for (int mt = 0; mt < MT; ++mt)
 CTX_UNROLL
-    for (int e = 0; e < 4; ++e) acc[nb][e] = 0.0f;
+    for (int nb = 0; nb < 8; ++nb)
+CTX_UNROLL
+      for (int e = 0; e < 4; ++e) acc[mt][nb][e] = 0.0f;
 CTX_UNROLL
   for (int np = 0; np < 4; ++np) {
     const bf16* row = sm + (16 * np + 8 * (m / 2) + l % 8) * Tile<D>::ld + 8 * (m % 2);
@@ -146,30 +155,42 @@ CTX_UNROLL
       uint32_t b[4];
       tc::ldmatrix<4, false>(b, row + 16 * kk);
       const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      tc::mma_16816(acc[2 * np], a[kk], b0, acc[2 * np]);
-      tc::mma_16816(acc[2 * np + 1], a[kk], b1, acc[2 * np + 1]);
+CTX_UNROLL
+      for (int mt = 0; mt < MT; ++mt) {
+        tc::mma_16816(acc[mt][2 * np], a[mt][kk], b0, acc[mt][2 * np]);
+        tc::mma_16816(acc[mt][2 * np + 1], a[mt][kk], b1, acc[mt][2 * np + 1]);
+      }
     }
   }
 }
 
-// acc [16, D] += P [16, 64] Y for the tile Y [64, D]: P from a [16, 64] accumulator rounded to bf16
-// (its C layout is the A layout of two k-halves), B = Y by ldmatrix .trans
-template <int D>
-__device__ void mma_py(float (&acc)[D / 8][4], const float (&p)[8][4], const bf16* sm) {
+// acc[mt] [16, D] += P[mt] [16, 64] Y for the tile Y [64, D]: P from a [16, 64] accumulator rounded
+// to bf16 (its C layout is the A layout of two k-halves), B = Y by ldmatrix .trans, each B fragment
+// feeding the MT m-tiles
+template <int D, int MT>
+__device__ void mma_py(float (&acc)[MT][D / 8][4], const float (&p)[MT][8][4], const bf16* sm) {
   const int l = threadIdx.x % 32, m = l / 8;
 CTX_UNROLL
   for (int kt = 0; kt < 4; ++kt) {
-    const uint32_t a[4] = {tc::pack_bf16(p[2 * kt][0], p[2 * kt][1]), tc::pack_bf16(p[2 * kt][2], p[2 * kt][3]),
-                           tc::pack_bf16(p[2 * kt + 1][0], p[2 * kt + 1][1]),
-                           tc::pack_bf16(p[2 * kt + 1][2], p[2 * kt + 1][3])};
+    uint32_t a[MT][4];
+CTX_UNROLL
+    for (int mt = 0; mt < MT; ++mt) {
+      const float(&q)[8][4] = p[mt];
+      a[mt][0] = tc::pack_bf16(q[2 * kt][0], q[2 * kt][1]), a[mt][1] = tc::pack_bf16(q[2 * kt][2], q[2 * kt][3]);
+      a[mt][2] = tc::pack_bf16(q[2 * kt + 1][0], q[2 * kt + 1][1]);
+      a[mt][3] = tc::pack_bf16(q[2 * kt + 1][2], q[2 * kt + 1][3]);
+    }
     const bf16* row = sm + (16 * kt + 8 * (m % 2) + l % 8) * Tile<D>::ld + 8 * (m / 2);
 CTX_UNROLL
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t b[4];
       tc::ldmatrix<4, true>(b, row + 16 * dp);
       const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      tc::mma_16816(acc[2 * dp], a, b0, acc[2 * dp]);
-      tc::mma_16816(acc[2 * dp + 1], a, b1, acc[2 * dp + 1]);
+CTX_UNROLL
+      for (int mt = 0; mt < MT; ++mt) {
+        tc::mma_16816(acc[mt][2 * dp], a[mt], b0, acc[mt][2 * dp]);
+        tc::mma_16816(acc[mt][2 * dp + 1], a[mt], b1, acc[mt][2 * dp + 1]);
+      }
     }
   }
 }
@@ -214,28 +235,35 @@ CTX_UNROLL
 }
 
 // ------------------------------------------------------------------------------- forward ----
-// grid (ceil(T / 64), B H); block 128; shared Q + 2 K + 2 V tiles. q [B, H, T, D], k, v [B, H, S, D]
-// bf16; out [B, H, T, D], lse [B, H, T] f32.
-template <int D>
+// A block = 4 warps of MT m-tiles (16 MT query rows each). MT = 2 (32 rows a warp, as
+// FlashAttention-2 has it for head dims up to 64): each K / V fragment read from shared memory feeds
+// twice the mma, at 255 registers (a few spilled) for D = 64 against 160; MT = 1 for D = 128, whose
+// accumulators would not fit twice. Which one runs: tc_forward_rows (CTXLAB_TC_FORWARD_ROWS).
+// grid (ceil(T / R), B H) with R = 64 MT queries a block; block 128; shared Q [R, D + 8] + 2 K + 2 V
+// tiles. q [B, H, T, D], k, v [B, H, S, D] bf16; out [B, H, T, D], lse [B, H, T] f32.
+template <int D, int MT>
 __global__ void __launch_bounds__(kBlock) tc_forward_kernel(Geo g, const bf16* q, const bf16* k, const bf16* v,
                                                            float* out, float* lse) {
+  constexpr int R = kWarps * 16 * MT;
   CTX_DYNAMIC_SHARED(bf16, sm);
-  constexpr int E = Tile<D>::elems;
-  bf16 *Qs = sm, *Ks = sm + E, *Vs = sm + 3 * E;  // K, V: two buffers each
+  constexpr int E = Tile<D>::elems, EQ = R * Tile<D>::ld;
+  bf16 *Qs = sm, *Ks = sm + EQ, *Vs = sm + EQ + 2 * E;  // K, V: two buffers each
   const int w = threadIdx.x / 32;
-  const int64_t bh = blockIdx.y, i0 = heavy_first_rows(), r0 = i0 + 16 * w;
+  const int64_t bh = blockIdx.y, i0 = heavy_first_rows(R), r0 = i0 + 16 * MT * w;  // the warp's rows from r0
   const bf16 *kb = k + bh * g.S * D, *vb = v + bh * g.S * D;
   int64_t t0, t1;
-  key_tiles(g, i0, &t0, &t1);
+  key_tiles(g, i0, &t0, &t1, R);
   tc::AsyncCopies cp;
-  load_tile<D>(cp, q + bh * g.T * D, i0, g.T - i0, Qs);
+  load_tile<D, R>(cp, q + bh * g.T * D, i0, g.T - i0, Qs);
   if (t0 < t1) {
     load_tile<D>(cp, kb, t0 * kTileRows, g.S - t0 * kTileRows, Ks);
     load_tile<D>(cp, vb, t0 * kTileRows, g.S - t0 * kTileRows, Vs);
   }
   cp.commit();
-  float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  uint32_t qa[D / 16][4];
+  float o[MT][D / 8][4] = {}, m[MT][2], l[MT][2];
+CTX_UNROLL
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+  uint32_t qa[MT][D / 16][4];
   for (int64_t tt = t0; tt < t1; ++tt) {
     const int buf = (int)((tt - t0) & 1);
     if (tt + 1 < t1) {  // the next tile into the other buffer (free since the last barrier)
@@ -248,29 +276,37 @@ __global__ void __launch_bounds__(kBlock) tc_forward_kernel(Geo g, const bf16* q
       cp.wait<0>();
     }
     __syncthreads();  // every thread's copies of this tile have landed
-    if (tt == t0) load_a<D>(qa, Qs, 16 * w);
-    float s[8][4];
-    mma_abt<D>(s, qa, Ks + buf * E);
+    if (tt == t0)
+CTX_UNROLL
+      for (int mt = 0; mt < MT; ++mt) load_a<D>(qa[mt], Qs, 16 * (MT * w + mt));
+    float s[MT][8][4];
+    mma_abt<D, MT>(s, qa, Ks + buf * E);
     const int64_t j0 = tt * kTileRows;
-    softmax_tile<D>(g, r0, j0, sees_all(g, r0, r0 + 15, j0, j0 + kTileRows - 1), s, m, l, o);
-    mma_py<D>(o, s, Vs + buf * E);
+CTX_UNROLL
+    for (int mt = 0; mt < MT; ++mt) {
+      const int64_t rm = r0 + 16 * mt;
+      softmax_tile<D>(g, rm, j0, sees_all(g, rm, rm + 15, j0, j0 + kTileRows - 1), s[mt], m[mt], l[mt], o[mt]);
+    }
+    mma_py<D, MT>(o, s, Vs + buf * E);
     __syncthreads();  // the buffer is read by every warp before it is refilled
   }
   cp.wait_all();  // (no key tile: the Q copies)
 CTX_UNROLL
-  for (int h = 0; h < 2; ++h) {
-    const float sum = group_sum(l[h]);
-    const int64_t i = acc_row(r0, 2 * h);
-    if (i >= g.T) continue;
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  for (int mt = 0; mt < MT; ++mt)
 CTX_UNROLL
-    for (int nb = 0; nb < D / 8; ++nb) {
-      const int64_t c = acc_col(0, nb, 0);
-      out[(bh * g.T + i) * D + c] = o[nb][2 * h] * inv;
-      out[(bh * g.T + i) * D + c + 1] = o[nb][2 * h + 1] * inv;
+    for (int h = 0; h < 2; ++h) {
+      const float sum = group_sum(l[mt][h]);
+      const int64_t i = acc_row(r0 + 16 * mt, 2 * h);
+      if (i >= g.T) continue;
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+CTX_UNROLL
+      for (int nb = 0; nb < D / 8; ++nb) {
+        const int64_t c = acc_col(0, nb, 0);
+        out[(bh * g.T + i) * D + c] = o[mt][nb][2 * h] * inv;
+        out[(bh * g.T + i) * D + c + 1] = o[mt][nb][2 * h + 1] * inv;
+      }
+      if (threadIdx.x % 4 == 0) lse[bh * g.T + i] = sum > 0.0f ? m[mt][h] * kLn2 + logf(sum) : INFINITY;
     }
-    if (threadIdx.x % 4 == 0) lse[bh * g.T + i] = sum > 0.0f ? m[h] * kLn2 + logf(sum) : INFINITY;
-  }
 }
 
 // ------------------------------------------------------------------------------ backward ----
@@ -321,8 +357,8 @@ CTX_UNROLL
     L[h] = i < g.T ? lse[bh * g.T + i] : INFINITY;
     Di[h] = i < g.T ? Dd[bh * g.T + i] : 0.0f;
   }
-  float acc[D / 8][4] = {};
-  uint32_t qa[D / 16][4], ga[D / 16][4];
+  float acc[1][D / 8][4] = {};
+  uint32_t qa[1][D / 16][4], ga[1][D / 16][4];
   for (int64_t tt = t0; tt < t1; ++tt) {
     const int buf = (int)((tt - t0) & 1);
     if (tt + 1 < t1) {
@@ -335,16 +371,16 @@ CTX_UNROLL
       cp.wait<0>();
     }
     __syncthreads();
-    if (tt == t0) load_a<D>(qa, Qs, 16 * w), load_a<D>(ga, Gs, 16 * w);
-    float s[8][4], dp[8][4];
-    mma_abt<D>(s, qa, Ks + buf * E);   // S = Q K^T
-    mma_abt<D>(dp, ga, Vs + buf * E);  // dP = dO V^T
+    if (tt == t0) load_a<D>(qa[0], Qs, 16 * w), load_a<D>(ga[0], Gs, 16 * w);
+    float s[1][8][4], dp[1][8][4];
+    mma_abt<D, 1>(s, qa, Ks + buf * E);   // S = Q K^T
+    mma_abt<D, 1>(dp, ga, Vs + buf * E);  // dP = dO V^T
     const int64_t j0 = tt * kTileRows;
-    grad_tile(g, sees_all(g, r0, r0 + 15, j0, j0 + kTileRows - 1), s, dp,
+    grad_tile(g, sees_all(g, r0, r0 + 15, j0, j0 + kTileRows - 1), s[0], dp[0],
               [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
       *i = acc_row(r0, e), *j = acc_col(j0, nb, e), *Le = L[e / 2], *De = Di[e / 2];
     });
-    mma_py<D>(acc, dp, Ks + buf * E);  // dQ += dS K
+    mma_py<D, 1>(acc, dp, Ks + buf * E);  // dQ += dS K
     __syncthreads();
   }
   cp.wait_all();
@@ -353,7 +389,7 @@ CTX_UNROLL
     const int64_t i = acc_row(r0, e);
     if (i >= g.T) continue;
 CTX_UNROLL
-    for (int nb = 0; nb < D / 8; ++nb) dq[(bh * g.T + i) * D + acc_col(0, nb, e)] = g.scale * acc[nb][e];
+    for (int nb = 0; nb < D / 8; ++nb) dq[(bh * g.T + i) * D + acc_col(0, nb, e)] = g.scale * acc[0][nb][e];
   }
 }
 
@@ -388,8 +424,8 @@ __global__ void __launch_bounds__(kBlock) tc_dkdv_kernel(Geo g, const bf16* q, c
   load_tile<D>(cp, v + bh * g.S * D, j0, g.S - j0, Vs);
   if (t0 < t1) stage(cp, t0 * kTileRows, 0);
   cp.commit();
-  float ak[D / 8][4] = {}, av[D / 8][4] = {};
-  uint32_t ka[D / 16][4], va[D / 16][4];
+  float ak[1][D / 8][4] = {}, av[1][D / 8][4] = {};
+  uint32_t ka[1][D / 16][4], va[1][D / 16][4];
   for (int64_t tt = t0; tt < t1; ++tt) {
     const int buf = (int)((tt - t0) & 1);
     if (tt + 1 < t1) {
@@ -400,19 +436,19 @@ __global__ void __launch_bounds__(kBlock) tc_dkdv_kernel(Geo g, const bf16* q, c
       cp.wait<0>();
     }
     __syncthreads();
-    if (tt == t0) load_a<D>(ka, Ks, 16 * w), load_a<D>(va, Vs, 16 * w);
-    float st[8][4], dpt[8][4];
-    mma_abt<D>(st, ka, Qs + buf * E);   // S^T = K Q^T   [16 keys, 64 queries]
-    mma_abt<D>(dpt, va, Gs + buf * E);  // dP^T = V dO^T
+    if (tt == t0) load_a<D>(ka[0], Ks, 16 * w), load_a<D>(va[0], Vs, 16 * w);
+    float st[1][8][4], dpt[1][8][4];
+    mma_abt<D, 1>(st, ka, Qs + buf * E);   // S^T = K Q^T   [16 keys, 64 queries]
+    mma_abt<D, 1>(dpt, va, Gs + buf * E);  // dP^T = V dO^T
     const int64_t c0 = tt * kTileRows;
     const float *Lb = Ls + buf * kTileRows, *Db = Ds + buf * kTileRows;
-    grad_tile(g, sees_all(g, c0, c0 + kTileRows - 1, r0, r0 + 15), st, dpt,
+    grad_tile(g, sees_all(g, c0, c0 + kTileRows - 1, r0, r0 + 15), st[0], dpt[0],
               [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
       *j = acc_row(r0, e), *i = acc_col(c0, nb, e);
       *Le = Lb[*i - c0], *De = Db[*i - c0];
     });
-    mma_py<D>(av, st, Gs + buf * E);   // dV += P^T dO
-    mma_py<D>(ak, dpt, Qs + buf * E);  // dK += dS^T Q
+    mma_py<D, 1>(av, st, Gs + buf * E);   // dV += P^T dO
+    mma_py<D, 1>(ak, dpt, Qs + buf * E);  // dK += dS^T Q
     __syncthreads();
   }
   cp.wait_all();
@@ -423,8 +459,8 @@ CTX_UNROLL
 CTX_UNROLL
     for (int nb = 0; nb < D / 8; ++nb) {
       const int64_t n = (bh * g.S + j) * D + acc_col(0, nb, e);
-      dk[n] = g.scale * ak[nb][e];
-      dv[n] = av[nb][e];
+      dk[n] = g.scale * ak[0][nb][e];
+      dv[n] = av[0][nb][e];
     }
   }
 }
@@ -454,13 +490,21 @@ const bf16* bits(const Tensor& y) { return reinterpret_cast<const bf16*>(y.data<
 
 Geo geo(const AttnDims& d) { return Geo{d.T, d.S, d.S - d.T, d.window, (float)d.scale}; }
 
-template <int D>
-void forward_d(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v, float* out, float* lse) {
-  const size_t smem = tile_bytes<D>(5);
-  allow_shared(tc_forward_kernel<D>, smem);
-  CTX_LAUNCH(tc_forward_kernel<D>, dim3((unsigned)cdiv(d.T, kBlockRows), (unsigned)(d.B * d.H)), kBlock, smem, 0,
+template <int D, int MT>
+void forward_mt(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v, float* out, float* lse) {
+  constexpr int R = kWarps * 16 * MT;
+  const size_t smem = tile_bytes<D>(4) + (size_t)R * Tile<D>::ld * sizeof(bf16);
+  allow_shared(tc_forward_kernel<D, MT>, smem);
+  CTX_LAUNCH((tc_forward_kernel<D, MT>), dim3((unsigned)cdiv(d.T, R), (unsigned)(d.B * d.H)), kBlock, smem, 0,
              geo(d), q, k, v, out, lse);
   CTX_CUDA_LAUNCH_CHECK("tc_forward_kernel");
+}
+template <int D>
+void forward_d(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v, float* out, float* lse) {
+  if constexpr (D <= 64) {
+    if (tc_forward_rows() == 128) return forward_mt<D, 2>(d, q, k, v, out, lse);
+  }
+  forward_mt<D, 1>(d, q, k, v, out, lse);
 }
 
 template <int D>
@@ -508,6 +552,27 @@ bool tc_attention_shape_fits(int64_t BH, int64_t Dh) {
 bool tc_attention_fits(const AttnDims& d, const Tensor& q, const Tensor& bias, const AttnRel& rel) {
   return q.dtype() == DType::F32 && !bias.defined() && rel.empty() && !d.dropout.active() && d.kv_stride() == d.S &&
          tc_attention_shape_fits(d.B * d.H, d.Dh);
+}
+
+namespace {
+std::atomic<int> g_forward_rows{0};  // 0: CTXLAB_TC_FORWARD_ROWS, else set_tc_forward_rows's value
+}  // namespace
+
+int tc_forward_rows() {
+  const int set = g_forward_rows.load();
+  if (set) return set;
+  static const int env = [] {
+    const char* v = setting_env("CTXLAB_TC_FORWARD_ROWS");
+    if (!v) return 128;
+    CTX_CHECK(std::strcmp(v, "64") == 0 || std::strcmp(v, "128") == 0,
+              "CTXLAB_TC_FORWARD_ROWS must be 64 or 128 (docs/settings.md), got '", v, "'");
+    return std::atoi(v);
+  }();
+  return env;
+}
+void set_tc_forward_rows(int rows) {
+  CTX_CHECK(rows == 0 || rows == 64 || rows == 128, "set_tc_forward_rows: 64, 128 or 0 (the setting), got ", rows);
+  g_forward_rows.store(rows);
 }
 
 namespace {

@@ -32,6 +32,12 @@ void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, 
                            const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
                            TcBf16Inputs kept = {});
 
+// Query rows a forward block takes for head dims up to 64: 128 (4 warps x 32 rows, the default) or
+// 64 (4 x 16, as D = 128 always has): CTXLAB_TC_FORWARD_ROWS, read once, unless set_tc_forward_rows
+// (tests, A/B benchmarks; 0 returns to the setting) overrides it. Same results either way.
+int tc_forward_rows();
+void set_tc_forward_rows(int rows);
+
 // Calls of the tensor-core forward and backward since start (tests check with it which kernels a
 // model's attention took), and their bf16 inputs: read from a kept copy, or converted for the call.
 struct TcAttentionCalls {

@@ -83,6 +83,21 @@ const uint16_t* kept_bf16(const Tensor& t, int64_t make_up_to) {
   return c ? static_cast<const uint16_t*>(c->data) + t.offset() : nullptr;
 }
 const uint16_t* kept_bf16_of_own(const Tensor& t) { return kept_bf16(t, t.defined() ? t.numel() : 0); }
+// A kept copy for a kernel to fill while it writes t (the cross-entropy's dlogits, which the LM
+// head's two GEMMs read next): the copy's storage attached to t's, uninitialised, or null where t
+// keeps none (not bf16 mode, not f32 on CUDA, or a view of a larger storage). Call after t's
+// mutable access (which drops an older copy) and before anything reads the copy.
+uint16_t* kept_bf16_slot(Tensor& t) {
+  if (gemm_precision() != Precision::BF16 || !t.defined() || t.dtype() != DType::F32 || t.device() != Device::CUDA ||
+      t.numel() == 0 || !t.spans_storage())
+    return nullptr;
+  Storage& s = *t.storage();
+  std::lock_guard<std::mutex> lock(g_kept_mu);
+  s.drop_bf16_copy();
+  auto* c = new Storage(s.bytes / sizeof(float) * sizeof(uint16_t), Device::CUDA);
+  s.bf16_copy.store(c);
+  return static_cast<uint16_t*>(c->data);
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -310,9 +325,11 @@ class CudaBackend final : public Backend {
     const int64_t N = logits.size(0), V = logits.size(1);
     CTX_CUDA_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward", {
       using F = T;
+      F* dz = ptr<F>(dlogits);  // (its mutable access first: it drops any older kept copy)
+      uint16_t* dz16 = kept_bf16_slot(dlogits);
       CTX_CUDA_DISPATCH_INDEX(targets.dtype(), "cross_entropy_backward",
                               cuda::cross_entropy_backward<F, I>(ptr<F>(logits), ptr<I>(targets), ptr<F>(lse),
-                                                                 ptr<F>(dloss), ptr<F>(dlogits), N, V));
+                                                                 ptr<F>(dloss), dz, dz16, N, V));
     });
   }
 
@@ -473,9 +490,9 @@ class CudaBackend final : public Backend {
     gemm(g, x, w, y);
   }
 
-  // The MLP's GELU in the speed modes' GEMM epilogues (GELU_AUX_BIAS forward, DGELU_BGRAD backward:
-  // no separate GELU pass either way, no separate bias gradient); the base composition elsewhere
-  // (exact fp32, f64, and where cuBLASLt has no algorithm for the epilogue).
+  // The MLP's GELU in the speed modes' GEMM epilogues (GELU_AUX_BIAS forward, DGELU backward, then
+  // the bias gradient by reduce_sum's column sums: no separate GELU pass either way); the base
+  // composition elsewhere (exact fp32, f64, and where cuBLASLt has no algorithm for the epilogue).
   void linear_gelu_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& pre, Tensor& h) override {
     const int64_t N = w.size(0), K = w.size(1);
     GemmDesc g;
@@ -495,9 +512,10 @@ class CudaBackend final : public Backend {
                        Tensor& dbias) override {
     if (A.dtype() == DType::F32) {
       const cuda::Bf16Operands kept{kept_bf16(A, 0), kept_bf16_of_own(B)};  // B: a weight, read again by dx
-      if (cuda::gemm_dgelu(g, ptr<float>(A), ptr<float>(B), ptr<float>(pre), ptr<float>(dpre),
-                           ptr_or_null<float>(dbias), kept))
+      if (cuda::gemm_dgelu(g, ptr<float>(A), ptr<float>(B), ptr<float>(pre), ptr<float>(dpre), kept)) {
+        if (dbias.defined()) reduce_sum(dpre.view({g.M, g.N}), dbias);
         return;
+      }
     }
     Backend::gemm_dgelu_impl(g, A, B, pre, dpre, dbias);
   }

@@ -35,7 +35,7 @@ struct GemmLtStats {
   uint64_t plans = 0;           // call shapes cached (one descriptor, three layouts, an algorithm each)
   uint64_t conversions = 0;     // bf16 operands converted by gemm_lt itself (f32_to_bf16 into scratch)
   uint64_t kept_operands = 0;   // bf16 operands read from a tensor's kept copy instead
-  uint64_t gelu_epilogues = 0;  // of the matmuls, ran a GELU epilogue (GELU_AUX_BIAS, DGELU, DGELU_BGRAD)
+  uint64_t gelu_epilogues = 0;  // of the matmuls, ran a GELU epilogue (GELU_AUX_BIAS, DGELU)
   uint64_t epilogue_fallbacks = 0;  // epilogue calls cuBLASLt had no algorithm for (composed instead)
 };
 GemmLtStats gemm_lt_stats();

@@ -188,24 +188,25 @@ void layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t c
 //   Bias         C = op(A) op(B) + bias
 //   GeluAuxBias  aux = op(A) op(B) + bias, C = gelu_tanh(aux)
 //   Dgelu        C = op(A) op(B) * gelu_tanh'(aux)
-//   DgeluBgrad   the same, and bias = the column sums of C (written)
-enum class Epi : int { None, Bias, GeluAuxBias, Dgelu, DgeluBgrad };
+// (Not DGELU_BGRAD, the bias gradient in the epilogue: on an H200 the MLP's backward with it was no
+// faster than the composition (docs/results/gpu.md, 2026-11-27 second session); llm.c also sums
+// the bias gradient with a kernel of its own.)
+enum class Epi : int { None, Bias, GeluAuxBias, Dgelu };
 struct EpiArgs {
   Epi kind = Epi::None;
-  const float* bias = nullptr;  // Bias, GeluAuxBias: read; DgeluBgrad: written
-  float* aux = nullptr;         // GeluAuxBias: written; Dgelu*: read
+  const float* bias = nullptr;  // Bias, GeluAuxBias: read
+  float* aux = nullptr;         // GeluAuxBias: written; Dgelu: read
 };
 cublasLtEpilogue_t lt_epilogue(Epi e) {
   switch (e) {
     case Epi::Bias: return CUBLASLT_EPILOGUE_BIAS;
     case Epi::GeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case Epi::Dgelu: return CUBLASLT_EPILOGUE_DGELU;
-    case Epi::DgeluBgrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
     default: return CUBLASLT_EPILOGUE_DEFAULT;
   }
 }
-bool has_bias(Epi e) { return e == Epi::Bias || e == Epi::GeluAuxBias || e == Epi::DgeluBgrad; }
-bool has_aux(Epi e) { return e == Epi::GeluAuxBias || e == Epi::Dgelu || e == Epi::DgeluBgrad; }
+bool has_bias(Epi e) { return e == Epi::Bias || e == Epi::GeluAuxBias; }
+bool has_aux(Epi e) { return e == Epi::GeluAuxBias || e == Epi::Dgelu; }
 
 // Makes the plan of `key` (g, bf16, epi: as gemm_lt's; al_first / al_second / al_c: the alignments
 // of the operands it passes, in bytes).
@@ -356,12 +357,10 @@ bool gemm_gelu_aux_bias(const GemmDesc& g, const float* A, const float* B, const
   return gemm_lt(g, A, B, C, bf16, EpiArgs{Epi::GeluAuxBias, bias, aux}, kept);
 }
 
-bool gemm_dgelu(const GemmDesc& g, const float* A, const float* B, const float* aux, float* C, float* dbias,
-                Bf16Operands kept) {
+bool gemm_dgelu(const GemmDesc& g, const float* A, const float* B, const float* aux, float* C, Bf16Operands kept) {
   bool bf16 = false;
-  if (!epilogue_ok(g, &bf16, dbias, aux)) return false;
-  return gemm_lt(g, A, B, C, bf16, EpiArgs{dbias ? Epi::DgeluBgrad : Epi::Dgelu, dbias, const_cast<float*>(aux)},
-                 kept);
+  if (!epilogue_ok(g, &bf16, nullptr, aux)) return false;
+  return gemm_lt(g, A, B, C, bf16, EpiArgs{Epi::Dgelu, nullptr, const_cast<float*>(aux)}, kept);
 }
 
 template <class T>

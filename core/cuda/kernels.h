@@ -55,12 +55,13 @@ int64_t column_chunks(int64_t N);
 template <class T> void softmax(const T* x, T* y, int64_t N, int64_t C, bool log, CausalRows rows = {});
 template <class T> void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C,
                                          bool log, CausalRows rows = {});
-// logits [N, V], targets [N] (validated: -1 <= t < V), loss, lse [N]
+// logits [N, V], targets [N] (validated: -1 <= t < V), loss, lse [N]; dlogits16 (f32, or null):
+// dlogits rounded to bf16 too, in the same pass (a kept copy for the LM head's bf16 GEMMs)
 template <class T, class I> void cross_entropy(const T* logits, const I* tgt, T* loss, T* lse,
                                                int64_t N, int64_t V);
 template <class T, class I> void cross_entropy_backward(const T* logits, const I* tgt,
                                                         const T* lse, const T* dloss, T* dlogits,
-                                                        int64_t N, int64_t V);
+                                                        uint16_t* dlogits16, int64_t N, int64_t V);
 
 // --- norm.cu ---  (x, y, dy, dx [N, C]; w, b, dw, db [C]; mean, rstd [N]; part [2, K, C] scratch
 // with K = column_chunks(N))
@@ -128,11 +129,10 @@ bool gemm_bias_epilogue(const GemmDesc& g, const float* A, const float* B, const
 // The MLP's GELU epilogues, under the same conditions (one batch item, N a multiple of 8, aux
 // 16-byte aligned) and also false where cuBLASLt has no algorithm for them (the caller composes):
 //   gemm_gelu_aux_bias  aux = op(A) op(B) + bias[N], C = gelu_tanh(aux)   (GELU_AUX_BIAS)
-//   gemm_dgelu          C = op(A) op(B) * gelu_tanh'(aux); dbias[N] = the column sums of C when not
-//                       null (DGELU_BGRAD; DGELU without)
+//   gemm_dgelu          C = op(A) op(B) * gelu_tanh'(aux)                  (DGELU)
 bool gemm_gelu_aux_bias(const GemmDesc& g, const float* A, const float* B, const float* bias, float* aux, float* C,
                         Bf16Operands kept = {});
-bool gemm_dgelu(const GemmDesc& g, const float* A, const float* B, const float* aux, float* C, float* dbias,
+bool gemm_dgelu(const GemmDesc& g, const float* A, const float* B, const float* aux, float* C,
                 Bf16Operands kept = {});
 
 }  // namespace ctx::cuda

@@ -5,6 +5,7 @@
 // a fully masked row (all -inf) gives softmax 0 / log-softmax -inf; a target < 0 is ignored.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/block_reduce.cuh"
 #include "core/cuda/check.h"
@@ -106,12 +107,19 @@ __global__ void cross_entropy_kernel(const T* logits, const I* tgt, T* loss, T* 
   }
 }
 
+// the bf16 bits of x (round to nearest even, as f32_to_bf16); only f32 has a bf16 twin
+template <class T>
+__device__ inline uint16_t bf16_bits(T x) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn((float)x));
+}
+
 // dz = dloss (softmax(z) - onehot(t)) (0 for an ignored row). One block per row, V consecutive
 // elements a thread by 16-byte accesses where V and the pointers allow (the flat kernel divided
-// every index by V).
+// every index by V). dz16 (f32 only; may be null): dz rounded to bf16 as well, in the same pass
+// (the LM head's GEMMs read it under --precision bf16 instead of converting dz).
 template <class T, class I, int W>
 __global__ void cross_entropy_backward_kernel(const T* logits, const I* tgt, const T* lse, const T* dloss,
-                                              T* dz, int64_t N, int64_t V) {
+                                              T* dz, uint16_t* dz16, int64_t N, int64_t V) {
   using P = Pack<T, W>;
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const int64_t t = (int64_t)tgt[n];
@@ -123,9 +131,14 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const I* tgt, con
       P d;
       for (int e = 0; e < W; ++e) d.x[e] = t < 0 ? T(0) : g * std::exp(z.x[e] - l);
       dr[c] = d;
+      if (dz16)
+        for (int e = 0; e < W; ++e) dz16[n * V + c * W + e] = bf16_bits(d.x[e]);
     }
     __syncthreads();  // the target's element after every thread's store to its pack
-    if (threadIdx.x == 0 && t >= 0) dz[n * V + t] -= g;
+    if (threadIdx.x == 0 && t >= 0) {
+      dz[n * V + t] -= g;
+      if (dz16) dz16[n * V + t] = bf16_bits(dz[n * V + t]);
+    }
   }
 }
 
@@ -157,21 +170,22 @@ void cross_entropy(const T* logits, const I* tgt, T* loss, T* lse, int64_t N, in
 
 template <class T, class I>
 void cross_entropy_backward(const T* logits, const I* tgt, const T* lse, const T* dloss, T* dlogits,
-                            int64_t N, int64_t V) {
+                            uint16_t* dlogits16, int64_t N, int64_t V) {
   if (N * V == 0) return;
   constexpr int W = kPack<T>;
+  if (!std::is_same_v<T, float>) dlogits16 = nullptr;
   if (packs<T>(V, {logits, dlogits}))
     CTX_LAUNCH((cross_entropy_backward_kernel<T, I, W>), row_grid(N), row_threads(V / W), 0, 0, logits, tgt, lse,
-               dloss, dlogits, N, V);
+               dloss, dlogits, dlogits16, N, V);
   else
     CTX_LAUNCH((cross_entropy_backward_kernel<T, I, 1>), row_grid(N), row_threads(V), 0, 0, logits, tgt, lse, dloss,
-               dlogits, N, V);
+               dlogits, dlogits16, N, V);
   CTX_CUDA_LAUNCH_CHECK("cross_entropy_backward_kernel");
 }
 
 #define CTX_INST_CE(T, I)                                                                       \
   template void cross_entropy<T, I>(const T*, const I*, T*, T*, int64_t, int64_t);              \
-  template void cross_entropy_backward<T, I>(const T*, const I*, const T*, const T*, T*, int64_t, int64_t);
+  template void cross_entropy_backward<T, I>(const T*, const I*, const T*, const T*, T*, uint16_t*, int64_t, int64_t);
 #define CTX_INST_SOFTMAX(T)                                                          \
   template void softmax<T>(const T*, T*, int64_t, int64_t, bool, CausalRows);                    \
   template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, bool, CausalRows); \
