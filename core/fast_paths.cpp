@@ -36,7 +36,7 @@ const std::vector<FastPathInfo>& fast_paths() {
       {FastPath::Linear, "linear", "CTXLAB_FUSED_LINEAR", true, true, Fused::Linear,
        "Backend::linear (the bias inside the GEMM; backward gemm + reduce_sum)",
        "matmul + add (autograd/ops_linear.cpp)", "autograd/ops_linear.cpp"},
-      {FastPath::MlpGelu, "mlp_gelu", "CTXLAB_FUSED_MLP", true, true, Fused::Linear,
+      {FastPath::MlpGelu, "mlp_gelu", "CTXLAB_FUSED_MLP", false, true, Fused::Linear,
        "mlp_gelu: Backend::linear_gelu forward, Backend::gemm_dgelu backward (CUDA speed modes: cuBLASLt's "
        "GELU_AUX_BIAS and DGELU epilogues)",
        "linear, gelu_tanh, linear (autograd/ops_linear.cpp)", "autograd/ops_linear.cpp"},

@@ -27,7 +27,7 @@ enum class FastPath {
   Rope,           // rotary rotation (Fused::Rope): rope_rotate, complex_order_embed
   Heads,          // head split / merge (Fused::Heads)
   Linear,         // Linear with its bias in one GEMM (Fused::Linear)
-  MlpGelu,        // the MLP (linear, gelu_tanh, linear) as one node (Fused::Linear)
+  MlpGelu,        // the MLP (linear, gelu_tanh, linear) as one node (Fused::Linear; opt-in, measured)
   FlatAdamW,      // AdamW over flat buffers (Fused::FlatAdamW)
   GruCell,        // the rnn encoding's fused GRU gates (its gru_cell extension kernels, and Fused::Linear)
   OdeRk4,         // FLOATER's RK4 in one call (its ode_rk4 extension kernels)

@@ -34,9 +34,10 @@ const std::vector<Setting>& settings() {
        "CPU opt-in (1; faster, measured +1.8% validation loss on the main job); on CUDA on unless 0: the "
        "tensor-core FlashAttention-2 kernels for every call without a bias or relative terms (docs/cuda.md; "
        "measured on an H200: GPT-2 small bf16 step 49.7 -> 34.0 ms)", "core/fast_paths.cpp"},
-      {"CTXLAB_TC_FORWARD_ROWS", "128", "64 | 128",
-       "query rows a block of CUDA's tensor-core attention forward takes for head dims up to 64: 128 "
-       "(4 warps x 32 rows, each K / V fragment feeding twice the mma) or 64 (4 x 16); the same results",
+      {"CTXLAB_TC_FORWARD_ROWS", "64", "64 | 128",
+       "query rows a block of CUDA's tensor-core attention forward takes for head dims up to 64: 64 "
+       "(4 warps x 16 rows, timed on an H200) or 128 (4 x 32, each K / V fragment feeding twice the mma; "
+       "not yet timed on a GPU); the same results",
        "core/cuda/attention_tc.cu"},
       {"CTXLAB_FUSED_CAUSAL_SOFTMAX", "1", "0 | 1",
        "0: the composed attention's mask and softmax as causal_fill + softmax (two passes) instead of "
@@ -48,9 +49,11 @@ const std::vector<Setting>& settings() {
        "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_LINEAR", "1", "0 | 1", "0: Linear as matmul + add (two nodes) instead of one GEMM with bias",
        "core/fast_paths.cpp"},
-      {"CTXLAB_FUSED_MLP", "1", "0 | 1",
-       "0: the MLP as linear, gelu_tanh, linear (three nodes) instead of one node whose GELU runs in the "
-       "GEMMs' epilogues on CUDA (cuBLASLt GELU_AUX_BIAS / DGELU under --precision bf16 or --tf32)",
+      {"CTXLAB_FUSED_MLP", "0", "0 | 1",
+       "1: the MLP as one node whose GELU runs in the GEMMs' epilogues on CUDA (cuBLASLt GELU_AUX_BIAS / "
+       "DGELU under --precision bf16 or --tf32) instead of linear, gelu_tanh, linear (three nodes). "
+       "Opt-in: on an H200 the first version (with DGELU_BGRAD) was 1.5% slower a GPT-2 small bf16 step; "
+       "the DGELU version awaits a GPU",
        "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_ODE", "1", "0 | 1",
        "0: FLOATER's RK4 as the composed loop (~10 primitives per stage) instead of one call (its ode_rk4 kernels)",

@@ -31,9 +31,9 @@
 #              (SDPA flash attention), A B A B, COMPARE_ROUNDS rounds (default 2)
 #   compare-tc GPT-2 small bf16 with the tensor-core attention (the default) against
 #              PyTorch eager and torch.compile, A B A B, COMPARE_ROUNDS rounds (default 2)
-#   tc         GPT-2 small bf16: composed attention (CTXLAB_BF16_ATTENTION=0) vs tensor-core, the MLP's
-#              GELU epilogues off (CTXLAB_FUSED_MLP=0) vs on, the tensor-core forward's blocks of 64
-#              query rows (CTXLAB_TC_FORWARD_ROWS=64) vs 128 (A B, 2 pairs each), per-op profiles
+#   tc         GPT-2 small bf16: composed attention (CTXLAB_BF16_ATTENTION=0) vs tensor-core, then the
+#              default vs the MLP's GELU epilogues (CTXLAB_FUSED_MLP=1) and vs the tensor-core forward's
+#              blocks of 128 query rows (CTXLAB_TC_FORWARD_ROWS=128) (A B, 2 pairs each), per-op profiles
 #   ncu        Nsight Compute over one GPT-2 small bf16 step's kernels (NCU_KERNELS, NCU_COUNT)
 #   compare-fp32  GPT-2 small fp32 against PyTorch eager (TF32 off on both sides)
 #   compare-bias  GPT-2 small bf16 with ALiBi and T5 buckets against PyTorch FlexAttention
@@ -94,7 +94,7 @@ run() {
   return $rc
 }
 
-CUDA_TESTS='^(BackendOpsCuda\.|Cuda\.|CudaModel[A-Za-z]*\.|CudaCheckpoint\.|CudaTrainStep\.|CudaGemmLt\.|DeviceCore\.|Devices/BackendOps\..*/cuda|Encodings/CudaModel\.|device_.*cuda_vs_cpu|precision_.*_cuda)'
+CUDA_TESTS='^(BackendOpsCuda\.|Cuda\.|CudaModel[A-Za-z]*\.|CudaCheckpoint\.|CudaTrainStep\.|CudaGemmLt\.|FusedMlp\.Cuda|DeviceCore\.|Devices/BackendOps\..*/cuda|Encodings/CudaModel\.|device_.*cuda_vs_cpu|precision_.*_cuda)'
 
 section_env() {
   run 30 nvidia-smi || { say "no usable nvidia-smi: is there a GPU?"; return 1; }
@@ -172,13 +172,13 @@ section_compare-bias() { compare compare-bias --models gpt2 --posencs alibi,t5 -
 
 GPT2_BF16="bench --config bench/configs/gpt2-small.json --device cuda --precision bf16 --peak-gflops 989400"
 section_tc() {  # GPT-2 small bf16 on hardware: composed attention (A, CTXLAB_BF16_ATTENTION=0) vs the
-  # default (B, tensor-core attention), then the MLP's GELU epilogues off (A, CTXLAB_FUSED_MLP=0) vs on (B),
-  # the tensor-core forward's 64-row blocks (A) vs 128 (B), and the per-op profiles
+  # default (B, tensor-core attention), then the default (A) vs the opt-in MLP GELU epilogues
+  # (B, CTXLAB_FUSED_MLP=1), vs the tensor-core forward's 128-row blocks (B), and the per-op profiles
   local b="$BUILD/ctxlab" j="$OUTDIR/bench" rc=0
   mkdir -p "$j"
   run 150 bench/ab_steps.sh 2 "CTXLAB_BF16_ATTENTION=0 $b $GPT2_BF16 --steps 10" "$b $GPT2_BF16 --steps 10" || rc=1
-  run 150 bench/ab_steps.sh 2 "CTXLAB_FUSED_MLP=0 $b $GPT2_BF16 --steps 10" "$b $GPT2_BF16 --steps 10" || rc=1
-  run 150 bench/ab_steps.sh 2 "CTXLAB_TC_FORWARD_ROWS=64 $b $GPT2_BF16 --steps 10" "$b $GPT2_BF16 --steps 10" || rc=1
+  run 150 bench/ab_steps.sh 2 "$b $GPT2_BF16 --steps 10" "CTXLAB_FUSED_MLP=1 $b $GPT2_BF16 --steps 10" || rc=1
+  run 150 bench/ab_steps.sh 2 "$b $GPT2_BF16 --steps 10" "CTXLAB_TC_FORWARD_ROWS=128 $b $GPT2_BF16 --steps 10" || rc=1
   CTXLAB_BF16_ATTENTION=0 run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-composed-profile.json" || rc=1
   run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-tc-profile.json" || rc=1
   return $rc

@@ -15,8 +15,12 @@
 #include "core/cpu/onednn_ops.h"
 #include "core/cpu/ref_kernels.h"
 #include "core/threads.h"
+#include "core/precision.h"
 #include "core/rng.h"
 #include "test_util.h"
+#ifdef CTXLAB_WITH_CUDA
+#include "core/cuda/cuda_runtime.h"  // gemm_lt_stats
+#endif
 
 namespace ctx {
 namespace {
@@ -258,6 +262,7 @@ MlpInputs mlp_inputs(DType dt, const Shape& xs, int64_t F, uint64_t seed) {
 
 TEST(FusedMlp, GradcheckF64WithEveryInputOrSome) {
   set_fast_path(FastPath::Linear, true);
+  set_fast_path(FastPath::MlpGelu, true);  // (opt-in)
   for (const Shape& xs : {Shape{5, 4}, Shape{2, 3, 4}}) {
     const MlpInputs in = mlp_inputs(DType::F64, xs, 6, 21);
     auto all = gradcheck([](const std::vector<Variable>& v) { return mlp_gelu(v[0], v[1], v[2], v[3], v[4]); },
@@ -281,33 +286,59 @@ TEST(FusedMlp, GradcheckF64WithEveryInputOrSome) {
               "mlp_gelu");
   }
   reset_fast_path(FastPath::Linear);
+  reset_fast_path(FastPath::MlpGelu);
 }
 
-// f32: the node equals its composition (linear, gelu_tanh, linear), forward and every gradient;
-// with the switch off it is that composition.
-TEST(FusedMlp, F32NodeEqualsTheComposition) {
+// The node against its composition (linear, gelu_tanh, linear), forward and every gradient, on
+// `dev` (inputs copied there, results compared on the host) under precision `p`; with the switch
+// off (CTXLAB_FUSED_MLP's default) it is that composition. Returns the largest relative difference.
+double node_vs_composition(Device dev, Precision p, double tol) {
   const MlpInputs in = mlp_inputs(DType::F32, {3, 17, 24}, 40, 22);
   Rng r(23);
   Tensor g = Tensor::empty({3, 17, 24});
   r.fill_normal(g, 0, 1);
+  PrecisionScope scope(p);
   auto run = [&](bool fused) {
-    set_fast_path(FastPath::Linear, fused);
+    set_fast_path(FastPath::MlpGelu, fused);
     std::vector<Variable> v;
-    for (const Tensor* t : {&in.x, &in.w1, &in.b1, &in.w2, &in.b2}) v.emplace_back(t->clone(), true);
+    for (const Tensor* t : {&in.x, &in.w1, &in.b1, &in.w2, &in.b2}) v.emplace_back(t->to(dev), true);
     Variable y = mlp_gelu(v[0], v[1], v[2], v[3], v[4]);
-    EXPECT_EQ(y.op_name(), fused ? "mlp_gelu" : "add");
-    sum(mul(y, Variable(g))).backward();
-    reset_fast_path(FastPath::Linear);
-    std::vector<Tensor> out{y.data()};
-    for (const Variable& p : v) out.push_back(p.grad());
+    EXPECT_EQ(y.op_name(), fused ? "mlp_gelu" : "linear");
+    sum(mul(y, Variable(g.to(dev)))).backward();
+    reset_fast_path(FastPath::MlpGelu);
+    std::vector<Tensor> out{y.data().to(Device::CPU)};
+    for (const Variable& x : v) out.push_back(x.grad().to(Device::CPU));
     return out;
   };
   const std::vector<Tensor> f = run(true), u = run(false);
   const char* what[] = {"y", "dx", "dw1", "db1", "dw2", "db2"};
-  for (size_t i = 0; i < f.size(); ++i) expect_close(f[i], u[i], 2e-5, what[i]);
+  double worst = 0;
+  for (size_t i = 0; i < f.size(); ++i) {
+    expect_close(f[i], u[i], tol, what[i]);
+    for (int64_t e = 0; e < f[i].numel(); ++e)
+      worst = std::max(worst, std::fabs(f[i].at(e) - u[i].at(e)) / (1 + std::fabs(u[i].at(e))));
+  }
+  return worst;
+}
+
+TEST(FusedMlp, F32NodeEqualsTheComposition) {
+  node_vs_composition(Device::CPU, Precision::FP32, 2e-5);
+  const MlpInputs in = mlp_inputs(DType::F32, {2, 4}, 6, 1);
   EXPECT_THROW(mlp_gelu(Variable(in.x), Variable(in.w1), Variable(in.b1), Variable(in.w1), Variable(in.b2)), Error)
       << "w2 of the wrong shape";
 }
+
+#ifdef CTXLAB_WITH_CUDA
+// On CUDA under --precision bf16 the node runs cuBLASLt's GELU epilogues (counted): the same
+// bf16 products as the composition, so equal to the GELU approximation the library may use.
+TEST(FusedMlp, CudaBf16NodeRunsTheEpiloguesAndMatchesTheComposition) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  const uint64_t before = cuda::gemm_lt_stats().gelu_epilogues;
+  const double worst = node_vs_composition(Device::CUDA, Precision::BF16, 3e-3);
+  EXPECT_EQ(cuda::gemm_lt_stats().gelu_epilogues - before, 2u) << "GELU_AUX_BIAS forward, DGELU backward";
+  std::printf("mlp_gelu on cuda (bf16): largest relative difference from the composition %.3g\n", worst);
+}
+#endif
 
 }  // namespace
 }  // namespace ctx

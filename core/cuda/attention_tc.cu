@@ -1,8 +1,8 @@
 // core/cuda/attention_tc.cu — tensor-core FlashAttention-2 (Dao, 2023) for the CUDA backend:
 // bf16 products on mma.sync m16n8k16 with fp32 accumulation, operands staged by cp.async (double
 // buffered) and read by ldmatrix (core/cuda/mma.cuh). Per (b, h):
-//   forward   a block = 128 queries (4 warps x 32 rows; 64 = 4 x 16 for D = 128; Q fragments in
-//             registers); key tiles of 64
+//   forward   a block = 64 queries (4 warps x 16 rows; or 128 = 4 x 32 for D <= 64 with
+//             CTXLAB_TC_FORWARD_ROWS=128; Q fragments in registers); key tiles of 64
 //             stream through shared memory, the next one in flight while the current is used;
 //             S = Q K^T (16 x 64 per warp), online softmax (running max m, the lane's partial row
 //             sums l; the 4 lanes of a row combine by xor shuffles), O = O e^(m - m') + P V with P
@@ -235,10 +235,11 @@ CTX_UNROLL
 }
 
 // ------------------------------------------------------------------------------- forward ----
-// A block = 4 warps of MT m-tiles (16 MT query rows each). MT = 2 (32 rows a warp, as
-// FlashAttention-2 has it for head dims up to 64): each K / V fragment read from shared memory feeds
-// twice the mma, at 255 registers (a few spilled) for D = 64 against 160; MT = 1 for D = 128, whose
-// accumulators would not fit twice. Which one runs: tc_forward_rows (CTXLAB_TC_FORWARD_ROWS).
+// A block = 4 warps of MT m-tiles (16 MT query rows each). MT = 1 is what ran on an H200 (the
+// default); MT = 2 (32 rows a warp, as FlashAttention-2 has it for head dims up to 64: each K / V
+// fragment read from shared memory feeds twice the mma, at 255 registers with a few spilled for
+// D = 64 against 160) waits for a GPU to time it (CTXLAB_TC_FORWARD_ROWS=128, tc_forward_rows);
+// D = 128 always takes MT = 1 (its accumulators would not fit twice).
 // grid (ceil(T / R), B H) with R = 64 MT queries a block; block 128; shared Q [R, D + 8] + 2 K + 2 V
 // tiles. q [B, H, T, D], k, v [B, H, S, D] bf16; out [B, H, T, D], lse [B, H, T] f32.
 template <int D, int MT>
@@ -563,7 +564,7 @@ int tc_forward_rows() {
   if (set) return set;
   static const int env = [] {
     const char* v = setting_env("CTXLAB_TC_FORWARD_ROWS");
-    if (!v) return 128;
+    if (!v) return 64;
     CTX_CHECK(std::strcmp(v, "64") == 0 || std::strcmp(v, "128") == 0,
               "CTXLAB_TC_FORWARD_ROWS must be 64 or 128 (docs/settings.md), got '", v, "'");
     return std::atoi(v);

@@ -32,8 +32,8 @@ void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, 
                            const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
                            TcBf16Inputs kept = {});
 
-// Query rows a forward block takes for head dims up to 64: 128 (4 warps x 32 rows, the default) or
-// 64 (4 x 16, as D = 128 always has): CTXLAB_TC_FORWARD_ROWS, read once, unless set_tc_forward_rows
+// Query rows a forward block takes for head dims up to 64: 64 (4 warps x 16 rows, the default, as
+// D = 128 always has) or 128 (4 x 32; not yet timed on a GPU): CTXLAB_TC_FORWARD_ROWS, read once, unless set_tc_forward_rows
 // (tests, A/B benchmarks; 0 returns to the setting) overrides it. Same results either way.
 int tc_forward_rows();
 void set_tc_forward_rows(int rows);
