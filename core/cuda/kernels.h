@@ -63,7 +63,8 @@ template <class T, class I> void cross_entropy_backward(const T* logits, const I
                                                         int64_t N, int64_t V);
 
 // --- norm.cu ---  (x, y, dy, dx [N, C]; w, b, dw, db [C]; mean, rstd [N]; part [2, K, C] scratch
-// with K = column_chunks(N))
+// (RMSNorm: [K, C]) with K = norm_part_chunks(N))
+int64_t norm_part_chunks(int64_t N);
 template <class T> void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean,
                                   T* rstd, int64_t N, int64_t C);
 template <class T> void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean,
