@@ -42,7 +42,7 @@ template <class T> void dropout(const T* x, T* y, int64_t n, const DropoutMask& 
 // summed dims (L elements); one block per output, a fixed tree per block.
 template <class T> void reduce_sum(const T* x, T* out, const NdStrides<1>& kept, int64_t no,
                                    const NdStrides<1>& red, int64_t L);
-// out[c] += sum_k part[k, c], k in order (part [K, C]): the second pass of column sums
+// out[c] += sum_k part[k, c] in a fixed order (part [K, C]): the second pass of column sums
 template <class T> void column_sum_add(const T* part, T* out, int64_t K, int64_t C);
 // out[c] = sum over the rows of x [R, C] (part [column_chunks(R), C] scratch): two coalesced passes
 template <class T> void column_sums(const T* x, T* part, T* out, int64_t R, int64_t C);

@@ -1,7 +1,7 @@
 // core/cuda/norm.cu — LayerNorm and RMSNorm, forward and backward side by side.
 // Rows of C <= 1024: one warp a row, the row in registers; the backward is one pass over dy and x
 // that also keeps each lane's partial weight / bias gradients in registers, written per block as
-// part [2, K, C] (K = norm_row_blocks(N)), then column_sum_add adds the K partials in order into
+// part [2, K, C] (K = norm_row_blocks(N)), then column_sum_add adds the K partials (fixed order) into
 // dw / db (accumulated, as the interface says). Wider rows: one block per row, row statistics
 // through the fixed trees of block_reduce.cuh, and the weight gradients in a second pass (K row
 // chunks, reduce.cu: column_chunks, each writing a partial, then column_sum_add). No atomics,
@@ -14,6 +14,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.h"
+#include "core/cuda/shared_opt_in.h"  // allow_shared
 
 namespace ctx::cuda {
 namespace {
@@ -105,24 +106,28 @@ __global__ void layernorm_warp_kernel(const T* x, const T* w, const T* b, T eps,
 }
 
 // The backward of a norm over rows of C <= 32 P columns, in one pass over dy and x: one warp a row
-// as above, dx from the row in registers, and the weight gradients' partial sums in registers too:
-// lane l adds dy * xh (dw) and dy (db) of its columns l, l + 32, ... over the rows its warp visits,
-// in their order (warp j of block b: rows b kRowWarps + j + i gridDim.x kRowWarps, i = 0, 1, ...).
-// Then the block's warps are added in warp order through shared memory into part[0, b, :] (dw)
-// and part[1, b, :] (db, with_bias), and column_sum_add adds the blocks in order. The grid
-// (norm_row_blocks) depends only on N: the same bits on every run, schedule and device. (dy and x
-// used to be read a second time by norm_dweight_partial_kernel: ~100 us a GPT-2-small call on an
-// H200, 2.5x its memory floor.) LayerNorm: xh = (x - mean) rstd,
-// dx = rstd (g w - mean(g w) - xh mean(g w xh)); RMSNorm (mean null): xh = x rstd,
+// as above, dx from the row in registers, and the weight gradients' partial sums on the way: lane l
+// adds dy * xh (dw) and dy (db) of its columns l, l + 32, ... into its warp's own slice of shared
+// memory, over the rows the warp visits in their order (warp j of block b: rows b kRowWarps + j +
+// i gridDim.x kRowWarps, i = 0, 1, ...). Then thread t adds column c's slices in warp order into
+// part[0, b, c] (dw) and part[1, b, c] (db, with_bias), and column_sum_add adds the blocks in a
+// fixed order. The grid (norm_row_blocks) depends only on N: the same bits on every run, schedule
+// and device. (dy and x used to be read a second time, by norm_dweight_partial_kernel.) The sums
+// live in shared memory, not registers: with them in registers (4 P a lane, 128-209 registers)
+// the kernel ran at ~37% of an H200's DRAM bandwidth, latency-bound. LayerNorm: xh = (x - mean)
+// rstd, dx = rstd (g w - mean(g w) - xh mean(g w xh)); RMSNorm (mean null): xh = x rstd,
 // dx = rstd (g w - xh mean(g w xh)).
 template <class T, int P>
 __global__ void norm_backward_warp_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
                                           T* dx, T* part, int64_t N, int C, bool with_bias) {
-  CTX_DYNAMIC_SHARED(T, sh);  // [2][C]: the block's sums over its warps so far (dynamic: see below)
+  CTX_DYNAMIC_SHARED(T, sh);  // [kRowWarps][2][C]: warp j's sums of dy xh and dy (dynamic: see below)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  T aw[P], ab[P];
+  T* sw = sh + (int64_t)warp * 2 * C;  // this warp's [2][C]; lane l alone touches its columns
   CTX_UNROLL
-  for (int i = 0; i < P; ++i) aw[i] = ab[i] = T(0);
+  for (int i = 0; i < P; ++i) {
+    const int c = lane + 32 * i;
+    if (c < C) sw[c] = sw[C + c] = T(0);
+  }
   for (int64_t n = blockIdx.x * (int64_t)kRowWarps + warp; n < N; n += (int64_t)gridDim.x * kRowWarps) {
     const T m = mean ? mean[n] : T(0), r = rstd[n];
     T gw[P], xh[P], sg = T(0), sgx = T(0);
@@ -132,8 +137,7 @@ __global__ void norm_backward_warp_kernel(const T* dy, const T* x, const T* w, c
       const T g = c < C ? dy[n * C + c] : T(0);
       xh[i] = c < C ? (x[n * C + c] - m) * r : T(0);
       gw[i] = c < C ? g * w[c] : T(0);
-      aw[i] += g * xh[i];
-      ab[i] += g;
+      if (c < C) sw[c] += g * xh[i], sw[C + c] += g;
       sg += gw[i];
       sgx += gw[i] * xh[i];
     }
@@ -145,26 +149,14 @@ __global__ void norm_backward_warp_kernel(const T* dy, const T* x, const T* w, c
       if (c < C) dx[n * C + c] = r * (gw[i] - sg - xh[i] * sgx);
     }
   }
-  // part[0 / 1, b, c] = ((warp 0 + warp 1) + warp 2) + ...: warp j adds its sums to the running
-  // ones in sh between two barriers; the last warp writes the block's row of part
+  __syncthreads();
+  // part[0 / 1, b, c] = ((warp 0 + warp 1) + warp 2) + ...
   const int64_t K = gridDim.x, b = blockIdx.x;
-  for (int j = 0; j < kRowWarps; ++j) {
-    if (warp == j) {
-      CTX_UNROLL
-      for (int i = 0; i < P; ++i) {
-        const int c = lane + 32 * i;
-        if (c >= C) continue;
-        const T sw = j == 0 ? aw[i] : sh[c] + aw[i], sb = j == 0 ? ab[i] : sh[C + c] + ab[i];
-        if (j < kRowWarps - 1) {
-          sh[c] = sw;
-          sh[C + c] = sb;
-        } else {
-          part[b * C + c] = sw;
-          if (with_bias) part[K * C + b * C + c] = sb;
-        }
-      }
-    }
-    if (j < kRowWarps - 1) __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    T s = sh[c], t = sh[C + c];
+    for (int j = 1; j < kRowWarps; ++j) s += sh[(int64_t)j * 2 * C + c], t += sh[(int64_t)j * 2 * C + C + c];
+    part[b * C + c] = s;
+    if (with_bias) part[K * C + b * C + c] = t;
   }
 }
 
@@ -183,8 +175,8 @@ inline unsigned warp_row_grid(int64_t N) {
 }
 // Blocks of norm_backward_warp_kernel = K, the rows of its partial sums [2, K, C]: a warp takes
 // at least kMinWarpRows rows (fewer partials to add for mid-sized N), and K is at most kRowBlocks
-// (256 blocks of 8 warps: ~2 per SM on a 132-SM H100 / H200, one wave at the ~128 registers of
-// C = 768; GPT-2 small's N = 8192 rows gives each warp 4 rows). Depends only on N.
+// (256 blocks of 8 warps: one wave on a 132-SM H100 / H200 at 2-3 blocks an SM; GPT-2 small's
+// N = 8192 rows gives each warp 4 rows). Depends only on N.
 constexpr int64_t kMinWarpRows = 2, kRowBlocks = 256;
 int64_t norm_row_blocks(int64_t N) {
   return std::max<int64_t>(1, std::min<int64_t>((N + kRowWarps * kMinWarpRows - 1) / (kRowWarps * kMinWarpRows),
@@ -285,13 +277,15 @@ void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd
 }
 
 // C <= kWarpRowMaxC: dx, dw and db in one pass (norm_backward_warp_kernel), then the blocks' partials
-// added in order; mean null: RMSNorm
+// added (column_sum_add); mean null: RMSNorm
 template <class T>
 void norm_backward_rows(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw, T* db,
                         T* part, int64_t N, int64_t C) {
   const int64_t K = norm_row_blocks(N);
-  CTX_ROW_REGS(C, (CTX_LAUNCH((norm_backward_warp_kernel<T, P>), (unsigned)K, 32 * kRowWarps, 2 * C * sizeof(T), 0,
-                              dy, x, w, mean, rstd, dx, part, N, (int)C, db != nullptr)));
+  const size_t smem = (size_t)kRowWarps * 2 * C * sizeof(T);  // <= 128 KiB (fp64, C = 1024)
+  CTX_ROW_REGS(C, (allow_shared(norm_backward_warp_kernel<T, P>, smem),
+                   CTX_LAUNCH((norm_backward_warp_kernel<T, P>), (unsigned)K, 32 * kRowWarps, smem, 0, dy, x, w, mean,
+                              rstd, dx, part, N, (int)C, db != nullptr)));
   CTX_CUDA_LAUNCH_CHECK("norm_backward_warp_kernel");
   column_sum_add(part, dw, K, C);
   if (db) column_sum_add(part + K * C, db, K, C);
