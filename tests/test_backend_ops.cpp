@@ -447,9 +447,14 @@ void row_cases(std::vector<Case>& cs) {
                     return std::vector<Tensor>{dx};
                   }});
   }
-  // {600, 40}: norms' weight gradients with several rows per lane of a chunk (cuda norm.cu), ragged columns;
-  // {3, 1500}: rows past the CUDA LayerNorm's one-warp-a-row kernels (C <= 1024)
-  const std::vector<Shape> shapes = {{1, 1}, {3, 7}, {2, 300}, {4, 1, 9}, {70, 5}, {600, 40}, {3, 1500}};
+  // The CUDA norms (norm.cu) keep rows of C <= 1024 in registers, 4, 8, 16, 24 or 32 per lane
+  // (CTX_ROW_REGS: C = 7, 200, 300, 700, 1000 here, most not multiples of 32), and their backward
+  // sums the weight gradients per warp over its rows, then per block of 8 warps: N = 1, 3, 4 below
+  // one block, {70, 5}, {600, 40}, {300, 200}, {40, 700} several rows per warp and a partial last block,
+  // {9000, 3} past the cap of 256 blocks (the warps' rows strided by the whole grid).
+  // {3, 1500}: rows past the one-warp-a-row kernels (one block a row, the weight gradients in row chunks).
+  const std::vector<Shape> shapes = {{1, 1},    {3, 7},      {2, 300}, {4, 1, 9},  {70, 5},
+                                     {600, 40}, {300, 200}, {40, 700}, {3, 1000}, {9000, 3}, {3, 1500}};
   for (const Shape& s : shapes) {
     const int64_t C = s.back(), N = shape_numel(s) / C;
     for (bool lg : {false, true}) {

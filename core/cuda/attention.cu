@@ -16,7 +16,7 @@
 //             dk/dv per (b, h, kRows keys), queries in tiles: dv_j = sum_i p_ij do_i,
 //                  dk_j = scale sum_i ds_ij q_i, dkrel[j, kidx_ij] += scale ds_ij
 //             dvrel[r, c] = sum over (b, h, i) of prel[b, h, i, r] do[b, h, i, c]: partials over
-//                  fixed row chunks, then the chunks added in order (reduce.cu's column_sum_add)
+//                  fixed row chunks, then the chunks added in a fixed order (reduce.cu's column_sum_add)
 // Dropout (AttnDims::dropout): the forward weights v by p z after l has summed p; the backward
 // takes ds = p (z dp - D_i), dv and prel from p z (D_i = do_i . o_i still holds).
 // The relative bins (dqrel, prel, dkrel) belong to one row; the lane owning index r (r mod 32)
@@ -32,6 +32,7 @@
 #include "core/cuda/dispatch.h"
 #include "core/cuda/kernels.h"  // fill, column_chunks, column_sum_add
 #include "core/cuda/launch.h"
+#include "core/cuda/shared_opt_in.h"  // allow_shared
 
 namespace ctx::cuda {
 namespace {
@@ -368,7 +369,7 @@ __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const
 
 // First pass of dvrel: part[k, r, c] = sum over the rows n of chunk k (ceil(N / K) rows each,
 // in order) of prel[n, r] dout[n, c]; prel [N, Rq], dout [N, Dh], part [K, Rq, Dh]. The second
-// pass (reduce.cu: column_sum_add) adds the K partials in order.
+// pass (reduce.cu: column_sum_add) adds the K partials in a fixed order.
 template <class T>
 __global__ void attn_dvrel_partial_kernel(const T* prel, const T* dout, T* part, int64_t N, int64_t K, int64_t Rq,
                                           int64_t Dh) {
@@ -382,13 +383,6 @@ __global__ void attn_dvrel_partial_kernel(const T* prel, const T* dout, T* part,
 }
 
 // ---------------------------------------------------------------------------- host side ----
-
-// Dynamic shared memory past the default 48 KiB must be asked for, per kernel.
-template <class K>
-void allow_shared(K* kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
-    CTX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
 
 
 template <class T>

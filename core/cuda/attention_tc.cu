@@ -37,6 +37,7 @@
 #include "core/cuda/cuda_runtime.h"  // f32_to_bf16
 #include "core/cuda/kernels.h"       // fill
 #include "core/cuda/launch.h"
+#include "core/cuda/shared_opt_in.h"  // allow_shared
 #include "core/cuda/mma.cuh"
 #include "core/error.h"
 #include "core/settings.h"
@@ -473,12 +474,6 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 template <int D>
 constexpr size_t tile_bytes(int tiles) {
   return (size_t)tiles * Tile<D>::elems * sizeof(bf16);
-}
-
-template <class K>
-void allow_shared(K* kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
-    CTX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 // x (f32) as bf16 bits, two to an i32 element of the returned scratch tensor

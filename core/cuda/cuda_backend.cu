@@ -280,7 +280,7 @@ class CudaBackend final : public Backend {
   void layernorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                                const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-    Tensor part = Tensor::empty({2, column_chunks(N), C}, x.dtype(), Device::CUDA);
+    Tensor part = Tensor::empty({2, norm_part_chunks(N), C}, x.dtype(), Device::CUDA);
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward",
                             cuda::layernorm_backward<T>(ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<T>(mean),
                                                         ptr<T>(rstd), ptr<T>(dx), ptr<T>(dw), ptr_or_null<T>(db),
@@ -296,7 +296,7 @@ class CudaBackend final : public Backend {
   void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                              Tensor& dw) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-    Tensor part = Tensor::empty({column_chunks(N), C}, x.dtype(), Device::CUDA);
+    Tensor part = Tensor::empty({norm_part_chunks(N), C}, x.dtype(), Device::CUDA);
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rms_norm_backward",
                             cuda::rmsnorm_backward<T>(ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<T>(rstd), ptr<T>(dx),
                                                       ptr<T>(dw), ptr<T>(part), N, C));

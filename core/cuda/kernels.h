@@ -42,7 +42,7 @@ template <class T> void dropout(const T* x, T* y, int64_t n, const DropoutMask& 
 // summed dims (L elements); one block per output, a fixed tree per block.
 template <class T> void reduce_sum(const T* x, T* out, const NdStrides<1>& kept, int64_t no,
                                    const NdStrides<1>& red, int64_t L);
-// out[c] += sum_k part[k, c], k in order (part [K, C]): the second pass of column sums
+// out[c] += sum_k part[k, c] in a fixed order (part [K, C]): the second pass of column sums
 template <class T> void column_sum_add(const T* part, T* out, int64_t K, int64_t C);
 // out[c] = sum over the rows of x [R, C] (part [column_chunks(R), C] scratch): two coalesced passes
 template <class T> void column_sums(const T* x, T* part, T* out, int64_t R, int64_t C);
@@ -64,7 +64,8 @@ template <class T, class I> void cross_entropy_backward(const T* logits, const I
                                                         uint16_t* dlogits16, int64_t N, int64_t V);
 
 // --- norm.cu ---  (x, y, dy, dx [N, C]; w, b, dw, db [C]; mean, rstd [N]; part [2, K, C] scratch
-// with K = column_chunks(N))
+// (RMSNorm: [K, C]) with K = norm_part_chunks(N))
+int64_t norm_part_chunks(int64_t N);
 template <class T> void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean,
                                   T* rstd, int64_t N, int64_t C);
 template <class T> void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean,

@@ -1,8 +1,11 @@
 // core/cuda/norm.cu — LayerNorm and RMSNorm, forward and backward side by side.
-// Forward and the input gradient: one block per row, row statistics through the fixed trees of
-// block_reduce.cuh. Weight / bias gradients: two passes without atomics — K row chunks
-// (reduce.cu: column_chunks) each write a partial [K, C], then column_sum_add adds the K partials
-// in order into dw / db (accumulated, as the interface says). Deterministic.
+// Rows of C <= 1024: one warp a row, the row in registers; the backward is one pass over dy and x
+// that also keeps each lane's partial weight / bias gradients in registers, written per block as
+// part [2, K, C] (K = norm_row_blocks(N)), then column_sum_add adds the K partials (fixed order) into
+// dw / db (accumulated, as the interface says). Wider rows: one block per row, row statistics
+// through the fixed trees of block_reduce.cuh, and the weight gradients in a second pass (K row
+// chunks, reduce.cu: column_chunks, each writing a partial, then column_sum_add). No atomics,
+// grids fixed by the shape: deterministic.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +14,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.h"
+#include "core/cuda/shared_opt_in.h"  // allow_shared
 
 namespace ctx::cuda {
 namespace {
@@ -101,28 +105,58 @@ __global__ void layernorm_warp_kernel(const T* x, const T* w, const T* b, T eps,
   }
 }
 
+// The backward of a norm over rows of C <= 32 P columns, in one pass over dy and x: one warp a row
+// as above, dx from the row in registers, and the weight gradients' partial sums on the way: lane l
+// adds dy * xh (dw) and dy (db) of its columns l, l + 32, ... into its warp's own slice of shared
+// memory, over the rows the warp visits in their order (warp j of block b: rows b kRowWarps + j +
+// i gridDim.x kRowWarps, i = 0, 1, ...). Then thread t adds column c's slices in warp order into
+// part[0, b, c] (dw) and part[1, b, c] (db, with_bias), and column_sum_add adds the blocks in a
+// fixed order. The grid (norm_row_blocks) depends only on N: the same bits on every run, schedule
+// and device. (dy and x used to be read a second time, by norm_dweight_partial_kernel.) The sums
+// live in shared memory, not registers: with them in registers (4 P a lane, 128-209 registers)
+// the kernel ran at ~37% of an H200's DRAM bandwidth, latency-bound. LayerNorm: xh = (x - mean)
+// rstd, dx = rstd (g w - mean(g w) - xh mean(g w xh)); RMSNorm (mean null): xh = x rstd,
+// dx = rstd (g w - xh mean(g w xh)).
 template <class T, int P>
-__global__ void layernorm_backward_dx_warp_kernel(const T* dy, const T* x, const T* w, const T* mean,
-                                                  const T* rstd, T* dx, int64_t N, int C) {
-  const int lane = threadIdx.x % 32;
-  for (int64_t n = blockIdx.x * (int64_t)kRowWarps + threadIdx.x / 32; n < N; n += (int64_t)gridDim.x * kRowWarps) {
-    const T m = mean[n], r = rstd[n];
+__global__ void norm_backward_warp_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
+                                          T* dx, T* part, int64_t N, int C, bool with_bias) {
+  CTX_DYNAMIC_SHARED(T, sh);  // [kRowWarps][2][C]: warp j's sums of dy xh and dy (dynamic: see below)
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  T* sw = sh + (int64_t)warp * 2 * C;  // this warp's [2][C]; lane l alone touches its columns
+  CTX_UNROLL
+  for (int i = 0; i < P; ++i) {
+    const int c = lane + 32 * i;
+    if (c < C) sw[c] = sw[C + c] = T(0);
+  }
+  for (int64_t n = blockIdx.x * (int64_t)kRowWarps + warp; n < N; n += (int64_t)gridDim.x * kRowWarps) {
+    const T m = mean ? mean[n] : T(0), r = rstd[n];
     T gw[P], xh[P], sg = T(0), sgx = T(0);
     CTX_UNROLL
     for (int i = 0; i < P; ++i) {
       const int c = lane + 32 * i;
-      gw[i] = c < C ? dy[n * C + c] * w[c] : T(0);
+      const T g = c < C ? dy[n * C + c] : T(0);
       xh[i] = c < C ? (x[n * C + c] - m) * r : T(0);
+      gw[i] = c < C ? g * w[c] : T(0);
+      if (c < C) sw[c] += g * xh[i], sw[C + c] += g;
       sg += gw[i];
       sgx += gw[i] * xh[i];
     }
-    sg = warp_sum(sg) / T(C);
+    sg = mean ? warp_sum(sg) / T(C) : T(0);
     sgx = warp_sum(sgx) / T(C);
     CTX_UNROLL
     for (int i = 0; i < P; ++i) {
       const int c = lane + 32 * i;
       if (c < C) dx[n * C + c] = r * (gw[i] - sg - xh[i] * sgx);
     }
+  }
+  __syncthreads();
+  // part[0 / 1, b, c] = ((warp 0 + warp 1) + warp 2) + ...
+  const int64_t K = gridDim.x, b = blockIdx.x;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    T s = sh[c], t = sh[C + c];
+    for (int j = 1; j < kRowWarps; ++j) s += sh[(int64_t)j * 2 * C + c], t += sh[(int64_t)j * 2 * C + C + c];
+    part[b * C + c] = s;
+    if (with_bias) part[K * C + b * C + c] = t;
   }
 }
 
@@ -138,6 +172,15 @@ __global__ void layernorm_backward_dx_warp_kernel(const T* dy, const T* x, const
 constexpr int64_t kWarpRowMaxC = 1024;
 inline unsigned warp_row_grid(int64_t N) {
   return (unsigned)std::max<int64_t>(1, std::min<int64_t>((N + kRowWarps - 1) / kRowWarps, 65535));
+}
+// Blocks of norm_backward_warp_kernel = K, the rows of its partial sums [2, K, C]: a warp takes
+// at least kMinWarpRows rows (fewer partials to add for mid-sized N), and K is at most kRowBlocks
+// (256 blocks of 8 warps: one wave on a 132-SM H100 / H200 at 2-3 blocks an SM; GPT-2 small's
+// N = 8192 rows gives each warp 4 rows). Depends only on N.
+constexpr int64_t kMinWarpRows = 2, kRowBlocks = 256;
+int64_t norm_row_blocks(int64_t N) {
+  return std::max<int64_t>(1, std::min<int64_t>((N + kRowWarps * kMinWarpRows - 1) / (kRowWarps * kMinWarpRows),
+                                                kRowBlocks));
 }
 
 // First pass of the weight gradients. dy, x are (N, C); mean, rstd (N); part is (2, K, C):
@@ -233,19 +276,29 @@ void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd
   CTX_CUDA_LAUNCH_CHECK("layernorm_kernel");
 }
 
+// C <= kWarpRowMaxC: dx, dw and db in one pass (norm_backward_warp_kernel), then the blocks' partials
+// added (column_sum_add); mean null: RMSNorm
+template <class T>
+void norm_backward_rows(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw, T* db,
+                        T* part, int64_t N, int64_t C) {
+  const int64_t K = norm_row_blocks(N);
+  const size_t smem = (size_t)kRowWarps * 2 * C * sizeof(T);  // <= 128 KiB (fp64, C = 1024)
+  CTX_ROW_REGS(C, (allow_shared(norm_backward_warp_kernel<T, P>, smem),
+                   CTX_LAUNCH((norm_backward_warp_kernel<T, P>), (unsigned)K, 32 * kRowWarps, smem, 0, dy, x, w, mean,
+                              rstd, dx, part, N, (int)C, db != nullptr)));
+  CTX_CUDA_LAUNCH_CHECK("norm_backward_warp_kernel");
+  column_sum_add(part, dw, K, C);
+  if (db) column_sum_add(part + K * C, db, K, C);
+}
+
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw, T* db,
                         T* part, int64_t N, int64_t C) {
   if (N == 0 || C == 0) return;
-  if (C <= kWarpRowMaxC) {
-    CTX_ROW_REGS(C, (CTX_LAUNCH((layernorm_backward_dx_warp_kernel<T, P>), warp_row_grid(N), 32 * kRowWarps, 0, 0,
-                                dy, x, w, mean, rstd, dx, N, (int)C)));
-    CTX_CUDA_LAUNCH_CHECK("layernorm_backward_dx_warp_kernel");
-  } else {
-    const int th = row_threads(C);
-    CTX_LAUNCH(layernorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), 0, dy, x, w, mean, rstd, dx, N, C);
-    CTX_CUDA_LAUNCH_CHECK("layernorm_backward_dx_kernel");
-  }
+  if (C <= kWarpRowMaxC) return norm_backward_rows(dy, x, w, mean, rstd, dx, dw, db, part, N, C);
+  const int th = row_threads(C);
+  CTX_LAUNCH(layernorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), 0, dy, x, w, mean, rstd, dx, N, C);
+  CTX_CUDA_LAUNCH_CHECK("layernorm_backward_dx_kernel");
   dweight(dy, x, mean, rstd, dw, db, part, N, C);
 }
 
@@ -261,11 +314,14 @@ template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw, T* part, int64_t N,
                       int64_t C) {
   if (N == 0 || C == 0) return;
+  if (C <= kWarpRowMaxC) return norm_backward_rows<T>(dy, x, w, nullptr, rstd, dx, dw, nullptr, part, N, C);
   const int th = row_threads(C);
   CTX_LAUNCH(rmsnorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), 0, dy, x, w, rstd, dx, N, C);
   CTX_CUDA_LAUNCH_CHECK("rmsnorm_backward_dx_kernel");
   dweight<T>(dy, x, nullptr, rstd, dw, nullptr, part, N, C);
 }
+
+int64_t norm_part_chunks(int64_t N) { return std::max(column_chunks(N), norm_row_blocks(N)); }
 
 #define CTX_INST_NORM(T)                                                                               \
   template void layernorm<T>(const T*, const T*, const T*, T, T*, T*, T*, int64_t, int64_t);           \

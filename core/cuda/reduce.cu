@@ -1,7 +1,7 @@
 // core/cuda/reduce.cu — deterministic sums: reduce_sum over any set of dims (one block per
 // output element, each thread a fixed strided share, a fixed tree per block), column sums of
-// [R, C] in two passes (row chunks, then the chunks in order), and that second pass alone (norm
-// weight gradients). No atomics: the same bits on every run.
+// [R, C] in two passes (row chunks, then the chunks), and that second pass alone (norm weight
+// gradients), both in lanes_column_sum's fixed order. No atomics: the same bits on every run.
 #include <cstdint>
 
 #include "core/cuda/block_reduce.cuh"
@@ -31,35 +31,54 @@ __global__ void reduce_sum_kernel(const T* x, T* out, NdStrides<1> kept, int64_t
   }
 }
 
-// part is (K, C), out is (C): out[c] += sum over k in order
+// Block (32, kLanes): column c of rows [r0, r1) of x [., C] summed, lane y taking rows r0 + y,
+// r0 + y + kLanes, ... in order (kBatch loads in flight: one at a time, a sum over 256 rows took
+// ~0.13 us a row on an H200, latency-bound), then the lanes added in order through lanes
+// [kLanes][32]; the result is in threadIdx.y == 0. A fixed order: the same bits on every run.
+// Every thread of the block must call it (a barrier).
+constexpr int kLanes = 8;
 template <class T>
-__global__ void column_sum_add_kernel(const T* part, T* out, int64_t K, int64_t C) {
-  CTX_GRID_STRIDE(c, C) {
-    T s = T(0);
-    for (int64_t k = 0; k < K; ++k) s += part[k * C + c];
-    out[c] += s;
+__device__ T lanes_column_sum(const T* x, int64_t C, int64_t c, int64_t r0, int64_t r1, T* lanes) {
+  constexpr int kBatch = 8;
+  T s = T(0);
+  if (c < C) {
+    int64_t n = r0 + threadIdx.y;
+    for (; n + (kBatch - 1) * kLanes < r1; n += kBatch * kLanes) {
+      T v[kBatch];
+      CTX_UNROLL
+      for (int j = 0; j < kBatch; ++j) v[j] = x[(n + j * kLanes) * C + c];
+      CTX_UNROLL
+      for (int j = 0; j < kBatch; ++j) s += v[j];
+    }
+    for (; n < r1; n += kLanes) s += x[n * C + c];
   }
+  lanes[threadIdx.y * 32 + threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0)
+    for (int y = 1; y < kLanes; ++y) s += lanes[y * 32 + threadIdx.x];
+  return s;
 }
 
-// First pass of a column sum of x [R, C] (rows summed): part [K, C], chunk k's rows summed. Block
-// (32, kLanes): 32 columns of chunk blockIdx.y, lane y takes the chunk's rows y, y + kLanes, ...
-// in order, then the lanes are added in order. reduce_sum_kernel's one block per column read a
-// [R, C] tensor 4 bytes a row apart (linear's bias gradient: ~5 ms of GPT-2 small's step on an
-// H200); here a warp reads 128 contiguous bytes a row.
-constexpr int kLanes = 8;
+// part is (K, C), out is (C): out[c] += the sum over k (lanes_column_sum's order); block (32, kLanes)
+// for 32 columns
+template <class T>
+__global__ void column_sum_add_kernel(const T* part, T* out, int64_t K, int64_t C) {
+  CTX_DYNAMIC_SHARED(T, lanes);  // [kLanes][32]
+  const int64_t c = blockIdx.x * (int64_t)32 + threadIdx.x;
+  const T s = lanes_column_sum(part, C, c, 0, K, lanes);
+  if (threadIdx.y == 0 && c < C) out[c] += s;
+}
+
+// First pass of a column sum of x [R, C] (rows summed): part [K, C], chunk k's rows summed
+// (lanes_column_sum): block (32, kLanes) for 32 columns of chunk blockIdx.y. reduce_sum_kernel's
+// one block per column read a [R, C] tensor 4 bytes a row apart (linear's bias gradient: ~5 ms of
+// GPT-2 small's step on an H200); here a warp reads 128 contiguous bytes a row.
 template <class T>
 __global__ void column_partial_kernel(const T* x, T* part, int64_t R, int64_t C, int64_t K) {
   CTX_DYNAMIC_SHARED(T, lanes);  // [kLanes][32]
   const int64_t rows = (R + K - 1) / K, k = blockIdx.y, c = blockIdx.x * (int64_t)32 + threadIdx.x;
-  T s = T(0);
-  if (c < C)
-    for (int64_t n = k * rows + threadIdx.y; n < R && n < (k + 1) * rows; n += kLanes) s += x[n * C + c];
-  lanes[threadIdx.y * 32 + threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int y = 1; y < kLanes; ++y) s += lanes[y * 32 + threadIdx.x];
-    part[k * C + c] = s;
-  }
+  const T s = lanes_column_sum(x, C, c, k * rows, (k + 1) * rows < R ? (k + 1) * rows : R, lanes);
+  if (threadIdx.y == 0 && c < C) part[k * C + c] = s;
 }
 
 }  // namespace
@@ -92,7 +111,8 @@ void reduce_sum(const T* x, T* out, const NdStrides<1>& kept, int64_t no, const 
 template <class T>
 void column_sum_add(const T* part, T* out, int64_t K, int64_t C) {
   if (C == 0) return;
-  CTX_LAUNCH(column_sum_add_kernel<T>, grid_for(C), kThreads, 0, 0, part, out, K, C);
+  CTX_LAUNCH(column_sum_add_kernel<T>, (unsigned)((C + 31) / 32), dim3(32, kLanes), kLanes * 32 * sizeof(T), 0, part,
+             out, K, C);
   CTX_CUDA_LAUNCH_CHECK("column_sum_add_kernel");
 }
 
