@@ -176,8 +176,8 @@ TEST(CudaModelAttention, ComposedForTrainingShapesFusedForLargeScoresAndDecoding
 
 // The same policy end to end: a GPT with Dh 32 trained on cuda under --precision bf16 runs every
 // layer's attention on the tensor-core kernels for a plain encoding (learned, rope), with the
-// switch unset, converting q, k and v to bf16 once where they are split_heads' views (the
-// backward reads the forward's copies); a bias encoding (alibi) and CTXLAB_BF16_ATTENTION=0 keep the composed path (no
+// switch unset, reading q, k, v and dout from the bf16 copies the kernels that produce them write
+// (the backward reads the forward's); a bias encoding (alibi) and CTXLAB_BF16_ATTENTION=0 keep the composed path (no
 // fused kernel at all).
 TEST(CudaModelAttention, TensorCoresByDefaultForPlainCallsUnderBf16) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
@@ -187,10 +187,10 @@ TEST(CudaModelAttention, TensorCoresByDefaultForPlainCallsUnderBf16) {
     bool switched_off, want_tc;
     uint64_t kept, converted;  // bf16 inputs of one layer's forward + backward
   };
-  // learned: q, k, v views of split_heads' one storage, kept; rope: q and k rotated into storages
-  // of their own, kept, v (a third of the unrotated storage) converted each way; dout converted
-  for (const Case& c : {Case{json{{"type", "learned"}}, false, true, 6, 1},
-                        Case{json{{"type", "rope"}}, false, true, 4, 3}, Case{json{{"type", "alibi"}}, false, false, 0, 0},
+  // every input kept: q | k | v and dout written in bf16 by split_heads and merge_heads' backward
+  // (rope: q and k rotated into storages of their own, converted once and kept, v from the split)
+  for (const Case& c : {Case{json{{"type", "learned"}}, false, true, 7, 0},
+                        Case{json{{"type", "rope"}}, false, true, 7, 0}, Case{json{{"type", "alibi"}}, false, false, 0, 0},
                         Case{json{{"type", "learned"}}, true, false, 0, 0}}) {
     SCOPED_TRACE(c.pe.dump() + (c.switched_off ? " with CTXLAB_BF16_ATTENTION=0" : ""));
     if (c.switched_off) set_fast_path(FastPath::Bf16Attention, false);
@@ -201,6 +201,7 @@ TEST(CudaModelAttention, TensorCoresByDefaultForPlainCallsUnderBf16) {
                           .to(Device::CUDA);
     const cuda::TcAttentionCalls tc0 = cuda::tc_attention_calls();
     const cuda::AttentionCalls simt0 = cuda::attention_calls();
+    const cuda::KeptCopyStats kept0 = cuda::kept_copy_stats();
     Variable loss = m.loss(in, in);
     loss.backward();
     EXPECT_TRUE(std::isfinite(loss.data().to(Device::CPU).item()));
@@ -212,6 +213,9 @@ TEST(CudaModelAttention, TensorCoresByDefaultForPlainCallsUnderBf16) {
     EXPECT_EQ(cuda::tc_attention_calls().kept_inputs - tc0.kept_inputs, c.kept * L) << "inputs read from kept copies";
     EXPECT_EQ(cuda::tc_attention_calls().converted_inputs - tc0.converted_inputs, c.converted * L)
         << "inputs converted for the call";
+    // bf16 copies written by the kernels that produce them: each layer's split (q | k | v) and
+    // merge backward (dout), and the loss's dlogits
+    EXPECT_EQ(cuda::kept_copy_stats().written - kept0.written, 2 * L + 1);
     reset_fast_path(FastPath::Bf16Attention);
   }
 }

@@ -233,37 +233,65 @@ TEST(CudaGemmLt, LinearGemmsReadTheKeptCopies) {
   EXPECT_EQ(updated, step(fresh)) << "a stale bf16 copy of w was read after w was written";
 }
 
-// The cross-entropy's backward writes dlogits' bf16 copy in the same pass (the LM head's two GEMMs
-// read it next): a GEMM reading dlogits takes the copy (no conversion of it), and equals, bit for
-// bit, the same GEMM on a fresh tensor with dlogits' values that gemm_lt converts itself; the
-// copy holds the target's element after its -dloss (and an ignored row's zeros).
-TEST(CudaGemmLt, CrossEntropyGradientKeepsItsBf16Copy) {
+// A GEMM reading `t` (viewed [rows, cols]) under bf16 takes its kept copy (no conversion of it)
+// and equals, bit for bit, the same GEMM on a fresh tensor with t's values that gemm_lt converts
+// itself: the copy is exactly t rounded to bf16.
+void expect_exact_kept_copy(const Tensor& t, int64_t rows, int64_t cols, const char* what) {
+  SCOPED_TRACE(what);
+  const int64_t N = 24;
+  const Tensor w = Tensor::from_vector(random_vec(cols * N, 42), {cols, N}).to(Device::CUDA);
+  Backend& be = backend(Device::CUDA);
+  GemmDesc g;  // [rows, cols] x [cols, N]
+  g.M = rows, g.N = N, g.K = cols;
+  Tensor y = Tensor::empty({rows, N}, DType::F32, Device::CUDA), y_fresh = Tensor::empty({rows, N}, DType::F32, Device::CUDA);
+  const cuda::GemmLtStats s0 = cuda::gemm_lt_stats();
+  be.gemm(g, t, w, y);
+  const cuda::GemmLtStats s1 = cuda::gemm_lt_stats();
+  EXPECT_EQ(s1.kept_operands - s0.kept_operands, 1u) << "the GEMM did not read the kept copy";
+  EXPECT_EQ(s1.conversions - s0.conversions, 1u) << "only w is converted";
+  be.gemm(g, t.clone(), w, y_fresh);  // a fresh storage: no copy, converted by gemm_lt
+  EXPECT_EQ(y.to(Device::CPU).to_vector<float>(), y_fresh.to(Device::CPU).to_vector<float>())
+      << "the kept copy is not the tensor rounded to bf16";
+}
+
+// Kernels that write their output's bf16 copy in their own pass (kept_bf16_slot): the
+// cross-entropy's backward (dlogits; the target's element after its -dloss, an ignored row's
+// zeros), split_heads (q | k | v, one storage) and merge_heads' backward (the attention's dout).
+// Each copy is exact, and none was made by a conversion pass (kept_copy_stats).
+TEST(CudaGemmLt, KernelsWriteTheirOutputsBf16Copies) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
-  const int64_t N = 13, V = 37, K = 24;  // V odd: the one-element-a-thread kernel (GPT-2's 50257 too)
+  const int64_t N = 13, V = 37;  // V odd: the one-element-a-thread kernel (GPT-2's 50257 too)
   auto on_gpu = [](const std::vector<float>& v, const Shape& s) { return Tensor::from_vector(v, s).to(Device::CUDA); };
   std::vector<int64_t> tg(N);
   for (int64_t n = 0; n < N; ++n) tg[n] = n == 5 ? -1 : (n * 7) % V;  // row 5 ignored
-  const Tensor logits = on_gpu(random_vec(N * V, 41), {N, V}), w = on_gpu(random_vec(V * K, 42), {V, K});
+  const Tensor logits = on_gpu(random_vec(N * V, 41), {N, V});
   const Tensor targets = Tensor::from_vector(tg, {N}).to(Device::CUDA);
   const Tensor dloss = on_gpu(std::vector<float>(N, 1.0f / N), {N});
   Backend& be = backend(Device::CUDA);
   Tensor loss = Tensor::empty({N}, DType::F32, Device::CUDA), lse = Tensor::empty({N}, DType::F32, Device::CUDA);
   be.cross_entropy(logits, targets, loss, lse);
   PrecisionScope bf16(Precision::BF16);
+  const cuda::KeptCopyStats k0 = cuda::kept_copy_stats();
   Tensor dz = Tensor::empty({N, V}, DType::F32, Device::CUDA);
   be.cross_entropy_backward(logits, targets, lse, dloss, dz);
-  GemmDesc g;  // dh [N, K] = dz [N, V] w [V, K]
-  g.M = N, g.N = K, g.K = V;
-  Tensor dh = Tensor::empty({N, K}, DType::F32, Device::CUDA), dh_fresh = Tensor::empty({N, K}, DType::F32, Device::CUDA);
-  const cuda::GemmLtStats s0 = cuda::gemm_lt_stats();
-  be.gemm(g, dz, w, dh);
-  const cuda::GemmLtStats s1 = cuda::gemm_lt_stats();
-  EXPECT_EQ(s1.kept_operands - s0.kept_operands, 1u) << "dlogits was not read from its kept copy";
-  EXPECT_EQ(s1.conversions - s0.conversions, 1u) << "only w is converted";
-  be.gemm(g, dz.clone(), w, dh_fresh);  // a fresh storage: no copy, converted by gemm_lt
-  EXPECT_EQ(cuda::gemm_lt_stats().conversions - s1.conversions, 2u);
-  EXPECT_EQ(dh.to(Device::CPU).to_vector<float>(), dh_fresh.to(Device::CPU).to_vector<float>())
-      << "the kept copy is not dlogits rounded to bf16";
+  // split_heads: qkv [B, S, 3 H Dh] -> q, k, v [B, H, S, Dh], views of one storage as autograd makes them
+  const int64_t B = 2, S = 5, H = 3, Dh = 8, D = H * Dh;
+  const Tensor qkv = on_gpu(random_vec(B * S * 3 * D, 43), {B, S, 3 * D});
+  Tensor flat = Tensor::empty({3 * B * H * S * Dh}, DType::F32, Device::CUDA);
+  const int64_t n = B * H * S * Dh;
+  Tensor q = flat.slice0(0, n).view({B, H, S, Dh}), k = flat.slice0(n, 2 * n).view({B, H, S, Dh}),
+         v = flat.slice0(2 * n, 3 * n).view({B, H, S, Dh});
+  be.split_heads(qkv, H, 0, q, k, v);
+  // merge_heads' backward: dout [B, S, D] -> d_o [B, H, S, Dh]
+  const Tensor dout = on_gpu(random_vec(B * S * D, 44), {B, S, D});
+  Tensor d_o = Tensor::empty({B, H, S, Dh}, DType::F32, Device::CUDA);
+  be.merge_heads_backward(dout, d_o);
+  const cuda::KeptCopyStats k1 = cuda::kept_copy_stats();
+  EXPECT_EQ(k1.written - k0.written, 3u) << "dlogits, q | k | v, d_o";
+  EXPECT_EQ(k1.converted - k0.converted, 0u);
+  expect_exact_kept_copy(dz, N, V, "dlogits");
+  for (const Tensor* t : {&q, &k, &v}) expect_exact_kept_copy(*t, B * H * S, Dh, "q | k | v");
+  expect_exact_kept_copy(d_o, B * H * S, Dh, "merge_heads backward");
 }
 #endif
 

@@ -593,7 +593,7 @@ void tc_attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, c
 
 void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                            const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
-                           TcBf16Inputs kept) {
+                           TcBf16Inputs kept, const uint16_t* kept_dout) {
   ++g_tc_backward;
   const int64_t N = d.B * d.H * d.T;
   if (N == 0 || d.S == 0) {  // no query: no gradient reaches k, v (and dq is empty, or sees no key)
@@ -607,7 +607,7 @@ void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, 
   Tensor sq, sk, sv;
   const bf16 *qb = bf16_of(q, kept.q, sq), *kb = bf16_of(k, kept.k, sk), *vb = bf16_of(v, kept.v, sv);
   Tensor sg;
-  const bf16* gb = bf16_of(dout, nullptr, sg);
+  const bf16* gb = bf16_of(dout, kept_dout, sg);
   CTX_TC_DISPATCH(d.Dh, (backward_d<D>(d, qb, kb, vb, gb, lse.data<float>(), rowdot.data<float>(),
                                        dq.data<float>(), dk.data<float>(), dv.data<float>())));
 }

@@ -30,7 +30,7 @@ void tc_attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, c
 // dq [B, H, T, Dh], dk, dv [B, H, S, Dh] overwritten.
 void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                            const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
-                           TcBf16Inputs kept = {});
+                           TcBf16Inputs kept = {}, const uint16_t* kept_dout = nullptr);
 
 // Query rows a forward block takes for head dims up to 64: 64 (4 warps x 16 rows, the default, as
 // D = 128 always has) or 128 (4 x 32; not yet timed on a GPU): CTXLAB_TC_FORWARD_ROWS, read once, unless set_tc_forward_rows

@@ -65,6 +65,7 @@ T* ptr_or_null(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 // numel: only a tensor covering its storage; q, k and v's numels together: split_heads' one
 // q | k | v storage); 0: only an existing copy is returned. Null where there is none to use.
 std::mutex g_kept_mu;
+std::atomic<uint64_t> g_kept_converted{0}, g_kept_written{0};  // kept_copy_stats
 const uint16_t* kept_bf16(const Tensor& t, int64_t make_up_to) {
   if (gemm_precision() != Precision::BF16 || !t.defined() || t.dtype() != DType::F32 || t.device() != Device::CUDA ||
       t.numel() == 0)
@@ -77,27 +78,41 @@ const uint16_t* kept_bf16(const Tensor& t, int64_t make_up_to) {
       auto* c = new Storage((size_t)n * sizeof(uint16_t), Device::CUDA);
       cuda::f32_to_bf16(static_cast<const float*>(s.data), static_cast<uint16_t*>(c->data), n);
       s.bf16_copy.store(c);
+      ++g_kept_converted;
     }
   }
   const Storage* c = s.bf16_copy.load();
   return c ? static_cast<const uint16_t*>(c->data) + t.offset() : nullptr;
 }
 const uint16_t* kept_bf16_of_own(const Tensor& t) { return kept_bf16(t, t.defined() ? t.numel() : 0); }
-// A kept copy for a kernel to fill while it writes t (the cross-entropy's dlogits, which the LM
-// head's two GEMMs read next): the copy's storage attached to t's, uninitialised, or null where t
-// keeps none (not bf16 mode, not f32 on CUDA, or a view of a larger storage). Call after t's
-// mutable access (which drops an older copy) and before anything reads the copy.
-uint16_t* kept_bf16_slot(Tensor& t) {
-  if (gemm_precision() != Precision::BF16 || !t.defined() || t.dtype() != DType::F32 || t.device() != Device::CUDA ||
-      t.numel() == 0 || !t.spans_storage())
+// A kept copy for a kernel to fill while it writes its output (the cross-entropy's dlogits, which
+// the LM head's two GEMMs read next; split_heads' q | k | v, which the tensor-core attention reads;
+// merge_heads' backward dout): the copy's storage attached to the views' one storage, uninitialised,
+// and its base (a view's elements at base + view.offset()), or null where none is kept (not bf16
+// mode, not f32 on CUDA, views of different storages, or a storage with elements no view covers).
+// Call after the views' mutable accesses (which drop an older copy) and before anything reads the
+// copy. kept_copy_stats counts the copies made by conversion (kept_bf16) and by kernels (here).
+uint16_t* kept_bf16_slot(std::initializer_list<const Tensor*> views) {
+  const Tensor& t0 = **views.begin();
+  if (gemm_precision() != Precision::BF16 || !t0.defined() || t0.dtype() != DType::F32 || t0.device() != Device::CUDA)
     return nullptr;
-  Storage& s = *t.storage();
+  int64_t covered = 0;
+  for (const Tensor* v : views) {
+    if (!v->defined() || v->storage() != t0.storage() || v->dtype() != DType::F32) return nullptr;
+    covered += v->numel();
+  }
+  Storage& s = *t0.storage();
+  const int64_t n = (int64_t)(s.bytes / sizeof(float));
+  if (covered != n || n == 0) return nullptr;  // (the views do not overlap: each is a kernel's output)
   std::lock_guard<std::mutex> lock(g_kept_mu);
   s.drop_bf16_copy();
-  auto* c = new Storage(s.bytes / sizeof(float) * sizeof(uint16_t), Device::CUDA);
+  auto* c = new Storage((size_t)n * sizeof(uint16_t), Device::CUDA);
   s.bf16_copy.store(c);
+  ++g_kept_written;
   return static_cast<uint16_t*>(c->data);
 }
+uint16_t* kept_bf16_slot(Tensor& t) { return kept_bf16_slot({&t}); }
+uint16_t* at_offset(uint16_t* base, const Tensor& t) { return base ? base + t.offset() : nullptr; }
 
 class CudaBackend final : public Backend {
  public:
@@ -326,7 +341,7 @@ class CudaBackend final : public Backend {
     CTX_CUDA_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward", {
       using F = T;
       F* dz = ptr<F>(dlogits);  // (its mutable access first: it drops any older kept copy)
-      uint16_t* dz16 = kept_bf16_slot(dlogits);
+      uint16_t* dz16 = kept_bf16_slot(dlogits);  // (dlogits spans its storage, or none is kept)
       CTX_CUDA_DISPATCH_INDEX(targets.dtype(), "cross_entropy_backward",
                               cuda::cross_entropy_backward<F, I>(ptr<F>(logits), ptr<I>(targets), ptr<F>(lse),
                                                                  ptr<F>(dloss), dz, dz16, N, V));
@@ -427,7 +442,8 @@ class CudaBackend final : public Backend {
                                Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,
                                AttnRelGrad& drel) override {
     if (tensor_core_attention(d, q, bias, rel))
-      return cuda::tc_attention_backward(d, q, k, v, out, lse, dout, dq, dk, dv, kept_qkv(q, k, v, false));
+      return cuda::tc_attention_backward(d, q, k, v, out, lse, dout, dq, dk, dv, kept_qkv(q, k, v, false),
+                                         kept_bf16(dout, 0));
     cuda::attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
   }
 
@@ -440,10 +456,16 @@ class CudaBackend final : public Backend {
                                                  transpose));
   }
 
+  // Under --precision bf16 the forward also writes q | k | v's bf16 copy (their one storage, as
+  // autograd's split_heads makes them): the attention's GEMMs or tensor-core kernels read it.
   void split_heads_impl(const Tensor& qkv, int64_t H, int64_t q_begin, Tensor& q, Tensor& k, Tensor& v) override {
     const int64_t B = qkv.size(0), S = qkv.size(1), Dh = qkv.size(2) / (3 * H);
-    CTX_CUDA_DISPATCH_FLOAT(qkv.dtype(), "split_heads",
-                            cuda::split_heads<T>(ptr<T>(qkv), ptr<T>(q), ptr<T>(k), ptr<T>(v), B, S, H, Dh, q_begin));
+    CTX_CUDA_DISPATCH_FLOAT(qkv.dtype(), "split_heads", {
+      T *pq = ptr<T>(q), *pk = ptr<T>(k), *pv = ptr<T>(v);  // (mutable accesses first: they drop older copies)
+      uint16_t* c = kept_bf16_slot({&q, &k, &v});
+      cuda::split_heads<T>(ptr<T>(qkv), pq, pk, pv, B, S, H, Dh, q_begin,
+                           {at_offset(c, q), at_offset(c, k), at_offset(c, v)});
+    });
   }
 
   void split_heads_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q_begin,
@@ -460,10 +482,13 @@ class CudaBackend final : public Backend {
                             cuda::merge_heads<T>(ptr<T>(o), ptr<T>(out), B, H, Tn, Dh, true));
   }
 
+  // (bf16: d_o's copy written too, the attention backward's dout)
   void merge_heads_backward_impl(const Tensor& dout, Tensor& d_o) override {
     const int64_t B = d_o.size(0), H = d_o.size(1), Tn = d_o.size(2), Dh = d_o.size(3);
-    CTX_CUDA_DISPATCH_FLOAT(d_o.dtype(), "merge_heads_backward",
-                            cuda::merge_heads<T>(ptr<T>(dout), ptr<T>(d_o), B, H, Tn, Dh, false));
+    CTX_CUDA_DISPATCH_FLOAT(d_o.dtype(), "merge_heads_backward", {
+      T* dst = ptr<T>(d_o);
+      cuda::merge_heads<T>(ptr<T>(dout), dst, B, H, Tn, Dh, false, kept_bf16_slot(d_o));
+    });
   }
 
   // y = x w^T + b. The speed modes (bf16, tf32: cuBLASLt) add b in the GEMM's epilogue (one write
@@ -558,6 +583,9 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+KeptCopyStats kept_copy_stats() { return {g_kept_converted.load(), g_kept_written.load()}; }
+
 }  // namespace cuda
 
 Backend& cuda_backend_instance() {

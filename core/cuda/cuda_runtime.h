@@ -40,6 +40,15 @@ struct GemmLtStats {
 };
 GemmLtStats gemm_lt_stats();
 
+// The bf16 copies kept with f32 storages under --precision bf16 (cuda_backend.cu): made by a
+// conversion pass (the first GEMM or attention to read a tensor without one), or written by the
+// kernel that produced the tensor, in its own pass (cross-entropy's dlogits, split_heads' q | k | v,
+// merge_heads' backward output).
+struct KeptCopyStats {
+  uint64_t converted = 0, written = 0;
+};
+KeptCopyStats kept_copy_stats();
+
 // The caching allocator's counters (process-wide).
 struct DeviceAllocStats {
   uint64_t requests = 0;      // allocations asked for (tensors created on the device)

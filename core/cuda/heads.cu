@@ -1,6 +1,9 @@
 // core/cuda/heads.cu — the head split / merge around attention and their backwards (Backend fused
 // method Heads; the CPU twin is core/cpu/heads.cpp): pure data movement, exact, no reductions.
+// Under --precision bf16 the forward split and the backward merge also write their outputs' bf16
+// roundings (the kept copies the attention reads, cuda_backend.cu's kept_bf16_slot).
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/check.h"
 #include "core/cuda/kernels.h"
@@ -9,14 +12,26 @@
 namespace ctx::cuda {
 namespace {
 
+// the V elements of `val` rounded to bf16 (nearest even, as f32_to_bf16) at d16 (f32 only: the
+// backend passes no bf16 destination for f64)
+template <class T, int V>
+__device__ inline void store_bf16(uint16_t* d16, const Pack<T, V>& val) {
+  if constexpr (std::is_same_v<T, float>) {
+CTX_UNROLL
+    for (int e = 0; e < V; ++e) d16[e] = __bfloat16_as_ushort(__float2bfloat16_rn(val.x[e]));
+  }
+}
+
 // Layout: qkv (B, S, 3D), D = H Dh; q (B, H, S - q0, Dh), k, v (B, H, S, Dh). One block per qkv row
 // (b, s) (grid-stride over rows), V consecutive columns per thread (Dh % V == 0): the row's
 // coordinates once per row, 32-bit column arithmetic (a 64-bit division per element made these
 // kernels 4x slower than their memory traffic on an H200: 170 us for GPT-2 small's 75 MB).
-// `fwd`: qkv -> q, k, v (q columns of rows < q0 dropped); else dqkv from dq, dk, dv (null: zeros;
-// q columns of rows < q0: zeros).
+// `fwd`: qkv -> q, k, v (q columns of rows < q0 dropped) and, where c16 has them, their bf16
+// roundings at the same offsets; else dqkv from dq, dk, dv (null: zeros; q columns of rows < q0:
+// zeros).
 template <class T, int V>
-__global__ void split_heads_kernel(T* qkv, T* q, T* k, T* v, int64_t rows, int S, int H, int Dh, int q0, bool fwd) {
+__global__ void split_heads_kernel(T* qkv, T* q, T* k, T* v, int64_t rows, int S, int H, int Dh, int q0, bool fwd,
+                                   Bf16Outs c16) {
   using P = Pack<T, V>;
   const int D = H * Dh, Tq = S - q0, cols = 3 * D / V;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -28,7 +43,12 @@ __global__ void split_heads_kernel(T* qkv, T* q, T* k, T* v, int64_t rows, int S
       T* dst = part == 0 ? (s >= q0 ? q + ((b * H + h) * Tq + (s - q0)) * Dh + j : nullptr)
                          : (part == 1 ? k : v) + ((b * H + h) * S + s) * Dh + j;
       if (fwd) {
-        if (dst) *reinterpret_cast<P*>(dst) = row[c];
+        if (dst) {
+          const P val = row[c];
+          *reinterpret_cast<P*>(dst) = val;
+          uint16_t* d16 = part == 0 ? c16.q : (part == 1 ? c16.k : c16.v);
+          if (d16) store_bf16<T, V>(d16 + (dst - (part == 0 ? q : (part == 1 ? k : v))), val);
+        }
       } else {
         const bool given = part == 0 ? q != nullptr : (part == 1 ? k : v) != nullptr;
         P val{};
@@ -40,9 +60,10 @@ __global__ void split_heads_kernel(T* qkv, T* q, T* k, T* v, int64_t rows, int S
 }
 
 // o (B, H, Tn, Dh) <-> merged (B, Tn, H Dh): one block per merged row (b, t), V columns a thread.
-// to_merged: o -> merged; else merged -> o.
+// to_merged: o -> merged; else merged -> o. dst16 (may be null): dst's bf16 rounding as well.
 template <class T, int V>
-__global__ void merge_heads_kernel(const T* src, T* dst, int64_t rows, int H, int Tn, int Dh, bool to_merged) {
+__global__ void merge_heads_kernel(const T* src, T* dst, int64_t rows, int H, int Tn, int Dh, bool to_merged,
+                                   uint16_t* dst16) {
   using P = Pack<T, V>;
   const int D = H * Dh, cols = D / V;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -51,17 +72,17 @@ __global__ void merge_heads_kernel(const T* src, T* dst, int64_t rows, int H, in
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
       const int col = c * V, h = col / Dh, j = col - h * Dh;
       const int64_t a = ((b * H + h) * Tn + t) * Dh + j, m = r * D + col;
-      if (to_merged)
-        *reinterpret_cast<P*>(dst + m) = *reinterpret_cast<const P*>(src + a);
-      else
-        *reinterpret_cast<P*>(dst + a) = *reinterpret_cast<const P*>(src + m);
+      const int64_t to = to_merged ? m : a;
+      const P val = *reinterpret_cast<const P*>(src + (to_merged ? a : m));
+      *reinterpret_cast<P*>(dst + to) = val;
+      if (dst16) store_bf16<T, V>(dst16 + to, val);
     }
   }
 }
 
 template <class T>
 void split_heads_launch(T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t H, int64_t Dh, int64_t q0,
-                        bool fwd) {
+                        bool fwd, Bf16Outs c16 = {}) {
   const int64_t rows = B * S;
   if (rows * 3 * H * Dh == 0) return;
   constexpr int V = kPack<T>;
@@ -69,18 +90,19 @@ void split_heads_launch(T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t 
   const int threads = row_threads(3 * H * Dh / (wide ? V : 1));
   if (wide)
     CTX_LAUNCH((split_heads_kernel<T, V>), row_grid(rows), threads, 0, 0, qkv, q, k, v, rows, (int)S, (int)H,
-               (int)Dh, (int)q0, fwd);
+               (int)Dh, (int)q0, fwd, c16);
   else
     CTX_LAUNCH((split_heads_kernel<T, 1>), row_grid(rows), threads, 0, 0, qkv, q, k, v, rows, (int)S, (int)H,
-               (int)Dh, (int)q0, fwd);
+               (int)Dh, (int)q0, fwd, c16);
   CTX_CUDA_LAUNCH_CHECK("split_heads_kernel");
 }
 
 }  // namespace
 
 template <class T>
-void split_heads(const T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t H, int64_t Dh, int64_t q0) {
-  split_heads_launch<T>(const_cast<T*>(qkv), q, k, v, B, S, H, Dh, q0, true);  // fwd: qkv only read
+void split_heads(const T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t H, int64_t Dh, int64_t q0,
+                 Bf16Outs c16) {
+  split_heads_launch<T>(const_cast<T*>(qkv), q, k, v, B, S, H, Dh, q0, true, c16);  // fwd: qkv only read
 }
 
 template <class T>
@@ -90,7 +112,8 @@ void split_heads_backward(const T* dq, const T* dk, const T* dv, T* dqkv, int64_
 }
 
 template <class T>
-void merge_heads(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t Dh, bool to_merged) {
+void merge_heads(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t Dh, bool to_merged,
+                 uint16_t* dst16) {
   const int64_t rows = B * Tn;
   if (rows * H * Dh == 0) return;
   constexpr int V = kPack<T>;
@@ -98,18 +121,18 @@ void merge_heads(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t
   const int threads = row_threads(H * Dh / (wide ? V : 1));
   if (wide)
     CTX_LAUNCH((merge_heads_kernel<T, V>), row_grid(rows), threads, 0, 0, src, dst, rows, (int)H, (int)Tn, (int)Dh,
-               to_merged);
+               to_merged, dst16);
   else
     CTX_LAUNCH((merge_heads_kernel<T, 1>), row_grid(rows), threads, 0, 0, src, dst, rows, (int)H, (int)Tn, (int)Dh,
-               to_merged);
+               to_merged, dst16);
   CTX_CUDA_LAUNCH_CHECK("merge_heads_kernel");
 }
 
 #define CTX_INST_HEADS(T)                                                                            \
-  template void split_heads<T>(const T*, T*, T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t);   \
+  template void split_heads<T>(const T*, T*, T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, Bf16Outs); \
   template void split_heads_backward<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t, \
                                         int64_t, int64_t);                                           \
-  template void merge_heads<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, bool);
+  template void merge_heads<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, bool, uint16_t*);
 CTX_INST_HEADS(float)
 CTX_INST_HEADS(double)
 

@@ -93,14 +93,19 @@ template <class T> void adamw(T* p, const T* g, T* m, T* v, int64_t n, T decay, 
 // k, v [B, H, S, Dh]; merged [B, Tn, H Dh], o [B, H, Tn, Dh])
 template <class T> void rope_rotate(const T* x, const T* C, const T* S, T* out, int64_t R, int64_t Tn, int64_t d,
                                     bool interleaved, bool transpose);
+// Destinations for an output's bf16 rounding, written by the kernel in the same pass (kept copies,
+// cuda_backend.cu's kept_bf16_slot); null: none. f32 only.
+struct Bf16Outs {
+  uint16_t *q = nullptr, *k = nullptr, *v = nullptr;
+};
 template <class T> void split_heads(const T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t H, int64_t Dh,
-                                    int64_t q0);
+                                    int64_t q0, Bf16Outs c16 = {});
 // dq / dk / dv may be null (zeros)
 template <class T> void split_heads_backward(const T* dq, const T* dk, const T* dv, T* dqkv, int64_t B, int64_t S,
                                              int64_t H, int64_t Dh, int64_t q0);
-// to_merged: src = o, dst = merged; else src = merged, dst = o
+// to_merged: src = o, dst = merged; else src = merged, dst = o; dst16 (or null): dst's bf16 rounding
 template <class T> void merge_heads(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t Dh,
-                                    bool to_merged);
+                                    bool to_merged, uint16_t* dst16 = nullptr);
 
 // --- flat_adamw.cu --- tiles [ntiles, 3] = (begin, end, decay) of the flat buffers, each at most
 // kFlatTile elements of one chunk, in chunk order (built on the host by the backend)
