@@ -220,6 +220,54 @@ TEST(CudaModelAttention, TensorCoresByDefaultForPlainCallsUnderBf16) {
   }
 }
 
+// What a warm bf16 training step still converts to bf16 (issue 33 item 3: no cast pass before a
+// GEMM): a GPT with Dh 32 (tensor-core attention), two AdamW steps on cuda, the second counted.
+// The kernels that write their outputs' copies (split_heads, merge_heads' backward, the
+// cross-entropy) leave, per layer, 8 kept copies made by a conversion pass: the four Linear
+// layers' inputs (the two LayerNorm outputs, the merged heads, the GELU output) and their output
+// gradients (gemm_operand_reused: the residual stream's twice, the GELU's input gradient,
+// split_heads' dqkv); and 8 conversions by gemm_lt itself: each weight twice (forward, and dx in
+// the backward), because the weights are views of the optimizer's flat buffer and a kept copy is
+// a whole storage's. The tied LM head adds 4 (its input, and wte, each twice). The numbers pin the
+// count so that a change that removes (or adds) a pass shows here; the next one to remove is the
+// weights' (the flat AdamW writing the flat buffer's bf16 copy in its own pass).
+TEST(CudaModelAttention, WarmBf16StepConversionPasses) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  PrecisionScope bf16(Precision::BF16);
+  nn::GPT m(testing_util::two_head_cfg(17, 64, 2, 64, 24, json{{"type", "learned"}}));
+  m.init_weights(5);
+  m.to(Device::CUDA);
+  AdamWOptions o;
+  AdamW opt(m.named_parameters(), o);
+  const Tensor in = Tensor::from_vector(std::vector<int64_t>{1, 5, 7, 2, 9, 4, 3, 8, 6, 2, 11, 5}, {2, 6})
+                        .to(Device::CUDA);
+  auto step = [&] {
+    m.zero_grad();
+    Variable loss = m.loss(in, in);
+    loss.backward();
+    opt.clip_and_step(1e-2, 1.0);
+  };
+  step();  // cold: plans, the allocator's blocks
+  const cuda::KeptCopyStats k0 = cuda::kept_copy_stats();
+  const cuda::GemmLtStats g0 = cuda::gemm_lt_stats();
+  const cuda::TcAttentionCalls t0 = cuda::tc_attention_calls();
+  step();
+  const cuda::KeptCopyStats k1 = cuda::kept_copy_stats();
+  const cuda::GemmLtStats g1 = cuda::gemm_lt_stats();
+  const uint64_t L = (uint64_t)m.cfg.n_layers;
+  std::printf("warm bf16 step, %llu layers: kept copies converted %llu, written by kernels %llu; gemm_lt "
+              "conversions %llu, kept operands %llu, matmuls %llu\n",
+              (unsigned long long)L, (unsigned long long)(k1.converted - k0.converted),
+              (unsigned long long)(k1.written - k0.written), (unsigned long long)(g1.conversions - g0.conversions),
+              (unsigned long long)(g1.kept_operands - g0.kept_operands), (unsigned long long)(g1.matmuls - g0.matmuls));
+  EXPECT_EQ(cuda::tc_attention_calls().converted_inputs - t0.converted_inputs, 0u);
+  EXPECT_EQ(k1.written - k0.written, 2 * L + 1) << "split_heads, merge_heads' backward a layer; dlogits";
+  EXPECT_EQ(k1.converted - k0.converted, 8 * L) << "the Linear layers' inputs and output gradients";
+  EXPECT_EQ(g1.conversions - g0.conversions, 8 * L + 4) << "the weights twice, the LM head's input and wte twice";
+  EXPECT_EQ(g1.matmuls - g0.matmuls, 12 * L + 3);
+  EXPECT_EQ(g1.kept_operands - g0.kept_operands, 2 * (12 * L + 3) - (8 * L + 4));
+}
+
 TEST_P(CudaModel, TrainingStepsMatchTheCpu) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
   check_training_steps(GetParam(), 0);
