@@ -256,7 +256,8 @@ void expect_exact_kept_copy(const Tensor& t, int64_t rows, int64_t cols, const c
 
 // Kernels that write their output's bf16 copy in their own pass (kept_bf16_slot): the
 // cross-entropy's backward (dlogits; the target's element after its -dloss, an ignored row's
-// zeros), split_heads (q | k | v, one storage) and merge_heads' backward (the attention's dout).
+// zeros), split_heads (q | k | v, one storage), merge_heads' backward (the attention's dout) and
+// layer_norm's forward (the next Linear's input; both of its kernels).
 // Each copy is exact, and none was made by a conversion pass (kept_copy_stats).
 TEST(CudaGemmLt, KernelsWriteTheirOutputsBf16Copies) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
@@ -286,12 +287,24 @@ TEST(CudaGemmLt, KernelsWriteTheirOutputsBf16Copies) {
   const Tensor dout = on_gpu(random_vec(B * S * D, 44), {B, S, D});
   Tensor d_o = Tensor::empty({B, H, S, Dh}, DType::F32, Device::CUDA);
   be.merge_heads_backward(dout, d_o);
+  // layer_norm's forward, a row of the warp kernel (C <= 1024) and one of the block kernel
+  Tensor ln_y[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t C = i == 0 ? 40 : 1030;
+    const Tensor x = on_gpu(random_vec(3 * C, 45 + i), {3, C}), w = on_gpu(random_vec(C, 47), {C}),
+                 b = on_gpu(random_vec(C, 48), {C});
+    Tensor mean = Tensor::empty({3}, DType::F32, Device::CUDA), rstd = Tensor::empty({3}, DType::F32, Device::CUDA);
+    ln_y[i] = Tensor::empty({3, C}, DType::F32, Device::CUDA);
+    be.layernorm(x, w, b, 1e-5, ln_y[i], mean, rstd);
+  }
   const cuda::KeptCopyStats k1 = cuda::kept_copy_stats();
-  EXPECT_EQ(k1.written - k0.written, 3u) << "dlogits, q | k | v, d_o";
+  EXPECT_EQ(k1.written - k0.written, 5u) << "dlogits, q | k | v, d_o, two layer_norm outputs";
   EXPECT_EQ(k1.converted - k0.converted, 0u);
   expect_exact_kept_copy(dz, N, V, "dlogits");
   for (const Tensor* t : {&q, &k, &v}) expect_exact_kept_copy(*t, B * H * S, Dh, "q | k | v");
   expect_exact_kept_copy(d_o, B * H * S, Dh, "merge_heads backward");
+  expect_exact_kept_copy(ln_y[0], 3, 40, "layer_norm (warp kernel)");
+  expect_exact_kept_copy(ln_y[1], 3, 1030, "layer_norm (block kernel)");
 }
 #endif
 

@@ -287,9 +287,11 @@ class CudaBackend final : public Backend {
   void layernorm_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
                       Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm",
-                            cuda::layernorm<T>(ptr<T>(x), ptr<T>(w), ptr_or_null<T>(b), (T)eps, ptr<T>(y),
-                                               ptr<T>(mean), ptr<T>(rstd), N, C));
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm", {
+      T* yp = ptr<T>(y);  // (bf16: y's copy written too, the next Linear's input)
+      cuda::layernorm<T>(ptr<T>(x), ptr<T>(w), ptr_or_null<T>(b), (T)eps, yp, ptr<T>(mean), ptr<T>(rstd), N, C,
+                         kept_bf16_slot(y));
+    });
   }
 
   void layernorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,

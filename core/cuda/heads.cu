@@ -3,24 +3,14 @@
 // Under --precision bf16 the forward split and the backward merge also write their outputs' bf16
 // roundings (the kept copies the attention reads, cuda_backend.cu's kept_bf16_slot).
 #include <cstdint>
-#include <type_traits>
 
+#include "core/cuda/bf16_out.cuh"  // store_bf16
 #include "core/cuda/check.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.h"
 
 namespace ctx::cuda {
 namespace {
-
-// the V elements of `val` rounded to bf16 (nearest even, as f32_to_bf16) at d16 (f32 only: the
-// backend passes no bf16 destination for f64)
-template <class T, int V>
-__device__ inline void store_bf16(uint16_t* d16, const Pack<T, V>& val) {
-  if constexpr (std::is_same_v<T, float>) {
-CTX_UNROLL
-    for (int e = 0; e < V; ++e) d16[e] = __bfloat16_as_ushort(__float2bfloat16_rn(val.x[e]));
-  }
-}
 
 // Layout: qkv (B, S, 3D), D = H Dh; q (B, H, S - q0, Dh), k, v (B, H, S, Dh). One block per qkv row
 // (b, s) (grid-stride over rows), V consecutive columns per thread (Dh % V == 0): the row's

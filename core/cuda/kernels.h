@@ -67,7 +67,8 @@ template <class T, class I> void cross_entropy_backward(const T* logits, const I
 // (RMSNorm: [K, C]) with K = norm_part_chunks(N))
 int64_t norm_part_chunks(int64_t N);
 template <class T> void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean,
-                                  T* rstd, int64_t N, int64_t C);
+                                  T* rstd, int64_t N, int64_t C,
+                                  uint16_t* y16 = nullptr);
 template <class T> void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean,
                                            const T* rstd, T* dx, T* dw, T* db, T* part,
                                            int64_t N, int64_t C);

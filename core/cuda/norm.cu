@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/cuda/bf16_out.cuh"       // bf16_bits
 #include "core/cuda/block_reduce.cuh"  // block_reduce, warp_reduce
 #include "core/cuda/check.h"
 #include "core/cuda/kernels.h"
@@ -19,10 +20,10 @@
 namespace ctx::cuda {
 namespace {
 
-// x, y are (N, C); w, b (b may be null) are (C); mean, rstd are (N)
+// x, y are (N, C); w, b (b may be null) are (C); mean, rstd are (N); y16 (or null): y's bf16 rounding
 template <class T>
 __global__ void layernorm_kernel(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd,
-                                 int64_t N, int64_t C) {
+                                 int64_t N, int64_t C, uint16_t* y16) {
   CTX_DYNAMIC_SHARED(T, buf);
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* xr = x + n * C;
@@ -34,8 +35,10 @@ __global__ void layernorm_kernel(const T* x, const T* w, const T* b, T eps, T* y
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) v += (xr[c] - m) * (xr[c] - m);
     v = block_reduce(v, buf, SumOp()) / T(C);
     const T r = T(1) / std::sqrt(v + eps);
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       yr[c] = b ? (xr[c] - m) * r * w[c] + b[c] : (xr[c] - m) * r * w[c];
+      if (y16) y16[n * C + c] = bf16_bits(yr[c]);
+    }
     if (threadIdx.x == 0) {
       mean[n] = m;
       rstd[n] = r;
@@ -79,7 +82,7 @@ __device__ T warp_sum(T v) { return warp_reduce(v, full_mask(), 32, SumOp()); }
 
 template <class T, int P>
 __global__ void layernorm_warp_kernel(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N,
-                                      int C) {
+                                      int C, uint16_t* y16) {
   const int lane = threadIdx.x % 32;
   for (int64_t n = blockIdx.x * (int64_t)kRowWarps + threadIdx.x / 32; n < N; n += (int64_t)gridDim.x * kRowWarps) {
     const T* xr = x + n * C;
@@ -99,7 +102,11 @@ __global__ void layernorm_warp_kernel(const T* x, const T* w, const T* b, T eps,
     CTX_UNROLL
     for (int i = 0; i < P; ++i) {
       const int c = lane + 32 * i;
-      if (c < C) y[n * C + c] = b ? (v[i] - m) * r * w[c] + b[c] : (v[i] - m) * r * w[c];
+      if (c < C) {
+        const T yv = b ? (v[i] - m) * r * w[c] + b[c] : (v[i] - m) * r * w[c];
+        y[n * C + c] = yv;
+        if (y16) y16[n * C + c] = bf16_bits(yv);
+      }
     }
     if (lane == 0) mean[n] = m, rstd[n] = r;
   }
@@ -263,16 +270,17 @@ void dweight(const T* dy, const T* x, const T* mean, const T* rstd, T* dw, T* db
 }  // namespace
 
 template <class T>
-void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N, int64_t C) {
+void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N, int64_t C,
+               uint16_t* y16) {
   if (N == 0 || C == 0) return;
   if (C <= kWarpRowMaxC) {
     CTX_ROW_REGS(C, (CTX_LAUNCH((layernorm_warp_kernel<T, P>), warp_row_grid(N), 32 * kRowWarps, 0, 0, x, w, b, eps,
-                                y, mean, rstd, N, (int)C)));
+                                y, mean, rstd, N, (int)C, y16)));
     CTX_CUDA_LAUNCH_CHECK("layernorm_warp_kernel");
     return;
   }
   const int th = row_threads(C);
-  CTX_LAUNCH(layernorm_kernel<T>, row_grid(N), th, th * sizeof(T), 0, x, w, b, eps, y, mean, rstd, N, C);
+  CTX_LAUNCH(layernorm_kernel<T>, row_grid(N), th, th * sizeof(T), 0, x, w, b, eps, y, mean, rstd, N, C, y16);
   CTX_CUDA_LAUNCH_CHECK("layernorm_kernel");
 }
 
@@ -324,7 +332,7 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx,
 int64_t norm_part_chunks(int64_t N) { return std::max(column_chunks(N), norm_row_blocks(N)); }
 
 #define CTX_INST_NORM(T)                                                                               \
-  template void layernorm<T>(const T*, const T*, const T*, T, T*, T*, T*, int64_t, int64_t);           \
+  template void layernorm<T>(const T*, const T*, const T*, T, T*, T*, T*, int64_t, int64_t, uint16_t*); \
   template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*, \
                                       int64_t, int64_t);                                               \
   template void rmsnorm<T>(const T*, const T*, T, T*, T*, int64_t, int64_t);                           \

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/cuda/bf16_out.cuh"  // bf16_bits
 #include "core/cuda/block_reduce.cuh"
 #include "core/cuda/check.h"
 #include "core/cuda/kernels.h"
@@ -105,12 +106,6 @@ __global__ void cross_entropy_kernel(const T* logits, const I* tgt, T* loss, T* 
       loss[n] = tgt[n] < 0 ? T(0) : l - z[tgt[n]];
     }
   }
-}
-
-// the bf16 bits of x (round to nearest even, as f32_to_bf16); only f32 has a bf16 twin
-template <class T>
-__device__ inline uint16_t bf16_bits(T x) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn((float)x));
 }
 
 // dz = dloss (softmax(z) - onehot(t)) (0 for an ignored row). One block per row, V consecutive
