@@ -20,9 +20,9 @@
 // block's last query; window: from the block's first query's oldest key), elements outside
 // masked to -inf (P = 0). Shared tiles are [64, D + 8] b16: rows 16-byte aligned for cp.async and
 // ldmatrix, and an ldmatrix's 8 rows 16 bytes apart modulo 128 (distinct bank groups).
-// Inputs are converted to bf16 by one pass each (f32_to_bf16) until activations are bf16 end to
-// end (issue 33 item 3); q, k, v once per step: the caller keeps the forward's copies for the
-// backward (TcBf16Inputs). Fragment layouts: core/cuda/mma.cuh.
+// Inputs in bf16: the copies the caller keeps with the tensors (TcBf16Inputs: written by the kernels
+// that produce q, k, v and dout, or converted once and kept from the forward to the backward),
+// else one conversion pass each (f32_to_bf16). Fragment layouts: core/cuda/mma.cuh.
 #include <algorithm>
 #include <atomic>
 #include <cmath>

@@ -61,9 +61,9 @@ T* ptr_or_null(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 // then dw = dy^T x), its weight (forward, dx = dy w, every step until the optimizer writes it) and
 // its output gradient (dx and dw; Backend::gemm_operand_reused), and the tensor-core attention's
 // q, k, v (forward, then backward). A copy is the whole storage's: `make_up_to` is the largest
-// storage, in elements, the caller lets it convert when there is no copy yet (a tensor's own
-// numel: only a tensor covering its storage; q, k and v's numels together: split_heads' one
-// q | k | v storage); 0: only an existing copy is returned. Null where there is none to use.
+// storage, in elements, the caller lets it convert when there is no copy yet (kept_bf16_of_own: a
+// tensor's numel, so only a tensor covering its storage); 0: only an existing copy is returned.
+// Null where there is none to use.
 std::mutex g_kept_mu;
 std::atomic<uint64_t> g_kept_converted{0}, g_kept_written{0};  // kept_copy_stats
 const uint16_t* kept_bf16(const Tensor& t, int64_t make_up_to) {
@@ -418,20 +418,15 @@ class CudaBackend final : public Backend {
 
   // ---- fused methods ----
   // The tensor-core kernels (bf16 products) under --precision bf16 unless CTXLAB_BF16_ATTENTION=0,
-  // where they fit the call (attention_tc.h); the SIMT kernels otherwise. The forward keeps q, k
-  // and v's bf16 copies with their storages (kept_bf16): the backward reads them again.
+  // where they fit the call (attention_tc.h); the SIMT kernels otherwise. q, k, v's bf16 copies:
+  // split_heads' (written with q | k | v), or, for a q or k of its own (rotated), converted by the
+  // forward and kept; the backward reads the same copies.
   bool tensor_core_attention(const AttnDims& d, const Tensor& q, const Tensor& bias, const AttnRel& rel) const {
     return tensor_core_attention_on() && cuda::tc_attention_fits(d, q, bias, rel);
   }
-  // (make: a storage is converted when q, k and v's views of it cover it: split_heads' q | k | v,
-  // or a rotated q or k of its own; not v alone in q | k | v, which a rotation left behind)
   static cuda::TcBf16Inputs kept_qkv(const Tensor& q, const Tensor& k, const Tensor& v, bool make) {
-    auto up_to = [&](const Tensor& t) {
-      int64_t n = 0;
-      for (const Tensor* u : {&q, &k, &v}) n += u->storage() == t.storage() ? u->numel() : 0;
-      return make ? n : 0;
-    };
-    return {kept_bf16(q, up_to(q)), kept_bf16(k, up_to(k)), kept_bf16(v, up_to(v))};
+    auto kept = [make](const Tensor& t) { return make ? kept_bf16_of_own(t) : kept_bf16(t, 0); };
+    return {kept(q), kept(k), kept(v)};
   }
   void attention_forward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) override {

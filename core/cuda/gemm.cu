@@ -293,15 +293,13 @@ bool gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool b
     if (kept.b) b = kept.b, ++g_lt_stats.kept_operands;
     else b = to_bf16(g_scratch_b, B, (g.batch - 1) * g.stride_b + g.K * g.N), ++g_lt_stats.conversions;
   }
-  if (has_bias(e.kind)) {
+  if (has_bias(e.kind))
     CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof e.bias));
-    ++(e.kind == Epi::Bias ? g_lt_stats.bias_epilogues : g_lt_stats.gelu_epilogues);
-  }
-  if (has_aux(e.kind)) {
+  if (has_aux(e.kind))
     CTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux,
                                                     sizeof e.aux));
-    if (e.kind == Epi::Dgelu) ++g_lt_stats.gelu_epilogues;
-  }
+  if (e.kind == Epi::Bias) ++g_lt_stats.bias_epilogues;
+  if (e.kind == Epi::GeluAuxBias || e.kind == Epi::Dgelu) ++g_lt_stats.gelu_epilogues;
   void* ws = g_workspace.get(kLtWorkspace);
   const float alpha = (float)g.alpha, beta = (float)g.beta;  // CUBLAS_COMPUTE_32F: fp32 scales
   ++g_lt_stats.matmuls;
