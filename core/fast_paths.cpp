@@ -53,6 +53,12 @@ const std::vector<FastPathInfo>& fast_paths() {
        "the ode_rk4_forward / ode_rk4_backward extension kernels (autograd/kernels/ode_rk4.h; ode_positions)",
        "the per-stage loop (autograd/ops_ode.cpp)",
        "autograd/ops_ode.cpp (and the device's ode_rk4 kernels: kernels::ode_rk4_*.has)"},
+      {FastPath::Decode, "decode", "CTXLAB_FUSED_DECODE", true, true, Fused::Attention,
+       "nn::DecodeEngine: a sampling step as backend kernels on buffers allocated once per generation (no "
+       "autograd graph); needs the linear, heads, attention (and rope) fast paths and an encoding with "
+       "DecodeTables",
+       "GPT::forward_cached (nn/gpt.h): the same kernels through autograd ops",
+       "nn/decode_engine.cpp (DecodeEngine::make; train/sample.cpp takes it where make says yes)"},
   };
   return table;
 }

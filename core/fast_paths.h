@@ -31,6 +31,7 @@ enum class FastPath {
   FlatAdamW,      // AdamW over flat buffers (Fused::FlatAdamW)
   GruCell,        // the rnn encoding's fused GRU gates (its gru_cell extension kernels, and Fused::Linear)
   OdeRk4,         // FLOATER's RK4 in one call (its ode_rk4 extension kernels)
+  Decode,         // graph-free incremental decoding (nn/decode_engine.h) where the model allows it
 };
 
 struct FastPathInfo {

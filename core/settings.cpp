@@ -55,6 +55,10 @@ const std::vector<Setting>& settings() {
        "Opt-in: on an H200 the first version (with DGELU_BGRAD) was 1.5% slower a GPT-2 small bf16 step; "
        "the DGELU version awaits a GPU",
        "core/fast_paths.cpp"},
+      {"CTXLAB_FUSED_DECODE", "1", "0 | 1",
+       "0: sampling decodes through the autograd ops (GPT::forward_cached) instead of the graph-free decoder "
+       "(nn/decode_engine.h; the same kernels, no graph, no per-token allocation)",
+       "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_ODE", "1", "0 | 1",
        "0: FLOATER's RK4 as the composed loop (~10 primitives per stage) instead of one call (its ode_rk4 kernels)",
        "core/fast_paths.cpp"},

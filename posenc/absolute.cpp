@@ -16,6 +16,7 @@ class NoPos final : public PositionalEncoding {
   bool sinks_ok() const override { return true; }  // the mask only (POSENC_SPEC §6)
   bool explicit_positions_ok() const override { return true; }  // no effect (§7.3)
   bool fused_attention_ok(const AttnState&) const override { return true; }
+  std::optional<DecodeTables> decode_tables(int64_t, const Tensor&) override { return DecodeTables{}; }
 };
 
 // x [B, T, D] + table [1 or B, T, D] (broadcast over the batch)
@@ -73,6 +74,13 @@ class Learned final : public PositionalEncoding {
     Variable p = add(scale(index_select(u, 0, qi), a), scale(index_select(u, 0, ri), 1.0 - a));
     return add_table(x, p);
   }
+  // the table's first rows, within L (the sampler's cache stops at max_length())
+  std::optional<DecodeTables> decode_tables(int64_t capacity, const Tensor&) override {
+    if (capacity > L_) return std::nullopt;
+    DecodeTables t;
+    t.add = wpe_.data().slice0(0, capacity);
+    return t;
+  }
   // x_t += wpe[p[b, t]] (POSENC_SPEC §7.3); a position >= the table's rows is an error
   Variable embed_positions(const Variable& x, const Positions& p) override {
     CTX_CHECK(p.max() < L_, "posenc learned: explicit position ", p.max(), " is beyond the learned table of ", L_,
@@ -106,6 +114,11 @@ class Sinusoidal final : public PositionalEncoding {
   }
   Variable embed_positions(const Variable& x, const Positions& p) override {
     return add_table(x, table(x, p.p, p.rows, p.T));
+  }
+  std::optional<DecodeTables> decode_tables(int64_t capacity, const Tensor& like) override {
+    DecodeTables t;
+    t.add = table(Variable(like, false), position_list(0, capacity, nullptr), 1, capacity).data();
+    return t;
   }
 
  private:

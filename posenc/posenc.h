@@ -54,6 +54,15 @@ struct PosencDecodeState {
   virtual ~PosencDecodeState() = default;
 };
 
+// What the graph-free decoder (nn/decode_engine.h) needs from an encoding: tables over the
+// positions 0..capacity-1 of one generation, built once, so that a step of one position is
+// kernels on preallocated buffers. Each table is optional (undefined: absent).
+struct DecodeTables {
+  Tensor add;              // [capacity, D]: added to wte[token] at position p (row p; absolute encodings)
+  Tensor cos, sin;         // [capacity, Dh / 2]: q and k of position p rotated by row p (rope_rotate)
+  bool interleaved = false;  // rotation pairs (2k, 2k + 1) instead of (k, k + Dh / 2)
+};
+
 struct ScoreTerms {
   Variable q;          // the content query: st.q, or the encoding's own (xl: q + u)
   double scale = 1.0;
@@ -209,6 +218,14 @@ class PositionalEncoding {
   // original context: the base grows with the length, so every hidden state of every layer
   // changes each step). GPT::forward_cached refuses more; sample() recomputes from there on.
   virtual int64_t decode_limit() const { return max_length(); }
+  // The tables that reproduce embed_tokens_decode and rotate() for every decoding step of up to
+  // `capacity` positions, with the default logits and output and no bias (nn/decode_engine.h), or
+  // nullopt (the default) when the encoding needs its hooks: then decoding takes the graph path.
+  // `like`: a model parameter (the tables' dtype and device).
+  virtual std::optional<DecodeTables> decode_tables(int64_t capacity, const Tensor& like) {
+    (void)capacity, (void)like;
+    return std::nullopt;
+  }
 
   // terms(st), computed once per attention call (kept in st.terms).
   const ScoreTerms& score_terms(AttnState& st);

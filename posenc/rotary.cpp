@@ -326,6 +326,23 @@ class Rope final : public PositionalEncoding {
   // outputs (the cached keys and values of layers > 0) change too.
   int64_t decode_limit() const override { return n_dependent() ? sc_.L : 0; }
 
+  // One-branch scalings whose rotation of position p is the same at every length up to capacity
+  // (dynamic NTK / LongRoPE only within L); log_n scales q by its own table: the hooks.
+  std::optional<DecodeTables> decode_tables(int64_t capacity, const Tensor& like) override {
+    const std::string& t = sc_.type;
+    if (sc_.log_n || t == "rerope" || t == "leaky-rerope" || t == "self-extend" ||
+        (n_dependent() && capacity > sc_.L))
+      return std::nullopt;
+    const auto fr = freqs(capacity);
+    auto [C, S] = trig_tables(f32_angles(0, capacity, fr.first), capacity, d_ / 2, {}, fr.second,
+                              Variable(like, false));
+    DecodeTables tb;
+    tb.cos = C;
+    tb.sin = S;
+    tb.interleaved = pairing_ == RopePairing::Interleaved;
+    return tb;
+  }
+
   // Two-branch logits (FarBranch): where far(i, j) the second branch, else the ordinary one.
   // Gradients flow through the selected branch.
   Variable logits(AttnState& st) override {

@@ -11,6 +11,7 @@
 #include "autograd/variable.h"
 #include "core/threads.h"
 #include "core/device_table.h"  // to_host
+#include "nn/decode_engine.h"
 
 namespace ctx {
 
@@ -92,28 +93,35 @@ struct ModelStateGuard {
   }
 };
 
-// The sequence decoded so far and how the logits of its next token are computed: through the KV
-// cache (opt.use_cache) or a full recompute, with the context shift of encodings limited to L
-// positions.
+// The sequences decoded so far (rows of equal length, one per sample) and how the logits of their
+// next tokens are computed: the graph-free decoder (nn/decode_engine.h) where the model allows it,
+// else the KV cache through the graph (opt.use_cache) or a full recompute, with the context shift
+// of encodings limited to L positions. Several rows need the graph-free decoder.
 class Decoder {
  public:
-  Decoder(nn::GPT& model, const SampleOptions& opt, const std::vector<int32_t>& prompt);
-  // The next token's logits [V] (f32, host); `first`: the prompt's.
+  Decoder(nn::GPT& model, const SampleOptions& opt, const std::vector<int32_t>& prompt, int64_t rows);
+  // The next tokens' logits [rows, V] (f32, host); `first`: the prompt's.
   Tensor next_logits(bool first);
-  void push(int32_t token) { seq_.push_back(token); }
-  bool cached() const { return cache_ != nullptr; }
+  void push(int64_t row, int32_t token) { seqs_[(size_t)row].push_back(token); }
+  bool cached() const { return engine_ || cache_; }
+  const std::string& path() const { return path_; }
 
  private:
   bool shift();
   Tensor recompute(bool first);
   Tensor fill();
+  Tensor engine_step(size_t begin, size_t end);
+  const std::vector<int32_t>& seq() const { return seqs_[0]; }
 
   nn::GPT& model_;
   const int64_t max_len_, mem_len_;
   int64_t keep_ = 0;
-  std::vector<int32_t> seq_;
+  std::vector<std::vector<int32_t>> seqs_;
   size_t start_ = 0;
+  std::unique_ptr<nn::DecodeEngine> engine_;
   std::unique_ptr<nn::KVCache> cache_;
+  std::string path_;
+  std::vector<int32_t> ids_;  // the engine's input [rows, n]
 };
 
 // Encodings limited to L positions (learned, tupe) see seq[start..]: when that would pass L,
@@ -122,8 +130,9 @@ class Decoder {
 // The cache holds the positions the model sees up to the encoding's decode limit (learned,
 // tupe: L, the cache restarts after each shift; dynamic NTK: its original context, past which
 // the steps recompute the whole sequence).
-Decoder::Decoder(nn::GPT& model, const SampleOptions& opt, const std::vector<int32_t>& prompt)
-    : model_(model), max_len_(model.pe->max_length()), mem_len_(model.pe->memory_length()), seq_(prompt) {
+Decoder::Decoder(nn::GPT& model, const SampleOptions& opt, const std::vector<int32_t>& prompt, int64_t rows)
+    : model_(model), max_len_(model.pe->max_length()), mem_len_(model.pe->memory_length()),
+      seqs_((size_t)rows, prompt) {
   CTX_CHECK(max_len_ == 0 || opt.keep <= max_len_, "sample: --keep must be <= the context the encoding can ",
             "encode (", max_len_, "), got ", opt.keep);
   keep_ = max_len_ == 0 ? 0 : opt.keep > 0 ? opt.keep : std::max<int64_t>(1, max_len_ / 2);
@@ -131,45 +140,72 @@ Decoder::Decoder(nn::GPT& model, const SampleOptions& opt, const std::vector<int
   const int64_t want = (int64_t)prompt.size() + opt.max_tokens - 1;  // positions ever fed
   const int64_t limit = model_.pe->decode_limit();
   const int64_t cap = limit > 0 ? std::min(want, limit) : want;
-  if (opt.use_cache) cache_ = std::make_unique<nn::KVCache>(model_.make_cache(1, cap, opt.window, opt.sinks));
+  std::string why = "--no-cache";
+  if (opt.use_cache) engine_ = nn::DecodeEngine::make(model_, rows, cap, opt.window, &why);
+  CTX_CHECK(rows == 1 || engine_, "sample: --num-samples ", rows, " needs the graph-free decoder, which this model ",
+            "cannot use here (", why, "); sample one at a time (--num-samples 1)");
+  if (engine_) {
+    path_ = "graph-free decoder";
+  } else if (opt.use_cache) {
+    cache_ = std::make_unique<nn::KVCache>(model_.make_cache(1, cap, opt.window, opt.sinks));
+    path_ = "kv cache, through the graph: " + why;
+  } else {
+    path_ = "no cache, full recompute";
+  }
 }
 
 bool Decoder::shift() {  // true when start moved
-  if (max_len_ == 0 || (int64_t)(seq_.size() - start_) <= max_len_) return false;
-  start_ = seq_.size() - (size_t)keep_;
+  if (max_len_ == 0 || (int64_t)(seq().size() - start_) <= max_len_) return false;
+  start_ = seq().size() - (size_t)keep_;
   return true;
 }
 
 // The full recompute of the last position's logits (use_cache = false; with the cache past
-// dynamic NTK's decode limit).
+// dynamic NTK's decode limit). One row.
 Tensor Decoder::recompute(bool first) {
   if (mem_len_ > 0)  // segment recurrence: the prompt, then one token per segment
-    return last_row(first ? model_.forward(token_tensor(seq_, 0), 0, false)
-                          : model_.forward(token_tensor(seq_, seq_.size() - 1), 0, true));
-  return last_row(model_.forward(token_tensor(seq_, start_)));
+    return last_row(first ? model_.forward(token_tensor(seq(), 0), 0, false)
+                          : model_.forward(token_tensor(seq(), seq().size() - 1), 0, true));
+  return last_row(model_.forward(token_tensor(seq(), start_)));
+}
+
+// Positions [begin, end) of every row through the graph-free decoder: their last logits [rows, V].
+Tensor Decoder::engine_step(size_t begin, size_t end) {
+  ids_.clear();
+  for (const auto& s : seqs_) ids_.insert(ids_.end(), s.begin() + (ptrdiff_t)begin, s.begin() + (ptrdiff_t)end);
+  const Tensor z = to_host(engine_->step(ids_.data(), (int64_t)(end - begin)));
+  return z.dtype() == DType::F32 ? z : z.to(DType::F32);
 }
 
 // Refills the cache with seq[start..] and returns the last position's logits: one forward, or
 // for a rolling cache (sinks) as many positions as it holds, then one position per call.
 Tensor Decoder::fill() {
+  const size_t end = seq().size();
+  if (engine_) {
+    engine_->clear();
+    return engine_step(start_, end);
+  }
   cache_->clear();
-  const size_t end = seq_.size();
   size_t at = cache_->rolling() ? std::min(end, start_ + (size_t)cache_->buffer_rows()) : end;
-  Variable logits = model_.forward_cached(token_tensor(seq_, start_, at), *cache_);
-  for (; at < end; ++at) logits = model_.forward_cached(token_tensor(seq_, at, at + 1), *cache_);
+  Variable logits = model_.forward_cached(token_tensor(seq(), start_, at), *cache_);
+  for (; at < end; ++at) logits = model_.forward_cached(token_tensor(seq(), at, at + 1), *cache_);
   return last_row(logits);
 }
 
 Tensor Decoder::next_logits(bool first) {
   const bool shifted = shift();
-  if (!cache_) return recompute(first);
+  if (!cached()) return recompute(first);
+  const int64_t cap = engine_ ? engine_->capacity() : cache_->capacity();
+  const int64_t length = engine_ ? engine_->length() : cache_->length();
   if (first || shifted) {  // (re)fill the cache with everything the model sees
-    if ((int64_t)(seq_.size() - start_) > cache_->capacity()) return recompute(first);
+    if ((int64_t)(seq().size() - start_) > cap) return recompute(first);
     return fill();
   }
-  if (cache_->length() < cache_->capacity())
-    return last_row(model_.forward_cached(token_tensor(seq_, seq_.size() - 1), *cache_));
-  return recompute(false);  // past the decode limit
+  if (length < cap) {
+    if (engine_) return engine_step(seq().size() - 1, seq().size());
+    return last_row(model_.forward_cached(token_tensor(seq(), seq().size() - 1), *cache_));
+  }
+  return recompute(false);  // past the decode limit (one row: the engine serves no such model)
 }
 
 // Sets the thread count to 1 for its lifetime when `on` (restores it after).
@@ -185,11 +221,12 @@ struct OneThread {
 
 }  // namespace
 
-std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
-                            const std::function<void(int32_t)>& on_token) {
+SampleResult sample_many(nn::GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                         const std::function<void(int64_t, int32_t)>& on_token) {
   check_sample_options(opt);
+  CTX_CHECK(opt.num_samples >= 1, "sample: --num-samples must be >= 1 (e.g. 4), got ", opt.num_samples);
   CTX_CHECK(!prompt.empty(), "sample: the prompt must hold at least one token");
-  const int64_t V = model.cfg.vocab_size;
+  const int64_t V = model.cfg.vocab_size, N = opt.num_samples;
   for (size_t i = 0; i < prompt.size(); ++i)
     CTX_CHECK(prompt[i] >= 0 && prompt[i] < V, "sample: prompt token ", prompt[i], " at position ", i,
               " is out of range for vocab_size ", V);
@@ -199,28 +236,43 @@ std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, 
   NoGradGuard no_grad;
   ModelStateGuard guard(model);
   model.eval();
-  Rng rng(opt.seed);
-  std::vector<int32_t> out;
-  out.reserve((size_t)std::min<int64_t>(opt.max_tokens, 1 << 20));  // grows past that as tokens come
-  if (opt.max_tokens == 0) return out;
+  std::vector<Rng> rngs;  // sample b draws with seed + b: sample 0 is the one-sample run's
+  for (int64_t b = 0; b < N; ++b) rngs.emplace_back(opt.seed + (uint64_t)b);
+  SampleResult res;
+  res.tokens.assign((size_t)N, {});
+  for (auto& t : res.tokens) t.reserve((size_t)std::min<int64_t>(opt.max_tokens, 1 << 20));  // grows past that
+  if (opt.max_tokens == 0) return res;
 
-  Decoder decoder(model, opt, prompt);
-  Tensor row = decoder.next_logits(true);
-  // Batch-1 cached decoding is one row per GEMM and a few hundred tiny ops per token: the fork and
+  Decoder decoder(model, opt, prompt, N);
+  res.path = decoder.path();
+  Tensor rows = decoder.next_logits(true);  // [N, V]
+  // Cached decoding is a few rows per GEMM and a few hundred small kernels per token: the fork and
   // join of a thread team costs more than a second core gives (small, 500 tokens: 765 tokens/s on
   // 1 thread against 291 on 2; docs/sampling.md). Unless the user chose a thread count, the
   // cached steps after the prompt run on one thread.
   OneThread one_thread(decoder.cached() && model.wte->weight.data().device() == Device::CPU &&
                        !ctx::threads_chosen_by_user());
   for (int64_t s = 0;; ++s) {
-    const int32_t next = sample_next(row.host<float>(), V, opt.temperature, opt.top_k, rng);
-    decoder.push(next);
-    out.push_back(next);
-    if (on_token) on_token(next);
+    for (int64_t b = 0; b < N; ++b) {
+      const int32_t next = sample_next(rows.host<float>() + b * V, V, opt.temperature, opt.top_k, rngs[(size_t)b]);
+      decoder.push(b, next);
+      res.tokens[(size_t)b].push_back(next);
+      if (on_token) on_token(b, next);
+    }
     if (s + 1 == opt.max_tokens) break;
-    row = decoder.next_logits(false);
+    rows = decoder.next_logits(false);
   }
-  return out;
+  return res;
+}
+
+std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                            const std::function<void(int32_t)>& on_token) {
+  SampleOptions one = opt;
+  one.num_samples = 1;
+  SampleResult r = sample_many(model, prompt, one, [&](int64_t, int32_t t) {
+    if (on_token) on_token(t);
+  });
+  return std::move(r.tokens[0]);
 }
 
 }  // namespace ctx

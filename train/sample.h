@@ -23,6 +23,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
@@ -40,6 +41,14 @@ struct SampleOptions {
                               // (POSENC_SPEC §6; the cache rolls: sinks + window rows)
   bool use_cache = true;      // KV cache (one position per token); false: full recompute per token
   int64_t keep = 0;           // learned / tupe context shift: tokens kept, 1..L (0 = L / 2)
+  int64_t num_samples = 1;    // sample_many: continuations drawn together (sample b with seed + b), >= 1
+};
+
+// What sample_many made: one continuation per sample, and how the logits were computed
+// ("graph-free decoder", "kv cache, through the graph: REASON", "no cache, full recompute").
+struct SampleResult {
+  std::vector<std::vector<int32_t>> tokens;
+  std::string path;
 };
 
 // Throws ctx::Error naming the option and the expected value when an option is out of range.
@@ -56,5 +65,11 @@ int32_t sample_next(const float* logits, int64_t V, double temperature, int64_t 
 // is generated (streaming output). Runs in eval mode with no autograd graph.
 std::vector<int32_t> sample(nn::GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
                             const std::function<void(int32_t)>& on_token = nullptr);
+// opt.num_samples continuations of `prompt` decoded together: the rows of one batch, so every
+// token's weights are read once for all of them (the graph-free decoder, nn/decode_engine.h;
+// more than one sample is an error where the model cannot use it). Sample b draws with
+// Rng(opt.seed + b), so sample 0 is sample()'s. on_token(b, token) as each is drawn.
+SampleResult sample_many(nn::GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                         const std::function<void(int64_t, int32_t)>& on_token = nullptr);
 
 }  // namespace ctx

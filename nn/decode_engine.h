@@ -1,0 +1,85 @@
+// nn/decode_engine.h — graph-free incremental decoding (docs/sampling.md, "The graph-free
+// decoder"): one position per step for B sequences, straight through the backend's kernels on
+// buffers allocated once per generation. No Variable, no autograd node, no tensor allocated in a
+// warm step; the same kernels, in the same order, as GPT::forward_cached (nn/gpt.h), so the logits
+// are the graph path's. Per layer of a step (x: the residual stream [B, D]):
+//   y = norm1(x); qkv = y Wqkv^T + b            // [B, 3D]
+//   q, k, v = split_heads(qkv)                  // [B, H, 1, Dh]
+//   q, k rotated by row `pos` of the encoding's tables (rotary); k, v written to cache row pos
+//   o = attention(q, cache rows 0..pos)         // [B, H, 1, Dh] = [B, D] (one query: no merge)
+//   x += o Wp^T + bp
+//   x += proj(gelu_tanh(norm2(x) Wfc^T + bfc))
+// and then logits [B, V] = norm_f(x) Wout^T. The token embedding is wte[tok] + row pos of the
+// encoding's additive table (absolute encodings).
+//
+// It serves the models whose encoding gives DecodeTables (posenc/posenc.h: none, learned,
+// sinusoidal, rope with a one-branch scaling) on a backend with the fused kernels it calls,
+// without sinks or Transformer-XL memory; make() says why not otherwise, and the caller decodes
+// through the graph (train/sample.cpp does). CTXLAB_FUSED_DECODE=0 turns it off.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/gpt.h"
+
+namespace ctx::nn {
+
+class DecodeEngine {
+ public:
+  // An engine for `batch` sequences of up to `capacity` positions with a sliding window of
+  // `window` keys (0: full attention), or null with *why set (the reason the graph path decodes).
+  // The model must stay alive and unchanged (its weights are read in place) while the engine is used.
+  static std::unique_ptr<DecodeEngine> make(GPT& model, int64_t batch, int64_t capacity, int64_t window,
+                                            std::string* why);
+  // Feeds T tokens per sequence (tokens [B, T] row-major, ids < vocab) at positions length()..
+  // and returns the logits of each sequence's last one [B, V] (the engine's buffer, valid until the
+  // next call; on the model's device). A step of T = 1 is the warm path: it allocates nothing.
+  // Longer steps (a prompt) run in chunks of at most 64 positions on a second workspace made on
+  // first use.
+  const Tensor& step(const int32_t* tokens, int64_t T = 1);
+  int64_t length() const { return n_; }
+  int64_t capacity() const { return cap_; }
+  int64_t batch() const { return B_; }
+  // Forget every position (the buffers stay).
+  void clear() { n_ = 0; }
+  static constexpr int64_t kChunk = 64;
+
+ private:
+  // The buffers of one call of T positions for B sequences (rows = B T).
+  struct Work {
+    int64_t T = 0;
+    Tensor tok_host, tok;          // [B T] i64: the host copy and the device's
+    Tensor x, y, mean, rstd;       // [B T, D], [B T, D], [B T], [B T]
+    Tensor qkv;                    // [B, T, 3D]
+    Tensor q, k, v, qr, kr, o;     // [B, H, T, Dh]
+    Tensor lse;                    // [B, H, T]
+    Tensor merged, a;              // [B, T, D]: the heads merged (T > 1); [B T, D]: a sublayer's output
+    Tensor pre, h;                 // [B T, F]
+    Strided row_src;               // k, v rows [B, H, T, Dh] ...
+  };
+  struct Layer {
+    const Block* block;
+    Tensor k, v;  // the cache: [B, H, capacity, Dh] (keys rotated)
+  };
+  DecodeEngine(GPT& model, int64_t batch, int64_t capacity, int64_t window, DecodeTables tables);
+  Work make_work(int64_t T) const;
+  void run(Work& w, const int32_t* tokens, int64_t stride);
+  void layer(Work& w, int l, int64_t pos);
+  void write_rows(const Work& w, const Tensor& src, Tensor& cache, int64_t pos);
+
+  GPT& m_;
+  const int64_t B_, cap_, window_, D_, H_, Dh_, F_, V_;
+  int64_t n_ = 0;
+  const bool mlp_node_;  // FastPath::MlpGelu: linear_gelu, else linear then gelu_tanh (as the MLP node)
+  DecodeTables tables_;
+  std::vector<Layer> layers_;
+  Work one_;                     // T = 1: the warm path
+  std::unique_ptr<Work> chunk_;  // T = kChunk or less: prompts, made on first use
+  Tensor last_;                  // [B, D]: each sequence's last row (chunks)
+  Tensor logits_;                // [B, V]
+  Strided row_dst_;              // ... into [B, H, capacity, Dh] at row pos
+};
+
+}  // namespace ctx::nn
