@@ -11,8 +11,8 @@
           cell x length, the task grid); the split really holds out the tail of the corpus; the
           dry run lists the jobs and marks them done.
   errors  one-line errors naming the file and field: an unknown key, a reserved training option,
-          a directory-escaping name, a duplicate seed, a bad depth, bad "variants" and "finetunes"
-          entries, a config
+          a directory-escaping name, a duplicate seed, a bad depth, bad "variants", "finetunes"
+          and scaling "encodings" entries (a scaling's "encodings" limits its cells, dry run), a config
           field the study sets in "train.set", another
           study in the same --out, a failing job (named, with its log).
   finetune  fine-tune cells (FT_STUDY: rope with a PI fine-tune and a direct one, alibi with a
@@ -87,8 +87,10 @@ def cells_of(spec):
     for name, enc in spec["encodings"].items():
         cells.append(name)
         pe = enc.get("posenc", enc)
-        if (pe if isinstance(pe, str) else pe.get("type")) == "rope":
-            cells += [f"{name}+{sc}" for sc in spec["scalings"]]
+        rotary = (pe if isinstance(pe, str) else pe.get("type")) == "rope"
+        # a scaling applies to the rotary encodings, or to those its "encodings" names
+        cells += [f"{name}+{sc}" for sc, v in spec["scalings"].items()
+                  if (name in v["encodings"] if isinstance(v, dict) and "encodings" in v else rotary)]
     return cells
 
 
@@ -320,6 +322,22 @@ def check_presets(d):
         check(f"preset {n} plans its jobs", p.returncode == 0 and "[1/" in p.stdout, (p.stdout + p.stderr)[-400:])
 
 
+def check_scaling_encodings(d, study):
+    """A scaling's "encodings" limits its cells to the rotary encodings it names (a randomized rope
+    takes no self-extend, POSENC_SPEC 7.3), and is the study's key: eval's --rope-scaling never sees it."""
+    path = study("scaling_encodings", lambda j: j.update(
+        encodings={"rope": "rope", "rope_rand": {"type": "rope", "randomized": 512}},
+        scalings={"se": {"type": "self-extend", "group": 4, "encodings": ["rope"]}, "pi": {"type": "pi", "factor": 2}}))
+    p = run(["study", "--study", path, "--out", os.path.join(d, "scaling-encodings"), "--dry-run"])
+    jobs = [ln.split("] ", 1)[1] for ln in p.stdout.splitlines() if ln.startswith("[")]
+    check("a scaling's \"encodings\": its cells only for the encodings it names, the others' as before",
+          p.returncode == 0 and "eval rope+se seed 1" in jobs and not any(j.startswith("eval rope_rand+se") for j in jobs)
+          and "eval rope_rand+pi seed 1" in jobs and "eval rope+pi seed 1" in jobs, (p.stdout + p.stderr)[-600:])
+    check("a scaling's \"encodings\" is not passed to eval --rope-scaling",
+          '--rope-scaling {"type":"self-extend","group":4}' in p.stdout and '"encodings"' not in p.stdout,
+          [ln for ln in p.stdout.splitlines() if "self-extend" in ln][:1])
+
+
 def cmd_errors():
     d = cl.fresh_dir("errors")
     check_presets(d)
@@ -379,11 +397,18 @@ def cmd_errors():
          [".variants.yarn", "also a scaling's"]),
         ("finetune: a scaling's name", lambda j: j.update(finetunes={"pi": {"length": "4L", "steps": 5}}),
          [".finetunes.pi", "also a scaling's"]),
+        ("scaling: on alibi", lambda j: j["scalings"].update(pi={"type": "pi", "encodings": ["rope", "alibi"]}),
+         [".scalings.pi.encodings", "a scaling applies to rotary (rope) encodings only", "'alibi' is not one"]),
+        ("scaling: unknown encoding", lambda j: j["scalings"].update(pi={"type": "pi", "encodings": ["ropee"]}),
+         [".scalings.pi.encodings", "\"ropee\" is not one of the study's"]),
+        ("scaling: no encodings", lambda j: j["scalings"].update(pi={"type": "pi", "encodings": []}),
+         [".scalings.pi.encodings", "a non-empty array of encoding names"]),
     ]
     for name, change, subs in cases:
         path = study(name.replace(" ", "_"), change)
         expect_failure(f"error: {name}", ["study", "--study", path, "--out", os.path.join(d, "never")], [path] + subs)
     check("errors: nothing created for a bad study", not os.path.exists(os.path.join(d, "never")))
+    check_scaling_encodings(d, study)
     out = os.path.join(d, "claimed")
     one = study("one_seed", lambda j: j.update(seeds=[5], encodings={"alibi": "alibi"}, tasks={}, scalings={}) or
                 j.pop("tasks") or j.pop("scalings"))

@@ -204,6 +204,14 @@ std::vector<std::string> encoding_list(const json& e, const std::string& w, cons
   return out;
 }
 
+// The encodings a RoPE scaling is given to (`names`, from `w`) must all be rotary.
+void check_rotary(const std::vector<std::string>& names, const std::string& w, const StudySpec& s, const char* what) {
+  for (const std::string& n : names)
+    CTX_CHECK(std::any_of(s.encodings.begin(), s.encodings.end(),
+                          [&](const StudySpec::Encoding& en) { return en.name == n && is_rotary(en.posenc); }),
+              w, ": ", what, " applies to rotary (rope) encodings only; ", quoted_str(n), " is not one");
+}
+
 // A cell ENC+NAME must be one thing: a scaling, a variant or a fine-tune.
 void check_unused(const std::string& name, const std::string& w, const StudySpec& s) {
   for (const auto& x : s.scalings)
@@ -247,12 +255,7 @@ void parse_finetunes(const json& j, const std::string& where, StudySpec& s) {
                             "val-fraction", "out", "seed", "steps", "tokenizer", "resume", "force", "quiet", "no-plot",
                             "help"});
     if (v.contains("encodings")) f.encodings = encoding_list(v["encodings"], w + ".encodings", s);
-    CTX_CHECK(f.scaling.empty() || f.encodings.empty() ||
-              std::all_of(f.encodings.begin(), f.encodings.end(), [&](const std::string& n) {
-                return std::any_of(s.encodings.begin(), s.encodings.end(), [&](const StudySpec::Encoding& en) {
-                  return en.name == n && is_rotary(en.posenc);
-                });
-              }), w, ".encodings: a fine-tune with a \"scaling\" applies to rotary (rope) encodings only");
+    if (!f.scaling.empty()) check_rotary(f.encodings, w + ".encodings", s, "a fine-tune with a \"scaling\"");
     CTX_CHECK(std::any_of(s.encodings.begin(), s.encodings.end(),
                           [&](const StudySpec::Encoding& en) { return finetunes_encoding(f, en); }),
               w, ": applies to no encoding (by default it fine-tunes the rotary ones, and the study has none); "
@@ -262,6 +265,11 @@ void parse_finetunes(const json& j, const std::string& where, StudySpec& s) {
 }
 
 }  // namespace
+
+bool scales_encoding(const StudySpec::Scaling& sc, const StudySpec::Encoding& e) {
+  if (sc.encodings.empty()) return is_rotary(e.posenc);
+  return std::find(sc.encodings.begin(), sc.encodings.end(), e.name) != sc.encodings.end();
+}
 
 bool finetunes_encoding(const StudySpec::Finetune& f, const StudySpec::Encoding& e) {
   if (f.encodings.empty()) return is_rotary(e.posenc);
@@ -326,15 +334,22 @@ StudySpec parse_study(const json& j, const std::string& where) {
     each_key(j["scalings"], where + ".scalings", [&](const std::string& n, const json& sc, const std::string& w) {
       CTX_CHECK(sc.is_object() || (sc.is_string() && !sc.get<std::string>().empty()), w,
                 ": expected a RoPE scaling as eval --rope-scaling takes it, e.g. \"yarn\" or {\"type\": \"pi\", \"factor\": 4}");
-      StudySpec::Scaling x{n, sc.is_string() ? sc.get<std::string>() : sc.dump(), false};
+      // the study's own keys ("factor": "len/L", "encodings") are taken out of what eval is given
+      StudySpec::Scaling x{n, "", false, {}};
+      json v = sc;
       if (sc.is_object() && sc.contains("factor") && sc["factor"].is_string()) {
         CTX_CHECK(sc["factor"] == "len/L", w, ".factor: a number, or \"len/L\" (at each length, max(1, length / L)); got ",
                   sc["factor"].dump());
         CTX_CHECK(s.context > 0, w, ".factor \"len/L\" needs train.context (the L the factor divides by)");
-        json v = sc;
         v.erase("factor");
-        x = {n, v.dump(), true};
+        x.per_length = true;
       }
+      if (sc.is_object() && sc.contains("encodings")) {  // e.g. not the randomized rope (POSENC_SPEC §7.3)
+        x.encodings = encoding_list(sc["encodings"], w + ".encodings", s);
+        check_rotary(x.encodings, w + ".encodings", s, "a scaling");
+        v.erase("encodings");
+      }
+      x.value = v.is_string() ? v.get<std::string>() : v.dump();
       s.scalings.push_back(x);
     });
   if (j.contains("variants")) parse_variants(j["variants"], where + ".variants", s);
@@ -364,8 +379,8 @@ std::vector<StudyCell> study_cells(const StudySpec& s) {
   std::vector<StudyCell> c;
   for (const auto& e : s.encodings) {
     c.push_back({e.name, &e, nullptr, nullptr, nullptr, e.name});
-    if (is_rotary(e.posenc))
-      for (const auto& sc : s.scalings)
+    for (const auto& sc : s.scalings)
+      if (scales_encoding(sc, e))
         c.push_back({cell_name(e.name, sc.name), &e, &sc, nullptr, nullptr, cell_name(e.name, sc.name)});
     for (const auto& v : s.variants)
       if (std::find(v.encodings.begin(), v.encodings.end(), e.name) != v.encodings.end())

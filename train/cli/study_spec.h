@@ -43,6 +43,7 @@ struct StudySpec {
   struct Scaling {
     std::string name, value;  // value: as eval --rope-scaling takes it
     bool per_length = false;  // "factor": "len/L": at each length, factor max(1, length / L)
+    std::vector<std::string> encodings;  // "encodings": the rotary encodings it applies to (default: all)
   };
   std::vector<Scaling> scalings;
   std::vector<uint64_t> seeds;
@@ -103,6 +104,8 @@ struct StudyCell {
 // then its variants, then its fine-tunes.
 std::vector<StudyCell> study_cells(const StudySpec& s);
 
+// Whether scaling `sc` applies to encoding `e` (a rotary one it names, or any rotary one by default).
+bool scales_encoding(const StudySpec::Scaling& sc, const StudySpec::Encoding& e);
 // Whether fine-tune `f` applies to encoding `e`.
 bool finetunes_encoding(const StudySpec::Finetune& f, const StudySpec::Encoding& e);
 // The label of encoding `enc` fine-tuned by `f` in a study trained at context L: "rope + pi s=4 ft 300@4L".
