@@ -92,6 +92,21 @@ std::map<std::string, std::string> cell_labels(const StudySpec& s) {
   return m;
 }
 
+// Each cell's tokenizer: a "tokenizers" name, "tokenizer" (the study's own), or "bytes".
+std::map<std::string, std::string> cell_tokenizers(const StudySpec& s) {
+  std::map<std::string, std::string> m;
+  for (const StudyCell& c : study_cells(s))
+    m[c.name] = !c.enc->tokenizer.empty() ? c.enc->tokenizer : s.tokenizer_type.empty() ? "bytes" : "tokenizer";
+  return m;
+}
+
+// "bytes and bpe4k (bpe, vocab 4000)": the tokenizers the cells use.
+std::string tokenizer_list(const StudySpec& s) {
+  std::string l = s.tokenizer_type.empty() ? "bytes" : str("tokenizer (", s.tokenizer_type, ", vocab ", s.tokenizer_vocab, ")");
+  for (const auto& t : s.tokenizers) l += str(", ", t.name, " (", t.type, ", vocab ", t.vocab, ")");
+  return l;
+}
+
 std::string fmt(const char* f, double v) {
   char b[64];
   std::snprintf(b, sizeof b, f, v);
@@ -207,8 +222,14 @@ void write_study_summary(const StudySpec& s, const std::string& out) {
                        " RoPE scalings, ", s.finetunes.size(), " fine-tunes, seeds ", seeds, "; trained on ", out, "/data/train.txt (preset ", s.preset,
                        ", ", s.steps, " steps", s.context > 0 ? str(", context ", s.context) : std::string(),
                        "), evaluated on ", out, "/data/val.txt (held out from training",
-                       s.tokenizer_type.empty() ? "" : " and from the tokenizer", ").\n\n");
+                       s.tokenizer_type.empty() && s.tokenizers.empty() ? "" : " and from the tokenizer", ").\n\n");
   json summary = {{"seeds", s.seeds}, {"lengths", s.lengths}, {"cells", cell_names(s)}, {"labels", cell_labels(s)}};
+  if (!s.tokenizers.empty()) {  // cells of several tokenizers: say which is which
+    md += "The cells use different tokenizers (" + tokenizer_list(s) + "): a length counts each one's tokens "
+          "and perplexity is per token, so the bold best compares within a tokenizer only; across them, compare "
+          "`bits_per_byte` (ppl.csv, summary.json).\n\n";
+    summary["tokenizers"] = cell_tokenizers(s);
+  }
   std::string ppl_csv, task_csv, pos_csv;
   summarise_ppl(s, p, summary["ppl"], ppl_csv, md);
   summarise_tasks(s, p, summary["tasks"], task_csv, md);
