@@ -439,6 +439,27 @@ def cmd_errors():
          [".variants.yarn", "also a scaling's"]),
         ("finetune: a scaling's name", lambda j: j.update(finetunes={"pi": {"length": "4L", "steps": 5}}),
          [".finetunes.pi", "also a scaling's"]),
+        ("tokenizers: bad type", lambda j: j.update(tokenizers={"bpe": {"type": "wordpiece", "vocab": 1000}}),
+         [".tokenizers.bpe.type: expected \"bpe\" or \"unigram\"", "\"wordpiece\""]),
+        ("tokenizers: unknown key", lambda j: j.update(tokenizers={"bpe": {"type": "bpe", "vocab": 1000, "lines": 5}}),
+         [".tokenizers.bpe: unknown key \"lines\" (type, vocab)"]),
+        ("tokenizers: bad vocab", lambda j: j.update(tokenizers={"bpe": {"type": "bpe", "vocab": 0}}),
+         [".tokenizers.bpe.vocab", "expected an integer >= 1, got 0"]),
+        ("tokenizers: escaping name", lambda j: j.update(tokenizers={"../t": {"type": "bpe", "vocab": 1000}}),
+         [".tokenizers", "'../t'", "names a directory"]),
+        ("tokenizers: unused", lambda j: j.update(tokenizers={"bpe": {"type": "bpe", "vocab": 1000}}),
+         [".tokenizers.bpe: no encoding uses it", "\"tokenizer\": \"bpe\""]),
+        ("encoding tokenizer: unknown name", lambda j: j.update(
+            tokenizers={"bpe": {"type": "bpe", "vocab": 1000}},
+            encodings={"bpe_rope": {"posenc": "rope", "tokenizer": "bpe4k"}}),
+         [".encodings.bpe_rope.tokenizer", "\"bpe4k\" is not one of the study's \"tokenizers\" (bpe)"]),
+        ("encoding tokenizer: not a name", lambda j: j.update(
+            tokenizers={"bpe": {"type": "bpe", "vocab": 1000}},
+            encodings={"bpe_rope": {"posenc": "rope", "tokenizer": {"type": "bpe"}}}),
+         [".encodings.bpe_rope.tokenizer: expected the name of one of the study's \"tokenizers\" (bpe)"]),
+        ("encoding tokenizer: no tokenizers", lambda j: j.update(
+            encodings={"bpe_rope": {"posenc": "rope", "tokenizer": "bpe"}}),
+         [".encodings.bpe_rope.tokenizer: names a tokenizer, and the study has no \"tokenizers\""]),
     ]
     for name, change, subs in cases:
         path = study(name.replace(" ", "_"), change)
