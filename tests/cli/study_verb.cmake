@@ -2,7 +2,8 @@
 # (standard library only). Included by CMakeLists.txt.
 #   study_verb_run     examples/studies/quick.json interrupted (--max-jobs), resumed, held to an
 #                      uninterrupted run; the summary recomputed from the eval files (~25 s)
-#   study_verb_errors  every shipped preset plans (--dry-run); bad study files (bad "finetunes" too), another
+#   study_verb_errors  every shipped preset plans (--dry-run); bad study files (bad "finetunes" and
+#                      "tokenizers" too), another
 #                      study in the same --out, a failing job: one-line errors
 #   study_verb_finetune fine-tune cells: trained once per base, fine-tuned, evaluated, labelled, resumed
 #   study_verb_tokenizers "tokenizers": byte and BPE runs in one grid, the tokenizer trained on the

@@ -11,8 +11,8 @@
           cell x length, the task grid); the split really holds out the tail of the corpus; the
           dry run lists the jobs and marks them done.
   errors  one-line errors naming the file and field: an unknown key, a reserved training option,
-          a directory-escaping name, a duplicate seed, a bad depth, bad "variants" and "finetunes"
-          entries, a config
+          a directory-escaping name, a duplicate seed, a bad depth, bad "variants", "finetunes" and
+          "tokenizers" entries, an encoding's unknown "tokenizer", a config
           field the study sets in "train.set", another
           study in the same --out, a failing job (named, with its log).
   finetune  fine-tune cells (FT_STUDY: rope with a PI fine-tune and a direct one, alibi with a
