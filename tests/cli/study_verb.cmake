@@ -2,12 +2,15 @@
 # (standard library only). Included by CMakeLists.txt.
 #   study_verb_run     examples/studies/quick.json interrupted (--max-jobs), resumed, held to an
 #                      uninterrupted run; the summary recomputed from the eval files (~25 s)
-#   study_verb_errors  every shipped preset plans (--dry-run); bad study files (bad "finetunes" too), another
+#   study_verb_errors  every shipped preset plans (--dry-run); bad study files (bad "finetunes" and
+#                      "tokenizers" too), another
 #                      study in the same --out, a failing job: one-line errors
 #   study_verb_finetune fine-tune cells: trained once per base, fine-tuned, evaluated, labelled, resumed
+#   study_verb_tokenizers "tokenizers": byte and BPE runs in one grid, the tokenizer trained on the
+#                      training split first, the BPE cells evaluated with it, resumed
 #   study_verb_plugin  `ctxlab --plugin LIB study`: the jobs load the plugin too (an encoding of its own)
 
-ctxlab_check_script(study_verb study_verb_checks.py cli_study_verb 300 run errors finetune)
+ctxlab_check_script(study_verb study_verb_checks.py cli_study_verb 300 run errors finetune tokenizers)
 set_property(TEST study_verb_errors APPEND PROPERTY LABELS asan_cli)
 # the study's page in headless Chromium: 4 charts (ppl with bands, per-position at 3 lengths)
 set_tests_properties(study_verb_run PROPERTIES FIXTURES_SETUP study_verb_page)

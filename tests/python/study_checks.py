@@ -1,47 +1,46 @@
 #!/usr/bin/env python3
-"""The numbers of an extrapolation study run (examples/extrapolation_study.sh --quick).
+"""The numbers of an extrapolation study run (examples/extrapolation_study.sh --quick: a `ctxlab study`
+directory, docs/evaluation.md "ctxlab study").
 
     study_checks.py OUT_DIR
 
-The study's smoke test (tests/cli/study.cmake) checks that the report and files exist; this
-checks what is in them, with the standard library only:
-  * every eval/*.csv row: finite positive loss, ppl = exp(loss), bits_per_byte = loss * tokens /
-    ln 2 / bytes (bytes = tokens for byte models; BPE runs, bpe_*: more than 2 bytes per token),
-    tokens = windows x length, windows = study.json max_windows; each encoding evaluated at
-    L, 2L, 4L, 8L;
-  * what holds by construction, whatever the training did (equal to the printed precision):
-    the segmented baseline at L is the learned model at L (one chunk); the sliding window of L
-    at length L is plain RoPE at L; dynamic NTK (factor 1) is plain RoPE at L and static NTK
-    with s = len / L at every longer length; the PI fine-tune's step-0 point is PI at 4L;
-  * what 150 training steps guarantee: every run's training loss at its last step is below
-    its step-1 loss, and each trained model at L is below the uniform 8 bits per byte by a
-    margin (loss < ln 256 - 1).
+The study's smoke test (tests/cli/study.cmake) runs the wrapper; this checks what it left, with the
+standard library only:
+  * summary.json: every cell of the study (each encoding, RoPE under each scaling, the two
+    baselines, the fine-tunes, the BPE re-run bpe_rope*), each with its label in summary.md and a
+    finite row per length (ppl = exp(mean loss), lo <= mean <= hi, every seed counted);
+  * every eval file: finite positive loss, ppl = exp(loss), bits_per_byte = loss x tokens / ln 2 /
+    bytes, tokens = windows x length (windows = the study's max-windows); byte cells: bytes =
+    tokens; BPE cells: the study's own tokenizer (sentencepiece, one fingerprint), > 2 bytes per token;
+  * what holds by construction, whatever the training did: the segmented baseline at L is the
+    learned model at L (one chunk); the sliding window of L at length L is plain RoPE at L; dynamic
+    NTK (factor 1) is plain RoPE at L and static NTK with s = len / L at every longer length (for the
+    byte and the BPE RoPE);
+  * what the training guarantees: every run's training loss went down by more than 1 nat (a
+    fine-tune: finite, not above its start + 0.5), each trained model at L below uniform - 1 nat.
 Exit 0 when all hold, 1 otherwise.
 """
 
 import csv
+import glob
 import json
 import math
 import os
 import sys
+import time
 
-FAILED = []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checklib as cl  # noqa: E402
 
-
-def check(name, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {name}" + (f": {detail}" if detail and not ok else ""), flush=True)
-    if not ok:
-        FAILED.append(name)
-    return ok
+check = cl.check
 
 
-def read_eval(path):
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return {int(r["length"]): r for r in rows}
+def load(path):
+    with open(path) as f:
+        return json.load(f)
 
 
-def close(a, b, rel=2e-8):
+def close(a, b, rel=1e-6):
     return abs(a - b) <= rel * max(abs(a), abs(b))
 
 
@@ -49,76 +48,77 @@ def main():
     if len(sys.argv) != 2:
         print(__doc__.strip().split("\n")[0])
         return 2
-    out = sys.argv[1]
-    with open(os.path.join(out, "study.json")) as f:
-        study = json.load(f)
-    L, maxw = study["context"], study["max_windows"]
-    lengths = [L, 2 * L, 4 * L, 8 * L]
-    evals = {}
-    for name in sorted(os.listdir(os.path.join(out, "eval"))):
-        if name.endswith(".csv"):
-            evals[name[:-4]] = read_eval(os.path.join(out, "eval", name))
-    check("eval: at least one CSV per encoding plus the baselines and scalings",
-          len(evals) >= len(study["encodings"].split()) + 4, str(sorted(evals)))
+    t0, out = time.time(), sys.argv[1]
+    study, s = load(os.path.join(out, "study.json")), load(os.path.join(out, "summary.json"))
+    L, lengths, seeds = study["train"]["context"], study["lengths"], study["seeds"]
+    maxw = int(study.get("eval", {}).get("max-windows", 0))
+    tok = s.get("tokenizers", {})
+    bpe = sorted(c for c, t in tok.items() if t != "bytes")
+    want = [e for e in study["encodings"]] + [f"rope+{x}" for x in study["scalings"]] + \
+        ["learned+segmented", "rope+window"] + [f"{e}+{f}" for e in ("rope", "bpe_rope") for f in study["finetunes"]]
+    check("summary: every cell of the study, the BPE re-run included", set(want) <= set(s["cells"]) and
+          {"bpe_rope", "bpe_rope+pi", "bpe_rope+pi_ft", "bpe_rope+direct_ft"} <= set(bpe), (s["cells"], bpe))
+    md = open(os.path.join(out, "summary.md")).read()
+    check("summary.md: a row per cell, by its label", all(f"| {s['labels'][c]} |" in md for c in s["cells"]),
+          [c for c in s["cells"] if f"| {s['labels'][c]} |" not in md])
+    rows = {(r["cell"], r["length"]): r for r in s["ppl"]}
+    bad = [k for k, r in rows.items() if not (all(math.isfinite(r["loss"][x]) for x in ("mean", "lo", "hi")) and
+                                              r["loss"]["lo"] <= r["loss"]["mean"] <= r["loss"]["hi"] and
+                                              close(r["ppl"]["mean"], math.exp(r["loss"]["mean"])) and
+                                              r["seeds"] == len(seeds))]
+    check("summary: a finite row per cell and length, ppl = exp(mean loss), over every seed",
+          len(rows) == len(s["cells"]) * len(lengths) and not bad, bad[:5])
 
-    # every row
-    bad = []
-    for name, rows in evals.items():
-        for n, r in rows.items():
-            loss, ppl, bpb = float(r["loss"]), float(r["ppl"]), float(r["bits_per_byte"])
-            w, tok = int(r["windows"]), int(r["tokens"])
-            if not (math.isfinite(loss) and loss > 0):
-                bad.append(f"{name}@{n}: loss {loss}")
-            # bits per byte: total nats / ln 2 / the UTF-8 bytes of the predicted tokens (bytes: loss / ln 2)
-            elif not close(ppl, math.exp(loss), 1e-7) or not close(bpb, loss * tok / math.log(2) / float(r["bytes"]), 1e-7) \
-                    or (not name.startswith("bpe_") and int(r["bytes"]) != tok) \
-                    or (name.startswith("bpe_") and int(r["bytes"]) <= 2 * tok):
-                bad.append(f"{name}@{n}: ppl {ppl} / bpb {bpb} do not follow from loss {loss}")
-            if tok != w * n or (maxw > 0 and w != maxw):
-                bad.append(f"{name}@{n}: {w} windows, {tok} tokens")
+    # every eval file, keyed (cell, seed, length)
+    ev, bad, fps = {}, [], set()
+    for path in glob.glob(os.path.join(out, "eval", "*", "seed*.json")):
+        if path.count(".") > 1 and not os.path.basename(path).split(".")[1].startswith("len"):
+            continue  # a task's file
+        cell, e = os.path.basename(os.path.dirname(path)), load(path)
+        seed = int(os.path.basename(path)[4:].split(".")[0])
+        is_bpe = cell in bpe
+        if is_bpe:
+            fps.add((e["tokenizer"]["type"], e["tokenizer"]["fingerprint"]))
+        for r in e["results"]:
+            ev[(cell, seed, r["length"])] = (r, e["tokenizer"]["vocab_size"])
+            if not (math.isfinite(r["loss"]) and r["loss"] > 0 and close(r["ppl"], math.exp(r["loss"])) and
+                    close(r["bits_per_byte"], r["loss"] * r["tokens"] / math.log(2) / r["bytes"]) and
+                    r["tokens"] == r["windows"] * r["length"] and (maxw == 0 or r["windows"] == maxw) and
+                    (r["bytes"] > 2 * r["tokens"] if is_bpe else r["bytes"] == r["tokens"])):
+                bad.append(f"{cell} seed {seed} @{r['length']}: " + str({k: v for k, v in r.items() if k != "per_position"}))
     check("eval: every row finite, ppl = exp(loss), bpb = loss x tokens / ln 2 / bytes (bytes = tokens, BPE: "
-          "> 2 bytes per token), tokens = windows x length",
-          not bad, "; ".join(bad[:5]))
-    for enc in study["encodings"].split():
-        check(f"eval: {enc} evaluated at L..8L = {lengths}", sorted(evals.get(enc, {})) == lengths,
-              str(sorted(evals.get(enc, {}))))
+          "> 2 bytes per token), tokens = windows x length", ev and not bad, bad[:3])
+    check("eval: a result per cell, seed and length", len(ev) == len(s["cells"]) * len(seeds) * len(lengths), len(ev))
+    check("BPE: the cells evaluated with the study's own tokenizer (sentencepiece, one fingerprint)",
+          len(fps) == 1 and next(iter(fps))[0] == "sentencepiece" and
+          len(glob.glob(os.path.join(out, "tokenizers", "*.model"))) == 1, fps)
 
-    def loss(name, n):
-        return float(evals[name][n]["loss"])
-
-    # equalities by construction
-    same = [("learned_segmented", "learned", L), ("rope_window", "rope", L), ("rope_dynamic-ntk", "rope", L),
-            ("rope_pi_ft_step0", "rope_pi", 4 * L)]
-    same += [("rope_dynamic-ntk", "rope_ntk", n) for n in lengths[1:]]
+    same = []  # equal by construction: (cell a, cell b, length)
+    for base in ("rope", "bpe_rope"):
+        same += [(f"{base}+dynamic-ntk", base, L)] + [(f"{base}+dynamic-ntk", f"{base}+ntk", n) for n in lengths[1:]]
+    same += [("learned+segmented", "learned", L), ("rope+window", "rope", L)]
     for a, b, n in same:
-        try:
-            check(f"by construction: {a} = {b} at length {n}", close(loss(a, n), loss(b, n)),
-                  f"{loss(a, n)} vs {loss(b, n)}")
-        except KeyError as e:
-            check(f"by construction: {a} = {b} at length {n}", False, f"missing {e}")
-    # what the training guarantees
-    uniform = math.log(256)
-    for enc in study["encodings"].split():
-        try:
-            check(f"trained: {enc} at L is well below uniform ({loss(enc, L):.3f} < {uniform - 1:.3f})",
-                  loss(enc, L) < uniform - 1)
-        except KeyError as e:
-            check(f"trained: {enc} at L", False, f"missing {e}")
-    runs = [d for d in sorted(os.listdir(out)) if os.path.isfile(os.path.join(out, d, "train.csv"))]
-    check("trained: a train.csv for every encoding and both fine-tunes",
-          len(runs) >= len(study["encodings"].split()) + 2, str(runs))
-    for d in runs:
-        with open(os.path.join(out, d, "train.csv"), newline="") as f:
-            rows = list(csv.DictReader(f))
-        first, last = float(rows[0]["loss"]), float(rows[-1]["loss"])
-        ok = all(math.isfinite(float(r["loss"])) for r in rows)
-        if d.endswith("_ft"):  # fine-tunes start from a trained model: finite and no blow-up
-            check(f"trained: {d} loss finite and not above its start + 0.5 ({first:.3f} -> {last:.3f})",
-                  ok and last < first + 0.5)
+        diffs = [(ev[(a, x, n)][0]["loss"], ev[(b, x, n)][0]["loss"]) for x in seeds if (a, x, n) in ev and (b, x, n) in ev]
+        check(f"by construction: {a} = {b} at length {n}", len(diffs) == len(seeds) and
+              all(close(p, q) for p, q in diffs), diffs)
+
+    for enc in study["encodings"]:
+        r = [ev.get((enc, x, L)) for x in seeds]
+        check(f"trained: {enc} at L well below uniform", all(v and v[0]["loss"] < math.log(v[1]) - 1 for v in r),
+              [(v[0]["loss"], v[1]) if v else None for v in r])
+    runs = sorted(glob.glob(os.path.join(out, "runs", "*", "seed*", "train.csv")))
+    check("trained: a train.csv for every encoding and fine-tune, per seed",
+          len(runs) == (len(study["encodings"]) + 2 * len(study["finetunes"])) * len(seeds), len(runs))
+    for path in runs:
+        with open(path, newline="") as f:
+            losses = [float(r["loss"]) for r in csv.DictReader(f)]
+        name = os.path.relpath(os.path.dirname(path), os.path.join(out, "runs"))
+        ok = losses and all(math.isfinite(x) for x in losses)
+        if "_ft" in name:  # fine-tunes start from a trained model: finite and no blow-up
+            check(f"trained: {name} finite, not above its start + 0.5", ok and losses[-1] < losses[0] + 0.5, losses[::5])
         else:
-            check(f"trained: {d} loss went down ({first:.3f} -> {last:.3f})", ok and last < first - 1.0)
-    print(f"study_checks: {len(FAILED)} failed" if FAILED else "study_checks: all passed")
-    return 1 if FAILED else 0
+            check(f"trained: {name} loss went down", ok and losses[-1] < losses[0] - 1.0, losses[::10])
+    return cl.finish("study_checks", t0)
 
 
 if __name__ == "__main__":

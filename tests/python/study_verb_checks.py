@@ -11,8 +11,9 @@
           cell x length, the task grid); the split really holds out the tail of the corpus; the
           dry run lists the jobs and marks them done.
   errors  one-line errors naming the file and field: an unknown key, a reserved training option,
-          a directory-escaping name, a duplicate seed, a bad depth, bad "variants", "finetunes"
-          and scaling "encodings" entries (a scaling's "encodings" limits its cells, dry run), a config
+          a directory-escaping name, a duplicate seed, a bad depth, bad "variants", "finetunes",
+          "tokenizers" and scaling "encodings" entries (a scaling's "encodings" limits its cells, dry
+          run), an encoding's unknown "tokenizer", a config
           field the study sets in "train.set", another
           study in the same --out, a failing job (named, with its log).
   finetune  fine-tune cells (FT_STUDY: rope with a PI fine-tune and a direct one, alibi with a
@@ -21,6 +22,10 @@
           summary.json, ppl.csv and summary.md; a fine-tune interrupted at a checkpoint resumed (and
           one killed before it restarted) to the same results as an uninterrupted study; a finished
           study run again does nothing; the dry run lists the finetune commands.
+  tokenizers  a study's "tokenizers" (TOK_STUDY: rope with bytes, bpe_rope with a BPE tokenizer the
+          study trains on its training split): the tokenizer job first, the BPE run trained, scaled,
+          fine-tuned and evaluated with it (the eval files record it), the byte run without it;
+          interrupted after the tokenizer job and resumed; the summary says which cell uses which.
   plugin  `ctxlab --plugin LIB study`: an encoding registered by the plugin (--plugin-lib,
           tests/tools/alias_posenc_plugin.cpp) trained, fine-tuned and evaluated by the jobs,
           which load the plugin too; without --plugin the study fails on it.
@@ -63,6 +68,11 @@ FT_STUDY = {
     "tasks": {"passkey": {"depths": [0, 1], "trials": 2}},
     "eval": {"max-windows": 2},
 }
+# Byte-level and BPE runs of the same model in one grid: "tokenizers" and an encoding naming one.
+TOK_STUDY = {k: v for k, v in FT_STUDY.items() if k not in ("variants", "finetunes")}
+TOK_STUDY.update(tokenizers={"bpe": {"type": "bpe", "vocab": 1000}},
+                 encodings={"rope": "rope", "bpe_rope": {"posenc": "rope", "tokenizer": "bpe"}},
+                 finetunes={"pi_ft": FT_STUDY["finetunes"]["pi_ft"]})
 PLUGIN_LIB = None  # --plugin-lib
 FT_LABELS = {"rope+pi_ft": "rope + pi s=2 ft 4@2L", "rope+direct_ft": "rope ft 4@256",
              "alibi+direct_ft": "alibi ft 4@256"}
@@ -289,6 +299,57 @@ def cmd_finetune():
           "study: [" not in p.stdout and "21 done before" in p.stdout, p.stdout[-400:])
 
 
+def cmd_tokenizers():
+    d = cl.fresh_dir("tokenizers")
+    study = os.path.join(d, "tok.json")
+    with open(study, "w") as f:
+        json.dump(TOK_STUDY, f, indent=1)
+    out = os.path.join(d, "out")
+    tok = os.path.join(out, "tokenizers", "bpe.model")
+    lines = run(["study", "--study", study, "--out", out, "--dry-run"]).stdout.splitlines()
+    cmds = {lines[i].split("] ", 1)[1]: lines[i + 1].strip() for i in range(0, len(lines) - 1, 2)}
+    check("--dry-run: the tokenizer job first, on the training split only",
+          lines[0].endswith("tokenizer bpe") and cmds.get("tokenizer bpe") ==
+          f"ctxlab tokenizer train --data {out}/data/train.txt --vocab 1000 --type bpe --out {tok}", lines[:2])
+    check("--dry-run: bpe_rope trains with it, rope with bytes",
+          f"--tokenizer {tok}" in cmds.get("train bpe_rope seed 1", "") and
+          "--tokenizer" not in cmds.get("train rope seed 1", "--tokenizer"), cmds)
+    p = run(["study", "--study", study, "--out", out, "--max-jobs", 1], timeout=120)
+    check("--max-jobs 1: the tokenizer trained, then stopped", p.returncode == 3 and os.path.getsize(tok) > 0 and
+          not os.path.exists(os.path.join(out, "runs")), p.stdout[-300:])
+    log = open(os.path.join(out, "logs", "tokenizer_bpe.log")).read()
+    train_bytes = os.path.getsize(os.path.join(out, "data", "train.txt"))
+    check("the tokenizer learnt from train.txt only (its bytes, not the corpus')",
+          f"vocab 1000, {train_bytes} bytes ->" in log and "data/train.txt" in log, log[-300:])
+    p = run(["study", "--study", study, "--out", out], timeout=300, check_rc=0)
+    check("resumed: the tokenizer not trained again", p.returncode == 0 and "1 done before" in p.stdout and
+          "tokenizer bpe ..." not in p.stdout, p.stdout[-300:])
+    bpe_cells = ["bpe_rope", "bpe_rope+pi", "bpe_rope+pi_ft"]
+    evals = {c: load(os.path.join(out, "eval", c, "seed1.json" if c != "bpe_rope+pi" else "seed1.len256.json"))
+             for c in ["rope"] + bpe_cells}
+    fp = {e["tokenizer"].get("fingerprint") for c, e in evals.items() if c != "rope"}
+    check("the BPE cells (plain, scaled, fine-tuned) evaluated with the study's BPE tokenizer, one fingerprint",
+          all(evals[c]["tokenizer"]["type"] == "sentencepiece" and evals[c]["tokenizer"]["vocab_size"] == 1000
+              for c in bpe_cells) and len(fp) == 1, {c: e["tokenizer"] for c, e in evals.items()})
+    check("the byte cell: bytes", evals["rope"]["tokenizer"]["type"] == "bytes", evals["rope"]["tokenizer"])
+    r = evals["bpe_rope"]["results"][0]
+    check("BPE: a window of 128 tokens holds > 2 bytes per token (word pieces, not bytes)",
+          r["length"] == 128 and r["bytes"] > 2 * r["tokens"], r)
+    check("BPE: a passkey result for the BPE cell", all(
+        load(os.path.join(out, "eval", "bpe_rope", "seed1.passkey.json"))["task_results"][i]["trials"] == 2
+        for i in range(4)))
+    s = load(os.path.join(out, "summary.json"))
+    check("summary: the BPE cells after the byte ones, each cell's tokenizer named",
+          s["cells"] == ["rope", "rope+pi", "rope+pi_ft"] + bpe_cells and
+          s.get("tokenizers") == dict({c: "bytes" for c in ["rope", "rope+pi", "rope+pi_ft"]},
+                                      **{c: "bpe" for c in bpe_cells}), (s["cells"], s.get("tokenizers")))
+    md = open(os.path.join(out, "summary.md")).read()
+    check("summary.md: says the tokenizers differ and what to compare across them",
+          "bytes, bpe (bpe, vocab 1000)" in md and "bits_per_byte" in md and "| bpe_rope + pi s=2 ft 4@2L |" in md)
+    p = run(["study", "--study", study, "--out", out], timeout=120, check_rc=0)
+    check("a finished study run again: nothing run", "0 run now" in p.stdout and "study: [" not in p.stdout)
+
+
 def cmd_plugin():
     d = cl.fresh_dir("plugin")
     spec = {k: v for k, v in FT_STUDY.items() if k not in ("scalings", "variants", "tasks")}
@@ -403,6 +464,27 @@ def cmd_errors():
          [".scalings.pi.encodings", "\"ropee\" is not one of the study's"]),
         ("scaling: no encodings", lambda j: j["scalings"].update(pi={"type": "pi", "encodings": []}),
          [".scalings.pi.encodings", "a non-empty array of encoding names"]),
+        ("tokenizers: bad type", lambda j: j.update(tokenizers={"bpe": {"type": "wordpiece", "vocab": 1000}}),
+         [".tokenizers.bpe.type: expected \"bpe\" or \"unigram\"", "\"wordpiece\""]),
+        ("tokenizers: unknown key", lambda j: j.update(tokenizers={"bpe": {"type": "bpe", "vocab": 1000, "lines": 5}}),
+         [".tokenizers.bpe: unknown key \"lines\" (type, vocab)"]),
+        ("tokenizers: bad vocab", lambda j: j.update(tokenizers={"bpe": {"type": "bpe", "vocab": 0}}),
+         [".tokenizers.bpe.vocab", "expected an integer >= 1, got 0"]),
+        ("tokenizers: escaping name", lambda j: j.update(tokenizers={"../t": {"type": "bpe", "vocab": 1000}}),
+         [".tokenizers", "'../t'", "names a directory"]),
+        ("tokenizers: unused", lambda j: j.update(tokenizers={"bpe": {"type": "bpe", "vocab": 1000}}),
+         [".tokenizers.bpe: no encoding uses it", "\"tokenizer\": \"bpe\""]),
+        ("encoding tokenizer: unknown name", lambda j: j.update(
+            tokenizers={"bpe": {"type": "bpe", "vocab": 1000}},
+            encodings={"bpe_rope": {"posenc": "rope", "tokenizer": "bpe4k"}}),
+         [".encodings.bpe_rope.tokenizer", "\"bpe4k\" is not one of the study's \"tokenizers\" (bpe)"]),
+        ("encoding tokenizer: not a name", lambda j: j.update(
+            tokenizers={"bpe": {"type": "bpe", "vocab": 1000}},
+            encodings={"bpe_rope": {"posenc": "rope", "tokenizer": {"type": "bpe"}}}),
+         [".encodings.bpe_rope.tokenizer: expected the name of one of the study's \"tokenizers\" (bpe)"]),
+        ("encoding tokenizer: no tokenizers", lambda j: j.update(
+            encodings={"bpe_rope": {"posenc": "rope", "tokenizer": "bpe"}}),
+         [".encodings.bpe_rope.tokenizer: names a tokenizer, and the study has no \"tokenizers\""]),
     ]
     for name, change, subs in cases:
         path = study(name.replace(" ", "_"), change)
@@ -426,7 +508,7 @@ def cmd_errors():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=["run", "errors", "finetune", "plugin"])
+    ap.add_argument("cmd", choices=["run", "errors", "finetune", "tokenizers", "plugin"])
     ap.add_argument("--plugin-lib", help="plugin: tests/tools/alias_posenc_plugin.cpp built")
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
@@ -435,7 +517,7 @@ def main():
     global PLUGIN_LIB
     PLUGIN_LIB = a.plugin_lib
     return cl.run_subcommand(f"study_verb {a.cmd}", {"run": cmd_run, "errors": cmd_errors, "finetune": cmd_finetune,
-                                                        "plugin": cmd_plugin}[a.cmd])
+                                                        "tokenizers": cmd_tokenizers, "plugin": cmd_plugin}[a.cmd])
 
 
 if __name__ == "__main__":

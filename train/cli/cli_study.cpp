@@ -7,6 +7,7 @@
 // OUT/study.json             the study file as given (a later run must give the same study)
 // OUT/data/{train,val}.txt   the split: models and tokenizer see train.txt only
 // OUT/tokenizer.model        when the study names one (trained on train.txt)
+// OUT/tokenizers/NAME.model  each of its "tokenizers" (trained on train.txt), for the encodings naming it
 // OUT/runs/ENC/seedS/        one training run per encoding and seed
 // OUT/runs/ENC+FT/seedS/     a fine-tune of it ("finetunes"), from its final checkpoint
 // OUT/eval/CELL/seedS*.json  eval of each run (CELL = ENC, or ENC+NAME of a scaling, a variant or a
@@ -69,7 +70,8 @@ Job train_job(const StudySpec& s, const StudySpec::Encoding& e, uint64_t seed, c
             "--data", out + "/data/train.txt", "--out", dir, "--quiet", "--no-plot"};
   if (s.context > 0) j.args.insert(j.args.end(), {"--set", "context=" + std::to_string(s.context)});  // the model's L
   for (const auto& kv : s.model_set) j.args.insert(j.args.end(), {"--set", kv.first + "=" + kv.second});
-  if (!s.tokenizer_type.empty()) j.args.insert(j.args.end(), {"--tokenizer", out + "/tokenizer.model"});
+  const std::string tok = study_tokenizer_path(s, e, out);
+  if (!tok.empty()) j.args.insert(j.args.end(), {"--tokenizer", tok});
   add_options(j.args, s.train_args);
   return j;
 }
@@ -132,17 +134,23 @@ void eval_jobs(const StudySpec& s, const StudySpec::Encoding& e, uint64_t seed, 
   }
 }
 
+// A job training a tokenizer on the training split, done when its model file exists.
+Job tokenizer_job(const std::string& name, const std::string& type, int64_t vocab, const std::string& tok,
+                  const std::string& out) {
+  return {name,
+          {"tokenizer", "train", "--data", out + "/data/train.txt", "--vocab", std::to_string(vocab), "--type", type,
+           "--out", tok},
+          [tok] { return exists(tok); },
+          "",
+          0};
+}
+
 std::vector<Job> study_jobs(const StudySpec& s, const std::string& out) {
   std::vector<Job> jobs;
-  if (!s.tokenizer_type.empty()) {
-    const std::string tok = out + "/tokenizer.model";
-    jobs.push_back({"tokenizer",
-                    {"tokenizer", "train", "--data", out + "/data/train.txt", "--vocab", std::to_string(s.tokenizer_vocab),
-                     "--type", s.tokenizer_type, "--out", tok},
-                    [tok] { return exists(tok); },
-                    "",
-                    0});
-  }
+  if (!s.tokenizer_type.empty())
+    jobs.push_back(tokenizer_job("tokenizer", s.tokenizer_type, s.tokenizer_vocab, out + "/tokenizer.model", out));
+  for (const auto& t : s.tokenizers)
+    jobs.push_back(tokenizer_job("tokenizer " + t.name, t.type, t.vocab, out + "/tokenizers/" + t.name + ".model", out));
   for (const auto& e : s.encodings)
     for (uint64_t seed : s.seeds) {
       jobs.push_back(train_job(s, e, seed, out));
@@ -245,6 +253,9 @@ cxxopts::Options study_options() {
       "                              \"args\": {\"lr\": 0.0003, \"batch\": 2}}},\n"
       "   \"seeds\": [1, 2, 3], \"lengths\": [64, 128, 256],\n"
       "   \"tasks\": {\"passkey\": {\"depths\": [0, 0.5, 1], \"trials\": 20}}}\n"
+      "A \"tokenizers\" entry ({\"bpe4k\": {\"type\": \"bpe\", \"vocab\": 4000}}) is trained on the training split,\n"
+      "and an encoding naming it ({\"bpe_rope\": {\"posenc\": \"rope\", \"tokenizer\": \"bpe4k\"}}) trains with it:\n"
+      "byte and word-piece runs in one grid (examples/studies/extrapolation.json).\n"
       "\n"
       "examples:\n"
       "  ctxlab study --study examples/studies/quick.json --out runs/study\n"
@@ -285,6 +296,7 @@ int run_study(int argc, char** argv) {
   }
   claim_out(out, file, text);
   for (const StudyCell& cell : study_cells(spec)) fs::create_directories(out + "/eval/" + cell.name);
+  if (!spec.tokenizers.empty()) fs::create_directories(out + "/tokenizers");
   split_corpus(spec, out);
   int64_t ran = 0, skipped = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {

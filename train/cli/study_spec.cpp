@@ -76,15 +76,30 @@ void each_key(const json& j, const std::string& where, F f) {
   }
 }
 
-void parse_tokenizer(const json& j, const std::string& where, StudySpec& s) {
+// {"type": "bpe" | "unigram", "vocab": N}: the study's "tokenizer", or one of its "tokenizers".
+void parse_tokenizer(const json& j, const std::string& where, std::string& type, int64_t& vocab) {
   CTX_CHECK(j.is_object(), where, ": expected {\"type\": \"bpe\" | \"unigram\", \"vocab\": N}");
   for (auto it = j.begin(); it != j.end(); ++it)
     CTX_CHECK(it.key() == "type" || it.key() == "vocab", where, ": unknown key \"", it.key(), "\" (type, vocab)");
   const json& t = field(j, "type", where);
   CTX_CHECK(t.is_string() && (t == "bpe" || t == "unigram"), where, ".type: expected \"bpe\" or \"unigram\", got ",
             t.dump());
-  s.tokenizer_type = t.get<std::string>();
-  s.tokenizer_vocab = positive_int(field(j, "vocab", where), where + ".vocab");
+  type = t.get<std::string>();
+  vocab = positive_int(field(j, "vocab", where), where + ".vocab");
+}
+
+// An encoding's "tokenizer": the name of one of the study's "tokenizers".
+std::string encoding_tokenizer(const json& v, const std::string& where, const StudySpec& s) {
+  std::string names;
+  for (const auto& t : s.tokenizers) names += (names.empty() ? "" : ", ") + t.name;
+  CTX_CHECK(!s.tokenizers.empty(), where, ": names a tokenizer, and the study has no \"tokenizers\"; add one, "
+            "e.g. \"tokenizers\": {\"bpe4k\": {\"type\": \"bpe\", \"vocab\": 4000}}");
+  CTX_CHECK(v.is_string(), where, ": expected the name of one of the study's \"tokenizers\" (", names, "), got ",
+            brief(v.dump()));
+  const std::string n = v.get<std::string>();
+  CTX_CHECK(std::any_of(s.tokenizers.begin(), s.tokenizers.end(), [&](const StudySpec::Tokenizer& t) { return t.name == n; }),
+            where, ": ", v.dump(), " is not one of the study's \"tokenizers\" (", names, ")");
+  return n;
 }
 
 void parse_train(const json& j, const std::string& where, StudySpec& s) {
@@ -289,6 +304,11 @@ std::string finetune_label(const std::string& enc, const StudySpec::Finetune& f)
   return l + str(" ft ", f.steps, "@", f.length_mult > 0 ? str(f.length_mult, "L") : std::to_string(f.length));
 }
 
+std::string study_tokenizer_path(const StudySpec& s, const StudySpec::Encoding& e, const std::string& out) {
+  if (!e.tokenizer.empty()) return out + "/tokenizers/" + e.tokenizer + ".model";
+  return s.tokenizer_type.empty() ? std::string() : out + "/tokenizer.model";
+}
+
 bool is_rotary(const nlohmann::json& posenc) {
   const std::string t = posenc.is_string() ? posenc.get<std::string>() : posenc.value("type", std::string());
   return t == "rope";
@@ -296,11 +316,11 @@ bool is_rotary(const nlohmann::json& posenc) {
 
 StudySpec parse_study(const json& j, const std::string& where) {
   CTX_CHECK(j.is_object(), where, ": a study file is one JSON object (docs/evaluation.md, \"ctxlab study\")");
-  static const std::set<std::string> keys = {"data", "val_fraction", "tokenizer", "train", "encodings", "scalings",
+  static const std::set<std::string> keys = {"data", "val_fraction", "tokenizer", "tokenizers", "train", "encodings", "scalings",
                                              "variants", "finetunes", "seeds", "lengths", "tasks", "per_position", "eval"};
   for (auto it = j.begin(); it != j.end(); ++it)
     CTX_CHECK(keys.count(it.key()), where, ": unknown key \"", it.key(),
-              "\" (data, val_fraction, tokenizer, train, encodings, scalings, variants, finetunes, seeds, lengths, tasks, "
+              "\" (data, val_fraction, tokenizer, tokenizers, train, encodings, scalings, variants, finetunes, seeds, lengths, tasks, "
               "per_position, eval)");
   StudySpec s;
   if (j.contains("data")) {
@@ -313,7 +333,14 @@ StudySpec parse_study(const json& j, const std::string& where) {
               ".val_fraction: expected a number in (0, 1), e.g. 0.1, got ", v.dump());
     s.val_fraction = v.get<double>();
   }
-  if (j.contains("tokenizer")) parse_tokenizer(j["tokenizer"], where + ".tokenizer", s);
+  if (j.contains("tokenizer")) parse_tokenizer(j["tokenizer"], where + ".tokenizer", s.tokenizer_type, s.tokenizer_vocab);
+  if (j.contains("tokenizers"))
+    each_key(j["tokenizers"], where + ".tokenizers", [&](const std::string& n, const json& t, const std::string& w) {
+      StudySpec::Tokenizer x;
+      x.name = n;
+      parse_tokenizer(t, w, x.type, x.vocab);
+      s.tokenizers.push_back(x);
+    });
   parse_train(field(j, "train", where), where + ".train", s);
   each_key(field(j, "encodings", where), where + ".encodings", [&](const std::string& n, const json& v, const std::string& w) {
     // "rope", {"type": "rope"}, or {"posenc": <either>, "eval": {options of eval for this one}}
@@ -321,15 +348,22 @@ StudySpec parse_study(const json& j, const std::string& where) {
     const json& pe = wrapped ? v["posenc"] : v;
     CTX_CHECK(pe.is_object() || (pe.is_string() && !pe.get<std::string>().empty()), w,
               ": expected a posenc JSON object or a type name, e.g. {\"type\": \"rope\"} or \"alibi\", or "
-              "{\"posenc\": ..., \"eval\": {\"hierarchical\": true}}");
-    StudySpec::Encoding e{n, nlohmann::json::parse(pe.dump()), {}};
+              "{\"posenc\": ..., \"eval\": {\"hierarchical\": true}, \"tokenizer\": NAME}");
+    StudySpec::Encoding e{n, nlohmann::json::parse(pe.dump()), {}, {}};
     if (wrapped) {
       for (auto it = v.begin(); it != v.end(); ++it)
-        CTX_CHECK(it.key() == "posenc" || it.key() == "eval", w, ": unknown key \"", it.key(), "\" (posenc, eval)");
+        CTX_CHECK(it.key() == "posenc" || it.key() == "eval" || it.key() == "tokenizer", w, ": unknown key \"",
+                  it.key(), "\" (posenc, eval, tokenizer)");
       if (v.contains("eval")) e.eval_args = option_args(v["eval"], w + ".eval", eval_reserved());
+      if (v.contains("tokenizer")) e.tokenizer = encoding_tokenizer(v["tokenizer"], w + ".tokenizer", s);
     }
     s.encodings.push_back(e);
   });
+  for (const auto& t : s.tokenizers)
+    CTX_CHECK(std::any_of(s.encodings.begin(), s.encodings.end(),
+                          [&](const StudySpec::Encoding& e) { return e.tokenizer == t.name; }),
+              where, ".tokenizers.", t.name, ": no encoding uses it; name it in an encoding, e.g. \"encodings\": "
+              "{\"", t.name, "_rope\": {\"posenc\": \"rope\", \"tokenizer\": \"", t.name, "\"}}");
   if (j.contains("scalings"))
     each_key(j["scalings"], where + ".scalings", [&](const std::string& n, const json& sc, const std::string& w) {
       CTX_CHECK(sc.is_object() || (sc.is_string() && !sc.get<std::string>().empty()), w,

@@ -29,6 +29,14 @@ struct StudySpec {
   double val_fraction = 0.1;   // its last fraction: held out from training and the tokenizer
   std::string tokenizer_type;  // "" = bytes; bpe | unigram: trained on the training split only
   int64_t tokenizer_vocab = 0;
+  // "tokenizers": more tokenizers, by name, each trained on the training split like "tokenizer";
+  // an encoding that names one ({"posenc": "rope", "tokenizer": "bpe4k"}) trains with it, so
+  // byte-level and word-piece runs of the same model sit in one grid.
+  struct Tokenizer {
+    std::string name, type;  // type: bpe | unigram
+    int64_t vocab = 0;
+  };
+  std::vector<Tokenizer> tokenizers;
   std::string preset = "tiny";
   int64_t context = 0;         // training length L (0: the preset's)
   int64_t steps = 0;
@@ -38,6 +46,7 @@ struct StudySpec {
     std::string name;
     nlohmann::json posenc;
     OptionArgs eval_args;  // its own eval options, e.g. hierarchical for learned positions past L
+    std::string tokenizer;  // a "tokenizers" name: trained with that one; "" = the study's "tokenizer" (or bytes)
   };
   std::vector<Encoding> encodings;
   struct Scaling {
@@ -82,6 +91,10 @@ struct StudySpec {
 StudySpec parse_study(const nlohmann::ordered_json& j, const std::string& where);
 // A study file read strictly (duplicate keys are errors) and parsed.
 StudySpec read_study(const std::string& path);
+
+// The tokenizer model encoding `e` trains with in study directory `out`: OUT/tokenizers/NAME.model
+// for a "tokenizers" one, OUT/tokenizer.model for the study's "tokenizer", "" for bytes.
+std::string study_tokenizer_path(const StudySpec& s, const StudySpec::Encoding& e, const std::string& out);
 
 // Whether an encoding is rotary (the scalings apply to it).
 bool is_rotary(const nlohmann::json& posenc);

@@ -3,6 +3,7 @@
 
 #include "train/cli/study_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -90,6 +91,34 @@ std::map<std::string, std::string> cell_labels(const StudySpec& s) {
   std::map<std::string, std::string> m;
   for (const StudyCell& c : study_cells(s)) m[c.name] = c.label;
   return m;
+}
+
+// An encoding's tokenizer: a "tokenizers" name, "tokenizer" (the study's own), or "bytes".
+std::string tokenizer_of(const StudySpec& s, const StudySpec::Encoding& e) {
+  return !e.tokenizer.empty() ? e.tokenizer : s.tokenizer_type.empty() ? "bytes" : "tokenizer";
+}
+
+// Each cell's tokenizer (tokenizer_of its encoding).
+std::map<std::string, std::string> cell_tokenizers(const StudySpec& s) {
+  std::map<std::string, std::string> m;
+  for (const StudyCell& c : study_cells(s)) m[c.name] = tokenizer_of(s, *c.enc);
+  return m;
+}
+
+// The tokenizers the encodings use, in their order, described: "bytes", "bpe4k (bpe, vocab 4000)".
+std::vector<std::string> tokenizer_list(const StudySpec& s) {
+  std::vector<std::string> seen, l;
+  for (const auto& e : s.encodings) {
+    const std::string n = tokenizer_of(s, e);
+    if (std::find(seen.begin(), seen.end(), n) != seen.end()) continue;
+    seen.push_back(n);
+    std::string d = n;
+    if (n == "tokenizer") d = str(n, " (", s.tokenizer_type, ", vocab ", s.tokenizer_vocab, ")");
+    for (const auto& t : s.tokenizers)
+      if (t.name == n) d = str(n, " (", t.type, ", vocab ", t.vocab, ")");
+    l.push_back(d);
+  }
+  return l;
 }
 
 std::string fmt(const char* f, double v) {
@@ -207,8 +236,17 @@ void write_study_summary(const StudySpec& s, const std::string& out) {
                        " RoPE scalings, ", s.finetunes.size(), " fine-tunes, seeds ", seeds, "; trained on ", out, "/data/train.txt (preset ", s.preset,
                        ", ", s.steps, " steps", s.context > 0 ? str(", context ", s.context) : std::string(),
                        "), evaluated on ", out, "/data/val.txt (held out from training",
-                       s.tokenizer_type.empty() ? "" : " and from the tokenizer", ").\n\n");
+                       s.tokenizer_type.empty() && s.tokenizers.empty() ? "" : " and from the tokenizer", ").\n\n");
   json summary = {{"seeds", s.seeds}, {"lengths", s.lengths}, {"cells", cell_names(s)}, {"labels", cell_labels(s)}};
+  if (!s.tokenizers.empty()) summary["tokenizers"] = cell_tokenizers(s);  // which cell uses which
+  const std::vector<std::string> toks = tokenizer_list(s);
+  if (toks.size() > 1) {
+    std::string l;
+    for (const std::string& t : toks) l += (l.empty() ? "" : ", ") + t;
+    md += "The cells use different tokenizers (" + l + "): a length counts each one's tokens and perplexity is "
+          "per token, so the bold best compares within a tokenizer only; across them, compare `bits_per_byte` "
+          "(ppl.csv, summary.json).\n\n";
+  }
   std::string ppl_csv, task_csv, pos_csv;
   summarise_ppl(s, p, summary["ppl"], ppl_csv, md);
   summarise_tasks(s, p, summary["tasks"], task_csv, md);
