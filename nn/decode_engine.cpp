@@ -7,6 +7,7 @@
 #include "core/backend.h"
 #include "core/device_table.h"  // to_device_like
 #include "core/fast_paths.h"
+#include "core/threads.h"
 
 namespace ctx::nn {
 
@@ -51,10 +52,12 @@ DecodeEngine::DecodeEngine(GPT& m, int64_t batch, int64_t capacity, int64_t wind
     layers_.push_back({b.get(), Tensor::empty(s, like.dtype(), like.device()),
                        Tensor::empty(s, like.dtype(), like.device())});
   }
-  one_ = make_work(1);
+  // One sequence on the CPU: a team of the pool's threads streams the weights together (a step's
+  // GEMVs split by rows; docs/sampling.md). More rows are GEMMs, which thread themselves; a device
+  // runs its kernels asynchronously, one host thread is all it needs.
   last_ = Tensor::empty({B_, D_}, like.dtype(), like.device());
   logits_ = Tensor::empty({B_, V_}, like.dtype(), like.device());
-  row_dst_.strides = {H_ * cap_ * Dh_, cap_ * Dh_, Dh_, 1};
+  one_ = make_plan(1, like.device() == Device::CPU && B_ == 1 ? ctx::num_threads() : 1);
 }
 
 DecodeEngine::Work DecodeEngine::make_work(int64_t T) const {
@@ -66,76 +69,171 @@ DecodeEngine::Work DecodeEngine::make_work(int64_t T) const {
   w.tok_host = Tensor::empty({R}, DType::I64);
   w.tok = like.device() == Device::CPU ? w.tok_host : to_device_like(w.tok_host, like);
   for (Tensor* t : {&w.x, &w.y, &w.a}) *t = make({R, D_});
-  w.merged = make({B_, T, D_});
   w.mean = make({R});
   w.rstd = make({R});
   w.qkv = make({B_, T, 3 * D_});
-  for (Tensor* t : {&w.q, &w.k, &w.v, &w.qr, &w.kr, &w.o}) *t = make({B_, H_, T, Dh_});
+  for (Tensor* t : {&w.qr, &w.kr, &w.o}) *t = make({B_, H_, T, Dh_});
+  if (R == 1) {  // q | k | v are qkv's three blocks of D: [1, H, 1, Dh] each, no split_heads
+    const Tensor flat = w.qkv.view({3 * D_});
+    w.q = flat.slice0(0, D_).view({1, H_, 1, Dh_});
+    w.k = flat.slice0(D_, 2 * D_).view({1, H_, 1, Dh_});
+    w.v = flat.slice0(2 * D_, 3 * D_).view({1, H_, 1, Dh_});
+  } else {
+    for (Tensor* t : {&w.q, &w.k, &w.v}) *t = make({B_, H_, T, Dh_});
+  }
   w.lse = make({B_, H_, T});
+  w.merged = T == 1 ? w.o.view({B_, D_}) : make({B_, T, D_});  // one query: o [B, H, 1, Dh] is [B, D]
   w.pre = make({R, F_});
   w.h = make({R, F_});
-  w.row_src.strides = contiguous_strides({B_, H_, T, Dh_});
   return w;
 }
 
-void DecodeEngine::write_rows(const Work& w, const Tensor& src, Tensor& cache, int64_t pos) {
-  row_dst_.offset = pos * Dh_;
-  backend_of(src).copy_strided(src, w.row_src, cache, row_dst_, src.shape(), false);
+namespace {
+
+// Rows [n0, n1) of a matrix [N, ...] (a weight, or a bias [N]).
+Tensor rows(const Tensor& t, std::pair<int64_t, int64_t> r) { return t.slice0(r.first, r.second); }
+// Columns [n0, n1) of one row y [1, N] (or [.., N] holding one row) as [1, n].
+Tensor cols(const Tensor& y, std::pair<int64_t, int64_t> r) {
+  return y.view({-1}).slice0(r.first, r.second).view({1, r.second - r.first});
+}
+// Heads (b, h) g0..g1 of x [B, H, rows, Dh] (or lse [B, H, T]) as [1, n, rows(, Dh)].
+Tensor heads(const Tensor& x, std::pair<int64_t, int64_t> g) {
+  Shape s = x.shape();
+  const int64_t G = s[0] * s[1];
+  Shape flat = {G};
+  flat.insert(flat.end(), s.begin() + 2, s.end());
+  Shape part = {1, g.second - g.first};
+  part.insert(part.end(), s.begin() + 2, s.end());
+  return x.view(flat).slice0(g.first, g.second).view(part);
 }
 
-// One norm of the block's kind (the graph path's Norm::forward).
-static void norm(Backend& be, const Norm& n, const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd) {
-  if (n.kind == "layernorm")
-    be.layernorm(x, n.weight.data(), n.bias.data(), n.eps, y, mean, rstd);
-  else
-    be.rmsnorm(x, n.weight.data(), n.eps, y, rstd);
-}
+}  // namespace
 
-// Block l on w.x [B T, D] at positions pos..pos+T-1 (the graph path's Block::forward_cached).
-void DecodeEngine::layer(Work& w, int l, int64_t pos) {
-  Backend& be = backend_of(w.x);
-  const int64_t T = w.T;
-  Layer& c = layers_[(size_t)l];
-  const Block& b = *c.block;
-  const Attention& at = *b.attn;
-  norm(be, *b.norm1, w.x, w.y, w.mean, w.rstd);
-  be.linear(w.y, at.qkv->weight.data(), at.qkv->bias.data(), w.qkv);  // [B, T, 3D]
-  be.split_heads(w.qkv, H_, 0, w.q, w.k, w.v);                         // [B, H, T, Dh]
-  const Tensor* q = &w.q;
-  const Tensor* k = &w.k;
+std::unique_ptr<DecodeEngine::Plan> DecodeEngine::make_plan(int64_t T, int threads) {
+  auto p = std::make_unique<Plan>();
+  p->w = make_work(T);
+  p->threads = B_ * T == 1 ? std::max(1, threads) : 1;  // column shares need one row
+  Work& w = p->w;
+  const Tensor& like = m_.wte->weight.data();
+  const int n = p->threads;
+  // A team's shares: weight rows in blocks of 16 (whole 4-row GEMV passes and 64-byte lines)
+  auto share = [&](int r, int64_t N) { return Team(r, n).share(N, 16); };
+  for (const Layer& c : layers_) {
+    std::vector<Part> ranks;
+    const Attention& at = *c.block->attn;
+    const MLP& mlp = *c.block->mlp;
+    for (int r = 0; r < n; ++r) {
+      Part q;
+      const bool whole = n == 1;
+      auto lin = [&](const Linear& l, const Tensor& out, Tensor& wv, Tensor& bv, Tensor& ov) {
+        const auto s = share(r, l.weight.size(0));
+        wv = whole ? l.weight.data() : rows(l.weight.data(), s);
+        bv = whole ? l.bias.data() : rows(l.bias.data(), s);
+        ov = whole ? out : cols(out, s);
+      };
+      lin(*at.qkv, w.qkv, q.wqkv, q.bqkv, q.qkv);
+      lin(*at.proj, w.a, q.wp, q.bp, q.a);
+      lin(*mlp.fc, w.pre, q.wfc, q.bfc, q.pre);
+      q.h = whole ? w.h : cols(w.h, share(r, F_));
+      lin(*mlp.proj, w.a, q.wp2, q.bp2, q.a2);
+      const auto g = Team(r, n).share(B_ * H_);
+      q.heads = g.second - g.first;
+      if (q.heads > 0) {
+        q.q = heads(w.q, g), q.k = heads(w.k, g), q.v = heads(w.v, g);
+        q.qr = heads(w.qr, g), q.kr = heads(w.kr, g), q.o = heads(w.o, g), q.lse = heads(w.lse, g);
+        q.ck = heads(c.k, g), q.cv = heads(c.v, g);
+        q.kv_src.strides = contiguous_strides(q.k.shape());
+        q.kv_dst.strides = {q.heads * cap_ * Dh_, cap_ * Dh_, Dh_, 1};
+      }
+      ranks.push_back(std::move(q));
+    }
+    p->parts.push_back(std::move(ranks));
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r == 0) {
+      p->streams.push_back({w.x, w.y, w.mean, w.rstd});
+    } else {
+      auto make = [&](const Shape& s) { return Tensor::empty(s, like.dtype(), like.device()); };
+      p->streams.push_back({make({1, D_}), make({1, D_}), make({1}), make({1})});
+    }
+  }
+  const Tensor& w_out = m_.lm_head ? m_.lm_head->weight.data() : like;
+  for (int r = 0; r < n; ++r) {
+    p->wout.push_back(n == 1 ? w_out : rows(w_out, share(r, V_)));
+    p->logits.push_back(n == 1 ? logits_ : cols(logits_, share(r, V_)));
+  }
   if (tables_.cos.defined()) {
-    const Tensor C = tables_.cos.slice0(pos, pos + T), S = tables_.sin.slice0(pos, pos + T);  // [T, Dh/2]
-    be.rope_rotate(w.q, C, S, w.qr, tables_.interleaved, false);
-    be.rope_rotate(w.k, C, S, w.kr, tables_.interleaved, false);
-    q = &w.qr, k = &w.kr;
+    p->rope_c = Tensor::empty({T, Dh_ / 2}, like.dtype(), like.device());
+    p->rope_s = Tensor::empty({T, Dh_ / 2}, like.dtype(), like.device());
+    p->rope_src.strides = {Dh_ / 2, 1};
+    p->rope_dst.strides = {Dh_ / 2, 1};
   }
-  write_rows(w, *k, c.k, pos);
-  write_rows(w, w.v, c.v, pos);
-  AttnDims d;
-  d.B = B_, d.H = H_, d.T = T, d.S = pos + T, d.Dh = Dh_;
-  d.window = window_;
-  d.scale = 1.0 / std::sqrt((double)Dh_);
-  d.kv_rows = cap_;
-  be.attention_forward(d, *q, c.k, c.v, Tensor(), w.o, w.lse, AttnRel{});  // o [B, H, T, Dh]
-  // one query: o's [B, H, 1, Dh] is already [B, D]
-  if (T > 1) be.merge_heads(w.o, w.merged);
-  be.linear(T > 1 ? w.merged : w.o.view({B_, D_}), at.proj->weight.data(), at.proj->bias.data(), w.a);
-  be.binary(BinaryOp::Add, w.x, w.a, w.x);
-  norm(be, *b.norm2, w.x, w.y, w.mean, w.rstd);
-  const Linear& fc = *b.mlp->fc;
-  if (mlp_node_) {
-    be.linear_gelu(w.y, fc.weight.data(), fc.bias.data(), w.pre, w.h);
-  } else {
-    be.linear(w.y, fc.weight.data(), fc.bias.data(), w.pre);
-    be.unary(UnaryOp::GeluTanh, w.pre, w.h);
-  }
-  be.linear(w.h, b.mlp->proj->weight.data(), b.mlp->proj->bias.data(), w.a);
-  be.binary(BinaryOp::Add, w.x, w.a, w.x);
+  return p;
 }
 
-// w.T positions of each sequence from tokens (row b at tokens + b * stride) through every layer;
-// w.y holds the final norm of each row.
-void DecodeEngine::run(Work& w, const int32_t* tokens, int64_t stride) {
+// s.y = the norm n of s.x (the graph path's Norm::forward).
+void DecodeEngine::norm_into(const Norm& n, Stream& s) const {
+  Backend& be = backend_of(s.x);
+  if (n.kind == "layernorm")
+    be.layernorm(s.x, n.weight.data(), n.bias.data(), n.eps, s.y, s.mean, s.rstd);
+  else
+    be.rmsnorm(s.x, n.weight.data(), n.eps, s.y, s.rstd);
+}
+
+// Block l at positions pos..pos+T-1 (the graph path's Block::forward_cached) on p's workspace, as
+// this thread's part: its rows of each weight, its heads, between barriers; every thread keeps
+// its own residual stream (its s.y holds norm1 of s.x on entry, the next norm's input on exit is
+// left to the caller).
+void DecodeEngine::layer(Plan& p, const Team& tm, int l, int64_t pos) {
+  Work& w = p.w;
+  Backend& be = backend_of(w.x);
+  Part& q = p.parts[(size_t)l][(size_t)tm.rank()];
+  Stream& st = p.streams[(size_t)tm.rank()];
+  const Block& b = *layers_[(size_t)l].block;
+  if (q.wqkv.size(0) > 0) be.linear(st.y, q.wqkv, q.bqkv, q.qkv);       // [B, T, 3D] (its columns)
+  if (B_ * w.T > 1) be.split_heads(w.qkv, H_, 0, w.q, w.k, w.v);         // (a team of one)
+  tm.barrier();
+  if (q.heads > 0) {  // its heads: rotate, append k and v to the cache, attend
+    const Tensor* qq = &q.q;
+    const Tensor* kk = &q.k;
+    if (tables_.cos.defined()) {
+      be.rope_rotate(q.q, p.rope_c, p.rope_s, q.qr, tables_.interleaved, false);
+      be.rope_rotate(q.k, p.rope_c, p.rope_s, q.kr, tables_.interleaved, false);
+      qq = &q.qr, kk = &q.kr;
+    }
+    q.kv_dst.offset = pos * Dh_;
+    be.copy_strided(*kk, q.kv_src, q.ck, q.kv_dst, kk->shape(), false);
+    be.copy_strided(q.v, q.kv_src, q.cv, q.kv_dst, q.v.shape(), false);
+    AttnDims d;
+    d.B = 1, d.H = q.heads, d.T = w.T, d.S = pos + w.T, d.Dh = Dh_;
+    d.window = window_;
+    d.scale = 1.0 / std::sqrt((double)Dh_);
+    d.kv_rows = cap_;
+    be.attention_forward(d, *qq, q.ck, q.cv, Tensor(), q.o, q.lse, AttnRel{});  // [1, n, T, Dh]
+  }
+  if (w.T > 1) be.merge_heads(w.o, w.merged);  // (a team of one; one query: merged is o)
+  tm.barrier();
+  if (q.wp.size(0) > 0) be.linear(w.merged, q.wp, q.bp, q.a);
+  tm.barrier();
+  be.binary(BinaryOp::Add, st.x, w.a, st.x);
+  norm_into(*b.norm2, st);
+  if (q.wfc.size(0) == 0) {
+  } else if (mlp_node_) {
+    be.linear_gelu(st.y, q.wfc, q.bfc, q.pre, q.h);
+  } else {
+    be.linear(st.y, q.wfc, q.bfc, q.pre);
+    be.unary(UnaryOp::GeluTanh, q.pre, q.h);
+  }
+  tm.barrier();
+  if (q.wp2.size(0) > 0) be.linear(w.h, q.wp2, q.bp2, q.a2);
+  tm.barrier();
+  be.binary(BinaryOp::Add, st.x, w.a, st.x);
+}
+
+// p.w.T positions of each sequence from tokens (row b at tokens + b * stride) through every layer
+// and the output head: logits_ [B, V] of each sequence's last one.
+void DecodeEngine::run(Plan& p, const int32_t* tokens, int64_t stride) {
+  Work& w = p.w;
   const int64_t T = w.T, pos = n_;
   CTX_CHECK(pos + T <= cap_, "decode: positions ", pos, "..", pos + T - 1, " are past the engine's capacity ", cap_);
   int64_t* t = w.tok_host.host<int64_t>();
@@ -148,41 +246,52 @@ void DecodeEngine::run(Work& w, const int32_t* tokens, int64_t stride) {
     }
   if (w.tok.device() != Device::CPU) w.tok = to_device_like(w.tok_host, w.x);  // 8 B a token up
   Backend& be = backend_of(w.x);
-  be.index_select(m_.wte->weight.data(), 0, w.tok, w.x);  // [B T, D]
-  if (tables_.add.defined()) {
-    Tensor x3 = T == 1 ? w.x : w.x.view({B_, T, D_});
-    be.binary(BinaryOp::Add, x3, tables_.add.slice0(pos, pos + T), x3);  // + table rows [T, D]
+  if (tables_.cos.defined()) {  // the rotation of positions pos.. (rows of the tables)
+    p.rope_src.offset = pos * (Dh_ / 2);
+    be.copy_strided(tables_.cos, p.rope_src, p.rope_c, p.rope_dst, p.rope_c.shape(), false);
+    be.copy_strided(tables_.sin, p.rope_src, p.rope_s, p.rope_dst, p.rope_s.shape(), false);
   }
-  for (int l = 0; l < (int)layers_.size(); ++l) layer(w, l, pos);
-  norm(be, *m_.norm_f, w.x, w.y, w.mean, w.rstd);
+  run_team(p.threads, [&](const Team& tm) {
+    Stream& st = p.streams[(size_t)tm.rank()];
+    be.index_select(m_.wte->weight.data(), 0, w.tok, st.x);  // [B T, D]
+    if (tables_.add.defined()) {
+      Tensor x3 = T == 1 ? st.x : st.x.view({B_, T, D_});
+      be.binary(BinaryOp::Add, x3, tables_.add.slice0(pos, pos + T), x3);  // + table rows [T, D]
+    }
+    for (int l = 0; l < (int)layers_.size(); ++l) {
+      norm_into(*layers_[(size_t)l].block->norm1, st);
+      layer(p, tm, l, pos);
+    }
+    norm_into(*m_.norm_f, st);
+    const Tensor* y = &st.y;  // [B, D]: each sequence's last row after the final norm
+    if (T > 1) {  // row T - 1 of each sequence: [B, T, D] -> [B, D] (a team of one)
+      Strided s, d;
+      s.strides = {T * D_, 1};
+      s.offset = (T - 1) * D_;
+      d.strides = {D_, 1};
+      be.copy_strided(st.y, s, last_, d, {B_, D_}, false);
+      y = &last_;
+    }
+    GemmDesc g;
+    g.trans_b = true;
+    g.M = B_, g.N = p.wout[(size_t)tm.rank()].size(0), g.K = D_;
+    if (g.N > 0) be.gemm(g, *y, p.wout[(size_t)tm.rank()], p.logits[(size_t)tm.rank()]);  // [B, its columns]
+  });
   n_ += T;
 }
 
 const Tensor& DecodeEngine::step(const int32_t* tokens, int64_t T) {
   CTX_CHECK(T >= 1, "decode: a step takes at least one position, got ", T);
-  Backend& be = backend_of(logits_);
-  const Tensor* y = &one_.y;  // [B, D]: each sequence's last row after the final norm
+  CTX_CHECK(n_ + T <= cap_, "decode: positions ", n_, "..", n_ + T - 1, " are past the engine's capacity ", cap_);
   if (T == 1) {
-    run(one_, tokens, 1);
-  } else {
-    for (int64_t c = 0; c < T; c += kChunk) {
-      const int64_t t = std::min(kChunk, T - c);
-      if (!chunk_ || chunk_->T != t) chunk_ = std::make_unique<Work>(make_work(t));
-      run(*chunk_, tokens + c, T);
-    }
-    // row T_chunk - 1 of each sequence: [B, t, D] -> [B, D]
-    Strided s, d;
-    s.strides = {chunk_->T * D_, 1};
-    s.offset = (chunk_->T - 1) * D_;
-    d.strides = {D_, 1};
-    be.copy_strided(chunk_->y, s, last_, d, {B_, D_}, false);
-    y = &last_;
+    run(*one_, tokens, 1);
+    return logits_;
   }
-  const Tensor& w_out = m_.lm_head ? m_.lm_head->weight.data() : m_.wte->weight.data();
-  GemmDesc g;
-  g.trans_b = true;
-  g.M = B_, g.N = V_, g.K = D_;
-  be.gemm(g, *y, w_out, logits_);  // [B, V]
+  for (int64_t c = 0; c < T; c += kChunk) {
+    const int64_t t = std::min(kChunk, T - c);
+    if (!chunk_ || chunk_->w.T != t) chunk_ = make_plan(t, 1);
+    run(*chunk_, tokens + c, T);
+  }
   return logits_;
 }
 

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"  // Strided
+#include "core/team.h"
 #include "core/tensor.h"
 #include "nn/gpt.h"
 
@@ -53,11 +55,34 @@ class DecodeEngine {
     Tensor tok_host, tok;          // [B T] i64: the host copy and the device's
     Tensor x, y, mean, rstd;       // [B T, D], [B T, D], [B T], [B T]
     Tensor qkv;                    // [B, T, 3D]
-    Tensor q, k, v, qr, kr, o;     // [B, H, T, Dh]
+    Tensor q, k, v, qr, kr, o;     // [B, H, T, Dh] (one row: q, k, v are views of qkv's blocks)
     Tensor lse;                    // [B, H, T]
-    Tensor merged, a;              // [B, T, D]: the heads merged (T > 1); [B T, D]: a sublayer's output
+    Tensor merged, a;              // [B, T, D]: the heads merged (T = 1: o viewed [B, D]); [B T, D]: a sublayer's output
     Tensor pre, h;                 // [B T, F]
-    Strided row_src;               // k, v rows [B, H, T, Dh] ...
+  };
+  // One thread's part of one layer on a workspace, as views made once: the rows of each weight
+  // it streams with the output columns they write (one row of x: contiguous; with more rows or a
+  // team of one, the whole matrices), and the attention heads (b, h) it owns, [1, n, T, Dh].
+  struct Part {
+    Tensor wqkv, bqkv, qkv, wp, bp, a, wfc, bfc, pre, h, wp2, bp2, a2;
+    Tensor q, k, v, qr, kr, o, lse, ck, cv;  // ck, cv: the cache rows of its heads [1, n, capacity, Dh]
+    int64_t heads = 0;
+    Strided kv_src, kv_dst;  // its k, v rows into the cache (dst offset: the position)
+  };
+  // Each rank's own copy of the residual stream and its norm (one row: the row-wise steps are
+  // repeated by every thread of a team instead of run by one while the others wait).
+  struct Stream {
+    Tensor x, y, mean, rstd;  // [B T, D], [B T, D], [B T], [B T]
+  };
+  // A workspace and its parts: [layer][rank], and each rank's rows of the output head.
+  struct Plan {
+    Work w;
+    int threads = 1;
+    std::vector<Stream> streams;  // [rank]; rank 0's are w's buffers
+    std::vector<std::vector<Part>> parts;
+    std::vector<Tensor> wout, logits;  // [rank]: rows of w_out, columns of logits
+    Tensor rope_c, rope_s;             // [T, Dh / 2]: the rotation of this call's positions
+    Strided rope_src, rope_dst;
   };
   struct Layer {
     const Block* block;
@@ -65,9 +90,10 @@ class DecodeEngine {
   };
   DecodeEngine(GPT& model, int64_t batch, int64_t capacity, int64_t window, DecodeTables tables);
   Work make_work(int64_t T) const;
-  void run(Work& w, const int32_t* tokens, int64_t stride);
-  void layer(Work& w, int l, int64_t pos);
-  void write_rows(const Work& w, const Tensor& src, Tensor& cache, int64_t pos);
+  std::unique_ptr<Plan> make_plan(int64_t T, int threads);
+  void run(Plan& p, const int32_t* tokens, int64_t stride);
+  void layer(Plan& p, const Team& tm, int l, int64_t pos);
+  void norm_into(const Norm& n, Stream& s) const;
 
   GPT& m_;
   const int64_t B_, cap_, window_, D_, H_, Dh_, F_, V_;
@@ -75,11 +101,10 @@ class DecodeEngine {
   const bool mlp_node_;  // FastPath::MlpGelu: linear_gelu, else linear then gelu_tanh (as the MLP node)
   DecodeTables tables_;
   std::vector<Layer> layers_;
-  Work one_;                     // T = 1: the warm path
-  std::unique_ptr<Work> chunk_;  // T = kChunk or less: prompts, made on first use
+  std::unique_ptr<Plan> one_;    // T = 1: the warm path, on a team of threads where it pays
+  std::unique_ptr<Plan> chunk_;  // T = kChunk or less: prompts, made on first use
   Tensor last_;                  // [B, D]: each sequence's last row (chunks)
   Tensor logits_;                // [B, V]
-  Strided row_dst_;              // ... into [B, H, capacity, Dh] at row pos
 };
 
 }  // namespace ctx::nn

@@ -239,7 +239,10 @@ class CpuBackend final : public Backend {
   void layernorm_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
                       Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-    if (x.dtype() == DType::F32 && onednn_op_enabled("layernorm") &&
+    // One row (a decode step): oneDNN's per-call cost (a primitive-cache lookup under its lock,
+    // memory objects) is several times the work, and two threads of a decoding team contend for
+    // the lock (docs/sampling.md); the plain loop runs it.
+    if (x.dtype() == DType::F32 && N > 1 && onednn_op_enabled("layernorm") &&
         onednn_layernorm_f32(x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
                              (float)eps, y.data<float>(), mean.data<float>(), rstd.data<float>(), N, C))
       return;

@@ -33,6 +33,7 @@
 #include "core/rng.h"
 #include "nn/gpt.h"
 #include "train/run_dir.h"  // check_output_file
+#include "train/cli/bench_decode.h"
 #include "train/cli/cli.h"
 #include "train/dist/grad_tree.h"
 #include "train/cli/cli_common.h"
@@ -200,7 +201,8 @@ cxxopts::Options bench_options() {
       "  ctxlab bench --preset medium --posenc '{\"type\":\"alibi\"}' --batch 2\n"
       "  ctxlab bench --preset tiny --steps 5 --peak-gflops 190   # skip the peak measurement\n"
       "  CTXLAB_THREADS=1 ctxlab bench --preset small      # one thread\n"
-      "  ctxlab bench --peak-only                          # just the FMA-loop peak, as JSON\n"
+      "  ctxlab bench --peak-only                          # the FMA-loop peak and the copy bandwidth, as JSON\n"
+      "  ctxlab bench --decode --precision bf16            # sampling tokens/s against the weight-streaming bound\n"
       "bench/compare.sh runs this against the PyTorch peer (bench/torch_peer.py); see bench/README.md.");
   add_config_options(o);
   o.add_options("bench")("steps", "timed steps", cxxopts::value<int64_t>()->default_value("10"))(
@@ -211,7 +213,15 @@ cxxopts::Options bench_options() {
       "threads", "threads (default: CTXLAB_THREADS, else the cores available)", cxxopts::value<int>())(
       "peak-gflops", "peak GFLOP/s for MFU instead of measuring it", cxxopts::value<double>())(
       "deterministic", "time the step `train --deterministic` takes (one sequence at a time + gradient tree)")(
-      "peak-only", "only measure the peak: print {\"peak_gflops\", \"peak_isa\", \"threads\"} and exit")(
+      "peak-only", "only measure the peaks: print {\"peak_gflops\", \"peak_isa\", \"threads\", \"copy_gbps\", "
+      "\"copy_gbps_1thread\", \"copy_bytes\"} and exit (copy: STREAM's copy over the model's GEMM weights' bytes, "
+      "on all threads and on one)")(
+      "decode", "time sampling instead of training: greedy generations of --decode-tokens tokens after a 1-token "
+      "prompt (the median of --steps generations, default 3), tokens/s against the weight-streaming bound "
+      "(samples x copy bandwidth / weight bytes per step; docs/sampling.md)")(
+      "decode-tokens", "with --decode: tokens generated per sample", cxxopts::value<int64_t>()->default_value("256"))(
+      "num-samples", "with --decode: samples decoded together (one batch: the weights are streamed once per step for "
+      "all of them)", cxxopts::value<int64_t>()->default_value("1"))(
       "json", "also write the JSON object to this file", cxxopts::value<std::string>())(
       "profile", "time every autograd op by name during the timed steps (as CTXLAB_PROFILE=1): the per-op table "
       "goes to stderr and under \"profile\" in the JSON; the hooks add a little time to each op")(
@@ -248,12 +258,18 @@ BenchSpec bench_spec(const cxxopts::ParseResult& a) {
   return b;
 }
 
-// --peak-only: the peak alone, as JSON on stdout.
-int print_peak_only(int threads, bool bf16) {
-  Peak p = measure_peak(threads, bf16);
-  nlohmann::json j = {{"peak_gflops", round_to(p.gflops, 2)}, {"peak_isa", p.isa}, {"threads", threads}};
-  std::fprintf(stderr, "bench: peak %.1f GFLOP/s (%s%s, %d threads)\n", p.gflops, p.isa.c_str(),
-               bf16 ? "" : " FMA loop", threads);
+// --peak-only: the peaks alone, as JSON on stdout: FLOP/s, and the copy bandwidth at the size of
+// the model's GEMM weights (what a decoding step streams) on all threads and on one.
+int print_peak_only(const BenchSpec& b) {
+  const int threads = b.threads;
+  Peak p = measure_peak(threads, b.bf16);
+  const int64_t bytes = decode_weight_bytes(b.cfg, b.bf16 ? 2 : 4);
+  const double bw = copy_bandwidth_gbps(bytes, threads), bw1 = copy_bandwidth_gbps(bytes, 1);
+  nlohmann::json j = {{"peak_gflops", round_to(p.gflops, 2)}, {"peak_isa", p.isa}, {"threads", threads},
+                      {"copy_gbps", round_to(bw, 2)}, {"copy_gbps_1thread", round_to(bw1, 2)}, {"copy_bytes", bytes}};
+  std::fprintf(stderr, "bench: peak %.1f GFLOP/s (%s%s, %d threads); copy %.1f GB/s (%d threads), %.1f GB/s (1) over "
+               "%.1f MB\n", p.gflops, p.isa.c_str(), b.bf16 ? "" : " FMA loop", threads, bw, threads, bw1,
+               (double)bytes / 1e6);
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
@@ -441,6 +457,36 @@ void report(const cxxopts::ParseResult& a, const BenchSpec& b, const BenchRun& r
   }
 }
 
+// --decode: sampling timed against the weight-streaming bound (bench_decode.h).
+int run_decode(const cxxopts::ParseResult& a, const BenchSpec& b) {
+  nn::GPT model(b.cfg, DType::F32, b.source);
+  model.init_weights(a["seed"].as<uint64_t>());
+  move_model(model, device_option(a));
+  model.eval();
+  DecodeBenchOptions o;
+  o.tokens = a["decode-tokens"].as<int64_t>();
+  o.samples = a["num-samples"].as<int64_t>();
+  o.rounds = a.count("steps") ? b.steps : 3;
+  o.threads = b.threads;
+  o.bf16 = b.bf16;
+  o.seed = a["seed"].as<uint64_t>();
+  const nlohmann::json j = bench_decode(model, o);
+  std::fprintf(stderr, "bench --decode: %s, %s, %lld sample(s) x %lld tokens: %.1f tokens/s (%.3f ms a step) | "
+               "bound %.1f tokens/s (copy %.1f GB/s over %.1f MB of weights) | %.1f%% of it (%.1f%% with the KV cache)\n",
+               j["path"].get<std::string>().c_str(), j["precision"].get<std::string>().c_str(), (long long)o.samples,
+               (long long)o.tokens, j["tokens_per_s"].get<double>(), j["ms_per_step"].get<double>(),
+               j["bound_tokens_per_s"].get<double>(), j["copy_gbps"].get<double>(),
+               (double)j["weight_bytes_per_step"].get<int64_t>() / 1e6, 100 * j["fraction_of_bound"].get<double>(),
+               100 * j["fraction_of_bound_with_kv"].get<double>());
+  const std::string out = j.dump();
+  std::printf("%s\n", out.c_str());
+  if (a.count("json")) {
+    const std::string path = a["json"].as<std::string>(), text = out + "\n";
+    write_file_atomic(path, {{text.data(), text.size()}}, "bench --json");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_bench(int argc, char** argv) {
@@ -451,7 +497,8 @@ int run_bench(int argc, char** argv) {
   const auto& a = *r;
   const BenchSpec b = bench_spec(a);
   if (a.count("json")) check_output_file(a["json"].as<std::string>(), "--json");
-  if (a.count("peak-only")) return print_peak_only(b.threads, b.bf16);
+  if (a.count("peak-only")) return print_peak_only(b);
+  if (a.count("decode")) return run_decode(a, b);
   BenchRun run;
   if (a.count("peak-gflops")) {
     run.peak.gflops = a["peak-gflops"].as<double>();
