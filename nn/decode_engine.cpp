@@ -131,12 +131,19 @@ std::unique_ptr<DecodeEngine::Plan> DecodeEngine::make_plan(int64_t T, int threa
         bv = whole ? l.bias.data() : rows(l.bias.data(), s);
         ov = whole ? out : cols(out, s);
       };
-      lin(*at.qkv, w.qkv, q.wqkv, q.bqkv, q.qkv);
+      const auto g = Team(r, n).share(B_ * H_);  // its heads (b, h)
+      if (whole) {
+        q.qkv.push_back({at.qkv->weight.data(), at.qkv->bias.data(), w.qkv});
+      } else {  // one row: heads g are columns g0 Dh..g1 Dh of each of the q, k, v blocks
+        for (int64_t blk = 0; blk < 3 && g.second > g.first; ++blk) {
+          const std::pair<int64_t, int64_t> c = {blk * D_ + g.first * Dh_, blk * D_ + g.second * Dh_};
+          q.qkv.push_back({rows(at.qkv->weight.data(), c), rows(at.qkv->bias.data(), c), cols(w.qkv, c)});
+        }
+      }
       lin(*at.proj, w.a, q.wp, q.bp, q.a);
       lin(*mlp.fc, w.pre, q.wfc, q.bfc, q.pre);
       q.h = whole ? w.h : cols(w.h, share(r, F_));
       lin(*mlp.proj, w.a, q.wp2, q.bp2, q.a2);
-      const auto g = Team(r, n).share(B_ * H_);
       q.heads = g.second - g.first;
       if (q.heads > 0) {
         q.q = heads(w.q, g), q.k = heads(w.k, g), q.v = heads(w.v, g);
@@ -158,8 +165,10 @@ std::unique_ptr<DecodeEngine::Plan> DecodeEngine::make_plan(int64_t T, int threa
     }
   }
   const Tensor& w_out = m_.lm_head ? m_.lm_head->weight.data() : like;
+  const Tensor zero = Tensor::zeros({V_}, like.dtype(), like.device());
   for (int r = 0; r < n; ++r) {
     p->wout.push_back(n == 1 ? w_out : rows(w_out, share(r, V_)));
+    p->bout.push_back(n == 1 ? zero : rows(zero, share(r, V_)));
     p->logits.push_back(n == 1 ? logits_ : cols(logits_, share(r, V_)));
   }
   if (tables_.cos.defined()) {
@@ -190,9 +199,8 @@ void DecodeEngine::layer(Plan& p, const Team& tm, int l, int64_t pos) {
   Part& q = p.parts[(size_t)l][(size_t)tm.rank()];
   Stream& st = p.streams[(size_t)tm.rank()];
   const Block& b = *layers_[(size_t)l].block;
-  if (q.wqkv.size(0) > 0) be.linear(st.y, q.wqkv, q.bqkv, q.qkv);       // [B, T, 3D] (its columns)
+  for (auto& [wt, bias, out] : q.qkv) be.linear(st.y, wt, bias, out);    // [B, T, 3D] (its columns)
   if (B_ * w.T > 1) be.split_heads(w.qkv, H_, 0, w.q, w.k, w.v);         // (a team of one)
-  tm.barrier();
   if (q.heads > 0) {  // its heads: rotate, append k and v to the cache, attend
     const Tensor* qq = &q.q;
     const Tensor* kk = &q.k;
@@ -272,10 +280,10 @@ void DecodeEngine::run(Plan& p, const int32_t* tokens, int64_t stride) {
       be.copy_strided(st.y, s, last_, d, {B_, D_}, false);
       y = &last_;
     }
-    GemmDesc g;
-    g.trans_b = true;
-    g.M = B_, g.N = p.wout[(size_t)tm.rank()].size(0), g.K = D_;
-    if (g.N > 0) be.gemm(g, *y, p.wout[(size_t)tm.rank()], p.logits[(size_t)tm.rank()]);  // [B, its columns]
+    // y w_out^T as a Linear with a zero bias: a batch-1 step's output head then takes the GEMV
+    // kernels too (the graph path's matmul: the same products, summed by another kernel)
+    const size_t r = (size_t)tm.rank();
+    if (p.wout[r].size(0) > 0) be.linear(*y, p.wout[r], p.bout[r], p.logits[r]);  // [B, its columns]
   });
   n_ += T;
 }

@@ -17,6 +17,7 @@
 // without sinks or Transformer-XL memory; make() says why not otherwise, and the caller decodes
 // through the graph (train/sample.cpp does). CTXLAB_FUSED_DECODE=0 turns it off.
 #pragma once
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,7 +65,10 @@ class DecodeEngine {
   // it streams with the output columns they write (one row of x: contiguous; with more rows or a
   // team of one, the whole matrices), and the attention heads (b, h) it owns, [1, n, T, Dh].
   struct Part {
-    Tensor wqkv, bqkv, qkv, wp, bp, a, wfc, bfc, pre, h, wp2, bp2, a2;
+    // qkv: the whole projection (a team of one), or the q, k and v rows of its own heads, so that
+    // its attention needs no other thread's columns (no barrier between the two)
+    std::vector<std::array<Tensor, 3>> qkv;  // (weight rows, bias rows, output columns)
+    Tensor wp, bp, a, wfc, bfc, pre, h, wp2, bp2, a2;
     Tensor q, k, v, qr, kr, o, lse, ck, cv;  // ck, cv: the cache rows of its heads [1, n, capacity, Dh]
     int64_t heads = 0;
     Strided kv_src, kv_dst;  // its k, v rows into the cache (dst offset: the position)
@@ -80,7 +84,7 @@ class DecodeEngine {
     int threads = 1;
     std::vector<Stream> streams;  // [rank]; rank 0's are w's buffers
     std::vector<std::vector<Part>> parts;
-    std::vector<Tensor> wout, logits;  // [rank]: rows of w_out, columns of logits
+    std::vector<Tensor> wout, bout, logits;  // [rank]: rows of w_out, of a zero bias, columns of logits
     Tensor rope_c, rope_s;             // [T, Dh / 2]: the rotation of this call's positions
     Strided rope_src, rope_dst;
   };

@@ -36,6 +36,7 @@
 #include "core/cpu/dropout_simd.h"
 #include "core/cpu/hsum.h"
 #include "core/cpu/parallel.h"
+#include "core/cpu/scratch_arena.h"
 #include "core/cpu/simd.h"
 #include "core/precision.h"
 #include "core/fast_paths.h"
@@ -279,23 +280,7 @@ constexpr int64_t BC = 64;  // keys per block (a multiple of 2 vectors of any wi
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Scratch memory from the host buffer pool: reused from call to call (no page faults, no
-// zeroing). Contents undefined.
-template <class F>
-class Scratch {
- public:
-  explicit Scratch(int64_t n)
-      : bytes_((size_t)std::max<int64_t>(n, 1) * sizeof(F)), p_((F*)BufferPool::host().alloc(bytes_)) {}
-  ~Scratch() { BufferPool::host().free(p_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  F* data() { return p_; }
-  F& operator[](int64_t i) { return p_[i]; }
-
- private:
-  size_t bytes_;
-  F* p_;
-};
+// Scratch memory: core/cpu/scratch_arena.h (per thread, reused from call to call, no lock).
 
 struct Geom {
   int64_t BH, off, Dp, nqb, nkb, Tp, Sp;
