@@ -60,13 +60,23 @@ b=$('${_es_bin}' sample --checkpoint '${_es_ckpt}' --prompt 'It is a truth' --ma
 test \"$a\" = \"$b\" && grep -q '100 tokens in .* tokens/s (kv cache' '${_es_dir}/err_a.txt' && \
 grep -q 'tokens/s (no cache' '${_es_dir}/err_b.txt' && case \"$a\" in *tokens/s*) exit 1;; esac")
 
+# --num-samples 3: three continuations drawn in one batch (the graph-free decoder), each printed with
+# its header and the prompt, the count on stderr; a model it cannot serve would name why.
+add_test(NAME cli_sample_num_samples
+         COMMAND sh -c "out=$('${_es_bin}' sample --checkpoint '${_es_ckpt}' --prompt 'It is a truth' --max-tokens 30 --seed 7 --num-samples 3 2>'${_es_dir}/err_n.txt') && \
+test \"$(echo \"$out\" | grep -c '^--- sample [123] of 3 (seed [789]) ---$')\" = 3 && \
+test \"$(echo \"$out\" | grep -c '^It is a truth')\" = 3 && \
+grep -q 'sample: 3 x 30 tokens in .* tokens/s (kv cache, graph-free decoder' '${_es_dir}/err_n.txt' && \
+if '${_es_bin}' sample --checkpoint '${_es_ckpt}' --num-samples 0 2>'${_es_dir}/err_0.txt'; then exit 1; fi; \
+grep -q -- '--num-samples must be >= 1' '${_es_dir}/err_0.txt'")
+
 add_test(NAME cli_sample_bad_temperature
          COMMAND sh -c "if out=$('${_es_bin}' sample --checkpoint '${_es_ckpt}' --temperature=-1 2>&1); then exit 1; fi; \
 echo \"$out\"; echo \"$out\" | grep -q -- '--temperature'")
 
 set_tests_properties(cli_eval_two_lengths_csv cli_eval_default_corpus cli_eval_learned_beyond_context_fails
                      cli_eval_learned_hierarchical cli_eval_rope_scaling_on_learned_fails cli_eval_bad_lengths
-                     cli_sample_seed_repeatable cli_sample_cache_matches_no_cache cli_sample_bad_temperature
+                     cli_sample_seed_repeatable cli_sample_cache_matches_no_cache cli_sample_num_samples cli_sample_bad_temperature
                      PROPERTIES FIXTURES_REQUIRED eval_sample_ckpt ENVIRONMENT "CTXLAB_THREADS=2" TIMEOUT 120)
 # the bad-input cases (and the checkpoint they read) also under ASan/UBSan in .ci/run
 set_property(TEST cli_eval_sample_init cli_eval_learned_beyond_context_fails cli_eval_rope_scaling_on_learned_fails

@@ -395,6 +395,10 @@ cxxopts::Options sample_options() {
       "sinks", "with --window: attention sinks, the first S positions stay visible; the KV cache keeps them and "
       "the last W (StreamingLLM, POSENC_SPEC §6), >= 0, e.g. 4", cxxopts::value<int64_t>()->default_value("0"))(
       "no-cache", "recompute the full forward for every token instead of the KV cache (for comparison)")(
+      "num-samples", "continuations to draw together, >= 1 (sample b with --seed + b): one batch, so each token's "
+      "weights are read once for all of them; printed one after another at the end (1: streamed). Needs the "
+      "graph-free decoder (docs/sampling.md: none, learned, sinusoidal, rope without a two-branch scaling, no "
+      "--sinks)", cxxopts::value<int64_t>()->default_value("1"))(
       "keep", "learned / tupe positions: when the context is full keep the last K tokens, re-encoded at positions "
       "0..K-1, and go on (0 = half the context; K = context: recompute the last `context` tokens every step)",
       cxxopts::value<int64_t>()->default_value("0"))(
@@ -422,6 +426,8 @@ int run_sample(int argc, char** argv) {
   opt.temperature = (*r)["temperature"].as<double>();
   opt.top_k = (*r)["top-k"].as<int64_t>();
   opt.seed = (*r)["seed"].as<uint64_t>();
+  opt.num_samples = (*r)["num-samples"].as<int64_t>();
+  CTX_CHECK(opt.num_samples >= 1, "sample: --num-samples must be >= 1 (e.g. 4), got ", opt.num_samples);
   const Device dev = device_option(*r);
   const std::string ckpt = (*r)["checkpoint"].as<std::string>();
   LoadedModel lm = load_checkpoint(ckpt);
@@ -433,19 +439,31 @@ int run_sample(int argc, char** argv) {
   move_model(*lm.model, dev);
   std::string prompt = (*r)["prompt"].as<std::string>();
   std::vector<int32_t> ids = tok->encode(prompt.empty() ? std::string("\n") : prompt);
-  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-  std::fflush(stdout);
+  const bool stream = opt.num_samples == 1;  // several: printed one after another at the end
+  if (stream) {
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    std::fflush(stdout);
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<int32_t> got = sample(*lm.model, ids, opt, [&](int32_t t) {
+  const SampleResult got = sample_many(*lm.model, ids, opt, [&](int64_t, int32_t t) {
+    if (!stream) return;
     const std::string piece = tok->token_text(t);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   });
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fputc('\n', stdout);
+  if (stream) std::fputc('\n', stdout);
+  for (size_t b = 0; !stream && b < got.tokens.size(); ++b) {
+    std::string text = prompt;
+    for (int32_t t : got.tokens[b]) text += tok->token_text(t);
+    std::printf("--- sample %zu of %zu (seed %llu) ---\n%s\n", b + 1, got.tokens.size(),
+                (unsigned long long)(opt.seed + b), text.c_str());
+  }
   std::fflush(stdout);
-  std::fprintf(stderr, "sample: %zu tokens in %.3f s, %.1f tokens/s (%s, prompt %zu tokens)\n", got.size(), secs,
-               secs > 0 ? (double)got.size() / secs : 0.0, opt.use_cache ? "kv cache" : "no cache, full recompute",
+  const size_t n = got.tokens.empty() ? 0 : got.tokens[0].size(), all = n * got.tokens.size();
+  const std::string count = stream ? std::to_string(n) : std::to_string(got.tokens.size()) + " x " + std::to_string(n);
+  std::fprintf(stderr, "sample: %s tokens in %.3f s, %.1f tokens/s (%s, prompt %zu tokens)\n", count.c_str(), secs,
+               secs > 0 ? (double)all / secs : 0.0, got.path.empty() ? "nothing generated" : got.path.c_str(),
                ids.size());
   return 0;
 }
