@@ -2,6 +2,7 @@
 # bench/ab_steps.sh — two `ctxlab bench` commands (or anything that prints bench's JSON line)
 # run A B A B ..., N pairs: each pair's median step ms and ratio A/B, then the medians and the
 # median pair ratio. On a VM whose speed drifts, only pairs taken back to back compare.
+# `ctxlab bench --decode` lines work too (their ms_per_step: one decoding step).
 #   bench/ab_steps.sh 3 "build/ctxlab bench --preset small --precision fp32 --steps 8" \
 #                       "build/ctxlab bench --preset small --precision bf16 --steps 8"
 set -euo pipefail
@@ -13,7 +14,9 @@ n=$1 A=$2 B=$3
 step_ms() {  # the command's ms_per_step.median; fails naming the command when there is none
   local out
   out=$(eval "$1" 2>/dev/null | grep '^{' | tail -1) || true
-  python3 -c 'import json,sys; print(json.loads(sys.argv[1])["ms_per_step"]["median"])' "$out" 2>/dev/null ||
+  # training: ms_per_step.median; bench --decode: ms_per_step (one number)
+  python3 -c 'import json,sys; v = json.loads(sys.argv[1])["ms_per_step"]; print(v["median"] if isinstance(v, dict) else v)' \
+    "$out" 2>/dev/null ||
     { echo "ab_steps.sh: no bench JSON line (ms_per_step) from: $1" >&2; exit 1; }
 }
 ra=() rb=()

@@ -14,6 +14,7 @@
 #include "core/fast_paths.h"
 #include "core/precision.h"
 #include "nn/attention.h"
+#include "nn/decode_engine.h"
 #include "nn/gpt.h"
 #include "tests/test_util.h"
 #include "train/optim.h"
@@ -301,6 +302,43 @@ TEST(CudaModel2024, ScalingsAndSinksTrainingStepsMatchTheCpu) {
     check_training_steps_with(pe, 4, true, 2);
     check_training_steps_with(pe, 4, false, 2);
   }
+}
+
+// The graph-free decoder on the device (nn/decode_engine.h): each step's logits are the device's
+// graph path's (GPT::forward_cached: the same kernels but the output head's) and the CPU decoder's
+// (f32, other summation orders), for one row and two; a warm step reaches no cudaMalloc.
+TEST(CudaModelDecode, LogitsMatchTheGraphPathAndTheCpu) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  for (const json& pe : {json{{"type", "learned"}}, json{{"type", "rope"}}})
+    for (int64_t B : {1, 2}) {
+      SCOPED_TRACE(pe.dump() + " B " + std::to_string(B));
+      nn::GPT mc(tiny_cfg(pe)), mg(tiny_cfg(pe));
+      mc.init_weights(3), mg.init_weights(3);
+      mg.to(Device::CUDA);
+      mc.eval(), mg.eval();
+      NoGradGuard g;
+      const int64_t cap = 24, V = mc.cfg.vocab_size;
+      std::string why;
+      auto ec = nn::DecodeEngine::make(mc, B, cap, 0, &why), eg = nn::DecodeEngine::make(mg, B, cap, 0, &why);
+      ASSERT_TRUE(ec && eg) << why;
+      nn::KVCache cache = mg.make_cache(B, cap);
+      Rng r(5);
+      uint64_t warm_mallocs = 0;  // by the device engine's steps after the first four
+      for (int64_t s = 0; s < cap; ++s) {
+        std::vector<int32_t> tok((size_t)B);
+        Tensor in = Tensor::empty({B, 1}, DType::I64);
+        for (int64_t b = 0; b < B; ++b) in.set(b, (double)(tok[(size_t)b] = (int32_t)r.below((uint64_t)V)));
+        const Tensor zc = ec->step(tok.data()).clone();
+        const uint64_t m0 = cuda::device_alloc_stats().device_mallocs;
+        const Tensor& zd = eg->step(tok.data());
+        if (s >= 4) warm_mallocs += cuda::device_alloc_stats().device_mallocs - m0;
+        const Tensor zg = zd.to(Device::CPU);
+        const Tensor graph = mg.forward_cached(in, cache).data().to(Device::CPU).view({B, V});
+        EXPECT_LE(rel_err(zg, graph), 1e-5) << "step " << s << ": the device's graph path";
+        EXPECT_LE(rel_err(zg, zc), 1e-4) << "step " << s << ": the CPU's decoder";
+      }
+      EXPECT_EQ(warm_mallocs, 0u) << "a warm step reached cudaMalloc";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Encodings, CudaModel,

@@ -825,6 +825,50 @@ def cmd_bench():
     p = run(base, env={"CTXLAB_FUSED_ATTENTION": "off"})
     check("bench with CTXLAB_FUSED_ATTENTION=off: refused, naming it and 0 or 1",
           p.returncode == 1 and "CTXLAB_FUSED_ATTENTION=off: expected 0 or 1" in p.stderr, p.stderr.strip()[-300:])
+    cmd_bench_memory()
+
+
+def cmd_bench_memory():
+    """`bench --peak-only`'s copy bandwidth over the model's GEMM weights, and `bench --decode`: its
+    JSON's arithmetic (tokens/s, the weight bytes of tiny, the bound and the fractions), the path
+    taken (the graph-free decoder; the graph with CTXLAB_FUSED_DECODE=0), --num-samples."""
+    # tiny: V 256, D 64, L 2, d_ff 256: L (4 D^2 + 2 D d_ff) + V D weights
+    V, D, L, F = 256, 64, 2, 256
+    wts = L * (4 * D * D + 2 * D * F) + V * D
+    p = must_run("bench --peak-only (tiny)", ["bench", "--preset", "tiny", "--peak-only"])
+    j = json.loads(p.stdout.strip().splitlines()[-1])
+    check(f"bench --peak-only: copy over the fp32 weights of tiny ({4 * wts} bytes)", j.get("copy_bytes") == 4 * wts,
+          str(j))
+    check("bench --peak-only: copy bandwidths positive, on all threads and on one",
+          j.get("copy_gbps", 0) > 0 and j.get("copy_gbps_1thread", 0) > 0, str(j))
+    for samples, env in ((1, {}), (3, {}), (1, {"CTXLAB_FUSED_DECODE": "0"})):
+        args = ["bench", "--preset", "tiny", "--decode", "--decode-tokens", 16, "--steps", 2,
+                "--num-samples", samples]
+        p = must_run(f"bench --decode, {samples} sample(s) {env}", args, env=env)
+        j = json.loads(p.stdout.strip().splitlines()[-1])
+        graph = bool(env)
+        check(f"bench --decode: the path ({j['path']})",
+              j["path"] == ("kv cache, through the graph: CTXLAB_FUSED_DECODE=0" if graph
+                            else "kv cache, graph-free decoder"))
+        med = sorted(j["rounds_s"])[len(j["rounds_s"]) // 2] if len(j["rounds_s"]) % 2 else \
+            sum(sorted(j["rounds_s"])[:2]) / 2
+        tps = samples * 16 / med
+        check(f"bench --decode: tokens/s = samples x tokens / the median round ({j['tokens_per_s']} vs {tps:.1f})",
+              abs(j["tokens_per_s"] - tps) <= 1e-3 * tps + 0.1)
+        check("bench --decode: weight bytes per step = tiny's fp32 GEMM weights", j["weight_bytes_per_step"] == 4 * wts)
+        bound = samples * j["copy_gbps"] * 1e9 / (4 * wts)
+        check(f"bench --decode: bound = samples x copy / weight bytes ({j['bound_tokens_per_s']} vs {bound:.1f})",
+              abs(j["bound_tokens_per_s"] - bound) <= 1e-3 * bound + 1)
+        check("bench --decode: fraction of the bound = its tokens/s over the bound's",
+              abs(j["fraction_of_bound"] - j["tokens_per_s"] / j["bound_tokens_per_s"]) <= 2e-3, str(j))
+        check("bench --decode: with the KV cache's bytes the fraction is larger",
+              j["fraction_of_bound_with_kv"] > j["fraction_of_bound"], str(j))
+    p = run(["bench", "--preset", "tiny", "--decode", "--decode-tokens", 1])
+    check("bench --decode --decode-tokens 1: refused, naming the option",
+          p.returncode == 1 and "--decode-tokens" in p.stderr, p.stderr.strip()[-300:])
+    p = run(["bench", "--preset", "tiny", "--decode", "--posenc", "alibi", "--num-samples", 2, "--decode-tokens", 4])
+    check("bench --decode: two samples of an alibi model: refused, naming the graph-free decoder",
+          p.returncode == 1 and "graph-free decoder" in p.stderr and "alibi" in p.stderr, p.stderr.strip()[-300:])
 
 
 def main():
