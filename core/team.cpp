@@ -9,6 +9,7 @@
 #include <exception>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -42,9 +43,13 @@ void Team::barrier() const {
     s.arrived.store(0, std::memory_order_relaxed);
     s.generation.store(gen + 1, std::memory_order_release);
   } else {
-    while (s.generation.load(std::memory_order_acquire) == gen)
+    // spin (the others are microseconds away), then yield: with more threads than free cores the
+    // one everybody waits for may need this core to run
+    for (int spins = 0; s.generation.load(std::memory_order_acquire) == gen; ++spins) {
       if (s.failed.load(std::memory_order_relaxed)) throw TeamAborted();
-      else cpu_relax();
+      if (spins < 4096) cpu_relax();
+      else std::this_thread::yield();
+    }
   }
   if (s.failed.load(std::memory_order_relaxed)) throw TeamAborted();
 }

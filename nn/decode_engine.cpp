@@ -52,12 +52,12 @@ DecodeEngine::DecodeEngine(GPT& m, int64_t batch, int64_t capacity, int64_t wind
     layers_.push_back({b.get(), Tensor::empty(s, like.dtype(), like.device()),
                        Tensor::empty(s, like.dtype(), like.device())});
   }
-  // One sequence on the CPU: a team of the pool's threads streams the weights together (a step's
-  // GEMVs split by rows; docs/sampling.md). More rows are GEMMs, which thread themselves; a device
-  // runs its kernels asynchronously, one host thread is all it needs.
+  // On the CPU a team of the pool's threads streams the weights together (a step's GEMVs split by
+  // rows, for one sequence or a few; docs/sampling.md); a device runs its kernels asynchronously,
+  // one host thread is all it needs.
   last_ = Tensor::empty({B_, D_}, like.dtype(), like.device());
   logits_ = Tensor::empty({B_, V_}, like.dtype(), like.device());
-  one_ = make_plan(1, like.device() == Device::CPU && B_ == 1 ? ctx::num_threads() : 1);
+  one_ = make_plan(1, like.device() == Device::CPU ? ctx::num_threads() : 1);
 }
 
 DecodeEngine::Work DecodeEngine::make_work(int64_t T) const {
@@ -90,6 +90,10 @@ DecodeEngine::Work DecodeEngine::make_work(int64_t T) const {
 
 namespace {
 
+// Rows a step may have for a team to split its GEMMs by output columns: the CPU's GEMV kernels
+// take up to 8 (core/cpu/gemv.h); past that a GEMM threads itself.
+constexpr int64_t kTeamRows = 8;
+
 // Rows [n0, n1) of a matrix [N, ...] (a weight, or a bias [N]).
 Tensor rows(const Tensor& t, std::pair<int64_t, int64_t> r) { return t.slice0(r.first, r.second); }
 // Columns [n0, n1) of one row y [1, N] (or [.., N] holding one row) as [1, n].
@@ -112,11 +116,34 @@ Tensor heads(const Tensor& x, std::pair<int64_t, int64_t> g) {
 std::unique_ptr<DecodeEngine::Plan> DecodeEngine::make_plan(int64_t T, int threads) {
   auto p = std::make_unique<Plan>();
   p->w = make_work(T);
-  p->threads = B_ * T == 1 ? std::max(1, threads) : 1;  // column shares need one row
+  const int64_t R = B_ * T;
+  // a team where the GEMV kernels take the rows (one token per sequence, a few sequences)
+  p->threads = T == 1 && R <= kTeamRows ? std::max(1, threads) : 1;
   Work& w = p->w;
   const Tensor& like = m_.wte->weight.data();
   const int n = p->threads;
-  // A team's shares: weight rows in blocks of 16 (whole 4-row GEMV passes and 64-byte lines)
+  auto make = [&](const Shape& s) { return Tensor::empty(s, like.dtype(), like.device()); };
+  // A thread's share of a Linear [N, K] -> out [R, N]: rows in blocks of 16 (whole 4-row GEMV passes)
+  auto lin = [&](const Tensor& wt, const Tensor& bias, const Tensor& out, std::pair<int64_t, int64_t> s) {
+    Lin l;
+    if (n == 1) {
+      l.w = wt, l.b = bias, l.out = out;
+      return l;
+    }
+    l.w = rows(wt, s), l.b = rows(bias, s);
+    const int64_t N = wt.size(0), c = s.second - s.first;
+    if (R == 1) {
+      l.out = cols(out, s);
+    } else {
+      l.out = make({R, c});
+      l.dst = out.view({R, N});
+      l.scatter = true;
+      l.from.strides = {c, 1};
+      l.into.strides = {N, 1};
+      l.into.offset = s.first;
+    }
+    return l;
+  };
   auto share = [&](int r, int64_t N) { return Team(r, n).share(N, 16); };
   for (const Layer& c : layers_) {
     std::vector<Part> ranks;
@@ -124,26 +151,20 @@ std::unique_ptr<DecodeEngine::Plan> DecodeEngine::make_plan(int64_t T, int threa
     const MLP& mlp = *c.block->mlp;
     for (int r = 0; r < n; ++r) {
       Part q;
-      const bool whole = n == 1;
-      auto lin = [&](const Linear& l, const Tensor& out, Tensor& wv, Tensor& bv, Tensor& ov) {
-        const auto s = share(r, l.weight.size(0));
-        wv = whole ? l.weight.data() : rows(l.weight.data(), s);
-        bv = whole ? l.bias.data() : rows(l.bias.data(), s);
-        ov = whole ? out : cols(out, s);
-      };
       const auto g = Team(r, n).share(B_ * H_);  // its heads (b, h)
-      if (whole) {
-        q.qkv.push_back({at.qkv->weight.data(), at.qkv->bias.data(), w.qkv});
-      } else {  // one row: heads g are columns g0 Dh..g1 Dh of each of the q, k, v blocks
-        for (int64_t blk = 0; blk < 3 && g.second > g.first; ++blk) {
-          const std::pair<int64_t, int64_t> c = {blk * D_ + g.first * Dh_, blk * D_ + g.second * Dh_};
-          q.qkv.push_back({rows(at.qkv->weight.data(), c), rows(at.qkv->bias.data(), c), cols(w.qkv, c)});
-        }
+      const Tensor& wq = at.qkv->weight.data();
+      const Tensor& bq = at.qkv->bias.data();
+      if (n > 1 && R == 1) {  // heads g are columns g0 Dh..g1 Dh of each of the q, k, v blocks
+        for (int64_t blk = 0; blk < 3 && g.second > g.first; ++blk)
+          q.qkv.push_back(lin(wq, bq, w.qkv, {blk * D_ + g.first * Dh_, blk * D_ + g.second * Dh_}));
+      } else {
+        q.qkv.push_back(lin(wq, bq, w.qkv, share(r, 3 * D_)));
       }
-      lin(*at.proj, w.a, q.wp, q.bp, q.a);
-      lin(*mlp.fc, w.pre, q.wfc, q.bfc, q.pre);
-      q.h = whole ? w.h : cols(w.h, share(r, F_));
-      lin(*mlp.proj, w.a, q.wp2, q.bp2, q.a2);
+      q.proj = lin(at.proj->weight.data(), at.proj->bias.data(), w.a, share(r, D_));
+      q.fc = lin(mlp.fc->weight.data(), mlp.fc->bias.data(), w.pre, share(r, F_));
+      q.h = n == 1 ? w.h : R == 1 ? cols(w.h, share(r, F_)) : make(q.fc.out.shape());
+      if (q.fc.scatter) q.fc.dst = w.h.view({R, F_});  // the activation is what the others read
+      q.mproj = lin(mlp.proj->weight.data(), mlp.proj->bias.data(), w.a, share(r, D_));
       q.heads = g.second - g.first;
       if (q.heads > 0) {
         q.q = heads(w.q, g), q.k = heads(w.k, g), q.v = heads(w.v, g);
@@ -160,17 +181,12 @@ std::unique_ptr<DecodeEngine::Plan> DecodeEngine::make_plan(int64_t T, int threa
     if (r == 0) {
       p->streams.push_back({w.x, w.y, w.mean, w.rstd});
     } else {
-      auto make = [&](const Shape& s) { return Tensor::empty(s, like.dtype(), like.device()); };
-      p->streams.push_back({make({1, D_}), make({1, D_}), make({1}), make({1})});
+      p->streams.push_back({make({R, D_}), make({R, D_}), make({R}), make({R})});
     }
   }
   const Tensor& w_out = m_.lm_head ? m_.lm_head->weight.data() : like;
   const Tensor zero = Tensor::zeros({V_}, like.dtype(), like.device());
-  for (int r = 0; r < n; ++r) {
-    p->wout.push_back(n == 1 ? w_out : rows(w_out, share(r, V_)));
-    p->bout.push_back(n == 1 ? zero : rows(zero, share(r, V_)));
-    p->logits.push_back(n == 1 ? logits_ : cols(logits_, share(r, V_)));
-  }
+  for (int r = 0; r < n; ++r) p->head.push_back(lin(w_out, zero, logits_, share(r, V_)));
   if (tables_.cos.defined()) {
     p->rope_c = Tensor::empty({T, Dh_ / 2}, like.dtype(), like.device());
     p->rope_s = Tensor::empty({T, Dh_ / 2}, like.dtype(), like.device());
@@ -178,6 +194,25 @@ std::unique_ptr<DecodeEngine::Plan> DecodeEngine::make_plan(int64_t T, int threa
     p->rope_dst.strides = {Dh_ / 2, 1};
   }
   return p;
+}
+
+// y = x w^T + b into its columns of the output. act: fc, whose activation gelu_tanh(y) goes to
+// *act (node: in one call, as the MLP node's Backend::linear_gelu), and is what is scattered.
+void DecodeEngine::run_lin(const Lin& l, const Tensor& x, const Tensor* act, bool node) {
+  if (l.w.size(0) == 0) return;
+  Backend& be = backend_of(x);
+  Tensor out = l.out, a = act ? *act : Tensor();
+  if (act && node) {
+    be.linear_gelu(x, l.w, l.b, out, a);
+  } else {
+    be.linear(x, l.w, l.b, out);
+    if (act) be.unary(UnaryOp::GeluTanh, out, a);
+  }
+  if (l.scatter) {
+    Tensor dst = l.dst;
+    const Tensor& src = act ? a : out;
+    be.copy_strided(src, l.from, dst, l.into, src.shape(), false);
+  }
 }
 
 // s.y = the norm n of s.x (the graph path's Norm::forward).
@@ -199,8 +234,13 @@ void DecodeEngine::layer(Plan& p, const Team& tm, int l, int64_t pos) {
   Part& q = p.parts[(size_t)l][(size_t)tm.rank()];
   Stream& st = p.streams[(size_t)tm.rank()];
   const Block& b = *layers_[(size_t)l].block;
-  for (auto& [wt, bias, out] : q.qkv) be.linear(st.y, wt, bias, out);    // [B, T, 3D] (its columns)
-  if (B_ * w.T > 1) be.split_heads(w.qkv, H_, 0, w.q, w.k, w.v);         // (a team of one)
+  const bool one_row = B_ * w.T == 1;
+  for (const Lin& lq : q.qkv) run_lin(lq, st.y, nullptr);  // [B, T, 3D] (its columns)
+  if (!one_row) {  // q, k, v of every (b, h): the heads of a thread need columns of all the others
+    tm.barrier();
+    if (tm.rank() == 0) be.split_heads(w.qkv, H_, 0, w.q, w.k, w.v);
+    tm.barrier();
+  }
   if (q.heads > 0) {  // its heads: rotate, append k and v to the cache, attend
     const Tensor* qq = &q.q;
     const Tensor* kk = &q.k;
@@ -221,19 +261,13 @@ void DecodeEngine::layer(Plan& p, const Team& tm, int l, int64_t pos) {
   }
   if (w.T > 1) be.merge_heads(w.o, w.merged);  // (a team of one; one query: merged is o)
   tm.barrier();
-  if (q.wp.size(0) > 0) be.linear(w.merged, q.wp, q.bp, q.a);
+  run_lin(q.proj, w.merged, nullptr);
   tm.barrier();
   be.binary(BinaryOp::Add, st.x, w.a, st.x);
   norm_into(*b.norm2, st);
-  if (q.wfc.size(0) == 0) {
-  } else if (mlp_node_) {
-    be.linear_gelu(st.y, q.wfc, q.bfc, q.pre, q.h);
-  } else {
-    be.linear(st.y, q.wfc, q.bfc, q.pre);
-    be.unary(UnaryOp::GeluTanh, q.pre, q.h);
-  }
+  run_lin(q.fc, st.y, &q.h, mlp_node_);
   tm.barrier();
-  if (q.wp2.size(0) > 0) be.linear(w.h, q.wp2, q.bp2, q.a2);
+  run_lin(q.mproj, w.h, nullptr);
   tm.barrier();
   be.binary(BinaryOp::Add, st.x, w.a, st.x);
 }
@@ -280,10 +314,9 @@ void DecodeEngine::run(Plan& p, const int32_t* tokens, int64_t stride) {
       be.copy_strided(st.y, s, last_, d, {B_, D_}, false);
       y = &last_;
     }
-    // y w_out^T as a Linear with a zero bias: a batch-1 step's output head then takes the GEMV
+    // y w_out^T as a Linear with a zero bias: a decoding step's output head then takes the GEMV
     // kernels too (the graph path's matmul: the same products, summed by another kernel)
-    const size_t r = (size_t)tm.rank();
-    if (p.wout[r].size(0) > 0) be.linear(*y, p.wout[r], p.bout[r], p.logits[r]);  // [B, its columns]
+    run_lin(p.head[(size_t)tm.rank()], *y, nullptr);  // [B, V] (its columns)
   });
   n_ += T;
 }

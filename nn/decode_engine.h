@@ -61,15 +61,24 @@ class DecodeEngine {
     Tensor merged, a;              // [B, T, D]: the heads merged (T = 1: o viewed [B, D]); [B T, D]: a sublayer's output
     Tensor pre, h;                 // [B T, F]
   };
-  // One thread's part of one layer on a workspace, as views made once: the rows of each weight
-  // it streams with the output columns they write (one row of x: contiguous; with more rows or a
-  // team of one, the whole matrices), and the attention heads (b, h) it owns, [1, n, T, Dh].
+  // One thread's share of a Linear: its rows of the weight and bias, and where their columns of
+  // the output go: a column view of the output (one row of x: contiguous), or a buffer of its own
+  // [R, n] scattered into the output's columns (several rows), or the whole output (a team of one).
+  struct Lin {
+    Tensor w, b, out;
+    Tensor dst;          // the whole output [R, N] when scattering
+    Strided from, into;  // out -> its columns of dst
+    bool scatter = false;
+  };
+  // One thread's part of one layer on a workspace, as views made once.
   struct Part {
-    // qkv: the whole projection (a team of one), or the q, k and v rows of its own heads, so that
-    // its attention needs no other thread's columns (no barrier between the two)
-    std::vector<std::array<Tensor, 3>> qkv;  // (weight rows, bias rows, output columns)
-    Tensor wp, bp, a, wfc, bfc, pre, h, wp2, bp2, a2;
-    Tensor q, k, v, qr, kr, o, lse, ck, cv;  // ck, cv: the cache rows of its heads [1, n, capacity, Dh]
+    // qkv: the whole projection (a team of one); with one row, the q, k and v rows of its own heads,
+    // so that its attention needs no other thread's columns (no barrier between the two); with
+    // several rows its share of the rows, the heads split afterwards
+    std::vector<Lin> qkv;
+    Lin proj, fc, mproj;
+    Tensor h;                                // fc's activation (fc.out holds the pre-activation)
+    Tensor q, k, v, qr, kr, o, lse, ck, cv;  // its heads (b, h) [1, n, T, Dh]; ck, cv [1, n, capacity, Dh]
     int64_t heads = 0;
     Strided kv_src, kv_dst;  // its k, v rows into the cache (dst offset: the position)
   };
@@ -84,7 +93,7 @@ class DecodeEngine {
     int threads = 1;
     std::vector<Stream> streams;  // [rank]; rank 0's are w's buffers
     std::vector<std::vector<Part>> parts;
-    std::vector<Tensor> wout, bout, logits;  // [rank]: rows of w_out, of a zero bias, columns of logits
+    std::vector<Lin> head;             // [rank]: the output head (w_out's rows, a zero bias) into logits
     Tensor rope_c, rope_s;             // [T, Dh / 2]: the rotation of this call's positions
     Strided rope_src, rope_dst;
   };
@@ -98,6 +107,7 @@ class DecodeEngine {
   void run(Plan& p, const int32_t* tokens, int64_t stride);
   void layer(Plan& p, const Team& tm, int l, int64_t pos);
   void norm_into(const Norm& n, Stream& s) const;
+  static void run_lin(const Lin& l, const Tensor& x, const Tensor* act, bool node = false);
 
   GPT& m_;
   const int64_t B_, cap_, window_, D_, H_, Dh_, F_, V_;

@@ -150,22 +150,28 @@ TEST_F(DecodeEngineTest, PromptsLongerThanAChunk) {
 // The team splits every weight by rows and the heads among its threads: one thread and two give
 // the same bits.
 TEST_F(DecodeEngineTest, ATeamOfThreadsGivesOneThreadsBits) {
-  auto run = [](int threads) {
+  auto run = [](int threads, int64_t B) {
     ctx::set_num_threads(threads);
     auto m = model_for(rope(nullptr));
     NoGradGuard g;
-    auto e = nn::DecodeEngine::make(*m, 1, 40, 0, nullptr);
+    auto e = nn::DecodeEngine::make(*m, B, 40, 0, nullptr);
     EXPECT_TRUE(e);
     std::vector<float> all;
-    for (int32_t t : ids(40, 3)) {
-      const Tensor z = e->step(&t);
+    const auto tok = ids(40 * B, 3);
+    for (int64_t s = 0; s < 40; ++s) {
+      const Tensor z = e->step(&tok[(size_t)(s * B)]);
       all.insert(all.end(), z.host<float>(), z.host<float>() + z.numel());
     }
     return all;
   };
-  const auto one = run(1), two = run(2);
-  ASSERT_EQ(one.size(), two.size());
-  for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << i;
+  for (int64_t B : {1, 3}) {  // one row: column views; three: each thread's columns scattered
+    const auto one = run(1, B), two = run(2, B), three = run(3, B);
+    ASSERT_EQ(one.size(), two.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      ASSERT_EQ(one[i], two[i]) << "B " << B << " " << i;
+      ASSERT_EQ(one[i], three[i]) << "B " << B << " " << i;
+    }
+  }
 }
 
 TEST_F(DecodeEngineTest, ModelsItDoesNotServeAreNamedWithTheirReason) {

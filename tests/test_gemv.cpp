@@ -1,4 +1,4 @@
-// tests/test_gemv.cpp — the M = 1 Linear (core/cpu/gemv.h) and the kept bf16 weight copy
+// tests/test_gemv.cpp — the M <= 8 Linear (core/cpu/gemv.h) and the kept bf16 weight copy
 // (core/cpu/bf16_convert.h): the fp32 and bf16 GEMV kernels against their reference loops over
 // ragged shapes (K tails, row remainders, the threaded split), Backend::linear at one row taking
 // them, and a weight converted once until it is written (the convert-once rule of bf16 training
@@ -27,6 +27,8 @@
 
 namespace ctx {
 namespace {
+
+constexpr int64_t kGemvMaxRowsForTest = cpu::kGemvMaxRows;
 
 using testing_util::random_vec;
 
@@ -61,6 +63,42 @@ std::vector<double> magnitudes(const std::vector<float>& W, const std::vector<fl
     m[n] = s;
   }
   return m;
+}
+
+// A few rows of X at once (M <= 8, decoding several samples together): each row's outputs are the
+// bits of that row alone (M = 1: the same sums in the same order), and near the reference; M = 9
+// is left to a GEMM (false, nothing written).
+TEST(Gemv, SeveralRowsEqualEachRowAlone) {
+  ctx::init_threading();
+  const bool bf16 = cpu_has_avx512_bf16();
+  uint32_t seed = 100;
+  for (const Shape2 s : {Shape2{13, 33}, Shape2{64, 256}, Shape2{1030, 1024}})
+    for (int64_t M = 1; M <= kGemvMaxRowsForTest; ++M) {
+      const auto W = random_vec(s.N * s.K, seed++), X = random_vec(M * s.K, seed++), b = random_vec(s.N, seed++);
+      const auto Wb = to_bits(W);
+      for (int pass = 0; pass < (bf16 ? 2 : 1); ++pass) {
+        std::vector<float> Y((size_t)(M * s.N)), one((size_t)s.N), ref((size_t)(M * s.N));
+        auto run = [&](const float* x, float* y, int64_t m) {
+          return pass == 0 ? cpu::gemv_f32(W.data(), x, b.data(), y, s.N, s.K, m)
+                           : cpu::gemv_bf16(Wb.data(), x, b.data(), y, s.N, s.K, m);
+        };
+        if (!run(X.data(), Y.data(), M)) GTEST_SKIP() << "no AVX-512F kernel in this build";
+        cpu::gemv_reference(pass == 0 ? W.data() : nullptr, pass == 0 ? nullptr : Wb.data(), X.data(), b.data(),
+                            ref.data(), s.N, s.K, M);
+        for (int64_t m = 0; m < M; ++m) {
+          ASSERT_TRUE(run(X.data() + m * s.K, one.data(), 1));
+          for (int64_t n = 0; n < s.N; ++n) {
+            ASSERT_EQ(Y[(size_t)(m * s.N + n)], one[(size_t)n])
+                << (pass ? "bf16" : "fp32") << " M " << M << " row " << m << " col " << n;
+            ASSERT_NEAR(Y[(size_t)(m * s.N + n)], ref[(size_t)(m * s.N + n)],
+                        (pass ? 1e-2 : 1e-4) * (1 + std::fabs(ref[(size_t)(m * s.N + n)])));
+          }
+        }
+      }
+    }
+  std::vector<float> W(64, 1.f), X(9 * 8, 1.f), Y(9 * 8, -7.f);
+  EXPECT_FALSE(cpu::gemv_f32(W.data(), X.data(), nullptr, Y.data(), 8, 8, 9));
+  EXPECT_EQ(Y[0], -7.f) << "nothing written for M = 9";
 }
 
 TEST(Gemv, F32KernelMatchesReference) {

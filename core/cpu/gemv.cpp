@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/bf16.h"
@@ -18,16 +19,18 @@
 
 namespace ctx::cpu {
 
-void gemv_reference(const float* W, const uint16_t* Wb, const float* x, const float* b, float* y, int64_t N,
-                    int64_t K) {
-  for (int64_t n = 0; n < N; ++n) {
-    float s = 0.f;
-    for (int64_t k = 0; k < K; ++k) {
-      if (Wb) s += bf16_to_float(Wb[n * K + k]) * bf16_to_float(float_to_bf16_rne(x[k]));
-      else s += W[n * K + k] * x[k];
+void gemv_reference(const float* W, const uint16_t* Wb, const float* X, const float* b, float* Y, int64_t N,
+                    int64_t K, int64_t M) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      float s = 0.f;
+      for (int64_t k = 0; k < K; ++k) {
+        const float x = X[m * K + k];
+        if (Wb) s += bf16_to_float(Wb[n * K + k]) * bf16_to_float(float_to_bf16_rne(x));
+        else s += W[n * K + k] * x;
+      }
+      Y[m * N + n] = s + (b ? b[n] : 0.f);
     }
-    y[n] = s + (b ? b[n] : 0.f);
-  }
 }
 
 namespace {
@@ -50,82 +53,136 @@ void split_rows(int64_t N, int64_t K, const Rows& rows) {
 }
 
 #if defined(__AVX512F__)
-// fp32: 16 floats per vector; R rows of W at a time.
-template <int R>
-inline void rows_f32(const float* W, const float* x, const float* b, float* y, int64_t n, int64_t K) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+// fp32: 16 floats per vector; R rows of W at a time against the M rows of X (stride K), each row of
+// W loaded once for all M: R M accumulators (each one row of W . one row of X, in k order: the
+// same sums whatever M is).
+template <int R, int M>
+inline void rows_f32(const float* W, const float* X, const float* b, float* Y, int64_t ldy, int64_t n, int64_t K) {
+  __m512 acc[R][M];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= K; k += 16) {
-    const __m512 xv = _mm512_loadu_ps(x + k);
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(W + (n + r) * K + k), xv, acc[r]);
+    __m512 xv[M];
+    for (int m = 0; m < M; ++m) xv[m] = _mm512_loadu_ps(X + m * K + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512 wv = _mm512_loadu_ps(W + (n + r) * K + k);
+      for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
+    }
   }
   if (k < K) {
-    const __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
-    const __m512 xv = _mm512_maskz_loadu_ps(m, x + k);
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, W + (n + r) * K + k), xv, acc[r]);
+    const __mmask16 mk = (__mmask16)((1u << (K - k)) - 1);
+    __m512 xv[M];
+    for (int m = 0; m < M; ++m) xv[m] = _mm512_maskz_loadu_ps(mk, X + m * K + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512 wv = _mm512_maskz_loadu_ps(mk, W + (n + r) * K + k);
+      for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
+    }
   }
-  for (int r = 0; r < R; ++r) y[n + r] = hsum_tree<float, 64>(&acc[r]) + (b ? b[n + r] : 0.f);
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum_tree<float, 64>(&acc[r][m]) + (b ? b[n + r] : 0.f);
+}
+
+// Rows [n0, n1) of Y [M, N] (row stride ldy): R = 4 rows of W a pass up to M = 4 rows of X, 2 past
+// that (at most 16 accumulators + M x vectors of the 32 registers).
+template <int M>
+void rows_range_f32(const float* W, const float* X, const float* b, float* Y, int64_t ldy, int64_t n0, int64_t n1,
+                    int64_t K) {
+  constexpr int R = M <= 4 ? 4 : 2;
+  int64_t n = n0;
+  for (; n + R <= n1; n += R) rows_f32<R, M>(W, X, b, Y, ldy, n, K);
+  for (; n < n1; ++n) rows_f32<1, M>(W, X, b, Y, ldy, n, K);
 }
 #endif
 
 #define CTX_GEMV_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-// bf16: 32 values (16 pairs) per vector; xb is x in bf16, zero-padded to a multiple of 32.
-template <int R>
-CTX_GEMV_BF16_TARGET inline void rows_bf16(const uint16_t* W, const uint16_t* xb, const float* b, float* y,
-                                           int64_t n, int64_t K) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+// bf16: 32 values (16 pairs) per vector; XB is X in bf16, each row zero-padded to Kp (a multiple
+// of 32). As rows_f32: R rows of W against M rows of X.
+template <int R, int M>
+CTX_GEMV_BF16_TARGET inline void rows_bf16(const uint16_t* W, const uint16_t* XB, int64_t Kp, const float* b,
+                                           float* Y, int64_t ldy, int64_t n, int64_t K) {
+  __m512 acc[R][M];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 32 <= K; k += 32) {
-    const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + k);
-    for (int r = 0; r < R; ++r)
-      acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_loadu_si512(W + (n + r) * K + k), xv);
+    __m512bh xv[M];
+    for (int m = 0; m < M; ++m) xv[m] = (__m512bh)_mm512_loadu_si512(XB + m * Kp + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh wv = (__m512bh)_mm512_loadu_si512(W + (n + r) * K + k);
+      for (int m = 0; m < M; ++m) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], wv, xv[m]);
+    }
   }
-  if (k < K) {  // the tail of W's row masked to zero (xb is zero there too)
-    const __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
-    const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + k);
-    for (int r = 0; r < R; ++r)
-      acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_maskz_loadu_epi16(m, W + (n + r) * K + k), xv);
+  if (k < K) {  // the tail of W's row masked to zero (XB is zero there too)
+    const __mmask32 mk = (__mmask32)((1ull << (K - k)) - 1);
+    __m512bh xv[M];
+    for (int m = 0; m < M; ++m) xv[m] = (__m512bh)_mm512_loadu_si512(XB + m * Kp + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mk, W + (n + r) * K + k);
+      for (int m = 0; m < M; ++m) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], wv, xv[m]);
+    }
   }
-  for (int r = 0; r < R; ++r) y[n + r] = hsum_tree<float, 64>(&acc[r]) + (b ? b[n + r] : 0.f);
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum_tree<float, 64>(&acc[r][m]) + (b ? b[n + r] : 0.f);
 }
 
-CTX_GEMV_BF16_TARGET void gemv_bf16_rows(const uint16_t* W, const uint16_t* xb, const float* b, float* y,
-                                         int64_t n0, int64_t n1, int64_t K) {
+template <int M>
+CTX_GEMV_BF16_TARGET void rows_range_bf16(const uint16_t* W, const uint16_t* XB, int64_t Kp, const float* b, float* Y,
+                                          int64_t ldy, int64_t n0, int64_t n1, int64_t K) {
+  constexpr int R = M <= 4 ? 4 : 2;
   int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) rows_bf16<4>(W, xb, b, y, n, K);
-  for (; n < n1; ++n) rows_bf16<1>(W, xb, b, y, n, K);
+  for (; n + R <= n1; n += R) rows_bf16<R, M>(W, XB, Kp, b, Y, ldy, n, K);
+  for (; n < n1; ++n) rows_bf16<1, M>(W, XB, Kp, b, Y, ldy, n, K);
+}
+
+// f(std::integral_constant<int, M>{}) for the runtime M in 1..kGemvMaxRows
+template <class F>
+void with_rows(int64_t M, const F& f) {
+  switch (M) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
 }
 
 }  // namespace
 
-bool gemv_f32(const float* W, const float* x, const float* b, float* y, int64_t N, int64_t K) {
+bool gemv_f32(const float* W, const float* X, const float* b, float* Y, int64_t N, int64_t K, int64_t M) {
 #if defined(__AVX512F__)
-  split_rows(N, K, [&](int64_t n0, int64_t n1) {
-    int64_t n = n0;
-    for (; n + 4 <= n1; n += 4) rows_f32<4>(W, x, b, y, n, K);
-    for (; n < n1; ++n) rows_f32<1>(W, x, b, y, n, K);
+  if (M < 1 || M > kGemvMaxRows) return false;
+  with_rows(M, [&](auto m) {
+    split_rows(N, K * M, [&](int64_t n0, int64_t n1) { rows_range_f32<decltype(m)::value>(W, X, b, Y, N, n0, n1, K); });
   });
   return true;
 #else
-  (void)W, (void)x, (void)b, (void)y, (void)N, (void)K;
+  (void)W, (void)X, (void)b, (void)Y, (void)N, (void)K, (void)M;
   return false;
 #endif
 }
 
-bool gemv_bf16(const uint16_t* W, const float* x, const float* b, float* y, int64_t N, int64_t K) {
+bool gemv_bf16(const uint16_t* W, const float* X, const float* b, float* Y, int64_t N, int64_t K, int64_t M) {
   static const bool ok = cpu_has_avx512_bf16() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  if (!ok) return false;
-  // x in bf16, zero-padded to whole vectors; kept per thread (no allocation once grown)
+  if (!ok || M < 1 || M > kGemvMaxRows) return false;
+  // X in bf16, each row zero-padded to whole vectors; kept per thread (no allocation once grown)
   thread_local std::vector<uint16_t> xb;
   const int64_t Kp = (K + 31) / 32 * 32;
-  if ((int64_t)xb.size() < Kp) xb.resize((size_t)Kp);
-  convert_f32_to_bf16(x, xb.data(), K);
-  std::fill(xb.begin() + K, xb.begin() + Kp, (uint16_t)0);
+  if ((int64_t)xb.size() < M * Kp) xb.resize((size_t)(M * Kp));
+  for (int64_t m = 0; m < M; ++m) {
+    convert_f32_to_bf16(X + m * K, xb.data() + m * Kp, K);
+    std::fill(xb.begin() + m * Kp + K, xb.begin() + (m + 1) * Kp, (uint16_t)0);
+  }
   const uint16_t* xp = xb.data();
-  split_rows(N, K, [&](int64_t n0, int64_t n1) { gemv_bf16_rows(W, xp, b, y, n0, n1, K); });
+  with_rows(M, [&](auto m) {
+    split_rows(N, K * M, [&](int64_t n0, int64_t n1) {
+      rows_range_bf16<decltype(m)::value>(W, xp, Kp, b, Y, N, n0, n1, K);
+    });
+  });
   return true;
 }
 

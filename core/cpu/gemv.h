@@ -1,5 +1,6 @@
-// core/cpu/gemv.h — y = W x + b for a single row x: the Linear of a batch-1 decode step (M = 1,
-// docs/sampling.md), which streams the weight matrix once per token and is bound by that stream.
+// core/cpu/gemv.h — Y = X W^T + b for one row x, or a few (M <= 8): the Linear of a decode step
+// (batch 1, or --num-samples rows; docs/sampling.md), which streams the weight matrix once per
+// token and is bound by that stream.
 // W [N, K] row-major (a Linear's weight as stored), fp32 or its bf16 copy (bf16_copy,
 // core/cpu/bf16_convert.h: half the bytes to stream). Four rows of W per pass over x, fp32
 // accumulators; the rows split over the OpenMP threads when the matrix is large (N K >= 2^20).
@@ -9,18 +10,24 @@
 
 namespace ctx::cpu {
 
-// y[n] = sum_k W[n, k] x[k] + (b ? b[n] : 0) for n < N, in fp32. false (nothing written) when this
-// build has no AVX-512F kernel; the caller then uses a GEMM.
-bool gemv_f32(const float* W, const float* x, const float* b, float* y, int64_t N, int64_t K);
+// The most rows of X the kernels take (a few sequences decoded together: --num-samples); more is a
+// GEMM's work.
+constexpr int64_t kGemvMaxRows = 8;
 
-// The same with W given as bf16 bits and x rounded to bf16 (nearest even), the products summed
+// Y[m, n] = sum_k W[n, k] X[m, k] + (b ? b[n] : 0) for m < M <= kGemvMaxRows, n < N (X [M, K],
+// Y [M, N] row-major), in fp32: each row of W is read once for all M rows of X, and each output is
+// the same sum in the same order whatever M is. false (nothing written) when this build has no
+// AVX-512F kernel or M is out of range; the caller then uses a GEMM.
+bool gemv_f32(const float* W, const float* X, const float* b, float* Y, int64_t N, int64_t K, int64_t M = 1);
+
+// The same with W given as bf16 bits and X rounded to bf16 (nearest even), the products summed
 // in fp32 (VDPBF16PS; as oneDNN's bf16 matmul, bf16 denormals count as zero). false (nothing
-// written) when this CPU has no avx512_bf16.
-bool gemv_bf16(const uint16_t* W, const float* x, const float* b, float* y, int64_t N, int64_t K);
+// written) when this CPU has no avx512_bf16 or M is out of range.
+bool gemv_bf16(const uint16_t* W, const float* X, const float* b, float* Y, int64_t N, int64_t K, int64_t M = 1);
 
-// Plain loops: fp32 (Wb null) or the bf16 semantics above (W null, Wb the bits; x rounded to bf16,
+// Plain loops: fp32 (Wb null) or the bf16 semantics above (W null, Wb the bits; X rounded to bf16,
 // each product exact in fp32, summed in fp32 in k order).
-void gemv_reference(const float* W, const uint16_t* Wb, const float* x, const float* b, float* y, int64_t N,
-                    int64_t K);
+void gemv_reference(const float* W, const uint16_t* Wb, const float* X, const float* b, float* Y, int64_t N,
+                    int64_t K, int64_t M = 1);
 
 }  // namespace ctx::cpu

@@ -4,9 +4,9 @@
 // beta = 1 (f64, or another GEMM implementation chosen). bf16 GEMM inputs (core/precision.h)
 // take oneDNN's bias path with the weight's kept bf16 copy (core/cpu/bf16_convert.h), and x's
 // copy kept too (bf16_copy_whole), which the backward's dw = dy^T x reads again; under
-// deterministic_algorithms() they take the prefilled path like fp32. One row
-// (R = 1, a batch-1 decode step) takes the GEMV kernels (core/cpu/gemv.h), fp32 or bf16, unless
-// the user chose a GEMM implementation.
+// deterministic_algorithms() they take the prefilled path like fp32. Up to 8 rows (a decode step:
+// batch 1, or a few samples together) take the GEMV kernels (core/cpu/gemv.h), fp32 or bf16,
+// unless the user chose a GEMM implementation.
 #include "core/cpu/fused.h"
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
@@ -32,9 +32,10 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
   const bool bf16 = x.dtype() == DType::F32 && gemm_precision() == Precision::BF16;
   // bf16: the weight converted once until it is written (bf16_copy), not once per call
   const uint16_t* w16 = bf16 && R > 0 && N > 0 && K > 0 ? bf16_copy(w) : nullptr;
-  if (R == 1 && x.dtype() == DType::F32 && N > 0 && K > 0 && !gemm_impl_chosen()) {  // a decode step's row
-    if (bf16 ? gemv_bf16(w16, x.data<float>(), b.data<float>(), y.data<float>(), N, K)
-             : gemv_f32(w.data<float>(), x.data<float>(), b.data<float>(), y.data<float>(), N, K))
+  if (R >= 1 && R <= kGemvMaxRows && x.dtype() == DType::F32 && N > 0 && K > 0 && !gemm_impl_chosen()) {
+    // a decode step's row(s): W streamed once for all of them
+    if (bf16 ? gemv_bf16(w16, x.data<float>(), b.data<float>(), y.data<float>(), N, K, R)
+             : gemv_f32(w.data<float>(), x.data<float>(), b.data<float>(), y.data<float>(), N, K, R))
       return;
   }
   // bf16 takes oneDNN's bias path, except under deterministic_algorithms(), where its GEMMs run in
