@@ -30,6 +30,7 @@ class Cope final : public PositionalEncoding {
   // The mask only (POSENC_SPEC §6, §7.2): the gates count the visible keys, the sinks among them,
   // which are the keys a rolling cache holds (its decoding steps see window 0, sinks 0: all rows).
   bool sinks_ok() const override { return true; }
+  bool fused_attention_takes_sinks() const override { return true; }
 
   // [B, H, T, S]: the gates count the keys the window and the sinks leave visible (st.window,
   // st.sinks); the attention masks the others (nn/attention.cpp, hidden_keys_mask)
@@ -43,8 +44,8 @@ class Cope final : public PositionalEncoding {
   // probabilities (no dropout on them, no attention statistics); else undefined (the composed path:
   // logits, causal_softmax, p v). CUDA has the kernels (one thread per row, held to the CPU in the
   // backend table) but keeps the composed path, whose softmax is a row-parallel kernel, until the
-  // two are timed on a GPU (docs/posenc.md). Attention sinks take the composed path (nn/attention.cpp
-  // calls this only without them); st.sinks is passed on all the same.
+  // two are timed on a GPU (docs/posenc.md). With attention sinks too (st.sinks: the kernels' rows
+  // are the sinks and the window, fused_attention_takes_sinks).
   Variable fused_attention(AttnState& st, int64_t window, const DropoutMask& dropout) override {
     const Device d = st.q.data().device();
     if (dropout.active() || st.stats || st.q_pos0 != st.S - st.T || d != Device::CPU || !cope_attention_on(d))

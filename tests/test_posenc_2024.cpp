@@ -292,35 +292,41 @@ TEST(Posenc2024, CopeAttentionIsTheComposedAttention) {
 }
 
 // The model takes CoPE's one-node attention on the CPU (the profiler sees cope_attention, not
-// cope_logits), and its output and parameter gradients are the composed path's (fused attention
-// switched off).
+// cope_logits), also with a window and attention sinks (fused_attention_takes_sinks), and its
+// output and parameter gradients are the composed path's (fused attention switched off; with
+// sinks: cope_logits, the hidden-keys mask, causal_softmax).
 TEST(Posenc2024, CopeModelTakesItsOwnAttentionOnTheCpu) {
   const Tensor tok = Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6, 7, 8, 3, 1, 4, 1, 5, 9, 2, 6}, {2, 8});
-  auto run = [&](bool fused, std::string* ops) {
-    nn::GPT m(tiny({{"type", "cope"}}), DType::F64, "cope");
-    m.init_weights(5);
-    for (auto& [name, p] : m.named_parameters())  // CoPE's tables start at 0: give them values
-      if (name.find("pos_emb") != std::string::npos) p.data().copy_from(randn(p.data().shape(), 6, 0.5));
-    set_fast_path(FastPath::Attention, fused);
-    prof::set_enabled(true);
-    prof::reset();
-    const Variable y = m.forward(tok);
-    sum(y).backward();
-    *ops = prof::to_json().dump();
-    prof::set_enabled(false);
-    reset_fast_path(FastPath::Attention);
-    std::vector<Tensor> out{y.data().clone()};
-    for (auto& [name, p] : m.named_parameters()) out.push_back(p.grad().clone());
-    return out;
-  };
-  std::string fused_ops, composed_ops;
-  const std::vector<Tensor> f = run(true, &fused_ops), c = run(false, &composed_ops);
-  EXPECT_NE(fused_ops.find("cope_attention"), std::string::npos) << fused_ops;
-  EXPECT_EQ(fused_ops.find("cope_logits"), std::string::npos) << fused_ops;
-  EXPECT_NE(composed_ops.find("cope_logits"), std::string::npos) << composed_ops;
-  ASSERT_EQ(f.size(), c.size());
-  for (size_t i = 0; i < f.size(); ++i)
-    for (int64_t e = 0; e < f[i].numel(); ++e) EXPECT_NEAR(f[i].at(e), c[i].at(e), 1e-12) << "tensor " << i << " element " << e;
+  for (auto [window, sinks] : {std::pair<int64_t, int64_t>{0, 0}, {3, 2}}) {
+    SCOPED_TRACE(str("window ", window, " sinks ", sinks));
+    auto run = [&, window = window, sinks = sinks](bool fused, std::string* ops) {
+      nn::GPT m(tiny({{"type", "cope"}}), DType::F64, "cope");
+      m.init_weights(5);
+      for (auto& [name, p] : m.named_parameters())  // CoPE's tables start at 0: give them values
+        if (name.find("pos_emb") != std::string::npos) p.data().copy_from(randn(p.data().shape(), 6, 0.5));
+      m.set_attention_window(window, sinks);
+      set_fast_path(FastPath::Attention, fused);
+      prof::set_enabled(true);
+      prof::reset();
+      const Variable y = m.forward(tok);
+      sum(y).backward();
+      *ops = prof::to_json().dump();
+      prof::set_enabled(false);
+      reset_fast_path(FastPath::Attention);
+      std::vector<Tensor> out{y.data().clone()};
+      for (auto& [name, p] : m.named_parameters()) out.push_back(p.grad().clone());
+      return out;
+    };
+    std::string fused_ops, composed_ops;
+    const std::vector<Tensor> f = run(true, &fused_ops), c = run(false, &composed_ops);
+    EXPECT_NE(fused_ops.find("cope_attention"), std::string::npos) << fused_ops;
+    EXPECT_EQ(fused_ops.find("cope_logits"), std::string::npos) << fused_ops;
+    EXPECT_NE(composed_ops.find("cope_logits"), std::string::npos) << composed_ops;
+    ASSERT_EQ(f.size(), c.size());
+    for (size_t i = 0; i < f.size(); ++i)
+      for (int64_t e = 0; e < f[i].numel(); ++e)
+        EXPECT_NEAR(f[i].at(e), c[i].at(e), 1e-12) << "tensor " << i << " element " << e;
+  }
 }
 
 TEST(Posenc2024, CopeParameterNamesInitAndErrors) {
