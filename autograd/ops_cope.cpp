@@ -74,18 +74,18 @@ void cope_input_grads(const Tensor& dA, const Tensor& dZ, const Tensor& Q, const
 }  // namespace
 
 Variable cope_logits(const Variable& q, const Variable& k, const Variable& E, double scale, int64_t q_pos0,
-                   int64_t window) {
+                     int64_t window, int64_t sinks) {
   const Tensor Q = q.data(), K = k.data(), Ed = E.data();
   check_cope_inputs("cope_logits", Q, K, Ed);
   const int64_t B = Q.size(0), H = Q.size(1), T = Q.size(2), S = K.size(2), np = Ed.size(1);
   Tensor A, Z;
   cope_products(Q, K, Ed, scale, A, Z);
   Tensor out = seq::like(Q, {B, H, T, S}), psum = seq::like(Q, {B, H, T, S});
-  kernels::cope_forward(Q.device(), A, Z, q_pos0, window, scale, out, psum);
+  kernels::cope_forward(Q.device(), A, Z, q_pos0, window, sinks, scale, out, psum);
 
   return make_result(out, "cope_logits", {q, k, E}, [=](const Tensor& dy) {
     Tensor dA = seq::like(dy, {B, H, T, S}), dZ = seq::like(dy, {B, H, T, np});
-    kernels::cope_backward(dy.device(), dy, A, Z, psum, q_pos0, window, scale, dA, dZ);
+    kernels::cope_backward(dy.device(), dy, A, Z, psum, q_pos0, window, sinks, scale, dA, dZ);
     cope_input_grads(dA, dZ, Q, K, Ed, scale, q, k, E);
   });
 }
@@ -93,7 +93,7 @@ Variable cope_logits(const Variable& q, const Variable& k, const Variable& E, do
 bool cope_attention_on(Device d) { return kernels::cope_softmax_forward.has(d) && kernels::cope_softmax_backward.has(d); }
 
 Variable cope_attention(const Variable& q, const Variable& k, const Variable& v, const Variable& E, double scale,
-                        int64_t q_pos0, int64_t window) {
+                        int64_t q_pos0, int64_t window, int64_t sinks) {
   const Tensor Q = q.data(), K = k.data(), V = v.data(), Ed = E.data();
   check_cope_inputs("cope_attention", Q, K, Ed);
   CTX_CHECK(V.dim() == 4 && V.size(0) == K.size(0) && V.size(1) == K.size(1) && V.size(2) == K.size(2), 
@@ -104,7 +104,7 @@ Variable cope_attention(const Variable& q, const Variable& k, const Variable& v,
   Tensor A, Z;
   cope_products(Q, K, Ed, scale, A, Z);
   Tensor P = seq::like(Q, {B, H, T, S}), psum = seq::like(Q, {B, H, T, S});
-  kernels::cope_softmax_forward(Q.device(), A, Z, q_pos0, window, scale, P, psum);
+  kernels::cope_softmax_forward(Q.device(), A, Z, q_pos0, window, sinks, scale, P, psum);
   Tensor O = seq::like(Q, {B, H, T, dv});
   bmm(P, false, V, false, O, BH, T, dv, S, 1.0);  // O = P V
 
@@ -118,7 +118,7 @@ Variable cope_attention(const Variable& q, const Variable& k, const Variable& v,
     Tensor dP = seq::like(dO, {B, H, T, S});
     bmm(dO, false, V, true, dP, BH, T, S, dv, 1.0);  // dP = dO V^T
     Tensor dA = seq::like(dO, {B, H, T, S}), dZ = seq::like(dO, {B, H, T, np});
-    kernels::cope_softmax_backward(dO.device(), dP, P, A, Z, psum, q_pos0, window, scale, dA, dZ);
+    kernels::cope_softmax_backward(dO.device(), dP, P, A, Z, psum, q_pos0, window, sinks, scale, dA, dZ);
     cope_input_grads(dA, dZ, Q, K, Ed, scale, q, k, E);
   });
 }

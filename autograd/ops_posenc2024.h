@@ -21,9 +21,11 @@ Variable fire_bias(const Variable& c, const Variable& lm, const Variable& w1, co
 // z_i = q_i E, e_ij = z_i[ceil p] w + z_i[floor p] (1 - w), w = p - floor p; e = 0 on invisible
 // keys. One node for the logits (not a bias beside them): q k^T is computed once.
 //   q [B, H, T, d], k [B, H, S, d], E [d, npos] -> [B, H, T, S]. Query i sits at q_pos0 + i; key
-//   j is visible when j <= q_pos0 + i (and, with window > 0, j > q_pos0 + i - window).
+//   j is visible when j <= q_pos0 + i (and, with window > 0, j > q_pos0 + i - window or, with
+//   attention sinks (POSENC_SPEC §6, sinks > 0 needs window > 0), j < sinks): the gates, and so
+//   the positions, count the visible keys only; invisible logits are q . k scale (masked later).
 Variable cope_logits(const Variable& q, const Variable& k, const Variable& E, double scale, int64_t q_pos0,
-                   int64_t window);
+                     int64_t window, int64_t sinks = 0);
 
 // CoPE's attention as one node: softmax over the visible keys of cope_logits(q, k, E, ...), then
 // times v [B, H, S, dv] -> [B, H, T, dv] (the composed path's value, without [B, H, T, S] logits
@@ -31,7 +33,7 @@ Variable cope_logits(const Variable& q, const Variable& k, const Variable& E, do
 // cope_softmax_* kernels on the device: cope_attention_on(d) says whether it has them (CPU, and
 // CUDA once libctxlab_cuda.so is loaded).
 Variable cope_attention(const Variable& q, const Variable& k, const Variable& v, const Variable& E, double scale,
-                        int64_t q_pos0, int64_t window);
+                        int64_t q_pos0, int64_t window, int64_t sinks = 0);
 bool cope_attention_on(Device d);
 
 }  // namespace ctx

@@ -78,8 +78,10 @@ Variable Attention::forward(const Variable& x, Rng* rng, const Positions* positi
   // dropout on the probabilities: one seed per call, the same mask on either path
   const DropoutMask drop = rng && dropout_ > 0 && is_training() ? dropout_mask(dropout_, rng->next_u64())
                                                                  : DropoutMask{};
-  // sinks: the composed path (the fused kernels know only the window)
-  if (sinks_ == 0 && use_fused_attention(backend_of(st.q.data()), {B, H_, T, S, Dh_, plain_scores(st, drop)}))
+  // sinks: the composed path (the fused kernels know only the window), unless the encoding's own
+  // fused attention takes them (cope)
+  if ((sinks_ == 0 || pe_->fused_attention_takes_sinks()) &&
+      use_fused_attention(backend_of(st.q.data()), {B, H_, T, S, Dh_, plain_scores(st, drop)}))
     o = pe_->fused_attention(st, window_, drop);  // undefined when the encoding cannot take it
   if (!o.defined()) {
     Variable s = pe_->logits(st);                                       // [B, H, T, S]

@@ -118,8 +118,8 @@ void GPT::check_sinks(int64_t w, int64_t sinks) const {
   CTX_CHECK(w > 0, "--sinks ", sinks, " needs --window W (attention sinks keep the first S tokens visible "
             "beside a sliding window)");
   CTX_CHECK(pe->sinks_ok(), "--sinks is not defined for posenc ", cfg.posenc.dump(), " (POSENC_SPEC §6: "
-            "none, learned, sinusoidal, rnn, floater, complex-order, alibi, kerple, sandwich, t5, and rope "
-            "without scaling or with pi, ntk, yarn, llama3)");
+            "none, learned, sinusoidal, rnn, floater, complex-order, cope, alibi, kerple, sandwich, t5, and "
+            "rope without scaling or with pi, ntk, yarn, llama3)");
 }
 
 void GPT::check_positions(const Positions& p, int64_t B, int64_t T, const std::string& what) const {

@@ -27,10 +27,16 @@ class Cope final : public PositionalEncoding {
     for (auto& t : tables_) backend_of(t.data()).fill(t.data(), 0.0);
   }
   bool terms_read_keys() const override { return true; }  // (fused_attention_ok: false, logits are ours)
+  // The mask only (POSENC_SPEC §6, §7.2): the gates count the visible keys, the sinks among them,
+  // which are the keys a rolling cache holds (its decoding steps see window 0, sinks 0: all rows).
+  bool sinks_ok() const override { return true; }
+  bool fused_attention_takes_sinks() const override { return true; }
 
-  // [B, H, T, S]: the gates count the keys the window leaves visible (st.window)
+  // [B, H, T, S]: the gates count the keys the window and the sinks leave visible (st.window,
+  // st.sinks); the attention masks the others (nn/attention.cpp, hidden_keys_mask)
   Variable logits(AttnState& st) override {
-    return cope_logits(st.q, keys(st, st.k), tables_.at(shared_ ? 0 : st.layer), st.scale, st.q_pos0, st.window);
+    return cope_logits(st.q, keys(st, st.k), tables_.at(shared_ ? 0 : st.layer), st.scale, st.q_pos0, st.window,
+                       st.sinks);
   }
 
   // [B, H, T, Dh]: CoPE's attention as one node (cope_attention: each row's softmax right after its
@@ -38,13 +44,14 @@ class Cope final : public PositionalEncoding {
   // probabilities (no dropout on them, no attention statistics); else undefined (the composed path:
   // logits, causal_softmax, p v). CUDA has the kernels (one thread per row, held to the CPU in the
   // backend table) but keeps the composed path, whose softmax is a row-parallel kernel, until the
-  // two are timed on a GPU (docs/posenc.md).
+  // two are timed on a GPU (docs/posenc.md). With attention sinks too (st.sinks: the kernels' rows
+  // are the sinks and the window, fused_attention_takes_sinks).
   Variable fused_attention(AttnState& st, int64_t window, const DropoutMask& dropout) override {
     const Device d = st.q.data().device();
     if (dropout.active() || st.stats || st.q_pos0 != st.S - st.T || d != Device::CPU || !cope_attention_on(d))
       return Variable();
     return cope_attention(st.q, keys(st, st.k), keys(st, st.v), tables_.at(shared_ ? 0 : st.layer), st.scale,
-                          st.q_pos0, window);
+                          st.q_pos0, window, st.sinks);
   }
 
  private:

@@ -236,6 +236,10 @@ class PositionalEncoding {
   // An encoding whose logits are its own may override it with a fused attention of its own
   // (cope: logits, softmax and p v in one node), or undefined where it has none.
   virtual Variable fused_attention(AttnState& st, int64_t window, const DropoutMask& dropout = {});
+  // True when fused_attention() also applies st.sinks (POSENC_SPEC §6; cope's own node): attention
+  // with sinks then asks it first. Otherwise (the default: the fused kernels know only the
+  // window) attention with sinks takes the composed path.
+  virtual bool fused_attention_takes_sinks() const { return false; }
 };
 
 // The relative position of key j for query i (absolute positions, j <= i) under st's window and

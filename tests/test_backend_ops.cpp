@@ -1110,23 +1110,30 @@ void posenc2024_cases(std::vector<Case>& cs) {
                     return std::vector<Tensor>{x, dc, dl};
                   }});
   }
-  for (auto [S, p0, win, np] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{5, 0, 0, 3}, {7, 3, 0, 9},
-                                {7, 3, 2, 6}, {300, 0, 0, 301}}) {
+  // (S, q_pos0, window, sinks, npos); the sinks' cases leave a gap between sinks and window, and the
+  // long one runs whole vectors over both
+  for (auto [S, p0, win, snk, np] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{5, 0, 0, 0, 3},
+                                     {7, 3, 0, 0, 9}, {7, 3, 2, 0, 6}, {300, 0, 0, 0, 301}, {9, 0, 3, 2, 10},
+                                     {12, 7, 3, 1, 4}, {300, 0, 40, 20, 25}}) {
     const int64_t B = 2, H = 2, Tq = S - p0;
     const Shape ts{B, H, Tq, S}, zs{B, H, Tq, np};
     const double scale = 0.5;
-    // the row loop both references share: visible range, reverse sum, clamp, interpolation
+    // key j visible to query position qp (POSENC_SPEC §6)
+    auto vis = [=](int64_t qp, int64_t j) { return j <= qp && (win == 0 || qp - j < win || j < snk); };
+    // the row loop both references share: visible keys, reverse sum, clamp, interpolation
     auto ref = [=](const Tensor& dout, const Tensor& a, const Tensor& z, bool fwd) {
       Tensor out = a.clone(), ps = Tensor::zeros(ts, dt), da = fwd ? Tensor::zeros(ts, dt) : dout.clone(),
              dz = Tensor::zeros(zs, dt);
       for (int64_t r = 0; r < B * H * Tq; ++r) {
-        const int64_t qp = p0 + r % Tq, hi = std::min(qp, S - 1), lo = win ? std::max<int64_t>(0, qp - win + 1) : 0;
+        const int64_t qp = p0 + r % Tq, hi = std::min(qp, S - 1);
         const T *ar = P<T>(a) + r * S, *zr = P<T>(z) + r * np;
         std::vector<T> sum(S, T(0));
         T acc = 0;
-        for (int64_t j = hi; j >= lo; --j) sum[j] = acc += T(1) / (T(1) + std::exp(-ar[j]));
+        for (int64_t j = hi; j >= 0; --j)
+          if (vis(qp, j)) sum[j] = acc += T(1) / (T(1) + std::exp(-ar[j]));
         T run = 0;
-        for (int64_t j = lo; j <= hi; ++j) {
+        for (int64_t j = 0; j <= hi; ++j) {
+          if (!vis(qp, j)) continue;
           const T p = std::min(sum[j], T(np - 1)), w = p - std::floor(p);
           const int64_t f = (int64_t)std::floor(p), c = (int64_t)std::ceil(p);
           P<T>(ps)[r * S + j] = sum[j];
@@ -1142,12 +1149,12 @@ void posenc2024_cases(std::vector<Case>& cs) {
       }
       return fwd ? std::vector<Tensor>{out, ps} : std::vector<Tensor>{da, dz};
     };
-    const std::string tag = str(tn<T>(), " S ", S, " q_pos0 ", p0, " window ", win, " npos ", np);
+    const std::string tag = str(tn<T>(), " S ", S, " q_pos0 ", p0, " window ", win, " sinks ", snk, " npos ", np);
     cs.push_back({"cope_forward " + tag, dt, false, S, kernels::cope_forward,
                   [=](const Dev& D) {
                     Tensor out = D.out(ts, dt), ps = D.out(ts, dt);
-                    kernels::cope_forward(D.d, D.in(rnd(ts, dt, 161, -2, 2)), D.in(rnd(zs, dt, 162)), p0, win, scale,
-                                          out, ps);
+                    kernels::cope_forward(D.d, D.in(rnd(ts, dt, 161, -2, 2)), D.in(rnd(zs, dt, 162)), p0, win, snk,
+                                          scale, out, ps);
                     return hosts({out, ps});
                   },
                   [=] { return ref(Tensor(), rnd(ts, dt, 161, -2, 2), rnd(zs, dt, 162), true); }});
@@ -1156,16 +1163,19 @@ void posenc2024_cases(std::vector<Case>& cs) {
                     const Tensor a = rnd(ts, dt, 161, -2, 2), z = rnd(zs, dt, 162);
                     const Tensor ps = ref(Tensor(), a, z, true)[1];
                     Tensor da = D.out(ts, dt), dz = D.out(zs, dt);
-                    kernels::cope_backward(D.d, D.in(rnd(ts, dt, 163)), D.in(a), D.in(z), D.in(ps), p0, win, scale,
-                                           da, dz);
+                    kernels::cope_backward(D.d, D.in(rnd(ts, dt, 163)), D.in(a), D.in(z), D.in(ps), p0, win, snk,
+                                           scale, da, dz);
                     return hosts({da, dz});
                   },
                   [=] { return ref(rnd(ts, dt, 163), rnd(ts, dt, 161, -2, 2), rnd(zs, dt, 162), false); }});
-    // CoPE's attention rows: the logits above, then the softmax over the visible keys (forward);
-    // the softmax's backward into dL/dlogits, then the scan's backward
-    const CausalRows rows{Tq, p0, win};
+    // CoPE's attention rows: the logits above, then the softmax over the visible keys (forward;
+    // with sinks, the gap between sinks and window at -inf under the causal rows); the softmax's
+    // backward into dL/dlogits, then the scan's backward
+    const CausalRows rows{Tq, p0, snk > 0 ? 0 : win};
     auto probs = [=](const Tensor& a, const Tensor& z) {
       std::vector<Tensor> r = ref(Tensor(), a, z, true);
+      for (int64_t e = 0; e < r[0].numel(); ++e)  // row e / S, key e % S
+        if (!vis(p0 + e / S % Tq, e % S)) P<T>(r[0])[e] = -INFINITY;
       ref::softmax<T>(P<T>(r[0]), P<T>(r[0]), B * H * Tq, S, false, rows);
       return r;  // {p, psum}
     };
@@ -1173,7 +1183,7 @@ void posenc2024_cases(std::vector<Case>& cs) {
                   [=](const Dev& D) {
                     Tensor p = D.out(ts, dt), ps = D.out(ts, dt);
                     kernels::cope_softmax_forward(D.d, D.in(rnd(ts, dt, 161, -2, 2)), D.in(rnd(zs, dt, 162)), p0, win,
-                                                  scale, p, ps);
+                                                  snk, scale, p, ps);
                     return hosts({p, ps});
                   },
                   [=] { return probs(rnd(ts, dt, 161, -2, 2), rnd(zs, dt, 162)); }});
@@ -1182,8 +1192,8 @@ void posenc2024_cases(std::vector<Case>& cs) {
                     const Tensor a = rnd(ts, dt, 161, -2, 2), z = rnd(zs, dt, 162);
                     const std::vector<Tensor> pp = probs(a, z);
                     Tensor dp = D.in(rnd(ts, dt, 164)), da = D.out(ts, dt), dz = D.out(zs, dt);
-                    kernels::cope_softmax_backward(D.d, dp, D.in(pp[0]), D.in(a), D.in(z), D.in(pp[1]), p0, win, scale,
-                                                   da, dz);
+                    kernels::cope_softmax_backward(D.d, dp, D.in(pp[0]), D.in(a), D.in(z), D.in(pp[1]), p0, win, snk,
+                                                   scale, da, dz);
                     return hosts({da, dz});
                   },
                   [=] {

@@ -96,6 +96,11 @@ std::vector<Case> cases() {
       {"none_sinks", {{"type", "none"}}, 16, 7, 3},
       {"sinusoidal_sinks", {{"type", "sinusoidal"}}, 16, 6, 1},
       {"learned_sinks", {{"type", "learned"}}, 80, 7, 3},
+      // cope: the gates count the keys the window and the sinks leave visible, which the rolling
+      // cache holds (positions saturate at npos_max - 1 = 16 on the long steps)
+      {"cope", {{"type", "cope"}}},
+      {"cope_window", {{"type", "cope"}}, 16, 7},
+      {"cope_sinks", {{"type", "cope"}}, 16, 7, 3},
   };
 }
 

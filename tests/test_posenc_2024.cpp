@@ -14,6 +14,7 @@
 
 #include "tests/test_util.h"
 #include "autograd/gradcheck.h"
+#include "autograd/ops_attention.h"
 #include "autograd/ops_posenc2024.h"
 #include "core/rng.h"
 #include "autograd/profiler.h"
@@ -170,16 +171,17 @@ TEST(Posenc2024, FireKeyErrorsAreOneLineNamingTheKey) {
 // ---- CoPE ----------------------------------------------------------------------------------
 namespace {
 // (q_i . k_j + e_ij) * scale of §7.2 for one (b, h) block, in double, written from the spec (qp0:
-// position of query row 0; window 0: full causal). Invisible keys: e = 0.
+// position of query row 0; window 0: full causal; sinks: §6's first keys, visible beside the
+// window). Invisible keys: e = 0, and they add no gate.
 std::vector<double> cope_ref(const Tensor& q, const Tensor& k, const Tensor& E, int64_t bh, int64_t T, int64_t S,
-                             int64_t d, int64_t qp0, int64_t window) {
+                             int64_t d, int64_t qp0, int64_t window, int64_t sinks) {
   const int64_t np = E.size(1);
   const double scale = 1.0 / std::sqrt((double)d);
   std::vector<double> out((size_t)(T * S), 0.0);
   for (int64_t i = 0; i < T; ++i) {
     const int64_t qp = qp0 + i;
     auto qv = [&](int64_t c) { return q.at((bh * T + i) * d + c); };
-    auto visible = [&](int64_t j) { return j <= qp && (window == 0 || j > qp - window); };
+    auto visible = [&](int64_t j) { return j <= qp && (window == 0 || j > qp - window || j < sinks); };
     auto dot = [&](int64_t j) {
       double a = 0;
       for (int64_t c = 0; c < d; ++c) a += qv(c) * k.at((bh * S + j) * d + c);
@@ -205,58 +207,66 @@ std::vector<double> cope_ref(const Tensor& q, const Tensor& k, const Tensor& E, 
 }
 }  // namespace
 
+// (S, q_pos0, window, sinks, npos): the sinks' cases leave a gap between the sinks and the window
+using CopeCase = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+
 TEST(Posenc2024, CopeLogitsMatchTheSpecLoop) {
   const int64_t B = 2, H = 2, T = 3, d = 4;
-  for (auto [S, qp0, window, np] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 0, 0, 4}, {5, 2, 0, 3},
-                                    {5, 2, 2, 9}, {3, 0, 0, 1}}) {
+  for (auto [S, qp0, window, sinks, np] :
+       {CopeCase{3, 0, 0, 0, 4}, {5, 2, 0, 0, 3}, {5, 2, 2, 0, 9}, {3, 0, 0, 0, 1}, {9, 6, 2, 2, 9}, {9, 6, 3, 1, 3}}) {
     const Tensor q = randn({B, H, T, d}, 11, 1.0), k = randn({B, H, S, d}, 12, 1.0), E = randn({d, np}, 13, 1.0);
-    const Variable out = cope_logits(Variable(q), Variable(k), Variable(E), 1.0 / std::sqrt((double)d), qp0, window);
+    const Variable out =
+        cope_logits(Variable(q), Variable(k), Variable(E), 1.0 / std::sqrt((double)d), qp0, window, sinks);
     ASSERT_EQ(out.data().shape(), (Shape{B, H, T, S}));
     double worst = 0;
     for (int64_t bh = 0; bh < B * H; ++bh) {
-      const std::vector<double> ref = cope_ref(q, k, E, bh, T, S, d, qp0, window);
+      const std::vector<double> ref = cope_ref(q, k, E, bh, T, S, d, qp0, window, sinks);
       for (int64_t e = 0; e < T * S; ++e) worst = std::max(worst, std::fabs(out.data().at(bh * T * S + e) - ref[(size_t)e]));
     }
-    EXPECT_LT(worst, 1e-12) << "S " << S << " q_pos0 " << qp0 << " window " << window << " npos " << np;
+    EXPECT_LT(worst, 1e-12) << "S " << S << " q_pos0 " << qp0 << " window " << window << " sinks " << sinks
+                            << " npos " << np;
   }
 }
 
 // Every input of the one node, with positions below and at the clamp (npos 3: sums of up to 5
-// gates reach it), a decoding step's offset (q_pos0 2 of S 5 keys) and a window.
+// gates reach it), a decoding step's offset (q_pos0 2 of S 5 keys), a window, and a window with
+// attention sinks (the gates of the sinks continue the window's sum across the gap).
 TEST(Posenc2024, GradcheckCopeLogits) {
   const int64_t B = 2, H = 2, T = 3, d = 4;
-  for (auto [S, qp0, window, np] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 0, 0, 4}, {5, 2, 0, 3},
-                                    {5, 2, 2, 9}}) {
+  for (auto [S, qp0, window, sinks, np] :
+       {CopeCase{3, 0, 0, 0, 4}, {5, 2, 0, 0, 3}, {5, 2, 2, 0, 9}, {9, 6, 2, 2, 3}, {9, 6, 3, 1, 9}}) {
     GradFn f = [=](const std::vector<Variable>& v) {
-      return cope_logits(v[0], v[1], v[2], 1.0 / std::sqrt((double)d), qp0, window);
+      return cope_logits(v[0], v[1], v[2], 1.0 / std::sqrt((double)d), qp0, window, sinks);
     };
     const GradcheckResult r =
         gradcheck(f, {randn({B, H, T, d}, 21, 1.0), randn({B, H, S, d}, 22, 1.0), randn({d, np}, 23, 1.0)},
                   {"q", "k", "pos_emb"});
-    EXPECT_TRUE(r.pass) << "S " << S << " window " << window << "\n" << r.summary();
+    EXPECT_TRUE(r.pass) << "S " << S << " window " << window << " sinks " << sinks << "\n" << r.summary();
     EXPECT_EQ(r.tensors.size(), 3u);
   }
 }
 
 // CoPE's attention as one node (cope_attention: the row's softmax inside the kernel) is the
-// composed path's causal_softmax(cope_logits) then p v: values and every input's gradient within
-// 1e-12 in f64 (and within f32 tolerance), and its own f64 gradcheck, at the clamp, at a decoding
-// offset and with a window.
+// composed path's causal_softmax(cope_logits) then p v (with sinks, nn/attention.cpp's: the hidden
+// keys masked first, hidden_keys_mask): values and every input's gradient within 1e-12 in f64 (and
+// within f32 tolerance), and its own f64 gradcheck, at the clamp, at a decoding offset, with a
+// window, and with a window and sinks.
 TEST(Posenc2024, CopeAttentionIsTheComposedAttention) {
   ASSERT_TRUE(cope_attention_on(Device::CPU));
   const int64_t B = 2, H = 2, T = 3, d = 4, dv = 5;
-  for (auto [S, qp0, window, np] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 0, 0, 4}, {5, 2, 0, 3},
-                                    {5, 2, 2, 9}, {40, 37, 0, 41}}) {
-    SCOPED_TRACE(str("S ", S, " q_pos0 ", qp0, " window ", window, " npos ", np));
+  for (auto [S, qp0, window, sinks, np] : {CopeCase{3, 0, 0, 0, 4}, {5, 2, 0, 0, 3}, {5, 2, 2, 0, 9},
+                                           {40, 37, 0, 0, 41}, {9, 6, 2, 2, 3}, {40, 37, 5, 20, 41}}) {
+    SCOPED_TRACE(str("S ", S, " q_pos0 ", qp0, " window ", window, " sinks ", sinks, " npos ", np));
     const double scale = 1.0 / std::sqrt((double)d);
     const std::vector<Tensor> in = {randn({B, H, T, d}, 31, 1.0), randn({B, H, S, d}, 32, 1.0),
                                     randn({B, H, S, dv}, 33, 1.0), randn({d, np}, 34, 1.0)};
     for (DType dt : {DType::F64, DType::F32}) {
       std::vector<Variable> a, b;
       for (const Tensor& t : in) a.emplace_back(t.to(dt), true), b.emplace_back(t.to(dt), true);
-      Variable fused = cope_attention(a[0], a[1], a[2], a[3], scale, qp0, window);
-      Variable composed =
-          matmul(causal_softmax(cope_logits(b[0], b[1], b[3], scale, qp0, window), qp0, window), b[2]);
+      Variable fused = cope_attention(a[0], a[1], a[2], a[3], scale, qp0, window, sinks);
+      Variable s = cope_logits(b[0], b[1], b[3], scale, qp0, window, sinks);
+      if (sinks > 0) s = masked_fill(s, hidden_keys_mask(T, S, window, sinks, s.data()), -INFINITY);
+      Variable composed = matmul(causal_softmax(s, qp0, sinks > 0 ? 0 : window), b[2]);
       EXPECT_EQ(fused.op_name(), "cope_attention");
       const Tensor seed = randn({B, H, T, dv}, 35, 1.0).to(dt);
       fused.backward(seed);
@@ -272,7 +282,9 @@ TEST(Posenc2024, CopeAttentionIsTheComposedAttention) {
         EXPECT_LT(worst(a[i].grad(), b[i].grad()), tol) << dtype_name(dt) << " gradient of input " << i;
     }
     if (S > 5) continue;  // the finite differences on the small cases
-    GradFn f = [=](const std::vector<Variable>& v) { return cope_attention(v[0], v[1], v[2], v[3], scale, qp0, window); };
+    GradFn f = [=](const std::vector<Variable>& v) {
+      return cope_attention(v[0], v[1], v[2], v[3], scale, qp0, window, sinks);
+    };
     const GradcheckResult r = gradcheck(f, in, {"q", "k", "v", "pos_emb"});
     EXPECT_TRUE(r.pass) << r.summary();
     EXPECT_EQ(r.tensors.size(), 4u);
@@ -280,35 +292,41 @@ TEST(Posenc2024, CopeAttentionIsTheComposedAttention) {
 }
 
 // The model takes CoPE's one-node attention on the CPU (the profiler sees cope_attention, not
-// cope_logits), and its output and parameter gradients are the composed path's (fused attention
-// switched off).
+// cope_logits), also with a window and attention sinks (fused_attention_takes_sinks), and its
+// output and parameter gradients are the composed path's (fused attention switched off; with
+// sinks: cope_logits, the hidden-keys mask, causal_softmax).
 TEST(Posenc2024, CopeModelTakesItsOwnAttentionOnTheCpu) {
   const Tensor tok = Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6, 7, 8, 3, 1, 4, 1, 5, 9, 2, 6}, {2, 8});
-  auto run = [&](bool fused, std::string* ops) {
-    nn::GPT m(tiny({{"type", "cope"}}), DType::F64, "cope");
-    m.init_weights(5);
-    for (auto& [name, p] : m.named_parameters())  // CoPE's tables start at 0: give them values
-      if (name.find("pos_emb") != std::string::npos) p.data().copy_from(randn(p.data().shape(), 6, 0.5));
-    set_fast_path(FastPath::Attention, fused);
-    prof::set_enabled(true);
-    prof::reset();
-    const Variable y = m.forward(tok);
-    sum(y).backward();
-    *ops = prof::to_json().dump();
-    prof::set_enabled(false);
-    reset_fast_path(FastPath::Attention);
-    std::vector<Tensor> out{y.data().clone()};
-    for (auto& [name, p] : m.named_parameters()) out.push_back(p.grad().clone());
-    return out;
-  };
-  std::string fused_ops, composed_ops;
-  const std::vector<Tensor> f = run(true, &fused_ops), c = run(false, &composed_ops);
-  EXPECT_NE(fused_ops.find("cope_attention"), std::string::npos) << fused_ops;
-  EXPECT_EQ(fused_ops.find("cope_logits"), std::string::npos) << fused_ops;
-  EXPECT_NE(composed_ops.find("cope_logits"), std::string::npos) << composed_ops;
-  ASSERT_EQ(f.size(), c.size());
-  for (size_t i = 0; i < f.size(); ++i)
-    for (int64_t e = 0; e < f[i].numel(); ++e) EXPECT_NEAR(f[i].at(e), c[i].at(e), 1e-12) << "tensor " << i << " element " << e;
+  for (auto [window, sinks] : {std::pair<int64_t, int64_t>{0, 0}, {3, 2}}) {
+    SCOPED_TRACE(str("window ", window, " sinks ", sinks));
+    auto run = [&, window = window, sinks = sinks](bool fused, std::string* ops) {
+      nn::GPT m(tiny({{"type", "cope"}}), DType::F64, "cope");
+      m.init_weights(5);
+      for (auto& [name, p] : m.named_parameters())  // CoPE's tables start at 0: give them values
+        if (name.find("pos_emb") != std::string::npos) p.data().copy_from(randn(p.data().shape(), 6, 0.5));
+      m.set_attention_window(window, sinks);
+      set_fast_path(FastPath::Attention, fused);
+      prof::set_enabled(true);
+      prof::reset();
+      const Variable y = m.forward(tok);
+      sum(y).backward();
+      *ops = prof::to_json().dump();
+      prof::set_enabled(false);
+      reset_fast_path(FastPath::Attention);
+      std::vector<Tensor> out{y.data().clone()};
+      for (auto& [name, p] : m.named_parameters()) out.push_back(p.grad().clone());
+      return out;
+    };
+    std::string fused_ops, composed_ops;
+    const std::vector<Tensor> f = run(true, &fused_ops), c = run(false, &composed_ops);
+    EXPECT_NE(fused_ops.find("cope_attention"), std::string::npos) << fused_ops;
+    EXPECT_EQ(fused_ops.find("cope_logits"), std::string::npos) << fused_ops;
+    EXPECT_NE(composed_ops.find("cope_logits"), std::string::npos) << composed_ops;
+    ASSERT_EQ(f.size(), c.size());
+    for (size_t i = 0; i < f.size(); ++i)
+      for (int64_t e = 0; e < f[i].numel(); ++e)
+        EXPECT_NEAR(f[i].at(e), c[i].at(e), 1e-12) << "tensor " << i << " element " << e;
+  }
 }
 
 TEST(Posenc2024, CopeParameterNamesInitAndErrors) {

@@ -201,7 +201,8 @@ Tensor ids(const std::vector<int64_t>& v) {
 // One layer, so the last query's logits depend only on the embeddings of the keys it sees: with
 // window W and S sinks they equal the plain causal forward of the sequence a rolling cache holds
 // (tokens 0..S-1, then the last W), which puts every key at its cache rank (§6) — for the
-// rotary and bias encodings; and sinks change the logits of the plain window.
+// rotary and bias encodings, and for cope, whose gates count the visible keys only (§7.2); and
+// sinks change the logits of the plain window.
 TEST(PosencSinks, LastQueryEqualsTheRollingCacheSequence) {
   const int64_t T = 20, W = 5, S = 3;
   std::vector<int64_t> seq;
@@ -212,7 +213,7 @@ TEST(PosencSinks, LastQueryEqualsTheRollingCacheSequence) {
   for (const json& pe : {json{{"type", "rope"}}, rope_with({{"type", "llama3"}, {"factor", 4}, {"original_context", 8}}),
                          rope_with({{"type", "yarn"}, {"factor", 2}}), json{{"type", "alibi"}},
                          json{{"type", "kerple"}}, json{{"type", "t5"}, {"num_buckets", 6}, {"max_distance", 10}},
-                         json{{"type", "sandwich"}}, json{{"type", "none"}}}) {
+                         json{{"type", "sandwich"}}, json{{"type", "none"}}, json{{"type", "cope"}}}) {
     SCOPED_TRACE(pe.dump());
     auto m = tiny_model(pe);
     NoGradGuard g;
@@ -243,14 +244,15 @@ TEST(PosencSinks, LastQueryEqualsTheRollingCacheSequence) {
 
 // Every parameter of a two-layer f64 GPT by central differences, with window 3 and 2 sinks over
 // T = 11 (sink keys beyond the window in both branches of the rope logits).
-// One of each way sinks reach the logits: rope's rank rotation, and the distance biases at the
-// sink's cache distance (fixed: alibi; trainable: kerple's r1 / r2, t5's table). llama3 and the
+// One of each way sinks reach the logits: rope's rank rotation, the distance biases at the
+// sink's cache distance (fixed: alibi; trainable: kerple's r1 / r2, t5's table), and cope's gates
+// over the visible keys (its table E and the gates through q and k). llama3 and the
 // mask-only encodings with sinks are held to PyTorch autograd by pytorch_parity (rope-llama3-sinks,
 // learned-sinks, none-sinks). One layer, 8 elements per tensor (0.6 s alone, against 6 s for six
 // encodings, two layers, 16 elements; under ctest -j2 the old form took 233-421 s).
 TEST(PosencSinks, TinyGptGradcheckWithSinks) {
   for (const json& pe : {json{{"type", "rope"}}, json{{"type", "alibi"}}, json{{"type", "kerple"}, {"variant", "power"}},
-                         json{{"type", "t5"}, {"num_buckets", 6}, {"max_distance", 8}}}) {
+                         json{{"type", "t5"}, {"num_buckets", 6}, {"max_distance", 8}}, json{{"type", "cope"}}}) {
     SCOPED_TRACE(pe.dump());
     auto m = tiny_model(pe, 1);
     for (auto& [name, p] : m->named_parameters())
@@ -312,7 +314,7 @@ TEST(PosencExtension2024, ConfigErrorsNameTheField) {
   for (const json& pe : {rope_with({{"type", "longrope"}, {"short_factor", four}, {"long_factor", four}}),
                          rope_with({{"type", "self-extend"}, {"group", 2}}), rope_with({{"type", "dynamic-ntk"}}),
                          rope_with({{"type", "rerope"}}), json{{"type", "xpos"}}, json{{"type", "shaw"}},
-                         json{{"type", "xl"}}, json{{"type", "deberta"}}})
+                         json{{"type", "xl"}}, json{{"type", "deberta"}}, json{{"type", "fire"}}})
     expect_error(sinks(pe, 4, 2), {"--sinks is not defined for posenc", "POSENC_SPEC §6"});
   tiny_model({{"type", "rope"}})->set_attention_window(4, 0);  // --sinks 0: the plain window
 }

@@ -9,7 +9,7 @@ using Named = std::initializer_list<std::pair<const char*, const Tensor*>>;
 
 // a [B, H, T, S] f32 / f64; `bhts` tensors like a, `bhtn` tensors [B, H, T, npos] of z's npos.
 void check_cope(const char* op, const Tensor& a, const Tensor& z, Named bhts, Named bhtn, int64_t q_pos0,
-                int64_t window) {
+                int64_t window, int64_t sinks) {
   CTX_CHECK(a.defined() && a.dim() == 4 && (a.dtype() == DType::F32 || a.dtype() == DType::F64), op,
             ": a must be f32 or f64 [B, H, T, S], got ", a.defined() ? a.str() : std::string("undefined"));
   const Shape& s = a.shape();
@@ -23,38 +23,41 @@ void check_cope(const char* op, const Tensor& a, const Tensor& z, Named bhts, Na
   check("z", &z, {s[0], s[1], s[2], z.size(3)});
   for (auto& [n, t] : bhts) check(n, t, s);
   for (auto& [n, t] : bhtn) check(n, t, z.shape());
-  CTX_CHECK(q_pos0 >= 0 && window >= 0, op, ": need q_pos0 >= 0 and window >= 0, got ", q_pos0, " and ", window);
+  CTX_CHECK(q_pos0 >= 0 && window >= 0 && sinks >= 0, op, ": need q_pos0 >= 0, window >= 0 and sinks >= 0, got ",
+            q_pos0, ", ", window, " and ", sinks);
+  CTX_CHECK(sinks == 0 || window > 0, op, ": sinks (", sinks, ") need a window > 0 (POSENC_SPEC §6), got window 0");
 }
 
 void check_forward(Device d, const Tensor& a, const Tensor& z, const int64_t& q_pos0, const int64_t& window,
-                   const double& scale, const Tensor& out, const Tensor& psum) {
+                   const int64_t& sinks, const double& scale, const Tensor& out, const Tensor& psum) {
   (void)scale;
   check_on_device(d, "cope_forward", {&a, &z, &out, &psum});
-  check_cope("cope_forward", a, z, {{"out", &out}, {"psum", &psum}}, {}, q_pos0, window);
+  check_cope("cope_forward", a, z, {{"out", &out}, {"psum", &psum}}, {}, q_pos0, window, sinks);
 }
 
 void check_backward(Device d, const Tensor& dout, const Tensor& a, const Tensor& z, const Tensor& psum,
-                    const int64_t& q_pos0, const int64_t& window, const double& scale, const Tensor& da,
-                    const Tensor& dz) {
+                    const int64_t& q_pos0, const int64_t& window, const int64_t& sinks, const double& scale,
+                    const Tensor& da, const Tensor& dz) {
   (void)scale;
   check_on_device(d, "cope_backward", {&dout, &a, &z, &psum, &da, &dz});
-  check_cope("cope_backward", a, z, {{"dout", &dout}, {"psum", &psum}, {"da", &da}}, {{"dz", &dz}}, q_pos0, window);
+  check_cope("cope_backward", a, z, {{"dout", &dout}, {"psum", &psum}, {"da", &da}}, {{"dz", &dz}}, q_pos0, window,
+             sinks);
 }
 
 void check_softmax_forward(Device d, const Tensor& a, const Tensor& z, const int64_t& q_pos0, const int64_t& window,
-                           const double& scale, const Tensor& p, const Tensor& psum) {
+                           const int64_t& sinks, const double& scale, const Tensor& p, const Tensor& psum) {
   (void)scale;
   check_on_device(d, "cope_softmax_forward", {&a, &z, &p, &psum});
-  check_cope("cope_softmax_forward", a, z, {{"p", &p}, {"psum", &psum}}, {}, q_pos0, window);
+  check_cope("cope_softmax_forward", a, z, {{"p", &p}, {"psum", &psum}}, {}, q_pos0, window, sinks);
 }
 
 void check_softmax_backward(Device d, const Tensor& dp, const Tensor& p, const Tensor& a, const Tensor& z,
-                            const Tensor& psum, const int64_t& q_pos0, const int64_t& window, const double& scale,
-                            const Tensor& da, const Tensor& dz) {
+                            const Tensor& psum, const int64_t& q_pos0, const int64_t& window, const int64_t& sinks,
+                            const double& scale, const Tensor& da, const Tensor& dz) {
   (void)scale;
   check_on_device(d, "cope_softmax_backward", {&dp, &p, &a, &z, &psum, &da, &dz});
   check_cope("cope_softmax_backward", a, z, {{"dp", &dp}, {"p", &p}, {"psum", &psum}, {"da", &da}}, {{"dz", &dz}},
-             q_pos0, window);
+             q_pos0, window, sinks);
 }
 
 }  // namespace

@@ -77,20 +77,14 @@ inline cpu::Vec<F> running_sum(cpu::Vec<F> v) {
   }
 }
 
-// cope_row_forward on vectors: the gates first (into out), then W keys at a time from i down,
-// the running sum (within the block by log steps, plus the sum of the blocks above) and the
-// interpolation; the keys left below the last whole block take cope_forward_step.
+// cope_row_forward's scan over the keys [lo, hi] on vectors, acc carried in (the keys above) and
+// out: W keys at a time from hi down (the gates already in out), the running sum (within the block
+// by log steps, plus the sum of the blocks above) and the interpolation; the keys left below the
+// last whole block take cope_forward_step.
 template <class F>
-void row_forward(const F* a, const F* z, int64_t S, int64_t npos, int64_t qp, int64_t window, F scale, F* out,
-                 F* psum) {
+void scan_forward(const F* a, const F* z, int64_t npos, int64_t lo, int64_t hi, F scale, F& acc, F* out, F* psum) {
   constexpr int64_t W = cpu::kW<F>;
-  int64_t lo, hi;
-  cope_visible(qp, S, window, lo, hi);
-  for (int64_t j = 0; j < lo; ++j) out[j] = a[j], psum[j] = F(0);
-  for (int64_t j = hi + 1; j < S; ++j) out[j] = a[j], psum[j] = F(0);
-  sigmoids<false>(a, lo, hi, out);
   const cpu::Vec<F> cap = cpu::splat(F(npos - 1));
-  F acc = F(0);
   int64_t j = hi;
   for (; j - W + 1 >= lo; j -= W) {
     const int64_t b = j - W + 1;
@@ -103,22 +97,32 @@ void row_forward(const F* a, const F* z, int64_t S, int64_t npos, int64_t qp, in
   for (; j >= lo; --j) cope_forward_step(a[j], out[j], z, npos, scale, acc, out[j], psum[j]);
 }
 
-// cope_row_backward on vectors: the slopes g (1 - g) first (into da), then W keys at a time from
-// lo up: the interpolation, dL/dp, its running sum and da; dz's scatter stays scalar (lanes often
-// share an index). (Spreading it over 4 copies of dz to break the add chains was slower: 13.0 vs
-// 6.7 ms for [8, 8, 256, 256], the copies' zeroing and sum cost more than the chains.)
+// cope_row_forward on vectors: the gates first (into out), then the window's keys from i down and
+// the sinks' below them (cope_visible), one running sum.
 template <class F>
-void row_backward(const F* dout, const F* a, const F* z, const F* psum, int64_t S, int64_t npos, int64_t qp,
-                  int64_t window, F scale, F* da, F* dz) {
+void row_forward(const F* a, const F* z, int64_t S, int64_t npos, int64_t qp, int64_t window, int64_t sinks, F scale,
+                 F* out, F* psum) {
+  int64_t send, lo, hi;
+  cope_visible(qp, S, window, sinks, send, lo, hi);
+  for (int64_t j = send; j < lo; ++j) out[j] = a[j], psum[j] = F(0);
+  for (int64_t j = hi + 1; j < S; ++j) out[j] = a[j], psum[j] = F(0);
+  sigmoids<false>(a, 0, send - 1, out);
+  sigmoids<false>(a, lo, hi, out);
+  F acc = F(0);
+  scan_forward(a, z, npos, lo, hi, scale, acc, out, psum);
+  scan_forward(a, z, npos, 0, send - 1, scale, acc, out, psum);
+}
+
+// cope_row_backward's scan over the keys [lo, hi] on vectors (the slopes g (1 - g) already in da),
+// run carried in (the keys below): W keys at a time from lo up, the interpolation, dL/dp, its
+// running sum and da; dz's scatter stays scalar (lanes often share an index). (Spreading it over 4
+// copies of dz to break the add chains was slower: 13.0 vs 6.7 ms for [8, 8, 256, 256], the
+// copies' zeroing and sum cost more than the chains.)
+template <class F>
+void scan_backward(const F* dout, const F* z, const F* psum, int64_t npos, int64_t lo, int64_t hi, F scale, F& run,
+                   F* da, F* dz) {
   constexpr int64_t W = cpu::kW<F>;
-  int64_t lo, hi;
-  cope_visible(qp, S, window, lo, hi);
-  for (int64_t j = 0; j < lo; ++j) da[j] = dout[j];
-  for (int64_t j = hi + 1; j < S; ++j) da[j] = dout[j];
-  for (int64_t n = 0; n < npos; ++n) dz[n] = F(0);
-  sigmoids<true>(a, lo, hi, da);
   const cpu::Vec<F> cap = cpu::splat(F(npos - 1));
-  F run = F(0);
   int64_t j = lo;
   for (; j + W - 1 <= hi; j += W) {
     const cpu::Vec<F> ps = cpu::vload(psum + j), de = cpu::vload(dout + j) * scale;
@@ -134,85 +138,105 @@ void row_backward(const F* dout, const F* a, const F* z, const F* psum, int64_t 
     }
   }
   for (; j <= hi; ++j) da[j] = cope_backward_step(dout[j], da[j], psum[j], z, npos, scale, run, dz);
+}
 
+// cope_row_backward on vectors: the slopes first (into da), then the sinks' keys from 0 up and the
+// window's above them, one running sum.
+template <class F>
+void row_backward(const F* dout, const F* a, const F* z, const F* psum, int64_t S, int64_t npos, int64_t qp,
+                  int64_t window, int64_t sinks, F scale, F* da, F* dz) {
+  int64_t send, lo, hi;
+  cope_visible(qp, S, window, sinks, send, lo, hi);
+  for (int64_t j = send; j < lo; ++j) da[j] = dout[j];
+  for (int64_t j = hi + 1; j < S; ++j) da[j] = dout[j];
+  for (int64_t n = 0; n < npos; ++n) dz[n] = F(0);
+  sigmoids<true>(a, 0, send - 1, da);
+  sigmoids<true>(a, lo, hi, da);
+  F run = F(0);
+  scan_backward(dout, z, psum, npos, 0, send - 1, scale, run, da, dz);
+  scan_backward(dout, z, psum, npos, lo, hi, scale, run, da, dz);
 }
 
 // The softmax of one row over its visible keys in place (0 elsewhere), and its backward into dp:
-// f32 on vectors (core/cpu/softmax_fast.h, no threads of its own), f64 cope_formula.h's loop.
+// f32 on vectors (core/cpu/softmax_fast.h, no threads of its own; with sinks over [0, hi] with the
+// gap between sinks and window at -inf, whose probabilities are then 0, and so their gradients),
+// f64 cope_formula.h's loop.
 template <class F>
-void softmax_row(F* row, int64_t S, int64_t qp, int64_t window) {
-  int64_t lo, hi;
-  cope_visible(qp, S, window, lo, hi);
-  if constexpr (std::is_same_v<F, float>)
+void softmax_row(F* row, int64_t S, int64_t qp, int64_t window, int64_t sinks) {
+  int64_t send, lo, hi;
+  cope_visible(qp, S, window, sinks, send, lo, hi);
+  if constexpr (std::is_same_v<F, float>) {
+    if (send > 0) std::fill(row + send, row + lo, -INFINITY), lo = 0;
     cpu::softmax_row_f32(row, row, S, lo, std::max(lo, hi + 1));
-  else
-    cope_row_softmax(row, S, qp, window);
+  } else {
+    cope_row_softmax(row, S, qp, window, sinks);
+  }
 }
 template <class F>
-void softmax_backward_row(const F* p, F* dp, int64_t S, int64_t qp, int64_t window) {
-  int64_t lo, hi;
-  cope_visible(qp, S, window, lo, hi);
+void softmax_backward_row(const F* p, F* dp, int64_t S, int64_t qp, int64_t window, int64_t sinks) {
+  int64_t send, lo, hi;
+  cope_visible(qp, S, window, sinks, send, lo, hi);
   if constexpr (std::is_same_v<F, float>)
-    cpu::softmax_backward_row_f32(p, dp, dp, S, lo, std::max(lo, hi + 1));
+    cpu::softmax_backward_row_f32(p, dp, dp, S, send > 0 ? 0 : lo, std::max(lo, hi + 1));
   else
-    cope_row_softmax_backward(p, dp, S, qp, window);
+    cope_row_softmax_backward(p, dp, S, qp, window, sinks);
 }
 
 // The rows in parallel, the arguments checked (cope.cpp) before these run. Softmax: the attention's
 // kernels (out is p: each row's softmax right after its scan; dout is dp, overwritten with
 // dL/dlogits before the scan's backward reads it).
 template <class F, bool Softmax>
-void forward_t(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, double scale, Tensor& out,
-               Tensor& psum) {
+void forward_t(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, int64_t sinks, double scale,
+               Tensor& out, Tensor& psum) {
   const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
   const F *ap = a.data<F>(), *zp = z.data<F>();
   F *op = out.data<F>(), *pp = psum.data<F>();
 #pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * (Softmax ? 3 : 2)))
   for (int64_t r = 0; r < R; ++r) {
-    row_forward(ap + r * S, zp + r * np, S, np, q_pos0 + r % T, window, (F)scale, op + r * S, pp + r * S);
-    if constexpr (Softmax) softmax_row(op + r * S, S, q_pos0 + r % T, window);
+    row_forward(ap + r * S, zp + r * np, S, np, q_pos0 + r % T, window, sinks, (F)scale, op + r * S, pp + r * S);
+    if constexpr (Softmax) softmax_row(op + r * S, S, q_pos0 + r % T, window, sinks);
   }
 }
 
 // p: the forward's probabilities (Softmax only; else null)
 template <class F, bool Softmax>
 void backward_t(Tensor dout, const Tensor* p, const Tensor& a, const Tensor& z, const Tensor& psum, int64_t q_pos0,
-                int64_t window, double scale, Tensor& da, Tensor& dz) {
+                int64_t window, int64_t sinks, double scale, Tensor& da, Tensor& dz) {
   const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
   const F *ap = a.data<F>(), *zp = z.data<F>(), *pp = psum.data<F>(), *prob = Softmax ? p->data<F>() : nullptr;
   F *dp = dout.data<F>(), *dap = da.data<F>(), *dzp = dz.data<F>();
 #pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * (Softmax ? 3 : 2)))
   for (int64_t r = 0; r < R; ++r) {
-    if constexpr (Softmax) softmax_backward_row(prob + r * S, dp + r * S, S, q_pos0 + r % T, window);
-    row_backward(dp + r * S, ap + r * S, zp + r * np, pp + r * S, S, np, q_pos0 + r % T, window, (F)scale,
+    if constexpr (Softmax) softmax_backward_row(prob + r * S, dp + r * S, S, q_pos0 + r % T, window, sinks);
+    row_backward(dp + r * S, ap + r * S, zp + r * np, pp + r * S, S, np, q_pos0 + r % T, window, sinks, (F)scale,
                  dap + r * S, dzp + r * np);
   }
 }
 
 // cope_forward (Softmax false) and cope_softmax_forward (true): the same signature
 template <bool Softmax>
-void forward(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, double scale, Tensor& out,
-             Tensor& psum) {
+void forward(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, int64_t sinks, double scale,
+             Tensor& out, Tensor& psum) {
   if (a.dtype() == DType::F32)
-    forward_t<float, Softmax>(a, z, q_pos0, window, scale, out, psum);
+    forward_t<float, Softmax>(a, z, q_pos0, window, sinks, scale, out, psum);
   else
-    forward_t<double, Softmax>(a, z, q_pos0, window, scale, out, psum);
+    forward_t<double, Softmax>(a, z, q_pos0, window, sinks, scale, out, psum);
 }
 
 void backward(const Tensor& dout, const Tensor& a, const Tensor& z, const Tensor& psum, int64_t q_pos0,
-              int64_t window, double scale, Tensor& da, Tensor& dz) {
+              int64_t window, int64_t sinks, double scale, Tensor& da, Tensor& dz) {
   if (a.dtype() == DType::F32)
-    backward_t<float, false>(dout, nullptr, a, z, psum, q_pos0, window, scale, da, dz);
+    backward_t<float, false>(dout, nullptr, a, z, psum, q_pos0, window, sinks, scale, da, dz);
   else
-    backward_t<double, false>(dout, nullptr, a, z, psum, q_pos0, window, scale, da, dz);
+    backward_t<double, false>(dout, nullptr, a, z, psum, q_pos0, window, sinks, scale, da, dz);
 }
 
 void softmax_backward(Tensor& dp, const Tensor& p, const Tensor& a, const Tensor& z, const Tensor& psum,
-                      int64_t q_pos0, int64_t window, double scale, Tensor& da, Tensor& dz) {
+                      int64_t q_pos0, int64_t window, int64_t sinks, double scale, Tensor& da, Tensor& dz) {
   if (a.dtype() == DType::F32)
-    backward_t<float, true>(dp, &p, a, z, psum, q_pos0, window, scale, da, dz);
+    backward_t<float, true>(dp, &p, a, z, psum, q_pos0, window, sinks, scale, da, dz);
   else
-    backward_t<double, true>(dp, &p, a, z, psum, q_pos0, window, scale, da, dz);
+    backward_t<double, true>(dp, &p, a, z, psum, q_pos0, window, sinks, scale, da, dz);
 }
 
 [[maybe_unused]] const bool g_registered = (cope_forward.add(Device::CPU, &forward<false>, __FILE__),

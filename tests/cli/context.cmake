@@ -4,6 +4,7 @@
 #                      no flags afterwards, resume works, bad requests are one-line errors
 #   context_baselines  ctxlab eval --window / --segmented
 #   context_extensions llama3 / longrope fine-tunes, self-extend and sinks on eval, sinks on sample
+#                      (rope and cope)
 #   context_xl         Transformer-XL trains on consecutive segments with memory
 # Each takes a few seconds (tiny preset).
 

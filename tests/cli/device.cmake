@@ -3,7 +3,7 @@
 # deberta, tupe, rnn, floater, complex-order, fire, cope) and every RoPE scaling (pi, ntk, dynamic-ntk, yarn,
 # rerope, leaky-rerope, llama3, longrope, self-extend; the ReRoPE / Self-Extend window 8 < T = 32 so both
 # branches run; longrope past its L = 16), the sliding window and attention sinks (rope, alibi, t5,
-# learned with `--window 8 --sinks 3`; kerple with the plain window), the loss within 1e-5 relative and every
+# learned, cope with `--window 8 --sinks 3`; kerple with the plain window), the loss within 1e-5 relative and every
 # gradient within 1e-4 (tests/python/device_checks.py). Registered in builds with the CUDA backend: in the
 # emulator build (CI) the kernels run on the CPU and the test must pass; in a real CUDA build it
 # runs on the GPU, and on a machine without one it must see `--device cuda` fail with the
@@ -39,7 +39,8 @@ if(CTXLAB_CUDA_EMULATOR OR CTXLAB_WITH_CUDA)
                    [=[{"type":"rope","scaling":{"type":"longrope","original_context":16,"short_factor":[1,1,1,1,2,2,2,2],"long_factor":[1,2,3,4,5,6,7,8]}}]=]
                    [=[{"type":"rope","scaling":{"type":"self-extend","window":8,"group":3}}]=]
                    "rope|--window 8 --sinks 3" "alibi|--window 8 --sinks 3" "t5|--window 8 --sinks 3"
-                   "learned|--window 8 --sinks 3" "kerple|--window 8")
+                   "learned|--window 8 --sinks 3" "kerple|--window 8"
+                   [=[{"type":"cope","npos_max":8}|--window 8 --sinks 3]=])
   set_tests_properties(device_grads_cuda_vs_cpu PROPERTIES
                        ENVIRONMENT "CTXLAB_THREADS=2;OMP_WAIT_POLICY=PASSIVE;PYTHONDONTWRITEBYTECODE=1"
                        SKIP_RETURN_CODE 77 TIMEOUT 300)

@@ -97,7 +97,8 @@ set(_pc_cases
     "fire|fire --param init_L=3|{\"type\":\"fire\",\"init_L\":32}"
     "fire_shared|fire --param shared=true --param init_L=2.5 --param init_c=0.7|"
     "cope|cope|cope"
-    "cope_clamped|cope --param npos_max=3 --param shared=true|")
+    "cope_clamped|cope --param npos_max=3 --param shared=true|"
+    "cope_sinks|cope --param npos_max=4 --seq 9 --window 3 --sinks 2|")
 
 set(_pc_tests "")
 foreach(_pc_case IN LISTS _pc_cases)

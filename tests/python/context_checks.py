@@ -13,8 +13,9 @@
              learned model runs beyond L without --hierarchical, the two together are an error.
   extensions the 2023-24 methods on the CLI (POSENC_SPEC §2, §6): finetune with llama3 and with
              longrope given as JSON writes them; eval with self-extend as a JSON override and with
-             --window W --sinks S (differs from the plain window, reported in the JSON); sample with
-             sinks gives the same greedy text with and without the KV cache; one-line errors.
+             --window W --sinks S (differs from the plain window, reported in the JSON; rope and
+             cope); sample with sinks gives the same greedy text with and without the KV cache (rope
+             and cope); one-line errors.
   xl         `ctxlab train` with xl + mem_len trains on consecutive segments (memory carried over)
              and the loss goes down.
 
@@ -180,6 +181,22 @@ def cmd_extensions():
     check("sample --window 8 --sinks 2: the rolling cache gives the text of the full recompute",
           all(o.returncode == 0 for o in outs) and outs[0].stdout == outs[1].stdout and len(outs[0].stdout) > 60,
           [o.stdout[-80:] for o in outs])
+    # cope (§6, §7.2: the mask only, its gates count the visible keys), trained a little so that its
+    # position table E is no longer 0
+    must_run("train a tiny cope model for 10 steps", [
+        "train", "--preset", "tiny", "--posenc", "cope", "--steps", 10, "--lr", 3e-3, "--warmup", 2,
+        "--eval-interval", 10, "--out", os.path.join(d, "cope"), "--no-plot", "--quiet"])
+    cope = os.path.join(d, "cope", "model.safetensors")
+    cwin, _ = eval_json(cope, ["--lengths", "128", "--window", 16], "cope_win16")
+    csink, p = eval_json(cope, ["--lengths", "128", "--window", 16, "--sinks", 4], "cope_sink16")
+    check("cope: eval --window 16 --sinks 4 runs, is reported, and differs from the plain window",
+          cwin is not None and csink is not None and csink["sinks"] == 4
+          and abs(csink["results"][0]["loss"] - cwin["results"][0]["loss"]) > 1e-5, p.stderr[-300:])
+    outs = [run(["sample", "--checkpoint", cope, "--prompt", "It is a truth", "--max-tokens", 40, "--temperature", 0,
+                 "--window", 8, "--sinks", 2] + extra, check_rc=0) for extra in ([], ["--no-cache"])]
+    check("cope: sample --window 8 --sinks 2 with the rolling cache gives the text of the full recompute",
+          all(o.returncode == 0 for o in outs) and outs[0].stdout == outs[1].stdout and len(outs[0].stdout) > 40,
+          [(o.stdout[-80:], o.stderr[-200:]) for o in outs])
     fails_with("--sinks without --window", ["eval", "--checkpoint", base, "--sinks", 2], ["--sinks", "--window"])
     fails_with("--sinks with a longrope override", [
         "eval", "--checkpoint", base, "--window", 16, "--sinks", 2, "--rope-scaling", json.dumps({"type": "longrope", **lists})],

@@ -98,6 +98,9 @@ ENCODING_CASES = {
     "fire-shared-tie": Case({"type": "fire", "init_L": 12, "shared": True, "init_c": 0.5}, LONG),
     "cope": Case({"type": "cope"}, LONG),                         # positions past npos saturate at 24
     "cope-shared-npos4": Case({"type": "cope", "npos_max": 4, "shared": True}, LONG),
+    # §6 with cope (§7.2): the gates count the visible keys only (npos 5: the sinks' sums reach the clamp)
+    "cope-window": Case({"type": "cope"}, LONG, (), (("window", 6),)),
+    "cope-sinks": Case({"type": "cope", "npos_max": 5}, LONG, (), (("window", 6), ("sinks", 2))),
     # the 2023-24 scalings (§2): llama3 with all three bands (wavelengths 6.3 < 8 <= 63 <= 64 < 628)
     "rope-llama3": Case({"type": "rope", "scaling": {"type": "llama3", "factor": 4.0, "original_context": 64,
                                                      "high_freq_factor": 8.0}}, LONG),
@@ -167,7 +170,8 @@ DEFAULT_CASES = ["defaults", "none", "learned", "learned-hier", "sinusoidal",
                  "alibi", "alibi-h6", "kerple", "kerple-power", "sandwich", "t5", "t5-small",
                  "shaw", "shaw-k16", "xl", "deberta", "deberta-small", "tupe",
                  "rnn", "floater", "floater-defaults", "complex-order",
-                 "fire", "fire-shared-tie", "cope", "cope-shared-npos4", "reject-fire-bad-init-L",
+                 "fire", "fire-shared-tie", "cope", "cope-shared-npos4", "cope-window", "cope-sinks",
+                 "reject-fire-bad-init-L",
                  "reject-learned-long", "reject-learned-hier-long", "reject-tupe-long",
                  "reject-unknown-key", "reject-unknown-posenc-key", "reject-bad-heads",
                  "reject-floater-bad-dt", "reject-rnn-key",

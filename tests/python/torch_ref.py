@@ -1088,8 +1088,10 @@ class Fire(PosEnc):
 
 @register("cope")
 class Cope(PosEnc):
-    """CoPE (§7.2), after facebookresearch/RAM's ContextPosSelfAttn with the repository's defaults."""
+    """CoPE (§7.2), after facebookresearch/RAM's ContextPosSelfAttn with the repository's defaults.
+    With a window and sinks (§6) the invisible keys have gate 0: positions count visible keys only."""
     KEYS = {"npos_max": None, "shared": False}
+    SINKS_OK = True
 
     @classmethod
     def validate(cls, pe, cfg):
@@ -1115,8 +1117,7 @@ class Cope(PosEnc):
     def scores(self, q, k, P, l):
         T, npos = q.shape[2], self.pe["npos_max"]
         logits = q @ k.transpose(-1, -2)                                     # unscaled
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
-        gates = torch.sigmoid(logits * self.scale).masked_fill(~mask, 0.0)
+        gates = torch.sigmoid(logits * self.scale).masked_fill(~self.visible(T), 0.0)
         pos = gates.flip(-1).cumsum(dim=-1).flip(-1).clamp(max=npos - 1)
         pos_ceil, pos_floor = pos.ceil().long(), pos.floor().long()
         z = q @ P[self._name(l)]                                             # [B, H, T, npos]
