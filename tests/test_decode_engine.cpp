@@ -49,9 +49,7 @@ nlohmann::json rope(nlohmann::json sc) {
 std::unique_ptr<nn::GPT> model_for(const nlohmann::json& posenc, int64_t context = 128) {
   auto m = std::make_unique<nn::GPT>(testing_util::two_head_cfg(61, 32, 2, 64, context, posenc));
   m->init_weights(5);
-  Rng rng(11);
-  for (auto& [name, p] : m->named_parameters())
-    if (name.find("norm") == std::string::npos) rng.fill_normal(p.data(), 0.0, 0.3);
+  testing_util::randomize_weights(*m, 11, 0.3);
   m->eval();
   return m;
 }
