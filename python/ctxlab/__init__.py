@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self, Unpack
 
 __all__ = ["Error", "Tensor", "Variable", "no_grad", "Tokenizer", "Model", "AdamW", "SGD", "tensor",
-           "config", "presets", "encodings", "devices", "train", "evaluate", "sample", "gradcheck",
+           "config", "presets", "encodings", "devices", "train", "evaluate", "sample", "sample_many", "gradcheck",
            "gradcheck_params", "byte_tokenizer", "load_tokenizer", "clip_grad_norm", "lr_warmup_cosine",
            "DType", "Device", "Preset", "StrPath", "NamedParameters", "TrainResult", "HistoryRow", "EvalResult",
            "PositionBucket", "GradcheckResult", "TensorCheck", "GradcheckOptions"]
@@ -434,6 +434,26 @@ def sample(model: Model, prompt: str | bytes | Sequence[int] | NDArray[numpy.int
     if isinstance(prompt, str):
         return model.tokenizer.decode(ids).decode("utf-8", "replace")
     return list(ids)
+
+
+@overload
+def sample_many(model: Model, prompt: str, num_samples: int, max_tokens: int = ..., temperature: float = ...,
+                top_k: int = ..., seed: int = ..., window: int = ...) -> list[str]: ...
+@overload
+def sample_many(model: Model, prompt: bytes | Sequence[int] | NDArray[numpy.integer[Any]], num_samples: int,
+                max_tokens: int = ..., temperature: float = ..., top_k: int = ..., seed: int = ...,
+                window: int = ...) -> list[list[int]]: ...
+def sample_many(model: Model, prompt: str | bytes | Sequence[int] | NDArray[numpy.integer[Any]], num_samples: int,
+                max_tokens: int = 200, temperature: float = 0.8, top_k: int = 40, seed: int = 0,
+                window: int = 0) -> list[str] | list[list[int]]:
+    """num_samples continuations of `prompt` decoded together (one batch: each token's weights are read
+    once for all of them; the graph-free decoder, docs/sampling.md), sample b drawn with seed + b, so
+    sample 0 is sample()'s. A str prompt gives str continuations, token ids (or bytes) give ids."""
+    rows = _C.sample_many(model._m, _token_list(model, prompt), num_samples, max_tokens, temperature, top_k, seed,
+                          window)
+    if isinstance(prompt, str):
+        return [model.tokenizer.decode(r).decode("utf-8", "replace") for r in rows]
+    return [list(r) for r in rows]
 
 
 def gradcheck_params(named_parameters: Iterable[tuple[str, Variable]], loss: Callable[[], Variable],

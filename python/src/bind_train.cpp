@@ -110,6 +110,18 @@ void bind_train(nb::module_& m) {
       nb::arg("use_cache") = true, nb::arg("on_token").none() = nb::none(),
       "Generates max_tokens token ids after the prompt (ctx::sample).");
 
+  m.def("sample_many", [](ctx::nn::GPT& model, const std::vector<int32_t>& prompt, int64_t num_samples,
+                          int64_t max_tokens, double temperature, int64_t top_k, uint64_t seed, int64_t window) {
+        ctx::SampleOptions o;
+        o.max_tokens = max_tokens, o.temperature = temperature, o.top_k = top_k, o.seed = seed;
+        o.window = window, o.num_samples = num_samples;
+        ctx::check_sample_options(o);
+        nb::gil_scoped_release release;
+        return ctx::sample_many(model, prompt, o).tokens;
+      }, nb::arg("model"), nb::arg("prompt"), nb::arg("num_samples"), nb::arg("max_tokens") = 200,
+      nb::arg("temperature") = 0.8, nb::arg("top_k") = 40, nb::arg("seed") = 0, nb::arg("window") = 0,
+      "num_samples continuations decoded together, sample b with seed + b (ctx::sample_many).");
+
   m.def("gradcheck_params", [](const ctx::nn::NamedParams& params, const std::function<ctx::Variable()>& loss,
                                const std::function<bool(const std::string&)>& check, double eps, double atol,
                                double rtol, uint64_t seed, int64_t max_elements) {

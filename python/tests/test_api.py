@@ -174,6 +174,14 @@ def test_train_evaluate_sample(tmp_path):
     streamed = []
     ctxlab.sample(m, "the", max_tokens=5, temperature=1.0, seed=3, on_token=streamed.append)
     assert len(streamed) == 5
+    many = ctxlab.sample_many(m, "the quick", 3, max_tokens=12, temperature=1.0, seed=5)
+    assert len(many) == 3 and all(isinstance(t, str) and len(t.encode()) == 12 for t in many)
+    assert many == ctxlab.sample_many(m, "the quick", 3, max_tokens=12, temperature=1.0, seed=5)  # seeded
+    assert len(set(many)) > 1                                      # each row its own seed
+    rows = ctxlab.sample_many(m, list(b"the quick"), 2, max_tokens=12, temperature=0.0)
+    assert len(rows) == 2 and rows[0] == rows[1] and len(rows[0]) == 12  # greedy: the same rows
+    with pytest.raises(ctxlab.Error, match="--num-samples"):
+        ctxlab.sample_many(m, "the", 0)
     with pytest.raises(ctxlab.Error, match="unknown train option 'stepz'"):
         ctxlab.train(m, data=corpus, out=tmp_path / "run2", steps=1, stepz=3)
     with pytest.raises(ctxlab.Error, match="--batch"):

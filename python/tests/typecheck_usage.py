@@ -102,6 +102,8 @@ def train_evaluate_sample(model: ctxlab.Model, corpus: Path) -> str:
     assert_type(ctxlab.sample(model, b"the quick"), list[int])
     ctxlab.sample(model, "x", on_token=print)
     ctxlab.sample(model, "x", on_token="no")                # type: ignore[call-overload]
+    assert_type(ctxlab.sample_many(model, "the quick", 2), list[str])
+    assert_type(ctxlab.sample_many(model, b"the quick", 2, max_tokens=4), list[list[int]])
     res["stepz"]                                           # type: ignore[typeddict-item]
     return text
 
