@@ -99,9 +99,9 @@ inline F factor(F x) {  // a product's factor as the GEMM it replaces takes it (
   else return x;
 }
 
-// acc[b][v] = sum_k factor(a[b lda + k]) w[k kU G + v lanes] for b < NB rows, G kU-unit gates
-// (kU G / kW vectors per row), k < K.
-template <class F, bool Bf16, int NB, int G>
+// acc[b][v] = sum_k a[b lda + k] w[k kU G + v lanes] for b < NB rows, G kU-unit gates (kU G / kW
+// vectors per row), k < K.
+template <class F, int NB, int G>
 inline void tile_products(const F* a, int64_t lda, const F* w, int64_t K, Vec<F> (&acc)[NB][G * kU / kW<F>]) {
   constexpr int NV = G * kU / kW<F>;
   for (int b = 0; b < NB; ++b)
@@ -111,7 +111,7 @@ inline void tile_products(const F* a, int64_t lda, const F* w, int64_t K, Vec<F>
     Vec<F> wv[NV];
     for (int v = 0; v < NV; ++v) wv[v] = vload(wk + v * kW<F>);
     for (int b = 0; b < NB; ++b) {
-      const Vec<F> x = splat(factor<F, Bf16>(a[b * lda + k]));
+      const Vec<F> x = splat(a[b * lda + k]);
       for (int v = 0; v < NV; ++v) acc[b][v] += x * wv[v];
     }
   }
@@ -119,13 +119,13 @@ inline void tile_products(const F* a, int64_t lda, const F* w, int64_t K, Vec<F>
 
 // out[b][0 .. G kU) = the products of rows b < nb (1 <= nb <= NB): tile_products with NB fixed at
 // compile time, dispatched on nb (each row's sums are the same whatever the tile).
-template <class F, bool Bf16, int G, int NB>
+template <class F, int G, int NB>
 void row_products(const F* a, int64_t lda, const F* w, int64_t K, int nb, F (*out)[G * kU]) {
   if constexpr (NB > 1)
-    if (nb < NB) return row_products<F, Bf16, G, NB - 1>(a, lda, w, K, nb, out);
+    if (nb < NB) return row_products<F, G, NB - 1>(a, lda, w, K, nb, out);
   constexpr int NV = G * kU / kW<F>;
   Vec<F> acc[NB][NV];
-  tile_products<F, Bf16, NB, G>(a, lda, w, K, acc);
+  tile_products<F, NB, G>(a, lda, w, K, acc);
   for (int b = 0; b < NB; ++b)
     for (int v = 0; v < NV; ++v) vstore(out[b] + v * kW<F>, acc[b][v]);
 }
@@ -136,6 +136,9 @@ void sequence_forward_kernel(const F* xg, const F* wh, const F* bhn, F* Hs, F* r
   constexpr int NB = 4;  // rows per tile: 4 x 3 gates x kU accumulators
   const int64_t blocks = (H + kU - 1) / kU;
   std::vector<F> wf(blocks * H * 3 * kU);
+  // bf16 products: hr[t % 2] holds step t's factors, h_{t-1} rounded (written as h_{t-1} is, each
+  // thread its units; step t + 1 writes the other half, which nobody reads after step t - 1).
+  std::vector<F> hr(Bf16 ? 2 * B * H : 0);
   run_team(cpu::threads_for(B * 3 * H * H / kW<F>), [&](const Team& tm) {
     const std::pair<int64_t, int64_t> mine = tm.share(blocks);
     for (int64_t blk = mine.first; blk < mine.second; ++blk)
@@ -145,15 +148,22 @@ void sequence_forward_kernel(const F* xg, const F* wh, const F* bhn, F* Hs, F* r
             const int64_t j = blk * kU + u;
             wf[((blk * H + k) * 3 + g) * kU + u] = j < H ? factor<F, Bf16>(wh[(g * H + j) * H + k]) : F(0);
           }
+    const int64_t u0 = mine.first * kU, u1 = std::min(H, mine.second * kU);  // my units
+    if constexpr (Bf16) {
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = u0; j < u1; ++j) hr[b * H + j] = factor<F, Bf16>(Hs[b * H + j]);
+      tm.barrier();  // step 0 reads every unit of the rounded h_{-1}
+    }
     F hg[NB][3 * kU];
     for (int64_t t = 0; t < T; ++t) {
       const F* hp = Hs + t * B * H;
       F* h = Hs + (t + 1) * B * H;
+      const F* factors = Bf16 ? hr.data() + (t % 2) * B * H : hp;
       for (int64_t blk = mine.first; blk < mine.second; ++blk) {
         const int64_t j0 = blk * kU, units = std::min(kU, H - j0);
         for (int64_t b0 = 0; b0 < B; b0 += NB) {
           const int nb = (int)std::min<int64_t>(NB, B - b0);
-          row_products<F, Bf16, 3, NB>(hp + b0 * H, H, wf.data() + blk * H * 3 * kU, H, nb, hg);
+          row_products<F, 3, NB>(factors + b0 * H, H, wf.data() + blk * H * 3 * kU, H, nb, hg);
           for (int b = 0; b < nb; ++b) {
             const int64_t row = (t * B + b0 + b), i = row * H + j0;
             for (int64_t u = 0; u < units; ++u)
@@ -163,6 +173,9 @@ void sequence_forward_kernel(const F* xg, const F* wh, const F* bhn, F* Hs, F* r
           }
         }
       }
+      if constexpr (Bf16)
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t j = u0; j < u1; ++j) hr[((t + 1) % 2) * B * H + b * H + j] = factor<F, Bf16>(h[b * H + j]);
       tm.barrier();  // step t + 1 reads every unit of h_t
     }
   });
@@ -174,6 +187,7 @@ void sequence_backward_kernel(const F* gy, const F* wh, const F* Hs, const F* rz
   constexpr int NB = 8;  // rows per tile: 8 x kU accumulators
   const int64_t blocks = (H + kU - 1) / kU;
   std::vector<F> wb(blocks * 3 * H * kU), dh(B * H, F(0));  // dh: dL/dh_t flowing back, each thread its units
+  std::vector<F> d2r(Bf16 ? 2 * B * 3 * H : 0);  // bf16 products: d2[t] rounded in d2r[t % 2] (as hr above)
   run_team(cpu::threads_for(B * 3 * H * H / kW<F>), [&](const Team& tm) {
     const std::pair<int64_t, int64_t> mine = tm.share(blocks);
     for (int64_t blk = mine.first; blk < mine.second; ++blk)
@@ -182,14 +196,19 @@ void sequence_backward_kernel(const F* gy, const F* wh, const F* Hs, const F* rz
           const int64_t j = blk * kU + u;
           wb[(blk * 3 * H + c) * kU + u] = j < H ? factor<F, Bf16>(wh[c * H + j]) : F(0);
         }
+    const int64_t u0 = mine.first * kU, u1 = std::min(H, mine.second * kU);  // my units
     F back[NB][kU];
     for (int64_t t = T - 1; t >= 0; --t) {
       const int64_t r0 = t * B;  // this step's first row of [T B, .]
+      F* rounded = Bf16 ? d2r.data() + (t % 2) * B * 3 * H : nullptr;
       for (int64_t b = 0; b < B; ++b)
-        for (int64_t j = mine.first * kU; j < std::min(H, mine.second * kU); ++j) {
+        for (int64_t j = u0; j < u1; ++j) {
           const int64_t row = r0 + b, i = row * H + j;
+          F* c = d2 + row * 3 * H + j;
           dh[b * H + j] = cell_backward(gy[i] + dh[b * H + j], rzn + row * 3 * H + j, hn[i], Hs[i], H,
-                                        d1 + row * 3 * H + j, d2 + row * 3 * H + j);
+                                        d1 + row * 3 * H + j, c);
+          if constexpr (Bf16)
+            for (int64_t g = 0; g < 3; ++g) rounded[b * 3 * H + g * H + j] = factor<F, Bf16>(c[g * H]);
         }
       if (t == 0) break;  // nothing flows back from the first step
       tm.barrier();       // the products below read every unit of d2[t]
@@ -197,7 +216,8 @@ void sequence_backward_kernel(const F* gy, const F* wh, const F* Hs, const F* rz
         const int64_t j0 = blk * kU, units = std::min(kU, H - j0);
         for (int64_t b0 = 0; b0 < B; b0 += NB) {
           const int nb = (int)std::min<int64_t>(NB, B - b0);
-          row_products<F, Bf16, 1, NB>(d2 + (r0 + b0) * 3 * H, 3 * H, wb.data() + blk * 3 * H * kU, 3 * H, nb, back);
+          const F* factors = Bf16 ? rounded + b0 * 3 * H : d2 + (r0 + b0) * 3 * H;
+          row_products<F, 1, NB>(factors, 3 * H, wb.data() + blk * 3 * H * kU, 3 * H, nb, back);
           for (int b = 0; b < nb; ++b)
             for (int64_t u = 0; u < units; ++u) dh[(b0 + b) * H + j0 + u] += back[b][u];
         }
