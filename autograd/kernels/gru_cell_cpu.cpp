@@ -18,6 +18,7 @@
 
 namespace ctx::kernels {
 namespace {
+using cpu::exp_vec;
 using cpu::kW;
 using cpu::splat;
 using cpu::Vec;
@@ -130,6 +131,41 @@ void row_products(const F* a, int64_t lda, const F* w, int64_t K, int nb, F (*ou
     for (int v = 0; v < NV; ++v) vstore(out[b] + v * kW<F>, acc[b][v]);
 }
 
+// The gates of one row's block of units (units <= kU of them; x, s: the block's first unit of the
+// row's r | z | n blocks, stride H; g: its hg, r | z | n of kU each), cell_forward's formulas. f64
+// (the tests' dtype) runs cell_forward itself; f32 a vector a gate, sigm and tanh through e^x
+// (sigm_vec, tanh_vec: within a few ulp of std::tanh's, the same code for every unit).
+inline Vec<float> sigm_vec(Vec<float> x) {  // 1 / (1 + e^-x), from e = e^-|x| <= 1: no overflow
+  const Vec<float> ax = x < 0 ? -x : x, e = exp_vec(-ax), d = 1.0f / (1.0f + e);
+  return x >= 0 ? d : e * d;
+}
+inline Vec<float> tanh_vec(Vec<float> x) {  // (1 - e) / (1 + e), e = e^-2|x|; |x| < 1/16: the series
+  const Vec<float> ax = x < 0 ? -x : x, x2 = x * x, e = exp_vec(-2.0f * ax);
+  const Vec<float> big = (1.0f - e) / (1.0f + e);
+  const Vec<float> series = x + x * (x2 * (-1.0f / 3 + x2 * (2.0f / 15)));
+  return ax < 0.0625f ? series : (x < 0 ? -big : big);
+}
+template <class F>
+inline void block_gates(const F* x, const F (&g)[3 * kU], const F* bhn, const F* hp, int64_t H, int64_t units, F* h,
+                        F* s, F* hn) {
+  for (int64_t u = 0; u < units; ++u) cell_forward(x + u, g[u], g[kU + u], g[2 * kU + u], bhn[u], hp[u], H, h[u], s + u, hn[u]);
+}
+template <>
+inline void block_gates(const float* x, const float (&g)[3 * kU], const float* bhn, const float* hp, int64_t H,
+                        int64_t units, float* h, float* s, float* hn) {
+  float in[5][kU] = {}, out[5][kU];  // x_r, x_z, x_n, hp, bhn -> h, r, z, n, hn (lanes past `units`: 0)
+  for (int64_t u = 0; u < units; ++u)
+    in[0][u] = x[u], in[1][u] = x[H + u], in[2][u] = x[2 * H + u], in[3][u] = hp[u], in[4][u] = bhn[u];
+  for (int64_t v = 0; v < kU; v += kW<float>) {
+    const Vec<float> r = sigm_vec(vload(in[0] + v) + vload(g + v)), z = sigm_vec(vload(in[1] + v) + vload(g + kU + v));
+    const Vec<float> hv = vload(g + 2 * kU + v) + vload(in[4] + v), n = tanh_vec(vload(in[2] + v) + r * hv);
+    vstore(out[0] + v, n + z * (vload(in[3] + v) - n));
+    vstore(out[1] + v, r), vstore(out[2] + v, z), vstore(out[3] + v, n), vstore(out[4] + v, hv);
+  }
+  for (int64_t u = 0; u < units; ++u)
+    h[u] = out[0][u], s[u] = out[1][u], s[H + u] = out[2][u], s[2 * H + u] = out[3][u], hn[u] = out[4][u];
+}
+
 template <class F, bool Bf16>
 void sequence_forward_kernel(const F* xg, const F* wh, const F* bhn, F* Hs, F* rzn, F* hn, int64_t T, int64_t B,
                              int64_t H) {
@@ -165,11 +201,9 @@ void sequence_forward_kernel(const F* xg, const F* wh, const F* bhn, F* Hs, F* r
           const int nb = (int)std::min<int64_t>(NB, B - b0);
           row_products<F, 3, NB>(factors + b0 * H, H, wf.data() + blk * H * 3 * kU, H, nb, hg);
           for (int b = 0; b < nb; ++b) {
-            const int64_t row = (t * B + b0 + b), i = row * H + j0;
-            for (int64_t u = 0; u < units; ++u)
-              cell_forward(xg + row * 3 * H + j0 + u, hg[b][u], hg[b][kU + u], hg[b][2 * kU + u], bhn[j0 + u],
-                           hp[(b0 + b) * H + j0 + u], H, h[(b0 + b) * H + j0 + u], rzn + row * 3 * H + j0 + u,
-                           hn[i + u]);
+            const int64_t row = t * B + b0 + b;
+            block_gates(xg + row * 3 * H + j0, hg[b], bhn + j0, hp + (b0 + b) * H + j0, H, units,
+                        h + (b0 + b) * H + j0, rzn + row * 3 * H + j0, hn + row * H + j0);
           }
         }
       }
