@@ -1,4 +1,4 @@
-// autograd/kernels/gru_cell.cpp — the slots of the GRU cell kernels (gru_cell.h) and the argument
+// autograd/kernels/gru_cell.cpp — the slots of the GRU cell and sequence kernels (gru_cell.h) and the argument
 // checks every device runs before its kernel: one message per mistake, whatever the device.
 #include "autograd/kernels/gru_cell.h"
 

@@ -3,7 +3,8 @@
 // new state and what the backward needs, instead of ~20 elementwise primitives and their
 // temporaries per step. The reference is the composed loop in autograd/ops_gru.cpp
 // (CTXLAB_FUSED_GRU=0); tests/test_backend_ops.cpp holds every device's kernels to short loops,
-// and tests/test_posenc_survey.cpp the fused op to the composed one.
+// and tests/test_posenc_survey.cpp the fused op to the composed one. Below them the CPU-only
+// sequence kernels: the whole recurrence in one team region (what gru_sequence runs here).
 #include <algorithm>
 #include <cmath>
 #include <utility>
