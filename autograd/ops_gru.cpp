@@ -17,7 +17,10 @@
 // off), the fused one: gate-interleaved [T, B, 3H] layout, the input projection one GEMM with
 // the bias inside (Backend::linear), per step one [B, H] x [H, 3H] GEMM plus one fused gate
 // kernel forward (gru_cell_forward) and one kernel plus one GEMM backward (gru_cell_backward),
-// and the weight gradients one GEMM each over all T*B rows. The gate kernels are this op's own
+// and the weight gradients one GEMM each over all T*B rows. Where the device has the sequence
+// kernels (the CPU: gru_sequence_forward / _backward), the per-step loop each way is one call
+// instead: one parallel region per sequence, each thread a slice of the hidden units, a barrier a
+// step (not 2 x T regions a step). The gate kernels are this op's own
 // extension kernels (core/extension.h), not Backend methods: autograd/kernels/gru_cell.h declares
 // them, gru_cell_cpu.cpp and gru_cell_cuda.cu register them per device.
 #include "autograd/kernels/gru_cell.h"
@@ -45,11 +48,16 @@ Variable gru_sequence_fused(const Variable& x, const Variable& w_ih, const Varia
   Tensor h0 = Hs.select0(0);
   be.fill(h0, 0.0);
   const Tensor bhn = gate(bh, 2, H);
-  Tensor hg = seq::like(xd, {B, 3 * H});
-  for (int64_t t = 0; t < T; ++t) {
-    seq::mm(Hs.select0(t), false, wh, true, hg);  // [B, H] x [H, 3H]
-    Tensor h = Hs.select0(t + 1), rzn = RZN.select0(t), hn = HN.select0(t);
-    kernels::gru_cell_forward(dev, XG.slice0(t * B, (t + 1) * B), hg, bhn, Hs.select0(t), h, rzn, hn);
+  if (kernels::gru_sequence_forward.has(dev)) {  // the CPU: every step in one parallel region
+    const Tensor xg = XG.view({T, B, 3 * H});
+    kernels::gru_sequence_forward(dev, xg, wh, bhn, Hs, RZN, HN);
+  } else {
+    Tensor hg = seq::like(xd, {B, 3 * H});
+    for (int64_t t = 0; t < T; ++t) {
+      seq::mm(Hs.select0(t), false, wh, true, hg);  // [B, H] x [H, 3H]
+      Tensor h = Hs.select0(t + 1), rzn = RZN.select0(t), hn = HN.select0(t);
+      kernels::gru_cell_forward(dev, XG.slice0(t * B, (t + 1) * B), hg, bhn, Hs.select0(t), h, rzn, hn);
+    }
   }
   Tensor out = seq::swap01(Hs.slice0(1, T + 1));  // [B, T, H]
 
@@ -57,14 +65,18 @@ Variable gru_sequence_fused(const Variable& x, const Variable& w_ih, const Varia
     Backend& bb = backend_of(dy);
     const Tensor G = seq::swap01(dy);  // [T, B, H]
     Tensor D1 = seq::like(dy, {T, B, 3 * H}), D2 = seq::like(dy, {T, B, 3 * H});
-    Tensor dh = seq::like(dy, {B, H}), dh_next = seq::like(dy, {B, H});
-    bb.fill(dh, 0.0);
-    for (int64_t t = T - 1; t >= 0; --t) {
-      Tensor d1 = D1.select0(t), d2 = D2.select0(t);
-      kernels::gru_cell_backward(dy.device(), G.select0(t), dh, Hs.select0(t), RZN.select0(t), HN.select0(t), d1,
-                                 d2, dh_next);
-      seq::mm(d2, false, wh, false, dh_next, 1.f);  // + (dAr | dAz | dHn) W_hh
-      std::swap(dh, dh_next);
+    if (kernels::gru_sequence_backward.has(dy.device())) {  // the CPU: every step in one parallel region
+      kernels::gru_sequence_backward(dy.device(), G, wh, Hs, RZN, HN, D1, D2);
+    } else {
+      Tensor dh = seq::like(dy, {B, H}), dh_next = seq::like(dy, {B, H});
+      bb.fill(dh, 0.0);
+      for (int64_t t = T - 1; t >= 0; --t) {
+        Tensor d1 = D1.select0(t), d2 = D2.select0(t);
+        kernels::gru_cell_backward(dy.device(), G.select0(t), dh, Hs.select0(t), RZN.select0(t), HN.select0(t), d1,
+                                   d2, dh_next);
+        seq::mm(d2, false, wh, false, dh_next, 1.f);  // + (dAr | dAz | dHn) W_hh
+        std::swap(dh, dh_next);
+      }
     }
     const Tensor R1 = D1.view({T * B, 3 * H}), R2 = D2.view({T * B, 3 * H});
     if (x.requires_grad()) {  // dX [T B, In] = D1 W_ih

@@ -45,8 +45,9 @@ const std::vector<FastPathInfo>& fast_paths() {
        "the per-tensor AdamW: clip_grad_norm, Backend::adamw per parameter (train/optim.cpp)",
        "train/optim.cpp (FlatParams::supported; the switch is AdamWOptions::fused, per optimizer)"},
       {FastPath::GruCell, "gru_cell", "CTXLAB_FUSED_GRU", true, true, Fused::Linear,
-       "the input projection by Backend::linear, then per step the gru_cell_forward / gru_cell_backward "
-       "extension kernels (autograd/kernels/gru_cell.h; gru_sequence)",
+       "the input projection by Backend::linear, then the gru_sequence_forward / _backward extension "
+       "kernels (the CPU: the recurrence in one parallel region) or per step gru_cell_forward / "
+       "gru_cell_backward and a GEMM (autograd/kernels/gru_cell.h; gru_sequence)",
        "the per-gate loop (autograd/ops_gru.cpp)",
        "autograd/ops_gru.cpp (and the device's gru_cell kernels: kernels::gru_cell_*.has)"},
       {FastPath::OdeRk4, "ode_rk4", "CTXLAB_FUSED_ODE", true, false, Fused::Linear,

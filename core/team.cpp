@@ -61,11 +61,18 @@ std::pair<int64_t, int64_t> Team::share(int64_t n, int64_t align) const {
   return {begin, end};
 }
 
+namespace {
+std::atomic<int64_t> g_regions{0};
+}  // namespace
+
+int64_t team_regions_started() { return g_regions.load(std::memory_order_relaxed); }
+
 void run_team(int threads, const std::function<void(const Team&)>& fn) {
   if (threads <= 1 || omp_in_parallel()) {
     fn(Team(0, 1));
     return;
   }
+  g_regions.fetch_add(1, std::memory_order_relaxed);
   TeamState state;
 #pragma omp parallel num_threads(threads)
   {

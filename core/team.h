@@ -36,4 +36,8 @@ class Team {
 // An exception thrown by any thread ends every thread at its next barrier and is rethrown here.
 void run_team(int threads, const std::function<void(const Team&)>& fn);
 
+// How many run_team calls so far (process-wide) started a region of more than one thread: for the
+// tests that hold a kernel to one region per call (tests/test_posenc_survey.cpp, the GRU's).
+int64_t team_regions_started();
+
 }  // namespace ctx

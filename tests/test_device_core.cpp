@@ -473,6 +473,8 @@ TEST(DeviceCore, ExtensionKernelsAreTypedOnePerDeviceAndRefuseClearly) {
 TEST(DeviceCore, TheEncodingsKernelsAreRegisteredPerDevice) {
   EXPECT_TRUE(kernels::gru_cell_forward.has(Device::CPU));
   EXPECT_TRUE(kernels::gru_cell_backward.has(Device::CPU));
+  EXPECT_TRUE(kernels::gru_sequence_forward.has(Device::CPU));
+  EXPECT_TRUE(kernels::gru_sequence_backward.has(Device::CPU));
   EXPECT_TRUE(kernels::ode_rk4_forward.has(Device::CPU));
   EXPECT_TRUE(kernels::ode_rk4_backward.has(Device::CPU));
   for (Device d : {Device::CPU
@@ -487,6 +489,8 @@ TEST(DeviceCore, TheEncodingsKernelsAreRegisteredPerDevice) {
 #ifdef CTXLAB_WITH_CUDA
   EXPECT_TRUE(kernels::gru_cell_forward.has(Device::CUDA));  // registered as libctxlab_cuda.so loads
   EXPECT_TRUE(kernels::gru_cell_backward.has(Device::CUDA));
+  EXPECT_FALSE(kernels::gru_sequence_forward.has(Device::CUDA));  // the per-step loop there (ops_gru.cpp)
+  EXPECT_FALSE(kernels::gru_sequence_backward.has(Device::CUDA));
   EXPECT_FALSE(kernels::ode_rk4_forward.has(Device::CUDA));  // not written: ops_ode.cpp composes there
   EXPECT_FALSE(kernels::ode_rk4_backward.has(Device::CUDA));
 #endif
@@ -496,6 +500,19 @@ TEST(DeviceCore, TheEncodingsKernelsAreRegisteredPerDevice) {
          hn = Tensor::zeros({2, 3}, DType::F32);
   expect_error([&] { kernels::gru_cell_forward(Device::CPU, bad, xg, bhn, hp, h, rzn, hn); },
                {"gru_cell_forward: xg must be f32[2, 9] on cpu", "f32[2, 8]"});
+  {  // the sequence kernels: T 4, B 2, H 3 (hn sets them)
+    const Tensor wh = Tensor::zeros({9, 3}, DType::F32), seq_xg = Tensor::zeros({4, 2, 9}, DType::F32),
+                 gy = Tensor::zeros({4, 2, 3}, DType::F32);
+    Tensor Hs = Tensor::zeros({5, 2, 3}, DType::F32), short_hs = Tensor::zeros({4, 2, 3}, DType::F32),
+           seq_rzn = Tensor::zeros({4, 2, 9}, DType::F32), seq_hn = Tensor::zeros({4, 2, 3}, DType::F32),
+           f64_hn = Tensor::zeros({4, 2, 3}, DType::F64), d = Tensor::zeros({4, 2, 9}, DType::F32);
+    expect_error([&] { kernels::gru_sequence_forward(Device::CPU, seq_xg, wh, bhn, short_hs, seq_rzn, seq_hn); },
+                 {"gru_sequence_forward: Hs must be f32[5, 2, 3] on cpu", "got f32[4, 2, 3]"});
+    expect_error([&] { kernels::gru_sequence_backward(Device::CPU, gy, wh, Hs, seq_rzn, f64_hn, d, d); },
+                 {"gru_sequence_backward: gy must be f64[4, 2, 3]", "got f32[4, 2, 3]"});
+    expect_error([&] { kernels::gru_sequence_backward(Device::CPU, gy, wh, Hs, seq_rzn, hp, d, d); },
+                 {"gru_sequence_backward: hn must be f32 or f64 [T, B, H]", "got f32[2, 3]"});
+  }
   const Tensor p0 = Tensor::zeros({4}, DType::F32), w1 = Tensor::zeros({3, 4}, DType::F32),
                f = Tensor::zeros({3}, DType::F32), w2 = Tensor::zeros({4, 3}, DType::F32);
   Tensor P = Tensor::zeros({3, 4}, DType::F32), Pt = Tensor::zeros({16, 4}, DType::F32),

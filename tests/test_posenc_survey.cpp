@@ -19,6 +19,8 @@
 #include "autograd/kernels/gru_cell.h"
 #include "autograd/kernels/ode_rk4.h"
 #include "autograd/ops_position_gen.h"
+#include "core/precision.h"
+#include "core/team.h"
 #include "core/threads.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
@@ -132,6 +134,100 @@ TEST(PosencSurvey, FusedGruEqualsTheComposedLoop) {
                         {"x", "weight_ih", "weight_hh", "bias_ih", "bias_hh"}),
               5);
   reset_fast_path(FastPath::GruCell);
+}
+
+// One gru_sequence forward and backward (output and every input's gradient) with `threads` threads,
+// counting the team regions (core/team.h) the two directions started.
+struct GruRun {
+  std::vector<Tensor> out;
+  int64_t regions_forward = 0, regions_backward = 0;
+};
+GruRun run_gru(const std::vector<Tensor>& ins, const Tensor& gy, int threads) {
+  const int saved = num_threads();
+  set_num_threads(threads);
+  std::vector<Variable> v;
+  for (auto& t : ins) v.emplace_back(t.clone(), true);
+  GruRun r;
+  const int64_t r0 = team_regions_started();
+  Variable h = gru_sequence(v[0], v[1], v[2], v[3], v[4]);
+  const int64_t r1 = team_regions_started();
+  h.backward(gy);
+  r.regions_forward = r1 - r0;
+  r.regions_backward = team_regions_started() - r1;
+  set_num_threads(saved);
+  r.out = {h.data()};
+  for (auto& x : v) r.out.push_back(x.grad());
+  return r;
+}
+std::vector<Tensor> gru_inputs(int64_t B, int64_t T, int64_t In, int64_t H, DType dt) {
+  std::vector<Tensor> ins = {randn({B, T, In}, 1, 1.0), randn({3 * H, In}, 2, 0.1), randn({3 * H, H}, 3, 0.1),
+                             randn({3 * H}, 4), randn({3 * H}, 5)};
+  for (auto& t : ins) t = t.to(dt);
+  return ins;
+}
+
+// The CPU runs the recurrence as one parallel region per sequence each way (the sequence kernels,
+// a barrier a step), not a fork per step; the per-step loop (CTXLAB_FUSED_GRU=0) starts none. And
+// its bits do not depend on the thread count: 1, 2 and 3 threads, f32 (fp32 and bf16 products)
+// and f64. B 66 and H 88 cut partial row tiles (of 4 and 8 rows) and a partial block of units
+// (16 each), and a step's work, 66 x 264 x 88 / 16 multiply-add vectors, passes the fork threshold
+// (core/cpu/parallel.h); B 3 does not (one thread however many are asked).
+TEST(PosencSurvey, GruIsOneRegionPerSequenceAndItsBitsDoNotDependOnTheThreadCount) {
+  ASSERT_TRUE(kernels::gru_sequence_forward.has(Device::CPU) && kernels::gru_sequence_backward.has(Device::CPU));
+  const int64_t T = 6, In = 5, H = 88;
+  for (DType dt : {DType::F32, DType::F64})
+    for (Precision p : {Precision::FP32, Precision::BF16}) {
+      if (dt == DType::F64 && p == Precision::BF16) continue;  // (f64 products are never rounded)
+      PrecisionScope scope(p);
+      const std::string what = std::string(dtype_name(dt)) + " " + precision_name(p);
+      for (int64_t B : {66, 3}) {
+        const auto ins = gru_inputs(B, T, In, H, dt);
+        const Tensor gy = randn({B, T, H}, 6, 1.0).to(dt);
+        const GruRun one = run_gru(ins, gy, 1);
+        EXPECT_EQ(one.regions_forward + one.regions_backward, 0) << what;
+        for (int threads : {2, 3}) {
+          const GruRun many = run_gru(ins, gy, threads);
+          EXPECT_EQ(many.regions_forward, B == 66 ? 1 : 0) << what << " threads " << threads;
+          EXPECT_EQ(many.regions_backward, B == 66 ? 1 : 0) << what << " threads " << threads;
+          for (size_t i = 0; i < one.out.size(); ++i)
+            EXPECT_TRUE(testing_util::same_bits(many.out[i], one.out[i]))
+                << what << " B " << B << " threads " << threads << " output/grad #" << i;
+        }
+      }
+    }
+  // The per-step loop: a fork per GEMM where it pays, never a team.
+  set_fast_path(FastPath::GruCell, false);
+  const GruRun composed = run_gru(gru_inputs(66, T, In, H, DType::F32), randn({66, T, H}, 6, 1.0).to(DType::F32), 2);
+  reset_fast_path(FastPath::GruCell);
+  EXPECT_EQ(composed.regions_forward + composed.regions_backward, 0);
+}
+
+// The sequence kernels against the composed loop at shapes with several blocks of units, partial
+// tiles and a team of 2 (FusedGruEqualsTheComposedLoop's shapes are one block on one thread); under
+// bf16 products the two round different sums to bf16, so only near each other (and away from fp32).
+TEST(PosencSurvey, GruSequenceKernelsEqualTheComposedLoop) {
+  const int64_t B = 66, T = 6, In = 5, H = 88;
+  for (DType dt : {DType::F64, DType::F32}) {
+    const auto ins = gru_inputs(B, T, In, H, dt);
+    const Tensor gy = randn({B, T, H}, 6, 1.0).to(dt);
+    set_fast_path(FastPath::GruCell, true);
+    const GruRun a = run_gru(ins, gy, 2);
+    set_fast_path(FastPath::GruCell, false);
+    const GruRun b = run_gru(ins, gy, 2);
+    reset_fast_path(FastPath::GruCell);
+    EXPECT_EQ(a.regions_forward, 1);
+    expect_same_outputs(a.out, b.out, dt, "gru sequence kernels");
+  }
+  const auto ins = gru_inputs(B, T, In, H, DType::F32);
+  const Tensor gy = randn({B, T, H}, 6, 1.0).to(DType::F32);
+  const GruRun fp32 = run_gru(ins, gy, 2);
+  PrecisionScope scope(Precision::BF16);
+  const GruRun bf16 = run_gru(ins, gy, 2);
+  set_fast_path(FastPath::GruCell, false);
+  const GruRun composed = run_gru(ins, gy, 2);
+  reset_fast_path(FastPath::GruCell);
+  for (size_t i = 0; i < fp32.out.size(); ++i)
+    EXPECT_LE(testing_util::rel_err(bf16.out[i], composed.out[i]), 0.25 * testing_util::rel_err(fp32.out[i], composed.out[i])) << "bf16 #" << i;
 }
 
 // The fused RK4 (the ode_rk4 extension kernels, the CPU default) against the composed reference loop

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -146,6 +147,11 @@ inline double rel_err(const Tensor& a, const Tensor& b) {
     den = std::max(den, std::fabs(b.at(i)));
   }
   return den > 0 ? num / den : num;
+}
+
+// The same dtype, shape and bits (host tensors).
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
 // Does the autograd graph of v contain an op named `name` (which fast path ran)?

@@ -29,4 +29,24 @@ using GruCellBackward = void(const Tensor& gy, const Tensor& dhc, const Tensor& 
                              const Tensor& hn, Tensor& d1, Tensor& d2, Tensor& dh);
 extern ExtensionKernel<GruCellBackward> gru_cell_backward;
 
+// The whole recurrence at once (what a loop of the two cell kernels and one [B, H] x [H, 3H] GEMM a
+// step computes), for a device that can run it as one piece of work: on the CPU one parallel
+// region per call (core/team.h), each thread a slice of the hidden units, a barrier per step.
+// Devices without them (CUDA) run the per-step loop. Shapes (contiguous, one float dtype, one
+// device; Hs[0] is the initial state, read):
+//   forward:  xg [T, B, 3H], wh [3H, H], bhn [H] -> Hs[1..T] of Hs [T+1, B, H], rzn [T, B, 3H], hn [T, B, H],
+//             per step hg = Hs[t] wh^T, then gru_cell_forward's formulas;
+//   backward: gy [T, B, H] (dL/dh_t from the output), wh, Hs, rzn, hn (saved by the forward)
+//             -> d1, d2 [T, B, 3H] (gru_cell_backward's, with dhc = what flows back from t + 1:
+//             the previous step's dh + d2[t + 1] wh; zero at t = T - 1).
+// Under --precision bf16 (core/precision.h) the products h wh^T and d2 wh take their factors
+// rounded to bf16 and sum in fp32, as the GEMM they replace. Each sum runs in a fixed order
+// whatever the slicing: the same bits for any thread count.
+using GruSequenceForward = void(const Tensor& xg, const Tensor& wh, const Tensor& bhn, Tensor& Hs, Tensor& rzn,
+                                Tensor& hn);
+extern ExtensionKernel<GruSequenceForward> gru_sequence_forward;
+using GruSequenceBackward = void(const Tensor& gy, const Tensor& wh, const Tensor& Hs, const Tensor& rzn,
+                                 const Tensor& hn, Tensor& d1, Tensor& d2);
+extern ExtensionKernel<GruSequenceBackward> gru_sequence_backward;
+
 }  // namespace ctx::kernels
