@@ -7,6 +7,7 @@
 // kernels are in the backend table (test_backend_ops.cpp); PyTorch: pytorch_parity. ~1 s.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -251,37 +252,48 @@ TEST(Posenc2024, GradcheckCopeLogits) {
 // keys masked first, hidden_keys_mask): values and every input's gradient within 1e-12 in f64 (and
 // within f32 tolerance), and its own f64 gradcheck, at the clamp, at a decoding offset, with a
 // window, and with a window and sinks.
+// cope_attention against causal_softmax(cope_logits) v for q [B, H, T, d], k and v [B, H, S, .],
+// E [d, np]: the values and every input's gradient, f64 within 1e-12 and f32 within 2e-5.
+static void expect_cope_attention_composed(int64_t B, int64_t H, int64_t T, int64_t S, int64_t qp0, int64_t window,
+                                           int64_t sinks, int64_t np) {
+  SCOPED_TRACE(str("T ", T, " S ", S, " q_pos0 ", qp0, " window ", window, " sinks ", sinks, " npos ", np));
+  const int64_t d = 4, dv = 5;
+  const double scale = 1.0 / std::sqrt((double)d);
+  const std::vector<Tensor> in = {randn({B, H, T, d}, 31, 1.0), randn({B, H, S, d}, 32, 1.0),
+                                  randn({B, H, S, dv}, 33, 1.0), randn({d, np}, 34, 1.0)};
+  for (DType dt : {DType::F64, DType::F32}) {
+    std::vector<Variable> a, b;
+    for (const Tensor& t : in) a.emplace_back(t.to(dt), true), b.emplace_back(t.to(dt), true);
+    Variable fused = cope_attention(a[0], a[1], a[2], a[3], scale, qp0, window, sinks);
+    Variable s = cope_logits(b[0], b[1], b[3], scale, qp0, window, sinks);
+    if (sinks > 0) s = masked_fill(s, hidden_keys_mask(T, S, window, sinks, s.data()), -INFINITY);
+    Variable composed = matmul(causal_softmax(s, qp0, sinks > 0 ? 0 : window), b[2]);
+    EXPECT_EQ(fused.op_name(), "cope_attention");
+    const Tensor seed = randn({B, H, T, dv}, 35, 1.0).to(dt);
+    fused.backward(seed);
+    composed.backward(seed);
+    const double tol = dt == DType::F64 ? 1e-12 : 2e-5;
+    auto worst = [](const Tensor& x, const Tensor& y) {
+      double w = 0;
+      for (int64_t e = 0; e < x.numel(); ++e) w = std::max(w, std::fabs(x.at(e) - y.at(e)) / (1 + std::fabs(y.at(e))));
+      return w;
+    };
+    EXPECT_LT(worst(fused.data(), composed.data()), tol) << dtype_name(dt) << " output";
+    for (size_t i = 0; i < in.size(); ++i)
+      EXPECT_LT(worst(a[i].grad(), b[i].grad()), tol) << dtype_name(dt) << " gradient of input " << i;
+  }
+}
+
 TEST(Posenc2024, CopeAttentionIsTheComposedAttention) {
   ASSERT_TRUE(cope_attention_on(Device::CPU));
-  const int64_t B = 2, H = 2, T = 3, d = 4, dv = 5;
+  const int64_t B = 2, H = 2, T = 3, d = 4;
   for (auto [S, qp0, window, sinks, np] : {CopeCase{3, 0, 0, 0, 4}, {5, 2, 0, 0, 3}, {5, 2, 2, 0, 9},
                                            {40, 37, 0, 0, 41}, {9, 6, 2, 2, 3}, {40, 37, 5, 20, 41}}) {
-    SCOPED_TRACE(str("S ", S, " q_pos0 ", qp0, " window ", window, " sinks ", sinks, " npos ", np));
+    expect_cope_attention_composed(B, H, T, S, qp0, window, sinks, np);
+    if (S > 5) continue;  // the finite differences on the small cases
     const double scale = 1.0 / std::sqrt((double)d);
     const std::vector<Tensor> in = {randn({B, H, T, d}, 31, 1.0), randn({B, H, S, d}, 32, 1.0),
-                                    randn({B, H, S, dv}, 33, 1.0), randn({d, np}, 34, 1.0)};
-    for (DType dt : {DType::F64, DType::F32}) {
-      std::vector<Variable> a, b;
-      for (const Tensor& t : in) a.emplace_back(t.to(dt), true), b.emplace_back(t.to(dt), true);
-      Variable fused = cope_attention(a[0], a[1], a[2], a[3], scale, qp0, window, sinks);
-      Variable s = cope_logits(b[0], b[1], b[3], scale, qp0, window, sinks);
-      if (sinks > 0) s = masked_fill(s, hidden_keys_mask(T, S, window, sinks, s.data()), -INFINITY);
-      Variable composed = matmul(causal_softmax(s, qp0, sinks > 0 ? 0 : window), b[2]);
-      EXPECT_EQ(fused.op_name(), "cope_attention");
-      const Tensor seed = randn({B, H, T, dv}, 35, 1.0).to(dt);
-      fused.backward(seed);
-      composed.backward(seed);
-      const double tol = dt == DType::F64 ? 1e-12 : 2e-5;
-      auto worst = [](const Tensor& x, const Tensor& y) {
-        double w = 0;
-        for (int64_t e = 0; e < x.numel(); ++e) w = std::max(w, std::fabs(x.at(e) - y.at(e)) / (1 + std::fabs(y.at(e))));
-        return w;
-      };
-      EXPECT_LT(worst(fused.data(), composed.data()), tol) << dtype_name(dt) << " output";
-      for (size_t i = 0; i < in.size(); ++i)
-        EXPECT_LT(worst(a[i].grad(), b[i].grad()), tol) << dtype_name(dt) << " gradient of input " << i;
-    }
-    if (S > 5) continue;  // the finite differences on the small cases
+                                    randn({B, H, S, 5}, 33, 1.0), randn({d, np}, 34, 1.0)};
     GradFn f = [=](const std::vector<Variable>& v) {
       return cope_attention(v[0], v[1], v[2], v[3], scale, qp0, window, sinks);
     };
@@ -289,6 +301,19 @@ TEST(Posenc2024, CopeAttentionIsTheComposedAttention) {
     EXPECT_TRUE(r.pass) << r.summary();
     EXPECT_EQ(r.tensors.size(), 4u);
   }
+}
+
+// cope_attention runs by query blocks of 64 rows, each over the keys [0, n) and the positions
+// [0, min(npos, n + 1)) its causal rows reach (autograd/ops_cope.cpp): with T > 64 (three blocks,
+// the last partial) it is still the composed attention, training-shaped (T = S, npos S + 1: every
+// block's positions trimmed), with a window and sinks, at a decoding offset with the clamp
+// reached (npos 50), and with keys beyond the last row's reach (S > q_pos0 + T: dk's and dv's
+// last rows 0, dE's columns above n + 1 0).
+TEST(Posenc2024, CopeAttentionByQueryBlocks) {
+  for (auto [T, S, qp0, window, sinks, np] :
+       std::vector<std::array<int64_t, 6>>{{150, 150, 0, 0, 0, 151}, {150, 150, 0, 40, 4, 151},
+                                           {130, 170, 40, 0, 0, 50}, {130, 200, 10, 0, 0, 201}})
+    expect_cope_attention_composed(1, 2, T, S, qp0, window, sinks, np);
 }
 
 // The model takes CoPE's one-node attention on the CPU (the profiler sees cope_attention, not
