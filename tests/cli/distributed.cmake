@@ -12,7 +12,7 @@
 #   distributed_signal_one_rank  SIGINT to one rank: both stop after the same step, checkpoint, exit 130
 #   distributed_bad_split      --batch 7 on 2 ranks: one clear error
 #   distributed_slicing        each rank's loss is that of its own rows of the global batch
-# Tiny preset; each takes 1-5 s on 2 idle cores. OMPI_ALLOW_RUN_AS_ROOT*: CI runs as root.
+# Tiny preset; each takes 1-5 s on 2 idle cores (same_run_*: 15-18 s). OMPI_ALLOW_RUN_AS_ROOT*: CI runs as root.
 find_program(CTX_MPIRUN NAMES mpirun REQUIRED)
 if(EXISTS /usr/bin/python3)
   set(_dc_py /usr/bin/python3)
