@@ -276,8 +276,7 @@ void DecodeEngine::layer(Plan& p, const Team& tm, int l, int64_t pos) {
 // and the output head: logits_ [B, V] of each sequence's last one.
 void DecodeEngine::run(Plan& p, const int32_t* tokens, int64_t stride) {
   Work& w = p.w;
-  const int64_t T = w.T, pos = n_;
-  CTX_CHECK(pos + T <= cap_, "decode: positions ", pos, "..", pos + T - 1, " are past the engine's capacity ", cap_);
+  const int64_t T = w.T, pos = n_;  // (step checked the capacity)
   int64_t* t = w.tok_host.host<int64_t>();
   for (int64_t b = 0; b < B_; ++b)
     for (int64_t i = 0; i < T; ++i) {

@@ -104,6 +104,7 @@ class Decoder {
   Tensor next_logits(bool first);
   void push(int64_t row, int32_t token) { seqs_[(size_t)row].push_back(token); }
   bool cached() const { return engine_ || cache_; }
+  bool graph_free() const { return engine_ != nullptr; }
   const std::string& path() const { return path_; }
 
  private:
@@ -246,12 +247,13 @@ SampleResult sample_many(nn::GPT& model, const std::vector<int32_t>& prompt, con
   Decoder decoder(model, opt, prompt, N);
   res.path = decoder.path();
   Tensor rows = decoder.next_logits(true);  // [N, V]
-  // Cached decoding is a few rows per GEMM and a few hundred small kernels per token: the fork and
-  // join of a thread team costs more than a second core gives (small, 500 tokens: 765 tokens/s on
-  // 1 thread against 291 on 2; docs/sampling.md). Unless the user chose a thread count, the
-  // cached steps after the prompt run on one thread.
-  OneThread one_thread(decoder.cached() && model.wte->weight.data().device() == Device::CPU &&
-                       !ctx::threads_chosen_by_user());
+  // Cached decoding through the graph is a few rows per GEMM and a few hundred small kernels per
+  // token: a fork and join per kernel costs more than a second core gives (small, 500 tokens: 765
+  // tokens/s on 1 thread against 291 on 2; docs/sampling.md). Unless the user chose a thread count,
+  // its steps after the prompt run on one thread. The graph-free decoder runs a step on its own team
+  // of threads (one region), and its refills after a context shift on the whole pool.
+  OneThread one_thread(decoder.cached() && !decoder.graph_free() &&
+                       model.wte->weight.data().device() == Device::CPU && !ctx::threads_chosen_by_user());
   for (int64_t s = 0;; ++s) {
     for (int64_t b = 0; b < N; ++b) {
       const int32_t next = sample_next(rows.host<float>() + b * V, V, opt.temperature, opt.top_k, rngs[(size_t)b]);

@@ -1,6 +1,7 @@
 // train/stats.cpp — mean and t interval, Welch's test (see stats.h).
 #include "train/stats.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <boost/math/distributions/students_t.hpp>
@@ -29,6 +30,13 @@ Moments moments(const std::vector<double>& x) {
 }
 
 }  // namespace
+
+double median(std::vector<double> x) {
+  if (x.empty()) return 0;
+  std::sort(x.begin(), x.end());
+  const size_t n = x.size();
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
 
 MeanCI mean_ci(const std::vector<double>& x) {
   CTX_CHECK(!x.empty(), "stats: the mean of an empty sample");

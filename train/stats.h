@@ -1,6 +1,7 @@
 // train/stats.h — summaries over independent repeats (seeds) of an experiment: the mean with its
 // 95% Student-t confidence interval, and Welch's two-sample t-test for "is this difference
-// significant". Used by `ctxlab study` (train/cli/study*.cpp); quantiles from Boost.Math.
+// significant", and the median of timed repeats. Used by `ctxlab study` (train/cli/study*.cpp) and
+// `ctxlab bench`; quantiles from Boost.Math.
 #pragma once
 #include <vector>
 
@@ -13,6 +14,10 @@ struct MeanCI {
 };
 // The mean of `x` and its two-sided 95% t interval. Throws on an empty or non-finite sample.
 MeanCI mean_ci(const std::vector<double>& x);
+
+// The median of `x` (the mean of the two middle values for an even count; 0 when empty): the
+// figure `ctxlab bench` reports over its timed repeats.
+double median(std::vector<double> x);
 
 // Welch's t-test of equal means (unequal variances): the two-sided p-value. 1 when either sample
 // has fewer than 2 values or both have zero variance with equal means; 0 when both have zero

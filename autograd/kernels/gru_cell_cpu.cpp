@@ -20,6 +20,7 @@
 namespace ctx::kernels {
 namespace {
 using cpu::exp_vec;
+using cpu::sigmoid_vec;
 using cpu::kW;
 using cpu::splat;
 using cpu::Vec;
@@ -135,11 +136,8 @@ void row_products(const F* a, int64_t lda, const F* w, int64_t K, int nb, F (*ou
 // The gates of one row's block of units (units <= kU of them; x, s: the block's first unit of the
 // row's r | z | n blocks, stride H; g: its hg, r | z | n of kU each), cell_forward's formulas. f64
 // (the tests' dtype) runs cell_forward itself; f32 a vector a gate, sigm and tanh through e^x
-// (sigm_vec, tanh_vec: within a few ulp of std::tanh's, the same code for every unit).
-inline Vec<float> sigm_vec(Vec<float> x) {  // 1 / (1 + e^-x), from e = e^-|x| <= 1: no overflow
-  const Vec<float> ax = x < 0 ? -x : x, e = exp_vec(-ax), d = 1.0f / (1.0f + e);
-  return x >= 0 ? d : e * d;
-}
+// (core/cpu/simd.h's sigmoid_vec, tanh_vec: within a few ulp of std::tanh's, the same code for
+// every unit).
 inline Vec<float> tanh_vec(Vec<float> x) {  // (1 - e) / (1 + e), e = e^-2|x|; |x| < 1/16: the series
   const Vec<float> ax = x < 0 ? -x : x, x2 = x * x, e = exp_vec(-2.0f * ax);
   const Vec<float> big = (1.0f - e) / (1.0f + e);
@@ -158,7 +156,7 @@ inline void block_gates(const float* x, const float (&g)[3 * kU], const float* b
   for (int64_t u = 0; u < units; ++u)
     in[0][u] = x[u], in[1][u] = x[H + u], in[2][u] = x[2 * H + u], in[3][u] = hp[u], in[4][u] = bhn[u];
   for (int64_t v = 0; v < kU; v += kW<float>) {
-    const Vec<float> r = sigm_vec(vload(in[0] + v) + vload(g + v)), z = sigm_vec(vload(in[1] + v) + vload(g + kU + v));
+    const Vec<float> r = sigmoid_vec<float>(vload(in[0] + v) + vload(g + v)), z = sigmoid_vec<float>(vload(in[1] + v) + vload(g + kU + v));
     const Vec<float> hv = vload(g + 2 * kU + v) + vload(in[4] + v), n = tanh_vec(vload(in[2] + v) + r * hv);
     vstore(out[0] + v, n + z * (vload(in[3] + v) - n));
     vstore(out[1] + v, r), vstore(out[2] + v, z), vstore(out[3] + v, n), vstore(out[4] + v, hv);

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "train/sample.h"
+#include "train/stats.h"  // median
 
 namespace ctx::cli {
 
@@ -21,12 +22,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 struct FreeDeleter {

@@ -39,6 +39,7 @@
 #include "train/cli/cli_common.h"
 #include "train/io/fileio.h"
 #include "train/optim.h"
+#include "train/stats.h"  // median
 
 namespace ctx::cli {
 namespace {
@@ -172,12 +173,6 @@ void optimizer_phase(O& optim, nn::GPT& model, const nn::NamedParams& params, do
   else model.zero_grad();
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 double mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
