@@ -64,6 +64,10 @@ std::vector<Shape> model_shapes(const ctx::ModelConfig& c, int64_t batch) {
     v.push_back({name + "_dx", fmt("dY[%lld,%lld] W[%lld,%lld]", R, out, out, in), desc(R, in, out, false, false), n});
     v.push_back({name + "_dw", fmt("dY^T X: dY [%lld,%lld], X [%lld,%lld]", R, out, R, in),
                  desc(out, in, R, true, false), n});
+    // the same weight gradient with dY^T already transposed ([out, R] row-major: NN), not a
+    // GEMM of the step (per_step 0): what a transposed bf16 copy of dY would buy
+    v.push_back({name + "_dwt", fmt("dYt X: dYt [%lld,%lld], X [%lld,%lld]", out, R, R, in),
+                 desc(out, in, R, false, false), 0});
   };
   std::vector<Shape> v;
   linear(v, "qkv", 3 * D, D, (int)L);
