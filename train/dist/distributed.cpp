@@ -8,11 +8,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
 #include "core/threads.h"
@@ -32,49 +30,25 @@ bool g_active = false;
 int g_rank = 0, g_size = 1;
 double g_timeout_s = kDefaultTimeoutSeconds;  // --dist-timeout
 
-// Throws a one-line error naming the MPI call when it failed.
-void check(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) return;
+// The one-line error of a failed call (`api` "MPI" or "NCCL"): the operation, this rank, the reason.
+std::string failure_message(const char* api, const std::string& call, const std::string& reason) {
+  return str(api, ": ", call, " failed on rank ", g_rank, " of ", g_size, ": ", reason,
+             " (another rank died or the network failed; the job ends)");
+}
+
+std::string mpi_failure(int rc, const char* call) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw Error(str("MPI: ", call, " failed on rank ", g_rank, " of ", g_size, ": ", std::string(msg, (size_t)len),
-                  " (another rank died or the network failed; the job ends)"));
+  return failure_message("MPI", call, std::string(msg, (size_t)len));
+}
+
+// Throws a one-line error naming the MPI call when it failed.
+void check(int rc, const char* call) {
+  if (rc != MPI_SUCCESS) throw Error(mpi_failure(rc, call));
 }
 
 using Clock = std::chrono::steady_clock;
-
-Clock::duration timeout_duration() {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(g_timeout_s));
-}
-
-// "rank 1", "ranks 1, 3", "ranks 0-3, 5" (ascending, not empty).
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    s += str(i ? ", " : "", ranks[i]);
-    if (j > i) s += str(j == i + 1 ? ", " : "-", ranks[j]);
-    i = j + 1;
-  }
-  return s;
-}
-
-// Every rank of `size` but `rank`.
-std::vector<int> other_ranks(int rank, int size) {
-  std::vector<int> r;
-  for (int i = 0; i < size; ++i)
-    if (i != rank) r.push_back(i);
-  return r;
-}
-
-// The one-line message of every --dist-timeout expiry: the operation, this rank, the ranks it
-// waited for and the timeout.
-std::string timeout_message(const char* call, int rank, int size, const std::string& waited_for) {
-  return str("MPI: ", call, " did not complete within ", g_timeout_s, " s (--dist-timeout) on rank ", rank, " of ",
-             size, ": waited for ", waited_for, "; the job ends (exit ", kTimeoutExitCode, ")");
-}
 
 // Who is missing, asked only after a timeout: a ping to every other rank on a communicator of
 // its own; a rank waiting in wait_bounded (any collective) answers it, one that is stopped, hung,
@@ -109,7 +83,8 @@ std::vector<int> silent_ranks() {
     MPI_Request s;
     if (MPI_Isend(&g_ping_buf, 1, MPI_INT, others[i], kPingTag, g_ping_comm, &s) == MPI_SUCCESS) MPI_Request_free(&s);
   }
-  const auto until = Clock::now() + std::min(timeout_duration(), Clock::duration(std::chrono::seconds(2)));
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(std::min(g_timeout_s, 2.0)));
   std::vector<int> silent;
   for (;;) {
     silent.clear();
@@ -135,57 +110,59 @@ std::string silent_description() {
              "timeout)");
 }
 
-// Waits for the non-blocking collective `req` (started by `call`), at most --dist-timeout
-// seconds: a rank that is stopped, hung or cut off never completes it, and the job must end
-// rather than wait forever (TimeoutError naming the ranks that do not answer). MPI_Test drives
-// the progress as the blocking call's wait would; after the first 10 ms (another rank is still
-// computing, evaluating or writing a checkpoint) each test also answers the pings of ranks that
-// gave up, and yields the core to whoever else wants it.
-void wait_bounded(MPI_Request& req, const char* call) {
-  const auto t0 = Clock::now();
-  const auto patient = t0 + std::chrono::milliseconds(10);
-  const auto deadline = t0 + timeout_duration();
-  for (;;) {
-    int done = 0;
-    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), call);
-    if (done) return;
-    const auto now = Clock::now();
-    if (now >= deadline) throw TimeoutError(timeout_message(call, g_rank, g_size, silent_description()));
-    if (now >= patient) {
-      answer_pings();
-      std::this_thread::yield();
-    }
-  }
+// A collective of this job (`api` "MPI" or "NCCL", the operation `op`) bounded by --dist-timeout:
+// a rank that is stopped, hung or cut off never completes it, and the job must end rather than
+// wait forever. After the first 10 ms (another rank is still computing, evaluating or writing a
+// checkpoint) each poll also answers the pings of ranks that gave up, and yields the core; past
+// the timeout the pings name the ranks that do not answer (a rank waiting in an NCCL collective
+// answers too: it polls here).
+WaitSpec job_wait(const char* api, const std::string& op) {
+  return {api, op, g_timeout_s, g_rank, g_size, [] {
+            answer_pings();
+            std::this_thread::yield();
+          },
+          silent_description};
 }
 
-// Runs `blocking` (an MPI call with no non-blocking form: MPI_Init_thread, MPI_Finalize) while a
-// watchdog thread waits --dist-timeout seconds for it; past that the watchdog prints the one-line
-// error and ends this process with kTimeoutExitCode (_Exit: the main thread is inside MPI, and no
-// other MPI call or exit handler can run safely). `rank` of `size`: this process (before MPI_Init,
-// as the launcher says). Costs one thread start per call.
+// A non-blocking MPI collective in flight: MPI_Test drives its progress as the blocking call's
+// wait would.
+class MpiRequest final : public PendingOp {
+ public:
+  MpiRequest(MPI_Request& req, const char* call) : req_(req), call_(call) {}
+  State poll(std::string& error) override {
+    int done = 0;
+    const int rc = MPI_Test(&req_, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      error = mpi_failure(rc, call_);
+      return State::Failed;
+    }
+    return done ? State::Done : State::Pending;
+  }
+  // Nothing to cancel here (MPI cannot cancel a collective): the error reaches main(), whose
+  // abort_job (MPI_Abort) ends every rank.
+  void abort() override {}
+
+ private:
+  MPI_Request& req_;
+  const char* call_;
+};
+
+// Waits for the non-blocking collective `req` (started by `call`), at most --dist-timeout seconds
+// (TimeoutError naming the ranks that do not answer).
+void wait_bounded(MPI_Request& req, const char* call) {
+  MpiRequest op(req, call);
+  wait_bounded(op, job_wait("MPI", call));
+}
+
+// Runs `blocking` (an MPI call with no non-blocking form: MPI_Init_thread, MPI_Finalize) under
+// the watchdog of bounded_wait.h. `rank` of `size`: this process (before MPI_Init, as the
+// launcher says). It names every other rank: nothing can ask MPI who is missing from inside its
+// own call.
 template <class F>
 void with_watchdog(const char* call, int rank, int size, F&& blocking) {
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  std::thread dog([&] {
-    std::unique_lock<std::mutex> lk(m);
-    if (cv.wait_for(lk, timeout_duration(), [&] { return done; })) return;
-    const std::vector<int> others = other_ranks(rank, size);
-    const std::string waited = others.empty() ? std::string("the MPI launcher") : rank_list(others);
-    std::fprintf(stderr, "ctxlab: error (rank %d of %d): %s\n", rank, size,
-                 timeout_message(call, rank, size, waited).c_str());
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(kTimeoutExitCode);
-  });
-  blocking();
-  {
-    std::lock_guard<std::mutex> lk(m);
-    done = true;
-  }
-  cv.notify_one();
-  dog.join();
+  WaitSpec spec{"MPI", call, g_timeout_s, rank, size, {}, {}};
+  if (size == 1) spec.missing = [] { return std::string("the MPI launcher"); };
+  run_with_watchdog(spec, blocking);
 }
 
 int env_int(const char* name, int fallback) {
@@ -313,6 +290,79 @@ const nccl::NcclModule& nccl_module() {
   }();
   return *m;
 }
+
+namespace {
+
+bool g_nccl_ready = false;  // the communicator exists (set up at the first device allreduce)
+
+// The NCCL module's operation in flight (communicator set-up, allreduce, finalize): the module
+// polls ncclCommGetAsyncError and the allreduce's stream, and aborts with ncclCommAbort.
+class NcclOp final : public PendingOp {
+ public:
+  NcclOp(const nccl::NcclModule& m, const char* call) : m_(m), call_(call) {}
+  State poll(std::string& error) override {
+    char reason[512] = {};
+    const int s = m_.poll(reason, (int)sizeof reason);
+    if (s == nccl::kNcclPending) return State::Pending;
+    if (s == nccl::kNcclDone) return State::Done;
+    error = failure_message("NCCL", call_, reason);
+    return State::Failed;
+  }
+  void abort() override {
+    m_.abort();
+    g_nccl_ready = false;
+  }
+
+ private:
+  const nccl::NcclModule& m_;
+  const char* call_;
+};
+
+// Waits for the NCCL operation `call` that the module just started (`started`: its NcclStatus,
+// `reason` what it wrote on failure), at most --dist-timeout seconds.
+void nccl_wait(const nccl::NcclModule& m, const char* call, int started, const char* reason) {
+  NcclOp op(m, call);
+  if (started == nccl::kNcclFailed) {
+    op.abort();
+    throw Error(failure_message("NCCL", call, reason));
+  }
+  if (started == nccl::kNcclPending) wait_bounded(op, job_wait("NCCL", call));
+}
+
+// The communicator over every rank: rank 0's ncclUniqueId, broadcast over MPI, then a
+// non-blocking ncclCommInitRankConfig (every rank must join it).
+void nccl_setup(const nccl::NcclModule& m) {
+  std::vector<unsigned char> id((size_t)m.id_bytes);
+  char reason[512] = {};
+  if (g_rank == 0) nccl_wait(m, "ncclGetUniqueId", m.unique_id(id.data(), reason, (int)sizeof reason), reason);
+  MPI_Request req;
+  check(MPI_Ibcast(id.data(), m.id_bytes, MPI_BYTE, 0, MPI_COMM_WORLD, &req), "MPI_Bcast (the NCCL id)");
+  wait_bounded(req, "MPI_Bcast (the NCCL id)");
+  nccl_wait(m, "ncclCommInitRankConfig", m.init_start(id.data(), g_rank, g_size, reason, (int)sizeof reason),
+            reason);
+  g_nccl_ready = true;
+}
+
+// data[0..n) <- mean over ranks, in place, on the device.
+void nccl_allreduce_mean(float* data, int64_t n) {
+  const nccl::NcclModule& m = nccl_module();
+  if (!g_nccl_ready) nccl_setup(m);
+  char reason[512] = {};
+  nccl_wait(m, "ncclAllReduce (gradients)", m.allreduce_start(data, n, reason, (int)sizeof reason), reason);
+}
+
+// ncclCommFinalize (it flushes the communicator's work and waits for the other ranks), then
+// ncclCommDestroy; nothing when no communicator was set up.
+void nccl_finalize() {
+  if (!g_nccl_ready) return;
+  const nccl::NcclModule& m = nccl_module();
+  char reason[512] = {};
+  nccl_wait(m, "ncclCommFinalize (end of the run)", m.finalize_start(reason, (int)sizeof reason), reason);
+  m.destroy();
+  g_nccl_ready = false;
+}
+
+}  // namespace
 #endif
 
 void allreduce_mean(Tensor& g) {
@@ -320,7 +370,7 @@ void allreduce_mean(Tensor& g) {
   CTX_CHECK(g.dtype() == DType::F32, "MPI: gradient allreduce supports F32, got ", dtype_name(g.dtype()));
   if (g.device() != Device::CPU) {
 #ifdef CTXLAB_WITH_NCCL
-    nccl_module().allreduce_mean_f32(g.data<float>(), g.numel(), g_rank, g_size);
+    nccl_allreduce_mean(g.data<float>(), g.numel());
     return;
 #else
     throw Error(str("MPI: gradients on ", device_name(g.device()), " need NCCL, and this build has none "
@@ -432,7 +482,7 @@ void finalize() {
     kill_point("dist:mpi_finalize");
   }
 #ifdef CTXLAB_WITH_NCCL
-  if (cuda_module_loaded()) nccl_module().finalize();  // never loads CUDA just to finalize
+  nccl_finalize();  // only when a communicator was set up: never loads CUDA just to finalize
 #endif
   if (!fin) {
     if (g_ping_comm != MPI_COMM_NULL) MPI_Comm_free(&g_ping_comm);

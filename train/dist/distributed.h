@@ -9,7 +9,9 @@
 // never dies, so mpirun never notices) ends the job too, instead of a wait forever: every
 // collective is non-blocking and polled (TimeoutError past the timeout, naming the ranks that do
 // not answer), and MPI_Init_thread / MPI_Finalize, which have no non-blocking form, run under a
-// watchdog thread that ends the process with kTimeoutExitCode.
+// watchdog thread that ends the process with kTimeoutExitCode (both: train/dist/bounded_wait.h).
+// The NCCL communicator of --device cuda is non-blocking too: its set-up, allreduce and finalize
+// are polled the same way, and aborted (ncclCommAbort) past the timeout.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,6 +19,7 @@
 
 #include "core/tensor.h"
 #include "nn/module.h"
+#include "train/dist/bounded_wait.h"
 
 namespace ctx::dist {
 
@@ -26,14 +29,8 @@ bool launched_by_mpi();
 // --dist-timeout's default: longer than any pause of one rank that the others wait out in a
 // collective (a checkpoint of a large model, a validation pass), short enough for an overnight run.
 constexpr double kDefaultTimeoutSeconds = 300;
-// The exit status of a rank (and of mpirun, through MPI_Abort) when a wait passed --dist-timeout:
-// 124, as timeout(1) exits (docs/reliability.md).
-constexpr int kTimeoutExitCode = 124;
-// Thrown by a collective that did not complete within --dist-timeout; main() ends the job with
-// abort_job(kTimeoutExitCode).
-struct TimeoutError : Error {
-  using Error::Error;
-};
+// kTimeoutExitCode (124) and TimeoutError, which main() turns into abort_job(kTimeoutExitCode):
+// train/dist/bounded_wait.h, the one wait that every collective (MPI and NCCL) goes through.
 // Initialises MPI when launched_by_mpi() or `forced` (--distributed); idempotent. Under MPI with
 // more than one rank per node and no CTXLAB_THREADS / OMP_NUM_THREADS, sets the threads of this
 // rank to cores / ranks-on-this-node (at least 1), so N ranks x T threads fit the cores.
