@@ -298,8 +298,10 @@ void expect_exact_kept_copy(const Tensor& t, int64_t rows, int64_t cols, const c
 
 // Kernels that write their output's bf16 copy in their own pass (kept_bf16_slot): the
 // cross-entropy's backward (dlogits; the target's element after its -dloss, an ignored row's
-// zeros), split_heads (q | k | v, one storage), merge_heads' backward (the attention's dout) and
-// layer_norm's forward (the next Linear's input; both of its kernels).
+// zeros), split_heads (q | k | v, one storage) and its backward (dqkv), merge_heads (the output
+// projection's input) and its backward (the attention's dout), layer_norm's forward (the next
+// Linear's input; both of its kernels) and the tanh GELU both ways (the MLP's inner activation
+// and its gradient).
 // Each copy is exact, and none was made by a conversion pass (kept_copy_stats).
 TEST(CudaGemmLt, KernelsWriteTheirOutputsBf16Copies) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
@@ -339,14 +341,72 @@ TEST(CudaGemmLt, KernelsWriteTheirOutputsBf16Copies) {
     ln_y[i] = Tensor::empty({3, C}, DType::F32, Device::CUDA);
     be.layernorm(x, w, b, 1e-5, ln_y[i], mean, rstd);
   }
+  // merge_heads' forward: o [B, H, S, Dh] -> merged [B, S, D] (the output projection's input)
+  const Tensor o = on_gpu(random_vec(B * H * S * Dh, 49), {B, H, S, Dh});
+  Tensor merged = Tensor::empty({B, S, D}, DType::F32, Device::CUDA);
+  be.merge_heads(o, merged);
+  // split_heads' backward: dq, dk, dv -> dqkv [B, S, 3D] (the QKV Linear's output gradient)
+  Tensor dqkv = Tensor::empty({B, S, 3 * D}, DType::F32, Device::CUDA);
+  be.split_heads_backward(on_gpu(random_vec(n, 50), {B, H, S, Dh}), on_gpu(random_vec(n, 51), {B, H, S, Dh}),
+                          on_gpu(random_vec(n, 52), {B, H, S, Dh}), H, 0, dqkv);
+  // the tanh GELU's output and input gradient (the MLP's inner activations); another unary op writes none
+  const Tensor pre = on_gpu(random_vec(7 * 33, 53), {7, 33});
+  Tensor h = Tensor::empty({7, 33}, DType::F32, Device::CUDA), dpre = Tensor::empty({7, 33}, DType::F32, Device::CUDA),
+         ex = Tensor::empty({7, 33}, DType::F32, Device::CUDA);
+  be.unary(UnaryOp::GeluTanh, pre, h);
+  be.unary_backward(UnaryOp::GeluTanh, pre, Tensor(), on_gpu(random_vec(7 * 33, 54), {7, 33}), dpre);
+  be.unary(UnaryOp::Exp, pre, ex);
   const cuda::KeptCopyStats k1 = cuda::kept_copy_stats();
-  EXPECT_EQ(k1.written - k0.written, 5u) << "dlogits, q | k | v, d_o, two layer_norm outputs";
+  EXPECT_EQ(k1.written - k0.written, 9u)
+      << "dlogits, q | k | v, d_o, two layer_norm outputs, merged, dqkv, GELU's output and input gradient";
   EXPECT_EQ(k1.converted - k0.converted, 0u);
+  EXPECT_EQ(ex.storage()->bf16_copy.load(), nullptr) << "exp's output got a copy nobody reads";
   expect_exact_kept_copy(dz, N, V, "dlogits");
   for (const Tensor* t : {&q, &k, &v}) expect_exact_kept_copy(*t, B * H * S, Dh, "q | k | v");
   expect_exact_kept_copy(d_o, B * H * S, Dh, "merge_heads backward");
   expect_exact_kept_copy(ln_y[0], 3, 40, "layer_norm (warp kernel)");
   expect_exact_kept_copy(ln_y[1], 3, 1030, "layer_norm (block kernel)");
+  expect_exact_kept_copy(merged, B * S, D, "merge_heads");
+  expect_exact_kept_copy(dqkv, B * S, 3 * D, "split_heads backward");
+  expect_exact_kept_copy(h, 7, 33, "GELU");
+  expect_exact_kept_copy(dpre, 7, 33, "GELU backward");
+}
+
+// The flat AdamW under bf16 writes the parameters' bf16 copy with their update when its chunks cover
+// the whole buffer: each weight (a view of the buffer) is then read from it by its GEMMs, exactly
+// the rounding of the new values; with a gap between the chunks it writes none (the elements of
+// the gap would have no rounding) and the old values' copy is gone.
+TEST(CudaGemmLt, FlatAdamWWritesTheParametersBf16Copy) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  auto on_gpu = [](const std::vector<float>& v, const Shape& s) { return Tensor::from_vector(v, s).to(Device::CUDA); };
+  const int64_t rows = 12, cols = 40, n = rows * cols;
+  Backend& be = backend(Device::CUDA);
+  PrecisionScope bf16(Precision::BF16);
+  AdamWHyper h;
+  h.lr = 0.05;
+  for (bool gap : {false, true}) {
+    SCOPED_TRACE(gap ? "chunks with a gap" : "chunks covering the buffer");
+    Tensor p = on_gpu(random_vec(n, 60), {n}), m = on_gpu(std::vector<float>(n, 0.f), {n}),
+           v = on_gpu(std::vector<float>(n, 0.f), {n});
+    const Tensor g = on_gpu(random_vec(n, 61), {n});
+    const std::vector<FlatChunk> chunks = {{0, 5 * cols, true}, {5 * cols + (gap ? 3 : 0), n, false}};
+    Tensor w = p.view({rows, cols}).slice0(5, rows);  // a weight: a view of part of the buffer
+    const cuda::KeptCopyStats k0 = cuda::kept_copy_stats();
+    be.adamw_flat(p, g, m, v, chunks, h, Tensor());
+    EXPECT_EQ(cuda::kept_copy_stats().written - k0.written, gap ? 0u : 1u);
+    if (gap) {
+      EXPECT_EQ(p.storage()->bf16_copy.load(), nullptr);
+      continue;
+    }
+    expect_exact_kept_copy(w, rows - 5, cols, "a weight view after the update");
+    expect_exact_kept_copy(p.view({rows, cols}), rows, cols, "the whole buffer");
+    // the values as ref::adamw computes them (the update itself is unchanged by the copy)
+    PrecisionScope fp32(Precision::FP32);
+    Tensor pc = on_gpu(random_vec(n, 60), {n}).to(Device::CPU), mc = Tensor::zeros({n}), vc = Tensor::zeros({n});
+    backend(Device::CPU).adamw_flat(pc, g.to(Device::CPU), mc, vc, chunks, h, Tensor());
+    const auto got = p.to(Device::CPU).to_vector<float>(), want = pc.to_vector<float>();
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(got[(size_t)i], want[(size_t)i], 1e-6f) << i;
+  }
 }
 #endif
 

@@ -167,16 +167,22 @@ class CudaBackend final : public Backend {
     });
   }
 
+  // (bf16: the tanh GELU's output and its input gradient write their bf16 copies too: the MLP's
+  // second Linear's input and its first Linear's output gradient, each read by two GEMMs)
   void unary_impl(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
-    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), unary_name(op),
-                            cuda::unary<T>(op, ptr<T>(x), ptr<T>(y), x.numel(), (T)a, (T)b));
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), unary_name(op), {
+      T* yp = ptr<T>(y);
+      cuda::unary<T>(op, ptr<T>(x), yp, x.numel(), (T)a, (T)b, op == UnaryOp::GeluTanh ? kept_bf16_slot(y) : nullptr);
+    });
   }
 
   void unary_backward_impl(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a,
                            double b) override {
-    CTX_CUDA_DISPATCH_FLOAT(dy.dtype(), unary_name(op),
-                            cuda::unary_backward<T>(op, ptr_or_null<T>(x), ptr_or_null<T>(y), ptr<T>(dy),
-                                                    ptr<T>(dx), dy.numel(), (T)a, (T)b));
+    CTX_CUDA_DISPATCH_FLOAT(dy.dtype(), unary_name(op), {
+      T* dxp = ptr<T>(dx);
+      cuda::unary_backward<T>(op, ptr_or_null<T>(x), ptr_or_null<T>(y), ptr<T>(dy), dxp, dy.numel(), (T)a, (T)b,
+                              op == UnaryOp::GeluTanh ? kept_bf16_slot(dx) : nullptr);
+    });
   }
 
   void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, const Shape& sa,
@@ -465,18 +471,24 @@ class CudaBackend final : public Backend {
     });
   }
 
+  // (bf16: dqkv's copy written too, the QKV Linear's output gradient)
   void split_heads_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t H, int64_t q_begin,
                                  Tensor& dqkv) override {
     const int64_t B = dqkv.size(0), S = dqkv.size(1), Dh = dqkv.size(2) / (3 * H);
-    CTX_CUDA_DISPATCH_FLOAT(dqkv.dtype(), "split_heads_backward",
-                            cuda::split_heads_backward<T>(ptr_or_null<T>(dq), ptr_or_null<T>(dk), ptr_or_null<T>(dv),
-                                                          ptr<T>(dqkv), B, S, H, Dh, q_begin));
+    CTX_CUDA_DISPATCH_FLOAT(dqkv.dtype(), "split_heads_backward", {
+      T* dst = ptr<T>(dqkv);
+      cuda::split_heads_backward<T>(ptr_or_null<T>(dq), ptr_or_null<T>(dk), ptr_or_null<T>(dv), dst, B, S, H, Dh,
+                                    q_begin, kept_bf16_slot(dqkv));
+    });
   }
 
+  // (bf16: out's copy written too, the attention's output projection's input)
   void merge_heads_impl(const Tensor& o, Tensor& out) override {
     const int64_t B = o.size(0), H = o.size(1), Tn = o.size(2), Dh = o.size(3);
-    CTX_CUDA_DISPATCH_FLOAT(o.dtype(), "merge_heads",
-                            cuda::merge_heads<T>(ptr<T>(o), ptr<T>(out), B, H, Tn, Dh, true));
+    CTX_CUDA_DISPATCH_FLOAT(o.dtype(), "merge_heads", {
+      T* dst = ptr<T>(out);
+      cuda::merge_heads<T>(ptr<T>(o), dst, B, H, Tn, Dh, true, kept_bf16_slot(out));
+    });
   }
 
   // (bf16: d_o's copy written too, the attention backward's dout)
@@ -573,9 +585,17 @@ class CudaBackend final : public Backend {
     int64_t ntiles = 0;
     const Tensor tiles = upload_tiles(chunks, p, ntiles);
     const double* ns = clip ? norm_sq.data<double>() : nullptr;
-    CTX_CUDA_DISPATCH_FLOAT(p.dtype(), "adamw_flat",
-                            cuda::adamw_tiles<T>(ptr<T>(p), ptr<T>(g), ptr<T>(m), ptr<T>(v), tiles.data<int64_t>(),
-                                                 ntiles, ns, h));
+    // bf16: the flat parameters' copy written with the update when the chunks cover p's whole
+    // storage (every element then gets its rounding), so that each weight (a view of p) is read by
+    // its GEMMs from this copy instead of converted twice a step (kept_bf16 serves a view of it)
+    int64_t covered = 0;
+    for (const FlatChunk& c : chunks) covered += c.end - c.begin;
+    const bool whole = p.spans_storage() && covered == p.numel();
+    CTX_CUDA_DISPATCH_FLOAT(p.dtype(), "adamw_flat", {
+      T* pp = ptr<T>(p);  // (the mutable access first: it drops the copy of the old values)
+      cuda::adamw_tiles<T>(pp, ptr<T>(g), ptr<T>(m), ptr<T>(v), tiles.data<int64_t>(), ntiles, ns, h,
+                           whole ? kept_bf16_slot(p) : nullptr);
+    });
   }
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/cuda/bf16_out.cuh"  // bf16_bits
 #include "core/cuda/check.h"
 #include "core/elementwise_formulas.h"
 #include "core/cuda/kernels.h"
@@ -13,17 +14,26 @@
 namespace ctx::cuda {
 namespace {
 
-// x, y are (n)
+// x, y are (n); y16 (may be null): y's bf16 rounding as well
 template <class T>
-__global__ void unary_kernel(UnaryOp op, const T* x, T* y, int64_t n, T a, T b) {
-  CTX_GRID_STRIDE(i, n) y[i] = formula::unary(op, x[i], a, b);
+__global__ void unary_kernel(UnaryOp op, const T* x, T* y, int64_t n, T a, T b, uint16_t* y16) {
+  CTX_GRID_STRIDE(i, n) {
+    const T r = formula::unary(op, x[i], a, b);
+    y[i] = r;
+    if (y16) y16[i] = bf16_bits(r);
+  }
 }
 
-// x, y (either may be null: the op does not need it), dy, dx are (n)
+// x, y (either may be null: the op does not need it), dy, dx are (n); dx16 (may be null): dx's
+// bf16 rounding as well
 template <class T>
 __global__ void unary_backward_kernel(UnaryOp op, const T* x, const T* y, const T* dy, T* dx,
-                                      int64_t n, T a, T b) {
-  CTX_GRID_STRIDE(i, n) dx[i] = dy[i] * formula::unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b);
+                                      int64_t n, T a, T b, uint16_t* dx16) {
+  CTX_GRID_STRIDE(i, n) {
+    const T r = dy[i] * formula::unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b);
+    dx[i] = r;
+    if (dx16) dx16[i] = bf16_bits(r);
+  }
 }
 
 // out is (n) over nd's shape; a, b strided (stride 0 where broadcast)
@@ -81,16 +91,16 @@ __global__ void dropout_kernel(const T* x, T* y, int64_t n, DropoutMask m) {
 }  // namespace
 
 template <class T>
-void unary(UnaryOp op, const T* x, T* y, int64_t n, T a, T b) {
+void unary(UnaryOp op, const T* x, T* y, int64_t n, T a, T b, uint16_t* y16) {
   if (n == 0) return;
-  CTX_LAUNCH(unary_kernel<T>, grid_for(n), kThreads, 0, 0, op, x, y, n, a, b);
+  CTX_LAUNCH(unary_kernel<T>, grid_for(n), kThreads, 0, 0, op, x, y, n, a, b, y16);
   CTX_CUDA_LAUNCH_CHECK("unary_kernel");
 }
 
 template <class T>
-void unary_backward(UnaryOp op, const T* x, const T* y, const T* dy, T* dx, int64_t n, T a, T b) {
+void unary_backward(UnaryOp op, const T* x, const T* y, const T* dy, T* dx, int64_t n, T a, T b, uint16_t* dx16) {
   if (n == 0) return;
-  CTX_LAUNCH(unary_backward_kernel<T>, grid_for(n), kThreads, 0, 0, op, x, y, dy, dx, n, a, b);
+  CTX_LAUNCH(unary_backward_kernel<T>, grid_for(n), kThreads, 0, 0, op, x, y, dy, dx, n, a, b, dx16);
   CTX_CUDA_LAUNCH_CHECK("unary_backward_kernel");
 }
 
@@ -137,8 +147,8 @@ void dropout(const T* x, T* y, int64_t n, const DropoutMask& m) {
 #define CTX_INST_SELECT(T, M) \
   template void select<T, M>(const M*, const T*, T, const T*, T, T*, const NdStrides<1>&, int64_t);
 #define CTX_INST_ELEMENTWISE(T)                                                                     \
-  template void unary<T>(UnaryOp, const T*, T*, int64_t, T, T);                                     \
-  template void unary_backward<T>(UnaryOp, const T*, const T*, const T*, T*, int64_t, T, T);        \
+  template void unary<T>(UnaryOp, const T*, T*, int64_t, T, T, uint16_t*);                          \
+  template void unary_backward<T>(UnaryOp, const T*, const T*, const T*, T*, int64_t, T, T, uint16_t*); \
   template void binary<T>(BinaryOp, const T*, const T*, T*, const NdStrides<2>&, int64_t);          \
   template void causal_fill<T>(T*, int64_t, int64_t, int64_t, T, int64_t, int64_t);                 \
   template void dropout<T>(const T*, T*, int64_t, const DropoutMask&);                              \

@@ -3,10 +3,13 @@
 // host from the chunks (each tile at most kFlatTile elements of one chunk, tiles in chunk
 // order; one block per tile). sum_squares: each block sums its tile in f64 through a fixed tree,
 // then one block adds the tile sums in order: deterministic. adamw_flat reads the clip factor from
-// the device norm (no host round trip); its element update is ref::adamw's, term for term.
+// the device norm (no host round trip); its element update is ref::adamw's, term for term. Under
+// --precision bf16 it also writes the flat parameters' bf16 rounding (the weights' kept copy, which
+// every GEMM reading a weight then takes instead of converting it: cuda_backend.cu).
 #include <cmath>
 #include <cstdint>
 
+#include "core/cuda/bf16_out.cuh"  // bf16_bits
 #include "core/cuda/block_reduce.cuh"
 #include "core/cuda/check.h"
 #include "core/cuda/kernels.h"
@@ -39,11 +42,12 @@ __global__ void sum_partials_kernel(const double* part, int64_t n, double* out) 
   if (threadIdx.x == 0) out[0] = s;
 }
 
-// p, g, m, v flat; tiles (ntiles, 3); norm_sq null or (1): the clip factor as clip_grad_norm
+// p, g, m, v flat; tiles (ntiles, 3); norm_sq null or (1): the clip factor as clip_grad_norm;
+// p16 (or null): the updated p's bf16 rounding as well (the weights' kept copy)
 template <class T>
 __global__ void adamw_tiles_kernel(T* p, const T* g, T* m, T* v, const int64_t* tiles, int64_t ntiles,
                                    const double* norm_sq, double grad_scale, double max_norm, T decay_on,
-                                   T decay_off, T tb1, T tb2, T bc2_sqrt, T teps, T step_size) {
+                                   T decay_off, T tb1, T tb2, T bc2_sqrt, T teps, T step_size, uint16_t* p16) {
   double gscale = grad_scale;
   if (norm_sq && max_norm > 0) {
     const double norm = std::sqrt(norm_sq[0]);
@@ -60,7 +64,9 @@ __global__ void adamw_tiles_kernel(T* p, const T* g, T* m, T* v, const int64_t* 
       v[i] = vi;
       const T denom = std::sqrt(vi) / bc2_sqrt + teps;
       const T pi = p[i] * decay;
-      p[i] = pi - step_size * mi / denom;
+      const T pn = pi - step_size * mi / denom;
+      p[i] = pn;
+      if (p16) p16[i] = bf16_bits(pn);
     }
   }
 }
@@ -80,22 +86,22 @@ void sum_squares_tiles(const T* x, const int64_t* tiles, int64_t ntiles, double*
 
 template <class T>
 void adamw_tiles(T* p, const T* g, T* m, T* v, const int64_t* tiles, int64_t ntiles, const double* norm_sq,
-                 const AdamWHyper& h) {
+                 const AdamWHyper& h, uint16_t* p16) {
   if (ntiles == 0) return;
   // constants as ref::adamw computes them (a chunk without decay: wd = 0)
   const double bc1 = 1.0 - std::pow(h.beta1, (double)h.step);
   const double bc2 = 1.0 - std::pow(h.beta2, (double)h.step);
   CTX_LAUNCH(adamw_tiles_kernel<T>, row_grid(ntiles), kFlatThreads, 0, 0, p, g, m, v, tiles, ntiles, norm_sq,
              h.grad_scale, h.max_norm, (T)(1.0 - h.lr * h.weight_decay), (T)(1.0 - h.lr * 0.0), (T)h.beta1,
-             (T)h.beta2, (T)std::sqrt(bc2), (T)h.eps, (T)(h.lr / bc1));
+             (T)h.beta2, (T)std::sqrt(bc2), (T)h.eps, (T)(h.lr / bc1), p16);
   CTX_CUDA_LAUNCH_CHECK("adamw_tiles_kernel");
 }
 
 template void sum_squares_tiles<float>(const float*, const int64_t*, int64_t, double*, double*);
 template void sum_squares_tiles<double>(const double*, const int64_t*, int64_t, double*, double*);
 template void adamw_tiles<float>(float*, const float*, float*, float*, const int64_t*, int64_t, const double*,
-                                 const AdamWHyper&);
+                                 const AdamWHyper&, uint16_t*);
 template void adamw_tiles<double>(double*, const double*, double*, double*, const int64_t*, int64_t,
-                                  const double*, const AdamWHyper&);
+                                  const double*, const AdamWHyper&, uint16_t*);
 
 }  // namespace ctx::cuda

@@ -1,7 +1,7 @@
 // core/cuda/heads.cu — the head split / merge around attention and their backwards (Backend fused
 // method Heads; the CPU twin is core/cpu/heads.cpp): pure data movement, exact, no reductions.
-// Under --precision bf16 the forward split and the backward merge also write their outputs' bf16
-// roundings (the kept copies the attention reads, cuda_backend.cu's kept_bf16_slot).
+// Under --precision bf16 every one of them also writes its output's bf16 rounding (the kept copies
+// the next GEMM or the attention reads, cuda_backend.cu's kept_bf16_slot).
 #include <cstdint>
 
 #include "core/cuda/bf16_out.cuh"  // store_bf16
@@ -18,7 +18,7 @@ namespace {
 // kernels 4x slower than their memory traffic on an H200: 170 us for GPT-2 small's 75 MB).
 // `fwd`: qkv -> q, k, v (q columns of rows < q0 dropped) and, where c16 has them, their bf16
 // roundings at the same offsets; else dqkv from dq, dk, dv (null: zeros; q columns of rows < q0:
-// zeros).
+// zeros) and, where c16.q is given, dqkv's bf16 rounding there (the QKV Linear's output gradient).
 template <class T, int V>
 __global__ void split_heads_kernel(T* qkv, T* q, T* k, T* v, int64_t rows, int S, int H, int Dh, int q0, bool fwd,
                                    Bf16Outs c16) {
@@ -44,6 +44,7 @@ __global__ void split_heads_kernel(T* qkv, T* q, T* k, T* v, int64_t rows, int S
         P val{};
         if (dst && given) val = *reinterpret_cast<const P*>(dst);
         row[c] = val;
+        if (c16.q) store_bf16<T, V>(c16.q + r * 3 * D + col, val);
       }
     }
   }
@@ -97,8 +98,11 @@ void split_heads(const T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t H
 
 template <class T>
 void split_heads_backward(const T* dq, const T* dk, const T* dv, T* dqkv, int64_t B, int64_t S, int64_t H,
-                          int64_t Dh, int64_t q0) {  // !fwd: dq, dk, dv only read
-  split_heads_launch<T>(dqkv, const_cast<T*>(dq), const_cast<T*>(dk), const_cast<T*>(dv), B, S, H, Dh, q0, false);
+                          int64_t Dh, int64_t q0, uint16_t* dqkv16) {  // !fwd: dq, dk, dv only read
+  Bf16Outs c16;
+  c16.q = dqkv16;  // (the backward's one destination: dqkv's copy)
+  split_heads_launch<T>(dqkv, const_cast<T*>(dq), const_cast<T*>(dk), const_cast<T*>(dv), B, S, H, Dh, q0, false,
+                        c16);
 }
 
 template <class T>
@@ -121,7 +125,7 @@ void merge_heads(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t
 #define CTX_INST_HEADS(T)                                                                            \
   template void split_heads<T>(const T*, T*, T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, Bf16Outs); \
   template void split_heads_backward<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t, \
-                                        int64_t, int64_t);                                           \
+                                        int64_t, int64_t, uint16_t*);                                \
   template void merge_heads<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, bool, uint16_t*);
 CTX_INST_HEADS(float)
 CTX_INST_HEADS(double)

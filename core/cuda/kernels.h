@@ -21,9 +21,10 @@ template <class T> void copy_strided(const T* src, T* dst, const NdStrides<2>& n
 template <class S, class D> void convert(const S* src, D* dst, int64_t n);
 
 // --- elementwise.cu ---
-template <class T> void unary(UnaryOp op, const T* x, T* y, int64_t n, T a, T b);
+// y16 / dx16 (or null): the output's bf16 rounding as well (a kept copy: kept_bf16_slot)
+template <class T> void unary(UnaryOp op, const T* x, T* y, int64_t n, T a, T b, uint16_t* y16 = nullptr);
 template <class T> void unary_backward(UnaryOp op, const T* x, const T* y, const T* dy, T* dx,
-                                       int64_t n, T a, T b);
+                                       int64_t n, T a, T b, uint16_t* dx16 = nullptr);
 // out[i] = a[off_a(i)] op b[off_b(i)], out contiguous; operand 0 = a, 1 = b.
 template <class T> void binary(BinaryOp op, const T* a, const T* b, T* out, const NdStrides<2>& nd,
                                int64_t n);
@@ -101,9 +102,9 @@ struct Bf16Outs {
 };
 template <class T> void split_heads(const T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t H, int64_t Dh,
                                     int64_t q0, Bf16Outs c16 = {});
-// dq / dk / dv may be null (zeros)
+// dq / dk / dv may be null (zeros); dqkv16 (or null): dqkv's bf16 rounding as well
 template <class T> void split_heads_backward(const T* dq, const T* dk, const T* dv, T* dqkv, int64_t B, int64_t S,
-                                             int64_t H, int64_t Dh, int64_t q0);
+                                             int64_t H, int64_t Dh, int64_t q0, uint16_t* dqkv16 = nullptr);
 // to_merged: src = o, dst = merged; else src = merged, dst = o; dst16 (or null): dst's bf16 rounding
 template <class T> void merge_heads(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t Dh,
                                     bool to_merged, uint16_t* dst16 = nullptr);
@@ -114,9 +115,10 @@ constexpr int64_t kFlatTile = 16384;
 // part [ntiles] f64 scratch; out [1] f64 = sum of x^2 over the tiles (fixed order)
 template <class T> void sum_squares_tiles(const T* x, const int64_t* tiles, int64_t ntiles, double* part,
                                           double* out);
-// norm_sq: null or [1] f64 on the device (sum_squares' output) for clipping
+// norm_sq: null or [1] f64 on the device (sum_squares' output) for clipping; p16 (or null): the
+// updated p's bf16 rounding written as well (every element of the tiles)
 template <class T> void adamw_tiles(T* p, const T* g, T* m, T* v, const int64_t* tiles, int64_t ntiles,
-                                    const double* norm_sq, const AdamWHyper& h);
+                                    const double* norm_sq, const AdamWHyper& h, uint16_t* p16 = nullptr);
 
 // --- gemm.cu --- (row-major, see GemmDesc; the one row-major -> column-major translation)
 // Operands already rounded to bf16 (bf16 bits, the same layout as A / B: a tensor's kept copy,
