@@ -255,6 +255,14 @@ Variable fused_causal_attention(const Variable& q, const Variable& k, const Vari
   CTX_CHECK(!(rel.dist_bias.defined() && bias.defined()), op,
             ": RelTerms.dist_bias and a bias are exclusive (give one), got bias ", bias.data().str());
   const AttnRel br = backend_rel(rel, R.first, R.second, qd);
+  if (rel.dist_bias.defined() && !be.reads_dist_bias(d, qd, br)) {
+    // the kernels take a bias [H, T, S]: the table gathered in the graph (index_select, its
+    // backward the scatter-add by distance), kept for the backward, as the encodings did before
+    RelTerms r = rel;
+    r.dist_bias = Variable();
+    return fused_causal_attention(q, k, v, gathered_dist_bias(rel.dist_bias, d.T, d.S, bias), scale, window, r, keys,
+                                  dropout, stats);
+  }
   const Tensor bd = bias.defined() ? bias.data() : Tensor();
   Tensor out = empty_like(qd);                                            // [B, H, T, Dh]
   Tensor lse = Tensor::empty({d.B, d.H, d.T}, qd.dtype(), qd.device());  // [B, H, T]

@@ -3,7 +3,9 @@
 // the distances of the call (0..n-1, or the distinct p_i - p_j of explicit positions, POSENC_SPEC
 // §7.3: [H, n], a Variable, trainable or not), and distance_bias()
 // gathers it by the distance index of every (i, j) with index_select, so trainable tables get
-// their scatter-add backward for free.
+// their scatter-add backward for free. In the common case (no explicit positions, no sinks) the
+// table itself is the score term (RelTerms::dist_bias): the fused attention reads it in its tiles
+// where the backend can (CUDA's tensor-core kernels), else it is gathered the same way.
 #include <algorithm>
 #include <cmath>
 

@@ -224,9 +224,10 @@ TEST(CudaModelAttention, TensorCoresByDefaultForPlainCallsUnderBf16) {
 // The distance-table encodings under --precision bf16 on cuda: every layer's attention takes the
 // tensor-core kernels with the table read in their tiles (counted), and the loss and every
 // gradient, the tables' parameters included (kerple's r1 / r2, t5's bucket weights, through
-// AttnRelGrad::ddist_bias), agree with the cpu's fp32 composed-or-fused result within the bf16
-// bound of this model (bf16 products throughout: the GEMMs and the attention; measured largest
-// relative error below, per encoding; the bound is about 3x it).
+// AttnRelGrad::ddist_bias), agree with the cpu's fp32 result within the bf16 bound of this model
+// (bf16 products throughout, the GEMMs and the attention: the largest gradient error, relative to
+// the tensor's largest element, measured 0.55-0.71% per encoding under the emulator; the bound,
+// 2%, is about 3x it).
 TEST(CudaModelAttention, DistanceTablesTakeTheTensorCoresAndMatchTheCpu) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
   const std::vector<int64_t> toks = {1, 5, 7, 2, 9, 4, 3, 8, 6, 2, 11, 5, 16, 0, 3, 3, 7, 12, 1, 9,
@@ -261,7 +262,7 @@ TEST(CudaModelAttention, DistanceTablesTakeTheTensorCoresAndMatchTheCpu) {
       const Tensor gc = pc[i].second.grad(), gg = pg[i].second.grad().to(Device::CPU);
       const double e = rel_err(gg, gc);
       worst = std::max(worst, e);
-      EXPECT_LE(e, 3e-2);
+      EXPECT_LE(e, 2e-2);
       if (pc[i].first.rfind("pe.", 0) == 0) {
         ++table_params;
         double gmax = 0;

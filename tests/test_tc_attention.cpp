@@ -175,10 +175,10 @@ Ref reference(const TcCase& c, const Inputs& in) {
       }
       for (int64_t j = 0; j < S; ++j) {
         if (p[(size_t)j] == 0) continue;
-        if (table) {  // dS summed by distance over the batch
+        if (table) {  // dS summed by distance over the batch: fp32, not rounded to bf16 (no u |ds|)
           const size_t r = (size_t)((bh % c.H) * in.n + i + off - j);
           R.val[5][r] += ds[(size_t)j];
-          R.bound[5][r] += eds[(size_t)j];
+          R.bound[5][r] += eds[(size_t)j] - u * std::fabs(ds[(size_t)j]) + f32 * std::fabs(ds[(size_t)j]);
         }
         const size_t kj = (size_t)((bh * S + j) * Dh);
         for (int64_t e = 0; e < Dh; ++e) {
