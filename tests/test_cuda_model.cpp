@@ -149,7 +149,8 @@ void check_training_steps(const json& posenc, int64_t window) {
 // The CUDA backend's attention policy (measured on an H200, docs/results/gpu.md): composed for
 // training shapes up to 2^27 scores, fused past that and for decoding (one query row); under
 // --precision bf16 the tensor-core kernels for every plain call (no bias, no content-position
-// terms, no dropout) whose head dim they have, unless CTXLAB_BF16_ATTENTION=0.
+// terms, no dropout) or call whose only term is a distance table (dist_table) whose head dim they
+// have, unless CTXLAB_BF16_ATTENTION=0.
 TEST(CudaModelAttention, ComposedForTrainingShapesFusedForLargeScoresAndDecoding) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
   const Backend& be = backend(Device::CUDA);
@@ -163,6 +164,7 @@ TEST(CudaModelAttention, ComposedForTrainingShapesFusedForLargeScoresAndDecoding
     EXPECT_TRUE(be.prefers_fused_attention({8, 12, 4096, 4096, 64, plain})) << "long context";
     EXPECT_TRUE(be.prefers_fused_attention({4, 12, 1, 300, 64, plain})) << "decoding one token";
   }
+  EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, false, true})) << "fp32, a distance table: composed";
   EXPECT_TRUE(backend(Device::CPU).prefers_fused_attention({8, 12, 1024, 1024, 64, false}))
       << "the CPU always prefers its fused kernel";
   PrecisionScope bf16(Precision::BF16);
@@ -170,8 +172,11 @@ TEST(CudaModelAttention, ComposedForTrainingShapesFusedForLargeScoresAndDecoding
   EXPECT_TRUE(be.prefers_fused_attention({8, 4, 256, 256, 32, true}));
   EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, false})) << "a bias or relative terms: composed";
   EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 48, true})) << "no tensor-core kernel for Dh 48";
+  EXPECT_TRUE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, false, true})) << "bf16, a distance table alone";
+  EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 48, false, true})) << "a distance table, Dh 48";
   set_fast_path(FastPath::Bf16Attention, false);  // as CTXLAB_BF16_ATTENTION=0
   EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, true})) << "switched off: composed";
+  EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, false, true})) << "switched off, a table: composed";
   reset_fast_path(FastPath::Bf16Attention);
 }
 
