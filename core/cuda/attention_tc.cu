@@ -16,6 +16,10 @@
 //             The separate dQ pass recomputes S and P (7 tile products instead of FlashAttention-2's
 //             5) so that dQ needs no atomicAdd: each dQ row is owned by one warp, every sum has a
 //             fixed order, results are bitwise the same run to run and under every thread schedule.
+// Distance-table bias (AttnRel::dist_bias, template BIAS): logit += tab[h, i + off - j] read per
+// element in the tile loop (global / L1); its gradient from the dQ pass's dS tiles summed along
+// their diagonals (DiagSums) into per-block partials, then summed over the batch and the blocks in
+// a fixed order (dist_grad_kernel): no atomics either.
 // Masks by tile skipping: a block visits only the tiles its rows can see (causal: keys up to the
 // block's last query; window: from the block's first query's oldest key), elements outside
 // masked to -inf (P = 0). Shared tiles are [64, D + 8] b16: rows 16-byte aligned for cp.async and
@@ -367,11 +371,12 @@ struct DiagSums {
     const int u = threadIdx.x;
     if (u >= kTileRows) return;
     float lo = 0.0f, hi = 0.0f;
-    for (int a = 0; a <= u; ++a) lo += Ps[a * (kTileRows + 1) + a + 63 - u];
-    for (int a = u + 1; a < kTileRows; ++a) hi += Ps[a * (kTileRows + 1) + a - u - 1];
+    constexpr int ld = kTileRows + 1, top = kTileRows - 1;  // Ps row stride; the lowest diagonal is a - c = -top
+    for (int a = 0; a <= u; ++a) lo += Ps[a * ld + a + top - u];
+    for (int a = u + 1; a < kTileRows; ++a) hi += Ps[a * ld + a - u - 1];
     const int64_t base = i0 + g.off - j0;
     put(g, base + 1 + u, first ? hi : pend + hi, part);
-    pend = lo, pend_r = base - 63 + u;
+    pend = lo, pend_r = base - top + u;
   }
   __device__ void finish(const Geo& g, float* part) {
     if (threadIdx.x < kTileRows && pend_r >= 0) put(g, pend_r, pend, part);
@@ -405,7 +410,7 @@ __global__ void __launch_bounds__(kBlock) tc_dq_kernel(Geo g, const bf16* q, con
     part += (bh * gridDim.x + i0 / kBlockRows) * g.S;
     // zeros where the block's tiles reach no distance: beyond the first tile's (window) or
     // below the last's; DiagSums writes the rest
-    const int64_t hi = i0 + g.off - t0 * kTileRows + 64, lo = i0 + g.off - t1 * kTileRows + 1;
+    const int64_t hi = i0 + g.off - t0 * kTileRows + kTileRows, lo = i0 + g.off - t1 * kTileRows + 1;
     for (int64_t r = threadIdx.x; r < g.S; r += kBlock)
       if (t0 >= t1 || r > hi || r < lo) part[r] = 0.0f;
   }
