@@ -4,10 +4,12 @@
 // the backend has no fused attention.
 #include "autograd/ops_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include "autograd/ops_util.h"
+#include "core/attention_dist_bias.h"
 #include "core/device_table.h"
 
 namespace ctx {
@@ -55,6 +57,13 @@ AttnDims check_args(const char* op, const Variable& q, const Variable& k, const 
 // op, the RelTerms field and the expected shape; index values are checked against their range.
 std::pair<int64_t, int64_t> check_rel(const char* op, const RelTerms& rel, const Tensor& qd,
                                       int64_t B, int64_t H, int64_t T, int64_t S, int64_t Dh) {
+  if (rel.dist_bias.defined()) {
+    const Variable& t = rel.dist_bias;
+    CTX_CHECK(t.dim() == 2 && t.size(0) == H && t.size(1) >= std::max<int64_t>(S, 1) && t.dtype() == qd.dtype() &&
+                  t.device() == qd.device(),
+              op, ": RelTerms.dist_bias must be ", device_name(qd.device()), " ", dtype_name(qd.dtype()), "[", H,
+              ", n] with n >= S = ", S, ", got ", device_name(t.device()), " ", t.data().str());
+  }
   if (rel.empty()) return {0, 0};
   auto check_idx = [&](const Tensor& idx, const char* name, int64_t R) {
     CTX_CHECK(idx.defined(), op, ": RelTerms.", name, " (i32 [T, S]) is required by its terms");
@@ -116,6 +125,16 @@ Variable gather_rel(const Variable& x, const Tensor& idx, bool by_key) {
   return reshape(index_select(flat, 2, fi), {B, H, T, S});
 }
 
+// table [H, n] -> [1, H, T, S]: entry (h, i, j) = table[h, max(i + S - T - j, 0)] (AttnRel::dist_bias;
+// index_select's backward sums the gradient by distance). bias must be undefined (exclusive).
+Variable gathered_dist_bias(const Variable& table, int64_t T, int64_t S, const Variable& bias) {
+  CTX_CHECK(!bias.defined(), "attention: RelTerms.dist_bias and a bias are exclusive (give one), got bias ",
+            bias.data().str());
+  AttnDims d;
+  d.H = table.size(0), d.T = T, d.S = S;
+  return reshape(index_select(table, 1, dist_bias_index(d, table.data())), {1, d.H, T, S});
+}
+
 }  // namespace
 
 Tensor hidden_keys_mask(int64_t T, int64_t S, int64_t window, int64_t sinks, const Tensor& like) {
@@ -141,6 +160,7 @@ Variable relative_logits(const Variable& q, const Variable& k, const Variable& b
   if (rel.qrel.defined()) s = add(s, gather_rel(rel.qrel, rel.qidx, false));
   if (rel.krel.defined()) s = add(s, gather_rel(rel.krel, rel.kidx, true));
   if (terms) s = scale(s, scale_);
+  if (rel.dist_bias.defined()) return add(s, gathered_dist_bias(rel.dist_bias, q.size(2), k.size(2), bias));
   return bias.defined() ? add(s, bias) : s;  // [H, T, S] / [1, H, T, S] broadcast over B
 }
 
@@ -211,6 +231,7 @@ AttnRel backend_rel(const RelTerms& rel, int64_t Rq, int64_t Rk, const Tensor& q
   if (rel.qrel.defined()) r.qrel = rel.qrel.data();
   if (rel.krel.defined()) r.krel = rel.krel.data();
   if (rel.vrel.defined()) r.vrel = rel.vrel.data();
+  if (rel.dist_bias.defined()) r.dist_bias = rel.dist_bias.data();
   return r;
 }
 
@@ -231,13 +252,23 @@ Variable fused_causal_attention(const Variable& q, const Variable& k, const Vari
                                      dropout, stats);
   }
   const std::pair<int64_t, int64_t> R = check_rel(op, rel, qd, d.B, d.H, d.T, d.S, d.Dh);
+  CTX_CHECK(!(rel.dist_bias.defined() && bias.defined()), op,
+            ": RelTerms.dist_bias and a bias are exclusive (give one), got bias ", bias.data().str());
   const AttnRel br = backend_rel(rel, R.first, R.second, qd);
+  if (rel.dist_bias.defined() && !be.reads_dist_bias(d, qd, br)) {
+    // the kernels take a bias [H, T, S]: the table gathered in the graph (index_select, its
+    // backward the scatter-add by distance), kept for the backward, as the encodings did before
+    RelTerms r = rel;
+    r.dist_bias = Variable();
+    return fused_causal_attention(q, k, v, gathered_dist_bias(rel.dist_bias, d.T, d.S, bias), scale, window, r, keys,
+                                  dropout, stats);
+  }
   const Tensor bd = bias.defined() ? bias.data() : Tensor();
   Tensor out = empty_like(qd);                                            // [B, H, T, Dh]
   Tensor lse = Tensor::empty({d.B, d.H, d.T}, qd.dtype(), qd.device());  // [B, H, T]
   be.attention_forward(d, qd, kd, vd, bd, out, lse, br, stats);
   std::vector<Variable> inputs = {q, k, v};
-  for (const Variable* x : {&bias, &rel.qrel, &rel.krel, &rel.vrel})
+  for (const Variable* x : {&bias, &rel.qrel, &rel.krel, &rel.vrel, &rel.dist_bias})
     if (x->defined()) inputs.push_back(*x);
   return make_result(out, op, inputs, [q, k, v, bias, rel, br, qd, kd, vd, bd, out, lse, d](const Tensor& g) {
     // g = dL/do [B, H, T, Dh]; dbias [H, T, S] and the relative gradients only for inputs that
@@ -248,6 +279,7 @@ Variable fused_causal_attention(const Variable& q, const Variable& k, const Vari
     if (rel.qrel.defined() && rel.qrel.requires_grad()) dr.dqrel = empty_like(rel.qrel.data());
     if (rel.krel.defined() && rel.krel.requires_grad()) dr.dkrel = empty_like(rel.krel.data());
     if (rel.vrel.defined() && rel.vrel.requires_grad()) dr.dvrel = empty_like(rel.vrel.data());
+    if (rel.dist_bias.defined() && rel.dist_bias.requires_grad()) dr.ddist_bias = empty_like(rel.dist_bias.data());
     backend_of(qd).attention_backward(d, qd, kd, vd, bd, out, lse, g, dq, dk, dv, db, br, dr);
     acc(q, dq);
     acc(k, dk);
@@ -256,6 +288,7 @@ Variable fused_causal_attention(const Variable& q, const Variable& k, const Vari
     if (dr.dqrel.defined()) acc(rel.qrel, dr.dqrel);
     if (dr.dkrel.defined()) acc(rel.krel, dr.dkrel);
     if (dr.dvrel.defined()) acc(rel.vrel, dr.dvrel);
+    if (dr.ddist_bias.defined()) acc(rel.dist_bias, dr.ddist_bias);
   });
 }
 

@@ -20,7 +20,12 @@ struct RelTerms {
   Variable vrel;  // [Rq, Dh] (shared by the batch and the heads) or undefined
   Tensor kidx;    // i32 [T, S], values in [0, Rk)
   Variable krel;  // [B, H, S, Rk] or undefined
-  bool empty() const { return !qrel.defined() && !vrel.defined() && !krel.defined(); }
+  // A bias by distance read from a per-head table (AttnRel::dist_bias, core/backend.h), or
+  // undefined: [H, n], n >= S, logits_ij += dist_bias[h, i + (S - T) - j] (query i at key
+  // position i + S - T). Excludes the bias argument. Trainable tables (kerple, t5) get their
+  // gradient summed by distance; the composed version gathers it into [1, H, T, S].
+  Variable dist_bias;
+  bool empty() const { return !qrel.defined() && !vrel.defined() && !krel.defined() && !dist_bias.defined(); }
 };
 
 // q: [B, H, T, Dh]; k, v: [B, H, S, Dh] with S >= T. Queries are the last T positions: query i

@@ -1,6 +1,8 @@
 // core/attention_checks.cpp — see attention_checks.h.
 #include "core/attention_checks.h"
 
+#include <algorithm>
+
 namespace ctx {
 namespace {
 
@@ -37,6 +39,13 @@ DType check_inputs(const char* op, const AttnDims& d, const Tensor& q, const Ten
   if (rel.qrel.defined()) expect(op, "rel.qrel", rel.qrel, dt, {d.B, d.H, d.T, rel.Rq}, dev);
   if (rel.vrel.defined()) expect(op, "rel.vrel", rel.vrel, dt, {rel.Rq, d.Dh}, dev);
   if (rel.krel.defined()) expect(op, "rel.krel", rel.krel, dt, {d.B, d.H, d.S, rel.Rk}, dev);
+  if (rel.dist_bias.defined()) {  // [H, n], n >= S (the distances of the call are 0 .. S - 1)
+    const Tensor& t = rel.dist_bias;
+    CTX_CHECK(!bias.defined(), op, ": rel.dist_bias and bias are exclusive (give one), got bias ", bias.str());
+    CTX_CHECK(t.dim() == 2 && t.size(0) == d.H && t.size(1) >= std::max<int64_t>(d.S, 1) && t.dtype() == dt, op,
+              ": rel.dist_bias must be ", dtype_name(dt), "[", d.H, ", n] with n >= S = ", d.S, ", got ", t.str());
+    expect(op, "rel.dist_bias", t, dt, t.shape(), dev);
+  }
   expect(op, "out", out, dt, {d.B, d.H, d.T, d.Dh}, dev);
   expect(op, "lse", lse, dt, {d.B, d.H, d.T}, dev);
   return dt;
@@ -64,6 +73,10 @@ DType check_attention_backward(const AttnDims& d, const Tensor& q, const Tensor&
   if (drel.dqrel.defined()) expect(op, "drel.dqrel", drel.dqrel, dt, {d.B, d.H, d.T, rel.Rq}, dev);
   if (drel.dkrel.defined()) expect(op, "drel.dkrel", drel.dkrel, dt, {d.B, d.H, d.S, rel.Rk}, dev);
   if (drel.dvrel.defined()) expect(op, "drel.dvrel", drel.dvrel, dt, {rel.Rq, d.Dh}, dev);
+  if (drel.ddist_bias.defined()) {
+    CTX_CHECK(rel.dist_bias.defined(), op, ": drel.ddist_bias is given without rel.dist_bias");
+    expect(op, "drel.ddist_bias", drel.ddist_bias, dt, rel.dist_bias.shape(), dev);
+  }
   return dt;
 }
 

@@ -4,6 +4,7 @@
 // core/fast_paths.h, and otherwise compose the same computation from primitives).
 #include "core/backend.h"
 
+#include "core/attention_dist_bias.h"
 #include "core/backend_checks.h"
 
 namespace ctx {
@@ -51,6 +52,7 @@ const char* fused_name(Fused f) {
 
 bool Backend::has(Fused) const { return false; }
 bool Backend::prefers_fused_attention(const AttnQuery&) const { return has(Fused::Attention); }
+bool Backend::reads_dist_bias(const AttnDims&, const Tensor&, const AttnRel&) const { return false; }
 
 namespace {
 [[noreturn]] void unsupported(const Backend& b, const char* method, Fused f) {
@@ -177,6 +179,11 @@ void Backend::attention_forward(const AttnDims& d, const Tensor& q, const Tensor
                                 AttnRowStats* stats) {
   require(*this, "attention_forward", Fused::Attention);
   checks::attention_forward(device(), d, q, k, v, bias, out, lse, rel);
+  if (rel.dist_bias.defined() && !reads_dist_bias(d, q, rel)) {  // the table as a bias [H, T, S]
+    AttnRel r = rel;
+    r.dist_bias = Tensor();
+    return attention_forward(d, q, k, v, expand_dist_bias(*this, d, rel.dist_bias), out, lse, r, stats);
+  }
   if (!stats) return attention_forward_impl(d, q, k, v, bias, out, lse, rel);
   CTX_CHECK(has_attention_stats(), "attention_forward: the ", device_name(device()),
             " backend has no attention row statistics (compose them: attention_row_stats)");
@@ -191,6 +198,18 @@ void Backend::attention_backward(const AttnDims& d, const Tensor& q, const Tenso
                                  AttnRelGrad& drel) {
   require(*this, "attention_backward", Fused::Attention);
   checks::attention_backward(device(), d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
+  if (rel.dist_bias.defined() && !reads_dist_bias(d, q, rel)) {  // as the forward: a bias [H, T, S]
+    AttnRel r = rel;
+    r.dist_bias = Tensor();
+    AttnRelGrad dr = drel;
+    dr.ddist_bias = Tensor();
+    Tensor db;  // dL/dbias [H, T, S], reduced by diagonals onto the table
+    if (drel.ddist_bias.defined()) db = Tensor::empty({d.H, d.T, d.S}, q.dtype(), q.device());
+    attention_backward(d, q, k, v, expand_dist_bias(*this, d, rel.dist_bias), out, lse, dout, dq, dk, dv, db, r,
+                       dr);
+    if (db.defined()) reduce_dist_bias(*this, d, db, drel.ddist_bias);
+    return;
+  }
   attention_backward_impl(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
 }
 void Backend::rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,

@@ -105,9 +105,12 @@ const char* fused_name(Fused f);
 // path (Backend::prefers_fused_attention): the sizes, and whether the scores are q . k alone,
 // masked (plain: no bias, no content-position terms, no dropout), so that kernels which take only
 // the mask (CUDA's tensor-core attention) can be preferred where they apply.
+// dist_table: the scores are q . k plus a distance-table bias alone (AttnRel::dist_bias: alibi,
+// kerple, sandwich, t5 in their common case), no other term and no dropout.
 struct AttnQuery {
   int64_t B = 0, H = 0, T = 0, S = 0, Dh = 0;
   bool plain = false;
+  bool dist_table = false;
 };
 
 // Sizes of one causal attention call. Query i (0 <= i < T) sits at key position i + (S - T)
@@ -141,7 +144,17 @@ struct AttnRel {
   Tensor vrel;  // [Rq, Dh], shared by the batch and the heads
   Tensor kidx;  // i32 [T, S], values in [0, Rk)
   Tensor krel;  // [B, H, S, Rk]
-  bool empty() const { return !qrel.defined() && !vrel.defined() && !krel.defined(); }
+  // A bias by distance (alibi, kerple, sandwich, t5: posenc/bias.cpp), read from a per-head table
+  // instead of an [H, T, S] tensor: dist_bias [H, n] (q's dtype, n >= S; the bias argument must
+  // then be undefined). For every visible (i, j) of every batch row:
+  //   logit_ij += dist_bias[h, i + (S - T) - j]
+  // i + (S - T) is query i's key position (AttnDims: queries are the last T of S positions, as
+  // bias.cpp's distances() has it with q_pos0 = S - T, k_pos0 = 0), so the distance is in
+  // [0, S) for a visible key (within [0, window) under a window); entries from S on are unread.
+  // Not multiplied by scale. A backend reads it in its tiles where reads_dist_bias() says so;
+  // else Backend expands it into the bias [H, T, S] (and reduces dbias by diagonals).
+  Tensor dist_bias;
+  bool empty() const { return !qrel.defined() && !vrel.defined() && !krel.defined() && !dist_bias.defined(); }
 };
 // Per-query-row statistics of the attention probabilities: an optional output of
 // attention_forward (ctxlab eval --attn-stats, docs/evaluation.md). rows [B, H, T, 3], q's dtype
@@ -161,6 +174,9 @@ struct AttnRelGrad {
   Tensor dqrel;  // [B, H, T, Rq]
   Tensor dkrel;  // [B, H, S, Rk]
   Tensor dvrel;  // [Rq, Dh]
+  // [H, n] like dist_bias: entry (h, r) = the sum of dL/dlogit over the batch and every visible
+  // (i, j) with i + (S - T) - j = r (0 for r >= S)
+  Tensor ddist_bias;
 };
 
 // One piece of a flat parameter buffer for sum_squares / adamw_flat: elements [begin, end)
@@ -272,6 +288,11 @@ class Backend {
   // per-backend policy (base: whenever has(Fused::Attention)). nn/attention.cpp asks it unless the
   // fused path was asked for explicitly (CTXLAB_FUSED_ATTENTION=1).
   virtual bool prefers_fused_attention(const AttnQuery& a) const;
+  // Whether attention_forward_impl / _backward_impl take rel.dist_bias themselves for this call
+  // (base: no). Otherwise attention_forward / _backward expand it into the bias [H, T, S] by
+  // index_select before the call and reduce dbias into ddist_bias by index_add after it
+  // (core/attention_dist_bias.h), so every backend with a bias path accepts the contract.
+  virtual bool reads_dist_bias(const AttnDims& d, const Tensor& q, const AttnRel& rel) const;
 
   // --- causal attention (Fused::Attention), FlashAttention-2 style: the [T, S] probabilities
   // are never stored ---

@@ -45,13 +45,20 @@ static AttnState new_state(int layer, int64_t H, int64_t Dh, const Linear& qkv, 
   return st;
 }
 
-// Whether the call's scores are q . k alone under the mask (AttnQuery::plain): the encoding keeps
-// the default logits (its score terms, computed here once for the call, add no bias and no
-// content-position terms) and no dropout is drawn.
-bool Attention::plain_scores(AttnState& st, const DropoutMask& drop) const {
-  if (drop.active() || !pe_->fused_attention_ok(st)) return false;
+// The call as Backend::prefers_fused_attention sees it. plain: the scores are q . k alone under
+// the mask (the encoding keeps the default logits, its score terms, computed here once for the
+// call, add no bias and no content-position terms; no dropout is drawn); dist_table: the same
+// plus a distance table alone (RelTerms::dist_bias).
+AttnQuery Attention::query(AttnState& st, const DropoutMask& drop) const {
+  AttnQuery a{st.B, H_, st.T, st.S, Dh_, false, false};
+  if (drop.active() || !pe_->fused_attention_ok(st)) return a;
   const ScoreTerms& t = pe_->score_terms(st);
-  return !t.bias.defined() && t.rel.empty();
+  if (t.bias.defined()) return a;
+  RelTerms content = t.rel;
+  content.dist_bias = Variable();
+  a.plain = t.rel.empty();
+  a.dist_table = content.empty() && t.rel.dist_bias.defined();
+  return a;
 }
 
 Variable Attention::forward(const Variable& x, Rng* rng, const Positions* positions) const {
@@ -81,7 +88,7 @@ Variable Attention::forward(const Variable& x, Rng* rng, const Positions* positi
   // sinks: the composed path (the fused kernels know only the window), unless the encoding's own
   // fused attention takes them (cope)
   if ((sinks_ == 0 || pe_->fused_attention_takes_sinks()) &&
-      use_fused_attention(backend_of(st.q.data()), {B, H_, T, S, Dh_, plain_scores(st, drop)}))
+      use_fused_attention(backend_of(st.q.data()), query(st, drop)))
     o = pe_->fused_attention(st, window_, drop);  // undefined when the encoding cannot take it
   if (!o.defined()) {
     Variable s = pe_->logits(st);                                       // [B, H, T, S]

@@ -40,7 +40,7 @@ class Attention : public Module {
   }
 
  private:
-  bool plain_scores(AttnState& st, const DropoutMask& drop) const;
+  AttnQuery query(AttnState& st, const DropoutMask& drop) const;
   mutable Tensor mem_;
   int64_t window_ = 0, sinks_ = 0;
   AttnStatsCollector* stats_ = nullptr;
@@ -53,8 +53,8 @@ class Attention : public Module {
 // Fused attention (autograd/ops_attention.h) for encodings with the default logits and output
 // (PositionalEncoding::fused_attention_ok), dropout included (the kernels apply the mask the
 // composed path would draw). Unset, it runs where the backend has it and prefers it for the call
-// (Backend::prefers_fused_attention: always on the CPU; on CUDA for plain calls under --precision
-// bf16 (the tensor-core kernels), else only past 2^27 scores and for decoding, measured); CTXLAB_FUSED_ATTENTION=1 (read once) takes it wherever the backend has it, =0
+// (Backend::prefers_fused_attention: always on the CPU; on CUDA for plain calls and calls whose only
+// term is a distance table (alibi, kerple, sandwich, t5) under --precision bf16 (the tensor-core kernels), else only past 2^27 scores and for decoding, measured); CTXLAB_FUSED_ATTENTION=1 (read once) takes it wherever the backend has it, =0
 // never. The switch is FastPath::Attention of core/fast_paths.h (set_fast_path overrides the
 // environment, tests and benchmarks: set(true) counts as an explicit 1; reset_fast_path returns
 // to it).

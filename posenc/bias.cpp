@@ -3,7 +3,9 @@
 // the distances of the call (0..n-1, or the distinct p_i - p_j of explicit positions, POSENC_SPEC
 // §7.3: [H, n], a Variable, trainable or not), and distance_bias()
 // gathers it by the distance index of every (i, j) with index_select, so trainable tables get
-// their scatter-add backward for free.
+// their scatter-add backward for free. In the common case (no explicit positions, no sinks) the
+// table itself is the score term (RelTerms::dist_bias): the fused attention reads it in its tiles
+// where the backend can (CUDA's tensor-core kernels), else it is gathered the same way.
 #include <algorithm>
 #include <cmath>
 
@@ -101,18 +103,23 @@ class DistanceBias : public PositionalEncoding {
   bool explicit_positions_ok() const override { return true; }  // delta = p_i - p_j (§7.3)
   Variable bias(AttnState& st) override {
     const Distances d = distances(st);
-    Variable tab;
-    if (fixed()) {
-      if (!cache_.defined() || cache_values_ != d.values || cache_.dtype() != st.q.dtype() ||
-          cache_.device() != st.q.device()) {
-        cache_ = table(d.values, st);
-        cache_values_ = d.values;
-      }
-      tab = cache_;
-    } else {
-      tab = table(d.values, st);
-    }
-    return distance_bias(tab, st, d);
+    return distance_bias(table_of(d.values, st), st, d);
+  }
+  // The common case (queries at q_pos0 = S - T against keys 0.., no explicit positions, no
+  // sinks): the distance of (i, j) is q_pos0 + i - j, so the table over the distances 0 .. S - 1
+  // itself is the term (RelTerms::dist_bias), which the fused attention reads in its tiles
+  // (the CUDA tensor-core kernels; other kernels expand it, core/attention_dist_bias.h) and
+  // relative_logits gathers as distance_bias() would. Otherwise bias(st) as [rows, H, T, S].
+  ScoreTerms terms(AttnState& st) override {
+    if (st.positions || st.sinks > 0 || st.k_pos0 != 0 || st.q_pos0 != st.S - st.T || st.S < 1)
+      return PositionalEncoding::terms(st);
+    std::vector<int64_t> values((size_t)st.S);
+    for (int64_t r = 0; r < st.S; ++r) values[(size_t)r] = r;
+    ScoreTerms t;
+    t.q = st.q;
+    t.scale = st.scale;
+    t.rel.dist_bias = table_of(values, st);  // [H, S]
+    return t;
   }
 
  protected:
@@ -122,6 +129,16 @@ class DistanceBias : public PositionalEncoding {
   int64_t H_, d_;
 
  private:
+  // table(values, st), cached for the fixed tables
+  Variable table_of(const std::vector<int64_t>& values, const AttnState& st) {
+    if (!fixed()) return table(values, st);
+    if (!cache_.defined() || cache_values_ != values || cache_.dtype() != st.q.dtype() ||
+        cache_.device() != st.q.device()) {
+      cache_ = table(values, st);
+      cache_values_ = values;
+    }
+    return cache_;
+  }
   Variable cache_;
   std::vector<int64_t> cache_values_;
 };

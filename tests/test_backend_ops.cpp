@@ -1391,6 +1391,8 @@ void attention_cases(std::vector<Case>& cs) {
   // KV cache in place): rows Sn.. are random and must change nothing, their gradient is 0.
   // T <= 4 (the CPU forward's direct scores, no K^T tiles): over several key tiles, windowed too.
   // drop > 0: dropout on the probabilities (AttnDims::dropout) with that rate.
+  // bias 4: a distance table AttnRel::dist_bias [H, S + 2] instead (the reference: expanded to
+  // [H, T, S] by hand, its gradient dbias summed by distance i + S - T - j).
   struct AC { int64_t B, H, Tn, Sn, Dh, window; int bias; int rel; int64_t Rq, Rk; int64_t KS = 0; double drop = 0; };
   for (const AC& a : {AC{1, 1, 1, 1, 1, 0, 0, 0, 0, 0}, AC{2, 3, 5, 5, 4, 0, 1, 0, 0, 0},
                       AC{1, 2, 3, 7, 8, 0, 0, 0, 0, 0}, AC{2, 1, 6, 6, 3, 2, 1, 0, 0, 0},
@@ -1404,7 +1406,10 @@ void attention_cases(std::vector<Case>& cs) {
                       AC{1, 2, 1, 130, 32, 50, 1, kQrel | kKrel | kVrel, 4, 3, 200}, AC{2, 1, 4, 100, 16, 0, 0, 0, 0, 0},
                       AC{2, 3, 5, 5, 4, 0, 1, 0, 0, 0, 0, 0.3}, AC{2, 2, 7, 9, 37, 3, 1, kQrel | kKrel | kVrel, 5, 4, 0, 0.5},
                       AC{3, 2, 35, 70, 16, 20, 1, kQrel | kKrel | kVrel, 11, 9, 0, 0.1},
-                      AC{2, 1, 4, 100, 16, 0, 0, 0, 0, 0, 0, 0.2}, AC{1, 2, 70, 70, 8, 0, 0, kVrel, 4, 0, 0, 0.3}}) {
+                      AC{2, 1, 4, 100, 16, 0, 0, 0, 0, 0, 0, 0.2}, AC{1, 2, 70, 70, 8, 0, 0, kVrel, 4, 0, 0, 0.3},
+                      AC{2, 2, 5, 9, 8, 3, 4, 0, 0, 0}, AC{1, 3, 33, 33, 16, 0, 4, 0, 0, 0},
+                      AC{1, 2, 3, 7, 8, 0, 4, kQrel | kVrel, 3, 0}, AC{1, 2, 1, 40, 32, 0, 4, 0, 0, 0, 64},
+                      AC{2, 1, 6, 6, 3, 0, 4, 0, 0, 0, 0, 0.3}}) {
     AttnDims d;
     d.B = a.B; d.H = a.H; d.T = a.Tn; d.S = a.Sn; d.Dh = a.Dh; d.window = a.window;
     d.scale = 1.0 / std::sqrt((double)a.Dh);
@@ -1412,11 +1417,13 @@ void attention_cases(std::vector<Case>& cs) {
     if (a.drop > 0) d.dropout = dropout_mask(a.drop, 0xA77E + (uint64_t)a.Sn);
     const int64_t KR = a.KS > 0 ? a.KS : a.Sn;  // rows per (b, h) of k, v as the device gets them
     const Shape qs{a.B, a.H, a.Tn, a.Dh}, ks{a.B, a.H, a.Sn, a.Dh}, kfs{a.B, a.H, KR, a.Dh}, ls{a.B, a.H, a.Tn};
-    const Shape bs = a.bias == 2 ? Shape{1, a.H, a.Tn, a.Sn} : Shape{a.H, a.Tn, a.Sn};
+    const bool table = a.bias == 4;
+    const Shape bs = a.bias == 2 ? Shape{1, a.H, a.Tn, a.Sn} : table ? Shape{a.H, a.Sn + 2} : Shape{a.H, a.Tn, a.Sn};
     const Shape is{a.Tn, a.Sn}, qrs{a.B, a.H, a.Tn, a.Rq}, krs{a.B, a.H, a.Sn, a.Rk}, vrs{a.Rq, a.Dh};
     const bool hq = a.rel & kQrel, hk = a.rel & kKrel, hv = a.rel & kVrel;
     const std::string nm = str(tn<T>(), " B", a.B, " H", a.H, " T", a.Tn, " S", a.Sn, " Dh", a.Dh, " window ", a.window,
-                               a.bias ? str(" bias", S(bs), a.bias == 3 ? " (a row at -inf)" : "") : std::string(),
+                               a.bias ? str(table ? " dist_bias" : " bias", S(bs), a.bias == 3 ? " (a row at -inf)" : "")
+                                      : std::string(),
                                hq ? str(" qrel R", a.Rq) : std::string(), hk ? str(" krel R", a.Rk) : std::string(),
                                hv ? str(" vrel R", a.Rq) : std::string(),
                                a.KS ? str(" kv_rows ", a.KS) : std::string(),
@@ -1437,9 +1444,10 @@ void attention_cases(std::vector<Case>& cs) {
                   [=](const Dev& D) {
                     const std::vector<Tensor> h = inputs();
                     Tensor q = D.in(h[0]), k = D.in(h[1]), v = D.in(h[2]);
-                    Tensor bias = a.bias ? D.in(h[3]) : Tensor();
+                    Tensor bias = a.bias && !table ? D.in(h[3]) : Tensor();
                     AttnRel rel;
                     rel.Rq = a.Rq, rel.Rk = a.Rk;
+                    if (table) rel.dist_bias = D.in(h[3]);
                     if (hq || hv) rel.qidx = D.in(h[5]);
                     if (hk) rel.kidx = D.in(h[6]);
                     if (hq) rel.qrel = D.in(h[7]);
@@ -1448,14 +1456,15 @@ void attention_cases(std::vector<Case>& cs) {
                     Tensor out = D.out(qs, dt), lse = D.out(ls, dt);
                     D.be().attention_forward(d, q, k, v, bias, out, lse, rel);
                     Tensor dout = D.in(h[4]), dq = D.out(qs, dt), dk = D.out(kfs, dt), dv = D.out(kfs, dt);
-                    Tensor dbias = a.bias ? D.out(bs, dt) : Tensor();
+                    Tensor dbias = a.bias && !table ? D.out(bs, dt) : Tensor();
                     AttnRelGrad g;
+                    if (table) g.ddist_bias = D.out(bs, dt);
                     if (hq) g.dqrel = D.out(qrs, dt);
                     if (hk) g.dkrel = D.out(krs, dt);
                     if (hv) g.dvrel = D.out(vrs, dt);
                     D.be().attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, g);
                     std::vector<Tensor> r = hosts({out, lse, dq, dk, dv});
-                    for (const Tensor* t : {&dbias, &g.dqrel, &g.dkrel, &g.dvrel})
+                    for (const Tensor* t : {&dbias, &g.ddist_bias, &g.dqrel, &g.dkrel, &g.dvrel})
                       if (t->defined()) r.push_back(host(*t));
                     return r;
                   },
@@ -1479,8 +1488,18 @@ void attention_cases(std::vector<Case>& cs) {
                     AttnDims dr = d;
                     dr.kv_rows = 0;
                     Tensor out = Tensor::empty(qs, dt), lse = Tensor::empty(ls, dt);
+                    // a distance table: bias[h, i, j] = table[h, max(i + S - T - j, 0)]
+                    auto dist = [&](int64_t i, int64_t j) { return std::max<int64_t>(i + a.Sn - a.Tn - j, 0); };
+                    const Shape es{a.H, a.Tn, a.Sn};
+                    if (table) {
+                      Tensor e = Tensor::empty(es, dt);
+                      for (int64_t hh = 0; hh < a.H; ++hh)
+                        for (int64_t i = 0; i < a.Tn; ++i)
+                          for (int64_t j = 0; j < a.Sn; ++j) e.set((hh * a.Tn + i) * a.Sn + j, h[3].at(hh * (a.Sn + 2) + dist(i, j)));
+                      h[3] = e;
+                    }
                     Tensor dq = Tensor::empty(qs, dt), dk = Tensor::empty(ks, dt), dv = Tensor::empty(ks, dt),
-                           dbias = Tensor::empty(bs, dt), dqrel = Tensor::empty(qrs, dt),
+                           dbias = Tensor::empty(table ? es : bs, dt), dqrel = Tensor::empty(qrs, dt),
                            dkrel = Tensor::empty(krs, dt), dvrel = Tensor::empty(vrs, dt);
                     AttnRefRel<T> r;
                     r.Rq = a.Rq, r.Rk = a.Rk;
@@ -1492,7 +1511,18 @@ void attention_cases(std::vector<Case>& cs) {
                                            P<T>(out), P<T>(lse), P<T>(h[4]), P<T>(dq), P<T>(dk), P<T>(dv),
                                            a.bias ? P<T>(dbias) : nullptr, r);
                     std::vector<Tensor> res = {out, lse, dq, rows_of(dk), rows_of(dv)};
-                    if (a.bias) res.push_back(dbias);
+                    if (table) {  // dbias summed by distance (0 at distances >= S)
+                      Tensor dt_ = Tensor::zeros(bs, dt);
+                      for (int64_t hh = 0; hh < a.H; ++hh)
+                        for (int64_t i = 0; i < a.Tn; ++i)
+                          for (int64_t j = 0; j < a.Sn; ++j) {
+                            const int64_t x = hh * (a.Sn + 2) + dist(i, j);
+                            dt_.set(x, dt_.at(x) + dbias.at((hh * a.Tn + i) * a.Sn + j));
+                          }
+                      res.push_back(dt_);
+                    } else if (a.bias) {
+                      res.push_back(dbias);
+                    }
                     if (hq) res.push_back(dqrel);
                     if (hk) res.push_back(dkrel);
                     if (hv) res.push_back(dvrel);

@@ -149,7 +149,8 @@ void check_training_steps(const json& posenc, int64_t window) {
 // The CUDA backend's attention policy (measured on an H200, docs/results/gpu.md): composed for
 // training shapes up to 2^27 scores, fused past that and for decoding (one query row); under
 // --precision bf16 the tensor-core kernels for every plain call (no bias, no content-position
-// terms, no dropout) whose head dim they have, unless CTXLAB_BF16_ATTENTION=0.
+// terms, no dropout) or call whose only term is a distance table (dist_table) whose head dim they
+// have, unless CTXLAB_BF16_ATTENTION=0.
 TEST(CudaModelAttention, ComposedForTrainingShapesFusedForLargeScoresAndDecoding) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
   const Backend& be = backend(Device::CUDA);
@@ -163,6 +164,7 @@ TEST(CudaModelAttention, ComposedForTrainingShapesFusedForLargeScoresAndDecoding
     EXPECT_TRUE(be.prefers_fused_attention({8, 12, 4096, 4096, 64, plain})) << "long context";
     EXPECT_TRUE(be.prefers_fused_attention({4, 12, 1, 300, 64, plain})) << "decoding one token";
   }
+  EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, false, true})) << "fp32, a distance table: composed";
   EXPECT_TRUE(backend(Device::CPU).prefers_fused_attention({8, 12, 1024, 1024, 64, false}))
       << "the CPU always prefers its fused kernel";
   PrecisionScope bf16(Precision::BF16);
@@ -170,16 +172,19 @@ TEST(CudaModelAttention, ComposedForTrainingShapesFusedForLargeScoresAndDecoding
   EXPECT_TRUE(be.prefers_fused_attention({8, 4, 256, 256, 32, true}));
   EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, false})) << "a bias or relative terms: composed";
   EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 48, true})) << "no tensor-core kernel for Dh 48";
+  EXPECT_TRUE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, false, true})) << "bf16, a distance table alone";
+  EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 48, false, true})) << "a distance table, Dh 48";
   set_fast_path(FastPath::Bf16Attention, false);  // as CTXLAB_BF16_ATTENTION=0
   EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, true})) << "switched off: composed";
+  EXPECT_FALSE(be.prefers_fused_attention({8, 12, 1024, 1024, 64, false, true})) << "switched off, a table: composed";
   reset_fast_path(FastPath::Bf16Attention);
 }
 
 // The same policy end to end: a GPT with Dh 32 trained on cuda under --precision bf16 runs every
 // layer's attention on the tensor-core kernels for a plain encoding (learned, rope), with the
 // switch unset, reading q, k, v and dout from the bf16 copies the kernels that produce them write
-// (the backward reads the forward's); a bias encoding (alibi) and CTXLAB_BF16_ATTENTION=0 keep the composed path (no
-// fused kernel at all).
+// (the backward reads the forward's); so does a distance-table encoding (alibi: the table read in
+// the kernels' tiles); CTXLAB_BF16_ATTENTION=0 keeps the composed path (no fused kernel at all).
 TEST(CudaModelAttention, TensorCoresByDefaultForPlainCallsUnderBf16) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
   PrecisionScope bf16(Precision::BF16);
@@ -191,7 +196,7 @@ TEST(CudaModelAttention, TensorCoresByDefaultForPlainCallsUnderBf16) {
   // every input kept: q | k | v and dout written in bf16 by split_heads and merge_heads' backward
   // (rope: q and k rotated into storages of their own, converted once and kept, v from the split)
   for (const Case& c : {Case{json{{"type", "learned"}}, false, true, 7, 0},
-                        Case{json{{"type", "rope"}}, false, true, 7, 0}, Case{json{{"type", "alibi"}}, false, false, 0, 0},
+                        Case{json{{"type", "rope"}}, false, true, 7, 0}, Case{json{{"type", "alibi"}}, false, true, 7, 0},
                         Case{json{{"type", "learned"}}, true, false, 0, 0}}) {
     SCOPED_TRACE(c.pe.dump() + (c.switched_off ? " with CTXLAB_BF16_ATTENTION=0" : ""));
     if (c.switched_off) set_fast_path(FastPath::Bf16Attention, false);
@@ -219,6 +224,60 @@ TEST(CudaModelAttention, TensorCoresByDefaultForPlainCallsUnderBf16) {
     // GELU both ways; the final layer_norm and the loss's dlogits
     EXPECT_EQ(cuda::kept_copy_stats().written - kept0.written, 8 * L + 2);
     reset_fast_path(FastPath::Bf16Attention);
+  }
+}
+
+// The distance-table encodings under --precision bf16 on cuda: every layer's attention takes the
+// tensor-core kernels with the table read in their tiles (counted), and the loss and every
+// gradient, the tables' parameters included (kerple's r1 / r2, t5's bucket weights, through
+// AttnRelGrad::ddist_bias), agree with the cpu's fp32 result within the bf16 bound of this model
+// (bf16 products throughout, the GEMMs and the attention: the largest gradient error, relative to
+// the tensor's largest element, measured 0.55-0.71% per encoding under the emulator; the bound,
+// 2%, is about 3x it).
+TEST(CudaModelAttention, DistanceTablesTakeTheTensorCoresAndMatchTheCpu) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  const std::vector<int64_t> toks = {1, 5, 7, 2, 9, 4, 3, 8, 6, 2, 11, 5, 16, 0, 3, 3, 7, 12, 1, 9,
+                                     4, 4, 10, 2, 6, 13, 8, 1, 15, 5, 2, 7, 9, 14, 3, 6, 11, 0, 2, 8};
+  const Tensor in = Tensor::from_vector(toks, {2, 20});
+  for (const json& pe : {json{{"type", "alibi"}}, json{{"type", "sandwich"}}, json{{"type", "kerple"}},
+                         json{{"type", "kerple"}, {"variant", "power"}}, json{{"type", "t5"}}}) {
+    SCOPED_TRACE(pe.dump());
+    nn::GPT cpu(testing_util::two_head_cfg(17, 64, 2, 64, 24, pe));  // 2 heads of 32
+    cpu.init_weights(3);
+    nn::GPT gpu(cpu.cfg);
+    gpu.init_weights(3);
+    gpu.to(Device::CUDA);
+    Variable cpu_loss = cpu.loss(in, in);  // fp32 on the cpu
+    cpu_loss.backward();
+    PrecisionScope bf16(Precision::BF16);
+    const cuda::TcAttentionCalls tc0 = cuda::tc_attention_calls();
+    const Tensor din = in.to(Device::CUDA);
+    Variable loss = gpu.loss(din, din);
+    loss.backward();
+    const uint64_t L = (uint64_t)gpu.cfg.n_layers;
+    EXPECT_EQ(cuda::tc_attention_calls().dist_forward - tc0.dist_forward, L) << "forwards reading the table";
+    EXPECT_EQ(cuda::tc_attention_calls().backward - tc0.backward, L) << "tensor-core backward calls";
+    const double lc = cpu_loss.data().item(), lg = loss.data().to(Device::CPU).item();
+    EXPECT_LE(std::fabs(lg - lc), 2e-3 * std::fabs(lc)) << "loss cpu " << lc << " cuda bf16 " << lg;
+    const auto pc = cpu.named_parameters(), pg = gpu.named_parameters();
+    ASSERT_EQ(pc.size(), pg.size());
+    double worst = 0;
+    int table_params = 0;
+    for (size_t i = 0; i < pc.size(); ++i) {
+      SCOPED_TRACE(pc[i].first);
+      const Tensor gc = pc[i].second.grad(), gg = pg[i].second.grad().to(Device::CPU);
+      const double e = rel_err(gg, gc);
+      worst = std::max(worst, e);
+      EXPECT_LE(e, 2e-2);
+      if (pc[i].first.rfind("pe.", 0) == 0) {
+        ++table_params;
+        double gmax = 0;
+        for (int64_t x = 0; x < gc.numel(); ++x) gmax = std::max(gmax, std::fabs(gc.at(x)));
+        EXPECT_GT(gmax, 0.0) << "the table's parameters get a gradient";
+      }
+    }
+    EXPECT_EQ(table_params, pe["type"] == "kerple" ? 2 : pe["type"] == "t5" ? 1 : 0);
+    std::printf("%s: bf16 tensor-core vs cpu fp32, largest gradient rel_err %.3g\n", pe.dump().c_str(), worst);
   }
 }
 

@@ -6,13 +6,17 @@
 // magnitudes, a margin for a GPU's own fp32 order and exp), (Dh + S + 16) 2^-24 of the
 // magnitudes for the fp32 sums, and in dS the error of the kernel's D_i = dout_i . out_i (fp32
 // dout, its own out). Shapes: T not a multiple of the 64-row tiles, S > T, a window of one key
-// (each query sees itself alone), sliding windows (tiles skipped), Dh 32, 64, 128, one query.
+// (each query sees itself alone), sliding windows (tiles skipped), Dh 32, 64, 128, one query;
+// each plain and with a distance table (AttnRel::dist_bias [H, S + 5], read in the tiles; its
+// gradient ddist_bias from the per-tile diagonal sums against the reference's sum of dS by
+// distance, within the sum of the dS bounds).
 // Under the emulator every case also runs under the forward, reverse and shuffled thread
 // schedules with bitwise-equal results (the race detector run, backend_racecheck, includes
 // BackendOpsEmu.*). The attention op is causal by contract (S >= T): no non-causal case.
 #ifdef CTXLAB_WITH_CUDA
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -67,10 +71,14 @@ std::vector<float> to_host(const Tensor& t) {
 
 struct Inputs {
   std::vector<float> q, k, v, g;  // g: dout
+  std::vector<float> tab;         // the distance table [H, n], or empty
+  int64_t n = 0;
 };
-Inputs inputs(const TcCase& c) {
-  return {uniform(c.B * c.H * c.T * c.Dh, 11, -2, 2), uniform(c.B * c.H * c.S * c.Dh, 12, -2, 2),
-          uniform(c.B * c.H * c.S * c.Dh, 13, -1, 1), uniform(c.B * c.H * c.T * c.Dh, 14, -1, 1)};
+Inputs inputs(const TcCase& c, bool table = false) {
+  Inputs in{uniform(c.B * c.H * c.T * c.Dh, 11, -2, 2), uniform(c.B * c.H * c.S * c.Dh, 12, -2, 2),
+            uniform(c.B * c.H * c.S * c.Dh, 13, -1, 1), uniform(c.B * c.H * c.T * c.Dh, 14, -1, 1), {}, 0};
+  if (table) in.n = c.S + 5, in.tab = uniform(c.H * in.n, 15, -3, 1);  // entries from S on are never read
+  return in;
 }
 AttnDims dims(const TcCase& c) {
   AttnDims d;
@@ -79,7 +87,7 @@ AttnDims dims(const TcCase& c) {
   return d;
 }
 
-// out, lse, dq, dk, dv from the CUDA backend on the tensor-core path
+// out, lse, dq, dk, dv (, ddist_bias) from the CUDA backend on the tensor-core path
 std::vector<std::vector<float>> run_device(const TcCase& c, const Inputs& in) {
   const AttnDims d = dims(c);
   const Shape qs{c.B, c.H, c.T, c.Dh}, ks{c.B, c.H, c.S, c.Dh};
@@ -90,14 +98,21 @@ std::vector<std::vector<float>> run_device(const TcCase& c, const Inputs& in) {
          dv = Tensor::empty(ks, DType::F32, Device::CUDA), none;
   AttnRel rel;
   AttnRelGrad drel;
+  if (!in.tab.empty()) {
+    rel.dist_bias = on_device(in.tab, {c.H, in.n});
+    drel.ddist_bias = Tensor::empty({c.H, in.n}, DType::F32, Device::CUDA);
+  }
   be.attention_forward(d, q, k, v, none, out, lse, rel);
   be.attention_backward(d, q, k, v, none, out, lse, g, dq, dk, dv, none, rel, drel);
-  return {to_host(out), to_host(lse), to_host(dq), to_host(dk), to_host(dv)};
+  std::vector<std::vector<float>> r = {to_host(out), to_host(lse), to_host(dq), to_host(dk), to_host(dv)};
+  if (!in.tab.empty()) r.push_back(to_host(drel.ddist_bias));
+  return r;
 }
 
 // The reference in double on the bf16-rounded inputs, and each element's error bound.
 struct Ref {
-  std::vector<double> val[5], bound[5];  // out, lse, dq, dk, dv
+  std::vector<double> val[6], bound[6];  // out, lse, dq, dk, dv, ddist_bias (with a table)
+  int outputs = 5;
 };
 Ref reference(const TcCase& c, const Inputs& in) {
   const int64_t T = c.T, S = c.S, Dh = c.Dh, off = S - T;
@@ -109,8 +124,14 @@ Ref reference(const TcCase& c, const Inputs& in) {
   };
   const std::vector<double> q = r16(in.q), k = r16(in.k), v = r16(in.v), g = r16(in.g);
   Ref R;
-  const size_t sizes[5] = {q.size(), (size_t)(c.B * c.H * T), q.size(), k.size(), k.size()};
-  for (int o = 0; o < 5; ++o) R.val[o].assign(sizes[o], 0.0), R.bound[o].assign(sizes[o], 0.0);
+  const bool table = !in.tab.empty();
+  R.outputs = table ? 6 : 5;
+  const size_t sizes[6] = {q.size(), (size_t)(c.B * c.H * T), q.size(), k.size(), k.size(), in.tab.size()};
+  for (int o = 0; o < R.outputs; ++o) R.val[o].assign(sizes[o], 0.0), R.bound[o].assign(sizes[o], 0.0);
+  // the table's entry of (i, j) in head h (fp32 values: exact in double), at distance i + off - j
+  auto bias = [&](int64_t bh, int64_t i, int64_t j) {
+    return table ? (double)in.tab[(size_t)((bh % c.H) * in.n + i + off - j)] : 0.0;
+  };
   std::vector<double> p((size_t)S), ds((size_t)S), eds((size_t)S), dot((size_t)S);
   for (int64_t bh = 0; bh < c.B * c.H; ++bh)
     for (int64_t i = 0; i < T; ++i) {
@@ -121,8 +142,8 @@ Ref reference(const TcCase& c, const Inputs& in) {
         const bool seen = j <= i + off && (c.window <= 0 || j > i + off - c.window);
         double s = 0, a = 0;
         for (int64_t e = 0; e < Dh; ++e) s += qi[e] * k[(size_t)((bh * S + j) * Dh + e)], a += std::fabs(qi[e] * k[(size_t)((bh * S + j) * Dh + e)]);
-        dot[(size_t)j] = seen ? sc * s : -INFINITY;
-        absdot = std::max(absdot, sc * a);
+        dot[(size_t)j] = seen ? sc * s + bias(bh, i, j) : -INFINITY;
+        absdot = std::max(absdot, sc * a + (seen ? std::fabs(bias(bh, i, j)) : 0.0));
         mx = std::max(mx, dot[(size_t)j]);
       }
       const size_t n = (size_t)(bh * T + i);
@@ -154,6 +175,11 @@ Ref reference(const TcCase& c, const Inputs& in) {
       }
       for (int64_t j = 0; j < S; ++j) {
         if (p[(size_t)j] == 0) continue;
+        if (table) {  // dS summed by distance over the batch: fp32, not rounded to bf16 (no u |ds|)
+          const size_t r = (size_t)((bh % c.H) * in.n + i + off - j);
+          R.val[5][r] += ds[(size_t)j];
+          R.bound[5][r] += eds[(size_t)j] - u * std::fabs(ds[(size_t)j]) + f32 * std::fabs(ds[(size_t)j]);
+        }
         const size_t kj = (size_t)((bh * S + j) * Dh);
         for (int64_t e = 0; e < Dh; ++e) {
           R.val[2][n * Dh + e] += sc * ds[(size_t)j] * k[kj + e];
@@ -168,12 +194,13 @@ Ref reference(const TcCase& c, const Inputs& in) {
   return R;
 }
 
-const char* kOut[5] = {"out", "lse", "dq", "dk", "dv"};
+const char* kOut[6] = {"out", "lse", "dq", "dk", "dv", "ddist_bias"};
 
 // every element within its bound (infinities equal); returns the largest error / bound seen
 double expect_within(const TcCase& c, const std::vector<std::vector<float>>& got, const Ref& R) {
   double worst = 0;
-  for (int o = 0; o < 5; ++o) {
+  if ((int)got.size() != R.outputs) ADD_FAILURE() << name(c) << ": " << got.size() << " outputs";
+  for (int o = 0; o < std::min<int>(R.outputs, (int)got.size()); ++o) {
     if (got[o].size() != R.val[o].size()) {
       ADD_FAILURE() << name(c) << " " << kOut[o] << ": " << got[o].size() << " elements";
       continue;
@@ -207,11 +234,15 @@ TEST(BackendOpsCuda, TensorCoreAttentionWithinItsBf16Bound) {
   if (!cuda_device()) GTEST_SKIP() << "skipped: no GPU (cuda::device_count() is 0)";
   TensorCorePath on;
   double worst = 0;
-  for (const TcCase& c : kCases) {
-    const Inputs in = inputs(c);
+  for (const TcCase& c : kCases)
+  for (const bool table : {false, true}) {
+    SCOPED_TRACE(table ? "with a distance table" : "plain");
+    const Inputs in = inputs(c, table);
     const cuda::AttentionCalls before = cuda::attention_calls();
+    const cuda::TcAttentionCalls tc0 = cuda::tc_attention_calls();
     const std::vector<std::vector<float>> got = run_device(c, in);
     EXPECT_EQ(cuda::attention_calls().forward, before.forward) << name(c) << ": took the SIMT kernels";
+    EXPECT_EQ(cuda::tc_attention_calls().dist_forward - tc0.dist_forward, table ? 1u : 0u) << name(c);
     worst = std::max(worst, expect_within(c, got, reference(c, in)));
     // the forward's other block shape (64 query rows for Dh <= 64): the same bits
     const int other = cuda::tc_forward_rows() == 128 ? 64 : 128;
@@ -236,15 +267,19 @@ TEST(BackendOpsCuda, TensorCoreAttentionStaysOffUnlessAsked) {
 TEST(BackendOpsEmu, TensorCoreAttentionIsTheSameUnderEveryThreadSchedule) {
   TensorCorePath on;
   const cuemu::Schedule saved = cuemu::schedule();
-  for (const TcCase& c : kCases) {
-    const Inputs in = inputs(c);
+  for (const TcCase& c : kCases)
+  for (const bool table : {false, true}) {
+    SCOPED_TRACE(table ? "with a distance table" : "plain");
+    const Inputs in = inputs(c, table);
     cuemu::set_schedule(cuemu::Schedule::Forward);
     const auto f = run_device(c, in);
     cuemu::set_schedule(cuemu::Schedule::Reverse);
     const auto r = run_device(c, in);
     cuemu::set_schedule(cuemu::Schedule::Shuffle, 5);
     const auto s = run_device(c, in);
-    for (int o = 0; o < 5; ++o) {
+    ASSERT_EQ(f.size(), r.size());
+    ASSERT_EQ(f.size(), s.size());
+    for (size_t o = 0; o < f.size(); ++o) {
       EXPECT_EQ(std::memcmp(f[o].data(), r[o].data(), f[o].size() * 4), 0) << name(c) << " " << kOut[o] << ": reverse";
       EXPECT_EQ(std::memcmp(f[o].data(), s[o].data(), f[o].size() * 4), 0) << name(c) << " " << kOut[o] << ": shuffle";
     }

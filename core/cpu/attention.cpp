@@ -19,6 +19,8 @@ F* mptr(Tensor& t) {
 // The kernels' view of rel (and of the relative gradients to write, when given).
 template <class F>
 FlashRel<F> flash_rel(const AttnRel& rel, AttnRelGrad* drel) {
+  CTX_CHECK(!rel.dist_bias.defined(), "cpu attention: AttnRel::dist_bias reaches these kernels expanded into the ",
+            "bias [H, T, S] (Backend::attention_forward does it: reads_dist_bias is false here)");
   FlashRel<F> fr;
   fr.Rq = rel.Rq, fr.Rk = rel.Rk;
   if (rel.qidx.defined()) fr.qidx = rel.qidx.data<int32_t>();

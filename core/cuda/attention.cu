@@ -485,6 +485,8 @@ void backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor&
 
 void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                        Tensor& out, Tensor& lse, const AttnRel& rel) {
+  CTX_CHECK(!rel.dist_bias.defined(), "cuda attention (SIMT): AttnRel::dist_bias reaches these kernels expanded ",
+            "into the bias [H, T, S] (Backend::attention_forward does it: reads_dist_bias is false for them)");
   CTX_CUDA_DISPATCH_FLOAT(q.dtype(), "attention_forward", forward<T>(d, q, k, v, bias, out, lse, rel));
   ++g_forward_calls;
 }
@@ -492,6 +494,8 @@ void attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, cons
 void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                         const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
                         Tensor& dv, Tensor& dbias, const AttnRel& rel, AttnRelGrad& drel) {
+  CTX_CHECK(!rel.dist_bias.defined(), "cuda attention (SIMT): AttnRel::dist_bias reaches these kernels expanded ",
+            "into the bias [H, T, S] (Backend::attention_backward does it)");
   CTX_CUDA_DISPATCH_FLOAT(q.dtype(), "attention_backward",
                           backward<T>(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel));
   ++g_backward_calls;

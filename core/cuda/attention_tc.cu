@@ -16,6 +16,10 @@
 //             The separate dQ pass recomputes S and P (7 tile products instead of FlashAttention-2's
 //             5) so that dQ needs no atomicAdd: each dQ row is owned by one warp, every sum has a
 //             fixed order, results are bitwise the same run to run and under every thread schedule.
+// Distance-table bias (AttnRel::dist_bias, template BIAS): logit += tab[h, i + off - j] read per
+// element in the tile loop (global / L1); its gradient from the dQ pass's dS tiles summed along
+// their diagonals (DiagSums) into per-block partials, then summed over the batch and the blocks in
+// a fixed order (dist_grad_kernel): no atomics either.
 // Masks by tile skipping: a block visits only the tiles its rows can see (causal: keys up to the
 // block's last query; window: from the block's first query's oldest key), elements outside
 // masked to -inf (P = 0). Shared tiles are [64, D + 8] b16: rows 16-byte aligned for cp.async and
@@ -63,6 +67,9 @@ struct Tile {
 struct Geo {
   int64_t T, S, off, window;  // off = S - T: query i sits at key position i + off
   float scale;
+  // the distance table (AttnRel::dist_bias) [H, dist_n] f32, or null; per (b, h) its row h = bh % H
+  const float* dist;
+  int64_t dist_n, H;
 };
 
 __host__ __device__ inline int64_t lmin(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -79,6 +86,20 @@ __device__ inline bool sees_all(const Geo& g, int64_t i_lo, int64_t i_hi, int64_
 }
 constexpr float kLog2e = 1.4426950408889634f;  // e^x = 2^(x log2 e): ex2 is the hardware's exponential
 constexpr float kLn2 = 0.6931471805599453f;
+
+// The head's row of the distance table (BIAS kernels), else null.
+template <bool BIAS>
+__device__ inline const float* dist_row(const Geo& g, int64_t bh) {
+  return BIAS ? g.dist + (bh % g.H) * g.dist_n : nullptr;
+}
+// The distance-table bias of query i and key j in log2 units: log2e tab[i + off - j] (0 without
+// BIAS). Read where the query sees the key, or anywhere in a tile seen in full, where a row past
+// T would reach past the table (its result is unused): the distance is clamped into the table.
+template <bool BIAS>
+__device__ inline float bias2(const Geo& g, const float* tab, int64_t i, int64_t j) {
+  if constexpr (BIAS) return kLog2e * tab[lmax(0, lmin(i + g.off - j, g.dist_n - 1))];
+  else return 0.0f;
+}
 // the tiles [*t0, *t1) of kTileRows keys that queries [i0, i0 + rows) can see
 __device__ inline void key_tiles(const Geo& g, int64_t i0, int64_t* t0, int64_t* t1, int rows = kBlockRows) {
   const int64_t hi = lmin(g.S, lmin(i0 + rows, g.T) - 1 + g.off + 1);
@@ -203,9 +224,9 @@ __device__ inline int64_t acc_col(int64_t c0, int nb, int e) { return c0 + 8 * n
 // One key tile of the forward's online softmax for the warp's rows from i0: s (scores against keys
 // from j0) becomes p = 2^(scale log2e s - m') (0 where masked; m is kept in log2 units); m, the
 // partial sums l and o rescaled. `full`: the warp's rows see every key of the tile (no mask).
-template <int D>
-__device__ void softmax_tile(const Geo& g, int64_t i0, int64_t j0, bool full, float (&s)[8][4], float (&m)[2],
-                             float (&l)[2], float (&o)[D / 8][4]) {
+template <int D, bool BIAS>
+__device__ void softmax_tile(const Geo& g, const float* tab, int64_t i0, int64_t j0, bool full, float (&s)[8][4],
+                             float (&m)[2], float (&l)[2], float (&o)[D / 8][4]) {
   const float c = g.scale * kLog2e;
 CTX_UNROLL
   for (int h = 0; h < 2; ++h) {
@@ -214,7 +235,8 @@ CTX_UNROLL
     for (int nb = 0; nb < 8; ++nb)
 CTX_UNROLL
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[nb][e] = full || sees(g, acc_row(i0, e), acc_col(j0, nb, e)) ? c * s[nb][e] : -INFINITY;
+        const int64_t i = acc_row(i0, e), j = acc_col(j0, nb, e);
+        s[nb][e] = full || sees(g, i, j) ? c * s[nb][e] + bias2<BIAS>(g, tab, i, j) : -INFINITY;
         mx = fmaxf(mx, s[nb][e]);
       }
     mx = group_max(mx);
@@ -243,7 +265,7 @@ CTX_UNROLL
 // D = 128 always takes MT = 1 (its accumulators would not fit twice).
 // grid (ceil(T / R), B H) with R = 64 MT queries a block; block 128; shared Q [R, D + 8] + 2 K + 2 V
 // tiles. q [B, H, T, D], k, v [B, H, S, D] bf16; out [B, H, T, D], lse [B, H, T] f32.
-template <int D, int MT>
+template <int D, int MT, bool BIAS>
 __global__ void __launch_bounds__(kBlock) tc_forward_kernel(Geo g, const bf16* q, const bf16* k, const bf16* v,
                                                            float* out, float* lse) {
   constexpr int R = kWarps * 16 * MT;
@@ -253,6 +275,7 @@ __global__ void __launch_bounds__(kBlock) tc_forward_kernel(Geo g, const bf16* q
   const int w = threadIdx.x / 32;
   const int64_t bh = blockIdx.y, i0 = heavy_first_rows(R), r0 = i0 + 16 * MT * w;  // the warp's rows from r0
   const bf16 *kb = k + bh * g.S * D, *vb = v + bh * g.S * D;
+  const float* tab = dist_row<BIAS>(g, bh);
   int64_t t0, t1;
   key_tiles(g, i0, &t0, &t1, R);
   tc::AsyncCopies cp;
@@ -287,7 +310,8 @@ CTX_UNROLL
 CTX_UNROLL
     for (int mt = 0; mt < MT; ++mt) {
       const int64_t rm = r0 + 16 * mt;
-      softmax_tile<D>(g, rm, j0, sees_all(g, rm, rm + 15, j0, j0 + kTileRows - 1), s[mt], m[mt], l[mt], o[mt]);
+      softmax_tile<D, BIAS>(g, tab, rm, j0, sees_all(g, rm, rm + 15, j0, j0 + kTileRows - 1), s[mt], m[mt], l[mt],
+                            o[mt]);
     }
     mma_py<D, MT>(o, s, Vs + buf * E);
     __syncthreads();  // the buffer is read by every warp before it is refilled
@@ -315,8 +339,8 @@ CTX_UNROLL
 // p = e^(scale s - lse) = 2^(scale log2e s - lse log2e) where the query sees the key (else 0),
 // then ds = p (dp - D); s becomes p, dp becomes ds. Element (nb, e): query, key and the row
 // statistics given by `at`. `full`: every element of the tile is seen (no mask).
-template <class At>
-__device__ void grad_tile(const Geo& g, bool full, float (&s)[8][4], float (&dp)[8][4], At at) {
+template <bool BIAS, class At>
+__device__ void grad_tile(const Geo& g, const float* tab, bool full, float (&s)[8][4], float (&dp)[8][4], At at) {
   const float c = g.scale * kLog2e;
 CTX_UNROLL
   for (int nb = 0; nb < 8; ++nb)
@@ -325,25 +349,71 @@ CTX_UNROLL
       int64_t i, j;
       float L, Di;
       at(nb, e, &i, &j, &L, &Di);
-      const float p = full || sees(g, i, j) ? exp2f(c * s[nb][e] - L * kLog2e) : 0.0f;
+      const float p = full || sees(g, i, j) ? exp2f(c * s[nb][e] + bias2<BIAS>(g, tab, i, j) - L * kLog2e) : 0.0f;
       s[nb][e] = p;
       dp[nb][e] = p * (dp[nb][e] - Di);
     }
 }
 
-// dq [B, H, T, D] f32. grid (ceil(T / 64), B H); shared Q, dO + 2 K + 2 V tiles.
-template <int D>
+// The distance-table gradient of a dQ block (BIAS): its [64, 64] dS tiles (dS = dL/dlogit) summed
+// along their diagonals, one distance r = i + off - j each, into the block's row of partial sums.
+// Thread u < 64 owns two diagonals of every tile: the low one, a - c = u - 63 (local query row a,
+// key column c), at r = base - 63 + u, and the high one, a - c = u + 1, at r = base + 1 + u
+// (base = i0 + off - j0). Tiles stream with j0 up by 64, so the high diagonal of a tile has the
+// distance of the previous tile's low one: the thread adds the two (previous first) and writes
+// the sum once. Every distance a block reaches is written exactly once, by one thread, in a fixed
+// order: no atomics, the same bits under every schedule.
+struct DiagSums {
+  float pend = 0.0f;  // the last tile's low diagonal, not yet written
+  int64_t pend_r = -1;
+  // the tile from key j0 whose dS is in Ps [64, 65] (after a barrier); `first`: the block's first tile
+  __device__ void tile(const Geo& g, const float* Ps, int64_t i0, int64_t j0, bool first, float* part) {
+    const int u = threadIdx.x;
+    if (u >= kTileRows) return;
+    float lo = 0.0f, hi = 0.0f;
+    constexpr int ld = kTileRows + 1, top = kTileRows - 1;  // Ps row stride; the lowest diagonal is a - c = -top
+    for (int a = 0; a <= u; ++a) lo += Ps[a * ld + a + top - u];
+    for (int a = u + 1; a < kTileRows; ++a) hi += Ps[a * ld + a - u - 1];
+    const int64_t base = i0 + g.off - j0;
+    put(g, base + 1 + u, first ? hi : pend + hi, part);
+    pend = lo, pend_r = base - top + u;
+  }
+  __device__ void finish(const Geo& g, float* part) {
+    if (threadIdx.x < kTileRows && pend_r >= 0) put(g, pend_r, pend, part);
+  }
+  __device__ static void put(const Geo& g, int64_t r, float x, float* part) {
+    if (r >= 0 && r < g.S) part[r] = x;
+  }
+};
+
+// dq [B, H, T, D] f32. grid (ceil(T / 64), B H); shared Q, dO + 2 K + 2 V tiles (BIAS: then dS
+// [64, 65] f32). BIAS with part (null: the table's gradient is not wanted): also part
+// [B H, ceil(T / 64), S] f32, the block's per-distance sums of dS (DiagSums; the distances the
+// block does not reach are written 0), reduced by dist_grad_kernel.
+template <int D, bool BIAS>
 __global__ void __launch_bounds__(kBlock) tc_dq_kernel(Geo g, const bf16* q, const bf16* k, const bf16* v,
                                                       const bf16* dout, const float* lse, const float* Dd,
-                                                      float* dq) {
+                                                      float* dq, float* part) {
   CTX_DYNAMIC_SHARED(bf16, sm);
   constexpr int E = Tile<D>::elems;
   bf16 *Qs = sm, *Gs = sm + E, *Ks = sm + 2 * E, *Vs = sm + 4 * E;
+  float* Ps = reinterpret_cast<float*>(sm + 6 * E);  // BIAS: dS [64, 65]
   const int w = threadIdx.x / 32;
   const int64_t bh = blockIdx.y, i0 = heavy_first_rows(), r0 = i0 + 16 * w;
   const bf16 *kb = k + bh * g.S * D, *vb = v + bh * g.S * D;
+  const float* tab = dist_row<BIAS>(g, bh);
   int64_t t0, t1;
   key_tiles(g, i0, &t0, &t1);
+  DiagSums diag;
+  const bool sums = BIAS && part;  // the table's gradient is wanted
+  if (sums) {
+    part += (bh * gridDim.x + i0 / kBlockRows) * g.S;
+    // zeros where the block's tiles reach no distance: beyond the first tile's (window) or
+    // below the last's; DiagSums writes the rest
+    const int64_t hi = i0 + g.off - t0 * kTileRows + kTileRows, lo = i0 + g.off - t1 * kTileRows + 1;
+    for (int64_t r = threadIdx.x; r < g.S; r += kBlock)
+      if (t0 >= t1 || r > hi || r < lo) part[r] = 0.0f;
+  }
   tc::AsyncCopies cp;
   load_tile<D>(cp, q + bh * g.T * D, i0, g.T - i0, Qs);
   load_tile<D>(cp, dout + bh * g.T * D, i0, g.T - i0, Gs);
@@ -378,13 +448,20 @@ CTX_UNROLL
     mma_abt<D, 1>(s, qa, Ks + buf * E);   // S = Q K^T
     mma_abt<D, 1>(dp, ga, Vs + buf * E);  // dP = dO V^T
     const int64_t j0 = tt * kTileRows;
-    grad_tile(g, sees_all(g, r0, r0 + 15, j0, j0 + kTileRows - 1), s[0], dp[0],
-              [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
+    grad_tile<BIAS>(g, tab, sees_all(g, r0, r0 + 15, j0, j0 + kTileRows - 1), s[0], dp[0],
+                    [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
       *i = acc_row(r0, e), *j = acc_col(j0, nb, e), *Le = L[e / 2], *De = Di[e / 2];
     });
+    if (sums)
+CTX_UNROLL
+      for (int nb = 0; nb < 8; ++nb)
+CTX_UNROLL
+        for (int e = 0; e < 4; ++e) Ps[(acc_row(16 * w, e)) * (kTileRows + 1) + acc_col(0, nb, e)] = dp[0][nb][e];
     mma_py<D, 1>(acc, dp, Ks + buf * E);  // dQ += dS K
     __syncthreads();
+    if (sums) diag.tile(g, Ps, i0, j0, tt == t0, part);  // Ps is rewritten after the next barrier
   }
+  if (sums) diag.finish(g, part);
   cp.wait_all();
 CTX_UNROLL
   for (int e = 0; e < 4; ++e) {
@@ -397,7 +474,7 @@ CTX_UNROLL
 
 // dk, dv [B, H, S, D] f32. grid (ceil(S / 64), B H); shared K, V + 2 Q + 2 dO tiles, then
 // 2 x 64 lse and 2 x 64 D values (f32).
-template <int D>
+template <int D, bool BIAS>
 __global__ void __launch_bounds__(kBlock) tc_dkdv_kernel(Geo g, const bf16* q, const bf16* k, const bf16* v,
                                                         const bf16* dout, const float* lse, const float* Dd,
                                                         float* dk, float* dv) {
@@ -409,6 +486,7 @@ __global__ void __launch_bounds__(kBlock) tc_dkdv_kernel(Geo g, const bf16* q, c
   const int w = threadIdx.x / 32;
   const int64_t bh = blockIdx.y, j0 = (int64_t)blockIdx.x * kBlockRows, r0 = j0 + 16 * w;
   const bf16 *qb = q + bh * g.T * D, *gb = dout + bh * g.T * D;
+  const float* tab = dist_row<BIAS>(g, bh);
   int64_t t0, t1;
   query_tiles(g, j0, &t0, &t1);
   // the query tile from row i1 into buffer b: Q, dO by cp.async, lse and D by plain stores
@@ -444,8 +522,8 @@ __global__ void __launch_bounds__(kBlock) tc_dkdv_kernel(Geo g, const bf16* q, c
     mma_abt<D, 1>(dpt, va, Gs + buf * E);  // dP^T = V dO^T
     const int64_t c0 = tt * kTileRows;
     const float *Lb = Ls + buf * kTileRows, *Db = Ds + buf * kTileRows;
-    grad_tile(g, sees_all(g, c0, c0 + kTileRows - 1, r0, r0 + 15), st[0], dpt[0],
-              [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
+    grad_tile<BIAS>(g, tab, sees_all(g, c0, c0 + kTileRows - 1, r0, r0 + 15), st[0], dpt[0],
+                    [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
       *j = acc_row(r0, e), *i = acc_col(c0, nb, e);
       *Le = Lb[*i - c0], *De = Db[*i - c0];
     });
@@ -467,6 +545,19 @@ CTX_UNROLL
   }
 }
 
+// ddist [H, n] = the sum of part [B, H, nb, S] over the batch and the nb query blocks, in that
+// fixed order (0 for r >= S): one thread a distance. grid (ceil(n / 128), H).
+__global__ void __launch_bounds__(kBlock) dist_grad_kernel(const float* part, int64_t B, int64_t H, int64_t nb,
+                                                          int64_t S, int64_t n, float* ddist) {
+  const int64_t h = blockIdx.y, r = (int64_t)blockIdx.x * kBlock + threadIdx.x;
+  if (r >= n) return;
+  float sum = 0.0f;
+  if (r < S)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t x = 0; x < nb; ++x) sum += part[((b * H + h) * nb + x) * S + r];
+  ddist[h * n + r] = sum;
+}
+
 // ---------------------------------------------------------------------------- host side ----
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -484,41 +575,55 @@ Tensor bf16_copy(const Tensor& x) {
 }
 const bf16* bits(const Tensor& y) { return reinterpret_cast<const bf16*>(y.data<int32_t>()); }
 
-Geo geo(const AttnDims& d) { return Geo{d.T, d.S, d.S - d.T, d.window, (float)d.scale}; }
+// dist: the distance table (AttnRel::dist_bias [H, n] f32) or undefined
+Geo geo(const AttnDims& d, const Tensor& dist) {
+  const bool b = dist.defined();
+  return Geo{d.T, d.S, d.S - d.T, d.window, (float)d.scale, b ? dist.data<float>() : nullptr, b ? dist.size(1) : 0,
+             d.H};
+}
 
-template <int D, int MT>
-void forward_mt(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v, float* out, float* lse) {
+template <int D, int MT, bool BIAS>
+void forward_mt(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, const bf16* v, float* out,
+                float* lse) {
   constexpr int R = kWarps * 16 * MT;
   const size_t smem = tile_bytes<D>(4) + (size_t)R * Tile<D>::ld * sizeof(bf16);
-  allow_shared(tc_forward_kernel<D, MT>, smem);
-  CTX_LAUNCH((tc_forward_kernel<D, MT>), dim3((unsigned)cdiv(d.T, R), (unsigned)(d.B * d.H)), kBlock, smem, 0,
-             geo(d), q, k, v, out, lse);
+  allow_shared(tc_forward_kernel<D, MT, BIAS>, smem);
+  CTX_LAUNCH((tc_forward_kernel<D, MT, BIAS>), dim3((unsigned)cdiv(d.T, R), (unsigned)(d.B * d.H)), kBlock, smem, 0,
+             G, q, k, v, out, lse);
   CTX_CUDA_LAUNCH_CHECK("tc_forward_kernel");
 }
-template <int D>
-void forward_d(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v, float* out, float* lse) {
+template <int D, bool BIAS>
+void forward_d(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, const bf16* v, float* out,
+               float* lse) {
   if constexpr (D <= 64) {
-    if (tc_forward_rows() == 128) return forward_mt<D, 2>(d, q, k, v, out, lse);
+    if (tc_forward_rows() == 128) return forward_mt<D, 2, BIAS>(d, G, q, k, v, out, lse);
   }
-  forward_mt<D, 1>(d, q, k, v, out, lse);
+  forward_mt<D, 1, BIAS>(d, G, q, k, v, out, lse);
 }
 
-template <int D>
-void backward_d(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v, const bf16* g, const float* lse,
-                const float* Dd, float* dq, float* dk, float* dv) {
+// BIAS: part is the dQ blocks' per-distance scratch [B H, ceil(T / 64), S], ddist [H, n]
+template <int D, bool BIAS>
+void backward_d(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, const bf16* v, const bf16* g,
+                const float* lse, const float* Dd, float* dq, float* dk, float* dv, float* part, float* ddist) {
   const unsigned bh = (unsigned)(d.B * d.H);
-  const size_t smem_dq = tile_bytes<D>(6), smem_kv = tile_bytes<D>(6) + 4 * kTileRows * sizeof(float);
-  allow_shared(tc_dq_kernel<D>, smem_dq);
-  allow_shared(tc_dkdv_kernel<D>, smem_kv);
+  const size_t smem_dq = tile_bytes<D>(6) + (BIAS ? kTileRows * (kTileRows + 1) * sizeof(float) : 0);
+  const size_t smem_kv = tile_bytes<D>(6) + 4 * kTileRows * sizeof(float);
+  allow_shared(tc_dq_kernel<D, BIAS>, smem_dq);
+  allow_shared(tc_dkdv_kernel<D, BIAS>, smem_kv);
   if (d.T > 0) {
-    CTX_LAUNCH(tc_dq_kernel<D>, dim3((unsigned)cdiv(d.T, kBlockRows), bh), kBlock, smem_dq, 0, geo(d), q, k, v, g,
-               lse, Dd, dq);
+    CTX_LAUNCH((tc_dq_kernel<D, BIAS>), dim3((unsigned)cdiv(d.T, kBlockRows), bh), kBlock, smem_dq, 0, G, q, k, v,
+               g, lse, Dd, dq, part);
     CTX_CUDA_LAUNCH_CHECK("tc_dq_kernel");
   }
   if (d.S > 0) {
-    CTX_LAUNCH(tc_dkdv_kernel<D>, dim3((unsigned)cdiv(d.S, kBlockRows), bh), kBlock, smem_kv, 0, geo(d), q, k, v,
-               g, lse, Dd, dk, dv);
+    CTX_LAUNCH((tc_dkdv_kernel<D, BIAS>), dim3((unsigned)cdiv(d.S, kBlockRows), bh), kBlock, smem_kv, 0, G, q, k,
+               v, g, lse, Dd, dk, dv);
     CTX_CUDA_LAUNCH_CHECK("tc_dkdv_kernel");
+  }
+  if (BIAS && ddist) {
+    CTX_LAUNCH(dist_grad_kernel, dim3((unsigned)cdiv(G.dist_n, kBlock), (unsigned)d.H), kBlock, 0, 0, part, d.B,
+               d.H, cdiv(d.T, kBlockRows), d.S, G.dist_n, ddist);
+    CTX_CUDA_LAUNCH_CHECK("dist_grad_kernel");
   }
 }
 
@@ -546,8 +651,10 @@ bool tc_attention_shape_fits(int64_t BH, int64_t Dh) {
 }
 
 bool tc_attention_fits(const AttnDims& d, const Tensor& q, const Tensor& bias, const AttnRel& rel) {
-  return q.dtype() == DType::F32 && !bias.defined() && rel.empty() && !d.dropout.active() && d.kv_stride() == d.S &&
-         tc_attention_shape_fits(d.B * d.H, d.Dh);
+  AttnRel content = rel;  // the terms besides the distance table
+  content.dist_bias = Tensor();
+  return q.dtype() == DType::F32 && !bias.defined() && content.empty() && !d.dropout.active() &&
+         d.kv_stride() == d.S && tc_attention_shape_fits(d.B * d.H, d.Dh);
 }
 
 namespace {
@@ -572,7 +679,7 @@ void set_tc_forward_rows(int rows) {
 }
 
 namespace {
-std::atomic<uint64_t> g_tc_forward{0}, g_tc_backward{0}, g_tc_kept{0}, g_tc_converted{0};
+std::atomic<uint64_t> g_tc_forward{0}, g_tc_backward{0}, g_tc_kept{0}, g_tc_converted{0}, g_tc_dist{0};
 // x as bf16: the kept copy when there is one, else a fresh conversion held in `scratch`
 const bf16* bf16_of(const Tensor& x, const uint16_t* kept, Tensor& scratch) {
   if (kept) return ++g_tc_kept, kept;
@@ -582,24 +689,30 @@ const bf16* bf16_of(const Tensor& x, const uint16_t* kept, Tensor& scratch) {
 }
 }  // namespace
 
-void tc_attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                          Tensor& lse, TcBf16Inputs kept) {
+void tc_attention_forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& dist_bias, Tensor& out, Tensor& lse, TcBf16Inputs kept) {
   ++g_tc_forward;
+  if (dist_bias.defined()) ++g_tc_dist;
   if (d.B * d.H * d.T == 0) return;
   Tensor sq, sk, sv;
   const bf16 *qb = bf16_of(q, kept.q, sq), *kb = bf16_of(k, kept.k, sk), *vb = bf16_of(v, kept.v, sv);
-  CTX_TC_DISPATCH(d.Dh, (forward_d<D>(d, qb, kb, vb, out.data<float>(), lse.data<float>())));
+  const Geo G = geo(d, dist_bias);
+  float *o = out.data<float>(), *l = lse.data<float>();
+  if (dist_bias.defined())
+    CTX_TC_DISPATCH(d.Dh, (forward_d<D, true>(d, G, qb, kb, vb, o, l)))
+  else
+    CTX_TC_DISPATCH(d.Dh, (forward_d<D, false>(d, G, qb, kb, vb, o, l)))
 }
 
-void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                           const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
-                           TcBf16Inputs kept, const uint16_t* kept_dout) {
+void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                           const Tensor& dist_bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                           Tensor& dq, Tensor& dk, Tensor& dv, Tensor& ddist_bias, TcBf16Inputs kept,
+                           const uint16_t* kept_dout) {
   ++g_tc_backward;
   const int64_t N = d.B * d.H * d.T;
   if (N == 0 || d.S == 0) {  // no query: no gradient reaches k, v (and dq is empty, or sees no key)
-    fill<float>(dq.data<float>(), dq.numel(), 0.0f);
-    fill<float>(dk.data<float>(), dk.numel(), 0.0f);
-    fill<float>(dv.data<float>(), dv.numel(), 0.0f);
+    for (Tensor* x : {&dq, &dk, &dv, &ddist_bias})
+      if (x->defined()) fill<float>(x->data<float>(), x->numel(), 0.0f);
     return;
   }
   Tensor rowdot = Tensor::empty({N}, DType::F32, Device::CUDA);  // D_i = dO_i . O_i
@@ -608,12 +721,21 @@ void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, 
   const bf16 *qb = bf16_of(q, kept.q, sq), *kb = bf16_of(k, kept.k, sk), *vb = bf16_of(v, kept.v, sv);
   Tensor sg;
   const bf16* gb = bf16_of(dout, kept_dout, sg);
-  CTX_TC_DISPATCH(d.Dh, (backward_d<D>(d, qb, kb, vb, gb, lse.data<float>(), rowdot.data<float>(),
-                                       dq.data<float>(), dk.data<float>(), dv.data<float>())));
+  const Geo G = geo(d, dist_bias);
+  const float *L = lse.data<float>(), *Dd = rowdot.data<float>();
+  float *gq = dq.data<float>(), *gk = dk.data<float>(), *gv = dv.data<float>();
+  if (!dist_bias.defined()) {
+    CTX_TC_DISPATCH(d.Dh, (backward_d<D, false>(d, G, qb, kb, vb, gb, L, Dd, gq, gk, gv, nullptr, nullptr)));
+    return;
+  }
+  Tensor part;  // the dQ blocks' per-distance sums [B H, ceil(T / 64), S] (DiagSums), when wanted
+  if (ddist_bias.defined()) part = Tensor::empty({d.B * d.H, cdiv(d.T, kBlockRows), d.S}, DType::F32, Device::CUDA);
+  float *pp = part.defined() ? part.data<float>() : nullptr, *gd = pp ? ddist_bias.data<float>() : nullptr;
+  CTX_TC_DISPATCH(d.Dh, (backward_d<D, true>(d, G, qb, kb, vb, gb, L, Dd, gq, gk, gv, pp, gd)));
 }
 
 TcAttentionCalls tc_attention_calls() {
-  return {g_tc_forward.load(), g_tc_backward.load(), g_tc_kept.load(), g_tc_converted.load()};
+  return {g_tc_forward.load(), g_tc_backward.load(), g_tc_kept.load(), g_tc_converted.load(), g_tc_dist.load()};
 }
 
 }  // namespace ctx::cuda

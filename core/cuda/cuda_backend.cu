@@ -132,11 +132,12 @@ class CudaBackend final : public Backend {
   static constexpr int64_t kComposedAttentionMaxScores = int64_t(1) << 27;
   // The tensor-core kernels win at every shape timed: on an H200 a GPT-2 small bf16 step took
   // 34.0 ms with them, 49.7 ms composed (docs/results/gpu.md). They take the plain calls (no bias,
-  // no content-position terms, no dropout) under --precision bf16, on by default here
+  // no content-position terms, no dropout; or a distance table alone: alibi, kerple, sandwich, t5,
+  // read in the kernels' tiles) under --precision bf16, on by default here
   // (CTXLAB_BF16_ATTENTION=0 turns them off): the composed path's GEMMs round the same q, k, p
   // and v to bf16 under that precision. The other calls keep the policy above.
   bool prefers_fused_attention(const AttnQuery& a) const override {
-    if (a.plain && tensor_core_attention_on() && cuda::tc_attention_shape_fits(a.B * a.H, a.Dh)) return true;
+    if ((a.plain || a.dist_table) && tensor_core_attention_on() && cuda::tc_attention_shape_fits(a.B * a.H, a.Dh)) return true;
     return a.T == 1 || a.B * a.H * a.T * a.S > kComposedAttentionMaxScores;
   }
   static bool tensor_core_attention_on() {
@@ -434,10 +435,15 @@ class CudaBackend final : public Backend {
     auto kept = [make](const Tensor& t) { return make ? kept_bf16_of_own(t) : kept_bf16(t, 0); };
     return {kept(q), kept(k), kept(v)};
   }
+  // The distance table (AttnRel::dist_bias) is read in the tensor-core kernels' tiles; for the
+  // SIMT kernels Backend expands it into a bias [H, T, S] (core/attention_dist_bias.h).
+  bool reads_dist_bias(const AttnDims& d, const Tensor& q, const AttnRel& rel) const override {
+    return tensor_core_attention(d, q, Tensor(), rel);
+  }
   void attention_forward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel) override {
     if (tensor_core_attention(d, q, bias, rel))
-      return cuda::tc_attention_forward(d, q, k, v, out, lse, kept_qkv(q, k, v, true));
+      return cuda::tc_attention_forward(d, q, k, v, rel.dist_bias, out, lse, kept_qkv(q, k, v, true));
     cuda::attention_forward(d, q, k, v, bias, out, lse, rel);
   }
   void attention_backward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -445,8 +451,8 @@ class CudaBackend final : public Backend {
                                Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,
                                AttnRelGrad& drel) override {
     if (tensor_core_attention(d, q, bias, rel))
-      return cuda::tc_attention_backward(d, q, k, v, out, lse, dout, dq, dk, dv, kept_qkv(q, k, v, false),
-                                         kept_bf16(dout, 0));
+      return cuda::tc_attention_backward(d, q, k, v, rel.dist_bias, out, lse, dout, dq, dk, dv, drel.ddist_bias,
+                                         kept_qkv(q, k, v, false), kept_bf16(dout, 0));
     cuda::attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel);
   }
 
