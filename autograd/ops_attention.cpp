@@ -125,17 +125,46 @@ Variable gather_rel(const Variable& x, const Tensor& idx, bool by_key) {
   return reshape(index_select(flat, 2, fi), {B, H, T, S});
 }
 
+// The gathered bias of a constant table (RelTerms::dist_bias_constant: ALiBi's, Sandwich's, one
+// Variable for every layer and step, posenc/bias.cpp keeps it), kept per (table storage, T, S):
+// every layer of a step gathers the same [H, T, S] bias otherwise (~1 ms a layer at `small` on the
+// CPU). An entry holds its table weakly and is dropped once the table is gone, so a new table at
+// the same address never finds an old bias; at most kKeptGathers are kept (the oldest out).
+constexpr size_t kKeptGathers = 4;
+struct KeptGather {
+  std::weak_ptr<Storage> table;
+  int64_t offset, T, S;
+  Variable bias;
+};
+thread_local std::vector<KeptGather> t_kept_gathers;
+thread_local uint64_t t_kept_gather_hits = 0;
+
 // table [H, n] -> [1, H, T, S]: entry (h, i, j) = table[h, max(i + S - T - j, 0)] (AttnRel::dist_bias;
 // index_select's backward sums the gradient by distance). bias must be undefined (exclusive).
-Variable gathered_dist_bias(const Variable& table, int64_t T, int64_t S, const Variable& bias) {
+Variable gathered_dist_bias(const Variable& table, int64_t T, int64_t S, const Variable& bias, bool constant) {
   CTX_CHECK(!bias.defined(), "attention: RelTerms.dist_bias and a bias are exclusive (give one), got bias ",
             bias.data().str());
   AttnDims d;
   d.H = table.size(0), d.T = T, d.S = S;
-  return reshape(index_select(table, 1, dist_bias_index(d, table.data())), {1, d.H, T, S});
+  auto gather = [&] { return reshape(index_select(table, 1, dist_bias_index(d, table.data())), {1, d.H, T, S}); };
+  if (!constant || table.requires_grad()) return gather();
+  auto& kept = t_kept_gathers;
+  kept.erase(std::remove_if(kept.begin(), kept.end(), [](const KeptGather& k) { return k.table.expired(); }),
+             kept.end());
+  const Tensor& td = table.data();
+  for (const KeptGather& k : kept)
+    if (k.table.lock() == td.storage() && k.offset == td.offset() && k.T == T && k.S == S) {
+      ++t_kept_gather_hits;
+      return k.bias;
+    }
+  if (kept.size() >= kKeptGathers) kept.erase(kept.begin());
+  kept.push_back({td.storage(), td.offset(), T, S, gather()});
+  return kept.back().bias;
 }
 
 }  // namespace
+
+uint64_t kept_dist_bias_gathers() { return t_kept_gather_hits; }
 
 Tensor hidden_keys_mask(int64_t T, int64_t S, int64_t window, int64_t sinks, const Tensor& like) {
   CTX_CHECK(window >= 0 && sinks >= 0 && S >= T, "hidden_keys_mask: window (", window, ") and sinks (", sinks,
@@ -160,7 +189,8 @@ Variable relative_logits(const Variable& q, const Variable& k, const Variable& b
   if (rel.qrel.defined()) s = add(s, gather_rel(rel.qrel, rel.qidx, false));
   if (rel.krel.defined()) s = add(s, gather_rel(rel.krel, rel.kidx, true));
   if (terms) s = scale(s, scale_);
-  if (rel.dist_bias.defined()) return add(s, gathered_dist_bias(rel.dist_bias, q.size(2), k.size(2), bias));
+  if (rel.dist_bias.defined())
+    return add(s, gathered_dist_bias(rel.dist_bias, q.size(2), k.size(2), bias, rel.dist_bias_constant));
   return bias.defined() ? add(s, bias) : s;  // [H, T, S] / [1, H, T, S] broadcast over B
 }
 
@@ -260,8 +290,8 @@ Variable fused_causal_attention(const Variable& q, const Variable& k, const Vari
     // backward the scatter-add by distance), kept for the backward, as the encodings did before
     RelTerms r = rel;
     r.dist_bias = Variable();
-    return fused_causal_attention(q, k, v, gathered_dist_bias(rel.dist_bias, d.T, d.S, bias), scale, window, r, keys,
-                                  dropout, stats);
+    return fused_causal_attention(q, k, v, gathered_dist_bias(rel.dist_bias, d.T, d.S, bias, rel.dist_bias_constant),
+                                  scale, window, r, keys, dropout, stats);
   }
   const Tensor bd = bias.defined() ? bias.data() : Tensor();
   Tensor out = empty_like(qd);                                            // [B, H, T, Dh]

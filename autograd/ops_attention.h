@@ -25,6 +25,10 @@ struct RelTerms {
   // position i + S - T). Excludes the bias argument. Trainable tables (kerple, t5) get their
   // gradient summed by distance; the composed version gathers it into [1, H, T, S].
   Variable dist_bias;
+  // The table never changes (a fixed encoding's kept table: ALiBi, Sandwich): where the attention
+  // gathers it into [1, H, T, S] (a backend that does not read the table), the gathered bias is
+  // kept and reused for the same (table, T, S), every layer and step.
+  bool dist_bias_constant = false;
   bool empty() const { return !qrel.defined() && !vrel.defined() && !krel.defined() && !dist_bias.defined(); }
 };
 
@@ -73,5 +77,8 @@ Variable relative_output(const Variable& p, const Variable& v, const RelTerms& r
 // queries beyond the causal mask: 1 where j <= i + (S - T) - window and j >= sinks (attention
 // sinks, POSENC_SPEC §6: the first `sinks` keys stay visible). All 0 when window is 0.
 Tensor hidden_keys_mask(int64_t T, int64_t S, int64_t window, int64_t sinks, const Tensor& like);
+// Gathers of a constant distance table (RelTerms::dist_bias_constant) served from the kept ones on
+// this thread so far (for the tests).
+uint64_t kept_dist_bias_gathers();
 
 }  // namespace ctx

@@ -119,6 +119,7 @@ class DistanceBias : public PositionalEncoding {
     t.q = st.q;
     t.scale = st.scale;
     t.rel.dist_bias = table_of(values, st);  // [H, S]
+    t.rel.dist_bias_constant = fixed();       // the kept table of a fixed encoding: its gather may be kept too
     return t;
   }
 

@@ -198,3 +198,45 @@ TEST(FusedAttentionDist, ErrorsNameTheField) {
 }
 
 }  // namespace
+
+// A constant table (RelTerms::dist_bias_constant: a fixed encoding's kept table) is gathered once
+// per (table, T, S) where the backend takes a bias [H, T, S]: a second call with the same table is
+// served the kept gather and gives the same bits as an uncached call; a trainable or a
+// non-constant table is gathered every time; a table that is gone never serves its gather to a
+// new table, even one at the same address and shape.
+TEST(FusedAttentionDist, ConstantTablesKeepTheirGather) {
+  const Case c{2, 2, 9, 13, 16, 0, 0, false};
+  const Inputs in = make_inputs(c, DType::F32, 91);
+  const double scale = 0.25;
+  auto attend = [&](const Tensor& table, bool constant, bool trainable) {
+    RelTerms rel;
+    rel.dist_bias = Variable(table, trainable);
+    rel.dist_bias_constant = constant;
+    NoGradGuard ng;
+    return fused_causal_attention(Variable(in.q), Variable(in.k), Variable(in.v), Variable(), scale, 0, rel)
+        .data()
+        .to_vector<float>();
+  };
+  const Tensor table = in.table.clone();
+  const uint64_t h0 = kept_dist_bias_gathers();
+  const auto plain = attend(table, false, false);
+  EXPECT_EQ(kept_dist_bias_gathers(), h0) << "a non-constant table was served a kept gather";
+  const auto first = attend(table, true, false), second = attend(table, true, false);
+  EXPECT_EQ(kept_dist_bias_gathers(), h0 + 1) << "the second call did not reuse the gather";
+  EXPECT_EQ(first, plain);
+  EXPECT_EQ(second, plain);
+  attend(table, true, true);
+  EXPECT_EQ(kept_dist_bias_gathers(), h0 + 1) << "a trainable table was served a kept gather";
+  // a new table with other values in place of the old one (freed first: the allocator may hand
+  // back the same block)
+  std::vector<float> other = in.table.to_vector<float>();
+  for (float& x : other) x = -x;
+  {
+    Tensor gone = in.table.clone();
+    attend(gone, true, false);
+  }
+  const Tensor fresh = Tensor::from_vector(other, in.table.shape());
+  const auto got = attend(fresh, true, false);
+  EXPECT_EQ(got, attend(fresh, false, false)) << "a gone table's gather was served to a new one";
+  EXPECT_NE(got, plain);
+}
