@@ -18,8 +18,8 @@
 //             fixed order, results are bitwise the same run to run and under every thread schedule.
 //             Opt-in (CTXLAB_TC_BACKWARD_ROWS=128): blocks of 128 keys / queries, 32 a warp, the
 //             other side in tiles of 32, the warp's K / V (Q / dO) fragments read from shared memory
-//             each k-step (tc_dkdv_wide_kernel for D <= 64, tc_dq_wide_kernel without the table's
-//             gradient); the same sums in the same order, the same bits.
+//             each k-step (tc_dkdv_wide_kernel for D <= 64, tc_dq_wide_kernel); the same sums in
+//             the same order, the same bits.
 // Distance-table bias (AttnRel::dist_bias, template BIAS): logit += tab[h, i + off - j] read per
 // element in the tile loop (global / L1); its gradient from the dQ pass's dS tiles summed along
 // their diagonals (DiagSums) into per-block partials, then summed over the batch and the blocks in
@@ -406,9 +406,9 @@ CTX_UNROLL
 struct DiagSums {
   float pend = 0.0f;  // the last tile's low diagonal, not yet written
   int64_t pend_r = -1;
-  // the tile from key j0 whose dS is in Ps [64, 65] (after a barrier); `first`: the block's first tile
-  __device__ void tile(const Geo& g, const float* Ps, int64_t i0, int64_t j0, bool first, float* part) {
-    const int u = threadIdx.x;
+  // the tile from key j0 whose dS is in Ps [64, 65] (after a barrier); `first`: the block's first
+  // tile; u: the thread's diagonals (threads from 64 on have none)
+  __device__ void tile(const Geo& g, const float* Ps, int64_t i0, int64_t j0, bool first, float* part, int u) {
     if (u >= kTileRows) return;
     float lo = 0.0f, hi = 0.0f;
     constexpr int ld = kTileRows + 1, top = kTileRows - 1;  // Ps row stride; the lowest diagonal is a - c = -top
@@ -418,13 +418,22 @@ struct DiagSums {
     put(g, base + 1 + u, first ? hi : pend + hi, part);
     pend = lo, pend_r = base - top + u;
   }
-  __device__ void finish(const Geo& g, float* part) {
-    if (threadIdx.x < kTileRows && pend_r >= 0) put(g, pend_r, pend, part);
+  __device__ void finish(const Geo& g, float* part, int u) {
+    if (u < kTileRows && pend_r >= 0) put(g, pend_r, pend, part);
   }
   __device__ static void put(const Geo& g, int64_t r, float x, float* part) {
     if (r >= 0 && r < g.S) part[r] = x;
   }
 };
+
+// A dQ block's row of the distance partials (DiagSums) for queries from i0 and its 64-key tiles
+// [t0, t1): zeros where those tiles reach no distance, beyond the first tile's (window) or below
+// the last's; DiagSums writes the rest. Every thread of the block takes part.
+__device__ inline void zero_unreached(const Geo& g, int64_t i0, int64_t t0, int64_t t1, float* part) {
+  const int64_t hi = i0 + g.off - t0 * kTileRows + kTileRows, lo = i0 + g.off - t1 * kTileRows + 1;
+  for (int64_t r = threadIdx.x; r < g.S; r += kBlock)
+    if (t0 >= t1 || r > hi || r < lo) part[r] = 0.0f;
+}
 
 // dq [B, H, T, D] f32. grid (ceil(T / 64), B H); shared Q, dO + 2 K + 2 V tiles (BIAS: then dS
 // [64, 65] f32). BIAS with part (null: the table's gradient is not wanted): also part
@@ -448,11 +457,7 @@ __global__ void __launch_bounds__(kBlock) tc_dq_kernel(Geo g, const bf16* q, con
   const bool sums = BIAS && part;  // the table's gradient is wanted
   if (sums) {
     part += (bh * gridDim.x + i0 / kBlockRows) * g.S;
-    // zeros where the block's tiles reach no distance: beyond the first tile's (window) or
-    // below the last's; DiagSums writes the rest
-    const int64_t hi = i0 + g.off - t0 * kTileRows + kTileRows, lo = i0 + g.off - t1 * kTileRows + 1;
-    for (int64_t r = threadIdx.x; r < g.S; r += kBlock)
-      if (t0 >= t1 || r > hi || r < lo) part[r] = 0.0f;
+    zero_unreached(g, i0, t0, t1, part);
   }
   tc::AsyncCopies cp;
   load_tile<D>(cp, q + bh * g.T * D, i0, g.T - i0, Qs);
@@ -499,9 +504,9 @@ CTX_UNROLL
         for (int e = 0; e < 4; ++e) Ps[(acc_row(16 * w, e)) * (kTileRows + 1) + acc_col(0, nb, e)] = dp[0][nb][e];
     mma_py<D, 1>(acc, dp, Ks + buf * E);  // dQ += dS K
     __syncthreads();
-    if (sums) diag.tile(g, Ps, i0, j0, tt == t0, part);  // Ps is rewritten after the next barrier
+    if (sums) diag.tile(g, Ps, i0, j0, tt == t0, part, threadIdx.x);  // Ps is rewritten after the next barrier
   }
-  if (sums) diag.finish(g, part);
+  if (sums) diag.finish(g, part, threadIdx.x);
   cp.wait_all();
 CTX_UNROLL
   for (int e = 0; e < 4; ++e) {
@@ -675,22 +680,39 @@ CTX_UNROLL
 }
 
 // dq [B, H, T, D] f32. grid (ceil(T / 128), B H); shared Q, dO [128, D + 8] + 2 K + 2 V tiles
-// [32, D + 8]. With the table it reads the bias; its gradient (DiagSums over 64 x 64 tiles) stays
-// with tc_dq_kernel: the host takes that one when ddist_bias is wanted.
+// [32, D + 8] (BIAS: then dS [128, 65] f32). BIAS with part: the table's gradient as tc_dq_kernel
+// writes it, into the same part [B H, ceil(T / 64), S]: the block's two halves of 64 queries are
+// two of its blocks, key tiles go in pairs (from an even one: the 64-key tiles), dS of a pair
+// lands in Ps, and threads 64 h + u run half h's DiagSums. The halves visit the 64-key tiles of the
+// whole block, a few more than their own: those add exact zeros (dS = 0 where masked), the bits
+// stay tc_dq_kernel's.
 template <int D, bool BIAS>
 __global__ void __launch_bounds__(kBlock) tc_dq_wide_kernel(Geo g, const bf16* q, const bf16* k, const bf16* v,
                                                            const bf16* dout, const float* lse, const float* Dd,
-                                                           float* dq) {
+                                                           float* dq, float* part) {
   constexpr int MT = kWideMT, KT = kWideTile, NB = KT / 8;
   CTX_DYNAMIC_SHARED(bf16, sm);
   constexpr int EQ = kWideRows * Tile<D>::ld, EK = KT * Tile<D>::ld;
   bf16 *Qs = sm, *Gs = sm + EQ, *Ks = sm + 2 * EQ, *Vs = sm + 2 * EQ + 2 * EK;
+  float* Ps = reinterpret_cast<float*>(sm + 2 * EQ + 4 * EK);  // BIAS: dS [128, 65]
   const int w = threadIdx.x / 32;
   const int64_t bh = blockIdx.y, i0 = heavy_first_rows(kWideRows), r0 = i0 + 16 * MT * w;
   const bf16 *kb = k + bh * g.S * D, *vb = v + bh * g.S * D;
   const float* tab = dist_row<BIAS>(g, bh);
   int64_t t0, t1;
   key_tiles(g, i0, &t0, &t1, kWideRows, KT);
+  DiagSums diag;
+  const bool sums = BIAS && part;  // the table's gradient is wanted
+  const int half = threadIdx.x / kTileRows, u = threadIdx.x % kTileRows;
+  const int64_t ih = i0 + kTileRows * half;  // the thread's half: a tc_dq_kernel block's queries
+  if (sums) {
+    if (t0 < t1) t0 -= t0 & 1, t1 += t1 & 1;  // whole 64-key tiles
+    const int64_t nb = (g.T + kTileRows - 1) / kTileRows;
+    for (int h = 0; h < 2; ++h)
+      if (i0 + kTileRows * h < g.T)
+        zero_unreached(g, i0 + kTileRows * h, t0 / 2, t1 / 2, part + (bh * nb + i0 / kTileRows + h) * g.S);
+    part = ih < g.T ? part + (bh * nb + ih / kTileRows) * g.S : nullptr;  // null: a half past T
+  }
   tc::AsyncCopies cp;
   load_tile<D, kWideRows>(cp, q + bh * g.T * D, i0, g.T - i0, Qs);
   load_tile<D, kWideRows>(cp, dout + bh * g.T * D, i0, g.T - i0, Gs);
@@ -732,10 +754,19 @@ CTX_UNROLL
                       [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
         *i = acc_row(rm, e), *j = acc_col(j0, nb, e), *Le = L[mt][e / 2], *De = Di[mt][e / 2];
       });
+      if (sums)  // dS into its half of the pair's [128, 64] (columns 32 (tt % 2) on)
+CTX_UNROLL
+        for (int nb = 0; nb < NB; ++nb)
+CTX_UNROLL
+          for (int e = 0; e < 4; ++e)
+            Ps[acc_row(16 * (MT * w + mt), e) * (kTileRows + 1) + acc_col(KT * (tt & 1), nb, e)] = dp[mt][nb][e];
     }
     mma_py<D, MT, NB>(acc, dp, Ks + buf * EK);  // dQ += dS K
     __syncthreads();
+    if (sums && (tt & 1) && part)  // a pair is in: Ps is rewritten after the next barrier
+      diag.tile(g, Ps + kTileRows * half * (kTileRows + 1), ih, (tt - 1) * KT, tt - 1 == t0, part, u);
   }
+  if (sums && part) diag.finish(g, part, u);
   cp.wait_all();
 CTX_UNROLL
   for (int mt = 0; mt < MT; ++mt)
@@ -806,19 +837,19 @@ void forward_d(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, co
 
 // The backward's two passes for D and the block rows (tc_backward_rows). 128 gives 32 rows a warp
 // where the registers allow it (ptxas, docs/cuda.md): the dQ pass for every D (D = 128 at 255
-// registers, no spills, as its default) but not where the table's gradient is wanted (DiagSums
-// reduces the default kernel's 64 x 64 tiles); the dK/dV pass for D <= 64 (D = 128's accumulators
-// alone would take 256 registers: it keeps 16 keys a warp).
+// registers, no spills, as its default), the dK/dV pass for D <= 64 (D = 128's accumulators alone
+// would take 256 registers: it keeps 16 keys a warp).
 constexpr size_t wide_smem(int D) { return (size_t)(2 * kWideRows + 4 * kWideTile) * (D + 8) * sizeof(bf16); }
 
 template <int D, bool BIAS>
 void dq_pass(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, const bf16* v, const bf16* g,
              const float* lse, const float* Dd, float* dq, float* part) {
   const unsigned bh = (unsigned)(d.B * d.H);
-  if (tc_backward_rows() == 128 && !(BIAS && part)) {
-    allow_shared(tc_dq_wide_kernel<D, BIAS>, wide_smem(D));
-    CTX_LAUNCH((tc_dq_wide_kernel<D, BIAS>), dim3((unsigned)cdiv(d.T, kWideRows), bh), kBlock, wide_smem(D), 0, G,
-               q, k, v, g, lse, Dd, dq);
+  if (tc_backward_rows() == 128) {
+    const size_t smem = wide_smem(D) + (BIAS ? kWideRows * (kTileRows + 1) * sizeof(float) : 0);
+    allow_shared(tc_dq_wide_kernel<D, BIAS>, smem);
+    CTX_LAUNCH((tc_dq_wide_kernel<D, BIAS>), dim3((unsigned)cdiv(d.T, kWideRows), bh), kBlock, smem, 0, G, q, k,
+               v, g, lse, Dd, dq, part);
     CTX_CUDA_LAUNCH_CHECK("tc_dq_wide_kernel");
     ++g_tc_wide_dq;
     return;

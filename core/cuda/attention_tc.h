@@ -44,7 +44,7 @@ int tc_forward_rows();
 void set_tc_forward_rows(int rows);
 // Rows (keys in the dK/dV pass, queries in the dQ pass) a backward block takes: 64 (4 warps x 16,
 // the default, timed on an H200) or 128 (4 x 32; the dK/dV pass for head dims up to 64, the dQ pass
-// where the distance table's gradient is not wanted; not yet timed on a GPU): CTXLAB_TC_BACKWARD_ROWS, read
+// for every head dim; not yet timed on a GPU): CTXLAB_TC_BACKWARD_ROWS, read
 // once, unless set_tc_backward_rows (0 returns to the setting) overrides it. The same results.
 int tc_backward_rows();
 void set_tc_backward_rows(int rows);
