@@ -39,6 +39,11 @@ const std::vector<Setting>& settings() {
        "(4 warps x 16 rows, timed on an H200) or 128 (4 x 32, each K / V fragment feeding twice the mma; "
        "not yet timed on a GPU); the same results",
        "core/cuda/attention_tc.cu"},
+      {"CTXLAB_TC_BACKWARD_ROWS", "64", "64 | 128",
+       "rows a block of CUDA's tensor-core attention backward takes (keys in the dK/dV pass, queries in the "
+       "dQ pass): 64 (4 warps x 16, timed on an H200) or 128 (4 x 32, each B fragment of the P Y products "
+       "feeding four mma; dK/dV for head dims up to 64); not yet timed on a GPU; the same results",
+       "core/cuda/attention_tc.cu"},
       {"CTXLAB_FUSED_CAUSAL_SOFTMAX", "1", "0 | 1",
        "0: the composed attention's mask and softmax as causal_fill + softmax (two passes) instead of "
        "Backend::causal_softmax (one pass each way)", "core/fast_paths.cpp"},

@@ -33,7 +33,8 @@
 #              PyTorch eager and torch.compile, A B A B, COMPARE_ROUNDS rounds (default 2)
 #   tc         GPT-2 small bf16: composed attention (CTXLAB_BF16_ATTENTION=0) vs tensor-core, then the
 #              default vs the MLP's GELU epilogues (CTXLAB_FUSED_MLP=1) and vs the tensor-core forward's
-#              blocks of 128 query rows (CTXLAB_TC_FORWARD_ROWS=128) (A B, 2 pairs each), per-op profiles
+#              blocks of 128 query rows (CTXLAB_TC_FORWARD_ROWS=128) and the backward's of 128 keys /
+#              queries (CTXLAB_TC_BACKWARD_ROWS=128) (A B, 2 pairs each), per-op profiles
 #   ncu        Nsight Compute over one GPT-2 small bf16 step's kernels (NCU_KERNELS, NCU_COUNT)
 #   compare-fp32  GPT-2 small fp32 against PyTorch eager (TF32 off on both sides)
 #   compare-bias  GPT-2 small bf16 with ALiBi and T5 buckets against PyTorch FlexAttention
@@ -173,12 +174,14 @@ section_compare-bias() { compare compare-bias --models gpt2 --posencs alibi,t5 -
 GPT2_BF16="bench --config bench/configs/gpt2-small.json --device cuda --precision bf16 --peak-gflops 989400"
 section_tc() {  # GPT-2 small bf16 on hardware: composed attention (A, CTXLAB_BF16_ATTENTION=0) vs the
   # default (B, tensor-core attention), then the default (A) vs the opt-in MLP GELU epilogues
-  # (B, CTXLAB_FUSED_MLP=1), vs the tensor-core forward's 128-row blocks (B), and the per-op profiles
+  # (B, CTXLAB_FUSED_MLP=1), vs the tensor-core forward's 128-row blocks (B), vs the backward's
+  # 128-row blocks (B, CTXLAB_TC_BACKWARD_ROWS=128), and the per-op profiles
   local b="$BUILD/ctxlab" j="$OUTDIR/bench" rc=0
   mkdir -p "$j"
   run 150 bench/ab_steps.sh 2 "CTXLAB_BF16_ATTENTION=0 $b $GPT2_BF16 --steps 10" "$b $GPT2_BF16 --steps 10" || rc=1
   run 150 bench/ab_steps.sh 2 "$b $GPT2_BF16 --steps 10" "CTXLAB_FUSED_MLP=1 $b $GPT2_BF16 --steps 10" || rc=1
   run 150 bench/ab_steps.sh 2 "$b $GPT2_BF16 --steps 10" "CTXLAB_TC_FORWARD_ROWS=128 $b $GPT2_BF16 --steps 10" || rc=1
+  run 150 bench/ab_steps.sh 2 "$b $GPT2_BF16 --steps 10" "CTXLAB_TC_BACKWARD_ROWS=128 $b $GPT2_BF16 --steps 10" || rc=1
   CTXLAB_BF16_ATTENTION=0 run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-composed-profile.json" || rc=1
   run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-tc-profile.json" || rc=1
   return $rc

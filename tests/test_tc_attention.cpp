@@ -10,7 +10,9 @@
 // each plain and with a distance table (AttnRel::dist_bias [H, S + 5], read in the tiles; its
 // gradient ddist_bias from the per-tile diagonal sums against the reference's sum of dS by
 // distance, within the sum of the dS bounds).
-// Under the emulator every case also runs under the forward, reverse and shuffled thread
+// Every case runs both block shapes of the forward (CTXLAB_TC_FORWARD_ROWS) and of the backward
+// (CTXLAB_TC_BACKWARD_ROWS: 16 or 32 rows a warp) with bitwise-equal results.
+// Under the emulator every case also runs, both shapes, under the forward, reverse and shuffled thread
 // schedules with bitwise-equal results (the race detector run, backend_racecheck, includes
 // BackendOpsEmu.*). The attention op is causal by contract (S >= T): no non-causal case.
 #ifdef CTXLAB_WITH_CUDA
@@ -24,7 +26,7 @@
 #include "core/backend.h"
 #include "core/bf16.h"
 #include "core/cuda/attention.h"     // attention_calls: the SIMT kernels were not used
-#include "core/cuda/attention_tc.h"  // set_tc_forward_rows
+#include "core/cuda/attention_tc.h"  // set_tc_forward_rows, set_tc_backward_rows
 #include "core/cuda/cuda_runtime.h"
 #include "core/fast_paths.h"
 #include "core/precision.h"
@@ -87,8 +89,9 @@ AttnDims dims(const TcCase& c) {
   return d;
 }
 
-// out, lse, dq, dk, dv (, ddist_bias) from the CUDA backend on the tensor-core path
-std::vector<std::vector<float>> run_device(const TcCase& c, const Inputs& in) {
+// out, lse, dq, dk, dv (, ddist_bias) from the CUDA backend on the tensor-core path; with a table
+// and table_grad false, the call asks no gradient of it (as alibi's and sandwich's fixed tables)
+std::vector<std::vector<float>> run_device(const TcCase& c, const Inputs& in, bool table_grad = true) {
   const AttnDims d = dims(c);
   const Shape qs{c.B, c.H, c.T, c.Dh}, ks{c.B, c.H, c.S, c.Dh};
   Backend& be = backend(Device::CUDA);
@@ -100,12 +103,12 @@ std::vector<std::vector<float>> run_device(const TcCase& c, const Inputs& in) {
   AttnRelGrad drel;
   if (!in.tab.empty()) {
     rel.dist_bias = on_device(in.tab, {c.H, in.n});
-    drel.ddist_bias = Tensor::empty({c.H, in.n}, DType::F32, Device::CUDA);
+    if (table_grad) drel.ddist_bias = Tensor::empty({c.H, in.n}, DType::F32, Device::CUDA);
   }
   be.attention_forward(d, q, k, v, none, out, lse, rel);
   be.attention_backward(d, q, k, v, none, out, lse, g, dq, dk, dv, none, rel, drel);
   std::vector<std::vector<float>> r = {to_host(out), to_host(lse), to_host(dq), to_host(dk), to_host(dv)};
-  if (!in.tab.empty()) r.push_back(to_host(drel.ddist_bias));
+  if (drel.ddist_bias.defined()) r.push_back(to_host(drel.ddist_bias));
   return r;
 }
 
@@ -249,6 +252,22 @@ TEST(BackendOpsCuda, TensorCoreAttentionWithinItsBf16Bound) {
     cuda::set_tc_forward_rows(other);
     EXPECT_EQ(run_device(c, in), got) << name(c) << ": forward blocks of " << other << " rows differ";
     cuda::set_tc_forward_rows(0);
+    // the backward's other block shape (128 rows, 32 a warp; dK/dV for Dh <= 64): the same bits; with
+    // a table whose gradient is not wanted too (the wide dQ pass without its diagonal sums)
+    const int wide = cuda::tc_backward_rows() == 128 ? 64 : 128;
+    const cuda::TcAttentionCalls w0 = cuda::tc_attention_calls();
+    cuda::set_tc_backward_rows(wide);
+    EXPECT_EQ(run_device(c, in), got) << name(c) << ": backward blocks of " << wide << " rows differ";
+    if (table) {
+      const std::vector<std::vector<float>> five(got.begin(), got.begin() + 5);
+      EXPECT_EQ(run_device(c, in, false), five) << name(c) << ": backward blocks of " << wide << " rows differ";
+    }
+    const cuda::TcAttentionCalls w1 = cuda::tc_attention_calls();
+    cuda::set_tc_backward_rows(0);
+    if (wide == 128) {  // the wide kernels ran (dK/dV for Dh <= 64)
+      EXPECT_EQ(w1.wide_dkdv - w0.wide_dkdv, c.Dh > 64 ? 0u : table ? 2u : 1u) << name(c);
+      EXPECT_EQ(w1.wide_dq - w0.wide_dq, table ? 2u : 1u) << name(c);
+    }
   }
   std::printf("tensor-core attention: largest error / bound %.3g\n", worst);
   EXPECT_GT(worst, 0.01) << "the bound is more than 100x the largest observed error";
@@ -267,9 +286,13 @@ TEST(BackendOpsCuda, TensorCoreAttentionStaysOffUnlessAsked) {
 TEST(BackendOpsEmu, TensorCoreAttentionIsTheSameUnderEveryThreadSchedule) {
   TensorCorePath on;
   const cuemu::Schedule saved = cuemu::schedule();
+  for (const int rows : {64, 128})  // both block shapes of the forward and the backward
   for (const TcCase& c : kCases)
   for (const bool table : {false, true}) {
     SCOPED_TRACE(table ? "with a distance table" : "plain");
+    SCOPED_TRACE("blocks of " + std::to_string(rows) + " rows");
+    cuda::set_tc_forward_rows(rows);
+    cuda::set_tc_backward_rows(rows);
     const Inputs in = inputs(c, table);
     cuemu::set_schedule(cuemu::Schedule::Forward);
     const auto f = run_device(c, in);
@@ -284,7 +307,16 @@ TEST(BackendOpsEmu, TensorCoreAttentionIsTheSameUnderEveryThreadSchedule) {
       EXPECT_EQ(std::memcmp(f[o].data(), s[o].data(), f[o].size() * 4), 0) << name(c) << " " << kOut[o] << ": shuffle";
     }
     expect_within(c, s, reference(c, in));
+    if (table) {  // the table without its gradient: no diagonal sums
+      cuemu::set_schedule(cuemu::Schedule::Reverse);
+      const auto r5 = run_device(c, in, false);
+      cuemu::set_schedule(cuemu::Schedule::Shuffle, 7);
+      EXPECT_EQ(run_device(c, in, false), r5) << name(c) << ": no table gradient, shuffle against reverse";
+      EXPECT_EQ(r5, std::vector<std::vector<float>>(f.begin(), f.begin() + 5)) << name(c);
+    }
   }
+  cuda::set_tc_forward_rows(0);
+  cuda::set_tc_backward_rows(0);
   cuemu::set_schedule(saved);
 }
 #endif

@@ -16,6 +16,10 @@
 //             The separate dQ pass recomputes S and P (7 tile products instead of FlashAttention-2's
 //             5) so that dQ needs no atomicAdd: each dQ row is owned by one warp, every sum has a
 //             fixed order, results are bitwise the same run to run and under every thread schedule.
+//             Opt-in (CTXLAB_TC_BACKWARD_ROWS=128): blocks of 128 keys / queries, 32 a warp, the
+//             other side in tiles of 32, the warp's K / V (Q / dO) fragments read from shared memory
+//             each k-step (tc_dkdv_wide_kernel for D <= 64, tc_dq_wide_kernel); the same sums in
+//             the same order, the same bits.
 // Distance-table bias (AttnRel::dist_bias, template BIAS): logit += tab[h, i + off - j] read per
 // element in the tile loop (global / L1); its gradient from the dQ pass's dS tiles summed along
 // their diagonals (DiagSums) into per-block partials, then summed over the batch and the blocks in
@@ -54,6 +58,7 @@ constexpr int kBlockRows = 16 * kWarps;  // queries (forward, dQ) or keys (dK/dV
 constexpr int kTileRows = 64;            // rows of a streamed tile (keys, or queries)
 constexpr int kBlock = 32 * kWarps;
 constexpr unsigned kFull = 0xffffffffu;
+std::atomic<uint64_t> g_tc_wide_dkdv{0}, g_tc_wide_dq{0};  // launches of the wide backward kernels
 
 using bf16 = uint16_t;  // bf16 bits
 
@@ -100,20 +105,22 @@ __device__ inline float bias2(const Geo& g, const float* tab, int64_t i, int64_t
   if constexpr (BIAS) return kLog2e * tab[lmax(0, lmin(i + g.off - j, g.dist_n - 1))];
   else return 0.0f;
 }
-// the tiles [*t0, *t1) of kTileRows keys that queries [i0, i0 + rows) can see
-__device__ inline void key_tiles(const Geo& g, int64_t i0, int64_t* t0, int64_t* t1, int rows = kBlockRows) {
+// the tiles [*t0, *t1) of `tile` keys that queries [i0, i0 + rows) can see
+__device__ inline void key_tiles(const Geo& g, int64_t i0, int64_t* t0, int64_t* t1, int rows = kBlockRows,
+                                 int tile = kTileRows) {
   const int64_t hi = lmin(g.S, lmin(i0 + rows, g.T) - 1 + g.off + 1);
   const int64_t lo = g.window > 0 ? lmax(0, i0 + g.off - g.window + 1) : 0;
-  *t0 = lo / kTileRows;
-  *t1 = hi > lo ? (hi + kTileRows - 1) / kTileRows : *t0;
+  *t0 = lo / tile;
+  *t1 = hi > lo ? (hi + tile - 1) / tile : *t0;
 }
-// the tiles of kTileRows queries that see a key of [j0, j0 + kBlockRows)
-__device__ inline void query_tiles(const Geo& g, int64_t j0, int64_t* t0, int64_t* t1) {
-  const int64_t jl = lmin(g.S, j0 + kBlockRows) - 1;
+// the tiles of `tile` queries that see a key of [j0, j0 + rows)
+__device__ inline void query_tiles(const Geo& g, int64_t j0, int64_t* t0, int64_t* t1, int rows = kBlockRows,
+                                   int tile = kTileRows) {
+  const int64_t jl = lmin(g.S, j0 + rows) - 1;
   const int64_t lo = lmax(0, j0 - g.off);
   const int64_t hi = g.window > 0 ? lmin(g.T, jl - g.off + g.window) : g.T;
-  *t0 = lo / kTileRows;
-  *t1 = hi > lo ? (hi + kTileRows - 1) / kTileRows : *t0;
+  *t0 = lo / tile;
+  *t1 = hi > lo ? (hi + tile - 1) / tile : *t0;
 }
 
 // A query block's first row, the last blocks first: under the causal mask a block's work grows with
@@ -186,18 +193,51 @@ CTX_UNROLL
   }
 }
 
-// acc[mt] [16, D] += P[mt] [16, 64] Y for the tile Y [64, D]: P from a [16, 64] accumulator rounded
-// to bf16 (its C layout is the A layout of two k-halves), B = Y by ldmatrix .trans, each B fragment
-// feeding the MT m-tiles
-template <int D, int MT>
-__device__ void mma_py(float (&acc)[MT][D / 8][4], const float (&p)[MT][8][4], const bf16* sm) {
+// acc[mt] [16, 8 NB] = A[mt] [16, D] X^T for the tile X [8 NB, D], with the A fragments read from
+// shared memory at each k-step (rows a0 + 16 mt of the tile As) instead of held in registers: the
+// backward's 32-row warps have no registers to keep them (each A fragment feeds NB mma, each B
+// fragment 2 MT)
+template <int D, int MT, int NB>
+__device__ void mma_abt_sm(float (&acc)[MT][NB][4], const bf16* As, int a0, const bf16* sm) {
   const int l = threadIdx.x % 32, m = l / 8;
 CTX_UNROLL
-  for (int kt = 0; kt < 4; ++kt) {
+  for (int mt = 0; mt < MT; ++mt)
+CTX_UNROLL
+    for (int nb = 0; nb < NB; ++nb)
+CTX_UNROLL
+      for (int e = 0; e < 4; ++e) acc[mt][nb][e] = 0.0f;
+  const bf16* arow = As + (a0 + l % 8 + 8 * (m % 2)) * Tile<D>::ld + 8 * (m / 2);  // as load_a
+CTX_UNROLL
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[MT][4];
+CTX_UNROLL
+    for (int mt = 0; mt < MT; ++mt) tc::ldmatrix<4, false>(a[mt], arow + 16 * mt * Tile<D>::ld + 16 * kk);
+CTX_UNROLL
+    for (int np = 0; np < NB / 2; ++np) {
+      uint32_t b[4];
+      tc::ldmatrix<4, false>(b, sm + (16 * np + 8 * (m / 2) + l % 8) * Tile<D>::ld + 8 * (m % 2) + 16 * kk);
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+CTX_UNROLL
+      for (int mt = 0; mt < MT; ++mt) {
+        tc::mma_16816(acc[mt][2 * np], a[mt], b0, acc[mt][2 * np]);
+        tc::mma_16816(acc[mt][2 * np + 1], a[mt], b1, acc[mt][2 * np + 1]);
+      }
+    }
+  }
+}
+
+// acc[mt] [16, D] += P[mt] [16, 8 NB] Y for the tile Y [8 NB, D] (NB = 8: 64 rows, 4: 32): P from a
+// [16, 8 NB] accumulator rounded to bf16 (its C layout is the A layout of NB / 2 k-steps), B = Y by
+// ldmatrix .trans, each B fragment feeding the MT m-tiles (2 MT mma an ldmatrix)
+template <int D, int MT, int NB = 8>
+__device__ void mma_py(float (&acc)[MT][D / 8][4], const float (&p)[MT][NB][4], const bf16* sm) {
+  const int l = threadIdx.x % 32, m = l / 8;
+CTX_UNROLL
+  for (int kt = 0; kt < NB / 2; ++kt) {
     uint32_t a[MT][4];
 CTX_UNROLL
     for (int mt = 0; mt < MT; ++mt) {
-      const float(&q)[8][4] = p[mt];
+      const float(&q)[NB][4] = p[mt];
       a[mt][0] = tc::pack_bf16(q[2 * kt][0], q[2 * kt][1]), a[mt][1] = tc::pack_bf16(q[2 * kt][2], q[2 * kt][3]);
       a[mt][2] = tc::pack_bf16(q[2 * kt + 1][0], q[2 * kt + 1][1]);
       a[mt][3] = tc::pack_bf16(q[2 * kt + 1][2], q[2 * kt + 1][3]);
@@ -339,11 +379,11 @@ CTX_UNROLL
 // p = e^(scale s - lse) = 2^(scale log2e s - lse log2e) where the query sees the key (else 0),
 // then ds = p (dp - D); s becomes p, dp becomes ds. Element (nb, e): query, key and the row
 // statistics given by `at`. `full`: every element of the tile is seen (no mask).
-template <bool BIAS, class At>
-__device__ void grad_tile(const Geo& g, const float* tab, bool full, float (&s)[8][4], float (&dp)[8][4], At at) {
+template <bool BIAS, int NB = 8, class At>
+__device__ void grad_tile(const Geo& g, const float* tab, bool full, float (&s)[NB][4], float (&dp)[NB][4], At at) {
   const float c = g.scale * kLog2e;
 CTX_UNROLL
-  for (int nb = 0; nb < 8; ++nb)
+  for (int nb = 0; nb < NB; ++nb)
 CTX_UNROLL
     for (int e = 0; e < 4; ++e) {
       int64_t i, j;
@@ -366,9 +406,9 @@ CTX_UNROLL
 struct DiagSums {
   float pend = 0.0f;  // the last tile's low diagonal, not yet written
   int64_t pend_r = -1;
-  // the tile from key j0 whose dS is in Ps [64, 65] (after a barrier); `first`: the block's first tile
-  __device__ void tile(const Geo& g, const float* Ps, int64_t i0, int64_t j0, bool first, float* part) {
-    const int u = threadIdx.x;
+  // the tile from key j0 whose dS is in Ps [64, 65] (after a barrier); `first`: the block's first
+  // tile; u: the thread's diagonals (threads from 64 on have none)
+  __device__ void tile(const Geo& g, const float* Ps, int64_t i0, int64_t j0, bool first, float* part, int u) {
     if (u >= kTileRows) return;
     float lo = 0.0f, hi = 0.0f;
     constexpr int ld = kTileRows + 1, top = kTileRows - 1;  // Ps row stride; the lowest diagonal is a - c = -top
@@ -378,13 +418,22 @@ struct DiagSums {
     put(g, base + 1 + u, first ? hi : pend + hi, part);
     pend = lo, pend_r = base - top + u;
   }
-  __device__ void finish(const Geo& g, float* part) {
-    if (threadIdx.x < kTileRows && pend_r >= 0) put(g, pend_r, pend, part);
+  __device__ void finish(const Geo& g, float* part, int u) {
+    if (u < kTileRows && pend_r >= 0) put(g, pend_r, pend, part);
   }
   __device__ static void put(const Geo& g, int64_t r, float x, float* part) {
     if (r >= 0 && r < g.S) part[r] = x;
   }
 };
+
+// A dQ block's row of the distance partials (DiagSums) for queries from i0 and its 64-key tiles
+// [t0, t1): zeros where those tiles reach no distance, beyond the first tile's (window) or below
+// the last's; DiagSums writes the rest. Every thread of the block takes part.
+__device__ inline void zero_unreached(const Geo& g, int64_t i0, int64_t t0, int64_t t1, float* part) {
+  const int64_t hi = i0 + g.off - t0 * kTileRows + kTileRows, lo = i0 + g.off - t1 * kTileRows + 1;
+  for (int64_t r = threadIdx.x; r < g.S; r += kBlock)
+    if (t0 >= t1 || r > hi || r < lo) part[r] = 0.0f;
+}
 
 // dq [B, H, T, D] f32. grid (ceil(T / 64), B H); shared Q, dO + 2 K + 2 V tiles (BIAS: then dS
 // [64, 65] f32). BIAS with part (null: the table's gradient is not wanted): also part
@@ -408,11 +457,7 @@ __global__ void __launch_bounds__(kBlock) tc_dq_kernel(Geo g, const bf16* q, con
   const bool sums = BIAS && part;  // the table's gradient is wanted
   if (sums) {
     part += (bh * gridDim.x + i0 / kBlockRows) * g.S;
-    // zeros where the block's tiles reach no distance: beyond the first tile's (window) or
-    // below the last's; DiagSums writes the rest
-    const int64_t hi = i0 + g.off - t0 * kTileRows + kTileRows, lo = i0 + g.off - t1 * kTileRows + 1;
-    for (int64_t r = threadIdx.x; r < g.S; r += kBlock)
-      if (t0 >= t1 || r > hi || r < lo) part[r] = 0.0f;
+    zero_unreached(g, i0, t0, t1, part);
   }
   tc::AsyncCopies cp;
   load_tile<D>(cp, q + bh * g.T * D, i0, g.T - i0, Qs);
@@ -459,9 +504,9 @@ CTX_UNROLL
         for (int e = 0; e < 4; ++e) Ps[(acc_row(16 * w, e)) * (kTileRows + 1) + acc_col(0, nb, e)] = dp[0][nb][e];
     mma_py<D, 1>(acc, dp, Ks + buf * E);  // dQ += dS K
     __syncthreads();
-    if (sums) diag.tile(g, Ps, i0, j0, tt == t0, part);  // Ps is rewritten after the next barrier
+    if (sums) diag.tile(g, Ps, i0, j0, tt == t0, part, threadIdx.x);  // Ps is rewritten after the next barrier
   }
-  if (sums) diag.finish(g, part);
+  if (sums) diag.finish(g, part, threadIdx.x);
   cp.wait_all();
 CTX_UNROLL
   for (int e = 0; e < 4; ++e) {
@@ -545,6 +590,195 @@ CTX_UNROLL
   }
 }
 
+// ---------------------------------------------------------- backward, 32 rows a warp ----
+// The opt-in (CTXLAB_TC_BACKWARD_ROWS=128, tc_backward_rows): blocks of 128 keys (dK/dV) or 128
+// queries (dQ), 32 a warp (MT = 2 m-tiles), the other side streamed in tiles of 32 (kWideTile)
+// so that S and dP fit as [2][4][4]; the warp's own A fragments (K and V, or Q and dO) are read
+// from shared memory at every k-step (mma_abt_sm), not held in registers. Every B fragment of the
+// P Y products then feeds four mma (two today), the S products' A and B fragments two each, and
+// each streamed tile serves twice the rows. Every sum keeps the default kernels' order (keys, or
+// queries, ascending; tiles a block skips add exact zeros there): the same bits.
+constexpr int kWideMT = 2;
+constexpr int kWideRows = kWarps * 16 * kWideMT;  // 128
+constexpr int kWideTile = 32;
+
+// dk, dv [B, H, S, D] f32. grid (ceil(S / 128), B H); shared K, V [128, D + 8] + 2 Q + 2 dO tiles
+// [32, D + 8], then 2 x 32 lse and 2 x 32 D values (f32).
+template <int D, bool BIAS>
+__global__ void __launch_bounds__(kBlock) tc_dkdv_wide_kernel(Geo g, const bf16* q, const bf16* k, const bf16* v,
+                                                             const bf16* dout, const float* lse, const float* Dd,
+                                                             float* dk, float* dv) {
+  constexpr int MT = kWideMT, QT = kWideTile, NB = QT / 8;
+  CTX_DYNAMIC_SHARED(bf16, sm);
+  constexpr int EK = kWideRows * Tile<D>::ld, EQ = QT * Tile<D>::ld;
+  bf16 *Ks = sm, *Vs = sm + EK, *Qs = sm + 2 * EK, *Gs = sm + 2 * EK + 2 * EQ;
+  float* Ls = reinterpret_cast<float*>(sm + 2 * EK + 4 * EQ);  // [2, 32]
+  float* Ds = Ls + 2 * QT;                                      // [2, 32]
+  const int w = threadIdx.x / 32;
+  const int64_t bh = blockIdx.y, j0 = (int64_t)blockIdx.x * kWideRows, r0 = j0 + 16 * MT * w;
+  const bf16 *qb = q + bh * g.T * D, *gb = dout + bh * g.T * D;
+  const float* tab = dist_row<BIAS>(g, bh);
+  int64_t t0, t1;
+  query_tiles(g, j0, &t0, &t1, kWideRows, QT);
+  auto stage = [&](tc::AsyncCopies& cp, int64_t i1, int b) {  // as tc_dkdv_kernel's
+    load_tile<D, QT>(cp, qb, i1, g.T - i1, Qs + b * EQ);
+    load_tile<D, QT>(cp, gb, i1, g.T - i1, Gs + b * EQ);
+    for (int r = threadIdx.x; r < QT; r += kBlock) {
+      const bool in = i1 + r < g.T;
+      Ls[b * QT + r] = in ? lse[bh * g.T + i1 + r] : INFINITY;
+      Ds[b * QT + r] = in ? Dd[bh * g.T + i1 + r] : 0.0f;
+    }
+  };
+  tc::AsyncCopies cp;
+  load_tile<D, kWideRows>(cp, k + bh * g.S * D, j0, g.S - j0, Ks);
+  load_tile<D, kWideRows>(cp, v + bh * g.S * D, j0, g.S - j0, Vs);
+  if (t0 < t1) stage(cp, t0 * QT, 0);
+  cp.commit();
+  float ak[MT][D / 8][4] = {}, av[MT][D / 8][4] = {};
+  for (int64_t tt = t0; tt < t1; ++tt) {
+    const int buf = (int)((tt - t0) & 1);
+    if (tt + 1 < t1) {
+      stage(cp, (tt + 1) * QT, buf ^ 1);
+      cp.commit();
+      cp.wait<1>();
+    } else {
+      cp.wait<0>();
+    }
+    __syncthreads();
+    float st[MT][NB][4], dpt[MT][NB][4];
+    mma_abt_sm<D, MT, NB>(st, Ks, 16 * MT * w, Qs + buf * EQ);   // S^T = K Q^T   [32 keys, 32 queries]
+    mma_abt_sm<D, MT, NB>(dpt, Vs, 16 * MT * w, Gs + buf * EQ);  // dP^T = V dO^T
+    const int64_t c0 = tt * QT;
+    const float *Lb = Ls + buf * QT, *Db = Ds + buf * QT;
+CTX_UNROLL
+    for (int mt = 0; mt < MT; ++mt) {
+      const int64_t rm = r0 + 16 * mt;
+      grad_tile<BIAS>(g, tab, sees_all(g, c0, c0 + QT - 1, rm, rm + 15), st[mt], dpt[mt],
+                      [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
+        *j = acc_row(rm, e), *i = acc_col(c0, nb, e);
+        *Le = Lb[*i - c0], *De = Db[*i - c0];
+      });
+    }
+    mma_py<D, MT, NB>(av, st, Gs + buf * EQ);   // dV += P^T dO
+    mma_py<D, MT, NB>(ak, dpt, Qs + buf * EQ);  // dK += dS^T Q
+    __syncthreads();
+  }
+  cp.wait_all();
+CTX_UNROLL
+  for (int mt = 0; mt < MT; ++mt)
+CTX_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int64_t j = acc_row(r0 + 16 * mt, e);
+      if (j >= g.S) continue;
+CTX_UNROLL
+      for (int nb = 0; nb < D / 8; ++nb) {
+        const int64_t n = (bh * g.S + j) * D + acc_col(0, nb, e);
+        dk[n] = g.scale * ak[mt][nb][e];
+        dv[n] = av[mt][nb][e];
+      }
+    }
+}
+
+// dq [B, H, T, D] f32. grid (ceil(T / 128), B H); shared Q, dO [128, D + 8] + 2 K + 2 V tiles
+// [32, D + 8] (BIAS: then dS [128, 65] f32). BIAS with part: the table's gradient as tc_dq_kernel
+// writes it, into the same part [B H, ceil(T / 64), S]: the block's two halves of 64 queries are
+// two of its blocks, key tiles go in pairs (from an even one: the 64-key tiles), dS of a pair
+// lands in Ps, and threads 64 h + u run half h's DiagSums. The halves visit the 64-key tiles of the
+// whole block, a few more than their own: those add exact zeros (dS = 0 where masked), the bits
+// stay tc_dq_kernel's.
+template <int D, bool BIAS>
+__global__ void __launch_bounds__(kBlock) tc_dq_wide_kernel(Geo g, const bf16* q, const bf16* k, const bf16* v,
+                                                           const bf16* dout, const float* lse, const float* Dd,
+                                                           float* dq, float* part) {
+  constexpr int MT = kWideMT, KT = kWideTile, NB = KT / 8;
+  CTX_DYNAMIC_SHARED(bf16, sm);
+  constexpr int EQ = kWideRows * Tile<D>::ld, EK = KT * Tile<D>::ld;
+  bf16 *Qs = sm, *Gs = sm + EQ, *Ks = sm + 2 * EQ, *Vs = sm + 2 * EQ + 2 * EK;
+  float* Ps = reinterpret_cast<float*>(sm + 2 * EQ + 4 * EK);  // BIAS: dS [128, 65]
+  const int w = threadIdx.x / 32;
+  const int64_t bh = blockIdx.y, i0 = heavy_first_rows(kWideRows), r0 = i0 + 16 * MT * w;
+  const bf16 *kb = k + bh * g.S * D, *vb = v + bh * g.S * D;
+  const float* tab = dist_row<BIAS>(g, bh);
+  int64_t t0, t1;
+  key_tiles(g, i0, &t0, &t1, kWideRows, KT);
+  DiagSums diag;
+  const bool sums = BIAS && part;  // the table's gradient is wanted
+  const int half = threadIdx.x / kTileRows, u = threadIdx.x % kTileRows;
+  const int64_t ih = i0 + kTileRows * half;  // the thread's half: a tc_dq_kernel block's queries
+  if (sums) {
+    if (t0 < t1) t0 -= t0 & 1, t1 += t1 & 1;  // whole 64-key tiles
+    const int64_t nb = (g.T + kTileRows - 1) / kTileRows;
+    for (int h = 0; h < 2; ++h)
+      if (i0 + kTileRows * h < g.T)
+        zero_unreached(g, i0 + kTileRows * h, t0 / 2, t1 / 2, part + (bh * nb + i0 / kTileRows + h) * g.S);
+    part = ih < g.T ? part + (bh * nb + ih / kTileRows) * g.S : nullptr;  // null: a half past T
+  }
+  tc::AsyncCopies cp;
+  load_tile<D, kWideRows>(cp, q + bh * g.T * D, i0, g.T - i0, Qs);
+  load_tile<D, kWideRows>(cp, dout + bh * g.T * D, i0, g.T - i0, Gs);
+  if (t0 < t1) {
+    load_tile<D, KT>(cp, kb, t0 * KT, g.S - t0 * KT, Ks);
+    load_tile<D, KT>(cp, vb, t0 * KT, g.S - t0 * KT, Vs);
+  }
+  cp.commit();
+  float L[MT][2], Di[MT][2];  // lse and D of the lane's rows
+CTX_UNROLL
+  for (int mt = 0; mt < MT; ++mt)
+CTX_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const int64_t i = acc_row(r0 + 16 * mt, 2 * h);
+      L[mt][h] = i < g.T ? lse[bh * g.T + i] : INFINITY;
+      Di[mt][h] = i < g.T ? Dd[bh * g.T + i] : 0.0f;
+    }
+  float acc[MT][D / 8][4] = {};
+  for (int64_t tt = t0; tt < t1; ++tt) {
+    const int buf = (int)((tt - t0) & 1);
+    if (tt + 1 < t1) {
+      const int64_t j1 = (tt + 1) * KT;
+      load_tile<D, KT>(cp, kb, j1, g.S - j1, Ks + (buf ^ 1) * EK);
+      load_tile<D, KT>(cp, vb, j1, g.S - j1, Vs + (buf ^ 1) * EK);
+      cp.commit();
+      cp.wait<1>();
+    } else {
+      cp.wait<0>();
+    }
+    __syncthreads();
+    float s[MT][NB][4], dp[MT][NB][4];
+    mma_abt_sm<D, MT, NB>(s, Qs, 16 * MT * w, Ks + buf * EK);   // S = Q K^T
+    mma_abt_sm<D, MT, NB>(dp, Gs, 16 * MT * w, Vs + buf * EK);  // dP = dO V^T
+    const int64_t j0 = tt * KT;
+CTX_UNROLL
+    for (int mt = 0; mt < MT; ++mt) {
+      const int64_t rm = r0 + 16 * mt;
+      grad_tile<BIAS>(g, tab, sees_all(g, rm, rm + 15, j0, j0 + KT - 1), s[mt], dp[mt],
+                      [&](int nb, int e, int64_t* i, int64_t* j, float* Le, float* De) {
+        *i = acc_row(rm, e), *j = acc_col(j0, nb, e), *Le = L[mt][e / 2], *De = Di[mt][e / 2];
+      });
+      if (sums)  // dS into its half of the pair's [128, 64] (columns 32 (tt % 2) on)
+CTX_UNROLL
+        for (int nb = 0; nb < NB; ++nb)
+CTX_UNROLL
+          for (int e = 0; e < 4; ++e)
+            Ps[acc_row(16 * (MT * w + mt), e) * (kTileRows + 1) + acc_col(KT * (tt & 1), nb, e)] = dp[mt][nb][e];
+    }
+    mma_py<D, MT, NB>(acc, dp, Ks + buf * EK);  // dQ += dS K
+    __syncthreads();
+    if (sums && (tt & 1) && part)  // a pair is in: Ps is rewritten after the next barrier
+      diag.tile(g, Ps + kTileRows * half * (kTileRows + 1), ih, (tt - 1) * KT, tt - 1 == t0, part, u);
+  }
+  if (sums && part) diag.finish(g, part, u);
+  cp.wait_all();
+CTX_UNROLL
+  for (int mt = 0; mt < MT; ++mt)
+CTX_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = acc_row(r0 + 16 * mt, e);
+      if (i >= g.T) continue;
+CTX_UNROLL
+      for (int nb = 0; nb < D / 8; ++nb) dq[(bh * g.T + i) * D + acc_col(0, nb, e)] = g.scale * acc[mt][nb][e];
+    }
+}
+
 // ddist [H, n] = the sum of part [B, H, nb, S] over the batch and the nb query blocks, in that
 // fixed order (0 for r >= S): one thread a distance. grid (ceil(n / 128), H).
 __global__ void __launch_bounds__(kBlock) dist_grad_kernel(const float* part, int64_t B, int64_t H, int64_t nb,
@@ -601,25 +835,60 @@ void forward_d(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, co
   forward_mt<D, 1, BIAS>(d, G, q, k, v, out, lse);
 }
 
+// The backward's two passes for D and the block rows (tc_backward_rows). 128 gives 32 rows a warp
+// where the registers allow it (ptxas, docs/cuda.md): the dQ pass for every D (D = 128 at 255
+// registers, no spills, as its default), the dK/dV pass for D <= 64 (D = 128's accumulators alone
+// would take 256 registers: it keeps 16 keys a warp).
+constexpr size_t wide_smem(int D) { return (size_t)(2 * kWideRows + 4 * kWideTile) * (D + 8) * sizeof(bf16); }
+
+template <int D, bool BIAS>
+void dq_pass(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, const bf16* v, const bf16* g,
+             const float* lse, const float* Dd, float* dq, float* part) {
+  const unsigned bh = (unsigned)(d.B * d.H);
+  if (tc_backward_rows() == 128) {
+    const size_t smem = wide_smem(D) + (BIAS ? kWideRows * (kTileRows + 1) * sizeof(float) : 0);
+    allow_shared(tc_dq_wide_kernel<D, BIAS>, smem);
+    CTX_LAUNCH((tc_dq_wide_kernel<D, BIAS>), dim3((unsigned)cdiv(d.T, kWideRows), bh), kBlock, smem, 0, G, q, k,
+               v, g, lse, Dd, dq, part);
+    CTX_CUDA_LAUNCH_CHECK("tc_dq_wide_kernel");
+    ++g_tc_wide_dq;
+    return;
+  }
+  const size_t smem = tile_bytes<D>(6) + (BIAS ? kTileRows * (kTileRows + 1) * sizeof(float) : 0);
+  allow_shared(tc_dq_kernel<D, BIAS>, smem);
+  CTX_LAUNCH((tc_dq_kernel<D, BIAS>), dim3((unsigned)cdiv(d.T, kBlockRows), bh), kBlock, smem, 0, G, q, k, v, g,
+             lse, Dd, dq, part);
+  CTX_CUDA_LAUNCH_CHECK("tc_dq_kernel");
+}
+
+template <int D, bool BIAS>
+void dkdv_pass(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, const bf16* v, const bf16* g,
+               const float* lse, const float* Dd, float* dk, float* dv) {
+  const unsigned bh = (unsigned)(d.B * d.H);
+  if constexpr (D <= 64) {
+    if (tc_backward_rows() == 128) {
+      const size_t smem = wide_smem(D) + 4 * kWideTile * sizeof(float);
+      allow_shared(tc_dkdv_wide_kernel<D, BIAS>, smem);
+      CTX_LAUNCH((tc_dkdv_wide_kernel<D, BIAS>), dim3((unsigned)cdiv(d.S, kWideRows), bh), kBlock, smem, 0, G, q,
+                 k, v, g, lse, Dd, dk, dv);
+      CTX_CUDA_LAUNCH_CHECK("tc_dkdv_wide_kernel");
+      ++g_tc_wide_dkdv;
+      return;
+    }
+  }
+  const size_t smem = tile_bytes<D>(6) + 4 * kTileRows * sizeof(float);
+  allow_shared(tc_dkdv_kernel<D, BIAS>, smem);
+  CTX_LAUNCH((tc_dkdv_kernel<D, BIAS>), dim3((unsigned)cdiv(d.S, kBlockRows), bh), kBlock, smem, 0, G, q, k, v, g,
+             lse, Dd, dk, dv);
+  CTX_CUDA_LAUNCH_CHECK("tc_dkdv_kernel");
+}
+
 // BIAS: part is the dQ blocks' per-distance scratch [B H, ceil(T / 64), S], ddist [H, n]
 template <int D, bool BIAS>
 void backward_d(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, const bf16* v, const bf16* g,
                 const float* lse, const float* Dd, float* dq, float* dk, float* dv, float* part, float* ddist) {
-  const unsigned bh = (unsigned)(d.B * d.H);
-  const size_t smem_dq = tile_bytes<D>(6) + (BIAS ? kTileRows * (kTileRows + 1) * sizeof(float) : 0);
-  const size_t smem_kv = tile_bytes<D>(6) + 4 * kTileRows * sizeof(float);
-  allow_shared(tc_dq_kernel<D, BIAS>, smem_dq);
-  allow_shared(tc_dkdv_kernel<D, BIAS>, smem_kv);
-  if (d.T > 0) {
-    CTX_LAUNCH((tc_dq_kernel<D, BIAS>), dim3((unsigned)cdiv(d.T, kBlockRows), bh), kBlock, smem_dq, 0, G, q, k, v,
-               g, lse, Dd, dq, part);
-    CTX_CUDA_LAUNCH_CHECK("tc_dq_kernel");
-  }
-  if (d.S > 0) {
-    CTX_LAUNCH((tc_dkdv_kernel<D, BIAS>), dim3((unsigned)cdiv(d.S, kBlockRows), bh), kBlock, smem_kv, 0, G, q, k,
-               v, g, lse, Dd, dk, dv);
-    CTX_CUDA_LAUNCH_CHECK("tc_dkdv_kernel");
-  }
+  if (d.T > 0) dq_pass<D, BIAS>(d, G, q, k, v, g, lse, Dd, dq, part);
+  if (d.S > 0) dkdv_pass<D, BIAS>(d, G, q, k, v, g, lse, Dd, dk, dv);
   if (BIAS && ddist) {
     CTX_LAUNCH(dist_grad_kernel, dim3((unsigned)cdiv(G.dist_n, kBlock), (unsigned)d.H), kBlock, 0, 0, part, d.B,
                d.H, cdiv(d.T, kBlockRows), d.S, G.dist_n, ddist);
@@ -658,25 +927,38 @@ bool tc_attention_fits(const AttnDims& d, const Tensor& q, const Tensor& bias, c
 }
 
 namespace {
-std::atomic<int> g_forward_rows{0};  // 0: CTXLAB_TC_FORWARD_ROWS, else set_tc_forward_rows's value
+// The block-rows settings (CTXLAB_TC_FORWARD_ROWS, CTXLAB_TC_BACKWARD_ROWS): 64 or 128, read once
+// from the variable unless a set_ call (tests, A/B benchmarks) overrides it (0: the setting again).
+struct RowsSetting {
+  const char* var;
+  std::atomic<int> set{0};
+  int env() const {
+    const char* v = setting_env(var);
+    if (!v) return 64;
+    CTX_CHECK(std::strcmp(v, "64") == 0 || std::strcmp(v, "128") == 0, var,
+              " must be 64 or 128 (docs/settings.md), got '", v, "'");
+    return std::atoi(v);
+  }
+  void store(int rows, const char* who) {
+    CTX_CHECK(rows == 0 || rows == 64 || rows == 128, who, ": 64, 128 or 0 (the setting), got ", rows);
+    set.store(rows);
+  }
+};
+RowsSetting g_forward_rows{"CTXLAB_TC_FORWARD_ROWS"}, g_backward_rows{"CTXLAB_TC_BACKWARD_ROWS"};
 }  // namespace
 
 int tc_forward_rows() {
-  const int set = g_forward_rows.load();
-  if (set) return set;
-  static const int env = [] {
-    const char* v = setting_env("CTXLAB_TC_FORWARD_ROWS");
-    if (!v) return 64;
-    CTX_CHECK(std::strcmp(v, "64") == 0 || std::strcmp(v, "128") == 0,
-              "CTXLAB_TC_FORWARD_ROWS must be 64 or 128 (docs/settings.md), got '", v, "'");
-    return std::atoi(v);
-  }();
+  if (const int set = g_forward_rows.set.load()) return set;
+  static const int env = g_forward_rows.env();
   return env;
 }
-void set_tc_forward_rows(int rows) {
-  CTX_CHECK(rows == 0 || rows == 64 || rows == 128, "set_tc_forward_rows: 64, 128 or 0 (the setting), got ", rows);
-  g_forward_rows.store(rows);
+void set_tc_forward_rows(int rows) { g_forward_rows.store(rows, "set_tc_forward_rows"); }
+int tc_backward_rows() {
+  if (const int set = g_backward_rows.set.load()) return set;
+  static const int env = g_backward_rows.env();
+  return env;
 }
+void set_tc_backward_rows(int rows) { g_backward_rows.store(rows, "set_tc_backward_rows"); }
 
 namespace {
 std::atomic<uint64_t> g_tc_forward{0}, g_tc_backward{0}, g_tc_kept{0}, g_tc_converted{0}, g_tc_dist{0};
@@ -735,7 +1017,8 @@ void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, 
 }
 
 TcAttentionCalls tc_attention_calls() {
-  return {g_tc_forward.load(), g_tc_backward.load(), g_tc_kept.load(), g_tc_converted.load(), g_tc_dist.load()};
+  return {g_tc_forward.load(),   g_tc_backward.load(),  g_tc_kept.load(),   g_tc_converted.load(),
+          g_tc_dist.load(),      g_tc_wide_dkdv.load(), g_tc_wide_dq.load()};
 }
 
 }  // namespace ctx::cuda

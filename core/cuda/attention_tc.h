@@ -42,14 +42,22 @@ void tc_attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, 
 // (tests, A/B benchmarks; 0 returns to the setting) overrides it. Same results either way.
 int tc_forward_rows();
 void set_tc_forward_rows(int rows);
+// Rows (keys in the dK/dV pass, queries in the dQ pass) a backward block takes: 64 (4 warps x 16,
+// the default, timed on an H200) or 128 (4 x 32; the dK/dV pass for head dims up to 64, the dQ pass
+// for every head dim; not yet timed on a GPU): CTXLAB_TC_BACKWARD_ROWS, read
+// once, unless set_tc_backward_rows (0 returns to the setting) overrides it. The same results.
+int tc_backward_rows();
+void set_tc_backward_rows(int rows);
 
 // Calls of the tensor-core forward and backward since start (tests check with it which kernels a
 // model's attention took), and their bf16 inputs: read from a kept copy, or converted for the call;
-// dist_forward: the forwards that read a distance table.
+// dist_forward: the forwards that read a distance table; wide_dkdv, wide_dq: the backward passes
+// that took 32 rows a warp (tc_backward_rows 128).
 struct TcAttentionCalls {
   uint64_t forward = 0, backward = 0;
   uint64_t kept_inputs = 0, converted_inputs = 0;
   uint64_t dist_forward = 0;
+  uint64_t wide_dkdv = 0, wide_dq = 0;
 };
 TcAttentionCalls tc_attention_calls();
 
