@@ -223,11 +223,25 @@ class Kerple final : public DistanceBias {
   bool fixed() const override { return false; }
 
   // In place, like the reference code's param.data.clamp_ (idempotent; every layer calls it).
+  // On the CPU a tensor already inside its bounds is not written: a write (a mutable access)
+  // drops the kept bf16 copies of the whole storage, which is the optimizer's flat buffer of every
+  // parameter, and every layer's Linear would convert it again (docs/performance.md). On a device
+  // the check would cost a copy to the host, so the clamp runs there each time.
   void project() {
-    Tensor& a = r1_.data();
-    Tensor& b = r2_.data();
-    backend_of(a).unary(UnaryOp::Clamp, a, a, 0.01, INFINITY);
-    backend_of(b).unary(UnaryOp::Clamp, b, b, 0.01, power_ ? 2.0 : INFINITY);
+    clamp(r1_.data(), 0.01, INFINITY);
+    clamp(r2_.data(), 0.01, power_ ? 2.0 : INFINITY);
+  }
+  static void clamp(Tensor& t, double lo, double hi) {
+    if (t.device() == Device::CPU) {
+      const Tensor& c = t;  // read without a mutable access
+      auto inside = [&](auto* v) {
+        for (int64_t i = 0; i < c.numel(); ++i)
+          if (!(v[i] >= lo && v[i] <= hi)) return false;  // (NaN: outside)
+        return true;
+      };
+      if (c.dtype() == DType::F32 ? inside(c.data<float>()) : inside(c.data<double>())) return;
+    }
+    backend_of(t).unary(UnaryOp::Clamp, t, t, lo, hi);
   }
 
   Variable table(const std::vector<int64_t>& dist, const AttnState& st) override {

@@ -15,6 +15,7 @@
 #include "autograd/ops.h"
 #include "autograd/ops_rope.h"
 #include "core/backend.h"
+#include "core/cpu/bf16_convert.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
 #include "posenc/posenc.h"
@@ -400,6 +401,32 @@ TEST(PosencBias, KerpleClampInPlaceGradientAtProjectedValues) {
     EXPECT_NEAR(r2.grad().at(0), d2, 1e-12);
     EXPECT_NE(r1.grad().at(0), 0.0);
   }
+}
+
+// The projection writes r1 / r2 only where one is outside its bounds (CPU): a write drops the
+// kept bf16 copy of the whole storage they live in (the optimizer's flat buffer), which every
+// Linear would then convert again. Inside the bounds the storage's copy survives a bias call;
+// outside, the values are clamped (and the copy is dropped with the write).
+TEST(PosencBias, KerpleProjectionWritesOnlyWhenSomethingIsOutOfBounds) {
+  ModelConfig cfg = tiny_cfg({{"type", "kerple"}});
+  auto pe = make_posenc(cfg, "test");
+  auto params = pe->shared_module()->named_parameters();
+  Variable r1 = params[0].second, r2 = params[1].second;
+  r1.data() = Tensor::from_vector<float>({0.5f, 0.7f}, {2});
+  r2.data() = Tensor::from_vector<float>({0.3f, 0.5f}, {2});
+  AttnState st;
+  st.B = 1, st.H = 2, st.T = 4, st.S = 4, st.Dh = 4;
+  st.q = Variable(Tensor::zeros({1, 2, 4, 4}));
+  auto has_copy = [](const Variable& v) { return v.data().storage()->bf16_copy.load() != nullptr; };
+  cpu::bf16_copy(r1.data()), cpu::bf16_copy(r2.data());  // kept copies, as a Linear keeps a weight's
+  pe->bias(st);
+  EXPECT_TRUE(has_copy(r1) && has_copy(r2)) << "a projection with nothing to clamp wrote the parameters";
+  r1.data().set(1, -3.0);  // (a mutable access: r1's copy is dropped here already)
+  cpu::bf16_copy(r1.data());
+  pe->bias(st);
+  EXPECT_FLOAT_EQ((float)r1.data().at(1), 0.01f);
+  EXPECT_FALSE(has_copy(r1)) << "the clamp's write kept a stale copy";
+  EXPECT_TRUE(has_copy(r2));
 }
 
 TEST(PosencRotaryBias, ParameterErrorsNameTheKey) {
