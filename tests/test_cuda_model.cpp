@@ -229,19 +229,27 @@ TEST(CudaModelAttention, TensorCoresByDefaultForPlainCallsUnderBf16) {
 
 // The distance-table encodings under --precision bf16 on cuda: every layer's attention takes the
 // tensor-core kernels with the table read in their tiles (counted), and the loss and every
-// gradient, the tables' parameters included (kerple's r1 / r2, t5's bucket weights, through
-// AttnRelGrad::ddist_bias), agree with the cpu's fp32 result within the bf16 bound of this model
-// (bf16 products throughout, the GEMMs and the attention: the largest gradient error, relative to
-// the tensor's largest element, measured 0.55-0.71% per encoding under the emulator; the bound,
-// 2%, is about 3x it).
+// gradient, the tables' parameters included (kerple's r1 / r2, t5's bucket weights, FIRE's c,
+// L_multiplier and MLP, through AttnRelGrad::ddist_bias), agree with the cpu's fp32 result within
+// the bf16 bound of this model (bf16 products throughout, the GEMMs and the attention: the largest
+// gradient error, relative to the tensor's largest element, measured 0.55-0.71% per encoding under
+// the emulator; the bound, 2%, is about 3x it). FIRE (per layer and shared; every query below
+// thr = 512) takes the table only where CTXLAB_FIRE_TABLE is set on CUDA (its decision reads
+// L_multiplier on the host): set here. Its mlp.fc2.bias shifts whole softmax rows, so its gradient
+// is rounding noise on both sides (POSENC_SPEC §7.1): held to 2% of fc2.weight's largest gradient.
 TEST(CudaModelAttention, DistanceTablesTakeTheTensorCoresAndMatchTheCpu) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
   const std::vector<int64_t> toks = {1, 5, 7, 2, 9, 4, 3, 8, 6, 2, 11, 5, 16, 0, 3, 3, 7, 12, 1, 9,
                                      4, 4, 10, 2, 6, 13, 8, 1, 15, 5, 2, 7, 9, 14, 3, 6, 11, 0, 2, 8};
   const Tensor in = Tensor::from_vector(toks, {2, 20});
   for (const json& pe : {json{{"type", "alibi"}}, json{{"type", "sandwich"}}, json{{"type", "kerple"}},
-                         json{{"type", "kerple"}, {"variant", "power"}}, json{{"type", "t5"}}}) {
+                         json{{"type", "kerple"}, {"variant", "power"}}, json{{"type", "t5"}}, json{{"type", "fire"}},
+                         json{{"type", "fire"}, {"shared", true}}}) {
     SCOPED_TRACE(pe.dump());
+    set_fast_path(FastPath::FireTable, true);
+    struct Reset {
+      ~Reset() { reset_fast_path(FastPath::FireTable); }
+    } reset;
     nn::GPT cpu(testing_util::two_head_cfg(17, 64, 2, 64, 24, pe));  // 2 heads of 32
     cpu.init_weights(3);
     nn::GPT gpu(cpu.cfg);
@@ -261,22 +269,37 @@ TEST(CudaModelAttention, DistanceTablesTakeTheTensorCoresAndMatchTheCpu) {
     EXPECT_LE(std::fabs(lg - lc), 2e-3 * std::fabs(lc)) << "loss cpu " << lc << " cuda bf16 " << lg;
     const auto pc = cpu.named_parameters(), pg = gpu.named_parameters();
     ASSERT_EQ(pc.size(), pg.size());
+    auto amax = [](const Tensor& t) {
+      double m = 0;
+      for (int64_t x = 0; x < t.numel(); ++x) m = std::max(m, std::fabs(t.at(x)));
+      return m;
+    };
     double worst = 0;
     int table_params = 0;
     for (size_t i = 0; i < pc.size(); ++i) {
-      SCOPED_TRACE(pc[i].first);
+      const std::string& name = pc[i].first;
+      SCOPED_TRACE(name);
       const Tensor gc = pc[i].second.grad(), gg = pg[i].second.grad().to(Device::CPU);
+      if (name.find("pe.mlp.fc2.bias") != std::string::npos) {  // FIRE's row shift: noise (above)
+        const std::string w = name.substr(0, name.size() - 4) + "weight";  // its fc2.weight
+        const auto wc = std::find_if(pc.begin(), pc.end(), [&](const auto& p) { return p.first == w; });
+        ASSERT_NE(wc, pc.end());
+        double diff = 0;
+        for (int64_t x = 0; x < gc.numel(); ++x) diff = std::max(diff, std::fabs(gg.at(x) - gc.at(x)));
+        EXPECT_LE(diff, 2e-2 * amax(wc->second.grad()));
+        ++table_params;
+        continue;
+      }
       const double e = rel_err(gg, gc);
       worst = std::max(worst, e);
       EXPECT_LE(e, 2e-2);
-      if (pc[i].first.rfind("pe.", 0) == 0) {
+      if (name.rfind("pe.", 0) == 0 || name.find(".attn.pe.") != std::string::npos) {
         ++table_params;
-        double gmax = 0;
-        for (int64_t x = 0; x < gc.numel(); ++x) gmax = std::max(gmax, std::fabs(gc.at(x)));
-        EXPECT_GT(gmax, 0.0) << "the table's parameters get a gradient";
+        EXPECT_GT(amax(gc), 0.0) << "the table's parameters get a gradient";
       }
     }
-    EXPECT_EQ(table_params, pe["type"] == "kerple" ? 2 : pe["type"] == "t5" ? 1 : 0);
+    const std::string type = pe["type"];
+    EXPECT_EQ(table_params, type == "kerple" ? 2 : type == "t5" ? 1 : type == "fire" ? (pe.contains("shared") ? 6 : 12) : 0);
     std::printf("%s: bf16 tensor-core vs cpu fp32, largest gradient rel_err %.3g\n", pe.dump().c_str(), worst);
   }
 }
