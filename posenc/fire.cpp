@@ -116,8 +116,9 @@ class Fire final : public PositionalEncoding {
   bool distance_table_applies(const AttnState& st) const {
     if (st.positions || st.sinks > 0 || st.k_pos0 != 0 || st.q_pos0 != st.S - st.T || st.S < 1) return false;
     const Tensor& lm = module(st).lm.data();
-    if (!fast_path_enabled_or(FastPath::FireTable, lm.device() == Device::CPU)) return false;
-    const Tensor h = host_values(lm);  // the CPU: lm itself; a device: one copy
+    // default: on where lm is readable without a device -> host copy (the CPU)
+    if (!fast_path_enabled_or(FastPath::FireTable, host_readable(lm))) return false;
+    const Tensor h = host_values(lm);  // no copy where host_readable, else one
     return h.dtype() == DType::F64 ? below_threshold(st.S - 1, h.data<double>()[0], s_.init_L)
                                    : below_threshold(st.S - 1, h.data<float>()[0], s_.init_L);
   }
