@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -319,6 +320,31 @@ TEST(CudaModelAttention, DistanceTablesTakeTheTensorCoresAndMatchTheCpu) {
     std::printf("%s: bf16 tensor-core vs cpu fp32, largest gradient rel_err %.3g (fire's own %.3g)\n",
                 pe.dump().c_str(), worst, worst_fire);
   }
+}
+
+// FIRE on cuda without CTXLAB_FIRE_TABLE: deciding on the distance table would read L_multiplier on
+// the host (a device -> host copy, a host round trip in the step), so by default the device keeps
+// the per-pair bias: a bf16 forward and backward of a FIRE GPT whose queries are all below thr
+// copy nothing to the host and take no table (docs/posenc.md, "FIRE as a distance table").
+TEST(CudaModelAttention, FireKeepsThePerPairBiasWithoutTheSwitch) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  reset_fast_path(FastPath::FireTable);
+  if (std::getenv("CTXLAB_FIRE_TABLE")) GTEST_SKIP() << "CTXLAB_FIRE_TABLE is set in the environment";
+  nn::GPT m(testing_util::two_head_cfg(17, 64, 2, 64, 24, json{{"type", "fire"}}));
+  m.init_weights(3);
+  m.to(Device::CUDA);
+  PrecisionScope bf16(Precision::BF16);
+  // host tokens, as the trainer's batches; a first step warms up (its tables, plans)
+  const Tensor in = Tensor::from_vector(std::vector<int64_t>{1, 5, 7, 2, 9, 4, 3, 8, 6, 2, 11, 5}, {1, 12});
+  m.loss(in, in).backward();
+  m.zero_grad();
+  const uint64_t copies = cuda::host_copy_stats().to_host;
+  const cuda::TcAttentionCalls tc0 = cuda::tc_attention_calls();
+  Variable loss = m.loss(in, in);
+  loss.backward();
+  EXPECT_EQ(cuda::host_copy_stats().to_host, copies) << "a device -> host copy in the step";
+  EXPECT_EQ(cuda::tc_attention_calls().dist_forward, tc0.dist_forward) << "a call took the table";
+  EXPECT_TRUE(std::isfinite(loss.data().to(Device::CPU).item()));
 }
 
 // What a warm bf16 training step still converts to bf16 (issue 33 item 3: no cast pass before a
