@@ -48,6 +48,10 @@ void clear_table_cache();  // drops every kept table (their blocks go back to th
 // t on the host: t itself when it is on the CPU (no copy), else a copy.
 inline Tensor to_host(const Tensor& t) { return t.device() == Device::CPU ? t : t.to(Device::CPU); }
 
+// Whether t's values can be read on the host without waiting for a device: t is on the CPU, or
+// it carries a host mirror (host_values below then makes no copy).
+inline bool host_readable(const Tensor& t) { return t.device() == Device::CPU || t.host_mirror().defined(); }
+
 // t's values on the host for reading: t itself on the CPU, its host mirror when it was uploaded
 // from a host table (no copy, no wait for the device), else a copy (to_host).
 inline Tensor host_values(const Tensor& t) {

@@ -32,6 +32,7 @@ enum class FastPath {
   GruCell,        // the rnn encoding's fused GRU gates (its gru_cell extension kernels, and Fused::Linear)
   OdeRk4,         // FLOATER's RK4 in one call (its ode_rk4 extension kernels)
   Decode,         // graph-free incremental decoding (nn/decode_engine.h) where the model allows it
+  FireTable,      // FIRE's bias as a per-head distance table where every query is below thr (posenc/fire.cpp)
 };
 
 struct FastPathInfo {

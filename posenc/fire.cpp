@@ -2,10 +2,14 @@
 // B[h, i, j] = f(psi(i - j) / (psi(max(thr, i)) + eps))_h, f a Linear(1, W) -> ReLU -> Linear(W, H).
 // One FIRE module per attention layer (`blocks.{l}.attn.pe.*`), or one for the model (`pe.*`)
 // with "shared": true. The bias is one node (fire_bias, autograd/ops_posenc2024.h).
+// When every query of a call sits below thr, max(thr, i) = thr and B depends on (h, i - j) alone:
+// terms() then hands the attention a per-head distance table (RelTerms::dist_bias, the same node
+// evaluated on the S distances) instead of the [1, H, T, S] bias (FastPath::FireTable).
 #include <cmath>
 
 #include "autograd/ops_posenc2024.h"
 #include "core/device_table.h"
+#include "core/fast_paths.h"
 #include "core/rng.h"
 #include "nn/layers.h"
 #include "posenc/posenc.h"
@@ -44,15 +48,27 @@ struct FireModule {
   std::shared_ptr<nn::Linear> fc1, fc2;
 };
 
-// Positions [R, n] of the call in like's dtype, on its device (a constant table): the queries'
-// (keys = false) or the keys' positions of each position row (query_position / key_position).
-Tensor position_table(const AttnState& st, int64_t n, bool keys, const Tensor& like) {
-  const int64_t R = position_rows(st);
+// Positions [R, n] in like's dtype, on its device (a constant table): position(r, t).
+template <class At>
+Tensor positions_of(int64_t R, int64_t n, const Tensor& like, At position) {
   Tensor h = Tensor::empty({R, n}, DType::F64);
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t t = 0; t < n; ++t)
-      h.host<double>()[r * n + t] = (double)(keys ? key_position(st, r, t) : query_position(st, r, t));
+    for (int64_t t = 0; t < n; ++t) h.host<double>()[r * n + t] = (double)position(r, t);
   return device_table(like.dtype() == DType::F64 ? h : h.to(like.dtype()), like);
+}
+// The queries' (keys = false) or the keys' positions of each position row of the call
+// (query_position / key_position): [R, n].
+Tensor position_table(const AttnState& st, int64_t n, bool keys, const Tensor& like) {
+  return positions_of(position_rows(st), n, like, [&](int64_t r, int64_t t) {
+    return keys ? key_position(st, r, t) : query_position(st, r, t);
+  });
+}
+
+// Whether query position p is strictly below thr = |lm init_L| as the distance kernel computes
+// them (fire_formula.h, in lm's dtype F): then max(thr, p) = thr with the whole gradient to thr.
+template <class F>
+bool below_threshold(int64_t p, F lm, double init_L) {
+  return (F)p < std::fabs(lm * (F)init_L);
 }
 
 class Fire final : public PositionalEncoding {
@@ -73,13 +89,53 @@ class Fire final : public PositionalEncoding {
 
   // [R, H, T, S]: query i at q_pos0 + i, key j at j (R = 1), or at explicit positions (R rows)
   Variable bias(AttnState& st) override {
-    const FireModule& m = mods_.at(s_.shared ? 0 : st.layer);
+    const FireModule& m = module(st);
     const Tensor& like = m.c.data();
     return fire_bias(m.c, m.lm, m.fc1->weight, m.fc1->bias, m.fc2->weight, m.fc2->bias,
                      position_table(st, st.T, false, like), position_table(st, st.S, true, like), s_.init_L, s_.eps);
   }
+  // Where distance_table_applies(st): the table [H, S] as the call's only term (the attention
+  // reads table[h, i + (S - T) - j], core/backend.h AttnRel::dist_bias); else bias(st).
+  ScoreTerms terms(AttnState& st) override {
+    if (!distance_table_applies(st)) return PositionalEncoding::terms(st);
+    ScoreTerms t;
+    t.q = st.q;
+    t.scale = st.scale;
+    t.rel.dist_bias = distance_table(st);
+    return t;
+  }
 
  private:
+  const FireModule& module(const AttnState& st) const { return mods_.at(s_.shared ? 0 : st.layer); }
+
+  // The distance-table case: the layout AttnRel::dist_bias assumes (queries at q_pos0 = S - T
+  // against keys 0..S-1, no explicit positions; FIRE refuses sinks), the switch on (on CUDA only
+  // when set: deciding reads L_multiplier on the host, a device -> host copy), and every query
+  // position, the largest being S - 1, strictly below thr (at a tie the max splits its gradient,
+  // which a function of i - j alone cannot carry).
+  bool distance_table_applies(const AttnState& st) const {
+    if (st.positions || st.sinks > 0 || st.k_pos0 != 0 || st.q_pos0 != st.S - st.T || st.S < 1) return false;
+    const Tensor& lm = module(st).lm.data();
+    // default: on where lm is readable without a device -> host copy (the CPU)
+    if (!fast_path_enabled_or(FastPath::FireTable, host_readable(lm))) return false;
+    const Tensor h = host_values(lm);  // no copy where host_readable, else one
+    return h.dtype() == DType::F64 ? below_threshold(st.S - 1, h.data<double>()[0], s_.init_L)
+                                   : below_threshold(st.S - 1, h.data<float>()[0], s_.init_L);
+  }
+  // table [H, S]: table[h, r] = f(psi(r) / (psi(thr) + eps))_h, fire_bias itself on one query at
+  // position S - 1 (below thr: max(thr, S - 1) = thr, the normaliser of every query of the call)
+  // against keys at S - 1 - r, so that u = r exactly and the operation order is the per-pair one.
+  Variable distance_table(const AttnState& st) const {
+    const FireModule& m = module(st);
+    const Tensor& like = m.c.data();
+    const int64_t S = st.S;
+    const Tensor pq = positions_of(1, 1, like, [&](int64_t, int64_t) { return S - 1; });
+    const Tensor pk = positions_of(1, S, like, [&](int64_t, int64_t r) { return S - 1 - r; });
+    const Variable b = fire_bias(m.c, m.lm, m.fc1->weight, m.fc1->bias, m.fc2->weight, m.fc2->bias, pq, pk,
+                                 s_.init_L, s_.eps);  // [1, H, 1, S]
+    return reshape(b, {b.size(1), S});
+  }
+
   FireSpec s_;
   std::vector<FireModule> mods_;
 };

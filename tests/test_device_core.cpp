@@ -367,7 +367,7 @@ TEST(DeviceCore, ComplexOrderFallsBackToItsComposedTwin) {
 // the same default, and use_fused = the switch and (where the path needs one) the backend's has().
 TEST(FastPaths, OneTableTheSettingsAndTheRule) {
   const auto& t = fast_paths();
-  ASSERT_EQ(t.size(), 11u);
+  ASSERT_EQ(t.size(), 12u);
   RecordingBackend none(backend(Device::CPU), false), all(backend(Device::CPU), true);
   for (size_t i = 0; i < t.size(); ++i) {
     const FastPathInfo& r = t[i];
@@ -383,8 +383,9 @@ TEST(FastPaths, OneTableTheSettingsAndTheRule) {
       ASSERT_NE(s, st.end()) << r.env << " is not in the settings table";
       EXPECT_STREQ(s->values, "0 | 1");
       EXPECT_STREQ(s->read_by, "core/fast_paths.cpp");
-      // (attention's default is the backend's measured choice, bf16 attention's the device's: in words)
-      if (r.path != FastPath::Attention && r.path != FastPath::Bf16Attention) {
+      // (attention's default is the backend's measured choice, bf16 attention's and fire_table's the
+      // device's: in words)
+      if (r.path != FastPath::Attention && r.path != FastPath::Bf16Attention && r.path != FastPath::FireTable) {
         EXPECT_STREQ(s->default_value, r.default_on ? "1" : "0");
       }
       reset_fast_path(r.path);  // (an earlier test may have left an override)
