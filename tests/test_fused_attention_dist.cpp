@@ -103,6 +103,12 @@ std::vector<Case> all_cases() {
           {2, 2, 9, 13, 16, 0, 0, true}};
 }
 
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(t.at(i)));
+  return m;
+}
+
 void compare(const Case& c, DType dt, double tol, uint64_t seed) {
   SCOPED_TRACE(c.str() + (dt == DType::F32 ? " f32" : " f64"));
   const Inputs in = make_inputs(c, dt, seed);
@@ -113,14 +119,21 @@ void compare(const Case& c, DType dt, double tol, uint64_t seed) {
     if (by == 0) {
       EXPECT_EQ(x.o.op_name(), "fused_causal_attention");
     }
+    // One key (S == 1): every softmax row is the constant 1, so the logits' gradients (dq, dk,
+    // dqrel, dtable) are exactly zero and both sides hold only rounding noise, which differs with
+    // the build's code generation: held to zero on dv's scale instead of to each other.
+    const double scale = max_abs(ref.v.grad());
+    auto logit_grad = [&](const Tensor& a, const Tensor& b) {
+      return c.S == 1 ? std::max(max_abs(a), max_abs(b)) / scale : rel_err(a, b);
+    };
     EXPECT_LE(rel_err(x.o.data(), ref.o.data()), tol) << "output";
-    EXPECT_LE(rel_err(x.q.grad(), ref.q.grad()), tol) << "dq";
-    EXPECT_LE(rel_err(x.k.grad(), ref.k.grad()), tol) << "dk";
+    EXPECT_LE(logit_grad(x.q.grad(), ref.q.grad()), tol) << "dq";
+    EXPECT_LE(logit_grad(x.k.grad(), ref.k.grad()), tol) << "dk";
     EXPECT_LE(rel_err(x.v.grad(), ref.v.grad()), tol) << "dv";
     if (c.qrel) {
-      EXPECT_LE(rel_err(x.qrel.grad(), ref.qrel.grad()), tol) << "dqrel";
+      EXPECT_LE(logit_grad(x.qrel.grad(), ref.qrel.grad()), tol) << "dqrel";
     }
-    EXPECT_LE(rel_err(x.table.grad(), reduce(c, ref.bias.grad(), in.table.size(1))), tol) << "dtable";
+    EXPECT_LE(logit_grad(x.table.grad(), reduce(c, ref.bias.grad(), in.table.size(1))), tol) << "dtable";
   }
 }
 
