@@ -54,7 +54,7 @@ __global__ void gru_backward_kernel(const T* gy, const T* dhc, const T* hp, cons
 template <class T>
 void launch_forward(const T* xg, const T* hg, const T* bhn, const T* hp, T* h, T* rzn, T* hn, int64_t B, int64_t H) {
   if (B * H == 0) return;
-  CTX_LAUNCH(gru_forward_kernel<T>, grid_for(B * H), kThreads, 0, 0, xg, hg, bhn, hp, h, rzn, hn, B, H);
+  CTX_LAUNCH(gru_forward_kernel<T>, grid_for(B * H), kThreads, 0, cuda::stream(), xg, hg, bhn, hp, h, rzn, hn, B, H);
   CTX_CUDA_LAUNCH_CHECK("gru_forward_kernel");
 }
 
@@ -62,7 +62,7 @@ template <class T>
 void launch_backward(const T* gy, const T* dhc, const T* hp, const T* rzn, const T* hn, T* d1, T* d2, T* dh,
                      int64_t B, int64_t H) {
   if (B * H == 0) return;
-  CTX_LAUNCH(gru_backward_kernel<T>, grid_for(B * H), kThreads, 0, 0, gy, dhc, hp, rzn, hn, d1, d2, dh, B, H);
+  CTX_LAUNCH(gru_backward_kernel<T>, grid_for(B * H), kThreads, 0, cuda::stream(), gy, dhc, hp, rzn, hn, d1, d2, dh, B, H);
   CTX_CUDA_LAUNCH_CHECK("gru_backward_kernel");
 }
 

@@ -422,7 +422,7 @@ void forward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& 
   const int64_t ntiles = cdiv(d.T, kRows);
   const size_t smem = sizeof(T) * (size_t)((2 * kTile + 2 * kRows) * pad(d.Dh) + kRows * kTile);
   allow_shared(attn_forward_kernel<T>, smem);
-  CTX_LAUNCH(attn_forward_kernel<T>, (unsigned)(d.B * d.H * ntiles), kRows * 32, smem, 0, a, ntiles,
+  CTX_LAUNCH(attn_forward_kernel<T>, (unsigned)(d.B * d.H * ntiles), kRows * 32, smem, stream(), a, ntiles,
              out.data<T>(), lse.data<T>());
   CTX_CUDA_LAUNCH_CHECK("attn_forward_kernel");
 }
@@ -441,7 +441,7 @@ void backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor&
   Tensor prel = dvrel_p ? Tensor::empty({std::max<int64_t>(1, N * rel.Rq)}, q.dtype(), Device::CUDA) : Tensor();
   if (N > 0) {
     Tensor D = Tensor::empty({N}, q.dtype(), Device::CUDA);
-    CTX_LAUNCH(attn_rowdot_kernel<T>, (unsigned)std::min<int64_t>(cdiv(N, kRows), kMaxBlocks), kRows * 32, 0, 0,
+    CTX_LAUNCH(attn_rowdot_kernel<T>, (unsigned)std::min<int64_t>(cdiv(N, kRows), kMaxBlocks), kRows * 32, 0, stream(),
                dout.data<T>(), out.data<T>(), D.data<T>(), N, d.Dh);
     CTX_CUDA_LAUNCH_CHECK("attn_rowdot_kernel");
     const int64_t qt = cdiv(d.T, kRows);
@@ -449,7 +449,7 @@ void backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor&
     const int64_t groups = walk_batch ? d.H : BH;
     const size_t smem_dq = sizeof(T) * (size_t)((2 * kTile + 3 * kRows) * pad(d.Dh) + 2 * kRows * kTile);
     allow_shared(attn_dq_kernel<T>, smem_dq);
-    CTX_LAUNCH(attn_dq_kernel<T>, (unsigned)(groups * qt), kRows * 32, smem_dq, 0, a, qt, walk_batch,
+    CTX_LAUNCH(attn_dq_kernel<T>, (unsigned)(groups * qt), kRows * 32, smem_dq, stream(), a, qt, walk_batch,
                dout.data<T>(), lse.data<T>(), (const T*)D.data<T>(), dq.data<T>(), dbias_p, dqrel_p,
                dvrel_p ? prel.data<T>() : (T*)nullptr);
     CTX_CUDA_LAUNCH_CHECK("attn_dq_kernel");
@@ -460,7 +460,7 @@ void backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor&
     const int64_t kt = cdiv(d.S, kRows);
     const size_t smem_kv = sizeof(T) * (size_t)((2 * kTile + 4 * kRows) * pad(d.Dh) + 2 * kTile + 2 * kRows * kTile);
     allow_shared(attn_dkdv_kernel<T>, smem_kv);
-    CTX_LAUNCH(attn_dkdv_kernel<T>, (unsigned)(BH * kt), kRows * 32, smem_kv, 0, a, kt, dout.data<T>(),
+    CTX_LAUNCH(attn_dkdv_kernel<T>, (unsigned)(BH * kt), kRows * 32, smem_kv, stream(), a, kt, dout.data<T>(),
                lse.data<T>(), (const T*)D.data<T>(), dk.data<T>(), dv.data<T>(), dkrel_p);
     CTX_CUDA_LAUNCH_CHECK("attn_dkdv_kernel");
   } else {  // no queries (or no batch rows): nothing reaches k, v or the key terms
@@ -473,7 +473,7 @@ void backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor&
     fill<T>(dvrel_p, C, T(0));
     if (N > 0 && C > 0) {
       Tensor part = Tensor::empty({K, C}, q.dtype(), Device::CUDA);
-      CTX_LAUNCH(attn_dvrel_partial_kernel<T>, grid_for(K * C), kThreads, 0, 0, (const T*)prel.data<T>(),
+      CTX_LAUNCH(attn_dvrel_partial_kernel<T>, grid_for(K * C), kThreads, 0, stream(), (const T*)prel.data<T>(),
                  dout.data<T>(), part.data<T>(), N, K, rel.Rq, d.Dh);
       CTX_CUDA_LAUNCH_CHECK("attn_dvrel_partial_kernel");
       column_sum_add<T>(part.data<T>(), dvrel_p, K, C);
@@ -503,7 +503,7 @@ void attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, con
 
 void attention_row_dot(const float* dout, const float* out, float* D, int64_t N, int64_t Dh) {
   if (N == 0) return;
-  CTX_LAUNCH(attn_rowdot_kernel<float>, (unsigned)std::min<int64_t>(cdiv(N, kRows), kMaxBlocks), kRows * 32, 0, 0,
+  CTX_LAUNCH(attn_rowdot_kernel<float>, (unsigned)std::min<int64_t>(cdiv(N, kRows), kMaxBlocks), kRows * 32, 0, stream(),
              dout, out, D, N, Dh);
   CTX_CUDA_LAUNCH_CHECK("attn_rowdot_kernel");
 }

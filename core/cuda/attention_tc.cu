@@ -822,7 +822,7 @@ void forward_mt(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, c
   constexpr int R = kWarps * 16 * MT;
   const size_t smem = tile_bytes<D>(4) + (size_t)R * Tile<D>::ld * sizeof(bf16);
   allow_shared(tc_forward_kernel<D, MT, BIAS>, smem);
-  CTX_LAUNCH((tc_forward_kernel<D, MT, BIAS>), dim3((unsigned)cdiv(d.T, R), (unsigned)(d.B * d.H)), kBlock, smem, 0,
+  CTX_LAUNCH((tc_forward_kernel<D, MT, BIAS>), dim3((unsigned)cdiv(d.T, R), (unsigned)(d.B * d.H)), kBlock, smem, stream(),
              G, q, k, v, out, lse);
   CTX_CUDA_LAUNCH_CHECK("tc_forward_kernel");
 }
@@ -848,7 +848,7 @@ void dq_pass(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, cons
   if (tc_backward_rows() == 128) {
     const size_t smem = wide_smem(D) + (BIAS ? kWideRows * (kTileRows + 1) * sizeof(float) : 0);
     allow_shared(tc_dq_wide_kernel<D, BIAS>, smem);
-    CTX_LAUNCH((tc_dq_wide_kernel<D, BIAS>), dim3((unsigned)cdiv(d.T, kWideRows), bh), kBlock, smem, 0, G, q, k,
+    CTX_LAUNCH((tc_dq_wide_kernel<D, BIAS>), dim3((unsigned)cdiv(d.T, kWideRows), bh), kBlock, smem, stream(), G, q, k,
                v, g, lse, Dd, dq, part);
     CTX_CUDA_LAUNCH_CHECK("tc_dq_wide_kernel");
     ++g_tc_wide_dq;
@@ -856,7 +856,7 @@ void dq_pass(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, cons
   }
   const size_t smem = tile_bytes<D>(6) + (BIAS ? kTileRows * (kTileRows + 1) * sizeof(float) : 0);
   allow_shared(tc_dq_kernel<D, BIAS>, smem);
-  CTX_LAUNCH((tc_dq_kernel<D, BIAS>), dim3((unsigned)cdiv(d.T, kBlockRows), bh), kBlock, smem, 0, G, q, k, v, g,
+  CTX_LAUNCH((tc_dq_kernel<D, BIAS>), dim3((unsigned)cdiv(d.T, kBlockRows), bh), kBlock, smem, stream(), G, q, k, v, g,
              lse, Dd, dq, part);
   CTX_CUDA_LAUNCH_CHECK("tc_dq_kernel");
 }
@@ -869,7 +869,7 @@ void dkdv_pass(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, co
     if (tc_backward_rows() == 128) {
       const size_t smem = wide_smem(D) + 4 * kWideTile * sizeof(float);
       allow_shared(tc_dkdv_wide_kernel<D, BIAS>, smem);
-      CTX_LAUNCH((tc_dkdv_wide_kernel<D, BIAS>), dim3((unsigned)cdiv(d.S, kWideRows), bh), kBlock, smem, 0, G, q,
+      CTX_LAUNCH((tc_dkdv_wide_kernel<D, BIAS>), dim3((unsigned)cdiv(d.S, kWideRows), bh), kBlock, smem, stream(), G, q,
                  k, v, g, lse, Dd, dk, dv);
       CTX_CUDA_LAUNCH_CHECK("tc_dkdv_wide_kernel");
       ++g_tc_wide_dkdv;
@@ -878,7 +878,7 @@ void dkdv_pass(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, co
   }
   const size_t smem = tile_bytes<D>(6) + 4 * kTileRows * sizeof(float);
   allow_shared(tc_dkdv_kernel<D, BIAS>, smem);
-  CTX_LAUNCH((tc_dkdv_kernel<D, BIAS>), dim3((unsigned)cdiv(d.S, kBlockRows), bh), kBlock, smem, 0, G, q, k, v, g,
+  CTX_LAUNCH((tc_dkdv_kernel<D, BIAS>), dim3((unsigned)cdiv(d.S, kBlockRows), bh), kBlock, smem, stream(), G, q, k, v, g,
              lse, Dd, dk, dv);
   CTX_CUDA_LAUNCH_CHECK("tc_dkdv_kernel");
 }
@@ -890,7 +890,7 @@ void backward_d(const AttnDims& d, const Geo& G, const bf16* q, const bf16* k, c
   if (d.T > 0) dq_pass<D, BIAS>(d, G, q, k, v, g, lse, Dd, dq, part);
   if (d.S > 0) dkdv_pass<D, BIAS>(d, G, q, k, v, g, lse, Dd, dk, dv);
   if (BIAS && ddist) {
-    CTX_LAUNCH(dist_grad_kernel, dim3((unsigned)cdiv(G.dist_n, kBlock), (unsigned)d.H), kBlock, 0, 0, part, d.B,
+    CTX_LAUNCH(dist_grad_kernel, dim3((unsigned)cdiv(G.dist_n, kBlock), (unsigned)d.H), kBlock, 0, stream(), part, d.B,
                d.H, cdiv(d.T, kBlockRows), d.S, G.dist_n, ddist);
     CTX_CUDA_LAUNCH_CHECK("dist_grad_kernel");
   }

@@ -36,6 +36,14 @@
 
 #endif
 
+// The stream every kernel, copy and cuBLAS call of the library is queued on (cuda_runtime.cu):
+// created once, blocking (the legacy default stream's synchronous copies still wait for it), one
+// stream for everything so that the kernels keep their order and a warm training step can be
+// captured into a CUDA Graph (stream capture does not work on the legacy default stream).
+namespace ctx::cuda {
+cudaStream_t stream();
+}
+
 // CTX_UNROLL before a loop of fixed trip count over fragment arrays: fully unrolled, so that the
 // arrays live in registers (nvcc puts an array indexed by a loop it keeps in local memory:
 // attention_tc.cu's forward had a 272-byte stack frame without it). The emulator's GCC: its own spelling.

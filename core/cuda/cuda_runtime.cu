@@ -14,6 +14,15 @@
 
 namespace ctx::cuda {
 
+cudaStream_t stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t made = nullptr;
+    CTX_CUDA_CHECK(cudaStreamCreateWithFlags(&made, cudaStreamDefault));
+    return made;
+  }();
+  return s;
+}
+
 int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -137,8 +146,8 @@ void staged_upload(void* dst, const void* src, size_t bytes) {
     st.allocs++;
   }
   std::memcpy(b.p, src, bytes);
-  CTX_CUDA_CHECK(cudaMemcpyAsync(dst, b.p, bytes, cudaMemcpyHostToDevice, 0));
-  CTX_CUDA_CHECK(cudaEventRecord(b.done, 0));
+  CTX_CUDA_CHECK(cudaMemcpyAsync(dst, b.p, bytes, cudaMemcpyHostToDevice, stream()));
+  CTX_CUDA_CHECK(cudaEventRecord(b.done, stream()));
   st.in_flight.push_back(b);
 }
 
@@ -159,7 +168,10 @@ void dev_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t
                                   ? (src_dev == Device::CPU ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
                                   : cudaMemcpyDeviceToDevice;
   if (kind == cudaMemcpyDeviceToHost) g_to_host++;
-  CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+  if (kind == cudaMemcpyDeviceToDevice)  // queued on the library's stream (a step's copies: capturable)
+    CTX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream()));
+  else
+    CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
 }
 }  // namespace
 

@@ -93,14 +93,14 @@ __global__ void dropout_kernel(const T* x, T* y, int64_t n, DropoutMask m) {
 template <class T>
 void unary(UnaryOp op, const T* x, T* y, int64_t n, T a, T b, uint16_t* y16) {
   if (n == 0) return;
-  CTX_LAUNCH(unary_kernel<T>, grid_for(n), kThreads, 0, 0, op, x, y, n, a, b, y16);
+  CTX_LAUNCH(unary_kernel<T>, grid_for(n), kThreads, 0, stream(), op, x, y, n, a, b, y16);
   CTX_CUDA_LAUNCH_CHECK("unary_kernel");
 }
 
 template <class T>
 void unary_backward(UnaryOp op, const T* x, const T* y, const T* dy, T* dx, int64_t n, T a, T b, uint16_t* dx16) {
   if (n == 0) return;
-  CTX_LAUNCH(unary_backward_kernel<T>, grid_for(n), kThreads, 0, 0, op, x, y, dy, dx, n, a, b, dx16);
+  CTX_LAUNCH(unary_backward_kernel<T>, grid_for(n), kThreads, 0, stream(), op, x, y, dy, dx, n, a, b, dx16);
   CTX_CUDA_LAUNCH_CHECK("unary_backward_kernel");
 }
 
@@ -112,20 +112,20 @@ void binary(BinaryOp op, const T* a, const T* b, T* out, const NdStrides<2>& nd,
     const T *pa = a + nd.offset[0], *pb = b + nd.offset[1];
     constexpr int V = kPack<T>;
     if (packs<T>(0, {pa, pb, out}))  // (any length: the kernel's tail takes the rest)
-      CTX_LAUNCH((binary_flat_kernel<T, V>), grid_for(n / V + 1), kThreads, 0, 0, op, pa, pb, out, n);
+      CTX_LAUNCH((binary_flat_kernel<T, V>), grid_for(n / V + 1), kThreads, 0, stream(), op, pa, pb, out, n);
     else
-      CTX_LAUNCH((binary_flat_kernel<T, 1>), grid_for(n), kThreads, 0, 0, op, pa, pb, out, n);
+      CTX_LAUNCH((binary_flat_kernel<T, 1>), grid_for(n), kThreads, 0, stream(), op, pa, pb, out, n);
     CTX_CUDA_LAUNCH_CHECK("binary_flat_kernel");
     return;
   }
-  CTX_LAUNCH(binary_kernel<T>, grid_for(n), kThreads, 0, 0, op, a, b, out, nd, n);
+  CTX_LAUNCH(binary_kernel<T>, grid_for(n), kThreads, 0, stream(), op, a, b, out, nd, n);
   CTX_CUDA_LAUNCH_CHECK("binary_kernel");
 }
 
 template <class T, class M>
 void select(const M* mask, const T* t, T ts, const T* f, T fs, T* y, const NdStrides<1>& nd, int64_t n) {
   if (n == 0) return;
-  CTX_LAUNCH((select_kernel<T, M>), grid_for(n), kThreads, 0, 0, mask, t, ts, f, fs, y, nd, n);
+  CTX_LAUNCH((select_kernel<T, M>), grid_for(n), kThreads, 0, stream(), mask, t, ts, f, fs, y, nd, n);
   CTX_CUDA_LAUNCH_CHECK("select_kernel");
 }
 
@@ -133,14 +133,14 @@ template <class T>
 void causal_fill(T* x, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag, int64_t window) {
   const int64_t n = N * Tq * S;
   if (n == 0) return;
-  CTX_LAUNCH(causal_fill_kernel<T>, grid_for(n), kThreads, 0, 0, x, N, Tq, S, v, diag, window);
+  CTX_LAUNCH(causal_fill_kernel<T>, grid_for(n), kThreads, 0, stream(), x, N, Tq, S, v, diag, window);
   CTX_CUDA_LAUNCH_CHECK("causal_fill_kernel");
 }
 
 template <class T>
 void dropout(const T* x, T* y, int64_t n, const DropoutMask& m) {
   if (n == 0) return;
-  CTX_LAUNCH(dropout_kernel<T>, grid_for(n), kThreads, 0, 0, x, y, n, m);
+  CTX_LAUNCH(dropout_kernel<T>, grid_for(n), kThreads, 0, stream(), x, y, n, m);
   CTX_CUDA_LAUNCH_CHECK("dropout_kernel");
 }
 

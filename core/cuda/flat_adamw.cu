@@ -76,11 +76,11 @@ __global__ void adamw_tiles_kernel(T* p, const T* g, T* m, T* v, const int64_t* 
 template <class T>
 void sum_squares_tiles(const T* x, const int64_t* tiles, int64_t ntiles, double* part, double* out) {
   if (ntiles > 0) {
-    CTX_LAUNCH(sum_squares_tiles_kernel<T>, row_grid(ntiles), kFlatThreads, kFlatThreads * sizeof(double), 0, x,
+    CTX_LAUNCH(sum_squares_tiles_kernel<T>, row_grid(ntiles), kFlatThreads, kFlatThreads * sizeof(double), stream(), x,
                tiles, ntiles, part);
     CTX_CUDA_LAUNCH_CHECK("sum_squares_tiles_kernel");
   }
-  CTX_LAUNCH(sum_partials_kernel, 1, kFlatThreads, kFlatThreads * sizeof(double), 0, part, ntiles, out);
+  CTX_LAUNCH(sum_partials_kernel, 1, kFlatThreads, kFlatThreads * sizeof(double), stream(), part, ntiles, out);
   CTX_CUDA_LAUNCH_CHECK("sum_partials_kernel");
 }
 
@@ -91,7 +91,7 @@ void adamw_tiles(T* p, const T* g, T* m, T* v, const int64_t* tiles, int64_t nti
   // constants as ref::adamw computes them (a chunk without decay: wd = 0)
   const double bc1 = 1.0 - std::pow(h.beta1, (double)h.step);
   const double bc2 = 1.0 - std::pow(h.beta2, (double)h.step);
-  CTX_LAUNCH(adamw_tiles_kernel<T>, row_grid(ntiles), kFlatThreads, 0, 0, p, g, m, v, tiles, ntiles, norm_sq,
+  CTX_LAUNCH(adamw_tiles_kernel<T>, row_grid(ntiles), kFlatThreads, 0, stream(), p, g, m, v, tiles, ntiles, norm_sq,
              h.grad_scale, h.max_norm, (T)(1.0 - h.lr * h.weight_decay), (T)(1.0 - h.lr * 0.0), (T)h.beta1,
              (T)h.beta2, (T)std::sqrt(bc2), (T)h.eps, (T)(h.lr / bc1), p16);
   CTX_CUDA_LAUNCH_CHECK("adamw_tiles_kernel");

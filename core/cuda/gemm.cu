@@ -57,6 +57,7 @@ cublasHandle_t handle() {
   std::call_once(once, [] {
     CTX_CUBLAS_CHECK(cublasCreate(&h));
     CTX_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));  // exact fp32: no TF32
+    CTX_CUBLAS_CHECK(cublasSetStream(h, stream()));
   });
   return h;
 }
@@ -119,7 +120,7 @@ void launch_f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n) {
   const bool vec = (reinterpret_cast<uintptr_t>(y + head) & 7) == 0;
   const int64_t nq = vec ? (n - head) / 4 : 0;
   if (!vec) head = n;  // y cannot be stored 8 bytes at a time in step with x: all scalar
-  CTX_LAUNCH(f32_to_bf16_kernel, grid_for(std::max<int64_t>(nq, n - 4 * nq)), kThreads, 0, 0, x, y, n, head, nq);
+  CTX_LAUNCH(f32_to_bf16_kernel, grid_for(std::max<int64_t>(nq, n - 4 * nq)), kThreads, 0, stream(), x, y, n, head, nq);
   CTX_CUDA_LAUNCH_CHECK("f32_to_bf16_kernel");
 }
 
@@ -304,7 +305,7 @@ bool gemm_lt(const GemmDesc& g, const float* A, const float* B, float* C, bool b
   const float alpha = (float)g.alpha, beta = (float)g.beta;  // CUBLAS_COMPUTE_32F: fp32 scales
   ++g_lt_stats.matmuls;
   CTX_CUBLAS_CHECK(cublasLtMatmul(lt_handle(), p.desc, &alpha, b, p.l[0], a, p.l[1], &beta, C, p.l[2], C, p.l[2],
-                                  &p.algo, ws, kLtWorkspace, 0));
+                                  &p.algo, ws, kLtWorkspace, stream()));
   return true;
 }
 
@@ -368,7 +369,7 @@ void gemm(const GemmDesc& g, const T* A, const T* B, T* C, Bf16Operands kept) {
             "gemm: sizes M=", g.M, " N=", g.N, " K=", g.K, " batch=", g.batch, " exceed cuBLAS's int range");
   if (g.K == 0) {
     const int64_t total = g.batch * g.M * g.N;
-    CTX_LAUNCH(scale_batched_kernel<T>, grid_for(total), kThreads, 0, 0, C, g.batch, g.stride_c, g.M * g.N,
+    CTX_LAUNCH(scale_batched_kernel<T>, grid_for(total), kThreads, 0, stream(), C, g.batch, g.stride_c, g.M * g.N,
                (T)g.beta);
     CTX_CUDA_LAUNCH_CHECK("scale_batched_kernel");
     return;

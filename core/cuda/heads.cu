@@ -80,10 +80,10 @@ void split_heads_launch(T* qkv, T* q, T* k, T* v, int64_t B, int64_t S, int64_t 
   const bool wide = packs<T>(Dh, {qkv, q, k, v});
   const int threads = row_threads(3 * H * Dh / (wide ? V : 1));
   if (wide)
-    CTX_LAUNCH((split_heads_kernel<T, V>), row_grid(rows), threads, 0, 0, qkv, q, k, v, rows, (int)S, (int)H,
+    CTX_LAUNCH((split_heads_kernel<T, V>), row_grid(rows), threads, 0, stream(), qkv, q, k, v, rows, (int)S, (int)H,
                (int)Dh, (int)q0, fwd, c16);
   else
-    CTX_LAUNCH((split_heads_kernel<T, 1>), row_grid(rows), threads, 0, 0, qkv, q, k, v, rows, (int)S, (int)H,
+    CTX_LAUNCH((split_heads_kernel<T, 1>), row_grid(rows), threads, 0, stream(), qkv, q, k, v, rows, (int)S, (int)H,
                (int)Dh, (int)q0, fwd, c16);
   CTX_CUDA_LAUNCH_CHECK("split_heads_kernel");
 }
@@ -114,10 +114,10 @@ void merge_heads(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t
   const bool wide = packs<T>(Dh, {src, dst});
   const int threads = row_threads(H * Dh / (wide ? V : 1));
   if (wide)
-    CTX_LAUNCH((merge_heads_kernel<T, V>), row_grid(rows), threads, 0, 0, src, dst, rows, (int)H, (int)Tn, (int)Dh,
+    CTX_LAUNCH((merge_heads_kernel<T, V>), row_grid(rows), threads, 0, stream(), src, dst, rows, (int)H, (int)Tn, (int)Dh,
                to_merged, dst16);
   else
-    CTX_LAUNCH((merge_heads_kernel<T, 1>), row_grid(rows), threads, 0, 0, src, dst, rows, (int)H, (int)Tn, (int)Dh,
+    CTX_LAUNCH((merge_heads_kernel<T, 1>), row_grid(rows), threads, 0, stream(), src, dst, rows, (int)H, (int)Tn, (int)Dh,
                to_merged, dst16);
   CTX_CUDA_LAUNCH_CHECK("merge_heads_kernel");
 }

@@ -45,7 +45,7 @@ template <class T, class I>
 void index_select(const T* x, const I* idx, T* out, int64_t outer, int64_t n, int64_t m, int64_t inner) {
   const int64_t total = outer * m * inner;
   if (total == 0) return;
-  CTX_LAUNCH((index_select_kernel<T, I>), grid_for(total), kThreads, 0, 0, x, idx, out, outer, n, m, inner);
+  CTX_LAUNCH((index_select_kernel<T, I>), grid_for(total), kThreads, 0, stream(), x, idx, out, outer, n, m, inner);
   CTX_CUDA_LAUNCH_CHECK("index_select_kernel");
 }
 
@@ -54,7 +54,7 @@ void index_add(T* out, const int64_t* plan, int64_t U, const T* src, int64_t out
                int64_t inner) {
   const int64_t total = outer * U * inner;
   if (total == 0) return;
-  CTX_LAUNCH(index_add_kernel<T>, grid_for(total), kThreads, 0, 0, out, plan, U, src, outer, n, m, inner);
+  CTX_LAUNCH(index_add_kernel<T>, grid_for(total), kThreads, 0, stream(), out, plan, U, src, outer, n, m, inner);
   CTX_CUDA_LAUNCH_CHECK("index_add_kernel");
 }
 

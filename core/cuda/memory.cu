@@ -36,22 +36,22 @@ __global__ void convert_kernel(const S* src, D* dst, int64_t n) {
 template <class T>
 void fill(T* x, int64_t n, T v) {
   if (n == 0) return;
-  CTX_LAUNCH(fill_kernel<T>, grid_for(n), kThreads, 0, 0, x, n, v);
+  CTX_LAUNCH(fill_kernel<T>, grid_for(n), kThreads, 0, stream(), x, n, v);
   CTX_CUDA_LAUNCH_CHECK("fill_kernel");
 }
 
 template <class T>
 void copy_strided(const T* src, T* dst, const NdStrides<2>& nd, int64_t n, bool accumulate, bool serial) {
   if (n == 0) return;
-  if (serial) CTX_LAUNCH(copy_strided_kernel<T>, 1, 1, 0, 0, src, dst, nd, n, accumulate);
-  else CTX_LAUNCH(copy_strided_kernel<T>, grid_for(n), kThreads, 0, 0, src, dst, nd, n, accumulate);
+  if (serial) CTX_LAUNCH(copy_strided_kernel<T>, 1, 1, 0, stream(), src, dst, nd, n, accumulate);
+  else CTX_LAUNCH(copy_strided_kernel<T>, grid_for(n), kThreads, 0, stream(), src, dst, nd, n, accumulate);
   CTX_CUDA_LAUNCH_CHECK("copy_strided_kernel");
 }
 
 template <class S, class D>
 void convert(const S* src, D* dst, int64_t n) {
   if (n == 0) return;
-  CTX_LAUNCH((convert_kernel<S, D>), grid_for(n), kThreads, 0, 0, src, dst, n);
+  CTX_LAUNCH((convert_kernel<S, D>), grid_for(n), kThreads, 0, stream(), src, dst, n);
   CTX_CUDA_LAUNCH_CHECK("convert_kernel");
 }
 

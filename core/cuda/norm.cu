@@ -260,7 +260,7 @@ void dweight(const T* dy, const T* x, const T* mean, const T* rstd, T* dw, T* db
              int64_t C) {
   const int64_t K = column_chunks(N);
   CTX_LAUNCH(norm_dweight_partial_kernel<T>, dim3((unsigned)((C + 31) / 32), (unsigned)K), dim3(32, kLanes),
-             2 * kLanes * 32 * sizeof(T), 0,
+             2 * kLanes * 32 * sizeof(T), stream(),
              dy, x, mean, rstd, part, N, C, K, db != nullptr);
   CTX_CUDA_LAUNCH_CHECK("norm_dweight_partial_kernel");
   column_sum_add(part, dw, K, C);
@@ -274,13 +274,13 @@ void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd
                uint16_t* y16) {
   if (N == 0 || C == 0) return;
   if (C <= kWarpRowMaxC) {
-    CTX_ROW_REGS(C, (CTX_LAUNCH((layernorm_warp_kernel<T, P>), warp_row_grid(N), 32 * kRowWarps, 0, 0, x, w, b, eps,
+    CTX_ROW_REGS(C, (CTX_LAUNCH((layernorm_warp_kernel<T, P>), warp_row_grid(N), 32 * kRowWarps, 0, stream(), x, w, b, eps,
                                 y, mean, rstd, N, (int)C, y16)));
     CTX_CUDA_LAUNCH_CHECK("layernorm_warp_kernel");
     return;
   }
   const int th = row_threads(C);
-  CTX_LAUNCH(layernorm_kernel<T>, row_grid(N), th, th * sizeof(T), 0, x, w, b, eps, y, mean, rstd, N, C, y16);
+  CTX_LAUNCH(layernorm_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), x, w, b, eps, y, mean, rstd, N, C, y16);
   CTX_CUDA_LAUNCH_CHECK("layernorm_kernel");
 }
 
@@ -292,7 +292,7 @@ void norm_backward_rows(const T* dy, const T* x, const T* w, const T* mean, cons
   const int64_t K = norm_row_blocks(N);
   const size_t smem = (size_t)kRowWarps * 2 * C * sizeof(T);  // <= 128 KiB (fp64, C = 1024)
   CTX_ROW_REGS(C, (allow_shared(norm_backward_warp_kernel<T, P>, smem),
-                   CTX_LAUNCH((norm_backward_warp_kernel<T, P>), (unsigned)K, 32 * kRowWarps, smem, 0, dy, x, w, mean,
+                   CTX_LAUNCH((norm_backward_warp_kernel<T, P>), (unsigned)K, 32 * kRowWarps, smem, stream(), dy, x, w, mean,
                               rstd, dx, part, N, (int)C, db != nullptr)));
   CTX_CUDA_LAUNCH_CHECK("norm_backward_warp_kernel");
   column_sum_add(part, dw, K, C);
@@ -305,7 +305,7 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, cons
   if (N == 0 || C == 0) return;
   if (C <= kWarpRowMaxC) return norm_backward_rows(dy, x, w, mean, rstd, dx, dw, db, part, N, C);
   const int th = row_threads(C);
-  CTX_LAUNCH(layernorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), 0, dy, x, w, mean, rstd, dx, N, C);
+  CTX_LAUNCH(layernorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), dy, x, w, mean, rstd, dx, N, C);
   CTX_CUDA_LAUNCH_CHECK("layernorm_backward_dx_kernel");
   dweight(dy, x, mean, rstd, dw, db, part, N, C);
 }
@@ -314,7 +314,7 @@ template <class T>
 void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C) {
   if (N == 0 || C == 0) return;
   const int th = row_threads(C);
-  CTX_LAUNCH(rmsnorm_kernel<T>, row_grid(N), th, th * sizeof(T), 0, x, w, eps, y, rstd, N, C);
+  CTX_LAUNCH(rmsnorm_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), x, w, eps, y, rstd, N, C);
   CTX_CUDA_LAUNCH_CHECK("rmsnorm_kernel");
 }
 
@@ -324,7 +324,7 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx,
   if (N == 0 || C == 0) return;
   if (C <= kWarpRowMaxC) return norm_backward_rows<T>(dy, x, w, nullptr, rstd, dx, dw, nullptr, part, N, C);
   const int th = row_threads(C);
-  CTX_LAUNCH(rmsnorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), 0, dy, x, w, rstd, dx, N, C);
+  CTX_LAUNCH(rmsnorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), dy, x, w, rstd, dx, N, C);
   CTX_CUDA_LAUNCH_CHECK("rmsnorm_backward_dx_kernel");
   dweight<T>(dy, x, nullptr, rstd, dw, nullptr, part, N, C);
 }

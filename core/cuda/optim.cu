@@ -32,7 +32,7 @@ __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, T decay, T
 template <class T>
 void adamw(T* p, const T* g, T* m, T* v, int64_t n, T decay, T b1, T b2, T eps, T step_size, T bc2_sqrt) {
   if (n == 0) return;
-  CTX_LAUNCH(adamw_kernel<T>, grid_for(n), kThreads, 0, 0, p, g, m, v, n, decay, b1, b2, eps, step_size, bc2_sqrt);
+  CTX_LAUNCH(adamw_kernel<T>, grid_for(n), kThreads, 0, stream(), p, g, m, v, n, decay, b1, b2, eps, step_size, bc2_sqrt);
   CTX_CUDA_LAUNCH_CHECK("adamw_kernel");
 }
 

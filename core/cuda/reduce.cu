@@ -90,7 +90,7 @@ void column_sums(const T* x, T* part, T* out, int64_t R, int64_t C) {
   fill<T>(out, C, T(0));
   if (R == 0) return;
   CTX_LAUNCH(column_partial_kernel<T>, dim3((unsigned)((C + 31) / 32), (unsigned)K), dim3(32, kLanes),
-             kLanes * 32 * sizeof(T), 0, x, part, R, C, K);
+             kLanes * 32 * sizeof(T), stream(), x, part, R, C, K);
   CTX_CUDA_LAUNCH_CHECK("column_partial_kernel");
   column_sum_add(part, out, K, C);
 }
@@ -104,14 +104,14 @@ template <class T>
 void reduce_sum(const T* x, T* out, const NdStrides<1>& kept, int64_t no, const NdStrides<1>& red, int64_t L) {
   if (no == 0) return;
   const int threads = row_threads(L);
-  CTX_LAUNCH(reduce_sum_kernel<T>, row_grid(no), threads, threads * sizeof(T), 0, x, out, kept, no, red, L);
+  CTX_LAUNCH(reduce_sum_kernel<T>, row_grid(no), threads, threads * sizeof(T), stream(), x, out, kept, no, red, L);
   CTX_CUDA_LAUNCH_CHECK("reduce_sum_kernel");
 }
 
 template <class T>
 void column_sum_add(const T* part, T* out, int64_t K, int64_t C) {
   if (C == 0) return;
-  CTX_LAUNCH(column_sum_add_kernel<T>, (unsigned)((C + 31) / 32), dim3(32, kLanes), kLanes * 32 * sizeof(T), 0, part,
+  CTX_LAUNCH(column_sum_add_kernel<T>, (unsigned)((C + 31) / 32), dim3(32, kLanes), kLanes * 32 * sizeof(T), stream(), part,
              out, K, C);
   CTX_CUDA_LAUNCH_CHECK("column_sum_add_kernel");
 }

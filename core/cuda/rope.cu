@@ -32,7 +32,7 @@ void rope_rotate(const T* x, const T* C, const T* S, T* out, int64_t R, int64_t 
                  bool transpose) {
   const int64_t n = R * Tn * (d / 2);
   if (n == 0) return;
-  CTX_LAUNCH(rope_kernel<T>, grid_for(n), kThreads, 0, 0, x, C, S, out, R, Tn, d, interleaved, transpose);
+  CTX_LAUNCH(rope_kernel<T>, grid_for(n), kThreads, 0, stream(), x, C, S, out, R, Tn, d, interleaved, transpose);
   CTX_CUDA_LAUNCH_CHECK("rope_kernel");
 }
 

@@ -143,7 +143,7 @@ template <class T>
 void softmax(const T* x, T* y, int64_t N, int64_t C, bool log, CausalRows rows) {
   if (N == 0 || C == 0) return;
   const int th = row_threads(C);
-  CTX_LAUNCH(softmax_kernel<T>, row_grid(N), th, th * sizeof(T), 0, x, y, N, C, log, rows);
+  CTX_LAUNCH(softmax_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), x, y, N, C, log, rows);
   CTX_CUDA_LAUNCH_CHECK("softmax_kernel");
 }
 
@@ -151,7 +151,7 @@ template <class T>
 void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C, bool log, CausalRows rows) {
   if (N == 0 || C == 0) return;
   const int th = row_threads(C);
-  CTX_LAUNCH(softmax_backward_kernel<T>, row_grid(N), th, th * sizeof(T), 0, y, dy, dx, N, C, log, rows);
+  CTX_LAUNCH(softmax_backward_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), y, dy, dx, N, C, log, rows);
   CTX_CUDA_LAUNCH_CHECK("softmax_backward_kernel");
 }
 
@@ -159,7 +159,7 @@ template <class T, class I>
 void cross_entropy(const T* logits, const I* tgt, T* loss, T* lse, int64_t N, int64_t V) {
   if (N == 0) return;
   const int th = row_threads(V);
-  CTX_LAUNCH((cross_entropy_kernel<T, I>), row_grid(N), th, th * sizeof(T), 0, logits, tgt, loss, lse, N, V);
+  CTX_LAUNCH((cross_entropy_kernel<T, I>), row_grid(N), th, th * sizeof(T), stream(), logits, tgt, loss, lse, N, V);
   CTX_CUDA_LAUNCH_CHECK("cross_entropy_kernel");
 }
 
@@ -170,10 +170,10 @@ void cross_entropy_backward(const T* logits, const I* tgt, const T* lse, const T
   constexpr int W = kPack<T>;
   if (!std::is_same_v<T, float>) dlogits16 = nullptr;
   if (packs<T>(V, {logits, dlogits}))
-    CTX_LAUNCH((cross_entropy_backward_kernel<T, I, W>), row_grid(N), row_threads(V / W), 0, 0, logits, tgt, lse,
+    CTX_LAUNCH((cross_entropy_backward_kernel<T, I, W>), row_grid(N), row_threads(V / W), 0, stream(), logits, tgt, lse,
                dloss, dlogits, dlogits16, N, V);
   else
-    CTX_LAUNCH((cross_entropy_backward_kernel<T, I, 1>), row_grid(N), row_threads(V), 0, 0, logits, tgt, lse, dloss,
+    CTX_LAUNCH((cross_entropy_backward_kernel<T, I, 1>), row_grid(N), row_threads(V), 0, stream(), logits, tgt, lse, dloss,
                dlogits, dlogits16, N, V);
   CTX_CUDA_LAUNCH_CHECK("cross_entropy_backward_kernel");
 }
