@@ -4,6 +4,8 @@
 // core/fast_paths.h, and otherwise compose the same computation from primitives).
 #include "core/backend.h"
 
+#include <cmath>
+
 #include "core/attention_dist_bias.h"
 #include "core/backend_checks.h"
 
@@ -271,11 +273,24 @@ void Backend::sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks,
   checks::sum_squares(device(), x, chunks, out);
   sum_squares_impl(x, chunks, out);
 }
+AdamWStepTerms adamw_step_terms(const AdamWHyper& h) {
+  const double bc1 = 1.0 - std::pow(h.beta1, (double)h.step);
+  const double bc2 = 1.0 - std::pow(h.beta2, (double)h.step);
+  return {1.0 - h.lr * h.weight_decay, std::sqrt(bc2), h.lr / bc1};
+}
+
 void Backend::adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatChunk>& chunks,
                          const AdamWHyper& h, const Tensor& norm_sq) {
   require(*this, "adamw_flat", Fused::FlatAdamW);
   checks::adamw_flat(device(), p, g, m, v, chunks, h, norm_sq);
   adamw_flat_impl(p, g, m, v, chunks, h, norm_sq);
+}
+
+void Backend::capture_begin() {
+  throw Error(str(name(), ": this device runs its work as it is called and cannot record it (no CUDA Graphs)"));
+}
+std::shared_ptr<CapturedWork> Backend::capture_end(bool) {
+  throw Error(str(name(), ": capture_end without a capture (this device cannot record its work)"));
 }
 
 // ---- the fused kernels' defaults: a backend that reports has() overrides them ----

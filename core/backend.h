@@ -19,6 +19,7 @@
 // backend may accept f32 only and say so); index tensors are i32 or i64.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -195,6 +196,27 @@ struct AdamWHyper {
   int64_t step = 1;  // 1-based (bias corrections)
   double grad_scale = 1.0;
   double max_norm = 0.0;  // <= 0: no clipping
+  // Optional f64 [3] on the parameters' device holding this step's adamw_step_terms (decay,
+  // bc2_sqrt, step_size), written by the caller before the step: adamw_flat then reads them there
+  // and ignores lr and step. A step captured into a CUDA Graph (core/step_graph.h) replays with
+  // the constants of the step being replayed, not those baked in at the capture.
+  Tensor terms;
+};
+
+// The step-dependent constants of an AdamW step, as every backend computes them (PyTorch's
+// formulas): decay = 1 - lr wd (a chunk without decay multiplies by 1), bc2_sqrt = sqrt(1 -
+// beta2^step), step_size = lr / (1 - beta1^step).
+struct AdamWStepTerms {
+  double decay = 1, bc2_sqrt = 1, step_size = 0;
+};
+AdamWStepTerms adamw_step_terms(const AdamWHyper& h);
+
+// A device's queued work, recorded once (Backend::capture_end) and replayed (a CUDA Graph on
+// CUDA): the same kernels with the same pointers and arguments each time. core/step_graph.h is
+// the way to use it.
+struct CapturedWork {
+  virtual ~CapturedWork() = default;
+  virtual void replay() = 0;  // queues the recorded work again (the host does not wait)
 };
 
 class Backend {
@@ -205,6 +227,13 @@ class Backend {
   // Waits until every operation queued on this device has finished (timing; the CPU backend
   // runs synchronously and returns at once).
   virtual void synchronize() {}
+  // Recording (core/step_graph.h): whether this device can record its queued work and replay it;
+  // capture_begin starts recording (the work queued from then on is recorded, not run), and
+  // capture_end stops it and returns the recording (keep = false: abandons it, after an error in
+  // the recorded code). The defaults throw: the CPU runs its work as it is called.
+  virtual bool can_capture() const { return false; }
+  virtual void capture_begin();
+  virtual std::shared_ptr<CapturedWork> capture_end(bool keep);
 
   // --- memory ---
   void fill(Tensor& x, double value);

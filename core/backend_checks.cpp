@@ -469,6 +469,11 @@ void adamw_flat(Device dev, const Tensor& p, const Tensor& g, const Tensor& m, c
               "adamw_flat: norm_sq must be one f64 element (sum_squares' output), got ", norm_sq.str());
   CTX_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, "adamw_flat: parameters must be f32 or f64, got ",
             p.str());
+  if (h.terms.defined()) {
+    check_on_device(dev, "adamw_flat (terms)", {&h.terms});
+    CTX_CHECK(h.terms.numel() == 3 && h.terms.dtype() == DType::F64,
+              "adamw_flat: terms must be three f64 elements (decay, bc2_sqrt, step_size), got ", h.terms.str());
+  }
 }
 
 }  // namespace ctx::checks

@@ -179,8 +179,14 @@ void Tensor::set_host_mirror(const Tensor& host) {
 
 void Tensor::copy_from(const Tensor& src) {
   CTX_CHECK(src.numel() == numel(), "copy_from: ", src.str(), " into ", str());
-  CTX_CHECK(src.device() == device(), "copy_from: ", device_name(src.device()), " -> ",
-            device_name(device()));
+  if (src.device() != device()) {  // a transfer into this (contiguous) tensor: same dtype
+    CTX_CHECK(src.dtype() == dtype_, "copy_from: ", src.str(), " on ", device_name(src.device()), " into ", str(),
+              " on ", device_name(device()), ": a transfer keeps the dtype");
+    CTX_CHECK(g_cuda_alloc.copy, "copy_from: transfer ", device_name(src.device()), " -> ", device_name(device()),
+              " needs the CUDA backend (not compiled in)");
+    if (nbytes() > 0) g_cuda_alloc.copy(raw(), device(), src.raw(), src.device(), nbytes());
+    return;
+  }
   if (src.dtype() == dtype_ && device() == Device::CPU) {
     if (raw() != src.raw()) std::memcpy(raw(), src.raw(), nbytes());
   } else {

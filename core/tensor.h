@@ -115,7 +115,8 @@ class Tensor {
   Tensor clone() const;
   Tensor to(DType dt) const;     // converts (copy even when dtype equal)
   Tensor to(Device dev, Arena arena = Arena::Step) const;  // device transfer
-  void copy_from(const Tensor& src);  // same shape/numel, converts dtype on CPU
+  // same numel; converts dtype on one device, or transfers between devices (same dtype)
+  void copy_from(const Tensor& src);
   // The host mirror of a device tensor (Storage::host_mirror): this tensor's values on the host
   // without a copy, or an undefined tensor when there is none (then copy with to(Device::CPU)).
   Tensor host_mirror() const;

@@ -8,7 +8,7 @@
 #   scripts/gpu_check.sh OUTDIR [SECTION ...]      (default: the protocol, below)
 #
 # The protocol (issue 33; what a session lent a GPU runs first, as a baseline, and again after its
-# change): env tests tc compare-tc compare-fp32 compare-bias sanitizer, then report, within
+# change): env tests tc graph compare-tc compare-fp32 compare-bias sanitizer, then report, within
 # GPU_CHECK_BUDGET_S seconds (default 450: the device tool's 8-minute protocol with room to
 # start), the comparisons one round each (COMPARE_ROUNDS) unless asked for more: sized from the
 # H200 session of 2026-11-27 (tests 26 s, tc 23 s, compare-tc 128 s with torch.compile's 60 s;
@@ -35,6 +35,8 @@
 #              default vs the MLP's GELU epilogues (CTXLAB_FUSED_MLP=1) and vs the tensor-core forward's
 #              blocks of 128 query rows (CTXLAB_TC_FORWARD_ROWS=128) and the backward's of 128 keys /
 #              queries (CTXLAB_TC_BACKWARD_ROWS=128) (A B, 2 pairs each), per-op profiles
+#   graph      the warm step eager vs as a CUDA Graph (CTXLAB_CUDA_GRAPH=1): small bf16, GPT-2 small bf16
+#              (A B, 2 pairs each)
 #   ncu        Nsight Compute over one GPT-2 small bf16 step's kernels (NCU_KERNELS, NCU_COUNT)
 #   compare-fp32  GPT-2 small fp32 against PyTorch eager (TF32 off on both sides)
 #   compare-bias  GPT-2 small bf16 with ALiBi and T5 buckets against PyTorch FlexAttention
@@ -55,7 +57,7 @@ cd "$ROOT"
 OUTDIR="$1"; shift
 SECTIONS=("$@")
 if [[ ${#SECTIONS[@]} -eq 0 ]]; then
-  SECTIONS=(env tests tc compare-tc compare-fp32 compare-bias sanitizer report)
+  SECTIONS=(env tests tc graph compare-tc compare-fp32 compare-bias sanitizer report)
   export COMPARE_ROUNDS="${COMPARE_ROUNDS:-1}"
 fi
 BUDGET_S="${GPU_CHECK_BUDGET_S:-100000}"
@@ -95,7 +97,7 @@ run() {
   return $rc
 }
 
-CUDA_TESTS='^(BackendOpsCuda\.|Cuda\.|CudaModel[A-Za-z]*\.|CudaCheckpoint\.|CudaTrainStep\.|CudaGemmLt\.|FusedMlp\.Cuda|DeviceCore\.|Devices/BackendOps\..*/cuda|Encodings/CudaModel\.|device_.*cuda_vs_cpu|precision_.*_cuda)'
+CUDA_TESTS='^(BackendOpsCuda\.|Cuda\.|CudaGraphStep\.|CudaModel[A-Za-z]*\.|CudaCheckpoint\.|CudaTrainStep\.|CudaGemmLt\.|FusedMlp\.Cuda|DeviceCore\.|Devices/BackendOps\..*/cuda|Encodings/CudaModel\.|device_.*cuda_vs_cpu|precision_.*_cuda)'
 
 section_env() {
   run 30 nvidia-smi || { say "no usable nvidia-smi: is there a GPU?"; return 1; }
@@ -123,7 +125,7 @@ section_tests() {
 # the sanitizers' gtest filters (SANITIZE_MEMCHECK, SANITIZE_ATTENTION override them, e.g. to fit a
 # short window)
 ATTENTION_TESTS="${SANITIZE_ATTENTION:-Devices/BackendOps.EveryMethodAgainstTheReference/cuda:CudaModelAttention.*:BackendOpsCuda.TensorCoreAttention*}"
-MEMCHECK_TESTS="${SANITIZE_MEMCHECK:-Encodings/CudaModel.TrainingStepsMatchTheCpu/rope:CudaTrainStep.*:BackendOpsCuda.TensorCoreAttention*}"
+MEMCHECK_TESTS="${SANITIZE_MEMCHECK:-Encodings/CudaModel.TrainingStepsMatchTheCpu/rope:CudaTrainStep.*:CudaGraphStep.ReplayGivesTheEagerBits:BackendOpsCuda.TensorCoreAttention*}"
 section_sanitizer() {
   command -v compute-sanitizer >/dev/null || { say "no compute-sanitizer on PATH"; return 1; }
   local rc=0 tool
@@ -184,6 +186,15 @@ section_tc() {  # GPT-2 small bf16 on hardware: composed attention (A, CTXLAB_BF
   run 150 bench/ab_steps.sh 2 "$b $GPT2_BF16 --steps 10" "CTXLAB_TC_BACKWARD_ROWS=128 $b $GPT2_BF16 --steps 10" || rc=1
   CTXLAB_BF16_ATTENTION=0 run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-composed-profile.json" || rc=1
   run 60 "$b" $GPT2_BF16 --steps 5 --profile --json "$j/gpt2-bf16-tc-profile.json" || rc=1
+  return $rc
+}
+
+section_graph() {  # the warm step eager (A) vs recorded once and replayed as a CUDA Graph (B,
+  # CTXLAB_CUDA_GRAPH=1): `small` bf16 (launch-bound: where a graph pays most) and GPT-2 small bf16
+  local b="$BUILD/ctxlab" rc=0
+  local small="bench --preset small --device cuda --precision bf16 --steps 30"
+  run 120 bench/ab_steps.sh 2 "$b $small" "CTXLAB_CUDA_GRAPH=1 $b $small" || rc=1
+  run 150 bench/ab_steps.sh 2 "$b $GPT2_BF16 --steps 10" "CTXLAB_CUDA_GRAPH=1 $b $GPT2_BF16 --steps 10" || rc=1
   return $rc
 }
 

@@ -218,8 +218,7 @@ void AdamW::prepare_fused() {
   chunks_valid_ = true;
 }
 
-void AdamW::fused_update(double lr, double grad_scale, const Tensor& norm_sq, double max_norm) {
-  ++steps;
+AdamWHyper AdamW::hyper(double lr) const {
   AdamWHyper h;
   h.lr = lr;
   h.beta1 = opt_.beta1;
@@ -227,8 +226,32 @@ void AdamW::fused_update(double lr, double grad_scale, const Tensor& norm_sq, do
   h.eps = opt_.eps;
   h.weight_decay = opt_.weight_decay;
   h.step = steps;
+  return h;
+}
+
+void AdamW::use_device_terms() {
+  CTX_CHECK(flat_, "AdamW: the step's constants on the device need the fused (flat) update");
+  if (!terms_.defined()) terms_ = Tensor::zeros({3}, DType::F64, flat_->device);
+}
+
+void AdamW::begin_step(double lr) {
+  CTX_CHECK(terms_.defined(), "AdamW::begin_step: use_device_terms() first");
+  ++steps;
+  const AdamWStepTerms t = adamw_step_terms(hyper(lr));
+  const double v[3] = {t.decay, t.bc2_sqrt, t.step_size};
+  Backend& be = backend_of(terms_);
+  for (int64_t i = 0; i < 3; ++i) {
+    Tensor e = terms_.slice0(i, i + 1);
+    be.fill(e, v[i]);  // the value travels as the fill kernel's argument: no upload
+  }
+}
+
+void AdamW::fused_update(double lr, double grad_scale, const Tensor& norm_sq, double max_norm) {
+  if (!terms_.defined()) ++steps;  // (with device terms, begin_step counted this step)
+  AdamWHyper h = hyper(lr);
   h.grad_scale = grad_scale;
   h.max_norm = max_norm;
+  h.terms = terms_;
   FlatParams& f = *flat_;
   backend_of(f.values).adamw_flat(f.values, f.grads, m_flat_, v_flat_, chunks_, h, norm_sq);
 }

@@ -103,6 +103,13 @@ class AdamW final : public Optimizer {
   // step(lr) on gradients read as grad_scale * g (rounded to the dtype, as clip_grad_norm's
   // in-place scale leaves them); the gradients themselves are not changed by the fused path.
   void step_scaled(double lr, double grad_scale);
+  // The step's constants from the device (AdamWHyper::terms), for steps recorded into a CUDA Graph
+  // (core/step_graph.h, train/trainer.cpp): after use_device_terms(), every update must follow a
+  // begin_step(lr), which advances the step count and writes that step's constants into a device
+  // buffer (three fills: outside the recording), where the fused update reads them. Fused only.
+  void use_device_terms();
+  void begin_step(double lr);
+  bool device_terms() const { return terms_.defined(); }
   std::vector<std::pair<std::string, Tensor>> state() override;
   void load_state(const std::map<std::string, Tensor>& s, const std::string& source) override;
   bool fused() const { return flat_ != nullptr; }
@@ -129,6 +136,8 @@ class AdamW final : public Optimizer {
   std::vector<char> active_;    // per parameter: had a gradient when chunks_ was built
   std::vector<FlatChunk> chunks_;  // capacity reserved up front: rebuilding never allocates
   Tensor norm_sq_;                 // f64 [1] on the parameters' device: sum_squares' output
+  Tensor terms_;                   // f64 [3] (use_device_terms): this step's AdamWStepTerms
+  AdamWHyper hyper(double lr) const;  // this step's hyper-parameters (step = steps)
   bool chunks_valid_ = false;
 };
 

@@ -22,7 +22,10 @@
 #include <unistd.h>
 
 #include "core/determinism.h"
-#include "core/device_table.h"  // to_host
+#include "core/device_table.h"  // to_host, table_cache_stats
+#include "core/settings.h"
+#include "core/step_graph.h"
+#include "train/batch_ring.h"
 #include "train/checkpointer.h"
 #include "train/data.h"
 #include "train/dist/distributed.h"
@@ -140,8 +143,14 @@ class Trainer {
 
  private:
   bool step(int64_t s);  // false: --stop-after ends the run after this step
+  void train_step(int64_t s, double lr, int64_t slot);  // forward, backward, clip, update
+  std::pair<Tensor, Tensor> draw(BatchSampler& sampler, int64_t s, int64_t a);
   std::pair<Tensor, Tensor> batch(int64_t s, int64_t a);
-  void forward_backward(const Tensor& x, const Tensor& y, int64_t k, int64_t a);
+  void stage_ring(int64_t first);
+  std::string graph_refusal() const;
+  void graph_step(int64_t s, double lr, int64_t slot);
+  // hist: the losses' buffer (loss_hist_ unless given), slot k of it
+  void forward_backward(const Tensor& x, const Tensor& y, int64_t k, int64_t a, Tensor* hist = nullptr);
   void average_gradients();
   void record_norm(const Tensor& norm_sq, int64_t slot);
   StepEvents events(int64_t s) const;
@@ -191,6 +200,21 @@ class Trainer {
   // one copy each when the steps are reported: at every logging interval, and at the steps that
   // evaluate, checkpoint or stop. [log_interval * accum] losses and [log_interval] norms.
   Tensor loss_hist_, norm_hist_;
+  // CUDA: the batches of the steps up to each report, staged on the device at the report before
+  // them (train/batch_ring.h): a warm step uploads nothing. Runs that draw their batches otherwise
+  // (segments, task rows) upload each batch as before.
+  std::unique_ptr<BatchRing> ring_;
+  // CTXLAB_CUDA_GRAPH=1 (docs/cuda.md "A CUDA Graph of the warm step"): from the third step on,
+  // the step's forward, backward, clip and update are recorded once and replayed; the host copies
+  // each micro-batch into the recording's input buffers (gx_, gy_: device to device) and writes the
+  // optimizer's step constants (AdamW::begin_step) before each replay, and copies the recorded
+  // losses (step_loss_) and norm (graph_norm_) into the histories after it.
+  std::unique_ptr<StepGraph> graph_;
+  static constexpr int64_t kGraphWarmup = 2;  // eager steps first (bf16 plans and copies settle)
+  std::vector<Tensor> gx_, gy_;
+  Tensor step_loss_, graph_norm_;
+  uint64_t graph_evictions_ = 0;  // the table cache's evictions when the step was captured
+  AdamW* device_terms_ = nullptr;  // the optimizer, when its step constants live on the device
   // their length in steps: a report comes at least every log_interval steps and at the last
   const int64_t history_ = std::max<int64_t>(1, std::min(opt_.log_interval, opt_.steps));
   struct Pending { int64_t step; double lr, ms; };
@@ -240,6 +264,38 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
   tree_ranks_ = tree_ && !segments_;
   shards_ = tree_ranks_ ? sequence_shards(r1_ - r0_) : std::vector<std::pair<int64_t, int64_t>>{{0, r1_ - r0_}};
   pending_.reserve((size_t)history_);
+  if (model_.wte->weight.data().device() != Device::CPU && !segments_ && !mixer_) {
+    // at most 256 MiB of batches on the device: a longer interval restages when it runs out
+    const int64_t step_bytes = opt_.accum * 2 * (r1_ - r0_) * T_ * (int64_t)sizeof(int64_t);
+    const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(history_, (int64_t(256) << 20) / step_bytes));
+    ring_ = std::make_unique<BatchRing>(cap, opt_.accum, r1_ - r0_, T_, model_.cfg.vocab_size,
+                                        model_.wte->weight.data().device());
+  }
+  if (setting_flag("CTXLAB_CUDA_GRAPH", false)) {
+    const std::string why = graph_refusal();
+    if (why.empty()) {
+      graph_ = std::make_unique<StepGraph>(backend_of(model_.wte->weight.data()));
+      device_terms_ = static_cast<AdamW*>(optim_.get());
+      device_terms_->use_device_terms();
+    } else if (root_) {
+      std::fprintf(stderr, "train: CTXLAB_CUDA_GRAPH=1 ignored: %s; training without a CUDA Graph\n", why.c_str());
+    }
+  }
+}
+
+// Why this run cannot record its step into a CUDA Graph ("" when it can): what the recording
+// would freeze must not change between steps, and a step must not talk to the host.
+std::string Trainer::graph_refusal() const {
+  const Tensor& w = model_.wte->weight.data();
+  if (w.device() == Device::CPU || !backend_of(w).can_capture()) return "the model is on " + device_name(w.device());
+  if (!ring_) return "the batches are drawn per step (segment memory or --task-mix)";
+  if (dist::size() > 1) return "the gradients are averaged over processes (MPI / NCCL) each step";
+  if (tree_) return "--deterministic sums the gradients in a tree on the host's schedule";
+  if (randomized_ > 0) return "randomized positions upload a new position table each step";
+  if (model_.cfg.dropout > 0) return "dropout draws its masks' seeds on the host at each call";
+  const auto* adamw = dynamic_cast<const AdamW*>(optim_.get());
+  if (!adamw || !adamw->fused()) return "the optimizer is not the fused AdamW (its constants change each step)";
+  return "";
 }
 
 // One optimizer step: --accum micro-batches forward and backward (each as its shards), the
@@ -251,17 +307,12 @@ bool Trainer::step(int64_t s) {
   // randomized positions (POSENC_SPEC §7.3): one sorted draw per optimizer step, every row and
   // micro-batch of the step (the same on every rank: the same seed)
   if (randomized_ > 0) positions_ = randomized_positions(model_.position_rng, randomized_, T_);
-  for (int64_t a = 0; a < opt_.accum; ++a) {
-    const auto [x, y] = batch(s, a);
-    forward_backward(x, y, slot * opt_.accum + a, a);
-  }
-  const auto ta = Clock::now();
-  if (tree_) grad_tree_->finish();
-  average_gradients();
-  if (dist::size() > 1 && s > span_.start_step) allreduce_ms_ += ms_since(ta);
-  // clip_grad_norm + step (fused for AdamW: the norm stays on the device)
-  record_norm(optim_->clip_and_step_deferred(lr, opt_.grad_clip), slot);
-  optim_->zero_grad();
+  if (ring_ && !ring_->holds(s)) stage_ring(s);
+  if (device_terms_) device_terms_->begin_step(lr);
+  if (graph_ && s >= span_.start_step + kGraphWarmup)
+    graph_step(s, lr, slot);
+  else
+    train_step(s, lr, slot);
   if (!stop_signal_) stop_signal_ = agreed_stop_signal();
   const StepEvents ev = events(s);
   pending_.push_back({s, lr, 0.0});
@@ -271,7 +322,13 @@ bool Trainer::step(int64_t s) {
     return true;
   }
   report(s, lr, t0, ev.print);
-  if (ev.evaluate) evaluate(s);
+  if (ev.evaluate) {
+    evaluate(s);
+    // the evaluation ran the model outside the recording: what the host believes of the model's
+    // kept copies may no longer be what the recording writes, so the next step records afresh
+    if (graph_) graph_->reset();
+  }
+  if (ring_ && !ev.stop && s + 1 < opt_.steps) stage_ring(s + 1);  // the next interval's batches, now
   log_->flush();
   if (ev.checkpoint && root_) checkpointer_->save(s + 1);
   if (span_.after_step) span_.after_step(s + 1, true);
@@ -285,16 +342,73 @@ bool Trainer::step(int64_t s) {
   return !ev.stop;
 }
 
-// Micro-batch `a` of step `s`: this rank's rows of the global batch [B, T] -> [B/N, T].
-std::pair<Tensor, Tensor> Trainer::batch(int64_t s, int64_t a) {
+// The step's training: --accum micro-batches forward and backward (each as its shards), the
+// gradients averaged over the ranks, clipped and applied.
+void Trainer::train_step(int64_t s, double lr, int64_t slot) {
+  for (int64_t a = 0; a < opt_.accum; ++a) {
+    const auto [x, y] = batch(s, a);
+    forward_backward(x, y, slot * opt_.accum + a, a);
+  }
+  const auto ta = Clock::now();
+  if (tree_) grad_tree_->finish();
+  average_gradients();
+  if (dist::size() > 1 && s > span_.start_step) allreduce_ms_ += ms_since(ta);
+  // clip_grad_norm + step (fused for AdamW: the norm stays on the device)
+  record_norm(optim_->clip_and_step_deferred(lr, opt_.grad_clip), slot);
+  optim_->zero_grad();
+}
+
+// The same step as a replay of its recording (recorded first when there is none, or when the
+// table cache evicted something since: the recording reads kept tables by their address).
+void Trainer::graph_step(int64_t s, double lr, int64_t slot) {
+  for (int64_t a = 0; a < opt_.accum; ++a) {
+    const auto [x, y] = batch(s, a);
+    if ((int64_t)gx_.size() <= a) {
+      gx_.push_back(Tensor::empty(x.shape(), x.dtype(), x.device()));
+      gy_.push_back(Tensor::empty(y.shape(), y.dtype(), y.device()));
+    }
+    gx_[(size_t)a].copy_from(x);  // device to device
+    gy_[(size_t)a].copy_from(y);
+    gx_[(size_t)a].set_checked_bound(model_.cfg.vocab_size);  // (the ring's check holds for the copy)
+    gy_[(size_t)a].set_checked_bound(model_.cfg.vocab_size);
+  }
+  if (graph_->captured() && table_cache_stats().evictions != graph_evictions_) graph_->reset();
+  if (!graph_->captured()) {
+    if (!step_loss_.defined()) step_loss_ = Tensor::zeros({opt_.accum}, loss_hist_.dtype(), loss_hist_.device());
+    graph_evictions_ = table_cache_stats().evictions;
+    try {
+      graph_->capture([&] {
+        for (int64_t a = 0; a < opt_.accum; ++a) forward_backward(gx_[(size_t)a], gy_[(size_t)a], a, a, &step_loss_);
+        graph_norm_ = optim_->clip_and_step_deferred(lr, opt_.grad_clip);
+        optim_->zero_grad();
+      });
+    } catch (const Error& e) {
+      // Nothing recorded ran: forget what the host code believed it did, then train eagerly.
+      if (root_) std::fprintf(stderr, "train: step %lld could not be recorded into a CUDA Graph (%s); training goes "
+                              "on without it\n", (long long)(s + 1), e.what());
+      graph_.reset();
+      optim_->zero_grad();
+      for (auto& np : params_) np.second.data().raw();  // drops the weights' kept copies (never written)
+      train_step(s, lr, slot);
+      return;
+    }
+  }
+  graph_->replay();
+  loss_hist_.slice0(slot * opt_.accum, (slot + 1) * opt_.accum).copy_from(step_loss_);
+  record_norm(graph_norm_, slot);
+}
+
+// Micro-batch `a` of step `s` drawn with `sampler` on the host: this rank's rows of the global
+// batch [B, T] -> [B/N, T].
+std::pair<Tensor, Tensor> Trainer::draw(BatchSampler& sampler, int64_t s, int64_t a) {
   Tensor x, y;
   if (segments_) {
     bool starts_over = false;
     std::tie(x, y) = seg_->get(s * opt_.accum + a, &starts_over);
     if (starts_over) model_.reset_memory();
   } else {
-    std::tie(x, y) = sampler_.next(opt_.batch, T_);
-    if (mixer_) mixer_->apply(x, y, sampler_.rng());
+    std::tie(x, y) = sampler.next(opt_.batch, T_);
+    if (mixer_) mixer_->apply(x, y, sampler.rng());
   }
   if (dist::size() > 1) {
     x = x.slice0(r0_, r1_).clone();
@@ -303,9 +417,31 @@ std::pair<Tensor, Tensor> Trainer::batch(int64_t s, int64_t a) {
   return {x, y};
 }
 
+// Micro-batch `a` of step `s`: drawn on the host (the sampler advances as always: checkpoints
+// save it), and with the ring, the staged device copy of the same draw.
+std::pair<Tensor, Tensor> Trainer::batch(int64_t s, int64_t a) {
+  auto xy = draw(sampler_, s, a);
+  if (!ring_) return xy;
+  const auto [hx, hy] = ring_->staged_host(s, a);
+  CTX_CHECK(std::memcmp(hx.raw(), xy.first.raw(), hx.nbytes()) == 0 &&
+                std::memcmp(hy.raw(), xy.second.raw(), hy.nbytes()) == 0,
+            "train: internal error: the batch staged on the device for step ", s + 1,
+            " differs from the sampler's draw");
+  return ring_->get(s, a);
+}
+
+// Stages the steps from `first` up to the next report (at most the ring's capacity), drawn ahead
+// from a copy of the sampler: one upload.
+void Trainer::stage_ring(int64_t first) {
+  int64_t n = 1;
+  while (n < ring_->capacity() && first + n - 1 < opt_.steps - 1 && !events(first + n - 1).report) ++n;
+  BatchSampler ahead = sampler_;
+  ring_->stage(first, n, [&](int64_t s, int64_t a) { return draw(ahead, s, a); });
+}
+
 // One forward/backward per shard (--deterministic: per sequence, a leaf of the tree of
 // train/dist/grad_tree.h); micro-batch a's loss (this rank's rows) goes to slot k of loss_hist_.
-void Trainer::forward_backward(const Tensor& x, const Tensor& y, int64_t k, int64_t a) {
+void Trainer::forward_backward(const Tensor& x, const Tensor& y, int64_t k, int64_t a, Tensor* hist_buf) {
   for (size_t si = 0; si < shards_.size(); ++si) {
     const auto [b0, b1] = shards_[si];
     const bool whole = shards_.size() == 1 && !tree_ranks_;
@@ -316,7 +452,7 @@ void Trainer::forward_backward(const Tensor& x, const Tensor& y, int64_t k, int6
     Variable loss = mixer_ ? model_.masked_loss(xs, ys, pos) : model_.loss(xs, ys, /*use_memory=*/segments_, pos);
     if (!loss_hist_.defined())
       loss_hist_ = Tensor::zeros({history_ * opt_.accum}, loss.dtype(), loss.data().device());
-    Tensor hist = loss_hist_.slice0(k, k + 1);
+    Tensor hist = (hist_buf ? *hist_buf : loss_hist_).slice0(k, k + 1);
     // this shard's share of the rank's mean loss, for the log
     const Tensor part = whole ? loss.data() : scale(loss, (double)(b1 - b0) / (double)(r1_ - r0_)).data();
     if (si == 0)

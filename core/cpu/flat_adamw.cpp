@@ -97,11 +97,15 @@ void adamw_range(T* p, const T* g, T* m, T* v, int64_t begin, int64_t end, T gs,
 template <class T>
 void adamw_chunks(T* p, const T* g, T* m, T* v, const std::vector<FlatChunk>& chunks, const AdamWHyper& h,
                   double gscale) {
-  const double bc1 = 1.0 - std::pow(h.beta1, (double)h.step);
-  const double bc2 = 1.0 - std::pow(h.beta2, (double)h.step);
-  const T step_size = (T)(h.lr / bc1);
-  const T bc2_sqrt = (T)std::sqrt(bc2);
-  const T decay_on = (T)(1.0 - h.lr * h.weight_decay), decay_off = (T)(1.0 - h.lr * 0.0);
+  // the step's constants: from h.terms when the caller wrote them there (a captured step), else
+  // from lr and step; decay_off is 1 - lr * 0 = 1 either way
+  const AdamWStepTerms st = h.terms.defined()
+                                ? AdamWStepTerms{h.terms.data<double>()[0], h.terms.data<double>()[1],
+                                                 h.terms.data<double>()[2]}
+                                : adamw_step_terms(h);
+  const T step_size = (T)st.step_size;
+  const T bc2_sqrt = (T)st.bc2_sqrt;
+  const T decay_on = (T)st.decay, decay_off = T(1);
   const T tb1 = (T)h.beta1, tb2 = (T)h.beta2, teps = (T)h.eps;
   const T gs = (T)gscale;
   const int64_t nc = (int64_t)chunks.size();

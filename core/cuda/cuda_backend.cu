@@ -120,6 +120,19 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::CUDA; }
   std::string name() const override { return "cuda"; }
   void synchronize() override { cuda::synchronize(); }
+  bool can_capture() const override { return true; }
+  void capture_begin() override { cuda::capture_begin(); }
+  std::shared_ptr<CapturedWork> capture_end(bool keep) override {
+    struct Work final : CapturedWork {
+      std::shared_ptr<cuda::Graph> g;
+      void replay() override { cuda::graph_replay(*g); }
+    };
+    std::shared_ptr<cuda::Graph> g = cuda::capture_end(keep);
+    if (!g) return nullptr;
+    auto w = std::make_shared<Work>();
+    w->g = std::move(g);
+    return w;
+  }
 
   // ======== fused methods (all of them; attention in attention.cu) ========
   bool has(Fused) const override { return true; }

@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "core/allocator.h"
@@ -47,8 +49,31 @@ bool emulated() {
 #endif
 }
 
+// The device memory of a captured graph. A CUDA Graph bakes in the pointers of every kernel it
+// records, so the blocks a captured step used must not be handed to anyone else while the graph
+// lives: while the library stream captures, Step allocations come from this pool (a block taken
+// from the general free lists, or from cudaMalloc, becomes the pool's), and a block the pool owns
+// returns to it when freed, during the capture and after it. Only the capture allocates from it,
+// so between replays the rest of the program (evaluation, checkpoints) gets other blocks, as with
+// PyTorch's private graph pools. Destroying the graph gives the pool's free blocks back.
+struct GraphPool {
+  std::map<size_t, std::vector<void*>> free;
+  std::vector<void*> owned;  // every block the pool took (free or held by a tensor)
+};
+
 namespace {
 std::atomic<uint64_t> g_to_host{0}, g_to_device{0}, g_to_device_queued{0};  // host_copy_stats()
+std::atomic<bool> g_capturing{false};  // the library stream is being captured (capture_begin)
+std::atomic<uint64_t> g_captures{0}, g_replays{0};
+
+// A copy between the host and the device inside a captured step would be baked into the graph
+// (the same host bytes every replay) or refused by CUDA: say which copy, before CUDA does.
+void refuse_while_capturing(const char* what, size_t bytes) {
+  if (g_capturing.load())
+    throw Error(str("a ", what, " of ", bytes, " bytes inside a captured step (CUDA Graph): a captured "
+                    "step must not copy between the host and the device (docs/cuda.md, \"A CUDA Graph of the "
+                    "warm step\")"));
+}
 
 // Size-class caches of device blocks (same classes as the host pool), one per Arena: Step for
 // every tensor, Table for device_table's kept tables. Blocks are never given back to the driver:
@@ -57,16 +82,42 @@ struct DevicePool {
   std::mutex mu;
   std::map<size_t, std::vector<void*>> free[2];  // by Arena
   DeviceAllocStats stats;
+  GraphPool* capturing = nullptr;                 // the pool of the capture under way
+  std::unordered_map<void*, GraphPool*> owner;    // blocks owned by a live graph's pool
 };
 DevicePool& pool() {
   static DevicePool* p = new DevicePool();  // never destroyed: tensors may outlive statics
   return *p;
 }
+// A Step allocation during a capture: from the graph's pool, else a general block that becomes
+// the pool's; nullptr when cudaMalloc must be asked (the caller then gives the block to the pool).
+void* graph_pool_take(GraphPool& g, size_t cls) {
+  auto& own = g.free[cls];
+  if (!own.empty()) {
+    void* p = own.back();
+    own.pop_back();
+    return p;
+  }
+  auto& v = pool().free[(int)Arena::Step][cls];
+  if (v.empty()) return nullptr;
+  void* p = v.back();
+  v.pop_back();
+  pool().stats.bytes_cached -= cls;
+  g.owned.push_back(p);
+  pool().owner[p] = &g;
+  return p;
+}
+
 void* dev_alloc(size_t bytes, Arena arena) {
   size_t cls = BufferPool::size_class(bytes);
+  GraphPool* capturing = nullptr;
   {
     std::lock_guard<std::mutex> lk(pool().mu);
     pool().stats.requests++;
+    if (arena == Arena::Step && pool().capturing) {
+      capturing = pool().capturing;
+      if (void* p = graph_pool_take(*capturing, cls)) return p;
+    }
     auto& v = pool().free[(int)arena][cls];
     if (!v.empty()) {
       void* p = v.back();
@@ -78,14 +129,33 @@ void* dev_alloc(size_t bytes, Arena arena) {
   CTX_CHECK(device_count() > 0, "no CUDA GPU available (cudaGetDeviceCount found none): cannot allocate a "
             "CUDA tensor of ", bytes, " bytes; use the cpu device");
   void* p = nullptr;
-  CTX_CUDA_CHECK(cudaMalloc(&p, cls));
+  if (capturing) {  // cudaMalloc is refused during a global-mode capture: this thread relaxes it
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    CTX_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    const cudaError_t e = cudaMalloc(&p, cls);
+    CTX_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    CTX_CUDA_CHECK(e);
+  } else {
+    CTX_CUDA_CHECK(cudaMalloc(&p, cls));
+  }
   std::lock_guard<std::mutex> lk(pool().mu);
   pool().stats.device_mallocs++;
+  if (capturing) {
+    capturing->owned.push_back(p);
+    pool().owner[p] = capturing;
+  }
   return p;
 }
 void dev_free(void* p, size_t bytes, Arena arena) {
   const size_t cls = BufferPool::size_class(bytes);
   std::lock_guard<std::mutex> lk(pool().mu);
+  if (!pool().owner.empty()) {
+    auto it = pool().owner.find(p);
+    if (it != pool().owner.end()) {
+      it->second->free[cls].push_back(p);
+      return;
+    }
+  }
   pool().free[(int)arena][cls].push_back(p);
   pool().stats.bytes_cached += cls;
 }
@@ -153,6 +223,7 @@ void staged_upload(void* dst, const void* src, size_t bytes) {
 
 void upload(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  refuse_while_capturing("host -> device copy", bytes);
   if (bytes <= kStagedMax) {
     g_to_device_queued++;
     staged_upload(dst, src, bytes);
@@ -167,7 +238,10 @@ void dev_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t
   const cudaMemcpyKind kind = dst_dev == Device::CPU
                                   ? (src_dev == Device::CPU ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
                                   : cudaMemcpyDeviceToDevice;
-  if (kind == cudaMemcpyDeviceToHost) g_to_host++;
+  if (kind == cudaMemcpyDeviceToHost) {
+    refuse_while_capturing("device -> host copy", bytes);
+    g_to_host++;
+  }
   if (kind == cudaMemcpyDeviceToDevice)  // queued on the library's stream (a step's copies: capturable)
     CTX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream()));
   else
@@ -194,10 +268,86 @@ HostCopyStats host_copy_stats() {
 
 void copy_to_device(void* dst, const void* src, size_t bytes) { upload(dst, src, bytes); }
 void copy_to_host(void* dst, const void* src, size_t bytes) {
+  refuse_while_capturing("device -> host copy", bytes);
   g_to_host++;
   CTX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 void synchronize() { CTX_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+// ---- captured steps (CUDA Graphs) ----
+
+struct Graph {
+  cudaGraphExec_t exec = nullptr;
+  std::unique_ptr<GraphPool> mem;
+  ~Graph() {
+    if (exec) cudaGraphExecDestroy(exec);
+    release(std::move(mem));
+  }
+  // The pool's free blocks back to the general lists; its blocks still held by tensors free
+  // there later (the graph that wrote them is gone).
+  static void release(std::unique_ptr<GraphPool> g) {
+    if (!g) return;
+    std::lock_guard<std::mutex> lk(pool().mu);
+    for (void* p : g->owned) pool().owner.erase(p);
+    for (auto& [cls, v] : g->free)
+      for (void* p : v) {
+        pool().free[(int)Arena::Step][cls].push_back(p);
+        pool().stats.bytes_cached += cls;
+      }
+  }
+};
+
+namespace {
+std::unique_ptr<GraphPool> g_capture_pool;  // the pool of the capture under way
+}
+
+void capture_begin() {
+  CTX_CHECK(!g_capturing.load(), "capture_begin: a capture is already under way");
+  g_capture_pool = std::make_unique<GraphPool>();
+  {
+    std::lock_guard<std::mutex> lk(pool().mu);
+    pool().capturing = g_capture_pool.get();
+  }
+  const cudaError_t e = cudaStreamBeginCapture(stream(), cudaStreamCaptureModeGlobal);
+  if (e != cudaSuccess) {
+    std::lock_guard<std::mutex> lk(pool().mu);
+    pool().capturing = nullptr;
+  }
+  CTX_CUDA_CHECK(e);
+  g_capturing = true;
+}
+
+std::shared_ptr<Graph> capture_end(bool keep) {
+  CTX_CHECK(g_capturing.load(), "capture_end: no capture is under way");
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream(), &graph);
+  g_capturing = false;
+  {
+    std::lock_guard<std::mutex> lk(pool().mu);
+    pool().capturing = nullptr;
+  }
+  auto out = std::make_shared<Graph>();
+  out->mem = std::move(g_capture_pool);
+  if (e != cudaSuccess || !keep) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // the capture's error is reported here, not left for the next launch
+    CTX_CHECK(!keep, "CUDA stream capture failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e),
+              "): the step did something a CUDA Graph cannot record");
+    return nullptr;
+  }
+  const cudaError_t ie = cudaGraphInstantiate(&out->exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CTX_CUDA_CHECK(ie);
+  g_captures++;
+  return out;
+}
+
+void graph_replay(const Graph& g) {
+  CTX_CUDA_CHECK(cudaGraphLaunch(g.exec, stream()));
+  g_replays++;
+}
+
+GraphStats graph_stats() { return {g_captures.load(), g_replays.load()}; }
 
 void fill_f32(float* dst, size_t n, float value) {
   fill<float>(dst, (int64_t)n, value);

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace ctx::cuda {
@@ -69,5 +70,21 @@ struct HostCopyStats {
   uint64_t staging_allocs = 0;    // pinned staging blocks allocated (cudaMallocHost)
 };
 HostCopyStats host_copy_stats();
+
+// Stream capture of the library stream into a CUDA Graph (Backend::capture_begin / capture_end,
+// core/step_graph.h). Between capture_begin and capture_end the work queued on stream() is
+// recorded, not run; device allocations come from a pool that belongs to the graph (only its
+// capture allocates from it, so replays never write memory handed to anyone else); a copy
+// between the host and the device throws, naming itself. capture_end(false) abandons the
+// capture (after an exception in the captured code); capture_end(true) returns the instantiated
+// graph or throws with CUDA's error. graph_replay queues the graph on stream().
+struct Graph;
+void capture_begin();
+std::shared_ptr<Graph> capture_end(bool keep);
+void graph_replay(const Graph& g);
+struct GraphStats {
+  uint64_t captures = 0, replays = 0;
+};
+GraphStats graph_stats();
 
 }  // namespace ctx::cuda

@@ -47,7 +47,13 @@ __global__ void sum_partials_kernel(const double* part, int64_t n, double* out) 
 template <class T>
 __global__ void adamw_tiles_kernel(T* p, const T* g, T* m, T* v, const int64_t* tiles, int64_t ntiles,
                                    const double* norm_sq, double grad_scale, double max_norm, T decay_on,
-                                   T decay_off, T tb1, T tb2, T bc2_sqrt, T teps, T step_size, uint16_t* p16) {
+                                   T decay_off, T tb1, T tb2, T bc2_sqrt, T teps, T step_size, uint16_t* p16,
+                                   const double* terms) {
+  if (terms) {  // this step's constants, written before the (captured) step: AdamWHyper::terms
+    decay_on = (T)terms[0];
+    bc2_sqrt = (T)terms[1];
+    step_size = (T)terms[2];
+  }
   double gscale = grad_scale;
   if (norm_sq && max_norm > 0) {
     const double norm = std::sqrt(norm_sq[0]);
@@ -88,12 +94,12 @@ template <class T>
 void adamw_tiles(T* p, const T* g, T* m, T* v, const int64_t* tiles, int64_t ntiles, const double* norm_sq,
                  const AdamWHyper& h, uint16_t* p16) {
   if (ntiles == 0) return;
-  // constants as ref::adamw computes them (a chunk without decay: wd = 0)
-  const double bc1 = 1.0 - std::pow(h.beta1, (double)h.step);
-  const double bc2 = 1.0 - std::pow(h.beta2, (double)h.step);
+  // constants as ref::adamw computes them (a chunk without decay: 1 - lr * 0 = 1), or read by the
+  // kernel from h.terms
+  const AdamWStepTerms st = h.terms.defined() ? AdamWStepTerms{} : adamw_step_terms(h);
   CTX_LAUNCH(adamw_tiles_kernel<T>, row_grid(ntiles), kFlatThreads, 0, stream(), p, g, m, v, tiles, ntiles, norm_sq,
-             h.grad_scale, h.max_norm, (T)(1.0 - h.lr * h.weight_decay), (T)(1.0 - h.lr * 0.0), (T)h.beta1,
-             (T)h.beta2, (T)std::sqrt(bc2), (T)h.eps, (T)(h.lr / bc1), p16);
+             h.grad_scale, h.max_norm, (T)st.decay, T(1), (T)h.beta1, (T)h.beta2, (T)st.bc2_sqrt, (T)h.eps,
+             (T)st.step_size, p16, h.terms.defined() ? h.terms.data<double>() : nullptr);
   CTX_CUDA_LAUNCH_CHECK("adamw_tiles_kernel");
 }
 

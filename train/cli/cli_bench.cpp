@@ -31,6 +31,8 @@
 #include "autograd/profiler.h"
 #include "core/precision.h"
 #include "core/rng.h"
+#include "core/settings.h"
+#include "core/step_graph.h"
 #include "nn/gpt.h"
 #include "train/run_dir.h"  // check_output_file
 #include "train/cli/bench_decode.h"
@@ -362,6 +364,54 @@ Timings time_steps(nn::GPT& model, AdamW& optim, const nn::NamedParams& params, 
   return t;
 }
 
+// CTXLAB_CUDA_GRAPH=1 on a device that records (CUDA): the step as `train` runs it then — two
+// eager steps, then forward, backward, clip and AdamW recorded once (core/step_graph.h) and
+// replayed, each step's batch copied into the recording's input buffers first (outside the
+// timing, as the eager loop's batch is drawn outside it). A replay has no phases: forward,
+// backward and optimizer stay empty (null in the JSON, "n/a" in the summary).
+Timings time_graph_steps(nn::GPT& model, AdamW& optim, const BenchSpec& b, Rng& rng, Backend& be) {
+  const double lr = 1e-3, grad_clip = 1.0;  // trainer.cpp's defaults
+  optim.use_device_terms();
+  StepGraph graph(be);
+  Tensor gx, gy, gloss;
+  Timings t;
+  for (int64_t s = 0; s < b.warmup + b.steps; ++s) {
+    if (s == b.warmup) prof::reset();
+    const auto [x, y] = random_batch(rng, b.B, b.T, b.cfg.vocab_size);
+    if (!gx.defined()) {
+      gx = Tensor::empty(x.shape(), DType::I64, be.device());
+      gy = Tensor::empty(y.shape(), DType::I64, be.device());
+    }
+    gx.copy_from(x);
+    gy.copy_from(y);
+    gx.set_checked_bound(b.cfg.vocab_size);  // random_batch's ids are below V
+    gy.set_checked_bound(b.cfg.vocab_size);
+    be.synchronize();
+    const auto ta = Clock::now();
+    optim.begin_step(lr);
+    auto body = [&] {
+      Variable loss = model.loss(gx, gy);
+      gloss = loss.data();
+      loss.backward();
+      optim.clip_and_step_deferred(lr, grad_clip);
+      optim.zero_grad();
+    };
+    if (s < 2) {
+      body();
+    } else {
+      if (!graph.captured()) graph.capture(body);
+      graph.replay();
+    }
+    be.synchronize();
+    const double ms = ms_between(ta, Clock::now());
+    t.last_loss = to_host(gloss).item();
+    CTX_CHECK(std::isfinite(t.last_loss), "bench: loss became ", t.last_loss, " at step ", s + 1);
+    if (s < b.warmup) continue;
+    t.total.push_back(ms);
+  }
+  return t;
+}
+
 // What the JSON and the summary report besides the spec and the timings.
 struct BenchRun {
   std::string posenc;
@@ -391,9 +441,13 @@ nlohmann::ordered_json bench_json(const BenchSpec& b, const BenchRun& run, const
   j["ms_per_step"] = {{"median", round_to(step_med, 3)},
                       {"mean", round_to(mean(t.total), 3)},
                       {"min", round_to(*std::min_element(t.total.begin(), t.total.end()), 3)}};
-  j["forward_ms"] = round_to(median(t.fwd), 3);
-  j["backward_ms"] = round_to(median(t.bwd), 3);
-  j["optimizer_ms"] = round_to(median(t.opt), 3);
+  const auto phase = [](const std::vector<double>& v) {  // none in a replayed step (CTXLAB_CUDA_GRAPH)
+    return v.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(round_to(median(v), 3));
+  };
+  j["forward_ms"] = phase(t.fwd);
+  j["backward_ms"] = phase(t.bwd);
+  j["optimizer_ms"] = phase(t.opt);
+  j["cuda_graph"] = t.fwd.empty();
   j["peak_rss_mb"] = round_to(rss_mb, 1);
   j["params"] = run.nparams;
   j["matmul_params"] = run.flop.n_matmul;
@@ -421,15 +475,18 @@ void print_summary(const BenchSpec& b, const BenchRun& run, const Timings& t, do
   const double tok_s = (double)(b.B * b.T) / (step_med / 1000.0);
   const double achieved = run.flop.per_token * tok_s / 1e9;
   const PeakChoice& p = run.peak;
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "forward %.1f, backward %.1f, optimizer %.1f ms", median(t.fwd), median(t.bwd),
+                median(t.opt));
+  const std::string phases = t.fwd.empty() ? "one CUDA Graph replay a step (no phases)" : buf;
   std::fprintf(stderr,
                "bench: %s, posenc %s, %lld params, B %lld x T %lld, %d threads, %lld timed steps after %lld warm-up\n"
-               "  %.0f tokens/s | step %.1f ms median (mean %.1f, min %.1f) | forward %.1f, backward %.1f, "
-               "optimizer %.1f ms\n"
+               "  %.0f tokens/s | step %.1f ms median (mean %.1f, min %.1f) | %s\n"
                "  %.2f MFLOP/token -> %.1f GFLOP/s achieved | peak %.1f GFLOP/s (%s%s%s) | MFU %.1f%% | "
                "peak RSS %.0f MB\n",
                b.source.c_str(), run.posenc.c_str(), (long long)run.nparams, (long long)b.B, (long long)b.T,
                b.threads, (long long)b.steps, (long long)b.warmup, tok_s, step_med, mean(t.total),
-               *std::min_element(t.total.begin(), t.total.end()), median(t.fwd), median(t.bwd), median(t.opt),
+               *std::min_element(t.total.begin(), t.total.end()), phases.c_str(),
                run.flop.per_token / 1e6, achieved, p.gflops, p.source.c_str(), p.isa.empty() ? "" : ", ",
                p.isa.c_str(), 100.0 * (achieved / p.gflops), rss_mb);
   if (prof::enabled())
@@ -526,7 +583,11 @@ int run_bench(int argc, char** argv) {
   const DeterministicScope deterministic_kernels(run.deterministic);  // as train --deterministic
   const auto shards = run.deterministic ? sequence_shards(b.B) : std::vector<std::pair<int64_t, int64_t>>{{0, b.B}};
   if (a.count("profile")) prof::set_enabled(true);
-  const Timings t = time_steps(model, optim, params, b, rng, backend(run.dev), shards);
+  Backend& be = backend(run.dev);
+  const bool graph = setting_flag("CTXLAB_CUDA_GRAPH", false) && be.can_capture();
+  CTX_CHECK(!graph || (shards.size() == 1 && b.cfg.dropout == 0), "bench: CTXLAB_CUDA_GRAPH=1 records the step "
+            "into a CUDA Graph: not with --deterministic (a tree on the host) or dropout (seeds drawn on the host)");
+  const Timings t = graph ? time_graph_steps(model, optim, b, rng, be) : time_steps(model, optim, params, b, rng, be, shards);
   report(a, b, run, t);
   return 0;
 }
