@@ -101,10 +101,15 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets) {
   Tensor lse = Tensor::empty({N}, z.dtype(), z.device());
   backend_of(z).cross_entropy(z, tg, loss, lse);
   // mean over rows whose target is not ignored (-1); the targets' values from the host (a batch
-  // uploaded from the host has a mirror there: no copy, no wait for the device)
+  // uploaded from the host has a mirror there: no copy, no wait for the device), or none read
+  // where their writer proved every target a class (range_proven to V: none is ignored)
   int64_t count = 0;
-  Tensor th = host_values(tg);
-  for (int64_t i = 0; i < N; ++i) count += th.at(i) >= 0;
+  if (range_proven(tg, z.size(1))) {
+    count = N;
+  } else {
+    const Tensor th = host_values(tg);
+    for (int64_t i = 0; i < N; ++i) count += th.at(i) >= 0;
+  }
   CTX_CHECK(count > 0, "cross_entropy: every target is ignored");
   Tensor total = Tensor::empty({}, z.dtype(), z.device());
   backend_of(z).reduce_sum(loss, total);

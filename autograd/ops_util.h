@@ -5,7 +5,7 @@
 
 #include "autograd/variable.h"
 #include "core/backend.h"
-#include "core/device_table.h"  // to_device_like, device_table, to_host, host_values
+#include "core/device_table.h"  // to_device_like, device_table, to_host, host_values, range_proven
 
 namespace ctx::detail {
 

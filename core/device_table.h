@@ -52,6 +52,16 @@ inline Tensor to_host(const Tensor& t) { return t.device() == Device::CPU ? t : 
 // it carries a host mirror (host_values below then makes no copy).
 inline bool host_readable(const Tensor& t) { return t.device() == Device::CPU || t.host_mirror().defined(); }
 
+// Whether t's values are known to lie in [0, n) where reading them would cost a device -> host
+// copy: a device tensor without a host mirror whose storage carries its writer's promise
+// (Tensor::checked_bound, e.g. a batch staged into a device ring after a host range check) of a
+// bound <= n. The index checks (the CUDA backend's, cross-entropy's count of non-ignored targets,
+// GPT's token check) then read nothing; without the promise they copy the values back and check.
+inline bool range_proven(const Tensor& t, int64_t n) {
+  const int64_t b = t.checked_bound();
+  return t.device() != Device::CPU && !t.host_mirror().defined() && b >= 1 && b <= n;
+}
+
 // t's values on the host for reading: t itself on the CPU, its host mirror when it was uploaded
 // from a host table (no copy, no wait for the device), else a copy (to_host).
 inline Tensor host_values(const Tensor& t) {

@@ -177,6 +177,13 @@ void Tensor::set_host_mirror(const Tensor& host) {
   storage_->host_mirror = std::move(m);
 }
 
+void Tensor::set_checked_bound(int64_t bound) {
+  CTX_CHECK(defined(), "set_checked_bound: undefined tensor");
+  CTX_CHECK(!is_float(dtype_), "set_checked_bound: ", str(), " is not an integer tensor (i32 or i64 expected)");
+  CTX_CHECK(bound >= -1, "set_checked_bound: bound ", bound, " for ", str(), " must be >= 0 (or -1: none)");
+  storage_->checked_bound = bound;
+}
+
 void Tensor::copy_from(const Tensor& src) {
   CTX_CHECK(src.numel() == numel(), "copy_from: ", src.str(), " into ", str());
   if (src.device() != device()) {  // a transfer into this (contiguous) tensor: same dtype

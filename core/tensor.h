@@ -54,6 +54,13 @@ struct Storage {
   // so that code needing the values on the host (index range checks, the CUDA index_add plan)
   // reads them without a device -> host copy. Dropped by the first mutable access (Tensor::raw()).
   std::shared_ptr<Storage> host_mirror;
+  // An integer storage whose every value the code that wrote it checked on the host to lie in
+  // [0, checked_bound) (-1: no such promise). For device tensors with no host mirror (a batch
+  // staged into a device ring, range-checked on the host when staged): the CUDA backend's index
+  // checks take it as the proof instead of copying the values back (docs/cuda.md). Set with
+  // Tensor::set_checked_bound; dropped by the first mutable access (Tensor::raw()), like the
+  // host mirror, so a kernel writing the storage later cannot leave a stale promise.
+  int64_t checked_bound = -1;
   // An f32 host storage's values rounded to bf16 (u16 bits, same element order), made once for
   // the bf16 GEMMs that read it as a weight (cpu::bf16_copy, core/cpu/bf16_convert.h) and reused
   // by every GEMM until the storage is written. Dropped by the first mutable access, like the
@@ -101,6 +108,7 @@ class Tensor {
   void check_host(const char* what) const;  // the check of host(); `what` names the caller
   void* raw() {  // mutable access: the storage may change, so the copies made of it are dropped
     if (storage_->host_mirror) storage_->host_mirror.reset();
+    storage_->checked_bound = -1;
     storage_->drop_bf16_copy();
     return (char*)storage_->data + offset_ * dtype_size(dtype_);
   }
@@ -123,6 +131,11 @@ class Tensor {
   // Records `host` (a CPU tensor with this shape and dtype, the values this device tensor was
   // uploaded from) as the mirror of the whole storage; the bytes are copied.
   void set_host_mirror(const Tensor& host);
+  // The promise of Storage::checked_bound: every value of this tensor's storage (all of it, not
+  // only this view) lies in [0, bound). Integer dtypes only; bound >= 0, or -1 to drop the
+  // promise. Set it after the last write (a mutable access drops it). checked_bound(): -1 = none.
+  void set_checked_bound(int64_t bound);
+  int64_t checked_bound() const { return storage_ ? storage_->checked_bound : -1; }
 
   // Host helpers for tests and I/O (CPU tensors; the same check as host()).
   double item() const;                // one-element tensor

@@ -3,7 +3,7 @@
 
 #include "autograd/profiler.h"
 #include "core/backend.h"
-#include "core/device_table.h"  // to_device_like, to_host
+#include "core/device_table.h"  // to_device_like, to_host, host_values, range_proven
 
 #include <cmath>
 
@@ -75,7 +75,10 @@ void GPT::check_tokens(const Tensor& tokens, const std::string& what) const {
             ": tokens must be [B, T] with B >= 1 and T >= 1, got ", tokens.str());
   CTX_CHECK(tokens.dtype() == DType::I32 || tokens.dtype() == DType::I64, what,
             ": tokens must be i32 or i64, got ", tokens.str());
-  const Tensor host = to_host(tokens);  // a small copy when the tokens are on a device
+  // Device tokens whose writer checked them against this vocabulary (range_proven) are not read;
+  // a host mirror is read in place; other device tokens are copied here (small)
+  if (range_proven(tokens, cfg.vocab_size)) return;
+  const Tensor host = host_values(tokens);
   for (int64_t i = 0; i < host.numel(); ++i) {
     double id = host.at(i);
     CTX_CHECK(id >= 0 && id < cfg.vocab_size, what, ": token id ", (int64_t)id, " at [",

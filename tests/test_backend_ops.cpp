@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -31,6 +32,7 @@
 #include "core/backend.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/ref_kernels.h"
+#include "core/device_table.h"  // to_device_like
 #include "core/elementwise_formulas.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -38,6 +40,7 @@
 #ifdef CTXLAB_WITH_CUDA
 #include "core/cuda/check.h"  // CTX_CUDA_CHECK, CTX_CUBLAS_CHECK (compat.h: CUDA's or the emulator's API)
 #include "core/cuda/cuda_runtime.h"
+#include "core/cuda/index_plan.h"  // index_add_plan_host / _device, plan_capacity
 #endif
 #ifdef CTXLAB_CUDA_EMULATOR
 #include "core/cuda/emu/emu_runtime.h"  // cuemu::stats, cuemu::set_schedule
@@ -632,10 +635,23 @@ template <class T>
 void index_cases(std::vector<Case>& cs) {
   const DType dt = dtype_of<T>::value;
   struct IC { Shape xs; int64_t dim; std::vector<int64_t> idx; };
+  auto same = [](int64_t m, int64_t v) { return std::vector<int64_t>((size_t)m, v); };
+  auto draw = [](int64_t m, int64_t n, uint64_t seed) {  // m indices in [0, n), repeats likely when m > n
+    Rng r(seed);
+    std::vector<int64_t> v((size_t)m);
+    for (int64_t& x : v) x = (int64_t)r.below((uint64_t)n);
+    return v;
+  };
+  // the last five are for the device plan (index_plan.cu), run with proven indices below: m > n
+  // over several chunks of the placing block, one row, all indices equal, a large sparse vocabulary
   const std::vector<IC> ics = {{{6, 4}, 0, {3, 0, 3, 5, 3}},  {{2, 5, 3}, 1, {4, 4, 0, 1}}, {{2, 3, 7}, 2, {6, 0, 6}},
-                               {{1, 1}, 0, {0, 0, 0}},        {{9}, 0, {8}},                {{50, 3}, 0, {}}};
+                               {{1, 1}, 0, {0, 0, 0}},        {{9}, 0, {8}},                {{50, 3}, 0, {}},
+                               {{2, 5, 2}, 1, draw(700, 5, 7)}, {{1, 3}, 0, same(300, 0)},
+                               {{100, 2}, 0, same(600, 42)},  {{3, 37}, 1, draw(290, 37, 8)},
+                               {{50257, 1}, 0, draw(2048, 50257, 9)}};
   for (const IC& c : ics)
-    for (DType idt : {DType::I32, DType::I64}) {
+    for (DType idt : {DType::I32, DType::I64})
+      for (bool proven : {false, true}) {
       int64_t outer = 1, inner = 1;
       for (int64_t i = 0; i < c.dim; ++i) outer *= c.xs[(size_t)i];
       for (size_t i = (size_t)c.dim + 1; i < c.xs.size(); ++i) inner *= c.xs[i];
@@ -653,10 +669,18 @@ void index_cases(std::vector<Case>& cs) {
         else ref::index_add<T, int64_t>(P<T>(x), P<int64_t>(i), P<T>(src), outer, n, m, inner);
         return x;
       };
-      const std::string nm = str(tn<T>(), S(c.xs), " dim ", c.dim, " ", m, " ", dtype_name(idt), " indices");
+      // proven: the indices carry their bound (Tensor::checked_bound) and no host mirror, so the
+      // CUDA backend reads none of them on the host and index_add plans on the device
+      const std::string nm = str(tn<T>(), S(c.xs), " dim ", c.dim, " ", m, " ", dtype_name(idt), " indices",
+                                 proven ? " (proven: no host copy, device plan)" : "");
+      auto indices = [=](const Dev& D) {
+        Tensor i = D.in(ints(c.idx, idt));
+        if (proven) i.set_checked_bound(n);
+        return i;
+      };
       cs.push_back({"index_select " + nm, dt, true, 1, {},
                     [=](const Dev& D) {
-                      Tensor x = D.in(rnd(c.xs, dt, 111)), i = D.in(ints(c.idx, idt)), out = D.out(os, dt);
+                      Tensor x = D.in(rnd(c.xs, dt, 111)), i = indices(D), out = D.out(os, dt);
                       D.be().index_select(x, c.dim, i, out);
                       return hosts({out});
                     },
@@ -664,7 +688,7 @@ void index_cases(std::vector<Case>& cs) {
       // scatter-add into x, repeated indices adding in index order: bit-exact on every backend
       cs.push_back({"index_add " + nm, dt, true, 1, {},
                     [=](const Dev& D) {
-                      Tensor x = D.in(rnd(c.xs, dt, 111)), i = D.in(ints(c.idx, idt)), src = D.in(rnd(os, dt, 112));
+                      Tensor x = D.in(rnd(c.xs, dt, 111)), i = indices(D), src = D.in(rnd(os, dt, 112));
                       D.be().index_add(x, c.dim, i, src);
                       return hosts({x});
                     },
@@ -1845,6 +1869,118 @@ TEST(BackendOpsCuda, WarmStepMakesNoCudaMalloc) {
   EXPECT_EQ(cuemu::stats().mallocs, 0u) << "the emulator counted cudaMalloc calls in a warm step";
   EXPECT_GT(cuemu::stats().launches, 15u);
 #endif
+}
+
+// index_add's plan built on the device (index_plan.cu) is the host's counting sort bit for bit:
+// U, rows, starts and pos (positions within a row ascending), for i32 and i64 indices, with
+// duplicates, m > n (several chunks of the placing block), m = 1, n = 1, all indices equal and a
+// large sparse vocabulary.
+TEST(BackendOpsCuda, DeviceIndexPlanEqualsTheHostPlanBitwise) {
+  CTX_SKIP_WITHOUT_GPU(device_available("cuda"));
+  struct P { int64_t n, m; const char* what; };
+  const std::vector<P> ps = {{37, 300, "duplicates, m > n"}, {1000, 100, "m < n"},  {10, 1, "m = 1"},
+                             {1, 50, "n = 1"},                {100, 700, "all equal"}, {50257, 2048, "sparse, n large"},
+                             {4, 257, "a chunk and one"}};
+  for (const P& p : ps)
+    for (DType idt : {DType::I32, DType::I64}) {
+      SCOPED_TRACE(str(p.what, ": n ", p.n, ", m ", p.m, ", ", dtype_name(idt)));
+      Rng r(p.n * 31 + p.m);
+      std::vector<int64_t> v((size_t)p.m);
+      for (int64_t& x : v) x = std::string(p.what) == "all equal" ? 42 : (int64_t)r.below((uint64_t)p.n);
+      const std::vector<int64_t> want = cuda::index_add_plan_host(v, p.n);
+      const Tensor idx = ints(v, idt).to(Device::CUDA);
+      const Tensor got = cuda::index_add_plan_device(idx, p.n).to(Device::CPU);
+      ASSERT_EQ(got.numel(), cuda::plan_capacity(p.m));
+      ASSERT_LE((int64_t)want.size(), got.numel());
+      const int64_t* g = got.data<int64_t>();
+      EXPECT_EQ(g[0], want[0]) << "U";
+      int64_t mismatches = 0;
+      for (size_t k = 0; k < want.size(); ++k) mismatches += g[k] != want[k];
+      EXPECT_EQ(mismatches, 0);
+    }
+}
+
+// A device index tensor without a host mirror whose writer proved its range (Tensor::checked_bound,
+// as a batch staged into a device ring): index_select, index_add (the embedding forward and
+// backward) and cross-entropy forward and backward read nothing on the host and upload nothing
+// (index_add plans on the device), and give the bits of the mirrored path (the batch uploaded
+// from the host, range checks and plan on the host). Unproven mirrorless indices still take their
+// copy (and a bad index there still throws); a bound above n is no proof; a mutable access drops
+// the promise and the copy comes back.
+TEST(BackendOpsCuda, ProvenIndicesNeedNoHostCopy) {
+  CTX_SKIP_WITHOUT_GPU(device_available("cuda"));
+  Backend& be = backend(Device::CUDA);
+  const Device d = Device::CUDA;
+  const int64_t V = 53, C = 5, N = 40;
+  std::vector<int64_t> tv((size_t)N);
+  Rng r(3);
+  for (int64_t& x : tv) x = (int64_t)r.below((uint64_t)V);
+  tv[7] = tv[8] = tv[30] = 11;  // repeats
+  const Tensor wte = rnd({V, C}, DType::F32, 5).to(d), dy = rnd({N, C}, DType::F32, 6).to(d);
+  const Tensor logits = rnd({N, V}, DType::F32, 7, -3, 3).to(d), dloss = rnd({N}, DType::F32, 8).to(d);
+  const Tensor dwte0 = rnd({V, C}, DType::F32, 9).to(d);
+  struct Out { Tensor x, dwte, loss, lse, dlogits; };
+  auto run = [&](const Tensor& tok) {  // (clone: a device -> device copy, not counted)
+    Out o{Tensor::empty({N, C}, DType::F32, d), dwte0.clone(), Tensor::empty({N}, DType::F32, d),
+          Tensor::empty({N}, DType::F32, d), Tensor::empty({N, V}, DType::F32, d)};
+    be.index_select(wte, 0, tok, o.x);
+    be.index_add(o.dwte, 0, tok, dy);
+    be.cross_entropy(logits, tok, o.loss, o.lse);
+    be.cross_entropy_backward(logits, tok, o.lse, dloss, o.dlogits);
+    return o;
+  };
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    const Tensor ha = a.to(Device::CPU), hb = b.to(Device::CPU);
+    return std::memcmp(ha.raw(), hb.raw(), ha.nbytes()) == 0;
+  };
+  for (DType idt : {DType::I32, DType::I64}) {
+    SCOPED_TRACE(dtype_name(idt));
+    const Tensor th = ints(tv, idt);
+    const Out want = run(to_device_like(th, wte));  // the mirrored path
+    be.synchronize();
+    Tensor proven = th.to(d);
+    proven.set_checked_bound(V);
+    ASSERT_FALSE(proven.host_mirror().defined());
+    const cuda::HostCopyStats c0 = cuda::host_copy_stats();
+    const Out got = run(proven);
+    const cuda::HostCopyStats c1 = cuda::host_copy_stats();
+    EXPECT_EQ(c1.to_host, c0.to_host) << "a device -> host copy with proven indices";
+    EXPECT_EQ(c1.to_device + c1.to_device_queued, c0.to_device + c0.to_device_queued)
+        << "a host -> device copy with proven indices";
+    EXPECT_TRUE(same_bits(got.x, want.x)) << "index_select";
+    EXPECT_TRUE(same_bits(got.dwte, want.dwte)) << "index_add";
+    EXPECT_TRUE(same_bits(got.loss, want.loss) && same_bits(got.lse, want.lse)) << "cross_entropy";
+    EXPECT_TRUE(same_bits(got.dlogits, want.dlogits)) << "cross_entropy_backward";
+    // unproven: no mirror, no bound (or a bound above the range: V + 1 > n = V) -> one copy per check
+    for (int64_t bound : {int64_t(-1), V + 1}) {
+      Tensor plain = th.to(d);
+      plain.set_checked_bound(bound);
+      const uint64_t h0 = cuda::host_copy_stats().to_host;
+      const Out p = run(plain);
+      EXPECT_EQ(cuda::host_copy_stats().to_host, h0 + 4) << "bound " << bound << ": the four checks' copies";
+      EXPECT_TRUE(same_bits(p.dwte, want.dwte));
+    }
+    // a mutable access drops the promise: the check (and its copy) comes back
+    Tensor written = th.to(d);
+    written.set_checked_bound(V);
+    (void)written.raw();
+    EXPECT_EQ(written.checked_bound(), -1);
+    const uint64_t h1 = cuda::host_copy_stats().to_host;
+    Tensor x = Tensor::empty({N, C}, DType::F32, d);
+    be.index_select(wte, 0, written, x);
+    EXPECT_EQ(cuda::host_copy_stats().to_host, h1 + 1);
+    // and a bad index in unproven mirrorless indices still throws the CPU's message
+    std::vector<int64_t> bad = tv;
+    bad[3] = V;
+    try {
+      Tensor dw = Tensor::zeros({V, C}, DType::F32, d);
+      be.index_add(dw, 0, ints(bad, idt).to(d), dy);
+      ADD_FAILURE() << "a bad index was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(str("index_add: index ", V, " at position 3")), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // A failing runtime or cuBLAS call is a ctx::Error naming the file, line and call (on a GPU, under

@@ -352,6 +352,59 @@ TEST(CudaModelAttention, FireKeepsThePerPairBiasWithoutTheSwitch) {
   EXPECT_TRUE(std::isfinite(loss.data().to(Device::CPU).item()));
 }
 
+// A batch that lives on the device without a host mirror (the trainer's device ring) and carries
+// its host range check (Tensor::checked_bound = vocab_size): a warm forward and backward of a GPT
+// reads none of it on the host and uploads nothing (GPT's token check, the embedding's
+// index_select, its backward's index_add planned on the device, the cross-entropy's checks and its
+// count of non-ignored targets), and gives the host batch's loss and gradients bit for bit.
+TEST(CudaModelDeviceBatch, ProvenBatchMakesNoHostCopy) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  for (const char* pe : {"learned", "rope"}) {
+    SCOPED_TRACE(pe);
+    nn::GPT m(tiny_cfg(json{{"type", pe}}));
+    m.init_weights(3);
+    m.to(Device::CUDA);
+    const std::vector<int64_t> tok = {1, 5, 7, 2, 9, 4, 3, 8, 6, 2, 11, 5, 16, 0, 5, 5};
+    const Tensor in = Tensor::from_vector(tok, {2, 8});
+    std::vector<int64_t> next(tok.begin() + 1, tok.end());
+    next.push_back(4);
+    const Tensor tg = Tensor::from_vector(next, {2, 8});
+    auto step = [&m](const Tensor& i, const Tensor& t, std::vector<Tensor>* grads) {
+      m.zero_grad();
+      Variable loss = m.loss(i, t);
+      loss.backward();
+      if (grads)
+        for (auto& [name, p] : m.named_parameters()) grads->push_back(p.grad());
+      return loss.data();
+    };
+    step(in, tg, nullptr);  // warms the tables (positions, cos/sin) and the allocator
+    std::vector<Tensor> want_g, got_g;
+    const Tensor want = step(in, tg, &want_g).to(Device::CPU);
+    Tensor din = in.to(Device::CUDA), dtg = tg.to(Device::CUDA);
+    din.set_checked_bound(m.cfg.vocab_size);
+    dtg.set_checked_bound(m.cfg.vocab_size);
+    std::vector<Tensor> want_h;
+    for (const Tensor& g : want_g) want_h.push_back(g.to(Device::CPU));
+    cuda::synchronize();
+    const cuda::HostCopyStats c0 = cuda::host_copy_stats();
+    const Tensor got_d = step(din, dtg, &got_g);
+    const cuda::HostCopyStats c1 = cuda::host_copy_stats();
+    EXPECT_EQ(c1.to_host, c0.to_host) << "a device -> host copy in the step";
+    EXPECT_EQ(c1.to_device, c0.to_device) << "a synchronous upload in the step";
+    EXPECT_EQ(c1.to_device_queued, c0.to_device_queued) << "a queued upload in the step";
+    EXPECT_EQ(got_d.to(Device::CPU).item(), want.item());
+    ASSERT_EQ(got_g.size(), want_h.size());
+    for (size_t k = 0; k < got_g.size(); ++k) {
+      ASSERT_EQ(got_g[k].defined(), want_h[k].defined());
+      if (!want_h[k].defined()) continue;
+      const Tensor g = got_g[k].to(Device::CPU);
+      int64_t diff = 0;
+      for (int64_t e = 0; e < g.numel(); ++e) diff += g.at(e) != want_h[k].at(e);
+      EXPECT_EQ(diff, 0) << "gradient " << k << " differs from the host batch's";
+    }
+  }
+}
+
 // What a warm bf16 training step still converts to bf16 (issue 33 item 3: no cast pass before a
 // GEMM): a GPT with Dh 32 (tensor-core attention), two AdamW steps on cuda, the second counted.
 // Every kernel that produces a Linear layer's input or output gradient writes its bf16 copy in its

@@ -1,6 +1,10 @@
 // tests/test_tensor.cpp — Tensor views, dtypes, the buffer pool and the RNG.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "core/allocator.h"
 #include "core/backend.h"
 #include "core/rng.h"
@@ -43,6 +47,40 @@ TEST(Tensor, BadViewsThrow) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("[2, 3]"), std::string::npos) << e.what();
   }
+}
+
+// Storage::checked_bound: set on integer tensors only, shared by the views of one storage, dropped
+// by the first mutable access (as the host mirror is), so a later write cannot keep the promise.
+TEST(Tensor, CheckedBoundIsAnIntegerStoragesPromiseUntilItsNextWrite) {
+  Tensor t = Tensor::from_vector(std::vector<int32_t>{3, 0, 4, 1}, {2, 2});
+  EXPECT_EQ(t.checked_bound(), -1);
+  EXPECT_EQ(Tensor().checked_bound(), -1);
+  t.set_checked_bound(5);
+  const Tensor& ct = t;
+  EXPECT_EQ(ct.raw(), t.storage()->data);  // a read keeps it
+  EXPECT_EQ(t.checked_bound(), 5);
+  EXPECT_EQ(t.select0(1).checked_bound(), 5);  // the storage's: every view carries it
+  EXPECT_EQ(t.view({4}).checked_bound(), 5);
+  EXPECT_EQ(t.clone().checked_bound(), -1);    // a copy is not checked
+  t.select0(1).data<int32_t>()[0] = 9;         // a mutable access through any view drops it
+  EXPECT_EQ(t.checked_bound(), -1);
+  t.set_checked_bound(10);
+  t.set_checked_bound(-1);  // dropped explicitly
+  EXPECT_EQ(t.checked_bound(), -1);
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string f = message([] { Tensor::zeros({3}, DType::F32).set_checked_bound(4); });
+  EXPECT_NE(f.find("set_checked_bound: f32[3] is not an integer tensor"), std::string::npos) << f;
+  const std::string b = message([&] { t.set_checked_bound(-2); });
+  EXPECT_NE(b.find("set_checked_bound: bound -2 for i32[2, 2] must be >= 0"), std::string::npos) << b;
+  const std::string u = message([] { Tensor().set_checked_bound(1); });
+  EXPECT_NE(u.find("set_checked_bound: undefined tensor"), std::string::npos) << u;
 }
 
 TEST(Tensor, AllDtypesConvert) {

@@ -2,9 +2,11 @@
 // are checked by Backend before they get here, core/backend_checks.h: the CPU backend's checks
 // and messages): dispatches on dtype and calls the kernels of kernels.h.
 // Index ranges (index_select / index_add indices, cross-entropy targets) are checked on the host:
-// the indices are copied back (one synchronous copy of m integers) before any kernel reads them,
-// so a bad index throws at the call with the CPU's message and nothing is written; index_add
-// needs them on the host anyway for its deterministic buckets.
+// read from the indices' host mirror, or copied back (one synchronous copy of m integers) before
+// any kernel reads them, so a bad index throws at the call with the CPU's message and nothing is
+// written; index_add then plans its deterministic buckets on the host. Indices without a mirror
+// whose writer proved their range (range_proven: Tensor::checked_bound) are not read on the host
+// at all: no check, and index_add's plan is built on the device (index_plan.cu).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -21,6 +23,7 @@
 #include "core/fast_paths.h"
 #include "core/precision.h"
 #include "core/cuda/dispatch.h"
+#include "core/cuda/index_plan.h"
 #include "core/cuda/kernels.h"
 
 namespace ctx {
@@ -339,8 +342,10 @@ class CudaBackend final : public Backend {
                                                       ptr<T>(dw), ptr<T>(part), N, C));
   }
 
-  // the target values in range (checks::targets_in_range), read on the host
+  // the target values in range (checks::targets_in_range), read on the host; nothing to read where
+  // the targets' writer proved them classes (range_proven to V: in range and none ignored)
   static void check_target_values(const char* op, const Tensor& logits, const Tensor& targets) {
+    if (range_proven(targets, logits.size(1))) return;
     const std::vector<int64_t> t = host_indices(targets, op);
     checks::targets_in_range(op, t.data(), (int64_t)t.size(), logits, targets);
   }
@@ -378,7 +383,7 @@ class CudaBackend final : public Backend {
   }
 
   void index_select_impl(const Tensor& x, int64_t, const Tensor& idx, Tensor& out, const DimSplit& s) override {
-    checked_indices("index_select", idx, s.n, x);
+    if (!range_proven(idx, s.n)) checked_indices("index_select", idx, s.n, x);
     const int64_t m = idx.numel();
     CTX_CUDA_DISPATCH_ALL(x.dtype(), {
       using X = T;
@@ -388,43 +393,34 @@ class CudaBackend final : public Backend {
     });
   }
 
+  // Buckets (index_plan.h): distinct target rows ascending, each with its source positions in index
+  // order. Proven indices (no mirror, range_proven): planned on the device, no host round trip.
+  // Otherwise planned on the host from the checked values: a kept index table (device_table:
+  // positions, relative indices) has a kept plan; a batch's indices get theirs uploaded, capacity
+  // plan_capacity(m) whatever U is (the same pool size class every step).
   void index_add_impl(Tensor& out, int64_t, const Tensor& idx, const Tensor& src, const DimSplit& s) override {
-    const std::vector<int64_t> h = checked_indices("index_add", idx, s.n, out);
     const int64_t m = idx.numel(), outer = s.outer, n = s.n, inner = s.inner;
+    const bool on_device = range_proven(idx, n);
+    const std::vector<int64_t> h = on_device ? std::vector<int64_t>() : checked_indices("index_add", idx, n, out);
     if (m == 0 || outer * inner == 0) return;
-    // Buckets: distinct target rows ascending, each with its source positions in index order.
-    std::vector<int64_t> slot((size_t)n, 0);
-    for (int64_t i : h) slot[(size_t)i]++;
-    std::vector<int64_t> plan;  // rows [U], starts [U + 1], pos [m]
-    plan.reserve((size_t)(3 * m + 1));
-    for (int64_t j = 0; j < n; ++j)
-      if (slot[(size_t)j]) plan.push_back(j);
-    const int64_t U = (int64_t)plan.size();
-    int64_t acc = 0;
-    for (int64_t u = 0; u < U; ++u) {
-      const int64_t j = plan[(size_t)u];
-      plan.push_back(acc);
-      acc += slot[(size_t)j];
-      slot[(size_t)j] = plan.back();  // now the write cursor of row j
-    }
-    plan.push_back(acc);
-    const size_t pos0 = plan.size();
-    plan.resize(pos0 + (size_t)m);
-    for (int64_t i = 0; i < m; ++i) plan[pos0 + (size_t)slot[(size_t)h[(size_t)i]]++] = i;
-    // A kept index table (device_table: positions, relative indices) has a kept plan; a batch's
-    // indices (tokens) get theirs uploaded, capacity 3m + 1 whatever U is (the same pool size
-    // class every step).
     Tensor dplan;
-    if (idx.storage()->arena == Arena::Table) {
-      dplan = device_table(Tensor::from_vector(plan, {(int64_t)plan.size()}), out);
+    int64_t rows_bound = m;  // the grid's rows: m for a device plan (independent of U)
+    if (on_device) {
+      dplan = index_add_plan_device(idx, n);
     } else {
-      dplan = Tensor::empty({3 * m + 1}, DType::I64, Device::CUDA);
-      copy_to_device(dplan.raw(), plan.data(), plan.size() * sizeof(int64_t));
+      const std::vector<int64_t> plan = index_add_plan_host(h, n);
+      rows_bound = plan[0];
+      if (idx.storage()->arena == Arena::Table) {
+        dplan = device_table(Tensor::from_vector(plan, {(int64_t)plan.size()}), out);
+      } else {
+        dplan = Tensor::empty({plan_capacity(m)}, DType::I64, Device::CUDA);
+        copy_to_device(dplan.raw(), plan.data(), plan.size() * sizeof(int64_t));
+      }
     }
     const Tensor& plan_d = dplan;  // read-only from here (a kept table must not be written)
     CTX_CUDA_DISPATCH_FLOAT(out.dtype(), "index_add",
-                            cuda::index_add<T>(ptr<T>(out), plan_d.data<int64_t>(), U, ptr<T>(src), outer, n, m,
-                                               inner));
+                            cuda::index_add<T>(ptr<T>(out), plan_d.data<int64_t>(), rows_bound, ptr<T>(src), outer, n,
+                                               m, inner));
   }
 
   void adamw_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,

@@ -81,11 +81,17 @@ template <class T> void rmsnorm_backward(const T* dy, const T* x, const T* w, co
 // --- index.cu ---  (x viewed as [outer, n, inner]; m indices, already range-checked)
 template <class T, class I> void index_select(const T* x, const I* idx, T* out, int64_t outer,
                                               int64_t n, int64_t m, int64_t inner);
-// Scatter-add through buckets built on the host: rows [U] (distinct targets), starts [U + 1],
-// pos [m] (source positions of each target, in index order) in one int64 array `plan`
-// (rows, starts, pos). Each output element adds its sources in index order: the CPU's bits.
-template <class T> void index_add(T* out, const int64_t* plan, int64_t U, const T* src,
+// Scatter-add through a bucket plan (index_plan.h: [U | rows U | starts U + 1 | pos m], int64,
+// built on the host or by index_plan): each output element adds its sources in index order, the
+// CPU's bits. The kernel reads U from plan[0]; the grid is sized for `rows_bound` >= U rows (the
+// host plan: U; a device plan: m, so that the launch does not depend on U).
+template <class T> void index_add(T* out, const int64_t* plan, int64_t rows_bound, const T* src,
                                   int64_t outer, int64_t n, int64_t m, int64_t inner);
+
+// --- index_plan.cu ---  (idx [m] with values in [0, n), proven by the caller; plan: plan_capacity(m)
+// int64, cur: n int64 scratch) index_add's plan built on the device: launch sizes depend only on
+// m and n, no host round trip, the host plan's bits.
+template <class I> void index_plan(const I* idx, int64_t m, int64_t n, int64_t* plan, int64_t* cur);
 
 // --- optim.cu ---
 template <class T> void adamw(T* p, const T* g, T* m, T* v, int64_t n, T decay, T b1, T b2,
