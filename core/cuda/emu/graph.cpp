@@ -386,21 +386,21 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
     lk.unlock();
     return reject(cudaErrorStreamCaptureUnmatched, why + kInvalidated);
   }
+  if (c->invalidated) {
+    code = cudaErrorStreamCaptureInvalidated;
+    why = std::string(fn) + ": " + describe(*c) + " was invalidated: " + c->why + "; no graph";
+  }
   for (size_t i = 1; i < c->members.size() && code == cudaSuccess; ++i) {
     const Member& m = c->members[i];
     if (m.last_work > m.joined_upto) {
       code = cudaErrorStreamCaptureUnjoined;
       why = std::string(fn) + ": stream " + hex(m.stream) + " joined " + describe(*c) +
             " and queued work that no stream of the capture waited for (record an event on it after its work and "
-            "cudaStreamWaitEvent on it from the capturing stream)";
+            "cudaStreamWaitEvent on it from the capturing stream); no graph";
     }
   }
   std::unique_ptr<Capture> done = end_capture(c);
   *pGraph = nullptr;
-  if (code == cudaSuccess && done->invalidated) {
-    code = cudaErrorStreamCaptureInvalidated;
-    why = std::string(fn) + ": " + describe(*done) + " was invalidated: " + done->why + "; no graph";
-  }
   if (code != cudaSuccess) {
     lk.unlock();
     return reject(code, why);
