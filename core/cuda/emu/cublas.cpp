@@ -25,6 +25,41 @@ bool live(cublasHandle_t h) {
   return h && g_handles.count(h);
 }
 
+// One cuBLAS GEMM call after its argument checks, everything copied (alpha and beta as values).
+template <class T>
+struct GemmJob {
+  const char* fn;
+  GemmCall<T> g;  // A, B, C, D set per batch entry
+  const T *A, *B;
+  T* C;
+  long long sA, sB, sC;
+  int batch;
+  bool reads_ab;
+  size_t ext_a, ext_b, ext_c;
+  GemmRecord rec;
+};
+
+// Checks every batch entry's operands; with compute, multiplies and files the counters' record.
+template <class T>
+cublasStatus_t run_gemm(const GemmJob<T>& j, bool compute) {
+  GemmCall<T> g = j.g;
+  std::string why;
+  for (int b = 0; b < j.batch; ++b) {
+    g.A = j.A + b * j.sA;
+    g.B = j.B + b * j.sB;
+    g.D = j.C + b * j.sC;
+    g.C = g.D;
+    if ((j.reads_ab && (!check_device_operand(j.fn, "A", g.A, j.ext_a, sizeof(T), &why) ||
+                        !check_device_operand(j.fn, "B", g.B, j.ext_b, sizeof(T), &why))) ||
+        !check_device_operand(j.fn, "C", g.D, j.ext_c, sizeof(T), &why))
+      return blas_fail(CUBLAS_STATUS_EXECUTION_FAILED,
+                       why + (j.batch > 1 ? " (batch entry " + std::to_string(b) + ")" : std::string()));
+    if (compute) gemm_one(g);
+  }
+  if (compute) record_gemm(j.rec);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 // Every GEMM entry point ends here: batchCount column-major products with element strides.
 template <class T>
 cublasStatus_t gemm_batched(const char* fn, cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb,
@@ -39,13 +74,15 @@ cublasStatus_t gemm_batched(const char* fn, cublasHandle_t h, cublasOperation_t 
   if (!alpha || !beta) return blas_fail(CUBLAS_STATUS_INVALID_VALUE, std::string(fn) + ": null alpha or beta");
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
   if (sticky_error() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
-  GemmCall<T> g;
+  GemmJob<T> j;
+  j.fn = fn;
+  GemmCall<T>& g = j.g;
   g.transa = transa != CUBLAS_OP_N;
   g.transb = transb != CUBLAS_OP_N;
   g.m = m;
   g.n = n;
   g.k = k;
-  g.alpha = *alpha;
+  g.alpha = *alpha;  // host pointer mode: read at call time (a captured call keeps this value)
   g.beta = *beta;
   g.lda = lda;
   g.ldb = ldb;
@@ -53,27 +90,22 @@ cublasStatus_t gemm_batched(const char* fn, cublasHandle_t h, cublasOperation_t 
   g.ldd = ldc;
   g.tf32 = std::is_same<T, float>::value && !pedantic && !tf32_override_off() &&
            (fast_tf32 || h->math == CUBLAS_TF32_TENSOR_OP_MATH);
-  const bool reads_ab = g.alpha != T(0) && k > 0;
-  const size_t ext_a = matrix_extent(g.transa ? k : m, g.transa ? m : k, lda);
-  const size_t ext_b = matrix_extent(g.transb ? n : k, g.transb ? k : n, ldb);
-  const size_t ext_c = matrix_extent(m, n, ldc);
-  for (int b = 0; b < batch; ++b) {
-    g.A = A + b * sA;
-    g.B = B + b * sB;
-    g.D = C + b * sC;
-    g.C = g.D;
-    if ((reads_ab && (!check_device_operand(fn, "A", g.A, ext_a, sizeof(T), &why) ||
-                      !check_device_operand(fn, "B", g.B, ext_b, sizeof(T), &why))) ||
-        !check_device_operand(fn, "C", g.D, ext_c, sizeof(T), &why))
-      return blas_fail(CUBLAS_STATUS_EXECUTION_FAILED,
-                       why + (batch > 1 ? " (batch entry " + std::to_string(b) + ")" : std::string()));
-    gemm_one(g);
-  }
+  j.A = A;
+  j.B = B;
+  j.C = C;
+  j.sA = sA;
+  j.sB = sB;
+  j.sC = sC;
+  j.batch = batch;
+  j.reads_ab = g.alpha != T(0) && k > 0;
+  j.ext_a = matrix_extent(g.transa ? k : m, g.transa ? m : k, lda);
+  j.ext_b = matrix_extent(g.transb ? n : k, g.transb ? k : n, ldb);
+  j.ext_c = matrix_extent(m, n, ldc);
   const bool f64 = std::is_same<T, double>::value;
-  const uint64_t in = (reads_ab ? (ext_a + ext_b) : 0) + (g.beta != T(0) ? ext_c : 0);
-  record_gemm({fn, m, n, k, batch, !f64 && !g.tf32, f64 ? cuemu::MmaType::F64 : cuemu::MmaType::TF32,
-               in * sizeof(T) * (uint64_t)batch, ext_c * sizeof(T) * (uint64_t)batch});
-  return CUBLAS_STATUS_SUCCESS;
+  const uint64_t in = (j.reads_ab ? (j.ext_a + j.ext_b) : 0) + (g.beta != T(0) ? j.ext_c : 0);
+  j.rec = {fn, m, n, k, batch, !f64 && !g.tf32, f64 ? cuemu::MmaType::F64 : cuemu::MmaType::TF32,
+           in * sizeof(T) * (uint64_t)batch, j.ext_c * sizeof(T) * (uint64_t)batch};
+  return run_or_capture(h->stream, fn, [j](bool compute) { return run_gemm(j, compute); });
 }
 
 // GemmEx: the (type, compute type) pairs the emulator implements.

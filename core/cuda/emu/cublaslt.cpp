@@ -181,6 +181,142 @@ cublasStatus_t validate(const Desc& d, const Layout& a, const Layout& b, const L
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// What an epilogue does (CUBLASLT_EPILOGUE_* bits).
+struct Epilogue {
+  bool add_bias, gelu_fwd, relu, store_aux, dgelu, bgrad_d, bgrad_a, bgrad_b, uses_bias, uses_aux;
+  explicit Epilogue(cublasLtEpilogue_t ep)
+      : add_bias(has(ep, CUBLASLT_EPILOGUE_BIAS) && ep != CUBLASLT_EPILOGUE_DGELU_BGRAD),
+        gelu_fwd(has(ep, CUBLASLT_EPILOGUE_GELU)),
+        relu(has(ep, CUBLASLT_EPILOGUE_RELU)),
+        store_aux(gelu_fwd && has(ep, 128)),
+        dgelu(has(ep, 64)),
+        bgrad_d(ep == CUBLASLT_EPILOGUE_DGELU_BGRAD),
+        bgrad_a(ep == CUBLASLT_EPILOGUE_BGRADA),
+        bgrad_b(ep == CUBLASLT_EPILOGUE_BGRADB),
+        uses_bias(add_bias || bgrad_d || bgrad_a || bgrad_b),
+        uses_aux(store_aux || dgelu) {}
+};
+
+// One cublasLtMatmul after its argument checks: the descriptor and layouts by value (destroying
+// them afterwards changes nothing), alpha and beta as values, the operand pointers.
+struct MatmulJob {
+  Desc d;
+  Layout la, lb, lc, ld;
+  long long m, n, k;
+  float alpha, beta;
+  const void *A, *B, *C;
+  void* D;
+};
+
+// Checks every batch entry's operands; with compute, runs them with the epilogue and files the
+// counters' record.
+cublasStatus_t run_matmul(const MatmulJob& job, bool compute) {
+  const char* fn = "cublasLtMatmul";
+  const Desc& d = job.d;
+  const Layout &la = job.la, &lb = job.lb, &lc = job.lc, &ld = job.ld;
+  const long long m = job.m, n = job.n, k = job.k;
+  const void *A = job.A, *B = job.B, *C = job.C;
+  void* D = job.D;
+  const Epilogue e(d.epilogue);
+  const bool add_bias = e.add_bias, gelu_fwd = e.gelu_fwd, relu = e.relu, store_aux = e.store_aux, dgelu = e.dgelu;
+  const bool bgrad_d = e.bgrad_d, bgrad_a = e.bgrad_a, bgrad_b = e.bgrad_b;
+  const bool uses_bias = e.uses_bias, uses_aux = e.uses_aux;
+  std::string why;
+  GemmCall<float> g;
+  g.transa = d.transa != CUBLAS_OP_N;
+  g.transb = d.transb != CUBLAS_OP_N;
+  g.m = (int)m;
+  g.n = (int)n;
+  g.k = (int)k;
+  g.alpha = job.alpha;
+  g.beta = job.beta;
+  g.lda = la.ld;
+  g.ldb = lb.ld;
+  g.ldc = lc.ld;
+  g.ldd = ld.ld;
+  g.tf32 = !tf32_override_off() && d.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  const bool reads_ab = g.alpha != 0.0f && k > 0;
+  const size_t ext_a = matrix_extent((long long)la.rows, (long long)la.cols, la.ld);
+  const size_t ext_b = matrix_extent((long long)lb.rows, (long long)lb.cols, lb.ld);
+  const size_t ext_c = matrix_extent(m, n, lc.ld), ext_d = matrix_extent(m, n, ld.ld);
+  const size_t ext_aux = matrix_extent(m, n, d.aux_ld);
+  const size_t bias_len = (size_t)(bgrad_b ? n : m);
+  const bool bf16_in = la.type == CUDA_R_16BF;  // (validate: then B is too)
+  const size_t in_bytes = bf16_in ? 2 : 4;
+  std::vector<float> wide_a, wide_b;  // bf16 inputs widened to fp32 (exact)
+  auto widen = [](const void* p, size_t n, std::vector<float>& out) {
+    const __nv_bfloat16* h = static_cast<const __nv_bfloat16*>(p);
+    out.resize(n);
+    for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(h[i]);
+    return out.data();
+  };
+  for (int bt = 0; bt < ld.batch; ++bt) {
+    const void* a_in = static_cast<const char*>(A) + bt * la.stride * (long long)in_bytes;
+    const void* b_in = static_cast<const char*>(B) + bt * lb.stride * (long long)in_bytes;
+    g.A = static_cast<const float*>(a_in);
+    g.B = static_cast<const float*>(b_in);
+    g.C = static_cast<const float*>(C) + bt * lc.stride;
+    g.D = static_cast<float*>(D) + bt * ld.stride;
+    float* bias = uses_bias ? const_cast<float*>(static_cast<const float*>(d.bias)) + bt * d.bias_batch_stride : nullptr;
+    float* aux = uses_aux ? static_cast<float*>(d.aux) + bt * d.aux_batch_stride : nullptr;
+    const bool ok =
+        (!(reads_ab || bgrad_a) || check_device_operand(fn, "A", a_in, ext_a, in_bytes, &why)) &&
+        (!(reads_ab || bgrad_b) || check_device_operand(fn, "B", b_in, ext_b, in_bytes, &why)) &&
+        (g.beta == 0.0f || check_device_operand(fn, "C", g.C, ext_c, 4, &why)) &&
+        check_device_operand(fn, "D", g.D, ext_d, 4, &why) &&
+        (!uses_bias || check_device_operand(fn, "bias", bias, bias_len, 4, &why)) &&
+        (!uses_aux || check_device_operand(fn, "aux", aux, ext_aux, 4, &why));
+    if (!ok)
+      return blas_fail(CUBLAS_STATUS_EXECUTION_FAILED,
+                       why + (ld.batch > 1 ? " (batch entry " + std::to_string(bt) + ")" : std::string()));
+    if (!compute) continue;
+    if (bf16_in && (reads_ab || bgrad_a)) g.A = widen(a_in, ext_a, wide_a);
+    if (bf16_in && (reads_ab || bgrad_b)) g.B = widen(b_in, ext_b, wide_b);
+    // Bias gradients of the inputs are read before D is written (D may alias nothing, but be safe).
+    if (bgrad_a) {
+      for (long long i = 0; i < m; ++i) {
+        float s = 0.0f;
+        for (long long p = 0; p < k; ++p) s += g.transa ? g.A[p + i * la.ld] : g.A[i + p * la.ld];
+        bias[i] = s;
+      }
+    }
+    if (bgrad_b) {
+      for (long long j = 0; j < n; ++j) {
+        float s = 0.0f;
+        for (long long p = 0; p < k; ++p) s += g.transb ? g.B[j + p * lb.ld] : g.B[p + j * lb.ld];
+        bias[j] = s;
+      }
+    }
+    gemm_one(g);  // D = alpha op(A) op(B) + beta C
+    for (long long j = 0; j < n; ++j) {
+      float* dcol = g.D + j * ld.ld;
+      for (long long i = 0; i < m; ++i) {
+        float x = dcol[i];
+        if (add_bias) x += bias[i];
+        if (store_aux) aux[i + j * d.aux_ld] = x;
+        if (gelu_fwd) x = gelu(x);
+        if (relu) x = x > 0.0f ? x : 0.0f;
+        if (dgelu) x *= gelu_grad(aux[i + j * d.aux_ld]);
+        dcol[i] = x;
+      }
+    }
+    if (bgrad_d) {
+      for (long long i = 0; i < m; ++i) {
+        float s = 0.0f;
+        for (long long j = 0; j < n; ++j) s += g.D[i + j * ld.ld];
+        bias[i] = s;
+      }
+    }
+  }
+  if (!compute) return CUBLAS_STATUS_SUCCESS;
+  const uint64_t in = (reads_ab || bgrad_a ? ext_a * in_bytes : 0) + (reads_ab || bgrad_b ? ext_b * in_bytes : 0) +
+                      (g.beta != 0.0f ? ext_c * 4 : 0) + (add_bias ? bias_len * 4 : 0) + (dgelu ? ext_aux * 4 : 0);
+  const uint64_t out = ext_d * 4 + (store_aux ? ext_aux * 4 : 0) + (bgrad_a || bgrad_b || bgrad_d ? bias_len * 4 : 0);
+  record_gemm({fn, m, n, k, ld.batch, !bf16_in && !g.tf32, bf16_in ? cuemu::MmaType::BF16 : cuemu::MmaType::TF32,
+               in * (uint64_t)ld.batch, out * (uint64_t)ld.batch});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
@@ -402,110 +538,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   }
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   if (sticky_error() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
-  const cublasLtEpilogue_t ep = d.epilogue;
-  const bool add_bias = has(ep, CUBLASLT_EPILOGUE_BIAS) && ep != CUBLASLT_EPILOGUE_DGELU_BGRAD;
-  const bool gelu_fwd = has(ep, CUBLASLT_EPILOGUE_GELU);
-  const bool relu = has(ep, CUBLASLT_EPILOGUE_RELU);
-  const bool store_aux = gelu_fwd && has(ep, 128);
-  const bool dgelu = has(ep, 64);
-  const bool bgrad_d = ep == CUBLASLT_EPILOGUE_DGELU_BGRAD;
-  const bool bgrad_a = ep == CUBLASLT_EPILOGUE_BGRADA, bgrad_b = ep == CUBLASLT_EPILOGUE_BGRADB;
-  const bool uses_bias = add_bias || bgrad_d || bgrad_a || bgrad_b;
-  const bool uses_aux = store_aux || dgelu;
-  if (uses_bias && !d.bias)
+  const Epilogue e(d.epilogue);
+  if (e.uses_bias && !d.bias)
     return blas_fail(CUBLAS_STATUS_INVALID_VALUE, std::string(fn) + ": the epilogue needs CUBLASLT_MATMUL_DESC_BIAS_POINTER");
-  if (uses_aux && !d.aux)
+  if (e.uses_aux && !d.aux)
     return blas_fail(CUBLAS_STATUS_INVALID_VALUE, std::string(fn) + ": the epilogue needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
-
-  GemmCall<float> g;
-  g.transa = d.transa != CUBLAS_OP_N;
-  g.transb = d.transb != CUBLAS_OP_N;
-  g.m = (int)m;
-  g.n = (int)n;
-  g.k = (int)k;
-  g.alpha = *static_cast<const float*>(alpha);
-  g.beta = *static_cast<const float*>(beta);
-  g.lda = la.ld;
-  g.ldb = lb.ld;
-  g.ldc = lc.ld;
-  g.ldd = ld.ld;
-  g.tf32 = !tf32_override_off() && d.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-  const bool reads_ab = g.alpha != 0.0f && k > 0;
-  const size_t ext_a = matrix_extent((long long)la.rows, (long long)la.cols, la.ld);
-  const size_t ext_b = matrix_extent((long long)lb.rows, (long long)lb.cols, lb.ld);
-  const size_t ext_c = matrix_extent(m, n, lc.ld), ext_d = matrix_extent(m, n, ld.ld);
-  const size_t ext_aux = matrix_extent(m, n, d.aux_ld);
-  const size_t bias_len = (size_t)(bgrad_b ? n : m);
-  const bool bf16_in = la.type == CUDA_R_16BF;  // (validate: then B is too)
-  const size_t in_bytes = bf16_in ? 2 : 4;
-  std::vector<float> wide_a, wide_b;  // bf16 inputs widened to fp32 (exact)
-  auto widen = [](const void* p, size_t n, std::vector<float>& out) {
-    const __nv_bfloat16* h = static_cast<const __nv_bfloat16*>(p);
-    out.resize(n);
-    for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(h[i]);
-    return out.data();
-  };
-  for (int bt = 0; bt < ld.batch; ++bt) {
-    const void* a_in = static_cast<const char*>(A) + bt * la.stride * (long long)in_bytes;
-    const void* b_in = static_cast<const char*>(B) + bt * lb.stride * (long long)in_bytes;
-    g.A = static_cast<const float*>(a_in);
-    g.B = static_cast<const float*>(b_in);
-    g.C = static_cast<const float*>(C) + bt * lc.stride;
-    g.D = static_cast<float*>(D) + bt * ld.stride;
-    float* bias = uses_bias ? const_cast<float*>(static_cast<const float*>(d.bias)) + bt * d.bias_batch_stride : nullptr;
-    float* aux = uses_aux ? static_cast<float*>(d.aux) + bt * d.aux_batch_stride : nullptr;
-    const bool ok =
-        (!(reads_ab || bgrad_a) || check_device_operand(fn, "A", a_in, ext_a, in_bytes, &why)) &&
-        (!(reads_ab || bgrad_b) || check_device_operand(fn, "B", b_in, ext_b, in_bytes, &why)) &&
-        (g.beta == 0.0f || check_device_operand(fn, "C", g.C, ext_c, 4, &why)) &&
-        check_device_operand(fn, "D", g.D, ext_d, 4, &why) &&
-        (!uses_bias || check_device_operand(fn, "bias", bias, bias_len, 4, &why)) &&
-        (!uses_aux || check_device_operand(fn, "aux", aux, ext_aux, 4, &why));
-    if (!ok)
-      return blas_fail(CUBLAS_STATUS_EXECUTION_FAILED,
-                       why + (ld.batch > 1 ? " (batch entry " + std::to_string(bt) + ")" : std::string()));
-    if (bf16_in && (reads_ab || bgrad_a)) g.A = widen(a_in, ext_a, wide_a);
-    if (bf16_in && (reads_ab || bgrad_b)) g.B = widen(b_in, ext_b, wide_b);
-    // Bias gradients of the inputs are read before D is written (D may alias nothing, but be safe).
-    if (bgrad_a) {
-      for (long long i = 0; i < m; ++i) {
-        float s = 0.0f;
-        for (long long p = 0; p < k; ++p) s += g.transa ? g.A[p + i * la.ld] : g.A[i + p * la.ld];
-        bias[i] = s;
-      }
-    }
-    if (bgrad_b) {
-      for (long long j = 0; j < n; ++j) {
-        float s = 0.0f;
-        for (long long p = 0; p < k; ++p) s += g.transb ? g.B[j + p * lb.ld] : g.B[p + j * lb.ld];
-        bias[j] = s;
-      }
-    }
-    gemm_one(g);  // D = alpha op(A) op(B) + beta C
-    for (long long j = 0; j < n; ++j) {
-      float* dcol = g.D + j * ld.ld;
-      for (long long i = 0; i < m; ++i) {
-        float x = dcol[i];
-        if (add_bias) x += bias[i];
-        if (store_aux) aux[i + j * d.aux_ld] = x;
-        if (gelu_fwd) x = gelu(x);
-        if (relu) x = x > 0.0f ? x : 0.0f;
-        if (dgelu) x *= gelu_grad(aux[i + j * d.aux_ld]);
-        dcol[i] = x;
-      }
-    }
-    if (bgrad_d) {
-      for (long long i = 0; i < m; ++i) {
-        float s = 0.0f;
-        for (long long j = 0; j < n; ++j) s += g.D[i + j * ld.ld];
-        bias[i] = s;
-      }
-    }
-  }
-  const uint64_t in = (reads_ab || bgrad_a ? ext_a * in_bytes : 0) + (reads_ab || bgrad_b ? ext_b * in_bytes : 0) +
-                      (g.beta != 0.0f ? ext_c * 4 : 0) + (add_bias ? bias_len * 4 : 0) + (dgelu ? ext_aux * 4 : 0);
-  const uint64_t out = ext_d * 4 + (store_aux ? ext_aux * 4 : 0) + (bgrad_a || bgrad_b || bgrad_d ? bias_len * 4 : 0);
-  record_gemm({fn, m, n, k, ld.batch, !bf16_in && !g.tf32, bf16_in ? cuemu::MmaType::BF16 : cuemu::MmaType::TF32,
-               in * (uint64_t)ld.batch, out * (uint64_t)ld.batch});
-  return CUBLAS_STATUS_SUCCESS;
+  // alpha and beta read now (host pointer mode: a captured call keeps these values)
+  const MatmulJob job{d,  la, lb, lc, ld, m, n, k, *static_cast<const float*>(alpha), *static_cast<const float*>(beta),
+                      A, B, C, D};
+  return run_or_capture(stream, fn, [job](bool compute) { return run_matmul(job, compute); });
 }

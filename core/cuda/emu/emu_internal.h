@@ -2,14 +2,31 @@
 // kernel code): the device-allocation registry, launch-time lookups, the schedule setting.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "core/cuda/emu/emu_counters.h"
 #include "core/cuda/emu/emu_runtime.h"
+
+// Streams and events (created by runtime.cpp; graph.cpp reads and sets their capture fields).
+struct CUstream_st {
+  unsigned flags;
+  uint64_t capture = 0;  // the capture this stream belongs to (graph.cpp; 0: none). Under its mutex.
+};
+struct CUevent_st {
+  unsigned flags;
+  bool recorded;
+  std::chrono::steady_clock::time_point when;
+  // where its latest cudaEventRecord went when that was recorded into a capture (capture 0: not)
+  uint64_t capture = 0;
+  cudaStream_t capture_stream = nullptr;
+  size_t capture_seq = 0;  // nodes in the capture at that point
+};
 
 namespace cuemu::detail {
 
@@ -48,10 +65,51 @@ std::string check_redzones(const char* kernel_name);
 size_t max_dynamic_shared(const void* kernel);
 bool valid_stream(cudaStream_t s);
 void count_launch();
+void count_captured_node();
+void count_graph_launch();
 uint64_t schedule_seed();
 bool quiet();  // CTXLAB_EMU_QUIET=1: faults are recorded but not printed
 void set_last_error(cudaError_t e);
 
+// ---- stream capture (graph.cpp; README "Stream capture and graphs") ----
+// Every call below is made only while capture_active(): no cost when nothing captures.
+extern std::atomic<int> g_active_captures;
+inline bool capture_active() { return g_active_captures.load(std::memory_order_relaxed) != 0; }
+// A recorded operation, run by cudaGraphLaunch on `stream`: cudaSuccess, or the error that stops the replay.
+using GraphWork = std::function<cudaError_t(cudaStream_t stream)>;
+enum class Queued { Run, Recorded, Refused };
+// Where a recorded operation went (cudaEventRecord keeps it: joins, captured-event checks).
+struct CaptureMark {
+  uint64_t capture = 0;
+  size_t seq = 0;  // nodes in the capture after this one
+};
+// For a call `fn` that queues work on `stream`: Run (no capture concerns it: do the work now),
+// Recorded (`work` appended to the stream's capture; *mark filled), or Refused (the legacy stream
+// while a blocking stream captures, or a capture invalidated earlier: reported, *err set).
+Queued capture_queue(cudaStream_t stream, const char* fn, GraphWork work, cudaError_t* err,
+                     CaptureMark* mark = nullptr);
+// True when `stream` belongs to a capture (active or invalidated).
+bool stream_capturing(cudaStream_t stream);
+// Invalidates the capture of `stream` (if any) because of `why`; refuses the call with `code`.
+cudaError_t capture_refuse(cudaStream_t stream, cudaError_t code, const std::string& why);
+// Invalidates the capture of `stream` (if any) without refusing anything (a sticky fault did).
+void capture_invalidate(cudaStream_t stream, const std::string& why);
+// cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost: cudaSuccess, or the refusal by CUDA's
+// capture-mode rules (reported; the captures that forbid it invalidated).
+cudaError_t capture_unsafe_call(const char* fn);
+// A synchronous copy or memset (legacy stream): the unsafe-call rule, then the legacy stream's.
+cudaError_t capture_sync_call(const char* fn);
+// cudaStreamSynchronize(stream), cudaDeviceSynchronize (stream == nullptr, all = true),
+// cudaEventSynchronize / cudaEventQuery of an event recorded into capture `event_capture`.
+cudaError_t capture_sync_stream(cudaStream_t stream, const char* fn);
+cudaError_t capture_sync_device(const char* fn);
+cudaError_t capture_sync_event(uint64_t event_capture, const char* fn);
+// cudaStreamWaitEvent(stream, e, flags) for an event whose latest record was `recorded`, into
+// `mark.capture` (0: not captured) on `event_stream`: joins, isolation, merges.
+cudaError_t capture_wait_event(cudaStream_t stream, bool recorded, const CaptureMark& mark, cudaStream_t event_stream,
+                               unsigned flags);
+// cudaStreamDestroy of a stream that captures: refused (cudaErrorIllegalState), capture invalidated.
+cudaError_t capture_stream_destroy(cudaStream_t stream);
 
 // ---- access checks (access.cpp): the hooks that instrumented kernel code calls ----
 // Kernel sources compiled against the emulator with GCC's ThreadSanitizer instrumentation

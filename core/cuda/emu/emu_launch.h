@@ -1,7 +1,8 @@
 // core/cuda/emu/emu_launch.h — cuemu::launch, what CTX_LAUNCH expands to under the emulator:
 // converts the arguments to the kernel's parameter types (one copy, read by every CUDA thread as
 // by-value parameters), checks every pointer argument against the device-allocation registry,
-// and hands a type-erased body to the scheduler (core/cuda/emu/scheduler.cpp).
+// and hands a type-erased body to the scheduler (core/cuda/emu/scheduler.cpp), with what a stream
+// capture needs to keep the arguments (graph.cpp).
 #pragma once
 #include <cstddef>
 #include <tuple>
@@ -26,6 +27,11 @@ struct LaunchSpec {
   const void* ctx;
   int bad_pointer_arg;        // index of the first host pointer argument, -1 if none
   const void* bad_pointer;
+  // For stream capture (graph.cpp): an owned heap copy of ctx (the arguments outlive the call),
+  // its deleter, and the pointer check on such a copy (bad_pointer_arg again when a graph runs).
+  void* (*clone_ctx)(const void* ctx) = nullptr;
+  void (*free_ctx)(void* ctx) = nullptr;
+  int (*check_pointers)(const void* ctx, const void** bad) = nullptr;
 };
 void launch(const LaunchSpec& spec);
 
@@ -68,6 +74,12 @@ void launch(const char* name, const char* file, int line, void (*kernel)(P...), 
   };
   spec.bad_pointer_arg = detail::first_host_pointer(ctx.params, &spec.bad_pointer,
                                                     std::index_sequence_for<P...>{});
+  spec.clone_ctx = [](const void* c) -> void* { return new Ctx(*static_cast<const Ctx*>(c)); };
+  spec.free_ctx = [](void* c) { delete static_cast<Ctx*>(c); };
+  spec.check_pointers = [](const void* c, const void** bad) {
+    *bad = nullptr;
+    return detail::first_host_pointer(static_cast<const Ctx*>(c)->params, bad, std::index_sequence_for<P...>{});
+  };
   detail::launch(spec);
 }
 

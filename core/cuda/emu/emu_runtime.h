@@ -1,7 +1,9 @@
 // core/cuda/emu/emu_runtime.h — the CUDA runtime API subset the emulator provides, with CUDA's
 // names and signatures in the global namespace (memory, copies, streams, events, device queries,
 // errors), plus the emulator's own inspection API in namespace cuemu (faults, counters, schedule).
-// Work is done synchronously on the calling thread: every "async" call has completed on return.
+// Work is done synchronously on the calling thread: every "async" call has completed on return,
+// except while its stream captures (then it is recorded into a graph: graph.cpp, README "Stream
+// capture and graphs").
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -58,6 +60,16 @@ cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 
+// ---- stream capture and CUDA Graphs (graph.cpp; CUDA 12 signatures) ----
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* pCaptureStatus);
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+
 // ---- kernel attributes ----
 namespace cuemu::detail {
 cudaError_t func_set_attribute(const void* kernel, cudaFuncAttribute attr, int value);
@@ -82,6 +94,11 @@ struct Stats {
   uint64_t upload_bytes = 0, download_bytes = 0;
   uint64_t live_allocations = 0;
   uint64_t live_bytes = 0;
+  // stream capture (README "Stream capture and graphs"): nodes recorded into captures (kernels,
+  // copies, memsets, event records, cuBLAS calls, graph launches), and cudaGraphLaunch calls that
+  // ran. A replayed kernel counts in `launches` (and a replayed copy in `memcpys`...) when it runs.
+  uint64_t captured_nodes = 0;
+  uint64_t graph_launches = 0;
 };
 Stats stats();
 void reset_stats();

@@ -8,6 +8,7 @@
 
 #include "core/cuda/emu/cublas_emu.h"
 #include "core/cuda/emu/emu_counters.h"
+#include "core/cuda/emu/emu_internal.h"
 
 namespace cuemu::detail {
 
@@ -60,6 +61,34 @@ struct GemmRecord {
   uint64_t read_bytes, written_bytes;
 };
 void record_gemm(const GemmRecord& r);
+
+// A cuBLAS / cuBLASLt call on `stream`. run(compute) checks the call's device operands and, when
+// compute, performs it; it holds copies of everything else (alpha and beta read at call time,
+// descriptors by value). When nothing captures: run(true). Else the operands are checked now (a
+// failure invalidates the stream's capture, as a kernel's bad pointer does) and the call is recorded
+// when `stream` captures (its node runs it, checks again, when the graph runs), refused (the legacy
+// stream while a blocking stream captures, or an invalidated capture: CUBLAS_STATUS_EXECUTION_FAILED)
+// or run now.
+template <class F>
+cublasStatus_t run_or_capture(cudaStream_t stream, const char* fn, const F& run) {
+  if (!capture_active()) return run(true);
+  const cublasStatus_t st = run(false);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    capture_invalidate(stream, std::string(fn) + ": an operand failed its check (" + cuemu::last_fault() + ")");
+    return st;
+  }
+  cudaError_t err = cudaSuccess;
+  GraphWork node = [run](cudaStream_t) {
+    if (run(true) == CUBLAS_STATUS_SUCCESS) return cudaSuccess;
+    return sticky_error() != cudaSuccess ? sticky_error() : cudaErrorLaunchFailure;
+  };
+  switch (capture_queue(stream, fn, std::move(node), &err)) {
+    case Queued::Recorded: return CUBLAS_STATUS_SUCCESS;
+    case Queued::Refused: return CUBLAS_STATUS_EXECUTION_FAILED;
+    case Queued::Run: break;
+  }
+  return run(true);
+}
 
 float round_tf32(float x);
 bool tf32_override_off();  // NVIDIA_TF32_OVERRIDE=0

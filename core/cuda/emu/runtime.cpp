@@ -23,15 +23,6 @@
 
 #include "core/cuda/emu/emu_asan.h"  // CUEMU_ASAN
 
-struct CUstream_st {
-  unsigned flags;
-};
-struct CUevent_st {
-  unsigned flags;
-  bool recorded;
-  std::chrono::steady_clock::time_point when;
-};
-
 namespace cuemu::detail {
 namespace {
 
@@ -80,6 +71,7 @@ const std::pair<const uintptr_t, Alloc>* find_alloc(Registry& r, const void* p) 
 }
 
 std::atomic<uint64_t> g_mallocs{0}, g_frees{0}, g_launches{0}, g_memcpys{0};
+std::atomic<uint64_t> g_captured_nodes{0}, g_graph_launches{0};
 // copies by where the bytes went (host -> device, device -> host), whatever the kind said
 std::atomic<uint64_t> g_uploads{0}, g_downloads{0}, g_upload_bytes{0}, g_download_bytes{0};
 
@@ -144,6 +136,8 @@ cudaError_t reject(cudaError_t code, const std::string& message) {
 cudaError_t sticky_error() { return (cudaError_t)g_sticky.load(); }
 
 void count_launch() { ++g_launches; }
+void count_captured_node() { ++g_captured_nodes; }
+void count_graph_launch() { ++g_graph_launches; }
 
 uint64_t schedule_seed() {
   init_schedule();
@@ -230,6 +224,8 @@ Stats stats() {
   s.downloads = g_downloads;
   s.upload_bytes = g_upload_bytes;
   s.download_bytes = g_download_bytes;
+  s.captured_nodes = g_captured_nodes;
+  s.graph_launches = g_graph_launches;
   Registry& r = reg();
   std::lock_guard<std::mutex> lk(r.mu);
   s.live_allocations = r.live.size();
@@ -245,6 +241,8 @@ void reset_stats() {
   g_downloads = 0;
   g_upload_bytes = 0;
   g_download_bytes = 0;
+  g_captured_nodes = 0;
+  g_graph_launches = 0;
 }
 std::string last_fault() {
   std::lock_guard<std::mutex> lk(g_msg_mu);
@@ -342,6 +340,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     CUEMU_NAME(cudaErrorNoDevice)
     CUEMU_NAME(cudaErrorInvalidDevice)
     CUEMU_NAME(cudaErrorInvalidResourceHandle)
+    CUEMU_NAME(cudaErrorIllegalState)
     CUEMU_NAME(cudaErrorNotReady)
     CUEMU_NAME(cudaErrorIllegalAddress)
     CUEMU_NAME(cudaErrorLaunchOutOfResources)
@@ -350,6 +349,17 @@ const char* cudaGetErrorName(cudaError_t e) {
     CUEMU_NAME(cudaErrorMisalignedAddress)
     CUEMU_NAME(cudaErrorLaunchFailure)
     CUEMU_NAME(cudaErrorNotSupported)
+    CUEMU_NAME(cudaErrorStreamCaptureUnsupported)
+    CUEMU_NAME(cudaErrorStreamCaptureInvalidated)
+    CUEMU_NAME(cudaErrorStreamCaptureMerge)
+    CUEMU_NAME(cudaErrorStreamCaptureUnmatched)
+    CUEMU_NAME(cudaErrorStreamCaptureUnjoined)
+    CUEMU_NAME(cudaErrorStreamCaptureIsolation)
+    CUEMU_NAME(cudaErrorStreamCaptureImplicit)
+    CUEMU_NAME(cudaErrorCapturedEvent)
+    CUEMU_NAME(cudaErrorStreamCaptureWrongThread)
+    CUEMU_NAME(cudaErrorTimeout)
+    CUEMU_NAME(cudaErrorGraphExecUpdateFailure)
     CUEMU_NAME(cudaErrorUnknown)
 #undef CUEMU_NAME
   }
@@ -371,6 +381,7 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
@@ -379,6 +390,21 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorMisalignedAddress: return "misaligned address";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge: return "operation would result in a merge of separate capture sequences";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
+    case cudaErrorTimeout: return "wait operation timed out";
+    case cudaErrorGraphExecUpdateFailure:
+      return "the graph update was not performed because it included changes which violated constraints specific "
+             "to instantiated graph update";
     case cudaErrorUnknown: return "unknown error";
   }
   return "unrecognized error code";
@@ -463,6 +489,8 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {
+  if (capture_active())
+    if (cudaError_t e = capture_sync_device("cudaDeviceSynchronize"); e != cudaSuccess) return e;
   CUEMU_RETURN_IF_STICKY();
   return cudaSuccess;
 }
@@ -491,6 +519,8 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (!ptr) return reject(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
   CUEMU_RETURN_IF_STICKY();
+  if (capture_active())
+    if (cudaError_t e = capture_unsafe_call("cudaMalloc"); e != cudaSuccess) return e;
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;  // as CUDA: success and a null pointer
   if (bytes > (size_t(1) << 44))
@@ -511,6 +541,8 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
   CUEMU_RETURN_IF_STICKY();
+  if (capture_active())
+    if (cudaError_t e = capture_unsafe_call("cudaFree"); e != cudaSuccess) return e;
   Registry& r = reg();
   uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
   {
@@ -536,6 +568,8 @@ cudaError_t cudaFree(void* ptr) {
 
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
   if (!ptr) return reject(cudaErrorInvalidValue, "cudaMallocHost: null result pointer");
+  if (capture_active())
+    if (cudaError_t e = capture_unsafe_call("cudaMallocHost"); e != cudaSuccess) return e;
   *ptr = std::aligned_alloc(kAllocAlign, (bytes + kAllocAlign - 1) / kAllocAlign * kAllocAlign + kAllocAlign);
   if (!*ptr) return reject(cudaErrorMemoryAllocation, "cudaMallocHost: out of memory");
   Registry& r = reg();
@@ -545,6 +579,8 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void* ptr) {
   if (!ptr) return cudaSuccess;
+  if (capture_active())
+    if (cudaError_t e = capture_unsafe_call("cudaFreeHost"); e != cudaSuccess) return e;
   Registry& r = reg();
   {
     std::lock_guard<std::mutex> lk(r.mu);
@@ -589,28 +625,34 @@ const char* kind_name(cudaMemcpyKind k) {
   }
   return "an invalid cudaMemcpyKind";
 }
-cudaError_t checked_copy(const char* fn, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  CUEMU_RETURN_IF_STICKY();
-  if (bytes == 0) return cudaSuccess;
+// Checks a copy (pointers, kind, bounds); *s / *d: where the source / destination lie (0 host, 1 device).
+cudaError_t check_copy(const char* fn, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, int* s, int* d) {
   if (!dst || !src) return reject(cudaErrorInvalidValue, std::string(fn) + ": null pointer");
   if ((int)kind < 0 || (int)kind > 4)
     return reject(cudaErrorInvalidMemcpyDirection, std::string(fn) + ": kind " + std::to_string((int)kind) +
                                                        " is not a cudaMemcpyKind");
   std::string msg;
-  int d = classify(dst, bytes, "destination", &msg);
-  if (d < 0) return reject(cudaErrorInvalidValue, std::string(fn) + ": " + msg);
-  int s = classify(src, bytes, "source", &msg);
-  if (s < 0) return reject(cudaErrorInvalidValue, std::string(fn) + ": " + msg);
+  *d = classify(dst, bytes, "destination", &msg);
+  if (*d < 0) return reject(cudaErrorInvalidValue, std::string(fn) + ": " + msg);
+  *s = classify(src, bytes, "source", &msg);
+  if (*s < 0) return reject(cudaErrorInvalidValue, std::string(fn) + ": " + msg);
   if (kind != cudaMemcpyDefault) {
     const int want_src = (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice);
     const int want_dst = (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice);
-    if (s != want_src || d != want_dst) {
+    if (*s != want_src || *d != want_dst) {
       const char* where[2] = {"host", "device"};
       return reject(cudaErrorInvalidMemcpyDirection,
                     std::string(fn) + " with " + kind_name(kind) + ": the source " + hex(src) + " is " +
-                        where[s] + " memory and the destination " + hex(dst) + " is " + where[d] + " memory");
+                        where[*s] + " memory and the destination " + hex(dst) + " is " + where[*d] + " memory");
     }
   }
+  return cudaSuccess;
+}
+cudaError_t checked_copy(const char* fn, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  CUEMU_RETURN_IF_STICKY();
+  if (bytes == 0) return cudaSuccess;
+  int s = 0, d = 0;
+  if (cudaError_t e = check_copy(fn, dst, src, bytes, kind, &s, &d); e != cudaSuccess) return e;
   std::memmove(dst, src, bytes);
   ++g_memcpys;
   if (s == 0 && d == 1) ++g_uploads, g_upload_bytes += bytes;
@@ -618,29 +660,86 @@ cudaError_t checked_copy(const char* fn, void* dst, const void* src, size_t byte
   if (s == 1 && d == 1) count_device_bytes("cudaMemcpy (device to device)", bytes, bytes);
   return cudaSuccess;
 }
-}  // namespace
-
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  return checked_copy("cudaMemcpy", dst, src, bytes, kind);
-}
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
-  if (!valid_stream(stream)) return reject(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
-  return checked_copy("cudaMemcpyAsync", dst, src, bytes, kind);
-}
-cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+cudaError_t checked_memset(const char* fn, void* dst, int value, size_t bytes) {
   CUEMU_RETURN_IF_STICKY();
   if (bytes == 0) return cudaSuccess;
   std::string msg;
   int d = classify(dst, bytes, "destination", &msg);
-  if (d < 0) return reject(cudaErrorInvalidValue, "cudaMemset: " + msg);
-  if (d == 0) return reject(cudaErrorInvalidValue, "cudaMemset(" + hex(dst) + "): not device memory");
+  if (d < 0) return reject(cudaErrorInvalidValue, std::string(fn) + ": " + msg);
+  if (d == 0) return reject(cudaErrorInvalidValue, std::string(fn) + "(" + hex(dst) + "): not device memory");
   std::memset(dst, value, bytes);
   count_device_bytes("cudaMemset", 0, bytes);
   return cudaSuccess;
 }
+// True when [p, p + bytes) lies inside one cudaMallocHost block.
+bool is_pinned_range(const void* p, size_t bytes) {
+  Registry& r = reg();
+  std::lock_guard<std::mutex> lk(r.mu);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = r.pinned.upper_bound(a);
+  if (it == r.pinned.begin()) return false;
+  --it;
+  return a + bytes <= it->first + it->second;
+}
+// cudaMemcpyAsync while something captures: checked now, recorded if `stream` captures (pinned host
+// memory only: a captured step must not read pageable memory), else run.
+cudaError_t capture_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  const char* fn = "cudaMemcpyAsync";
+  CUEMU_RETURN_IF_STICKY();
+  if (bytes == 0) return cudaSuccess;
+  int s = 0, d = 0;
+  if (cudaError_t e = check_copy(fn, dst, src, bytes, kind, &s, &d); e != cudaSuccess) return e;
+  if (stream_capturing(stream)) {
+    const void* host[2] = {s == 0 ? src : nullptr, d == 0 ? dst : nullptr};
+    for (const void* h : host)
+      if (h && !is_pinned_range(h, bytes))
+        return capture_refuse(stream, cudaErrorStreamCaptureUnsupported,
+                              std::string(fn) + " of " + std::to_string(bytes) + " bytes " +
+                                  (h == src ? "from" : "to") + " pageable host memory " + hex(h) +
+                                  " while the stream captures: the emulator records host copies only from/to pinned "
+                                  "memory (cudaMallocHost), read or written when the graph runs");
+  }
+  cudaError_t err = cudaSuccess;
+  switch (capture_queue(stream, fn, [=](cudaStream_t) { return checked_copy(fn, dst, src, bytes, kind); }, &err)) {
+    case Queued::Recorded: return cudaSuccess;
+    case Queued::Refused: return err;
+    case Queued::Run: break;
+  }
+  return checked_copy(fn, dst, src, bytes, kind);
+}
+}  // namespace
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (capture_active())
+    if (cudaError_t e = capture_sync_call("cudaMemcpy"); e != cudaSuccess) return e;
+  return checked_copy("cudaMemcpy", dst, src, bytes, kind);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (!valid_stream(stream)) return reject(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
+  if (capture_active()) return capture_copy(dst, src, bytes, kind, stream);
+  return checked_copy("cudaMemcpyAsync", dst, src, bytes, kind);
+}
+cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  if (capture_active())
+    if (cudaError_t e = capture_sync_call("cudaMemset"); e != cudaSuccess) return e;
+  return checked_memset("cudaMemset", dst, value, bytes);
+}
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
+  const char* fn = "cudaMemsetAsync";
   if (!valid_stream(stream)) return reject(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: unknown stream");
-  return cudaMemset(dst, value, bytes);
+  if (capture_active()) {
+    CUEMU_RETURN_IF_STICKY();
+    std::string msg;
+    if (bytes > 0 && classify(dst, bytes, "destination", &msg) != 1)
+      return checked_memset(fn, dst, value, bytes);  // refused as when nothing captures
+    cudaError_t err = cudaSuccess;
+    switch (capture_queue(stream, fn, [=](cudaStream_t) { return checked_memset(fn, dst, value, bytes); }, &err)) {
+      case Queued::Recorded: return cudaSuccess;
+      case Queued::Refused: return err;
+      case Queued::Run: break;
+    }
+  }
+  return checked_memset(fn, dst, value, bytes);
 }
 
 // ---- streams and events ----
@@ -653,6 +752,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (capture_active() && valid_stream(stream))
+    if (cudaError_t e = capture_stream_destroy(stream); e != cudaSuccess) return e;
   {
     std::lock_guard<std::mutex> lk(g_obj_mu);
     if (!g_streams.erase(stream))
@@ -663,13 +764,27 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!valid_stream(stream)) return reject(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown stream");
+  if (capture_active())
+    if (cudaError_t e = capture_sync_stream(stream, "cudaStreamSynchronize"); e != cudaSuccess) return e;
   CUEMU_RETURN_IF_STICKY();
   return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
   if (!valid_stream(stream)) return reject(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: unknown stream");
-  std::lock_guard<std::mutex> lk(g_obj_mu);
-  if (!g_events.count(event)) return reject(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: unknown event");
+  if (flags & ~(unsigned)cudaEventWaitExternal)
+    return reject(cudaErrorInvalidValue, "cudaStreamWaitEvent: flags " + std::to_string(flags) +
+                                             " (cudaEventWaitDefault or cudaEventWaitExternal)");
+  bool recorded;
+  CaptureMark mark;
+  cudaStream_t event_stream;
+  {
+    std::lock_guard<std::mutex> lk(g_obj_mu);
+    if (!g_events.count(event)) return reject(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: unknown event");
+    recorded = event->recorded || event->capture != 0;
+    mark = CaptureMark{event->capture, event->capture_seq};
+    event_stream = event->capture_stream;
+  }
+  if (capture_active()) return capture_wait_event(stream, recorded, mark, event_stream, flags);
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
@@ -680,23 +795,55 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   g_events.insert(*event);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!valid_stream(stream)) return reject(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream");
+namespace {
+// Marks the event complete now (a direct cudaEventRecord, or its node when a graph runs).
+cudaError_t record_event(cudaEvent_t event) {
   std::lock_guard<std::mutex> lk(g_obj_mu);
   if (!g_events.count(event)) return reject(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown event");
   event->recorded = true;
   event->when = std::chrono::steady_clock::now();
+  event->capture = 0;
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+cudaError_t event_wait(const char* fn, cudaEvent_t event) {
+  uint64_t capture = 0;
   {
     std::lock_guard<std::mutex> lk(g_obj_mu);
-    if (!g_events.count(event)) return reject(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: unknown event");
+    if (!g_events.count(event)) return reject(cudaErrorInvalidResourceHandle, std::string(fn) + ": unknown event");
+    capture = event->capture;
   }
+  if (capture_active())
+    if (cudaError_t e = capture_sync_event(capture, fn); e != cudaSuccess) return e;
   CUEMU_RETURN_IF_STICKY();
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
+}  // namespace
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (!valid_stream(stream)) return reject(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream");
+  if (capture_active()) {
+    {
+      std::lock_guard<std::mutex> lk(g_obj_mu);
+      if (!g_events.count(event)) return reject(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown event");
+    }
+    cudaError_t err = cudaSuccess;
+    CaptureMark mark;
+    switch (capture_queue(stream, "cudaEventRecord", [event](cudaStream_t) { return record_event(event); }, &err,
+                          &mark)) {
+      case Queued::Recorded: {
+        std::lock_guard<std::mutex> lk(g_obj_mu);
+        event->capture = mark.capture;
+        event->capture_seq = mark.seq;
+        event->capture_stream = stream;
+        return cudaSuccess;
+      }
+      case Queued::Refused: return err;
+      case Queued::Run: break;
+    }
+  }
+  return record_event(event);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) { return event_wait("cudaEventSynchronize", event); }
+cudaError_t cudaEventQuery(cudaEvent_t event) { return event_wait("cudaEventQuery", event); }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (!ms) return reject(cudaErrorInvalidValue, "cudaEventElapsedTime: null result pointer");
   std::lock_guard<std::mutex> lk(g_obj_mu);

@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <exception>
 #include <mutex>
 #include <new>
@@ -883,14 +884,31 @@ void access_fault(AccessState* s, cudaError_t code, const std::string& kind, con
   static_cast<Executor*>(s->executor)->abandon_here(code, kind, what);
 }
 
-void launch(const LaunchSpec& s) {
+namespace {
+cudaError_t launch_impl(const LaunchSpec& s, bool may_capture);
+
+// The recorded node of a launch on a capturing stream: an owned copy of the arguments, run on the
+// graph's stream through the same path as a direct launch, pointer check included.
+GraphWork kernel_node(const LaunchSpec& s) {
+  std::shared_ptr<void> ctx(s.clone_ctx(s.ctx), s.free_ctx);
+  LaunchSpec recorded = s;
+  recorded.ctx = ctx.get();
+  return [recorded, ctx](cudaStream_t stream) {
+    LaunchSpec r = recorded;
+    r.stream = stream;
+    r.bad_pointer_arg = r.check_pointers(r.ctx, &r.bad_pointer);
+    return launch_impl(r, false);
+  };
+}
+
+cudaError_t launch_impl(const LaunchSpec& s, bool may_capture) {
   if (Executor* ex = in_kernel()) {
     raise_fault(cudaErrorNotSupported, site(s) + ": launched from inside a kernel (dynamic parallelism is not emulated)");
     ex->fault_here("unsupported launch", std::string("launch of ") + s.kernel_name, s.file, s.line);
   }
   if (cudaError_t e = sticky_error(); e != cudaSuccess) {
     set_last_error(e);
-    return;
+    return e;
   }
   const dim3 g = s.grid, b = s.block;
   const uint64_t threads = (uint64_t)b.x * b.y * b.z;
@@ -898,13 +916,13 @@ void launch(const LaunchSpec& s) {
     reject(cudaErrorInvalidConfiguration, site(s) + ": block (" + std::to_string(b.x) + "," + std::to_string(b.y) +
                                               "," + std::to_string(b.z) + ") = " + std::to_string(threads) +
                                               " threads; limits: x,y <= 1024, z <= 64, x*y*z <= 1024, none 0");
-    return;
+    return cudaErrorInvalidConfiguration;
   }
   if (g.x == 0 || g.y == 0 || g.z == 0 || g.x > 2147483647u || g.y > 65535 || g.z > 65535) {
     reject(cudaErrorInvalidConfiguration, site(s) + ": grid (" + std::to_string(g.x) + "," + std::to_string(g.y) +
                                               "," + std::to_string(g.z) +
                                               "); limits: x < 2^31, y,z <= 65535, none 0");
-    return;
+    return cudaErrorInvalidConfiguration;
   }
   const size_t smem_limit = max_dynamic_shared(s.kernel_id);
   if (s.smem_bytes > smem_limit) {
@@ -915,20 +933,29 @@ void launch(const LaunchSpec& s) {
                     ? " (raise it with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n), "
                       "at most 232448)"
                     : ""));
-    return;
+    return cudaErrorInvalidValue;
   }
   if (!valid_stream(s.stream)) {
-    reject(cudaErrorInvalidResourceHandle, site(s) + ": unknown stream");
-    return;
+    return reject(cudaErrorInvalidResourceHandle, site(s) + ": unknown stream");
+  }
+  if (may_capture && capture_active() && s.bad_pointer_arg < 0) {
+    cudaError_t err = cudaSuccess;
+    switch (capture_queue(s.stream, s.kernel_name, kernel_node(s), &err)) {
+      case Queued::Recorded: return cudaSuccess;
+      case Queued::Refused: return err;
+      case Queued::Run: break;
+    }
   }
   count_launch();
   if (s.bad_pointer_arg >= 0) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%p", s.bad_pointer);
-    raise_fault(cudaErrorIllegalAddress, "host pointer passed to a kernel: " + site(s) + ": argument #" +
-                                             std::to_string(s.bad_pointer_arg) + " is " + buf +
-                                             ", which is not inside any cudaMalloc allocation");
-    return;
+    const std::string m = "host pointer passed to a kernel: " + site(s) + ": argument #" +
+                          std::to_string(s.bad_pointer_arg) + " is " + buf +
+                          ", which is not inside any cudaMalloc allocation";
+    raise_fault(cudaErrorIllegalAddress, m);
+    if (may_capture && capture_active()) capture_invalidate(s.stream, m);
+    return cudaErrorIllegalAddress;
   }
   std::lock_guard<std::mutex> lk(g_launch_mu);
   LaunchRun run;
@@ -965,7 +992,12 @@ void launch(const LaunchSpec& s) {
   if (!run.fault.empty()) raise_fault(run.fault_code, symbolize(run.fault));
   std::string oob = check_redzones(s.kernel_name);
   if (!oob.empty()) raise_fault(cudaErrorIllegalAddress, oob + " (" + site(s) + ")");
+  return sticky_error();
 }
+}  // namespace
+
+void launch(const LaunchSpec& s) { launch_impl(s, true); }
+
 
 }  // namespace cuemu::detail
 
