@@ -143,7 +143,8 @@ class Trainer {
 
  private:
   bool step(int64_t s);  // false: --stop-after ends the run after this step
-  void train_step(int64_t s, double lr, int64_t slot);  // forward, backward, clip, update
+  // forward, backward, clip, update; on `drawn` when given (the step's micro-batches, already drawn)
+  void train_step(int64_t s, double lr, int64_t slot, const std::vector<std::pair<Tensor, Tensor>>* drawn = nullptr);
   std::pair<Tensor, Tensor> draw(BatchSampler& sampler, int64_t s, int64_t a);
   std::pair<Tensor, Tensor> batch(int64_t s, int64_t a);
   void stage_ring(int64_t first);
@@ -287,7 +288,7 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
 // would freeze must not change between steps, and a step must not talk to the host.
 std::string Trainer::graph_refusal() const {
   const Tensor& w = model_.wte->weight.data();
-  if (w.device() == Device::CPU || !backend_of(w).can_capture()) return "the model is on " + device_name(w.device());
+  if (w.device() == Device::CPU || !backend_of(w).can_capture()) return std::string("the model is on ") + device_name(w.device());
   if (!ring_) return "the batches are drawn per step (segment memory or --task-mix)";
   if (dist::size() > 1) return "the gradients are averaged over processes (MPI / NCCL) each step";
   if (tree_) return "--deterministic sums the gradients in a tree on the host's schedule";
@@ -344,9 +345,9 @@ bool Trainer::step(int64_t s) {
 
 // The step's training: --accum micro-batches forward and backward (each as its shards), the
 // gradients averaged over the ranks, clipped and applied.
-void Trainer::train_step(int64_t s, double lr, int64_t slot) {
+void Trainer::train_step(int64_t s, double lr, int64_t slot, const std::vector<std::pair<Tensor, Tensor>>* drawn) {
   for (int64_t a = 0; a < opt_.accum; ++a) {
-    const auto [x, y] = batch(s, a);
+    const auto [x, y] = drawn ? (*drawn)[(size_t)a] : batch(s, a);
     forward_backward(x, y, slot * opt_.accum + a, a);
   }
   const auto ta = Clock::now();
@@ -361,8 +362,10 @@ void Trainer::train_step(int64_t s, double lr, int64_t slot) {
 // The same step as a replay of its recording (recorded first when there is none, or when the
 // table cache evicted something since: the recording reads kept tables by their address).
 void Trainer::graph_step(int64_t s, double lr, int64_t slot) {
+  std::vector<std::pair<Tensor, Tensor>> drawn;
   for (int64_t a = 0; a < opt_.accum; ++a) {
-    const auto [x, y] = batch(s, a);
+    drawn.push_back(batch(s, a));
+    const auto& [x, y] = drawn.back();
     if ((int64_t)gx_.size() <= a) {
       gx_.push_back(Tensor::empty(x.shape(), x.dtype(), x.device()));
       gy_.push_back(Tensor::empty(y.shape(), y.dtype(), y.device()));
@@ -389,7 +392,7 @@ void Trainer::graph_step(int64_t s, double lr, int64_t slot) {
       graph_.reset();
       optim_->zero_grad();
       for (auto& np : params_) np.second.data().raw();  // drops the weights' kept copies (never written)
-      train_step(s, lr, slot);
+      train_step(s, lr, slot, &drawn);
       return;
     }
   }
