@@ -24,8 +24,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <memory>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <sstream>
