@@ -118,8 +118,9 @@ TEST_F(EmuGraph, CapturedKernelsOwnTheirArgumentsAndSeeMemoryAtReplay) {
 
 // Every kind of queued work, captured once and replayed 3 times with new inputs (a new pinned
 // input, new weights in device memory, a host alpha changed after capture: the baked value is
-// used; the cuBLASLt descriptor and layouts destroyed before the first replay), equals the same
-// calls run directly, bitwise; the counters count nodes at capture and work at replay.
+// used; the cuBLASLt descriptor and layouts changed after capture, destroyed after the first
+// replay), equals the same calls run directly, bitwise; the counters count nodes at capture and
+// work at replay.
 TEST_F(EmuGraph, EveryKindOfWorkReplaysAsTheSameCallsRunDirectly) {
   cublasHandle_t blas;
   ASSERT_EQ(cublasCreate(&blas), CUBLAS_STATUS_SUCCESS);
@@ -136,8 +137,17 @@ TEST_F(EmuGraph, EveryKindOfWorkReplaysAsTheSameCallsRunDirectly) {
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
   queue_step(g, pinned, &alpha, blas, lt_graph, done, s);
   const cudaGraphExec_t exec = end_and_instantiate(s);
-  lt_graph.destroy();
-  alpha = -100.0f;  // after capture: the graph keeps 1.5
+  // after capture: the graph keeps alpha = 1.5, the descriptor and layouts as they were
+  alpha = -100.0f;
+  const uint32_t relu = CUBLASLT_EPILOGUE_RELU;
+  const int32_t trans = CUBLAS_OP_T;
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(lt_graph.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &relu, sizeof relu),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(lt_graph.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans, sizeof trans),
+            CUBLAS_STATUS_SUCCESS);
+  const int64_t ld = kM + 1;
+  EXPECT_EQ(cublasLtMatrixLayoutSetAttribute(lt_graph.lb, CUBLASLT_MATRIX_LAYOUT_LD, &ld, sizeof ld),
+            CUBLAS_STATUS_SUCCESS);
   const cuemu::Stats captured = cuemu::stats();
   EXPECT_EQ(captured.captured_nodes, before.captured_nodes + 7);
   EXPECT_EQ(captured.launches, before.launches);
@@ -151,6 +161,7 @@ TEST_F(EmuGraph, EveryKindOfWorkReplaysAsTheSameCallsRunDirectly) {
     d.w.upload(w);
     d.w2.upload(w2);
     g.out.upload(std::vector<float>(kP * kQ, -7.0f));
+    if (r == 1) lt_graph.destroy();
     ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess) << cuemu::last_fault();
     ASSERT_EQ(cudaEventSynchronize(done), cudaSuccess);
     const float direct_alpha = 1.5f;
@@ -218,6 +229,7 @@ TEST_F(EmuGraph, ReplayChecksKernelPointersAgain) {
   ASSERT_EQ(cudaFree(y), cudaSuccess);
   EXPECT_EQ(cudaGraphLaunch(exec, s), cudaErrorIllegalAddress);
   EXPECT_NE(cuemu::last_fault().find("node #0 (scale_add)"), std::string::npos) << cuemu::last_fault();
+  EXPECT_NE(cuemu::last_fault().find("host pointer passed to a kernel"), std::string::npos) << cuemu::last_fault();
   EXPECT_EQ(take_error(), cudaErrorIllegalAddress);
   EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
 

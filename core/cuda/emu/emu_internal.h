@@ -88,6 +88,13 @@ struct CaptureMark {
 // while a blocking stream captures, or a capture invalidated earlier: reported, *err set).
 Queued capture_queue(cudaStream_t stream, const char* fn, GraphWork work, cudaError_t* err,
                      CaptureMark* mark = nullptr);
+// capture_queue for a call that returns cudaError_t: true when the capture took the call (recorded:
+// *ret = cudaSuccess; refused: *ret = the error), false when the call must run now.
+inline bool capture_takes(cudaStream_t stream, const char* fn, GraphWork work, cudaError_t* ret,
+                          CaptureMark* mark = nullptr) {
+  *ret = cudaSuccess;
+  return capture_queue(stream, fn, std::move(work), ret, mark) != Queued::Run;
+}
 // True when `stream` belongs to a capture (active or invalidated).
 bool stream_capturing(cudaStream_t stream);
 // Invalidates the capture of `stream` (if any) because of `why`; refuses the call with `code`.

@@ -77,16 +77,13 @@ cublasStatus_t run_or_capture(cudaStream_t stream, const char* fn, const F& run)
     capture_invalidate(stream, std::string(fn) + ": an operand failed its check (" + cuemu::last_fault() + ")");
     return st;
   }
-  cudaError_t err = cudaSuccess;
   GraphWork node = [run](cudaStream_t) {
     if (run(true) == CUBLAS_STATUS_SUCCESS) return cudaSuccess;
     return sticky_error() != cudaSuccess ? sticky_error() : cudaErrorLaunchFailure;
   };
-  switch (capture_queue(stream, fn, std::move(node), &err)) {
-    case Queued::Recorded: return CUBLAS_STATUS_SUCCESS;
-    case Queued::Refused: return CUBLAS_STATUS_EXECUTION_FAILED;
-    case Queued::Run: break;
-  }
+  cudaError_t ret;
+  if (capture_takes(stream, fn, std::move(node), &ret))
+    return ret == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
   return run(true);
 }
 

@@ -474,12 +474,8 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     return e;
   }
   if (capture_active()) {  // a graph launched into a capturing stream becomes one node of that capture
-    cudaError_t err = cudaSuccess;
-    switch (capture_queue(stream, fn, [nodes](cudaStream_t s) { return replay(*nodes, s); }, &err)) {
-      case Queued::Recorded: return cudaSuccess;
-      case Queued::Refused: return err;
-      case Queued::Run: break;
-    }
+    cudaError_t ret;
+    if (capture_takes(stream, fn, [nodes](cudaStream_t s) { return replay(*nodes, s); }, &ret)) return ret;
   }
   return replay(*nodes, stream);
 }

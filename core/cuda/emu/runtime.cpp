@@ -699,12 +699,8 @@ cudaError_t capture_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKin
                                   " while the stream captures: the emulator records host copies only from/to pinned "
                                   "memory (cudaMallocHost), read or written when the graph runs");
   }
-  cudaError_t err = cudaSuccess;
-  switch (capture_queue(stream, fn, [=](cudaStream_t) { return checked_copy(fn, dst, src, bytes, kind); }, &err)) {
-    case Queued::Recorded: return cudaSuccess;
-    case Queued::Refused: return err;
-    case Queued::Run: break;
-  }
+  cudaError_t ret;
+  if (capture_takes(stream, fn, [=](cudaStream_t) { return checked_copy(fn, dst, src, bytes, kind); }, &ret)) return ret;
   return checked_copy(fn, dst, src, bytes, kind);
 }
 }  // namespace
@@ -732,12 +728,8 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
     std::string msg;
     if (bytes > 0 && classify(dst, bytes, "destination", &msg) != 1)
       return checked_memset(fn, dst, value, bytes);  // refused as when nothing captures
-    cudaError_t err = cudaSuccess;
-    switch (capture_queue(stream, fn, [=](cudaStream_t) { return checked_memset(fn, dst, value, bytes); }, &err)) {
-      case Queued::Recorded: return cudaSuccess;
-      case Queued::Refused: return err;
-      case Queued::Run: break;
-    }
+    cudaError_t ret;
+    if (capture_takes(stream, fn, [=](cudaStream_t) { return checked_memset(fn, dst, value, bytes); }, &ret)) return ret;
   }
   return checked_memset(fn, dst, value, bytes);
 }
@@ -825,19 +817,16 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
       std::lock_guard<std::mutex> lk(g_obj_mu);
       if (!g_events.count(event)) return reject(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown event");
     }
-    cudaError_t err = cudaSuccess;
+    cudaError_t ret;
     CaptureMark mark;
-    switch (capture_queue(stream, "cudaEventRecord", [event](cudaStream_t) { return record_event(event); }, &err,
-                          &mark)) {
-      case Queued::Recorded: {
+    if (capture_takes(stream, "cudaEventRecord", [event](cudaStream_t) { return record_event(event); }, &ret, &mark)) {
+      if (mark.capture) {  // recorded: the event is a captured one until the capture ends
         std::lock_guard<std::mutex> lk(g_obj_mu);
         event->capture = mark.capture;
         event->capture_seq = mark.seq;
         event->capture_stream = stream;
-        return cudaSuccess;
       }
-      case Queued::Refused: return err;
-      case Queued::Run: break;
+      return ret;
     }
   }
   return record_event(event);

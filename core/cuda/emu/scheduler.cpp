@@ -24,8 +24,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <memory>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <sstream>
@@ -939,12 +939,8 @@ cudaError_t launch_impl(const LaunchSpec& s, bool may_capture) {
     return reject(cudaErrorInvalidResourceHandle, site(s) + ": unknown stream");
   }
   if (may_capture && capture_active() && s.bad_pointer_arg < 0) {
-    cudaError_t err = cudaSuccess;
-    switch (capture_queue(s.stream, s.kernel_name, kernel_node(s), &err)) {
-      case Queued::Recorded: return cudaSuccess;
-      case Queued::Refused: return err;
-      case Queued::Run: break;
-    }
+    cudaError_t ret;
+    if (capture_takes(s.stream, s.kernel_name, kernel_node(s), &ret)) return ret;
   }
   count_launch();
   if (s.bad_pointer_arg >= 0) {
