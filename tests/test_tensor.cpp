@@ -9,6 +9,7 @@
 #include "core/backend.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "tests/test_util.h"
 
 using namespace ctx;
 
@@ -67,20 +68,11 @@ TEST(Tensor, CheckedBoundIsAnIntegerStoragesPromiseUntilItsNextWrite) {
   t.set_checked_bound(10);
   t.set_checked_bound(-1);  // dropped explicitly
   EXPECT_EQ(t.checked_bound(), -1);
-  auto message = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
-  const std::string f = message([] { Tensor::zeros({3}, DType::F32).set_checked_bound(4); });
-  EXPECT_NE(f.find("set_checked_bound: f32[3] is not an integer tensor"), std::string::npos) << f;
-  const std::string b = message([&] { t.set_checked_bound(-2); });
-  EXPECT_NE(b.find("set_checked_bound: bound -2 for i32[2, 2] must be >= 0"), std::string::npos) << b;
-  const std::string u = message([] { Tensor().set_checked_bound(1); });
-  EXPECT_NE(u.find("set_checked_bound: undefined tensor"), std::string::npos) << u;
+  using testing_util::expect_error;
+  expect_error([] { Tensor::zeros({3}, DType::F32).set_checked_bound(4); },
+               {"set_checked_bound: f32[3] is not an integer tensor"});
+  expect_error([&] { t.set_checked_bound(-2); }, {"set_checked_bound: bound -2 for i32[2, 2] must be >= 0"});
+  expect_error([] { Tensor().set_checked_bound(1); }, {"set_checked_bound: undefined tensor"});
 }
 
 TEST(Tensor, AllDtypesConvert) {

@@ -564,6 +564,9 @@ void Trainer::evaluate(int64_t s) {
 void Trainer::print_start() const {
   if (!quiet_ && dist::active()) std::printf("distributed: %s; global batch %lld = %lld rows per rank\n",
                                              dist::describe().c_str(), (long long)opt_.batch, (long long)(r1_ - r0_));
+  if (graph_ && !quiet_)
+    std::printf("CUDA Graph: the step is recorded at step %lld and replayed from then on (CTXLAB_CUDA_GRAPH=1)\n",
+                (long long)(span_.start_step + kGraphWarmup + 1));
   if (mixer_ && !quiet_) std::printf("task mix: %s (task rows train on their answer tokens only)\n", opt_.task_mix.c_str());
   if (segments_ && !quiet_)
     std::printf("segments: %s keeps %lld positions of memory; training on %lld consecutive segments of %lld "
