@@ -74,6 +74,10 @@ void Backend::fill(Tensor& x, double value) {
   checks::fill(device(), x);
   fill_impl(x, value);
 }
+void Backend::set_values(Tensor& dst, const std::vector<int64_t>& values) {
+  checks::set_values(device(), dst, (int64_t)values.size());
+  if (!values.empty()) set_values_impl(dst, values);
+}
 void Backend::copy_strided(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d, const Shape& shape,
                            bool accumulate) {
   if (checks::copy_strided(device(), src, s, dst, d, shape)) copy_strided_impl(src, s, dst, d, shape, accumulate);
@@ -112,7 +116,7 @@ void Backend::causal_fill(Tensor& x, double value, int64_t diag, int64_t window)
   causal_fill_impl(x, value, diag, window);
 }
 void Backend::dropout(const Tensor& x, const DropoutMask& m, Tensor& y) {
-  checks::dropout(device(), x, y);
+  checks::dropout(device(), x, m, y);
   dropout_impl(x, m, y);
 }
 void Backend::gemm(const GemmDesc& g, const Tensor& A, const Tensor& B, Tensor& C) {

@@ -237,6 +237,10 @@ class Backend {
 
   // --- memory ---
   void fill(Tensor& x, double value);
+  // dst[i] = values[i] for i < values.size() (dst: i64 with at least that many elements): a few
+  // values written as kernel arguments, not copied from the host (a recorded step's dropout seeds
+  // before each replay, core/step_graph.h).
+  void set_values(Tensor& dst, const std::vector<int64_t>& values);
   // dst[idx] (+)= src[s.offset + sum idx_d * s.strides_d] over `shape`, dst through d (same
   // shape). Covers permute (permuted strides), broadcast (stride 0), slices and concat.
   void copy_strided(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d,
@@ -399,6 +403,7 @@ class Backend {
   // Arguments as the public method's, checked (core/backend_checks.h), plus what the checks
   // derived. Primitives are pure; the fused kernels' base versions throw "not supported".
   virtual void fill_impl(Tensor& x, double value) = 0;
+  virtual void set_values_impl(Tensor& dst, const std::vector<int64_t>& values) = 0;
   virtual void copy_strided_impl(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d,
                                  const Shape& shape, bool accumulate) = 0;  // shape not empty
   virtual void convert_impl(const Tensor& src, Tensor& dst) = 0;

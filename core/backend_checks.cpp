@@ -67,6 +67,12 @@ bool copy_strided(Device dev, const Tensor& src, const Strided& s, const Tensor&
 
 void fill(Device dev, const Tensor& x) { on(dev, x, "fill", "x"); }
 
+void set_values(Device dev, const Tensor& dst, int64_t n) {
+  on(dev, dst, "set_values", "dst");
+  CTX_CHECK(dst.dtype() == DType::I64 && dst.numel() >= n, "set_values: ", n, " values into ", dst.str(),
+            "; expected an i64 tensor of at least ", n, " elements");
+}
+
 void convert(Device dev, const Tensor& src, const Tensor& dst) {
   on(dev, src, "convert", "src");
   on(dev, dst, "convert", "dst");
@@ -143,7 +149,15 @@ void causal_fill(Device dev, const Tensor& x) {
   float_dtype("causal_mask", x.dtype());
 }
 
-void dropout(Device dev, const Tensor& x, const Tensor& y) {
+// A mask whose seed lives in device memory (a step being recorded into a CUDA Graph) on the CPU,
+// which records nothing: it would read a device address.
+static void host_seed(Device dev, const DropoutMask& m, const char* op) {
+  CTX_CHECK(!m.seed_at || dev != Device::CPU, op, ": a dropout mask with its seed in device memory (seed_at: a "
+            "recorded step's) reached the cpu");
+}
+
+void dropout(Device dev, const Tensor& x, const DropoutMask& m, const Tensor& y) {
+  host_seed(dev, m, "dropout");
   on(dev, x, "dropout", "x");
   same(x, y, "dropout");
   on(dev, y, "dropout", "y");
@@ -347,6 +361,7 @@ void attention_forward(Device dev, const AttnDims& d, const Tensor& q, const Ten
   check_on_device(dev, "attention_forward",
          {&q, &k, &v, &bias, &out, &lse, &rel.qidx, &rel.kidx, &rel.qrel, &rel.krel, &rel.vrel});
   check_attention_forward(d, q, k, v, bias, out, lse, rel, dev);
+  host_seed(dev, d.dropout, "attention_forward");
 }
 
 void attention_backward(Device dev, const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -357,6 +372,7 @@ void attention_backward(Device dev, const AttnDims& d, const Tensor& q, const Te
          {&q, &k, &v, &bias, &out, &lse, &dout, &dq, &dk, &dv, &dbias, &rel.qidx, &rel.kidx, &rel.qrel, &rel.krel,
           &rel.vrel, &drel.dqrel, &drel.dkrel, &drel.dvrel});
   check_attention_backward(d, q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, rel, drel, dev);
+  host_seed(dev, d.dropout, "attention_backward");
 }
 
 void rope_rotate(Device dev, const Tensor& x, const Tensor& C, const Tensor& S, const Tensor& out) {

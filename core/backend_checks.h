@@ -36,6 +36,7 @@ std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out, const c
 
 // --- memory ---
 void fill(Device dev, const Tensor& x);
+void set_values(Device dev, const Tensor& dst, int64_t n);
 // both tensors on dev, one dtype, strides of shape's rank, every offset the views reach inside
 // their tensors. False when there is nothing to copy.
 bool copy_strided(Device dev, const Tensor& src, const Strided& s, const Tensor& dst, const Strided& d,
@@ -55,7 +56,7 @@ Shape reduce_sum(Device dev, const Tensor& x, const Tensor& out);  // out's stri
 Shape where_scalar(Device dev, const Tensor& mask, const Tensor& a, const Tensor& y);
 Shape where(Device dev, const Tensor& mask, const Tensor& a, const Tensor& b, const Tensor& y);
 void causal_fill(Device dev, const Tensor& x);
-void dropout(Device dev, const Tensor& x, const Tensor& y);
+void dropout(Device dev, const Tensor& x, const DropoutMask& m, const Tensor& y);
 
 // --- linear algebra: one dtype, sizes >= 0, every batch item inside A, B and C; f32 / f64 when
 // there is something to compute. False when there is not (M or N is 0: C has no element).

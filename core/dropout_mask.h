@@ -17,9 +17,15 @@
 //
 // The autograd op (autograd/ops_elementwise.cpp) draws one seed per call from the model's dropout
 // Rng, so a checkpoint's Rng state resumes the same masks.
+//
+// A step recorded into a CUDA Graph (core/step_graph.h) must not freeze its seeds: while it is
+// recorded, each mask drawn also gets `seed_at`, the device address of a slot in the recording's
+// seed table, and a kernel reads its seed there (resolved()); before each replay the same seeds,
+// drawn from the same Rng in the same order, are written into the table.
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "core/host_device.h"
 
@@ -27,6 +33,7 @@ namespace ctx {
 
 struct DropoutMask {
   uint64_t seed = 0;
+  const uint64_t* seed_at = nullptr;  // device memory holding the seed (a recorded step), or null
   uint32_t threshold = 0;  // dropped iff the 32-bit draw is below it (0: keep everything)
   double scale = 1.0;      // 1 / (1 - p), the factor of the kept elements
 
@@ -49,7 +56,21 @@ struct DropoutMask {
   CTX_HOST_DEVICE bool active() const { return threshold > 0 || scale != 1.0; }
   // The factor element i is multiplied by, in the tensor's dtype.
   template <class T> CTX_HOST_DEVICE T factor(uint64_t i) const { return keep(i) ? (T)scale : T(0); }
+  // This mask with its seed read from seed_at when it has one: what a kernel draws with (once, at
+  // its start). On the host seed_at is always null (only a device recording sets it).
+  CTX_HOST_DEVICE DropoutMask resolved() const {
+    DropoutMask m = *this;
+    if (seed_at) {
+      m.seed = *seed_at;
+      m.seed_at = nullptr;
+    }
+    return m;
+  }
 };
+
+// While a step is recorded (DropoutSeedRecording), the slot of the next mask's seed in the
+// recording's table, the seed's value kept for the first replay; null otherwise.
+const uint64_t* dropout_seed_slot(uint64_t seed);
 
 // The mask of dropout with drop probability p in [0, 1) and this call's seed.
 inline DropoutMask dropout_mask(double p, uint64_t seed) {
@@ -58,7 +79,18 @@ inline DropoutMask dropout_mask(double p, uint64_t seed) {
   const long long t = std::llround(p * 4294967296.0);
   m.threshold = (uint32_t)(t > 0xFFFFFFFFLL ? 0xFFFFFFFFLL : t);
   m.scale = 1.0 / (1.0 - p);
+  m.seed_at = dropout_seed_slot(seed);
   return m;
 }
+
+// The seed table of a recording: between begin() and end() every mask drawn takes the next slot
+// of `table` (device u64 [capacity]) and its seed is appended to `drawn`; one recording at a time.
+struct DropoutSeedRecording {
+  uint64_t* table = nullptr;
+  int64_t capacity = 0;
+  std::vector<uint64_t> drawn;
+  void begin(uint64_t* device_table, int64_t cap);
+  void end();  // (also on an error in the recorded code)
+};
 
 }  // namespace ctx

@@ -46,8 +46,8 @@ const std::vector<Setting>& settings() {
        "core/cuda/attention_tc.cu"},
       {"CTXLAB_CUDA_GRAPH", "0", "0 | 1",
        "1: `train` on CUDA records its warm step (forward, backward, clip, AdamW) into a CUDA Graph once and "
-       "replays it each step (docs/cuda.md); runs that cannot (MPI, --deterministic, dropout, randomized "
-       "positions, segments, task rows, SGD) say why and train without; the same results; not yet timed on a GPU",
+       "replays it each step (docs/cuda.md); runs that cannot (MPI, --deterministic, randomized positions, "
+       "segments, task rows, SGD) say why and train without; the same results; not yet timed on a GPU",
        "train/trainer.cpp"},
       {"CTXLAB_FUSED_CAUSAL_SOFTMAX", "1", "0 | 1",
        "0: the composed attention's mask and softmax as causal_fill + softmax (two passes) instead of "

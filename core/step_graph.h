@@ -3,13 +3,20 @@
 // warm step"). capture() runs the host code once with the device's work recorded, NOT run;
 // replay() runs the recording (the captured step included). What the host code computes for the
 // device (kernel arguments, pointers, grid sizes) is frozen in the recording: anything that must
-// change between replays has to live in device memory, written outside the recording.
+// change between replays has to live in device memory, written outside the recording. Dropout is
+// handled here: the masks drawn while recording read their seeds from the graph's seed table
+// (core/dropout_mask.h), and replay(rng) writes the next step's seeds there first, drawn from the
+// same Rng the eager step would draw them from, in the same order.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "core/backend.h"
+#include "core/dropout_mask.h"
 #include "core/error.h"
+#include "core/rng.h"
 
 namespace ctx {
 
@@ -22,28 +29,57 @@ class StepGraph {
   // recording is abandoned and the error rethrown: nothing recorded ran.
   void capture(const std::function<void()>& body) {
     work_.reset();
+    if (!seeds_.defined()) seeds_ = Tensor::zeros({kSeeds}, DType::I64, be_.device());
+    DropoutSeedRecording rec;
     be_.capture_begin();
+    rec.begin(reinterpret_cast<uint64_t*>(seeds_.data<int64_t>()), kSeeds);
     try {
       body();
     } catch (...) {
+      rec.end();
       try {
         be_.capture_end(false);
       } catch (...) {
       }
       throw;
     }
+    rec.end();
     work_ = be_.capture_end(true);
+    // the recorded step's own seeds (drawn while recording) for its first replay
+    next_seeds_.assign(rec.drawn.begin(), rec.drawn.end());
+    nseeds_ = (int64_t)rec.drawn.size();
   }
   bool captured() const { return work_ != nullptr; }
-  void replay() {
+  int64_t dropout_seeds() const { return nseeds_; }  // masks the recorded step draws
+  // Runs the recording. A recording that drew dropout seeds needs `rng`, the Rng the step draws
+  // them from: the first replay after the capture uses the seeds drawn while recording, every
+  // later one draws as many from rng (the eager step's draws), and they are written into the seed
+  // table (Backend::set_values: kernel arguments, no upload) before the replay.
+  void replay(Rng* rng = nullptr) {
     CTX_CHECK(work_, "StepGraph::replay: nothing captured");
+    if (nseeds_ > 0) {
+      if (next_seeds_.empty()) {
+        CTX_CHECK(rng, "StepGraph::replay: the recorded step draws ", nseeds_, " dropout seeds; pass their Rng");
+        for (int64_t i = 0; i < nseeds_; ++i) next_seeds_.push_back((int64_t)rng->next_u64());
+      }
+      be_.set_values(seeds_, next_seeds_);
+      next_seeds_.clear();
+    }
     work_->replay();
   }
-  void reset() { work_.reset(); }  // the next step is captured afresh (the recording's memory freed)
+  void reset() {  // the next step is captured afresh (the recording's memory freed)
+    work_.reset();
+    nseeds_ = 0;
+    next_seeds_.clear();
+  }
 
  private:
+  static constexpr int64_t kSeeds = 4096;  // dropout masks a recorded step may draw
   Backend& be_;
   std::shared_ptr<CapturedWork> work_;
+  Tensor seeds_;                     // i64 [kSeeds] on the device: the recorded masks' seeds
+  int64_t nseeds_ = 0;
+  std::vector<int64_t> next_seeds_;  // the seeds of the next replay, when already drawn
 };
 
 }  // namespace ctx

@@ -2,7 +2,8 @@
 // train/trainer.cpp, core/step_graph.h; docs/cuda.md "A CUDA Graph of the warm step"): a run that
 // replays its recorded step gives the same bits as the same run stepping eagerly (weights, AdamW's
 // moments, every logged loss), through the learning-rate warm-up (the step constants come from
-// the device), gradient accumulation, bf16 and a validation pass between replays (which makes the
+// the device), gradient accumulation, bf16, dropout (each replay's seeds drawn from the model's
+// Rng and written to the device first) and a validation pass between replays (which makes the
 // next step record afresh); runs that cannot be recorded say why and train eagerly to the same
 // bits. Runs under the CUDA emulator (always) and on a real GPU; without one: "skipped: no GPU".
 #include <gtest/gtest.h>
@@ -50,6 +51,8 @@ struct Case {
   int64_t accum = 1;
   bool bf16 = false;
   bool fire_table = false;  // FIRE's table switch: its decision copies to the host
+  bool deterministic = false;
+  bool fused = false;  // the fused attention forced on (its dropout inside the kernel)
 };
 
 struct Outcome {
@@ -78,8 +81,12 @@ Outcome train_once(const Case& c, bool graph, const std::string& tag) {
   GraphSwitch sw(graph);
   clear_table_cache();
   if (c.fire_table) set_fast_path(FastPath::FireTable, true);
+  if (c.fused) set_fast_path(FastPath::Attention, true);
   struct Reset {
-    ~Reset() { reset_fast_path(FastPath::FireTable); }
+    ~Reset() {
+      reset_fast_path(FastPath::FireTable);
+      reset_fast_path(FastPath::Attention);
+    }
   } reset;
   PrecisionScope prec(c.bf16 ? Precision::BF16 : Precision::FP32);
   json pe = json{{"type", c.pe}};
@@ -104,6 +111,7 @@ Outcome train_once(const Case& c, bool graph, const std::string& tag) {
   o.plot = false;
   o.quiet = true;
   o.seed = 77;
+  o.deterministic = c.deterministic;
   const cuda::GraphStats before = cuda::graph_stats();
   ::testing::internal::CaptureStderr();
   train(m, o);
@@ -130,10 +138,14 @@ void expect_same(const Outcome& eager, const Outcome& graph) {
 // validation) and 6 replays (steps 3-8); the eager run records nothing.
 TEST(CudaGraphStep, ReplayGivesTheEagerBits) {
   CTX_SKIP_WITHOUT_GPU(has_gpu());
+  Case fused_drop{"alibi", 0.1};
+  fused_drop.fused = true;
   for (const Case& c : {Case{"learned"}, Case{"rope"}, Case{"alibi", 0, 1, true}, Case{"rope", 0, 2, false},
-                        Case{"learned", 0, 1, true}}) {
-    SCOPED_TRACE(c.pe + " accum " + std::to_string(c.accum) + (c.bf16 ? " bf16" : " fp32"));
-    const std::string tag = c.pe + std::to_string(c.accum) + (c.bf16 ? "b" : "f");
+                        Case{"learned", 0, 1, true}, Case{"rope", 0.1}, Case{"learned", 0.1, 2, false}, fused_drop}) {
+    SCOPED_TRACE(c.pe + " accum " + std::to_string(c.accum) + (c.bf16 ? " bf16" : " fp32") + " dropout " +
+                 std::to_string(c.dropout) + (c.fused ? " fused attention" : ""));
+    const std::string tag = c.pe + std::to_string(c.accum) + (c.bf16 ? "b" : "f") + (c.dropout > 0 ? "d" : "") +
+                            (c.fused ? "u" : "");
     const Outcome eager = train_once(c, false, tag + "_eager");
     const Outcome graph = train_once(c, true, tag + "_graph");
     EXPECT_EQ(eager.graphs.captures, 0u);
@@ -144,18 +156,20 @@ TEST(CudaGraphStep, ReplayGivesTheEagerBits) {
   }
 }
 
-// Runs that cannot be recorded: dropout (seeds drawn on the host at each call) is refused up
-// front with its reason; FIRE with its table switch copies L_multiplier to the host inside the
-// step, so the recording is refused by the copy itself and the run goes on eagerly. Either way
-// the bits are the eager run's.
+// Runs that cannot be recorded: --deterministic (its gradient tree is summed on the host's
+// schedule) is refused up front with its reason; FIRE with its table switch copies L_multiplier to
+// the host inside the step, so the recording is refused by the copy itself and the run goes on
+// eagerly. Either way the bits are the eager run's.
 TEST(CudaGraphStep, UnrecordableRunsSayWhyAndTrainEagerly) {
   CTX_SKIP_WITHOUT_GPU(has_gpu());
   {
-    const Case c{"rope", 0.1};
-    const Outcome eager = train_once(c, false, "drop_eager");
-    const Outcome graph = train_once(c, true, "drop_graph");
+    Case c{"rope"};
+    c.deterministic = true;
+    const Outcome eager = train_once(c, false, "det_eager");
+    const Outcome graph = train_once(c, true, "det_graph");
     EXPECT_EQ(graph.graphs.captures, 0u);
-    EXPECT_NE(graph.stderr_text.find("CTXLAB_CUDA_GRAPH=1 ignored: dropout"), std::string::npos) << graph.stderr_text;
+    EXPECT_NE(graph.stderr_text.find("CTXLAB_CUDA_GRAPH=1 ignored: --deterministic"), std::string::npos)
+        << graph.stderr_text;
     expect_same(eager, graph);
   }
   {

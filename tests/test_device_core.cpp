@@ -59,6 +59,7 @@ class RecordingBackend final : public Backend {
   std::map<std::string, int> row_calls;  // causal_fill, softmax, causal_softmax and backwards -> times called
 
   void fill_impl(Tensor& x, double v) override { in_.fill(x, v); }
+  void set_values_impl(Tensor& x, const std::vector<int64_t>& v) override { in_.set_values(x, v); }
   void copy_strided_impl(const Tensor& s, const Strided& ss, Tensor& d, const Strided& ds, const Shape& sh,
                          bool acc) override {
     in_.copy_strided(s, ss, d, ds, sh, acc);
@@ -730,7 +731,7 @@ TEST(DeviceCore, ModuleToMovesEveryParameterOnceKeepingNamesAndTies) {
 
 TEST(Settings, EveryVariableIsInTheTableAndDocumented) {
   const auto& t = settings();
-  EXPECT_EQ(t.size(), 30u);
+  EXPECT_EQ(t.size(), 31u);
   std::ifstream f(std::string(CTXLAB_SOURCE_DIR) + "/docs/settings.md");
   ASSERT_TRUE(f.good()) << "docs/settings.md is missing";
   std::stringstream doc;

@@ -4,7 +4,8 @@
 // used is not handed to anyone else while it lives (the graph's pool), also when a tensor made in
 // the recording is freed after it, and comes back when it is destroyed; a host <-> device copy
 // inside the recording is refused, naming itself, and leaves the device usable. The CPU cannot
-// record. Runs under the CUDA emulator (always) and on a real GPU; without one: "skipped: no GPU".
+// record. Backend::set_values (how a replay's dropout seeds reach the device) writes its values
+// without a copy from the host. Runs under the CUDA emulator (always) and on a real GPU; without one: "skipped: no GPU".
 #include <gtest/gtest.h>
 
 #include <string>
@@ -97,6 +98,27 @@ TEST(Cuda, StepGraphRefusesHostCopies) {
   be.unary(UnaryOp::Scale, x, x, 3.0);
   EXPECT_EQ(graph_values(x), std::vector<float>(kN, 6.f));
   testing_util::expect_error([&] { StepGraph cpu(backend(Device::CPU)); }, {"cannot record"});
+}
+
+// set_values: the values arrive (more than one launch's worth, 64-bit patterns intact, the rest
+// of the tensor untouched) and no host <-> device copy is made; the CPU writes the same.
+TEST(Cuda, SetValuesWritesWithoutAHostCopy) {
+  CTX_SKIP_WITHOUT_GPU(has_gpu());
+  cuda::ensure_allocator();
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < 45; ++i) v.push_back((int64_t)(0x9E3779B97F4A7C15ULL * (uint64_t)(i + 1)));
+  for (Device dev : {Device::CPU, Device::CUDA}) {
+    Tensor t = Tensor::full({50}, -1.0, DType::I64, dev);
+    const cuda::HostCopyStats before = cuda::host_copy_stats();
+    backend(dev).set_values(t, v);
+    const cuda::HostCopyStats after = cuda::host_copy_stats();
+    EXPECT_EQ(after.to_device + after.to_device_queued, before.to_device + before.to_device_queued);
+    const Tensor ht = to_host(t);
+    const int64_t* h = ht.data<int64_t>();  // (to_vector goes through double: 53 bits)
+    for (int64_t i = 0; i < 50; ++i) EXPECT_EQ(h[i], i < 45 ? v[(size_t)i] : -1) << device_name(dev) << " " << i;
+  }
+  Tensor f = Tensor::zeros({4}, DType::F32, Device::CUDA);
+  testing_util::expect_error([&] { backend(Device::CUDA).set_values(f, {1, 2}); }, {"set_values", "i64"});
 }
 #endif
 

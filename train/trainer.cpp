@@ -293,7 +293,6 @@ std::string Trainer::graph_refusal() const {
   if (dist::size() > 1) return "the gradients are averaged over processes (MPI / NCCL) each step";
   if (tree_) return "--deterministic sums the gradients in a tree on the host's schedule";
   if (randomized_ > 0) return "randomized positions upload a new position table each step";
-  if (model_.cfg.dropout > 0) return "dropout draws its masks' seeds on the host at each call";
   const auto* adamw = dynamic_cast<const AdamW*>(optim_.get());
   if (!adamw || !adamw->fused()) return "the optimizer is not the fused AdamW (its constants change each step)";
   return "";
@@ -396,7 +395,7 @@ void Trainer::graph_step(int64_t s, double lr, int64_t slot) {
       return;
     }
   }
-  graph_->replay();
+  graph_->replay(&model_.dropout_rng);  // (this step's dropout seeds written first)
   loss_hist_.slice0(slot * opt_.accum, (slot + 1) * opt_.accum).copy_from(step_loss_);
   record_norm(graph_norm_, slot);
 }

@@ -67,6 +67,10 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void set_values_impl(Tensor& dst, const std::vector<int64_t>& values) override {
+    std::memcpy(dst.data<int64_t>(), values.data(), values.size() * sizeof(int64_t));
+  }
+
   void copy_strided_impl(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d, const Shape& shape,
                          bool accumulate) override {
     CTX_DISPATCH_ALL(src.dtype(), "copy_strided", {

@@ -148,6 +148,7 @@ __device__ void bin_add(T* bin, const T* w, int n, T scale_w, Idx idx) {
 template <class T>
 __global__ void attn_forward_kernel(Args<T> a, int64_t ntiles, T* out, T* lse) {
   CTX_DYNAMIC_SHARED(T, sm);
+  a.drop = a.drop.resolved();  // a recorded step's dropout seed: read where it was written
   const int64_t Dh = a.Dh, ld = pad(Dh);  // ld: row stride of the shared tiles
   T* Ks = sm;                  // [kTile, Dh]
   T* Vs = Ks + kTile * ld;     // [kTile, Dh]
@@ -229,6 +230,7 @@ template <class T>
 __global__ void attn_dq_kernel(Args<T> a, int64_t ntiles, bool walk_batch, const T* dout, const T* lse,
                                const T* D, T* dq, T* dbias, T* dqrel, T* prel) {
   CTX_DYNAMIC_SHARED(T, sm);
+  a.drop = a.drop.resolved();  // a recorded step's dropout seed: read where it was written
   const int64_t Dh = a.Dh, ld = pad(Dh);  // ld: row stride of the shared tiles
   T* Ks = sm;                   // [kTile, Dh]
   T* Vs = Ks + kTile * ld;      // [kTile, Dh]
@@ -300,6 +302,7 @@ template <class T>
 __global__ void attn_dkdv_kernel(Args<T> a, int64_t ntiles, const T* dout, const T* lse, const T* D, T* dk,
                                  T* dv, T* dkrel) {
   CTX_DYNAMIC_SHARED(T, sm);
+  a.drop = a.drop.resolved();  // a recorded step's dropout seed: read where it was written
   const int64_t Dh = a.Dh, ld = pad(Dh);  // ld: row stride of the shared tiles
   T* Qs = sm;                    // [kTile, Dh]
   T* Gs = Qs + kTile * ld;       // [kTile, Dh] dout rows

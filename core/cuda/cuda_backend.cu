@@ -165,6 +165,10 @@ class CudaBackend final : public Backend {
     CTX_CUDA_DISPATCH_ALL(x.dtype(), cuda::fill<T>(ptr<T>(x), x.numel(), (T)v));
   }
 
+  void set_values_impl(Tensor& dst, const std::vector<int64_t>& values) override {
+    cuda::set_values(dst.data<int64_t>(), values.data(), (int64_t)values.size());
+  }
+
   void copy_strided_impl(const Tensor& src, const Strided& s, Tensor& dst, const Strided& d, const Shape& shape,
                          bool accumulate) override {
     const int64_t n = shape_numel(shape);

@@ -85,6 +85,7 @@ __global__ void causal_fill_kernel(T* x, int64_t N, int64_t Tq, int64_t S, T v, 
 
 template <class T>
 __global__ void dropout_kernel(const T* x, T* y, int64_t n, DropoutMask m) {
+  m = m.resolved();  // a recorded step's seed: read where it was written before the replay
   CTX_GRID_STRIDE(i, n) y[i] = x[i] * m.factor<T>((uint64_t)i);
 }
 

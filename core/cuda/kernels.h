@@ -14,6 +14,8 @@ namespace ctx::cuda {
 
 // --- memory.cu ---
 template <class T> void fill(T* x, int64_t n, T v);
+// dst[i] = v[i], i < n: the values as kernel arguments (kSetValues a launch), no host copy
+void set_values(int64_t* dst, const int64_t* v, int64_t n);
 // dst[off_d(i)] (+)= src[off_s(i)] for every i of nd's shape; operand 0 = src, 1 = dst.
 // `serial`: one thread walks everything in order (a destination that overlaps itself).
 template <class T> void copy_strided(const T* src, T* dst, const NdStrides<2>& nd, int64_t n,

@@ -1,5 +1,6 @@
-// core/cuda/memory.cu — fill, strided copy (permute, broadcast, slice, concat; optionally
-// accumulating) and dtype conversion on the device.
+// core/cuda/memory.cu — fill, set_values (a few values as kernel arguments), strided copy (permute,
+// broadcast, slice, concat; optionally accumulating) and dtype conversion on the device.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda/check.h"
@@ -13,6 +14,16 @@ template <class T>
 __global__ void fill_kernel(T* x, int64_t n, T v) {
   CTX_GRID_STRIDE(i, n)
     x[i] = v;
+}
+
+// Up to kSetValues values, passed by value in the kernel's parameters.
+constexpr int kSetValues = 32;
+struct ValueBlock {
+  int64_t v[kSetValues];
+  int n;
+};
+__global__ void set_values_kernel(int64_t* dst, ValueBlock b) {
+  if (threadIdx.x < b.n) dst[threadIdx.x] = b.v[threadIdx.x];
 }
 
 // src, dst are strided views of nd's shape (n elements); operand 0 = src, 1 = dst
@@ -31,6 +42,16 @@ template <class S, class D>
 __global__ void convert_kernel(const S* src, D* dst, int64_t n) {
   CTX_GRID_STRIDE(i, n)
     dst[i] = (D)src[i];
+}
+
+void set_values(int64_t* dst, const int64_t* v, int64_t n) {
+  for (int64_t i0 = 0; i0 < n; i0 += kSetValues) {
+    ValueBlock b{};
+    b.n = (int)std::min<int64_t>(kSetValues, n - i0);
+    for (int i = 0; i < b.n; ++i) b.v[i] = v[i0 + i];
+    CTX_LAUNCH(set_values_kernel, 1, kSetValues, 0, stream(), dst + i0, b);
+    CTX_CUDA_LAUNCH_CHECK("set_values_kernel");
+  }
 }
 
 template <class T>
