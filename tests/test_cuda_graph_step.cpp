@@ -159,7 +159,8 @@ TEST(CudaGraphStep, ReplayGivesTheEagerBits) {
 // Runs that cannot be recorded: --deterministic (its gradient tree is summed on the host's
 // schedule) is refused up front with its reason; FIRE with its table switch copies L_multiplier to
 // the host inside the step, so the recording is refused by the copy itself and the run goes on
-// eagerly. Either way the bits are the eager run's.
+// eagerly (with dropout: the abandoned recording's seeds are drawn again). Either way the bits are
+// the eager run's.
 TEST(CudaGraphStep, UnrecordableRunsSayWhyAndTrainEagerly) {
   CTX_SKIP_WITHOUT_GPU(has_gpu());
   {
@@ -173,7 +174,7 @@ TEST(CudaGraphStep, UnrecordableRunsSayWhyAndTrainEagerly) {
     expect_same(eager, graph);
   }
   {
-    const Case c{"fire", 0, 1, false, true};
+    const Case c{"fire", 0.1, 1, false, true};
     const Outcome eager = train_once(c, false, "fire_eager");
     const Outcome graph = train_once(c, true, "fire_graph");
     EXPECT_EQ(graph.graphs.captures, 0u);

@@ -378,6 +378,7 @@ void Trainer::graph_step(int64_t s, double lr, int64_t slot) {
   if (!graph_->captured()) {
     if (!step_loss_.defined()) step_loss_ = Tensor::zeros({opt_.accum}, loss_hist_.dtype(), loss_hist_.device());
     graph_evictions_ = table_cache_stats().evictions;
+    const Rng dropout_before = model_.dropout_rng;  // the recording draws this step's seeds from it
     try {
       graph_->capture([&] {
         for (int64_t a = 0; a < opt_.accum; ++a) forward_backward(gx_[(size_t)a], gy_[(size_t)a], a, a, &step_loss_);
@@ -389,6 +390,7 @@ void Trainer::graph_step(int64_t s, double lr, int64_t slot) {
       if (root_) std::fprintf(stderr, "train: step %lld could not be recorded into a CUDA Graph (%s); training goes "
                               "on without it\n", (long long)(s + 1), e.what());
       graph_.reset();
+      model_.dropout_rng = dropout_before;
       optim_->zero_grad();
       for (auto& np : params_) np.second.data().raw();  // drops the weights' kept copies (never written)
       train_step(s, lr, slot, &drawn);
