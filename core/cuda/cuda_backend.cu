@@ -429,11 +429,12 @@ class CudaBackend final : public Backend {
 
   void adamw_impl(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, double lr, double b1, double b2, double eps,
                   double wd, int64_t step) override {
-    const double bc1 = 1.0 - std::pow(b1, (double)step);
-    const double bc2 = 1.0 - std::pow(b2, (double)step);
+    AdamWHyper h;  // the step's constants as the flat AdamW's (adamw_step_terms)
+    h.lr = lr, h.beta1 = b1, h.beta2 = b2, h.weight_decay = wd, h.step = step;
+    const AdamWStepTerms st = adamw_step_terms(h);
     CTX_CUDA_DISPATCH_FLOAT(p.dtype(), "adamw",
-                            cuda::adamw<T>(ptr<T>(p), ptr<T>(g), ptr<T>(m), ptr<T>(v), p.numel(), (T)(1.0 - lr * wd),
-                                           (T)b1, (T)b2, (T)eps, (T)(lr / bc1), (T)std::sqrt(bc2)));
+                            cuda::adamw<T>(ptr<T>(p), ptr<T>(g), ptr<T>(m), ptr<T>(v), p.numel(), (T)st.decay,
+                                           (T)b1, (T)b2, (T)eps, (T)st.step_size, (T)st.bc2_sqrt));
   }
 
   // ---- fused methods ----
