@@ -46,6 +46,18 @@ bool exclusive(const Tensor& t) {
 bool writable(const VarImpl& v) { return !v.node || exclusive(v.grad); }
 }  // namespace
 
+const ValueBound* known_value_bound(const VarImpl& v) {
+  const ValueBound& b = v.value_bound;
+  if (!v.data.defined() || b.storage.lock() != v.data.storage()) return nullptr;
+  return v.data.storage()->writes.load(std::memory_order_relaxed) == b.writes ? &b : nullptr;
+}
+
+void publish_value_bound(VarImpl& v, double lo, double hi) {
+  CTX_CHECK(v.data.defined(), "publish_value_bound: the leaf has no data");
+  CTX_CHECK(lo <= hi, "publish_value_bound: [", lo, ", ", hi, "] is not an interval");
+  v.value_bound = {lo, hi, v.data.storage(), v.data.storage()->writes.load(std::memory_order_relaxed)};
+}
+
 void accumulate_grad(VarImpl& v, const Tensor& g) {
   CTX_CHECK(g.shape() == v.data.shape(), "autograd: gradient ", g.str(),
             " does not match variable ", v.data.str(), (v.node ? " made by " + v.node->name : ""));

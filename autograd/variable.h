@@ -15,6 +15,14 @@ namespace ctx {
 struct VarImpl;
 using VarPtr = std::shared_ptr<VarImpl>;
 
+// A promise about a leaf's values made on the host (VarImpl::value_bound): every element lies in
+// [lo, hi] while `storage` (the data's storage when it was made) has been written `writes` times.
+struct ValueBound {
+  double lo = 0, hi = 0;
+  std::weak_ptr<Storage> storage;  // weak: a freed storage's address reused is not the same one
+  uint64_t writes = 0;
+};
+
 class Variable {
  public:
   Variable() = default;
@@ -66,7 +74,21 @@ struct VarImpl {
   // FlatParams in train/optim.h): the first accumulation after zero_grad() copies into it and
   // later ones add to it, instead of adopting the incoming tensor. zero_grad() keeps it.
   Tensor grad_slot;
+  // What the host knows of a leaf's values without reading them: code that must decide on a
+  // parameter's value while it lives on a device (FIRE's threshold, posenc/fire.cpp) asks for a
+  // bound (wants_value_bound, set once by the module that owns the leaf); whoever knows one
+  // publishes it (Module::to from the host values it uploads; AdamW, which widens it by each
+  // update's largest move, train/value_bounds.h). See known_value_bound below.
+  bool wants_value_bound = false;
+  ValueBound value_bound;
 };
+
+// The leaf's bound when it still holds (its data's storage is the same one and unwritten since),
+// else nullptr. A promise covers the values every later read on the data's device sees (in stream
+// order), until the next write through a Tensor.
+const ValueBound* known_value_bound(const VarImpl& v);
+// Promises [lo, hi] for the leaf's current data (stamped with its storage's writes now).
+void publish_value_bound(VarImpl& v, double lo, double hi);
 
 // grad(v) += g (on first use: into v.grad_slot if set, else adopting g, or for a leaf a copy of
 // g when g is shared). An intermediate's gradient may share storage with another's (add's dy

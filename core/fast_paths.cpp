@@ -63,9 +63,9 @@ const std::vector<FastPathInfo>& fast_paths() {
       {FastPath::FireTable, "fire_table", "CTXLAB_FIRE_TABLE", true, false, Fused::Attention,
        "FIRE's bias as a per-head distance table [H, S] (fire_bias on the S distances, RelTerms::dist_bias) "
        "where every query position of the call is below thr: the MLP on S points, and on CUDA the "
-       "tensor-core attention reading the table in its tiles. On by default on the CPU; on CUDA only when "
-       "set to 1 (fast_path_enabled_or): deciding reads L_multiplier on the host, a device -> host copy "
-       "per call",
+       "tensor-core attention reading the table in its tiles. On by default; on a device the decision "
+       "takes L_multiplier's host-side bound (train/value_bounds.h: no copy) and keeps the per-pair bias "
+       "where the bound cannot tell; set to 1, it then reads the value (one device -> host copy a call)",
        "fire_bias over every (query, key) pair: the [1, H, T, S] bias (posenc/fire.cpp)",
        "posenc/fire.cpp (Fire::terms)"},
   };

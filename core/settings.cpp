@@ -69,11 +69,13 @@ const std::vector<Setting>& settings() {
        "0: sampling decodes through the autograd ops (GPT::forward_cached) instead of the graph-free decoder "
        "(nn/decode_engine.h; the same kernels, no graph, no per-token allocation)",
        "core/fast_paths.cpp"},
-      {"CTXLAB_FIRE_TABLE", "unset: on on the CPU, off on CUDA", "0 | 1",
+      {"CTXLAB_FIRE_TABLE", "unset: on, deciding from what the host knows", "0 | 1",
        "FIRE's bias as a per-head distance table where every query of the call is below thr = "
        "|L_multiplier init_L| (the MLP on S distances instead of T x S pairs; on CUDA the tensor-core "
-       "attention): on the CPU on unless 0; on CUDA opt-in (1), since deciding reads L_multiplier on the "
-       "host, one device -> host copy per FIRE call (docs/posenc.md)", "core/fast_paths.cpp"},
+       "attention). Unset: on; on CUDA decided from L_multiplier's host-side bound (kept through AdamW's "
+       "updates, no copy), the per-pair bias where the bound cannot tell. 1: there, read the value "
+       "instead (one device -> host copy per FIRE call). 0: the per-pair bias everywhere (docs/posenc.md)",
+       "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_ODE", "1", "0 | 1",
        "0: FLOATER's RK4 as the composed loop (~10 primitives per stage) instead of one call (its ode_rk4 kernels)",
        "core/fast_paths.cpp"},

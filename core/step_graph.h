@@ -6,7 +6,10 @@
 // change between replays has to live in device memory, written outside the recording. Dropout is
 // handled here: the masks drawn while recording read their seeds from the graph's seed table
 // (core/dropout_mask.h), and replay(rng) writes the next step's seeds there first, drawn from the
-// same Rng the eager step would draw them from, in the same order.
+// same Rng the eager step would draw them from, in the same order. Choices the host code makes from
+// what it knows of device values without reading them (a parameter's host-side bound, FIRE's
+// threshold) are frozen too: each registers, while recording, a check that it would choose the
+// same now (note_recorded_decision), and decisions_hold() runs them before a replay.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -20,6 +23,19 @@
 
 namespace ctx {
 
+// While a StepGraph records (on this thread): registers `same_now`, which says whether the host
+// code would make the choice it just made again (a choice taken from a promise about device
+// values, VarImpl::value_bound, and frozen in the recording). No-op when nothing records.
+void note_recorded_decision(std::function<bool()> same_now);
+
+// The checks registered while recording: collects them between begin() and end() (StepGraph).
+class DecisionRecording {
+ public:
+  void begin();
+  void end();
+  std::vector<std::function<bool()>> checks;
+};
+
 class StepGraph {
  public:
   explicit StepGraph(Backend& be) : be_(be) {
@@ -31,11 +47,14 @@ class StepGraph {
     work_.reset();
     if (!seeds_.defined()) seeds_ = Tensor::zeros({kSeeds}, DType::I64, be_.device());
     DropoutSeedRecording rec;
+    DecisionRecording decisions;
     be_.capture_begin();
     rec.begin(reinterpret_cast<uint64_t*>(seeds_.data<int64_t>()), kSeeds);
+    decisions.begin();
     try {
       body();
     } catch (...) {
+      decisions.end();
       rec.end();
       try {
         be_.capture_end(false);
@@ -43,13 +62,23 @@ class StepGraph {
       }
       throw;
     }
+    decisions.end();
     rec.end();
     work_ = be_.capture_end(true);
+    checks_ = std::move(decisions.checks);
     // the recorded step's own seeds (drawn while recording) for its first replay
     next_seeds_.assign(rec.drawn.begin(), rec.drawn.end());
     nseeds_ = (int64_t)rec.drawn.size();
   }
   bool captured() const { return work_ != nullptr; }
+  // Whether every choice frozen in the recording would be made the same now (note_recorded_decision);
+  // when not, reset() and record again before replaying.
+  bool decisions_hold() const {
+    for (const auto& same_now : checks_)
+      if (!same_now()) return false;
+    return true;
+  }
+  int64_t recorded_decisions() const { return (int64_t)checks_.size(); }
   int64_t dropout_seeds() const { return nseeds_; }  // masks the recorded step draws
   // Runs the recording. A recording that drew dropout seeds needs `rng`, the Rng the step draws
   // them from: the first replay after the capture uses the seeds drawn while recording, every
@@ -71,6 +100,7 @@ class StepGraph {
     work_.reset();
     nseeds_ = 0;
     next_seeds_.clear();
+    checks_.clear();
   }
 
  private:
@@ -80,6 +110,7 @@ class StepGraph {
   Tensor seeds_;                     // i64 [kSeeds] on the device: the recorded masks' seeds
   int64_t nseeds_ = 0;
   std::vector<int64_t> next_seeds_;  // the seeds of the next replay, when already drawn
+  std::vector<std::function<bool()>> checks_;  // the recording's frozen choices (decisions_hold)
 };
 
 }  // namespace ctx

@@ -67,6 +67,10 @@ struct Storage {
   // host mirror; owned here (atomic: threads of a parallel region may all take a mutable
   // pointer to one storage, and exactly one of them frees the copy).
   std::atomic<Storage*> bf16_copy{nullptr};
+  // Mutable accesses so far (Tensor::raw()): a promise made about the values on the host (a
+  // leaf's ValueBound, autograd/variable.h) records the count it was made at and holds only while
+  // the count is unchanged, so that any later writer through a Tensor retires it. Atomic, as above.
+  std::atomic<uint64_t> writes{0};
   void drop_bf16_copy() {
     if (bf16_copy.load(std::memory_order_relaxed)) delete bf16_copy.exchange(nullptr);
   }
@@ -110,6 +114,7 @@ class Tensor {
     if (storage_->host_mirror) storage_->host_mirror.reset();
     storage_->checked_bound = -1;
     storage_->drop_bf16_copy();
+    storage_->writes.fetch_add(1, std::memory_order_relaxed);
     return (char*)storage_->data + offset_ * dtype_size(dtype_);
   }
   const void* raw() const { return (const char*)storage_->data + offset_ * dtype_size(dtype_); }

@@ -1,6 +1,8 @@
 // nn/module.cpp — Module (see module.h).
 #include "nn/module.h"
 
+#include <algorithm>
+#include <cmath>
 #include <unordered_set>
 
 namespace ctx::nn {
@@ -32,12 +34,32 @@ void Module::zero_grad() {
   for (auto& p : named_parameters()) p.second.zero_grad();
 }
 
+namespace {
+// A leaf that wants a bound on its values (VarImpl::wants_value_bound), uploaded from `host`: the
+// exact range of what it was given (none where a value is not finite).
+void publish_host_bound(VarImpl& v, const Tensor& host) {
+  if (host.numel() == 0 || !is_float(host.dtype())) return;
+  double lo = host.at(0), hi = lo;
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    const double x = host.at(i);
+    if (!std::isfinite(x)) return;
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  publish_value_bound(v, lo, hi);
+}
+}  // namespace
+
 void Module::to(Device dev) {
   std::unordered_set<const VarImpl*> seen;
   for (auto& np : named_parameters()) {
     VarImpl& v = *np.second.impl();
     if (!seen.insert(&v).second) continue;
-    if (v.data.defined() && v.data.device() != dev) v.data = v.data.to(dev);
+    if (v.data.defined() && v.data.device() != dev) {
+      const Tensor from = v.data;
+      v.data = v.data.to(dev);
+      if (v.wants_value_bound && from.device() == Device::CPU) publish_host_bound(v, from);
+    }
     if (v.grad.defined() && v.grad.device() != dev) v.grad = v.grad.to(dev);
     if (v.grad_slot.defined() && v.grad_slot.device() != dev) v.grad_slot = Tensor();  // an optimizer's slot
   }

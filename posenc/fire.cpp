@@ -4,13 +4,18 @@
 // with "shared": true. The bias is one node (fire_bias, autograd/ops_posenc2024.h).
 // When every query of a call sits below thr, max(thr, i) = thr and B depends on (h, i - j) alone:
 // terms() then hands the attention a per-head distance table (RelTerms::dist_bias, the same node
-// evaluated on the S distances) instead of the [1, H, T, S] bias (FastPath::FireTable).
+// evaluated on the S distances) instead of the [1, H, T, S] bias (FastPath::FireTable). On a
+// device the decision reads no value: it takes L_multiplier's host-side bound (VarImpl::value_bound,
+// kept through AdamW's updates by train/value_bounds.h) and keeps the per-pair bias where the
+// bound cannot tell.
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/ops_posenc2024.h"
 #include "core/device_table.h"
 #include "core/fast_paths.h"
 #include "core/rng.h"
+#include "core/step_graph.h"
 #include "nn/layers.h"
 #include "posenc/posenc.h"
 
@@ -28,6 +33,7 @@ struct FireModule {
   FireModule(int64_t W, int64_t H) : mod(std::make_shared<nn::Module>()) {
     c = mod->register_parameter("c", Tensor::zeros({1}));
     lm = mod->register_parameter("L_multiplier", Tensor::zeros({1}));
+    lm.impl()->wants_value_bound = true;  // thr's decision on a device reads its bound (distance_table_applies)
     auto mlp = std::make_shared<nn::Module>();
     fc1 = mlp->register_module("fc1", std::make_shared<nn::Linear>(1, W));
     fc2 = mlp->register_module("fc2", std::make_shared<nn::Linear>(W, H));
@@ -71,6 +77,27 @@ bool below_threshold(int64_t p, F lm, double init_L) {
   return (F)p < std::fabs(lm * (F)init_L);
 }
 
+// The same question for every lm of dtype F in a bound [lo, hi]: Yes for all of them, No for all,
+// or Unknown. thr grows with |lm| (rounding is monotone), and an F value x >= lo is >= (F)lo (lo
+// rounded either way), an x <= hi is <= (F)hi: the interval's smallest and largest |x| in F are
+// bounded by the rounded ends.
+enum class Below { Yes, No, Unknown };
+template <class F>
+Below below_threshold_for(int64_t p, double lo, double hi, double init_L) {
+  const F flo = (F)lo, fhi = (F)hi;
+  const F smallest = lo > 0 ? flo : hi < 0 ? (F)std::fabs(fhi) : F(0);
+  const F largest = std::max((F)std::fabs(flo), (F)std::fabs(fhi));
+  if (below_threshold(p, smallest, init_L)) return Below::Yes;
+  if (!below_threshold(p, largest, init_L)) return Below::No;
+  return Below::Unknown;
+}
+Below below_threshold_for(int64_t p, const VarImpl& lm, double init_L) {
+  const ValueBound* b = known_value_bound(lm);
+  if (!b) return Below::Unknown;
+  return lm.data.dtype() == DType::F64 ? below_threshold_for<double>(p, b->lo, b->hi, init_L)
+                                       : below_threshold_for<float>(p, b->lo, b->hi, init_L);
+}
+
 class Fire final : public PositionalEncoding {
  public:
   Fire(const ModelConfig& cfg, const FireSpec& s) : s_(s) {
@@ -109,18 +136,27 @@ class Fire final : public PositionalEncoding {
   const FireModule& module(const AttnState& st) const { return mods_.at(s_.shared ? 0 : st.layer); }
 
   // The distance-table case: the layout AttnRel::dist_bias assumes (queries at q_pos0 = S - T
-  // against keys 0..S-1, no explicit positions; FIRE refuses sinks), the switch on (on CUDA only
-  // when set: deciding reads L_multiplier on the host, a device -> host copy), and every query
-  // position, the largest being S - 1, strictly below thr (at a tie the max splits its gradient,
-  // which a function of i - j alone cannot carry).
+  // against keys 0..S-1, no explicit positions; FIRE refuses sinks), the switch on, and every
+  // query position, the largest being S - 1, strictly below thr (at a tie the max splits its
+  // gradient, which a function of i - j alone cannot carry). Where lm is not on the host, the
+  // decision is its host-side bound's (no copy), frozen in a CUDA Graph recording with a check
+  // that it still holds (note_recorded_decision); where the bound cannot tell, the per-pair bias,
+  // or with the switch set to 1 the value itself (one device -> host copy).
   bool distance_table_applies(const AttnState& st) const {
     if (st.positions || st.sinks > 0 || st.k_pos0 != 0 || st.q_pos0 != st.S - st.T || st.S < 1) return false;
+    if (!fast_path_enabled(FastPath::FireTable)) return false;
     const Tensor& lm = module(st).lm.data();
-    // default: on where lm is readable without a device -> host copy (the CPU)
-    if (!fast_path_enabled_or(FastPath::FireTable, host_readable(lm))) return false;
+    const int64_t p = st.S - 1;
+    if (!host_readable(lm)) {
+      const VarPtr& v = module(st).lm.impl();
+      const Below b = below_threshold_for(p, *v, s_.init_L);
+      note_recorded_decision([v, p, b, init_L = s_.init_L] { return below_threshold_for(p, *v, init_L) == b; });
+      if (b != Below::Unknown) return b == Below::Yes;
+      if (!fast_path_forced_on(FastPath::FireTable)) return false;
+    }
     const Tensor h = host_values(lm);  // no copy where host_readable, else one
-    return h.dtype() == DType::F64 ? below_threshold(st.S - 1, h.data<double>()[0], s_.init_L)
-                                   : below_threshold(st.S - 1, h.data<float>()[0], s_.init_L);
+    return h.dtype() == DType::F64 ? below_threshold(p, h.data<double>()[0], s_.init_L)
+                                   : below_threshold(p, h.data<float>()[0], s_.init_L);
   }
   // table [H, S]: table[h, r] = f(psi(r) / (psi(thr) + eps))_h, fire_bias itself on one query at
   // position S - 1 (below thr: max(thr, S - 1) = thr, the normaliser of every query of the call)

@@ -23,6 +23,7 @@
 #include "tests/test_util.h"
 #include "train/trainer.h"
 #ifdef CTXLAB_WITH_CUDA
+#include "core/cuda/attention_tc.h"
 #include "core/cuda/cuda_runtime.h"
 #endif
 
@@ -53,12 +54,16 @@ struct Case {
   bool fire_table = false;  // FIRE's table switch: its decision copies to the host
   bool deterministic = false;
   bool fused = false;  // the fused attention forced on (its dropout inside the kernel)
+  double init_L = 24;  // FIRE's: thr = 24 L_multiplier against the largest query position 23
+  int64_t d_model = 16;  // 2 heads: 32 gives heads of 32, the tensor-core kernels' smallest
+  int64_t log_interval = 3;  // reports: where FIRE's bound is anchored again
 };
 
 struct Outcome {
   std::map<std::string, std::string> params;  // name -> bytes (host copy)
   std::string train_csv;                      // the logged losses, lr, norms (the ms column cut)
   cuda::GraphStats graphs;                    // captures and replays during the run
+  uint64_t dist_forward = 0;                  // tensor-core forwards the host launched reading a distance table
   std::string stderr_text;
 };
 
@@ -90,9 +95,11 @@ Outcome train_once(const Case& c, bool graph, const std::string& tag) {
   } reset;
   PrecisionScope prec(c.bf16 ? Precision::BF16 : Precision::FP32);
   json pe = json{{"type", c.pe}};
-  if (c.pe == "fire") pe = json{{"type", "fire"}, {"init_L", 24}, {"init_c", 1.0}};
+  if (c.pe == "fire") pe = json{{"type", "fire"}, {"init_L", c.init_L}, {"init_c", 1.0}};
   ModelConfig cfg = tiny_cfg(pe);
   cfg.vocab_size = 256;  // the shipped corpus is bytes
+  cfg.d_model = c.d_model;
+  cfg.d_ff = 2 * c.d_model;
   cfg.dropout = c.dropout;
   nn::GPT m(cfg);
   m.init_weights(5);
@@ -104,7 +111,7 @@ Outcome train_once(const Case& c, bool graph, const std::string& tag) {
   o.batch = 2;
   o.accum = c.accum;
   o.warmup = 4;
-  o.log_interval = 3;
+  o.log_interval = c.log_interval;
   o.eval_interval = 4;
   o.ckpt_interval = 0;
   o.eval_batches = 1;
@@ -113,12 +120,14 @@ Outcome train_once(const Case& c, bool graph, const std::string& tag) {
   o.seed = 77;
   o.deterministic = c.deterministic;
   const cuda::GraphStats before = cuda::graph_stats();
+  const uint64_t dist0 = cuda::tc_attention_calls().dist_forward;
   ::testing::internal::CaptureStderr();
   train(m, o);
   Outcome r;
   r.stderr_text = ::testing::internal::GetCapturedStderr();
   const cuda::GraphStats after = cuda::graph_stats();
   r.graphs = {after.captures - before.captures, after.replays - before.replays};
+  r.dist_forward = cuda::tc_attention_calls().dist_forward - dist0;
   for (auto& [name, p] : m.named_parameters()) {
     const Tensor h = to_host(p.data());
     r.params[name] = std::string((const char*)h.raw(), h.nbytes());
@@ -141,7 +150,8 @@ TEST(CudaGraphStep, ReplayGivesTheEagerBits) {
   Case fused_drop{"alibi", 0.1};
   fused_drop.fused = true;
   for (const Case& c : {Case{"learned"}, Case{"rope"}, Case{"alibi", 0, 1, true}, Case{"rope", 0, 2, false},
-                        Case{"learned", 0, 1, true}, Case{"rope", 0.1}, Case{"learned", 0.1, 2, false}, fused_drop}) {
+                        Case{"learned", 0, 1, true}, Case{"rope", 0.1}, Case{"learned", 0.1, 2, false}, fused_drop,
+                        Case{"cope"}}) {
     SCOPED_TRACE(c.pe + " accum " + std::to_string(c.accum) + (c.bf16 ? " bf16" : " fp32") + " dropout " +
                  std::to_string(c.dropout) + (c.fused ? " fused attention" : ""));
     const std::string tag = c.pe + std::to_string(c.accum) + (c.bf16 ? "b" : "f") + (c.dropout > 0 ? "d" : "") +
@@ -157,10 +167,13 @@ TEST(CudaGraphStep, ReplayGivesTheEagerBits) {
 }
 
 // Runs that cannot be recorded: --deterministic (its gradient tree is summed on the host's
-// schedule) is refused up front with its reason; FIRE with its table switch copies L_multiplier to
-// the host inside the step, so the recording is refused by the copy itself and the run goes on
-// eagerly (with dropout: the abandoned recording's seeds are drawn again). Either way the bits are
-// the eager run's.
+// schedule) is refused up front with its reason. FIRE with its table switch set, whose threshold
+// (init_L 23.01: thr 23.01 against the largest query position 23) its host-side bound no longer
+// settles two steps after the anchor, reads L_multiplier inside the step: the recording is refused
+// by the copy itself, that step trains eagerly (with dropout: the abandoned recording's seeds are
+// drawn again) and the next step records again; with a report every 3 steps the bound is exact
+// again there and the step records; with one report at the end, the second refusal in a row ends
+// the recording for the run. Either way the bits are the eager run's.
 TEST(CudaGraphStep, UnrecordableRunsSayWhyAndTrainEagerly) {
   CTX_SKIP_WITHOUT_GPU(has_gpu());
   {
@@ -173,14 +186,62 @@ TEST(CudaGraphStep, UnrecordableRunsSayWhyAndTrainEagerly) {
         << graph.stderr_text;
     expect_same(eager, graph);
   }
+  for (const int64_t reports : {3, 8}) {
+    SCOPED_TRACE("a report every " + std::to_string(reports) + " steps");
+    Case c{"fire", 0.1, 1, false, true};
+    c.init_L = 23.01;
+    c.log_interval = reports;
+    const std::string tag = "fire_" + std::to_string(reports);
+    const Outcome eager = train_once(c, false, tag + "_eager");
+    const Outcome graph = train_once(c, true, tag + "_graph");
+    const std::string& err = graph.stderr_text;
+    EXPECT_NE(err.find("step 3 could not be recorded into a CUDA Graph"), std::string::npos) << err;
+    EXPECT_NE(err.find("device -> host copy"), std::string::npos) << err;
+    if (reports == 3) {
+      EXPECT_NE(err.find("it trains eagerly and the next step records again"), std::string::npos) << err;
+      EXPECT_EQ(err.find("training goes on without it"), std::string::npos) << err;
+      EXPECT_GE(graph.graphs.captures, 1u) << "recorded after the report made the bound exact again";
+    } else {
+      EXPECT_NE(err.find("step 4 could not be recorded into a CUDA Graph"), std::string::npos) << err;
+      EXPECT_NE(err.find("training goes on without it"), std::string::npos) << err;
+      EXPECT_EQ(graph.graphs.captures, 0u);
+    }
+    expect_same(eager, graph);
+  }
+}
+
+// FIRE's choice between the distance table and the per-pair bias is made on the host from
+// L_multiplier's bound (train/value_bounds.h) and frozen in the recording; before each replay the
+// trainer asks whether it would choose the same now (StepGraph::decisions_hold) and records afresh
+// when not (that step runs eagerly, the next records). init_L 24 (bf16, the tensor-core kernels):
+// the bound settles it the whole run, the table in every training forward (counted on the eager
+// run: a replay launches from the device), 2 recordings as for any encoding. init_L 23.03: the
+// bound, exact at each report, widens with every step until it no longer settles thr > 23, and
+// settles it again at the next report: the recording follows (3 recordings, steps between them
+// eager). Both give the eager run's bits: the eager steps take the same choices from the same
+// bounds.
+TEST(CudaGraphStep, FireChoicesFromTheBoundAreCheckedBeforeEachReplay) {
+  CTX_SKIP_WITHOUT_GPU(has_gpu());
+  ASSERT_EQ(std::getenv("CTXLAB_FIRE_TABLE"), nullptr) << "unset CTXLAB_FIRE_TABLE: this test checks its default";
   {
-    const Case c{"fire", 0.1, 1, false, true};
-    const Outcome eager = train_once(c, false, "fire_eager");
-    const Outcome graph = train_once(c, true, "fire_graph");
-    EXPECT_EQ(graph.graphs.captures, 0u);
-    EXPECT_NE(graph.stderr_text.find("could not be recorded into a CUDA Graph"), std::string::npos)
-        << graph.stderr_text;
-    EXPECT_NE(graph.stderr_text.find("device -> host copy"), std::string::npos) << graph.stderr_text;
+    Case c{"fire", 0, 1, true};
+    c.d_model = 64;
+    const Outcome eager = train_once(c, false, "fire24_eager");
+    const Outcome graph = train_once(c, true, "fire24_graph");
+    EXPECT_GE(eager.dist_forward, 8u * 2u) << "every training forward of both layers took the table";
+    EXPECT_EQ(graph.graphs.captures, 2u);
+    EXPECT_EQ(graph.graphs.replays, 6u);
+    EXPECT_EQ(graph.stderr_text, "");
+    expect_same(eager, graph);
+  }
+  {
+    Case c{"fire", 0, 1, true};
+    c.init_L = 23.03;
+    c.d_model = 64;
+    const Outcome eager = train_once(c, false, "fire23_eager");
+    const Outcome graph = train_once(c, true, "fire23_graph");
+    EXPECT_GT(graph.graphs.captures, 2u) << "the recording follows the bound's choice";
+    EXPECT_EQ(graph.stderr_text, "");
     expect_same(eager, graph);
   }
 }

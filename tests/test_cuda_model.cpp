@@ -322,34 +322,78 @@ TEST(CudaModelAttention, DistanceTablesTakeTheTensorCoresAndMatchTheCpu) {
   }
 }
 
-// FIRE on cuda without CTXLAB_FIRE_TABLE: deciding on the distance table would read L_multiplier on
-// the host (a device -> host copy, a host round trip in the step), so by default the device keeps
-// the per-pair bias: a bf16 forward and backward of a FIRE GPT whose queries are all below thr
-// copy nothing to the host and take no table (docs/posenc.md, "FIRE as a distance table").
-TEST(CudaModelAttention, FireKeepsThePerPairBiasWithoutTheSwitch) {
+// FIRE on cuda decides on the distance table from L_multiplier's host-side bound, never its value
+// (docs/posenc.md, "FIRE's threshold without a host copy"): a bf16 forward and backward of a FIRE
+// GPT whose queries are all below thr copy nothing to the host. Module::to publishes the uploaded
+// values as the bound, so the model takes the table; a write by anyone else retires the bound and
+// the model keeps the per-pair bias, still without a copy; a bound that settles the question either
+// way (every lm in it below, or none) is taken as the answer, one that does not is the per-pair
+// bias, or with CTXLAB_FIRE_TABLE=1 a read of the value (one copy a layer); 0 is the per-pair bias.
+TEST(CudaModelAttention, FireDecidesFromTheBoundWithoutAHostCopy) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
-  // the switch unset (CI): cuda's own default is checked; an environment that sets it gets the
-  // switch held off explicitly, so the step below is checked either way
+  // the default is what is checked: the variable must be unset (as in CI)
+  ASSERT_EQ(std::getenv("CTXLAB_FIRE_TABLE"), nullptr) << "unset CTXLAB_FIRE_TABLE: this test checks its default";
   reset_fast_path(FastPath::FireTable);
-  if (std::getenv("CTXLAB_FIRE_TABLE")) set_fast_path(FastPath::FireTable, false);
   struct Reset {
     ~Reset() { reset_fast_path(FastPath::FireTable); }
   } reset;
-  nn::GPT m(testing_util::two_head_cfg(17, 64, 2, 64, 24, json{{"type", "fire"}}));
+  nn::GPT m(testing_util::two_head_cfg(17, 64, 2, 64, 24, json{{"type", "fire"}, {"init_L", 24}}));
   m.init_weights(3);
   m.to(Device::CUDA);
+  const uint64_t L = (uint64_t)m.cfg.n_layers;
   PrecisionScope bf16(Precision::BF16);
-  // host tokens, as the trainer's batches; a first step warms up (its tables, plans)
+  // host tokens, as the trainer's batches: 12 queries, the largest position 11 (thr = 24 lm)
   const Tensor in = Tensor::from_vector(std::vector<int64_t>{1, 5, 7, 2, 9, 4, 3, 8, 6, 2, 11, 5}, {1, 12});
-  m.loss(in, in).backward();
-  m.zero_grad();
-  const uint64_t copies = cuda::host_copy_stats().to_host;
-  const cuda::TcAttentionCalls tc0 = cuda::tc_attention_calls();
-  Variable loss = m.loss(in, in);
-  loss.backward();
-  EXPECT_EQ(cuda::host_copy_stats().to_host, copies) << "a device -> host copy in the step";
-  EXPECT_EQ(cuda::tc_attention_calls().dist_forward, tc0.dist_forward) << "a call took the table";
-  EXPECT_TRUE(std::isfinite(loss.data().to(Device::CPU).item()));
+  // one forward and backward: (tables taken, device -> host copies)
+  auto step = [&] {
+    const uint64_t copies = cuda::host_copy_stats().to_host;
+    const cuda::TcAttentionCalls tc0 = cuda::tc_attention_calls();
+    Variable loss = m.loss(in, in);
+    loss.backward();
+    m.zero_grad();
+    const std::pair<uint64_t, uint64_t> r{cuda::tc_attention_calls().dist_forward - tc0.dist_forward,
+                                          cuda::host_copy_stats().to_host - copies};
+    EXPECT_TRUE(std::isfinite(loss.data().to(Device::CPU).item()));  // (a copy, after the count)
+    return r;
+  };
+  step();  // warm-up (tables, plans)
+  std::vector<VarImpl*> lms;
+  for (auto& [name, p] : m.named_parameters())
+    if (name.find("L_multiplier") != std::string::npos) lms.push_back(p.impl().get());
+  ASSERT_EQ(lms.size(), (size_t)L);
+  for (VarImpl* v : lms) {
+    ASSERT_NE(known_value_bound(*v), nullptr) << "Module::to publishes the uploaded value";
+    EXPECT_EQ(known_value_bound(*v)->lo, 1.0);
+    EXPECT_EQ(known_value_bound(*v)->hi, 1.0);
+  }
+  using Taken = std::pair<uint64_t, uint64_t>;
+  EXPECT_EQ(step(), (Taken{L, 0})) << "the uploaded bound: the table in every layer, no copy";
+  // bounds that settle it: [0.5, 2] (thr >= 12 > 11) yes; [0.1, 0.45] (thr <= 10.8) no; [0.3, 1.5] neither
+  auto bound_all = [&](double lo, double hi) {
+    for (VarImpl* v : lms) publish_value_bound(*v, lo, hi);
+  };
+  bound_all(0.5, 2);
+  EXPECT_EQ(step(), (Taken{L, 0}));
+  bound_all(-2, -0.5);  // |lm| counts
+  EXPECT_EQ(step(), (Taken{L, 0}));
+  bound_all(0.1, 0.45);
+  EXPECT_EQ(step(), (Taken{0, 0})) << "a bound below the queries: the per-pair bias";
+  bound_all(0.3, 1.5);
+  EXPECT_EQ(step(), (Taken{0, 0})) << "an undecided bound: the per-pair bias without a copy";
+  set_fast_path(FastPath::FireTable, true);
+  EXPECT_EQ(step(), (Taken{L, L})) << "undecided with the switch set: the value read, one copy a layer";
+  bound_all(0.1, 0.45);
+  EXPECT_EQ(step(), (Taken{0, 0})) << "a settled bound needs no read even with the switch set";
+  set_fast_path(FastPath::FireTable, false);
+  bound_all(1, 1);
+  EXPECT_EQ(step(), (Taken{0, 0})) << "switched off";
+  reset_fast_path(FastPath::FireTable);
+  EXPECT_EQ(step(), (Taken{L, 0}));
+  // a write by anyone else retires the bound (the same value written: the host cannot know)
+  for (auto& [name, p] : m.named_parameters())
+    if (name.find("L_multiplier") != std::string::npos) p.data().copy_from(Tensor::full({1}, 1.0));
+  for (VarImpl* v : lms) EXPECT_EQ(known_value_bound(*v), nullptr);
+  EXPECT_EQ(step(), (Taken{0, 0})) << "no bound: the per-pair bias, no copy";
 }
 
 // A batch that lives on the device without a host mirror (the trainer's device ring) and carries

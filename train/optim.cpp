@@ -128,8 +128,14 @@ void Optimizer::zero_grad() {
 
 // ---- AdamW ----
 
-AdamW::AdamW(const nn::NamedParams& params, const AdamWOptions& opt) : Optimizer(params), opt_(opt) {
-  for (auto& [name, p] : params_) decay_.push_back(default_decays(name, p.data()));
+static std::vector<bool> decays_of(const nn::NamedParams& params) {
+  std::vector<bool> d;
+  for (auto& [name, p] : params) d.push_back(default_decays(name, p.data()));
+  return d;
+}
+
+AdamW::AdamW(const nn::NamedParams& params, const AdamWOptions& opt)
+    : Optimizer(params), decay_(decays_of(params)), opt_(opt), bounds_(params, decay_) {
   if (opt.fused && FlatParams::supported(params_)) {
     flat_ = std::make_unique<FlatParams>(params_);
     m_flat_ = Tensor::zeros({flat_->total}, flat_->dtype, flat_->device);
@@ -158,13 +164,16 @@ void AdamW::step(double lr) {
     fused_update(lr, 1.0, Tensor(), 0.0);
     return;
   }
+  bounds_.check_still_held();
   ++steps;
+  bounds_.advance(hyper(lr));
   for (size_t i = 0; i < params_.size(); ++i) {
     Variable& p = params_[i].second;
     if (!p.grad().defined()) continue;
     backend_of(p.data()).adamw(p.data(), p.grad(), m_[i], v_[i], lr, opt_.beta1, opt_.beta2, opt_.eps,
                                decay_[i] ? opt_.weight_decay : 0.0, steps);
   }
+  bounds_.publish();  // stamped after this update's writes
 }
 
 // Fast: the squared grad norm over the flat gradient buffer (one reduction, left on the device),
@@ -246,14 +255,23 @@ void AdamW::begin_step(double lr) {
   }
 }
 
+void AdamW::replayed_update(double lr) {
+  bounds_.check_still_held();
+  bounds_.advance(hyper(lr));
+  bounds_.publish();
+}
+
 void AdamW::fused_update(double lr, double grad_scale, const Tensor& norm_sq, double max_norm) {
+  bounds_.check_still_held();
   if (!terms_.defined()) ++steps;  // (with device terms, begin_step counted this step)
+  bounds_.advance(hyper(lr));
   AdamWHyper h = hyper(lr);
   h.grad_scale = grad_scale;
   h.max_norm = max_norm;
   h.terms = terms_;
   FlatParams& f = *flat_;
   backend_of(f.values).adamw_flat(f.values, f.grads, m_flat_, v_flat_, chunks_, h, norm_sq);
+  bounds_.publish();  // stamped after this update's write
 }
 
 const Tensor* AdamW::flat_grads() const {

@@ -15,6 +15,7 @@
 
 #include "core/backend.h"
 #include "nn/module.h"
+#include "train/value_bounds.h"
 
 namespace ctx {
 
@@ -88,6 +89,11 @@ class Optimizer {
   virtual int64_t flat_grads_numel() const { return 0; }
   virtual std::vector<std::pair<std::string, Tensor>> state() = 0;  // for checkpoints
   virtual void load_state(const std::map<std::string, Tensor>& s, const std::string& source) = 0;
+  // Restarts the host's bounds on the parameters that want one (VarImpl::wants_value_bound) from
+  // their values and state read now (a few small device -> host copies; train/value_bounds.h):
+  // AdamW keeps such bounds through its updates; other optimizers promise nothing. The trainer
+  // calls it before its first step and at each report.
+  virtual void anchor_value_bounds() {}
   int64_t steps = 0;
 
  protected:
@@ -109,9 +115,15 @@ class AdamW final : public Optimizer {
   // buffer (three fills: outside the recording), where the fused update reads them. Fused only.
   void use_device_terms();
   void begin_step(double lr);
+  // After a replay of a recorded update (begin_step's step, run by the device without this host
+  // code): the host's bounds on the parameters (value_bounds()) take the step as an eager update
+  // does. Not after the replay that runs the step just recorded (its host code counted it).
+  void replayed_update(double lr);
   bool device_terms() const { return terms_.defined(); }
   std::vector<std::pair<std::string, Tensor>> state() override;
   void load_state(const std::map<std::string, Tensor>& s, const std::string& source) override;
+  void anchor_value_bounds() override { bounds_.anchor(m_, v_); }
+  const AdamWBounds& value_bounds() const { return bounds_; }
   bool fused() const { return flat_ != nullptr; }
   const FlatParams* flat() const { return flat_.get(); }
   const Tensor* flat_grads() const override;
@@ -139,6 +151,7 @@ class AdamW final : public Optimizer {
   Tensor terms_;                   // f64 [3] (use_device_terms): this step's AdamWStepTerms
   AdamWHyper hyper(double lr) const;  // this step's hyper-parameters (step = steps)
   bool chunks_valid_ = false;
+  AdamWBounds bounds_;  // the host's bounds on the parameters that want one (advanced with steps)
 };
 
 class SGD final : public Optimizer {

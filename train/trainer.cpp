@@ -215,6 +215,7 @@ class Trainer {
   std::vector<Tensor> gx_, gy_;
   Tensor step_loss_, graph_norm_;
   uint64_t graph_evictions_ = 0;  // the table cache's evictions when the step was captured
+  int graph_refused_ = 0;         // recordings refused in a row (at 2 the run goes on without a graph)
   AdamW* device_terms_ = nullptr;  // the optimizer, when its step constants live on the device
   // their length in steps: a report comes at least every log_interval steps and at the last
   const int64_t history_ = std::max<int64_t>(1, std::min(opt_.log_interval, opt_.steps));
@@ -256,6 +257,7 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
   checkpointer_ = std::make_unique<Checkpointer>(opt_, model_, *optim_, sampler_.rng(), tok_);
   if (span_.start_step > 0) checkpointer_->restore(span_.resume_dir);
   checkpointer_->set_last_saved(span_.start_step);
+  optim_->anchor_value_bounds();  // (the host's bounds on the parameters that want one, from their values now)
   // A new run over an old one (--force) replaces its files: say so (even under --quiet).
   if (span_.start_step == 0 && root_ && std::filesystem::exists(opt_.out + "/model.safetensors"))
     std::fprintf(stderr, "train: %s already holds a run; this new run replaces its checkpoint and logs "
@@ -374,7 +376,17 @@ void Trainer::graph_step(int64_t s, double lr, int64_t slot) {
     gx_[(size_t)a].set_checked_bound(model_.cfg.vocab_size);  // (the ring's check holds for the copy)
     gy_[(size_t)a].set_checked_bound(model_.cfg.vocab_size);
   }
+  // a recording reads kept tables by their address: record afresh when the cache evicted one
   if (graph_->captured() && table_cache_stats().evictions != graph_evictions_) graph_->reset();
+  // it also freezes the choices the host made from bounds on parameter values (FIRE's threshold):
+  // when one would change, this step runs eagerly (the new choice's tables uploaded on the way)
+  // and the next one records afresh
+  if (graph_->captured() && !graph_->decisions_hold()) {
+    graph_->reset();
+    train_step(s, lr, slot, &drawn);
+    return;
+  }
+  const bool recorded_now = !graph_->captured();
   if (!graph_->captured()) {
     if (!step_loss_.defined()) step_loss_ = Tensor::zeros({opt_.accum}, loss_hist_.dtype(), loss_hist_.device());
     graph_evictions_ = table_cache_stats().evictions;
@@ -386,18 +398,25 @@ void Trainer::graph_step(int64_t s, double lr, int64_t slot) {
         optim_->zero_grad();
       });
     } catch (const Error& e) {
-      // Nothing recorded ran: forget what the host code believed it did, then train eagerly.
-      if (root_) std::fprintf(stderr, "train: step %lld could not be recorded into a CUDA Graph (%s); training goes "
-                              "on without it\n", (long long)(s + 1), e.what());
-      graph_.reset();
+      // Nothing recorded ran: forget what the host code believed it did, then train eagerly. A
+      // first refusal may be passing (a path first taken uploads its tables, which the eager step
+      // caches): the next step records again; a second in a row ends the recording for the run.
+      const bool give_up = ++graph_refused_ >= 2;
+      if (root_) std::fprintf(stderr, "train: step %lld could not be recorded into a CUDA Graph (%s); %s\n",
+                              (long long)(s + 1), e.what(), give_up ? "training goes on without it"
+                                                                    : "it trains eagerly and the next step records again");
+      if (give_up) graph_.reset();
       model_.dropout_rng = dropout_before;
       optim_->zero_grad();
-      for (auto& np : params_) np.second.data().raw();  // drops the weights' kept copies (never written)
+      // the weights' kept copies the recording believed it wrote (never written); not their values
+      for (auto& np : params_) np.second.data().storage()->drop_bf16_copy();
       train_step(s, lr, slot, &drawn);
       return;
     }
+    graph_refused_ = 0;
   }
   graph_->replay(&model_.dropout_rng);  // (this step's dropout seeds written first)
+  if (!recorded_now) device_terms_->replayed_update(lr);  // (the recording's host code took its own step)
   loss_hist_.slice0(slot * opt_.accum, (slot + 1) * opt_.accum).copy_from(step_loss_);
   record_norm(graph_norm_, slot);
 }
@@ -548,6 +567,7 @@ void Trainer::report(int64_t s, double lr, Clock::time_point t0, bool print) {
   }
   pending_.clear();
   last_loss_ = row.loss;
+  optim_->anchor_value_bounds();  // read at the report's sync: bounds until the next one start from here
   if (print)
     log_->progress(s + 1, opt_.steps, row.loss, lr, row.grad_norm, timed_steps_ ? window_ms_ / timed_steps_ : row.ms,
                    timed_steps_ ? window_tokens_ / (window_ms_ / 1000.0) : row.tok_s);

@@ -62,7 +62,7 @@ void forward(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window, i
   const int64_t Tq = a.size(2), S = a.size(3), np = z.size(3), R = S ? a.numel() / S : 0;
   if (R == 0) return;
   CTX_CUDA_DISPATCH_FLOAT(a.dtype(), "cope_forward", {
-    CTX_LAUNCH(cope_forward_kernel<T>, grid_for(R), kThreads, 0, 0, a.data<T>(), z.data<T>(), R, Tq, S, np, q_pos0,
+    CTX_LAUNCH(cope_forward_kernel<T>, grid_for(R), kThreads, 0, cuda::stream(), a.data<T>(), z.data<T>(), R, Tq, S, np, q_pos0,
                window, sinks, (T)scale, out.data<T>(), psum.data<T>());
     CTX_CUDA_LAUNCH_CHECK("cope_forward_kernel");
   });
@@ -73,7 +73,7 @@ void backward(const Tensor& dout, const Tensor& a, const Tensor& z, const Tensor
   const int64_t Tq = a.size(2), S = a.size(3), np = z.size(3), R = S ? a.numel() / S : 0;
   if (R == 0) return;
   CTX_CUDA_DISPATCH_FLOAT(a.dtype(), "cope_backward", {
-    CTX_LAUNCH(cope_backward_kernel<T>, grid_for(R), kThreads, 0, 0, dout.data<T>(), a.data<T>(), z.data<T>(),
+    CTX_LAUNCH(cope_backward_kernel<T>, grid_for(R), kThreads, 0, cuda::stream(), dout.data<T>(), a.data<T>(), z.data<T>(),
                psum.data<T>(), R, Tq, S, np, q_pos0, window, sinks, (T)scale, da.data<T>(), dz.data<T>());
     CTX_CUDA_LAUNCH_CHECK("cope_backward_kernel");
   });
@@ -84,7 +84,7 @@ void softmax_forward(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t w
   const int64_t Tq = a.size(2), S = a.size(3), np = z.size(3), R = S ? a.numel() / S : 0;
   if (R == 0) return;
   CTX_CUDA_DISPATCH_FLOAT(a.dtype(), "cope_softmax_forward", {
-    CTX_LAUNCH(cope_softmax_forward_kernel<T>, grid_for(R), kThreads, 0, 0, a.data<T>(), z.data<T>(), R, Tq, S, np,
+    CTX_LAUNCH(cope_softmax_forward_kernel<T>, grid_for(R), kThreads, 0, cuda::stream(), a.data<T>(), z.data<T>(), R, Tq, S, np,
                q_pos0, window, sinks, (T)scale, p.data<T>(), psum.data<T>());
     CTX_CUDA_LAUNCH_CHECK("cope_softmax_forward_kernel");
   });
@@ -95,7 +95,7 @@ void softmax_backward(Tensor& dp, const Tensor& p, const Tensor& a, const Tensor
   const int64_t Tq = a.size(2), S = a.size(3), np = z.size(3), R = S ? a.numel() / S : 0;
   if (R == 0) return;
   CTX_CUDA_DISPATCH_FLOAT(a.dtype(), "cope_softmax_backward", {
-    CTX_LAUNCH(cope_softmax_backward_kernel<T>, grid_for(R), kThreads, 0, 0, dp.data<T>(), p.data<T>(),
+    CTX_LAUNCH(cope_softmax_backward_kernel<T>, grid_for(R), kThreads, 0, cuda::stream(), dp.data<T>(), p.data<T>(),
                a.data<T>(), z.data<T>(), psum.data<T>(), R, Tq, S, np, q_pos0, window, sinks, (T)scale, da.data<T>(),
                dz.data<T>());
     CTX_CUDA_LAUNCH_CHECK("cope_softmax_backward_kernel");

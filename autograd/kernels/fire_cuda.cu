@@ -30,7 +30,7 @@ void launch(const Tensor& pq, const Tensor& pk, const Tensor& c, const Tensor& l
             Tensor& x, Tensor& dxdc, Tensor& dxdl) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  CTX_LAUNCH(fire_kernel<T>, grid_for(n), kThreads, 0, 0, pq.data<T>(), pk.data<T>(), c.data<T>(), lm.data<T>(),
+  CTX_LAUNCH(fire_kernel<T>, grid_for(n), kThreads, 0, cuda::stream(), pq.data<T>(), pk.data<T>(), c.data<T>(), lm.data<T>(),
              (T)init_L, (T)eps, x.data<T>(), dxdc.data<T>(), dxdl.data<T>(), pq.size(1), pk.size(1), n);
   CTX_CUDA_LAUNCH_CHECK("fire_kernel");
 }

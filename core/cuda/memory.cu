@@ -23,7 +23,7 @@ struct ValueBlock {
   int n;
 };
 __global__ void set_values_kernel(int64_t* dst, ValueBlock b) {
-  if (threadIdx.x < b.n) dst[threadIdx.x] = b.v[threadIdx.x];
+  if ((int)threadIdx.x < b.n) dst[threadIdx.x] = b.v[threadIdx.x];
 }
 
 // src, dst are strided views of nd's shape (n elements); operand 0 = src, 1 = dst

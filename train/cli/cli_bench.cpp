@@ -570,6 +570,7 @@ int run_bench(int argc, char** argv) {
   for (auto& p : params) run.nparams += p.second.data().numel();
   // trainer.cpp's defaults: lr 1e-3, betas 0.9/0.99, eps 1e-8, weight decay 0.1, clip 1.0
   AdamW optim(params, AdamWOptions{1e-3, 0.9, 0.99, 1e-8, 0.1});
+  optim.anchor_value_bounds();  // as the trainer before its first step (FIRE decides on them, train/value_bounds.h)
   run.flop = flop_count(b.cfg, b.T);
   if (!a.count("peak-gflops") && run.dev == Device::CUDA) {  // the CPU's FMA peak says nothing of a GPU
     run.peak = {std::nan(""), "none (--device cuda: give the GPU's peak with --peak-gflops for MFU)", ""};
