@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "core/fast_paths.h"
 #include "core/precision.h"
+#include "core/step_graph.h"
 #include "nn/attention.h"
 #include "nn/decode_engine.h"
 #include "nn/gpt.h"
@@ -357,6 +358,8 @@ TEST(CudaModelAttention, FireDecidesFromTheBoundWithoutAHostCopy) {
     return r;
   };
   step();  // warm-up (tables, plans)
+  Tensor din = in.to(Device::CUDA);  // (a recording copies nothing from the host: ids checked here)
+  din.set_checked_bound(m.cfg.vocab_size);
   std::vector<VarImpl*> lms;
   for (auto& [name, p] : m.named_parameters())
     if (name.find("L_multiplier") != std::string::npos) lms.push_back(p.impl().get());
@@ -389,6 +392,24 @@ TEST(CudaModelAttention, FireDecidesFromTheBoundWithoutAHostCopy) {
   EXPECT_EQ(step(), (Taken{0, 0})) << "switched off";
   reset_fast_path(FastPath::FireTable);
   EXPECT_EQ(step(), (Taken{L, 0}));
+  // recorded into a CUDA Graph, each layer's choice is frozen with a check: the recording holds
+  // while the bound gives the same answer, not once it gives another (the trainer records again)
+  {
+    StepGraph g(backend(Device::CUDA));
+    g.capture([&] {
+      Variable loss = m.loss(din, din);
+      loss.backward();
+      m.zero_grad();
+    });
+    EXPECT_EQ(g.recorded_decisions(), (int64_t)L);
+    EXPECT_TRUE(g.decisions_hold());
+    bound_all(0.6, 1.4);  // still settled below
+    EXPECT_TRUE(g.decisions_hold());
+    bound_all(0.3, 1.5);
+    EXPECT_FALSE(g.decisions_hold());
+    bound_all(1, 1);
+    g.replay();
+  }
   // a write by anyone else retires the bound (the same value written: the host cannot know)
   for (auto& [name, p] : m.named_parameters())
     if (name.find("L_multiplier") != std::string::npos) p.data().copy_from(Tensor::full({1}, 1.0));

@@ -5,7 +5,8 @@
 // the recording is freed after it, and comes back when it is destroyed; a host <-> device copy
 // inside the recording is refused, naming itself, and leaves the device usable. The CPU cannot
 // record. Backend::set_values (how a replay's dropout seeds reach the device) writes its values
-// without a copy from the host. Runs under the CUDA emulator (always) and on a real GPU; without one: "skipped: no GPU".
+// without a copy from the host. The choices the host code froze into a recording are asked again
+// before a replay (decisions_hold). Runs under the CUDA emulator (always) and on a real GPU; without one: "skipped: no GPU".
 #include <gtest/gtest.h>
 
 #include <string>
@@ -119,6 +120,47 @@ TEST(Cuda, SetValuesWritesWithoutAHostCopy) {
   }
   Tensor f = Tensor::zeros({4}, DType::F32, Device::CUDA);
   testing_util::expect_error([&] { backend(Device::CUDA).set_values(f, {1, 2}); }, {"set_values", "i64"});
+}
+
+// Choices frozen in a recording (note_recorded_decision): registered only while recording, each
+// asked again by decisions_hold() (all must hold), forgotten by reset() and by a recording that
+// failed (which also stops the registering), and made anew by the next recording.
+TEST(Cuda, StepGraphChecksTheChoicesItFroze) {
+  CTX_SKIP_WITHOUT_GPU(has_gpu());
+  cuda::ensure_allocator();
+  Backend& be = backend(Device::CUDA);
+  Tensor x = Tensor::full({kN}, 3.0, DType::F32, Device::CUDA);
+  Tensor out = Tensor::zeros({kN}, DType::F32, Device::CUDA);
+  bool a = true, b = true;
+  note_recorded_decision([] { return false; });  // nothing records: ignored
+  StepGraph g(be);
+  g.capture([&] {
+    note_recorded_decision([&] { return a; });
+    body(be, x, out);
+    note_recorded_decision([&] { return b; });
+  });
+  EXPECT_EQ(g.recorded_decisions(), 2);
+  EXPECT_TRUE(g.decisions_hold());
+  b = false;
+  EXPECT_FALSE(g.decisions_hold()) << "the second choice changed";
+  b = true;
+  a = false;
+  EXPECT_FALSE(g.decisions_hold()) << "the first choice changed";
+  g.reset();
+  EXPECT_EQ(g.recorded_decisions(), 0);
+  EXPECT_TRUE(g.decisions_hold());
+  // a failed recording keeps nothing and leaves the registry closed
+  Tensor h = Tensor::zeros({kN}, DType::F32);
+  EXPECT_THROW(g.capture([&] {
+    note_recorded_decision([] { return false; });
+    out.copy_from(h);  // a host copy: refused
+  }), Error);
+  EXPECT_EQ(g.recorded_decisions(), 0);
+  note_recorded_decision([] { return false; });
+  g.capture([&] { body(be, x, out); });
+  EXPECT_EQ(g.recorded_decisions(), 0);
+  EXPECT_TRUE(g.decisions_hold());
+  g.replay();
 }
 #endif
 
