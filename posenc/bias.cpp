@@ -11,6 +11,7 @@
 
 #include "core/device_table.h"  // device_table
 #include "core/rng.h"
+#include "core/step_graph.h"  // note_recorded_decision
 #include "posenc/posenc.h"
 
 namespace ctx {
@@ -213,6 +214,9 @@ class Kerple final : public DistanceBias {
     mod_ = std::make_shared<nn::Module>();
     r1_ = mod_->register_parameter("r1", Tensor::zeros({H_}));
     r2_ = mod_->register_parameter("r2", Tensor::zeros({H_}));
+    // the projection's check on a device reads their host-side bounds (project, below)
+    r1_.impl()->wants_value_bound = true;
+    r2_.impl()->wants_value_bound = true;
   }
   std::string type() const override { return "kerple"; }
   std::shared_ptr<nn::Module> shared_module() override { return mod_; }
@@ -223,15 +227,22 @@ class Kerple final : public DistanceBias {
   bool fixed() const override { return false; }
 
   // In place, like the reference code's param.data.clamp_ (idempotent; every layer calls it).
-  // On the CPU a tensor already inside its bounds is not written: a write (a mutable access)
-  // drops the kept bf16 copies of the whole storage, which is the optimizer's flat buffer of every
-  // parameter, and every layer's Linear would convert it again (docs/performance.md). On a device
-  // the check would cost a copy to the host, so the clamp runs there each time.
+  // A tensor already inside its bounds is not written: a write (a mutable access) drops the kept
+  // bf16 copies of the whole storage, which is the optimizer's flat buffer of every parameter, and
+  // every layer's Linear would convert it again (docs/performance.md). The CPU reads the values;
+  // a device asks the parameter's host-side bound (VarImpl::value_bound, kept through AdamW's
+  // updates: train/value_bounds.h) and clamps where the bound does not show every value inside
+  // (no copy either way; the choice is checked again before a CUDA Graph replays it).
   void project() {
-    clamp(r1_.data(), 0.01, INFINITY);
-    clamp(r2_.data(), 0.01, power_ ? 2.0 : INFINITY);
+    clamp(r1_, 0.01, INFINITY);
+    clamp(r2_, 0.01, power_ ? 2.0 : INFINITY);
   }
-  static void clamp(Tensor& t, double lo, double hi) {
+  static bool bound_inside(const VarImpl& v, double lo, double hi) {
+    const ValueBound* b = known_value_bound(v);
+    return b && b->lo >= lo && b->hi <= hi;
+  }
+  static void clamp(Variable& p, double lo, double hi) {
+    Tensor& t = p.data();
     if (t.device() == Device::CPU) {
       const Tensor& c = t;  // read without a mutable access
       auto inside = [&](auto* v) {
@@ -240,6 +251,11 @@ class Kerple final : public DistanceBias {
         return true;
       };
       if (c.dtype() == DType::F32 ? inside(c.data<float>()) : inside(c.data<double>())) return;
+    } else {
+      const VarPtr& v = p.impl();
+      const bool inside = bound_inside(*v, lo, hi);
+      note_recorded_decision([v, lo, hi, inside] { return bound_inside(*v, lo, hi) == inside; });
+      if (inside) return;
     }
     backend_of(t).unary(UnaryOp::Clamp, t, t, lo, hi);
   }

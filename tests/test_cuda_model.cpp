@@ -519,6 +519,58 @@ TEST(CudaModelAttention, WarmBf16StepConversionPasses) {
   EXPECT_EQ(g1.kept_operands - g0.kept_operands, 2 * (12 * L + 3));
 }
 
+// KERPLE clamps r1 / r2 in place before each layer's table; as a write to the optimizer's flat
+// buffer, a clamp would drop the buffer's kept bf16 copy and every Linear after it would convert
+// its weight again. On the device the clamp is skipped where the parameters' host-side bounds
+// (anchored as the trainer does, then kept through AdamW's updates) show every value inside: a
+// warm bf16 step converts what a learned model's does (2 tensors a layer, no weight), copies
+// nothing to the host, and leaves r1 / r2 inside their bounds. Retiring the bounds (a write by
+// someone else) brings the clamps, and the weights' conversions, back.
+TEST(CudaModelAttention, WarmBf16KerpleKeepsTheFlatCopy) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  PrecisionScope bf16(Precision::BF16);
+  nn::GPT m(testing_util::two_head_cfg(17, 64, 2, 64, 24, json{{"type", "kerple"}}));
+  m.init_weights(5);
+  m.to(Device::CUDA);
+  AdamW opt(m.named_parameters(), AdamWOptions{});
+  Tensor in = Tensor::from_vector(std::vector<int64_t>{1, 5, 7, 2, 9, 4, 3, 8, 6, 2, 11, 5}, {2, 6}).to(Device::CUDA);
+  in.set_checked_bound(m.cfg.vocab_size);
+  auto step = [&] {
+    m.zero_grad();
+    Variable loss = m.loss(in, in);
+    loss.backward();
+    opt.clip_and_step_deferred(1e-3, 1.0);
+  };
+  step();  // cold: plans, the allocator's blocks, a first clamp of the init's values below 0.01
+  opt.anchor_value_bounds();  // as the trainer at a report
+  const uint64_t L = (uint64_t)m.cfg.n_layers;
+  auto warm_step = [&] {
+    const cuda::KeptCopyStats k0 = cuda::kept_copy_stats();
+    const cuda::GemmLtStats g0 = cuda::gemm_lt_stats();
+    const uint64_t copies = cuda::host_copy_stats().to_host;
+    step();
+    EXPECT_EQ(cuda::host_copy_stats().to_host, copies) << "a device -> host copy in the step";
+    return std::pair<uint64_t, uint64_t>{cuda::kept_copy_stats().converted - k0.converted,
+                                         cuda::gemm_lt_stats().conversions - g0.conversions};
+  };
+  for (int s = 0; s < 3; ++s) {
+    SCOPED_TRACE("warm step " + std::to_string(s));
+    const auto [converted, gemm_conversions] = warm_step();
+    EXPECT_EQ(converted, 2 * L) << "the residual stream's gradient into the two Linear layers that end a block";
+    EXPECT_EQ(gemm_conversions, 0u) << "a weight converted by its GEMM: the flat copy was dropped";
+  }
+  for (auto& [name, p] : m.named_parameters())
+    if (name.rfind("pe.r", 0) == 0) {
+      const Tensor h = p.data().to(Device::CPU);
+      for (int64_t i = 0; i < h.numel(); ++i) EXPECT_GE(h.at(i), 0.01f) << name;
+    }
+  // a write by someone else: the bounds retire, the clamps run and drop the flat copy
+  for (auto& [name, p] : m.named_parameters())
+    if (name == "pe.r1") p.data().copy_from(p.data().to(Device::CPU).to(Device::CUDA));
+  const auto [converted, gemm_conversions] = warm_step();
+  EXPECT_GT(converted + gemm_conversions, 2 * L) << "clamps that write must drop the copy (the test's premise)";
+}
+
 TEST_P(CudaModel, TrainingStepsMatchTheCpu) {
   CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
   check_training_steps(GetParam(), 0);
