@@ -87,6 +87,7 @@ done
 [[ "$ATTENTION" == manual || "$ATTENTION" == fast ]] || die "--attention must be manual or fast"
 [[ "$PEER_MODE" == eager || "$PEER_MODE" == compile ]] || die "--peer-mode must be eager or compile, got '$PEER_MODE'"
 [[ "$PRECISION" == fp32 || "$PRECISION" == bf16 ]] || die "--precision must be fp32 or bf16, got '$PRECISION'"
+[[ -z "$CONFIG" || -f "$CONFIG" ]] || die "--config: no such file '$CONFIG'"  # (the options first, then the tools)
 case "$PEER_ARG" in
   debian) PY=/usr/bin/python3 ;;
   venv) PY="${CTXLAB_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ctxlab/torch-venv}/bin/python"

@@ -37,6 +37,9 @@
 #              queries (CTXLAB_TC_BACKWARD_ROWS=128) (A B, 2 pairs each), per-op profiles
 #   graph      the warm step eager vs as a CUDA Graph (CTXLAB_CUDA_GRAPH=1): small bf16, GPT-2 small bf16
 #              (A B, 2 pairs each)
+#   fire       GPT-2 small bf16 with FIRE (init_L 1024: every query below thr): the per-pair bias
+#              through the composed attention (CTXLAB_FIRE_TABLE=0) vs the default, its distance
+#              table read in the tensor-core attention's tiles (A B, 2 pairs); not in the protocol
 #   ncu        Nsight Compute over one GPT-2 small bf16 step's kernels (NCU_KERNELS, NCU_COUNT)
 #   compare-fp32  GPT-2 small fp32 against PyTorch eager (TF32 off on both sides)
 #   compare-bias  GPT-2 small bf16 with ALiBi and T5 buckets against PyTorch FlexAttention
@@ -196,6 +199,13 @@ section_graph() {  # the warm step eager (A) vs recorded once and replayed as a 
   run 120 bench/ab_steps.sh 2 "$b $small" "CTXLAB_CUDA_GRAPH=1 $b $small" || rc=1
   run 150 bench/ab_steps.sh 2 "$b $GPT2_BF16 --steps 10" "CTXLAB_CUDA_GRAPH=1 $b $GPT2_BF16 --steps 10" || rc=1
   return $rc
+}
+
+section_fire() {  # FIRE on GPT-2 small bf16: per-pair bias, composed attention (A, CTXLAB_FIRE_TABLE=0) vs
+  # the default (B): the distance table decided from L_multiplier's host-side bound, tensor cores
+  local b="$BUILD/ctxlab"
+  local fire=(--posenc '{"type":"fire","init_L":1024}' --steps 10)
+  run 200 bench/ab_steps.sh 2 "CTXLAB_FIRE_TABLE=0 $b $GPT2_BF16 ${fire[*]@Q}" "$b $GPT2_BF16 ${fire[*]@Q}"
 }
 
 section_ncu() {  # Nsight Compute on one GPT-2 small bf16 step's kernels: NCU_KERNELS (regex; default the

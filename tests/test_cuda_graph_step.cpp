@@ -218,8 +218,9 @@ TEST(CudaGraphStep, UnrecordableRunsSayWhyAndTrainEagerly) {
 // run: a replay launches from the device), 2 recordings as for any encoding. init_L 23.03: the
 // bound, exact at each report, widens with every step until it no longer settles thr > 23, and
 // settles it again at the next report: the recording follows (3 recordings, steps between them
-// eager). Both give the eager run's bits: the eager steps take the same choices from the same
-// bounds.
+// eager); with thr 23.05 and one report at the end, the replays must widen the bound as eager
+// updates do for the recording to follow. All give the eager run's bits: the eager steps take
+// the same choices from the same bounds.
 TEST(CudaGraphStep, FireChoicesFromTheBoundAreCheckedBeforeEachReplay) {
   CTX_SKIP_WITHOUT_GPU(has_gpu());
   ASSERT_EQ(std::getenv("CTXLAB_FIRE_TABLE"), nullptr) << "unset CTXLAB_FIRE_TABLE: this test checks its default";
@@ -240,6 +241,19 @@ TEST(CudaGraphStep, FireChoicesFromTheBoundAreCheckedBeforeEachReplay) {
     c.d_model = 64;
     const Outcome eager = train_once(c, false, "fire23_eager");
     const Outcome graph = train_once(c, true, "fire23_graph");
+    EXPECT_GT(graph.graphs.captures, 2u) << "the recording follows the bound's choice";
+    EXPECT_EQ(graph.stderr_text, "");
+    expect_same(eager, graph);
+  }
+  {
+    // one report, at the end: the bound widens through the replays as through eager steps (each
+    // replay's update counted on the host, AdamW::replayed_update) until it stops settling thr
+    Case c{"fire", 0, 1, true};
+    c.init_L = 23.05;
+    c.log_interval = 8;
+    c.d_model = 64;
+    const Outcome eager = train_once(c, false, "fire2305_eager");
+    const Outcome graph = train_once(c, true, "fire2305_graph");
     EXPECT_GT(graph.graphs.captures, 2u) << "the recording follows the bound's choice";
     EXPECT_EQ(graph.stderr_text, "");
     expect_same(eager, graph);

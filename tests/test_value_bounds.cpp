@@ -24,10 +24,11 @@ using namespace ctx;
 nn::NamedParams tracked_param(bool decays) {
   Variable p(decays ? Tensor::full({1, 5}, 0.5) : Tensor::full({5}, 0.5), true);
   Tensor& d = p.data();
-  // values from -0.3 to 0.5; the decaying matrix's from 5 to 9, where the decay (lr wd |p|)
-  // outweighs a step's move: the bound must shrink with it, yet keep a value a step without a
-  // gradient leaves where it was
-  for (int64_t i = 0; i < 5; ++i) d.data<float>()[i] = decays ? 5.f + (float)i : 0.2f * (float)i - 0.3f;
+  // values from -0.3 to 0.5; the decaying matrix's 5, -6, 7, -8, 9, where the decay (lr wd |p|)
+  // outweighs a step's move: the bound must shrink with it on both sides, yet keep a value a step
+  // without a gradient leaves where it was
+  for (int64_t i = 0; i < 5; ++i)
+    d.data<float>()[i] = decays ? (5.f + (float)i) * (i % 2 ? -1.f : 1.f) : 0.2f * (float)i - 0.3f;
   p.impl()->wants_value_bound = true;
   return {{decays ? "blocks.0.mlp.fc.weight" : "blocks.0.attn.pe.L_multiplier", p}};
 }
