@@ -235,25 +235,17 @@ TEST(CudaGraphStep, FireChoicesFromTheBoundAreCheckedBeforeEachReplay) {
     EXPECT_EQ(graph.stderr_text, "");
     expect_same(eager, graph);
   }
-  {
+  // reports every 3 steps; then one report, at the end: the bound widens through the replays
+  // as through eager steps (each replay's update counted on the host, AdamW::replayed_update)
+  for (const auto& [init_L, reports] : {std::pair<double, int64_t>{23.03, 3}, {23.05, 8}}) {
+    SCOPED_TRACE("init_L " + std::to_string(init_L) + ", a report every " + std::to_string(reports) + " steps");
     Case c{"fire", 0, 1, true};
-    c.init_L = 23.03;
+    c.init_L = init_L;
+    c.log_interval = reports;
     c.d_model = 64;
-    const Outcome eager = train_once(c, false, "fire23_eager");
-    const Outcome graph = train_once(c, true, "fire23_graph");
-    EXPECT_GT(graph.graphs.captures, 2u) << "the recording follows the bound's choice";
-    EXPECT_EQ(graph.stderr_text, "");
-    expect_same(eager, graph);
-  }
-  {
-    // one report, at the end: the bound widens through the replays as through eager steps (each
-    // replay's update counted on the host, AdamW::replayed_update) until it stops settling thr
-    Case c{"fire", 0, 1, true};
-    c.init_L = 23.05;
-    c.log_interval = 8;
-    c.d_model = 64;
-    const Outcome eager = train_once(c, false, "fire2305_eager");
-    const Outcome graph = train_once(c, true, "fire2305_graph");
+    const std::string tag = "fire_follows_" + std::to_string(reports);
+    const Outcome eager = train_once(c, false, tag + "_eager");
+    const Outcome graph = train_once(c, true, tag + "_graph");
     EXPECT_GT(graph.graphs.captures, 2u) << "the recording follows the bound's choice";
     EXPECT_EQ(graph.stderr_text, "");
     expect_same(eager, graph);

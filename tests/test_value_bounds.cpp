@@ -186,6 +186,38 @@ TEST(AdamWValueBound, HoldsFromLoadedMomentsWhenAStepHadNoGradient) {
   }
 }
 
+// A fresh optimizer carries a bound published on the leaf (Module::to's, after an upload) across
+// its flat buffer's copy of the values, its moments being zero: bounded from the first step
+// without a read. A state loaded into the moments afterwards retires it (the ratio it assumed no
+// longer holds) until the next anchor.
+TEST(AdamWValueBound, AFreshOptimizerCarriesAPublishedBoundUntilItsMomentsAreLoaded) {
+  for (const bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "per-tensor");
+    nn::NamedParams params = tracked_param(false);
+    Variable& p = params[0].second;
+    publish_value_bound(*p.impl(), -0.3, 0.5);
+    AdamW opt(params, AdamWOptions{1e-3, 0.9, 0.99, 1e-8, 0.0, fused});
+    EXPECT_EQ(opt.value_bounds().kept(), 1);
+    const ValueBound* vb = known_value_bound(*p.impl());
+    ASSERT_NE(vb, nullptr) << "published again on the optimizer's copy of the values";
+    EXPECT_EQ(vb->lo, -0.3);
+    EXPECT_EQ(vb->hi, 0.5);
+    p.grad() = Tensor::full({5}, 1.0);
+    opt.step(1e-3);
+    ASSERT_NE(known_value_bound(*p.impl()), nullptr);
+    EXPECT_LE(known_value_bound(*p.impl())->lo, p.data().at(0));
+    std::map<std::string, Tensor> s{{"exp_avg.blocks.0.attn.pe.L_multiplier", Tensor::full({5}, 1.0)},
+                                    {"exp_avg_sq.blocks.0.attn.pe.L_multiplier", Tensor::full({5}, 1e-6)}};
+    opt.load_state(s, "test");
+    p.grad() = Tensor::full({5}, 1e-9);
+    opt.step(1e-3);  // m / sqrt(v) ~ 1000 at this step: far past the bound a fresh run allows
+    EXPECT_EQ(opt.value_bounds().kept(), 0);
+    EXPECT_EQ(known_value_bound(*p.impl()), nullptr);
+    opt.anchor_value_bounds();
+    EXPECT_EQ(opt.value_bounds().kept(), 1);
+  }
+}
+
 // Only the leaves that ask are tracked; the others cost nothing and promise nothing.
 TEST(AdamWValueBound, OnlyLeavesThatAskAreTracked) {
   nn::NamedParams params = tracked_param(false);

@@ -136,6 +136,7 @@ static std::vector<bool> decays_of(const nn::NamedParams& params) {
 
 AdamW::AdamW(const nn::NamedParams& params, const AdamWOptions& opt)
     : Optimizer(params), decay_(decays_of(params)), opt_(opt), bounds_(params, decay_) {
+  const auto published = bounds_.published();  // (Module::to's exact bounds, before the flat copy)
   if (opt.fused && FlatParams::supported(params_)) {
     flat_ = std::make_unique<FlatParams>(params_);
     m_flat_ = Tensor::zeros({flat_->total}, flat_->dtype, flat_->device);
@@ -155,6 +156,8 @@ AdamW::AdamW(const nn::NamedParams& params, const AdamWOptions& opt)
       v_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
     }
   }
+  bounds_.watch_moments(m_, v_);
+  bounds_.start_fresh(published);  // m = v = 0: the bounds go on from the values' own
 }
 
 // Reference: one backend adamw call per parameter with a gradient.

@@ -51,6 +51,8 @@ bool AdamWDrift::advance(const AdamWHyper& h, bool decays, double u) {
 }
 
 namespace {
+uint64_t writes_of(const Tensor& t) { return t.defined() ? t.storage()->writes.load(std::memory_order_relaxed) : 0; }
+
 double unit_roundoff(DType t) { return t == DType::F64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24); }
 
 std::vector<double> host_doubles(const Tensor& t) {
@@ -65,9 +67,20 @@ AdamWBounds::AdamWBounds(const nn::NamedParams& params, const std::vector<bool>&
   for (size_t i = 0; i < params.size(); ++i) {
     const VarPtr& v = params[i].second.impl();
     if (!v->wants_value_bound) continue;
-    tracked_.push_back({v, (bool)decay[i], false, {}});
+    Tracked tr;
+    tr.var = v;
+    tr.decays = decay[i];
+    tracked_.push_back(tr);
     index_.push_back(i);
   }
+}
+
+void AdamWBounds::watch_moments(const std::vector<Tensor>& m, const std::vector<Tensor>& v) {
+  for (size_t t = 0; t < tracked_.size(); ++t) {
+    tracked_[t].m = m[index_[t]];
+    tracked_[t].v = v[index_[t]];
+  }
+  publish();  // (restamped: the moments were just made)
 }
 
 void AdamWBounds::anchor(const std::vector<Tensor>& m, const std::vector<Tensor>& v) {
@@ -79,9 +92,31 @@ void AdamWBounds::anchor(const std::vector<Tensor>& m, const std::vector<Tensor>
   publish();
 }
 
+std::vector<std::optional<std::pair<double, double>>> AdamWBounds::published() const {
+  std::vector<std::optional<std::pair<double, double>>> out;
+  for (const Tracked& tr : tracked_) {
+    const ValueBound* b = known_value_bound(*tr.var);
+    out.push_back(b ? std::optional<std::pair<double, double>>({b->lo, b->hi}) : std::nullopt);
+  }
+  return out;
+}
+
+void AdamWBounds::start_fresh(const std::vector<std::optional<std::pair<double, double>>>& from) {
+  for (size_t t = 0; t < tracked_.size(); ++t) {
+    Tracked& tr = tracked_[t];
+    tr.kept = t < from.size() && from[t].has_value();
+    if (!tr.kept) continue;
+    tr.drift = AdamWDrift{};
+    tr.drift.lo = from[t]->first;
+    tr.drift.hi = from[t]->second;
+  }
+  publish();
+}
+
 void AdamWBounds::check_still_held() {
   for (Tracked& tr : tracked_)
-    if (tr.kept && !known_value_bound(*tr.var)) tr.kept = false;
+    if (tr.kept && (!known_value_bound(*tr.var) || writes_of(tr.m) != tr.m_writes || writes_of(tr.v) != tr.v_writes))
+      tr.kept = false;
 }
 
 void AdamWBounds::advance(const AdamWHyper& h) {
@@ -90,8 +125,12 @@ void AdamWBounds::advance(const AdamWHyper& h) {
 }
 
 void AdamWBounds::publish() {
-  for (Tracked& tr : tracked_)
-    if (tr.kept) publish_value_bound(*tr.var, tr.drift.lo, tr.drift.hi);
+  for (Tracked& tr : tracked_) {
+    if (!tr.kept) continue;
+    publish_value_bound(*tr.var, tr.drift.lo, tr.drift.hi);
+    tr.m_writes = writes_of(tr.m);
+    tr.v_writes = writes_of(tr.v);
+  }
 }
 
 int64_t AdamWBounds::kept() const {

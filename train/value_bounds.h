@@ -19,13 +19,19 @@
 // + 32u) and 4u max(|lo|, |hi|) a step (u: the dtype's unit roundoff), ample for the few roundings
 // of an update and the geometric decay of the moments' own rounding errors.
 //
-// Who keeps it: AdamW (train/optim.cpp). anchor() reads each tracked parameter and its two moments
-// (three small copies) at the trainer's reports and before its first step; every update widens the
-// bound and publishes it on the leaf (publish_value_bound), stamped with the storage's write count:
-// a write by anyone else (a checkpoint load, a user's copy) retires it (known_value_bound), and
-// then nothing is promised until the next anchor.
+// Who keeps it: AdamW (train/optim.cpp). Its constructor carries a bound already published on the
+// leaf (Module::to's exact one) with r0 = 0, its moments being zero; anchor() reads each tracked
+// parameter and its two moments (three small copies) at the trainer's reports and before its
+// first step; every update widens the bound and publishes it on the leaf (publish_value_bound),
+// stamped with the storage's write count. A write by anyone else, to the parameter (a checkpoint
+// load, a user's copy: known_value_bound then fails) or to its moments (a loaded state), retires
+// it, and nothing is promised until the next anchor. A loop of one's own (the Python API's
+// optimizers) is never re-anchored: its bounds widen from the constructor's until a decision
+// they cannot settle takes the safe path (FIRE's per-pair bias, KERPLE's clamp).
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -55,11 +61,21 @@ class AdamWBounds {
  public:
   AdamWBounds(const nn::NamedParams& params, const std::vector<bool>& decay);
   bool empty() const { return tracked_.empty(); }
+  // The optimizer's moments of each parameter (m[i], v[i]): a bound is kept only while they, too,
+  // were written by no one but the optimizer since it last published (a state loaded into them, a
+  // user's write: the ratio the bound assumed may no longer hold).
+  void watch_moments(const std::vector<Tensor>& m, const std::vector<Tensor>& v);
   // Reads each tracked parameter and its moments m[i], v[i] (host copies) and restarts its bound
   // there; published at once.
   void anchor(const std::vector<Tensor>& m, const std::vector<Tensor>& v);
+  // The bounds published on the tracked leaves now (nullopt where none holds), and a start from
+  // them with moments still zero, published on the leaves' data then: AdamW's constructor carries
+  // Module::to's exact bounds across the flat buffer's copy of the values, without a copy to the
+  // host (a fresh optimizer has m = v = 0, so r0 = 0).
+  std::vector<std::optional<std::pair<double, double>>> published() const;
+  void start_fresh(const std::vector<std::optional<std::pair<double, double>>>& from);
   // Call before the optimizer writes the parameters (or advances without writing): a tracked bound
-  // that someone else's write retired stops being kept.
+  // that someone else's write retired (to the parameter or its moments) stops being kept.
   void check_still_held();
   // The step with hyper-parameters h: widens every kept bound.
   void advance(const AdamWHyper& h);
@@ -74,6 +90,8 @@ class AdamWBounds {
     bool decays = false;
     bool kept = false;
     AdamWDrift drift;
+    Tensor m, v;                          // its moments (watch_moments)
+    uint64_t m_writes = 0, v_writes = 0;  // their Storage::writes when last published
   };
   std::vector<Tracked> tracked_;
   std::vector<size_t> index_;  // tracked_[t] is parameter index_[t] of the optimizer's list
