@@ -152,20 +152,30 @@ TEST(CudaTrainStep, WarmSpeedModeStepMakesNoLtDescriptorOrHeuristic) {
 // kept on the device by device_table since step 1). The reporting step 4 reads back exactly the
 // two history buffers (losses, squared gradient norms) and stages steps 5-8 in one upload
 // (docs/cuda.md). The third run has dropout on: its masks are computed on the device from one
-// seed per call (core/dropout_mask.h), so it uploads no more than the others. On the emulated
-// device the runtime's own copy counts (cuemu::stats) must agree with the backend's.
+// seed per call (core/dropout_mask.h), so it uploads no more than the others. FIRE decides on its
+// distance table, and KERPLE whether its clamp must write, from their parameters' host-side bounds
+// (train/value_bounds.h), which the report anchors: 3 more reads there per such parameter (the
+// value and its two moments), none between reports. On the emulated device the runtime's own copy
+// counts (cuemu::stats) must agree with the backend's.
 TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
   CTX_SKIP_WITHOUT_GPU(!no_gpu());
   // fused: the fused attention forced on (CTXLAB_FUSED_ATTENTION=1); else the backend's choice for
   // this shape, the composed attention
   struct Run { const char* pe; double dropout; uint64_t seed; bool fused; };
   for (const Run& run : {Run{"learned", 0.0, 101, false}, Run{"rope", 0.0, 202, false}, Run{"alibi", 0.1, 303, false},
-                         Run{"rope", 0.0, 404, true}, Run{"alibi", 0.1, 505, true}}) {
+                         Run{"rope", 0.0, 404, true}, Run{"alibi", 0.1, 505, true}, Run{"fire", 0.0, 606, false},
+                         Run{"kerple", 0.0, 707, false}}) {
     const std::string pe = run.pe;
     SCOPED_TRACE(pe + " dropout " + std::to_string(run.dropout) + (run.fused ? " fused attention" : " composed attention"));
     if (run.fused) set_fast_path(FastPath::Attention, true);
+    // FIRE with its table switch set: a decision its bound could not settle would read the value
+    // (a copy, counted below): none may, in fp32 as under bf16
+    if (pe == "fire") set_fast_path(FastPath::FireTable, true);
     struct Reset {
-      ~Reset() { reset_fast_path(FastPath::Attention); }
+      ~Reset() {
+        reset_fast_path(FastPath::Attention);
+        reset_fast_path(FastPath::FireTable);
+      }
     } reset;
     clear_table_cache();  // a run repeating an encoding would otherwise find its tables kept
     ModelConfig cfg = tiny_cfg(json{{"type", pe}});
@@ -174,6 +184,9 @@ TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
     nn::GPT m(cfg);
     m.init_weights(9);
     m.to(Device::CUDA);
+    uint64_t bounded = 0;  // parameters the host keeps a bound on (FIRE's L_multiplier, KERPLE's r1 / r2)
+    for (auto& [name, p] : m.named_parameters()) bounded += p.impl()->wants_value_bound ? 1 : 0;
+    EXPECT_EQ(bounded, pe == "fire" ? 2u : pe == "kerple" ? 2u : 0u);
     TrainOptions o;
     o.out = temp_dir("steps_" + pe + std::to_string(run.seed));
     o.steps = 8;
@@ -222,7 +235,8 @@ TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
       EXPECT_EQ(d.reported, d.step == 1 || d.step == 4 || d.step == 8);  // the first step, every 4th, the last
       if (d.step == 1 || d.step == 8) continue;  // the first step uploads tables; the last evaluates and saves
       if (d.step == 4) {
-        EXPECT_EQ(d.d.c.to_host, 2u) << "a report reads the loss and norm buffers, one copy each";
+        EXPECT_EQ(d.d.c.to_host, 2u + 3 * bounded)
+            << "a report reads the loss and norm buffers, one copy each, and anchors the bounds";
       } else {
         EXPECT_EQ(d.d.c.to_host, 0u) << "a warm step between reports waited for the device";
       }
