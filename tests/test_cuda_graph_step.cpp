@@ -64,6 +64,7 @@ struct Outcome {
   std::string train_csv;                      // the logged losses, lr, norms (the ms column cut)
   cuda::GraphStats graphs;                    // captures and replays during the run
   uint64_t dist_forward = 0;                  // tensor-core forwards the host launched reading a distance table
+  std::vector<double> bounds;                 // FIRE: the host's bound on L_multiplier after each step (lo, hi)
   std::string stderr_text;
 };
 
@@ -122,8 +123,17 @@ Outcome train_once(const Case& c, bool graph, const std::string& tag) {
   const cuda::GraphStats before = cuda::graph_stats();
   const uint64_t dist0 = cuda::tc_attention_calls().dist_forward;
   ::testing::internal::CaptureStderr();
-  train(m, o);
+  std::vector<double> bounds;
+  train(m, o, 0, "", -1, [&](int64_t, bool) {
+    for (auto& [name, p] : m.named_parameters())
+      if (name.find("L_multiplier") != std::string::npos) {
+        const ValueBound* b = known_value_bound(*p.impl());
+        bounds.push_back(b ? b->lo : -1);
+        bounds.push_back(b ? b->hi : -1);
+      }
+  });
   Outcome r;
+  r.bounds = bounds;
   r.stderr_text = ::testing::internal::GetCapturedStderr();
   const cuda::GraphStats after = cuda::graph_stats();
   r.graphs = {after.captures - before.captures, after.replays - before.replays};
@@ -139,6 +149,8 @@ Outcome train_once(const Case& c, bool graph, const std::string& tag) {
 
 void expect_same(const Outcome& eager, const Outcome& graph) {
   EXPECT_EQ(eager.train_csv, graph.train_csv) << "the logged losses / lr / norms differ";
+  // the host's bounds step by step: a replay, a recording and a refused one count as eager steps
+  EXPECT_EQ(eager.bounds, graph.bounds) << "the bounds on FIRE's L_multiplier differ";
   ASSERT_EQ(eager.params.size(), graph.params.size());
   for (const auto& [name, bytes] : eager.params) EXPECT_TRUE(graph.params.at(name) == bytes) << name << " differs";
 }

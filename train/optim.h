@@ -119,6 +119,12 @@ class AdamW final : public Optimizer {
   // code): the host's bounds on the parameters (value_bounds()) take the step as an eager update
   // does. Not after the replay that runs the step just recorded (its host code counted it).
   void replayed_update(double lr);
+  // A recording abandoned before it ran (its host code advanced the bounds for an update that never
+  // happened): the bounds as they were before it, published again (the values are unchanged).
+  void restore_value_bounds(const AdamWBounds& before) {
+    bounds_ = before;
+    bounds_.publish();
+  }
   bool device_terms() const { return terms_.defined(); }
   std::vector<std::pair<std::string, Tensor>> state() override;
   void load_state(const std::map<std::string, Tensor>& s, const std::string& source) override;

@@ -391,6 +391,7 @@ void Trainer::graph_step(int64_t s, double lr, int64_t slot) {
     if (!step_loss_.defined()) step_loss_ = Tensor::zeros({opt_.accum}, loss_hist_.dtype(), loss_hist_.device());
     graph_evictions_ = table_cache_stats().evictions;
     const Rng dropout_before = model_.dropout_rng;  // the recording draws this step's seeds from it
+    const AdamWBounds bounds_before = device_terms_->value_bounds();  // and widens the host's bounds
     try {
       graph_->capture([&] {
         for (int64_t a = 0; a < opt_.accum; ++a) forward_backward(gx_[(size_t)a], gy_[(size_t)a], a, a, &step_loss_);
@@ -407,6 +408,7 @@ void Trainer::graph_step(int64_t s, double lr, int64_t slot) {
                                                                     : "it trains eagerly and the next step records again");
       if (give_up) graph_.reset();
       model_.dropout_rng = dropout_before;
+      device_terms_->restore_value_bounds(bounds_before);
       optim_->zero_grad();
       // the weights' kept copies the recording believed it wrote (never written); not their values
       for (auto& np : params_) np.second.data().storage()->drop_bf16_copy();
