@@ -69,7 +69,7 @@ const std::vector<Setting>& settings() {
        "0: sampling decodes through the autograd ops (GPT::forward_cached) instead of the graph-free decoder "
        "(nn/decode_engine.h; the same kernels, no graph, no per-token allocation)",
        "core/fast_paths.cpp"},
-      {"CTXLAB_FIRE_TABLE", "unset: on, deciding from what the host knows", "0 | 1",
+      {"CTXLAB_FIRE_TABLE", "1", "0 | 1",
        "FIRE's bias as a per-head distance table where every query of the call is below thr = "
        "|L_multiplier init_L| (the MLP on S distances instead of T x S pairs; on CUDA the tensor-core "
        "attention). Unset: on; on CUDA decided from L_multiplier's host-side bound (kept through AdamW's "

@@ -384,9 +384,8 @@ TEST(FastPaths, OneTableTheSettingsAndTheRule) {
       ASSERT_NE(s, st.end()) << r.env << " is not in the settings table";
       EXPECT_STREQ(s->values, "0 | 1");
       EXPECT_STREQ(s->read_by, "core/fast_paths.cpp");
-      // (attention's default is the backend's measured choice, bf16 attention's and fire_table's the
-      // device's: in words)
-      if (r.path != FastPath::Attention && r.path != FastPath::Bf16Attention && r.path != FastPath::FireTable) {
+      // (attention's default is the backend's measured choice, bf16 attention's the device's: in words)
+      if (r.path != FastPath::Attention && r.path != FastPath::Bf16Attention) {
         EXPECT_STREQ(s->default_value, r.default_on ? "1" : "0");
       }
       reset_fast_path(r.path);  // (an earlier test may have left an override)
