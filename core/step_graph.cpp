@@ -11,6 +11,8 @@ void note_recorded_decision(std::function<bool()> same_now) {
   if (g_decisions) g_decisions->checks.push_back(std::move(same_now));
 }
 
+bool decisions_recording() { return g_decisions != nullptr; }
+
 void DecisionRecording::begin() {
   CTX_CHECK(!g_decisions, "StepGraph: a step is already being recorded");
   checks.clear();

@@ -27,6 +27,18 @@ namespace ctx {
 // code would make the choice it just made again (a choice taken from a promise about device
 // values, VarImpl::value_bound, and frozen in the recording). No-op when nothing records.
 void note_recorded_decision(std::function<bool()> same_now);
+// Whether a StepGraph is recording on this thread (note_recorded_decision keeps what it is given).
+bool decisions_recording();
+
+// A choice the host code makes from what it knows of device values without reading them: made now
+// by `choose` and, while a StepGraph records, registered so that a replay first checks that
+// `choose` still gives the same answer. Outside a recording nothing is kept (no allocation).
+template <class Choose>
+auto recorded_choice(const Choose& choose) -> decltype(choose()) {
+  const auto made = choose();
+  if (decisions_recording()) note_recorded_decision([choose, made] { return choose() == made; });
+  return made;
+}
 
 // The checks registered while recording: collects them between begin() and end() (StepGraph).
 class DecisionRecording {

@@ -11,7 +11,7 @@
 
 #include "core/device_table.h"  // device_table
 #include "core/rng.h"
-#include "core/step_graph.h"  // note_recorded_decision
+#include "core/step_graph.h"  // recorded_choice
 #include "posenc/posenc.h"
 
 namespace ctx {
@@ -253,9 +253,7 @@ class Kerple final : public DistanceBias {
       if (c.dtype() == DType::F32 ? inside(c.data<float>()) : inside(c.data<double>())) return;
     } else {
       const VarPtr& v = p.impl();
-      const bool inside = bound_inside(*v, lo, hi);
-      note_recorded_decision([v, lo, hi, inside] { return bound_inside(*v, lo, hi) == inside; });
-      if (inside) return;
+      if (recorded_choice([v, lo, hi] { return bound_inside(*v, lo, hi); })) return;
     }
     backend_of(t).unary(UnaryOp::Clamp, t, t, lo, hi);
   }

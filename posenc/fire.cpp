@@ -140,7 +140,7 @@ class Fire final : public PositionalEncoding {
   // query position, the largest being S - 1, strictly below thr (at a tie the max splits its
   // gradient, which a function of i - j alone cannot carry). Where lm is not on the host, the
   // decision is its host-side bound's (no copy), frozen in a CUDA Graph recording with a check
-  // that it still holds (note_recorded_decision); where the bound cannot tell, the per-pair bias,
+  // that it still holds (recorded_choice); where the bound cannot tell, the per-pair bias,
   // or with the switch set to 1 the value itself (one device -> host copy).
   bool distance_table_applies(const AttnState& st) const {
     if (st.positions || st.sinks > 0 || st.k_pos0 != 0 || st.q_pos0 != st.S - st.T || st.S < 1) return false;
@@ -149,8 +149,7 @@ class Fire final : public PositionalEncoding {
     const int64_t p = st.S - 1;
     if (!host_readable(lm)) {
       const VarPtr& v = module(st).lm.impl();
-      const Below b = below_threshold_for(p, *v, s_.init_L);
-      note_recorded_decision([v, p, b, init_L = s_.init_L] { return below_threshold_for(p, *v, init_L) == b; });
+      const Below b = recorded_choice([v, p, init_L = s_.init_L] { return below_threshold_for(p, *v, init_L); });
       if (b != Below::Unknown) return b == Below::Yes;
       if (!fast_path_forced_on(FastPath::FireTable)) return false;
     }

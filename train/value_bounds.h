@@ -60,7 +60,6 @@ struct AdamWDrift {
 class AdamWBounds {
  public:
   AdamWBounds(const nn::NamedParams& params, const std::vector<bool>& decay);
-  bool empty() const { return tracked_.empty(); }
   // The optimizer's moments of each parameter (m[i], v[i]): a bound is kept only while they, too,
   // were written by no one but the optimizer since it last published (a state loaded into them, a
   // user's write: the ratio the bound assumed may no longer hold).
