@@ -92,8 +92,17 @@ Variable softmax(const Variable& x);
 // softmax, softmax_backward).
 Variable causal_softmax(const Variable& scores, int64_t diag = 0, int64_t window = 0);
 Variable log_softmax(const Variable& x);
+// Over the last dim; b may be undefined (no bias). Their backward sums x's gradient into what x
+// already holds (the residual stream's gradient from the later layers) as it writes it, unless
+// CTXLAB_FUSED_ADD_NORM=0 (FastPath::AddNorm: then by a separate add).
 Variable layer_norm(const Variable& x, const Variable& w, const Variable& b, double eps);
 Variable rms_norm(const Variable& x, const Variable& w, double eps);
+// The residual add fused into the norm after it: {h, norm(h)} with h = x + a (a of x's shape), one
+// kernel that reads x and a and writes both; h's node is add's, the norm's is layer_norm's /
+// rms_norm's. CTXLAB_FUSED_ADD_NORM=0: add(), then layer_norm() / rms_norm() (the same values).
+std::pair<Variable, Variable> add_layer_norm(const Variable& x, const Variable& a, const Variable& w,
+                                             const Variable& b, double eps);
+std::pair<Variable, Variable> add_rms_norm(const Variable& x, const Variable& a, const Variable& w, double eps);
 // Fused softmax + NLL, mean over the non-ignored rows. logits [N, V], targets [N] i32/i64
 // (-1 = ignore). Returns a scalar.
 Variable cross_entropy(const Variable& logits, const Tensor& targets);

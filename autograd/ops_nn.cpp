@@ -48,44 +48,86 @@ Variable causal_softmax(const Variable& scores, int64_t diag, int64_t window) {
 }
 Variable log_softmax(const Variable& x) { return softmax_impl(x, true); }
 
-Variable layer_norm(const Variable& x, const Variable& w, const Variable& b, double eps) {
-  const Tensor xd = x.data(), wd = w.data();
-  Tensor bd = b.defined() ? b.data() : Tensor();
-  check_compatible(xd, wd, "layer_norm");
-  CTX_CHECK(xd.dim() >= 1, "layer_norm: x must have at least one dim, got ", xd.str());
-  const int64_t C = xd.size(-1), N = xd.numel() / (C ? C : 1);
-  Tensor y = empty_like(xd);
-  Tensor mean = Tensor::empty({N}, xd.dtype(), xd.device());
-  Tensor rstd = Tensor::empty({N}, xd.dtype(), xd.device());
-  backend_of(xd).layernorm(xd, wd, bd, eps, y, mean, rstd);
-  std::vector<Variable> ins{x, w};
-  if (b.defined()) ins.push_back(b);
-  return make_result(y, "layer_norm", ins, [x, w, b, xd, wd, mean, rstd](const Tensor& g) {
-    Tensor dx = empty_like(g);
-    Tensor dw = zeros_like(wd);
-    Tensor db = b.defined() ? zeros_like(wd) : Tensor();
-    backend_of(g).layernorm_backward(g, xd, wd, mean, rstd, dx, dw, db);
-    acc(x, dx);
-    acc(w, dw);
-    if (b.defined()) acc(b, db);
-  });
+// ---- the norms, and the residual add fused in front of them (FastPath::AddNorm) ----
+// x's gradient from a norm's backward: `write(dx, dres)`. With `sum` (the switch on) dx is summed
+// into what x already holds as it is written: dres is x's gradient (undefined: x has none yet) and
+// dx is that gradient itself where nobody else holds it (in place: grad_target), else new. Without,
+// dx is new and accumulate_grad adds it by its own pass.
+template <class Write>
+void norm_input_grad(const Variable& x, const Tensor& like, bool sum, const Write& write) {
+  if (sum && x.requires_grad()) {
+    bool has = false;
+    const Tensor t = grad_target(*x.impl(), has);
+    Tensor dx = t.defined() ? t : empty_like(like);
+    write(dx, has ? x.impl()->grad : Tensor());
+    grad_written(*x.impl(), dx);
+    return;
+  }
+  Tensor dx = empty_like(like);
+  write(dx, Tensor());
+  acc(x, dx);
 }
 
-Variable rms_norm(const Variable& x, const Variable& w, double eps) {
+// {h, norm(h)}: a undefined, h is x (the plain norm); else h = x + a from the same kernel, and
+// h's node is add's. rms: RMSNorm (b unused).
+static std::pair<Variable, Variable> norm_op(const Variable& x, const Variable& a, const Variable& w,
+                                             const Variable& b, double eps, bool rms) {
+  const char* name = rms ? (a.defined() ? "add_rms_norm" : "rms_norm") : (a.defined() ? "add_layer_norm" : "layer_norm");
   const Tensor xd = x.data(), wd = w.data();
-  check_compatible(xd, wd, "rms_norm");
-  CTX_CHECK(xd.dim() >= 1, "rms_norm: x must have at least one dim, got ", xd.str());
+  const Tensor bd = !rms && b.defined() ? b.data() : Tensor();
+  check_compatible(xd, wd, name);
+  CTX_CHECK(xd.dim() >= 1, name, ": x must have at least one dim, got ", xd.str());
+  Backend& be = backend_of(xd);
+  const bool fused = use_fused(FastPath::AddNorm, be);
+  if (a.defined()) {
+    check_compatible(xd, a.data(), name);
+    CTX_CHECK(a.data().shape() == xd.shape(), name, ": a ", a.data().str(), " must have x's shape ", xd.str());
+    if (!fused) {  // the composed twin: the add, then the norm
+      Variable h = add(x, a);
+      return {h, norm_op(h, Variable(), w, b, eps, rms).second};
+    }
+  }
   const int64_t C = xd.size(-1), N = xd.numel() / (C ? C : 1);
-  Tensor y = empty_like(xd);
+  Tensor y = empty_like(xd), hd = a.defined() ? empty_like(xd) : xd;
+  Tensor mean = rms ? Tensor() : Tensor::empty({N}, xd.dtype(), xd.device());
   Tensor rstd = Tensor::empty({N}, xd.dtype(), xd.device());
-  backend_of(xd).rmsnorm(xd, wd, eps, y, rstd);
-  return make_result(y, "rms_norm", {x, w}, [x, w, xd, wd, rstd](const Tensor& g) {
-    Tensor dx = empty_like(g);
-    Tensor dw = zeros_like(wd);
-    backend_of(g).rmsnorm_backward(g, xd, wd, rstd, dx, dw);
-    acc(x, dx);
-    acc(w, dw);
+  if (a.defined() && rms) be.add_rmsnorm(xd, a.data(), wd, eps, hd, y, rstd);
+  else if (a.defined()) be.add_layernorm(xd, a.data(), wd, bd, eps, hd, y, mean, rstd);
+  else if (rms) be.rmsnorm(xd, wd, eps, y, rstd);
+  else be.layernorm(xd, wd, bd, eps, y, mean, rstd);
+  Variable h = x;
+  if (a.defined()) h = make_result(hd, "add", {x, a}, [x, a](const Tensor& g) {  // add's backward
+    acc(x, g);
+    acc(a, g);
   });
+  std::vector<Variable> ins{h, w};
+  if (bd.defined()) ins.push_back(b);
+  Variable out = make_result(y, rms ? "rms_norm" : "layer_norm", ins,
+                             [h, w, b, hd, wd, mean, rstd, rms, fused](const Tensor& g) {
+    Tensor dw = zeros_like(wd);
+    Tensor db = !rms && b.defined() ? zeros_like(wd) : Tensor();
+    norm_input_grad(h, g, fused, [&](Tensor& dx, const Tensor& dres) {
+      if (rms) backend_of(g).rmsnorm_backward(g, hd, wd, rstd, dx, dw, dres);
+      else backend_of(g).layernorm_backward(g, hd, wd, mean, rstd, dx, dw, db, dres);
+    });
+    acc(w, dw);
+    if (db.defined()) acc(b, db);
+  });
+  return {h, out};
+}
+
+Variable layer_norm(const Variable& x, const Variable& w, const Variable& b, double eps) {
+  return norm_op(x, Variable(), w, b, eps, false).second;
+}
+Variable rms_norm(const Variable& x, const Variable& w, double eps) {
+  return norm_op(x, Variable(), w, Variable(), eps, true).second;
+}
+std::pair<Variable, Variable> add_layer_norm(const Variable& x, const Variable& a, const Variable& w,
+                                             const Variable& b, double eps) {
+  return norm_op(x, a, w, b, eps, false);
+}
+std::pair<Variable, Variable> add_rms_norm(const Variable& x, const Variable& a, const Variable& w, double eps) {
+  return norm_op(x, a, w, Variable(), eps, true);
 }
 
 Variable cross_entropy(const Variable& logits, const Tensor& targets) {

@@ -141,21 +141,37 @@ void Backend::causal_softmax_backward(const Tensor& y, const Tensor& dy, Tensor&
 void Backend::layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
                         Tensor& rstd) {
   checks::layernorm(device(), x, w, b, y, mean, rstd);
-  layernorm_impl(x, w, b, eps, y, mean, rstd);
+  Tensor none;
+  layernorm_impl(x, Tensor(), w, b, eps, none, y, mean, rstd);
 }
 void Backend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                                 const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) {
+                                 const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dres) {
   checks::layernorm_backward(device(), dy, x, w, mean, rstd, dx, dw, db);
-  layernorm_backward_impl(dy, x, w, mean, rstd, dx, dw, db);
+  checks::residual_grad(device(), "layer_norm_backward", dx, dres);
+  layernorm_backward_impl(dy, x, w, mean, rstd, dres, dx, dw, db);
 }
 void Backend::rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) {
   checks::rmsnorm(device(), x, w, y, rstd);
-  rmsnorm_impl(x, w, eps, y, rstd);
+  Tensor none;
+  rmsnorm_impl(x, Tensor(), w, eps, none, y, rstd);
 }
 void Backend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
-                               Tensor& dw) {
+                               Tensor& dw, const Tensor& dres) {
   checks::rmsnorm_backward(device(), dy, x, w, rstd, dx, dw);
-  rmsnorm_backward_impl(dy, x, w, rstd, dx, dw);
+  checks::residual_grad(device(), "rms_norm_backward", dx, dres);
+  rmsnorm_backward_impl(dy, x, w, rstd, dres, dx, dw);
+}
+void Backend::add_layernorm(const Tensor& x, const Tensor& a, const Tensor& w, const Tensor& b, double eps, Tensor& h,
+                            Tensor& y, Tensor& mean, Tensor& rstd) {
+  checks::layernorm(device(), x, w, b, y, mean, rstd);
+  checks::residual_add(device(), "add_layer_norm", x, a, h, y);
+  layernorm_impl(x, a, w, b, eps, h, y, mean, rstd);
+}
+void Backend::add_rmsnorm(const Tensor& x, const Tensor& a, const Tensor& w, double eps, Tensor& h, Tensor& y,
+                          Tensor& rstd) {
+  checks::rmsnorm(device(), x, w, y, rstd);
+  checks::residual_add(device(), "add_rms_norm", x, a, h, y);
+  rmsnorm_impl(x, a, w, eps, h, y, rstd);
 }
 void Backend::cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) {
   checks::cross_entropy(device(), logits, targets, loss, lse);

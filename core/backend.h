@@ -286,13 +286,23 @@ class Backend {
   // y = (x - mean) * rstd * w + b; saves mean, rstd [N]. b may be undefined (no bias).
   void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y,
                  Tensor& mean, Tensor& rstd);
-  // dx overwritten; dw, db accumulated (+=); db may be undefined.
+  // dx = dres + the input's gradient (dres undefined: dx overwritten; dres may be dx itself: the
+  // residual stream's gradient summed in place, FastPath::AddNorm); dw, db accumulated (+=); db
+  // may be undefined.
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
                           const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dw,
-                          Tensor& db);
+                          Tensor& db, const Tensor& dres = Tensor());
   void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
+  // dx = dres + the input's gradient, as layernorm_backward
   void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& rstd, Tensor& dx, Tensor& dw);
+                        const Tensor& rstd, Tensor& dx, Tensor& dw, const Tensor& dres = Tensor());
+  // The residual add fused into the norm after it (FastPath::AddNorm): h = x + a (a of x's shape),
+  // then y = layernorm(h) / rmsnorm(h), in one pass that reads x and a and writes h and y; h, y,
+  // mean and rstd equal add() then layernorm() / rmsnorm() (tests/test_backend_ops.cpp).
+  void add_layernorm(const Tensor& x, const Tensor& a, const Tensor& w, const Tensor& b, double eps,
+                     Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd);
+  void add_rmsnorm(const Tensor& x, const Tensor& a, const Tensor& w, double eps, Tensor& h, Tensor& y,
+                   Tensor& rstd);
 
   // --- losses ---
   // logits [N, V], targets [N] (i32/i64, < 0 = ignored): loss[n] = lse - logit[target], lse [N]
@@ -426,13 +436,17 @@ class Backend {
   virtual void causal_softmax_impl(const Tensor& x, Tensor& y, const CausalRows& rows) = 0;
   virtual void causal_softmax_backward_impl(const Tensor& y, const Tensor& dy, Tensor& dx,
                                             const CausalRows& rows) = 0;
-  virtual void layernorm_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y,
-                              Tensor& mean, Tensor& rstd) = 0;
+  // The norms: a undefined, the norm of x (h undefined); else the norm of h = x + a, h written.
+  // dres undefined: dx overwritten; else dx = dres + the gradient (dres may be dx).
+  virtual void layernorm_impl(const Tensor& x, const Tensor& a, const Tensor& w, const Tensor& b, double eps,
+                              Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd) = 0;
   virtual void layernorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                                       const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) = 0;
-  virtual void rmsnorm_impl(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) = 0;
+                                       const Tensor& rstd, const Tensor& dres, Tensor& dx, Tensor& dw,
+                                       Tensor& db) = 0;
+  virtual void rmsnorm_impl(const Tensor& x, const Tensor& a, const Tensor& w, double eps, Tensor& h, Tensor& y,
+                            Tensor& rstd) = 0;
   virtual void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                                     Tensor& dx, Tensor& dw) = 0;
+                                     const Tensor& dres, Tensor& dx, Tensor& dw) = 0;
   // the target values are the kernel's to range-check (checks::targets_in_range)
   virtual void cross_entropy_impl(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) = 0;
   virtual void cross_entropy_backward_impl(const Tensor& logits, const Tensor& targets, const Tensor& lse,

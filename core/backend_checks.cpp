@@ -278,6 +278,24 @@ void rmsnorm_backward(Device dev, const Tensor& dy, const Tensor& x, const Tenso
   float_dtype("rms_norm_backward", x.dtype());
 }
 
+void residual_add(Device dev, const char* op, const Tensor& x, const Tensor& a, const Tensor& h, const Tensor& y) {
+  on(dev, a, op, "a");
+  on(dev, h, op, "h");
+  same(x, a, op);
+  same(x, h, op);
+  auto overlaps = [](const Tensor& p, const Tensor& q) { return p.storage() == q.storage(); };
+  CTX_CHECK(!overlaps(h, x) && !overlaps(h, a) && !overlaps(h, y), op,
+            ": h must have storage of its own (not x's, a's or y's)");
+}
+
+void residual_grad(Device dev, const char* op, const Tensor& dx, const Tensor& dres) {
+  if (!dres.defined()) return;
+  on(dev, dres, op, "dres");
+  same(dx, dres, op);
+  CTX_CHECK(dres.storage() != dx.storage() || dres.offset() == dx.offset(), op,
+            ": dres overlaps dx without being dx");
+}
+
 void targets(Device dev, const char* op, const Tensor& logits, const Tensor& targets) {
   on(dev, logits, op, "logits");
   on(dev, targets, op, "targets");

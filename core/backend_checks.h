@@ -76,6 +76,10 @@ void layernorm_backward(Device dev, const Tensor& dy, const Tensor& x, const Ten
 void rmsnorm(Device dev, const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd);
 void rmsnorm_backward(Device dev, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                       const Tensor& dx, const Tensor& dw);
+// The residual add fused into a norm: a and h of x's shape and dtype on dev, h neither x, a nor y
+// (add_layernorm / add_rmsnorm); a backward's dres (when defined) of dx's shape and dtype on dev.
+void residual_add(Device dev, const char* op, const Tensor& x, const Tensor& a, const Tensor& h, const Tensor& y);
+void residual_grad(Device dev, const char* op, const Tensor& dx, const Tensor& dres);
 
 // --- losses (the target values: targets_in_range, by the kernel) ---
 void cross_entropy(Device dev, const Tensor& logits, const Tensor& targets, const Tensor& loss, const Tensor& lse);

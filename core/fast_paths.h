@@ -33,6 +33,7 @@ enum class FastPath {
   OdeRk4,         // FLOATER's RK4 in one call (its ode_rk4 extension kernels)
   Decode,         // graph-free incremental decoding (nn/decode_engine.h) where the model allows it
   FireTable,      // FIRE's bias as a per-head distance table where every query is below thr (posenc/fire.cpp)
+  AddNorm,        // the residual add fused into the norm after it, both ways (Backend::add_layernorm / add_rmsnorm)
 };
 
 struct FastPathInfo {

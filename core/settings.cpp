@@ -49,6 +49,10 @@ const std::vector<Setting>& settings() {
        "replays it each step (docs/cuda.md); runs that cannot (MPI, --deterministic, randomized positions, "
        "segments, task rows, SGD) say why and train without; the same results; not yet timed on a GPU",
        "train/trainer.cpp"},
+      {"CTXLAB_FUSED_ADD_NORM", "1", "0 | 1",
+       "0: each residual add and the norm after it as two ops (add, then layer_norm / rms_norm), and the "
+       "norm's input gradient summed into the residual stream's by its own pass, instead of one kernel each "
+       "way (Backend::add_layernorm, layernorm_backward's dres)", "core/fast_paths.cpp"},
       {"CTXLAB_FUSED_CAUSAL_SOFTMAX", "1", "0 | 1",
        "0: the composed attention's mask and softmax as causal_fill + softmax (two passes) instead of "
        "Backend::causal_softmax (one pass each way)", "core/fast_paths.cpp"},

@@ -16,13 +16,14 @@ Block::Block(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt
   mlp = register_module("mlp", std::make_shared<MLP>(cfg.d_model, cfg.ff_dim(), dt));
 }
 
-Variable Block::forward(const Variable& x, Rng* rng, const Positions* positions) const {
-  Variable a = attn->forward(norm1->forward(x), rng, positions);
+Residual Block::forward(const Residual& in, const Norm& next, Rng* rng, const Positions* positions) const {
+  Variable a = attn->forward(in.xn, rng, positions);
   if (rng && dropout > 0) a = ctx::dropout(a, dropout, is_training(), *rng);
-  Variable h = add(x, a);
-  Variable m = mlp->forward(norm2->forward(h));
+  auto [h, hn] = norm2->forward_add(in.x, a);  // h = x + a, hn = norm2(h)
+  Variable m = mlp->forward(hn);
   if (rng && dropout > 0) m = ctx::dropout(m, dropout, is_training(), *rng);
-  return add(h, m);
+  auto [out, outn] = next.forward_add(h, m);  // out = h + m, outn = next(out)
+  return {out, outn};
 }
 
 Variable Block::forward_cached(const Variable& x, KVCache& cache) const {
@@ -152,8 +153,10 @@ Variable GPT::forward(const Tensor& tokens_in, int64_t pos0, bool use_memory, co
   Variable x = positions ? pe->embed_positions(embedding(wte->weight, tokens), *positions)
                          : pe->embed_tokens(wte->weight, tokens, pos0);  // [B, T, D]
   if (rng) x = dropout(x, cfg.dropout, true, *rng);
-  for (auto& b : blocks) x = b->forward(x, rng, positions);
-  x = norm_f->forward(x);
+  Residual s{x, blocks.empty() ? norm_f->forward(x) : blocks[0]->norm1->forward(x)};
+  for (size_t l = 0; l < blocks.size(); ++l)
+    s = blocks[l]->forward(s, l + 1 < blocks.size() ? *blocks[l + 1]->norm1 : *norm_f, rng, positions);
+  x = s.xn;  // norm_f of the stream
   const Variable& w_out = lm_head ? lm_head->weight : wte->weight;
   Variable logits = matmul(x, w_out, false, true);         // [B, T, V]
   (void)B;

@@ -12,10 +12,19 @@
 
 namespace ctx::nn {
 
+// The residual stream between blocks: x [B, T, D], and xn = the next norm of x (the block's norm1,
+// or norm_f after the last), made by the same kernel as the add that made x (Norm::forward_add).
+struct Residual {
+  Variable x, xn;
+};
+
 class Block : public Module {
  public:
   Block(const ModelConfig& cfg, int layer, PositionalEncoding* pe, DType dt);
-  Variable forward(const Variable& x, Rng* rng, const Positions* positions = nullptr) const;  // x [B, T, D]
+  // in.xn = norm1(in.x); returns the stream this block leaves and next(stream), `next` being the
+  // norm that reads it (the next block's norm1, or norm_f): both residual adds are fused with the
+  // norm after them.
+  Residual forward(const Residual& in, const Norm& next, Rng* rng, const Positions* positions = nullptr) const;
   Variable forward_cached(const Variable& x, KVCache& cache) const;  // decoding, eval only
   std::shared_ptr<Norm> norm1, norm2;
   std::shared_ptr<Attention> attn;

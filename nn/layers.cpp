@@ -24,6 +24,9 @@ Norm::Norm(const std::string& k, int64_t dim, double e, DType dt) : kind(k), eps
 Variable Norm::forward(const Variable& x) const {
   return kind == "layernorm" ? layer_norm(x, weight, bias, eps) : rms_norm(x, weight, eps);
 }
+std::pair<Variable, Variable> Norm::forward_add(const Variable& x, const Variable& a) const {
+  return kind == "layernorm" ? add_layer_norm(x, a, weight, bias, eps) : add_rms_norm(x, a, weight, eps);
+}
 
 MLP::MLP(int64_t d, int64_t f, DType dt) {
   fc = register_module("fc", std::make_shared<Linear>(d, f, true, dt));

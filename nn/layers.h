@@ -25,6 +25,9 @@ class Norm : public Module {
  public:
   Norm(const std::string& kind, int64_t dim, double eps, DType dt = DType::F32);
   Variable forward(const Variable& x) const;
+  // The residual add in front of the norm, fused into it: {h, forward(h)} with h = x + a
+  // (add_layer_norm / add_rms_norm: one kernel each way unless CTXLAB_FUSED_ADD_NORM=0).
+  std::pair<Variable, Variable> forward_add(const Variable& x, const Variable& a) const;
   std::string kind;
   double eps;
   Variable weight, bias;

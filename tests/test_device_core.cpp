@@ -102,20 +102,23 @@ class RecordingBackend final : public Backend {
     ++row_calls["softmax_backward"];
     in_.softmax_backward(y, dy, dx, log);
   }
-  void layernorm_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
-                      Tensor& rstd) override {
+  void layernorm_impl(const Tensor& x, const Tensor& a, const Tensor& w, const Tensor& b, double eps, Tensor& h,
+                      Tensor& y, Tensor& mean, Tensor& rstd) override {
+    if (a.defined()) return in_.add_layernorm(x, a, w, b, eps, h, y, mean, rstd);
     in_.layernorm(x, w, b, eps, y, mean, rstd);
   }
   void layernorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                               const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
-    in_.layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
+                               const Tensor& rstd, const Tensor& dres, Tensor& dx, Tensor& dw, Tensor& db) override {
+    in_.layernorm_backward(dy, x, w, mean, rstd, dx, dw, db, dres);
   }
-  void rmsnorm_impl(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
+  void rmsnorm_impl(const Tensor& x, const Tensor& a, const Tensor& w, double eps, Tensor& h, Tensor& y,
+                    Tensor& rstd) override {
+    if (a.defined()) return in_.add_rmsnorm(x, a, w, eps, h, y, rstd);
     in_.rmsnorm(x, w, eps, y, rstd);
   }
-  void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
-                             Tensor& dw) override {
-    in_.rmsnorm_backward(dy, x, w, rstd, dx, dw);
+  void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                             const Tensor& dres, Tensor& dx, Tensor& dw) override {
+    in_.rmsnorm_backward(dy, x, w, rstd, dx, dw, dres);
   }
   void cross_entropy_impl(const Tensor& z, const Tensor& t, Tensor& loss, Tensor& lse) override {
     in_.cross_entropy(z, t, loss, lse);
@@ -368,7 +371,7 @@ TEST(DeviceCore, ComplexOrderFallsBackToItsComposedTwin) {
 // the same default, and use_fused = the switch and (where the path needs one) the backend's has().
 TEST(FastPaths, OneTableTheSettingsAndTheRule) {
   const auto& t = fast_paths();
-  ASSERT_EQ(t.size(), 12u);
+  ASSERT_EQ(t.size(), 13u);
   RecordingBackend none(backend(Device::CPU), false), all(backend(Device::CPU), true);
   for (size_t i = 0; i < t.size(); ++i) {
     const FastPathInfo& r = t[i];
@@ -730,7 +733,7 @@ TEST(DeviceCore, ModuleToMovesEveryParameterOnceKeepingNamesAndTies) {
 
 TEST(Settings, EveryVariableIsInTheTableAndDocumented) {
   const auto& t = settings();
-  EXPECT_EQ(t.size(), 31u);
+  EXPECT_EQ(t.size(), 32u);
   std::ifstream f(std::string(CTXLAB_SOURCE_DIR) + "/docs/settings.md");
   ASSERT_TRUE(f.good()) << "docs/settings.md is missing";
   std::stringstream doc;

@@ -29,6 +29,12 @@ namespace {
     case DType::F64: { using T = double; __VA_ARGS__; break; }                         \
     default: throw Error(str(WHAT, ": expected a float tensor, got ", dtype_name(DT))); \
   }
+// an optional argument's elements, or null where it is undefined
+template <class T>
+const T* ptr_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+template <class T>
+T* ptr_or_null(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+
 #define CTX_DISPATCH_INDEX(DT, WHAT, ...)                                                   \
   switch (DT) {                                                                             \
     case DType::I32: { using I = int32_t; __VA_ARGS__; break; }                             \
@@ -240,25 +246,38 @@ class CpuBackend final : public Backend {
                        ref::softmax_backward<T>(y.data<T>(), dy.data<T>(), dx.data<T>(), N, C, false, rows));
   }
 
-  void layernorm_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
-                      Tensor& rstd) override {
+  // a defined: the norm of h = x + a (Backend::add_layernorm). f32 rows with the oneDNN policy on:
+  // the add, then oneDNN's layer norm over h (see bench/norm.cpp for the fused loop against it);
+  // else the reference loop, which adds each row in front of its norm.
+  void layernorm_impl(const Tensor& x, const Tensor& a, const Tensor& w, const Tensor& b, double eps, Tensor& h,
+                      Tensor& y, Tensor& mean, Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     // One row (a decode step): oneDNN's per-call cost (a primitive-cache lookup under its lock,
     // memory objects) is several times the work, and two threads of a decoding team contend for
     // the lock (docs/sampling.md); the plain loop runs it.
-    if (x.dtype() == DType::F32 && N > 1 && onednn_op_enabled("layernorm") &&
-        onednn_layernorm_f32(x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
-                             (float)eps, y.data<float>(), mean.data<float>(), rstd.data<float>(), N, C))
-      return;
+    if (x.dtype() == DType::F32 && N > 1 && onednn_op_enabled("layernorm")) {
+      if (a.defined()) binary(BinaryOp::Add, x, a, h);
+      const Tensor& src = a.defined() ? h : x;
+      if (onednn_layernorm_f32(src.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
+                               (float)eps, y.data<float>(), mean.data<float>(), rstd.data<float>(), N, C))
+        return;
+      if (a.defined()) {  // declined after the add: the reference norm of h
+        ref::layernorm<float>(h.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
+                              (float)eps, y.data<float>(), mean.data<float>(), rstd.data<float>(), N, C);
+        return;
+      }
+    }
     CTX_DISPATCH_FLOAT(x.dtype(), "layer_norm",
                        ref::layernorm<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr,
-                                         (T)eps, y.data<T>(), mean.data<T>(), rstd.data<T>(), N, C));
+                                         (T)eps, y.data<T>(), mean.data<T>(), rstd.data<T>(), N, C,
+                                         ptr_or_null<T>(a), ptr_or_null<T>(h)));
   }
 
+  // dres defined: dx = dres + the gradient, in the reference loop (oneDNN's backward overwrites)
   void layernorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                               const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
+                               const Tensor& rstd, const Tensor& dres, Tensor& dx, Tensor& dw, Tensor& db) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-    if (x.dtype() == DType::F32 && onednn_op_enabled("layernorm_backward") &&
+    if (x.dtype() == DType::F32 && !dres.defined() && onednn_op_enabled("layernorm_backward") &&
         onednn_layernorm_backward_f32(dy.data<float>(), x.data<float>(), w.data<float>(), mean.data<float>(),
                                       rstd.data<float>(), dx.data<float>(), dw.data<float>(),
                                       db.defined() ? db.data<float>() : nullptr, N, C))
@@ -266,21 +285,24 @@ class CpuBackend final : public Backend {
     CTX_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward",
                        ref::layernorm_backward<T>(dy.data<T>(), x.data<T>(), w.data<T>(), mean.data<T>(),
                                                   rstd.data<T>(), dx.data<T>(), dw.data<T>(),
-                                                  db.defined() ? db.data<T>() : nullptr, N, C));
+                                                  db.defined() ? db.data<T>() : nullptr, N, C,
+                                                  ptr_or_null<T>(dres)));
   }
 
-  void rmsnorm_impl(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
+  void rmsnorm_impl(const Tensor& x, const Tensor& a, const Tensor& w, double eps, Tensor& h, Tensor& y,
+                    Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     CTX_DISPATCH_FLOAT(x.dtype(), "rms_norm",
-                       ref::rmsnorm<T>(x.data<T>(), w.data<T>(), (T)eps, y.data<T>(), rstd.data<T>(), N, C));
+                       ref::rmsnorm<T>(x.data<T>(), w.data<T>(), (T)eps, y.data<T>(), rstd.data<T>(), N, C,
+                                       ptr_or_null<T>(a), ptr_or_null<T>(h)));
   }
 
-  void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
-                             Tensor& dw) override {
+  void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                             const Tensor& dres, Tensor& dx, Tensor& dw) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     CTX_DISPATCH_FLOAT(x.dtype(), "rms_norm_backward",
                        ref::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), w.data<T>(), rstd.data<T>(),
-                                                dx.data<T>(), dw.data<T>(), N, C));
+                                                dx.data<T>(), dw.data<T>(), N, C, ptr_or_null<T>(dres)));
   }
 
   // the target values in range (checks::targets_in_range), read where they are

@@ -127,13 +127,26 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C, bool
   }
 }
 
-// ---- layer norm: x, y [N, C]; w, b [C]; mean, rstd [N] ----
+// The residual add in front of a norm (Backend::add_layernorm / add_rmsnorm): with a (and h), row n
+// of h = x + a is written first and normalised in its place; returns the row the norm reads.
+template <class T>
+inline const T* residual_row(const T* x, const T* a, T* h, int64_t n, int64_t C) {
+  const T* xr = x + n * C;
+  if (!a) return xr;
+  const T* ar = a + n * C;
+  T* hr = h + n * C;
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) hr[c] = xr[c] + ar[c];
+  return hr;
+}
+
+// ---- layer norm: x, y [N, C]; w, b [C]; mean, rstd [N]; a, h [N, C] or null: the norm of h = x + a ----
 template <class T>
 void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N,
-               int64_t C) {
+               int64_t C, const T* a = nullptr, T* h = nullptr) {
 #pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
-    const T* xr = x + n * C;
+    const T* xr = residual_row(x, a, h, n, C);
     T* yr = y + n * C;
     T m = 0;
 #pragma omp simd reduction(+ : m)
@@ -257,14 +270,16 @@ struct ThreadPartials {
   std::vector<std::vector<T>> parts_;
 };
 
-// dx overwritten; dw, db accumulated (canonical row order: norm_param_grads). Parallel over rows.
+// dx overwritten (dres: dx = dres + the gradient; dres may be dx); dw, db accumulated (canonical
+// row order: norm_param_grads). Parallel over rows.
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
-                        T* dw, T* db, int64_t N, int64_t C) {
+                        T* dw, T* db, int64_t N, int64_t C, const T* dres = nullptr) {
 #pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
     const T* g = dy + n * C;
     const T* xr = x + n * C;
+    const T* dr = dres ? dres + n * C : nullptr;
     T* d = dx + n * C;
     T m = mean[n], r = rstd[n];
     T sg = 0, sgx = 0;
@@ -280,7 +295,8 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, cons
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
       T xh = (xr[c] - m) * r;
-      d[c] = r * (g[c] * w[c] - sg - xh * sgx);
+      const T t = r * (g[c] * w[c] - sg - xh * sgx);
+      d[c] = dr ? dr[c] + t : t;
     }
   }
   norm_param_grads(dy, x, mean, rstd, dw, db, N, C);
@@ -288,10 +304,11 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, cons
 
 // ---- RMS norm: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
 template <class T>
-void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C) {
+void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C, const T* a = nullptr,
+             T* h = nullptr) {
 #pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
-    const T* xr = x + n * C;
+    const T* xr = residual_row(x, a, h, n, C);
     T s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < C; ++c) s += xr[c] * xr[c];
@@ -303,7 +320,7 @@ void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C)
 
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw, int64_t N,
-                      int64_t C) {
+                      int64_t C, const T* dres = nullptr) {
 #pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
   for (int64_t n = 0; n < N; ++n) {
     const T* g = dy + n * C;
@@ -312,7 +329,10 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx,
     T s = 0;  // sum g*w*x
     for (int64_t c = 0; c < C; ++c) s += g[c] * w[c] * xr[c];
     T k = s * r * r * r / T(C);
-    for (int64_t c = 0; c < C; ++c) dx[n * C + c] = g[c] * w[c] * r - xr[c] * k;
+    for (int64_t c = 0; c < C; ++c) {
+      const T t = g[c] * w[c] * r - xr[c] * k;
+      dx[n * C + c] = dres ? dres[n * C + c] + t : t;
+    }
   }
   norm_param_grads<T>(dy, x, nullptr, rstd, dw, nullptr, N, C);  // canonical row order
 }

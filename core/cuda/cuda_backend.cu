@@ -311,39 +311,44 @@ class CudaBackend final : public Backend {
                             cuda::softmax_backward<T>(ptr<T>(y), ptr<T>(dy), ptr<T>(dx), N, C, false, rows));
   }
 
-  void layernorm_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
-                      Tensor& rstd) override {
+  // a defined: the norm of h = x + a, h written by the same kernel (Backend::add_layernorm)
+  void layernorm_impl(const Tensor& x, const Tensor& a, const Tensor& w, const Tensor& b, double eps, Tensor& h,
+                      Tensor& y, Tensor& mean, Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm", {
       T* yp = ptr<T>(y);  // (bf16: y's copy written too, the next Linear's input)
       cuda::layernorm<T>(ptr<T>(x), ptr<T>(w), ptr_or_null<T>(b), (T)eps, yp, ptr<T>(mean), ptr<T>(rstd), N, C,
-                         kept_bf16_slot(y));
+                         kept_bf16_slot(y), ptr_or_null<T>(a), ptr_or_null<T>(h));
     });
   }
 
   void layernorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                               const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db) override {
+                               const Tensor& rstd, const Tensor& dres, Tensor& dx, Tensor& dw, Tensor& db) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     Tensor part = Tensor::empty({2, norm_part_chunks(N), C}, x.dtype(), Device::CUDA);
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward",
                             cuda::layernorm_backward<T>(ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<T>(mean),
                                                         ptr<T>(rstd), ptr<T>(dx), ptr<T>(dw), ptr_or_null<T>(db),
-                                                        ptr<T>(part), N, C));
+                                                        ptr<T>(part), N, C, ptr_or_null<T>(dres)));
   }
 
-  void rmsnorm_impl(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) override {
+  void rmsnorm_impl(const Tensor& x, const Tensor& a, const Tensor& w, double eps, Tensor& h, Tensor& y,
+                    Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rms_norm",
-                            cuda::rmsnorm<T>(ptr<T>(x), ptr<T>(w), (T)eps, ptr<T>(y), ptr<T>(rstd), N, C));
+    CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rms_norm", {
+      T* yp = ptr<T>(y);  // (bf16: y's copy written too, the next Linear's input)
+      cuda::rmsnorm<T>(ptr<T>(x), ptr<T>(w), (T)eps, yp, ptr<T>(rstd), N, C, kept_bf16_slot(y), ptr_or_null<T>(a),
+                       ptr_or_null<T>(h));
+    });
   }
 
-  void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
-                             Tensor& dw) override {
+  void rmsnorm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                             const Tensor& dres, Tensor& dx, Tensor& dw) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     Tensor part = Tensor::empty({norm_part_chunks(N), C}, x.dtype(), Device::CUDA);
     CTX_CUDA_DISPATCH_FLOAT(x.dtype(), "rms_norm_backward",
                             cuda::rmsnorm_backward<T>(ptr<T>(dy), ptr<T>(x), ptr<T>(w), ptr<T>(rstd), ptr<T>(dx),
-                                                      ptr<T>(dw), ptr<T>(part), N, C));
+                                                      ptr<T>(dw), ptr<T>(part), N, C, ptr_or_null<T>(dres)));
   }
 
   // the target values in range (checks::targets_in_range), read on the host; nothing to read where

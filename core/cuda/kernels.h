@@ -67,18 +67,22 @@ template <class T, class I> void cross_entropy_backward(const T* logits, const I
                                                         uint16_t* dlogits16, int64_t N, int64_t V);
 
 // --- norm.cu ---  (x, y, dy, dx [N, C]; w, b, dw, db [C]; mean, rstd [N]; part [2, K, C] scratch
-// (RMSNorm: [K, C]) with K = norm_part_chunks(N))
+// (RMSNorm: [K, C]) with K = norm_part_chunks(N)). y16 (or null): y rounded to bf16 too. a, h
+// [N, C] (or null): the norm of h = x + a, h written in the same pass (Backend::add_layernorm).
+// dres [N, C] (or null): dx = dres + the gradient, dres may be dx.
 int64_t norm_part_chunks(int64_t N);
 template <class T> void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean,
                                   T* rstd, int64_t N, int64_t C,
-                                  uint16_t* y16 = nullptr);
+                                  uint16_t* y16 = nullptr, const T* a = nullptr, T* h = nullptr);
 template <class T> void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean,
                                            const T* rstd, T* dx, T* dw, T* db, T* part,
-                                           int64_t N, int64_t C);
+                                           int64_t N, int64_t C, const T* dres = nullptr);
 template <class T> void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N,
-                                int64_t C);
+                                int64_t C, uint16_t* y16 = nullptr, const T* a = nullptr,
+                                T* h = nullptr);
 template <class T> void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd,
-                                         T* dx, T* dw, T* part, int64_t N, int64_t C);
+                                         T* dx, T* dw, T* part, int64_t N, int64_t C,
+                                         const T* dres = nullptr);
 
 // --- index.cu ---  (x viewed as [outer, n, inner]; m indices, already range-checked)
 template <class T, class I> void index_select(const T* x, const I* idx, T* out, int64_t outer,

@@ -6,6 +6,9 @@
 // through the fixed trees of block_reduce.cuh, and the weight gradients in a second pass (K row
 // chunks, reduce.cu: column_chunks, each writing a partial, then column_sum_add). No atomics,
 // grids fixed by the shape: deterministic.
+// The residual add fused in (Backend::add_layernorm / add_rmsnorm, FastPath::AddNorm): the forward
+// reads x and a, writes h = x + a and normalises h from the same registers; the backward adds dx
+// into the residual stream's gradient dres as it writes it (one pass fewer each way).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,13 +23,31 @@
 namespace ctx::cuda {
 namespace {
 
-// x, y are (N, C); w, b (b may be null) are (C); mean, rstd are (N); y16 (or null): y's bf16 rounding
+// dx's element: the norm's gradient t, plus dres[i] where the residual stream's gradient is summed
+// in. The add is never contracted into an fma with t's product (the _rn intrinsics), so dx has the
+// bits of the composed path: t stored, then added by its own kernel.
+__device__ inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ inline double add_rn(double a, double b) { return __dadd_rn(a, b); }
 template <class T>
-__global__ void layernorm_kernel(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd,
-                                 int64_t N, int64_t C, uint16_t* y16) {
+__device__ inline T plus_residual(const T* dres, int64_t i, T t) { return dres ? add_rn(dres[i], t) : t; }
+
+// Row n of the norm's input: x's, or with a (and h) h = x + a written by this thread's columns
+// (c = threadIdx.x + k blockDim.x), which only this thread reads back. Returns the row to read.
+template <class T>
+__device__ const T* residual_row(const T* x, const T* a, T* h, int64_t n, int64_t C) {
+  if (!a) return x + n * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) h[n * C + c] = x[n * C + c] + a[n * C + c];
+  return h + n * C;
+}
+
+// x, y are (N, C); w, b (b may be null) are (C); mean, rstd are (N); y16 (or null): y's bf16
+// rounding; a, h (or null): the norm of h = x + a, h written
+template <class T>
+__global__ void layernorm_kernel(const T* x, const T* a, T* h, const T* w, const T* b, T eps, T* y, T* mean,
+                                 T* rstd, int64_t N, int64_t C, uint16_t* y16) {
   CTX_DYNAMIC_SHARED(T, buf);
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const T* xr = x + n * C;
+    const T* xr = residual_row(x, a, h, n, C);
     T* yr = y + n * C;
     T m = T(0);
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) m += xr[c];
@@ -49,7 +70,7 @@ __global__ void layernorm_kernel(const T* x, const T* w, const T* b, T eps, T* y
 // dy, x, dx are (N, C); w is (C); mean, rstd are (N): dx = r (g w - mean(g w) - xh mean(g w xh))
 template <class T>
 __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const T* w, const T* mean,
-                                             const T* rstd, T* dx, int64_t N, int64_t C) {
+                                             const T* rstd, const T* dres, T* dx, int64_t N, int64_t C) {
   CTX_DYNAMIC_SHARED(T, buf);
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* g = dy + n * C;
@@ -67,7 +88,7 @@ __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const T* w
     sgx = block_reduce(sgx, buf, SumOp()) / T(C);
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       const T xh = (xr[c] - m) * r;
-      d[c] = r * (g[c] * w[c] - sg - xh * sgx);
+      d[c] = plus_residual(dres, n * C + c, r * (g[c] * w[c] - sg - xh * sgx));
     }
   }
 }
@@ -80,9 +101,11 @@ __device__ inline unsigned full_mask() { return 0xffffffffu; }
 template <class T>
 __device__ T warp_sum(T v) { return warp_reduce(v, full_mask(), 32, SumOp()); }
 
+// mean null: RMSNorm (y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps), b unused). a, h (or null):
+// the norm of h = x + a, h written from the registers that hold it.
 template <class T, int P>
-__global__ void layernorm_warp_kernel(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N,
-                                      int C, uint16_t* y16) {
+__global__ void norm_warp_kernel(const T* x, const T* a, T* h, const T* w, const T* b, T eps, T* y, T* mean,
+                                 T* rstd, int64_t N, int C, uint16_t* y16) {
   const int lane = threadIdx.x % 32;
   for (int64_t n = blockIdx.x * (int64_t)kRowWarps + threadIdx.x / 32; n < N; n += (int64_t)gridDim.x * kRowWarps) {
     const T* xr = x + n * C;
@@ -91,24 +114,33 @@ __global__ void layernorm_warp_kernel(const T* x, const T* w, const T* b, T eps,
     for (int i = 0; i < P; ++i) {
       const int c = lane + 32 * i;
       v[i] = c < C ? xr[c] : T(0);
-      s += v[i];
+      if (a && c < C) h[n * C + c] = v[i] = v[i] + a[n * C + c];
+      s += mean ? v[i] : v[i] * v[i];
     }
-    const T m = warp_sum(s) / T(C);
-    T q = T(0);
-    CTX_UNROLL
-    for (int i = 0; i < P; ++i)
-      if (lane + 32 * i < C) q += (v[i] - m) * (v[i] - m);
-    const T r = T(1) / std::sqrt(warp_sum(q) / T(C) + eps);
+    T m = T(0), r;
+    if (mean) {
+      m = warp_sum(s) / T(C);
+      T q = T(0);
+      CTX_UNROLL
+      for (int i = 0; i < P; ++i)
+        if (lane + 32 * i < C) q += (v[i] - m) * (v[i] - m);
+      r = T(1) / std::sqrt(warp_sum(q) / T(C) + eps);
+    } else {
+      r = T(1) / std::sqrt(warp_sum(s) / T(C) + eps);
+    }
     CTX_UNROLL
     for (int i = 0; i < P; ++i) {
       const int c = lane + 32 * i;
       if (c < C) {
-        const T yv = b ? (v[i] - m) * r * w[c] + b[c] : (v[i] - m) * r * w[c];
+        const T yv = !mean ? v[i] * r * w[c] : b ? (v[i] - m) * r * w[c] + b[c] : (v[i] - m) * r * w[c];
         y[n * C + c] = yv;
         if (y16) y16[n * C + c] = bf16_bits(yv);
       }
     }
-    if (lane == 0) mean[n] = m, rstd[n] = r;
+    if (lane == 0) {
+      if (mean) mean[n] = m;
+      rstd[n] = r;
+    }
   }
 }
 
@@ -126,7 +158,7 @@ __global__ void layernorm_warp_kernel(const T* x, const T* w, const T* b, T eps,
 // dx = rstd (g w - xh mean(g w xh)).
 template <class T, int P>
 __global__ void norm_backward_warp_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
-                                          T* dx, T* part, int64_t N, int C, bool with_bias) {
+                                          const T* dres, T* dx, T* part, int64_t N, int C, bool with_bias) {
   CTX_DYNAMIC_SHARED(T, sh);  // [kRowWarps][2][C]: warp j's sums of dy xh and dy (dynamic: see below)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   T* sw = sh + (int64_t)warp * 2 * C;  // this warp's [2][C]; lane l alone touches its columns
@@ -153,7 +185,7 @@ __global__ void norm_backward_warp_kernel(const T* dy, const T* x, const T* w, c
     CTX_UNROLL
     for (int i = 0; i < P; ++i) {
       const int c = lane + 32 * i;
-      if (c < C) dx[n * C + c] = r * (gw[i] - sg - xh[i] * sgx);
+      if (c < C) dx[n * C + c] = plus_residual(dres, n * C + c, r * (gw[i] - sg - xh[i] * sgx));
     }
   }
   __syncthreads();
@@ -225,23 +257,27 @@ __global__ void norm_dweight_partial_kernel(const T* dy, const T* x, const T* me
 
 // x, y are (N, C); w is (C); rstd is (N): y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps)
 template <class T>
-__global__ void rmsnorm_kernel(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C) {
+__global__ void rmsnorm_kernel(const T* x, const T* a, T* h, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C,
+                               uint16_t* y16) {
   CTX_DYNAMIC_SHARED(T, buf);
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const T* xr = x + n * C;
+    const T* xr = residual_row(x, a, h, n, C);
     T s = T(0);
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += xr[c] * xr[c];
     s = block_reduce(s, buf, SumOp());
     const T r = T(1) / std::sqrt(s / T(C) + eps);
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) y[n * C + c] = xr[c] * r * w[c];
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      y[n * C + c] = xr[c] * r * w[c];
+      if (y16) y16[n * C + c] = bf16_bits(y[n * C + c]);
+    }
     if (threadIdx.x == 0) rstd[n] = r;
   }
 }
 
 // dy, x, dx are (N, C); w is (C); rstd is (N): dx = g w r - x r^3 sum(g w x) / C
 template <class T>
-__global__ void rmsnorm_backward_dx_kernel(const T* dy, const T* x, const T* w, const T* rstd, T* dx,
-                                           int64_t N, int64_t C) {
+__global__ void rmsnorm_backward_dx_kernel(const T* dy, const T* x, const T* w, const T* rstd, const T* dres,
+                                           T* dx, int64_t N, int64_t C) {
   CTX_DYNAMIC_SHARED(T, buf);
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* g = dy + n * C;
@@ -251,7 +287,8 @@ __global__ void rmsnorm_backward_dx_kernel(const T* dy, const T* x, const T* w, 
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += g[c] * w[c] * xr[c];
     s = block_reduce(s, buf, SumOp());
     const T k = s * r * r * r / T(C);
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dx[n * C + c] = g[c] * w[c] * r - xr[c] * k;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      dx[n * C + c] = plus_residual(dres, n * C + c, g[c] * w[c] * r - xr[c] * k);
   }
 }
 
@@ -267,76 +304,90 @@ void dweight(const T* dy, const T* x, const T* mean, const T* rstd, T* dw, T* db
   if (db) column_sum_add(part + K * C, db, K, C);
 }
 
-}  // namespace
-
+// mean null: RMSNorm (b unused); a, h (or null): the norm of h = x + a, h written
 template <class T>
-void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N, int64_t C,
-               uint16_t* y16) {
+void norm_forward(const T* x, const T* a, T* h, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N,
+                  int64_t C, uint16_t* y16) {
   if (N == 0 || C == 0) return;
   if (C <= kWarpRowMaxC) {
-    CTX_ROW_REGS(C, (CTX_LAUNCH((layernorm_warp_kernel<T, P>), warp_row_grid(N), 32 * kRowWarps, 0, stream(), x, w, b, eps,
-                                y, mean, rstd, N, (int)C, y16)));
-    CTX_CUDA_LAUNCH_CHECK("layernorm_warp_kernel");
+    CTX_ROW_REGS(C, (CTX_LAUNCH((norm_warp_kernel<T, P>), warp_row_grid(N), 32 * kRowWarps, 0, stream(), x, a, h, w,
+                                b, eps, y, mean, rstd, N, (int)C, y16)));
+    CTX_CUDA_LAUNCH_CHECK("norm_warp_kernel");
     return;
   }
   const int th = row_threads(C);
-  CTX_LAUNCH(layernorm_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), x, w, b, eps, y, mean, rstd, N, C, y16);
-  CTX_CUDA_LAUNCH_CHECK("layernorm_kernel");
+  if (mean) {
+    CTX_LAUNCH(layernorm_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), x, a, h, w, b, eps, y, mean, rstd, N,
+               C, y16);
+    CTX_CUDA_LAUNCH_CHECK("layernorm_kernel");
+  } else {
+    CTX_LAUNCH(rmsnorm_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), x, a, h, w, eps, y, rstd, N, C, y16);
+    CTX_CUDA_LAUNCH_CHECK("rmsnorm_kernel");
+  }
 }
 
 // C <= kWarpRowMaxC: dx, dw and db in one pass (norm_backward_warp_kernel), then the blocks' partials
 // added (column_sum_add); mean null: RMSNorm
 template <class T>
-void norm_backward_rows(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw, T* db,
-                        T* part, int64_t N, int64_t C) {
+void norm_backward_rows(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, const T* dres, T* dx,
+                        T* dw, T* db, T* part, int64_t N, int64_t C) {
   const int64_t K = norm_row_blocks(N);
   const size_t smem = (size_t)kRowWarps * 2 * C * sizeof(T);  // <= 128 KiB (fp64, C = 1024)
   CTX_ROW_REGS(C, (allow_shared(norm_backward_warp_kernel<T, P>, smem),
-                   CTX_LAUNCH((norm_backward_warp_kernel<T, P>), (unsigned)K, 32 * kRowWarps, smem, stream(), dy, x, w, mean,
-                              rstd, dx, part, N, (int)C, db != nullptr)));
+                   CTX_LAUNCH((norm_backward_warp_kernel<T, P>), (unsigned)K, 32 * kRowWarps, smem, stream(), dy, x, w,
+                              mean, rstd, dres, dx, part, N, (int)C, db != nullptr)));
   CTX_CUDA_LAUNCH_CHECK("norm_backward_warp_kernel");
   column_sum_add(part, dw, K, C);
   if (db) column_sum_add(part + K * C, db, K, C);
 }
 
+}  // namespace
+
+template <class T>
+void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N, int64_t C,
+               uint16_t* y16, const T* a, T* h) {
+  norm_forward(x, a, h, w, b, eps, y, mean, rstd, N, C, y16);
+}
+
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw, T* db,
-                        T* part, int64_t N, int64_t C) {
+                        T* part, int64_t N, int64_t C, const T* dres) {
   if (N == 0 || C == 0) return;
-  if (C <= kWarpRowMaxC) return norm_backward_rows(dy, x, w, mean, rstd, dx, dw, db, part, N, C);
+  if (C <= kWarpRowMaxC) return norm_backward_rows(dy, x, w, mean, rstd, dres, dx, dw, db, part, N, C);
   const int th = row_threads(C);
-  CTX_LAUNCH(layernorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), dy, x, w, mean, rstd, dx, N, C);
+  CTX_LAUNCH(layernorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), dy, x, w, mean, rstd, dres,
+             dx, N, C);
   CTX_CUDA_LAUNCH_CHECK("layernorm_backward_dx_kernel");
   dweight(dy, x, mean, rstd, dw, db, part, N, C);
 }
 
 template <class T>
-void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C) {
-  if (N == 0 || C == 0) return;
-  const int th = row_threads(C);
-  CTX_LAUNCH(rmsnorm_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), x, w, eps, y, rstd, N, C);
-  CTX_CUDA_LAUNCH_CHECK("rmsnorm_kernel");
+void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C, uint16_t* y16, const T* a, T* h) {
+  norm_forward<T>(x, a, h, w, nullptr, eps, y, nullptr, rstd, N, C, y16);
 }
 
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw, T* part, int64_t N,
-                      int64_t C) {
+                      int64_t C, const T* dres) {
   if (N == 0 || C == 0) return;
-  if (C <= kWarpRowMaxC) return norm_backward_rows<T>(dy, x, w, nullptr, rstd, dx, dw, nullptr, part, N, C);
+  if (C <= kWarpRowMaxC) return norm_backward_rows<T>(dy, x, w, nullptr, rstd, dres, dx, dw, nullptr, part, N, C);
   const int th = row_threads(C);
-  CTX_LAUNCH(rmsnorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), dy, x, w, rstd, dx, N, C);
+  CTX_LAUNCH(rmsnorm_backward_dx_kernel<T>, row_grid(N), th, th * sizeof(T), stream(), dy, x, w, rstd, dres, dx, N,
+             C);
   CTX_CUDA_LAUNCH_CHECK("rmsnorm_backward_dx_kernel");
   dweight<T>(dy, x, nullptr, rstd, dw, nullptr, part, N, C);
 }
 
 int64_t norm_part_chunks(int64_t N) { return std::max(column_chunks(N), norm_row_blocks(N)); }
 
-#define CTX_INST_NORM(T)                                                                               \
-  template void layernorm<T>(const T*, const T*, const T*, T, T*, T*, T*, int64_t, int64_t, uint16_t*); \
-  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*, \
-                                      int64_t, int64_t);                                               \
-  template void rmsnorm<T>(const T*, const T*, T, T*, T*, int64_t, int64_t);                           \
-  template void rmsnorm_backward<T>(const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t);
+#define CTX_INST_NORM(T)                                                                                     \
+  template void layernorm<T>(const T*, const T*, const T*, T, T*, T*, T*, int64_t, int64_t, uint16_t*, const T*, \
+                             T*);                                                                              \
+  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*,       \
+                                      int64_t, int64_t, const T*);                                           \
+  template void rmsnorm<T>(const T*, const T*, T, T*, T*, int64_t, int64_t, uint16_t*, const T*, T*);          \
+  template void rmsnorm_backward<T>(const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t,      \
+                                    const T*);
 CTX_INST_NORM(float)
 CTX_INST_NORM(double)
 

@@ -224,9 +224,13 @@ inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
+// The _rn adds and multiplies are never merged into an fma (CUDA's promise): out of line, so that
+// the host compiler cannot contract them with the caller's products under -march=native either.
+[[gnu::noinline]] inline float __fadd_rn(float a, float b) { return a + b; }
+[[gnu::noinline]] inline float __fsub_rn(float a, float b) { return a - b; }
+[[gnu::noinline]] inline float __fmul_rn(float a, float b) { return a * b; }
+[[gnu::noinline]] inline double __dadd_rn(double a, double b) { return a + b; }
+[[gnu::noinline]] inline double __dmul_rn(double a, double b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
