@@ -541,6 +541,48 @@ void row_cases(std::vector<Case>& cs) {
                                                  P<T>(dw), bias ? P<T>(db) : nullptr, N, C);
                       return bias ? std::vector<Tensor>{dx, dw, db} : std::vector<Tensor>{dx, dw};
                     }});
+      // the residual add fused in front (h = x + a written, the norm of h) and, in the backward, the
+      // residual stream's gradient summed into dx: from another tensor, and in place (dres is dx)
+      cs.push_back({str("add_layernorm ", bias ? "" : "no-bias ", tn<T>(), S(s)), dt, false, C, {},
+                    [=](const Dev& D) {
+                      Tensor x = D.in(rnd(s, dt, 81, -2, 3)), a = D.in(rnd(s, dt, 87, -1, 1));
+                      Tensor w = D.in(rnd({C}, dt, 82)), b = bias ? D.in(rnd({C}, dt, 83)) : Tensor();
+                      Tensor h = D.out(s, dt), y = D.out(s, dt), mean = D.out({N}, dt), rstd = D.out({N}, dt);
+                      D.be().add_layernorm(x, a, w, b, eps, h, y, mean, rstd);
+                      return hosts({h, y, mean, rstd});
+                    },
+                    [=] {
+                      Tensor x = rnd(s, dt, 81, -2, 3), a = rnd(s, dt, 87, -1, 1), w = rnd({C}, dt, 82);
+                      Tensor b = rnd({C}, dt, 83), h = Tensor::empty(s, dt), y = Tensor::empty(s, dt);
+                      Tensor mean = Tensor::empty({N}, dt), rstd = Tensor::empty({N}, dt);
+                      ref::layernorm<T>(P<T>(x), P<T>(w), bias ? P<T>(b) : nullptr, (T)eps, P<T>(y), P<T>(mean),
+                                        P<T>(rstd), N, C, P<T>(a), P<T>(h));
+                      return std::vector<Tensor>{h, y, mean, rstd};
+                    }});
+      for (bool in_place : {false, true})
+        cs.push_back({str("layernorm_backward +dres", in_place ? " in place " : " ", bias ? "" : "no-bias ", tn<T>(),
+                          S(s)),
+                      dt, false, N + C, {},
+                      [=](const Dev& D) {
+                        Tensor mh, rh;
+                        stats(mh, rh);
+                        Tensor dy = D.in(rnd(s, dt, 84)), x = D.in(rnd(s, dt, 81, -2, 3)), w = D.in(rnd({C}, dt, 82));
+                        Tensor mean = D.in(mh), rstd = D.in(rh), dres = D.in(rnd(s, dt, 88, -3, 3));
+                        Tensor dx = in_place ? dres : D.out(s, dt), dw = D.in(rnd({C}, dt, 85));
+                        Tensor db = bias ? D.in(rnd({C}, dt, 86)) : Tensor();
+                        D.be().layernorm_backward(dy, x, w, mean, rstd, dx, dw, db, dres);
+                        return bias ? hosts({dx, dw, db}) : hosts({dx, dw});
+                      },
+                      [=] {
+                        Tensor mean, rstd;
+                        stats(mean, rstd);
+                        Tensor dy = rnd(s, dt, 84), x = rnd(s, dt, 81, -2, 3), w = rnd({C}, dt, 82);
+                        Tensor dres = rnd(s, dt, 88, -3, 3), dx = Tensor::empty(s, dt), dw = rnd({C}, dt, 85);
+                        Tensor db = rnd({C}, dt, 86);
+                        ref::layernorm_backward<T>(P<T>(dy), P<T>(x), P<T>(w), P<T>(mean), P<T>(rstd), P<T>(dx),
+                                                   P<T>(dw), bias ? P<T>(db) : nullptr, N, C, P<T>(dres));
+                        return bias ? std::vector<Tensor>{dx, dw, db} : std::vector<Tensor>{dx, dw};
+                      }});
     }
     {
       const double eps = 1e-6;
@@ -576,6 +618,35 @@ void row_cases(std::vector<Case>& cs) {
                       ref::rmsnorm_backward<T>(P<T>(dy), P<T>(x), P<T>(w), P<T>(rstd), P<T>(dx), P<T>(dw), N, C);
                       return std::vector<Tensor>{dx, dw};
                     }});
+      cs.push_back({str("add_rmsnorm ", tn<T>(), S(s)), dt, false, C, {},
+                    [=](const Dev& D) {
+                      Tensor x = D.in(rnd(s, dt, 91, -2, 3)), a = D.in(rnd(s, dt, 95, -1, 1)), w = D.in(rnd({C}, dt, 92));
+                      Tensor h = D.out(s, dt), y = D.out(s, dt), rstd = D.out({N}, dt);
+                      D.be().add_rmsnorm(x, a, w, eps, h, y, rstd);
+                      return hosts({h, y, rstd});
+                    },
+                    [=] {
+                      Tensor x = rnd(s, dt, 91, -2, 3), a = rnd(s, dt, 95, -1, 1), w = rnd({C}, dt, 92);
+                      Tensor h = Tensor::empty(s, dt), y = Tensor::empty(s, dt), rstd = Tensor::empty({N}, dt);
+                      ref::rmsnorm<T>(P<T>(x), P<T>(w), (T)eps, P<T>(y), P<T>(rstd), N, C, P<T>(a), P<T>(h));
+                      return std::vector<Tensor>{h, y, rstd};
+                    }});
+      for (bool in_place : {false, true})
+        cs.push_back({str("rmsnorm_backward +dres", in_place ? " in place " : " ", tn<T>(), S(s)), dt, false, N + C, {},
+                      [=](const Dev& D) {
+                        Tensor dy = D.in(rnd(s, dt, 93)), x = D.in(rnd(s, dt, 91, -2, 3)), w = D.in(rnd({C}, dt, 92));
+                        Tensor rstd = D.in(rstd_of()), dres = D.in(rnd(s, dt, 96, -3, 3));
+                        Tensor dx = in_place ? dres : D.out(s, dt), dw = D.in(rnd({C}, dt, 94));
+                        D.be().rmsnorm_backward(dy, x, w, rstd, dx, dw, dres);
+                        return hosts({dx, dw});
+                      },
+                      [=] {
+                        Tensor dy = rnd(s, dt, 93), x = rnd(s, dt, 91, -2, 3), w = rnd({C}, dt, 92), rstd = rstd_of();
+                        Tensor dres = rnd(s, dt, 96, -3, 3), dx = Tensor::empty(s, dt), dw = rnd({C}, dt, 94);
+                        ref::rmsnorm_backward<T>(P<T>(dy), P<T>(x), P<T>(w), P<T>(rstd), P<T>(dx), P<T>(dw), N, C,
+                                                 P<T>(dres));
+                        return std::vector<Tensor>{dx, dw};
+                      }});
     }
   }
   // cross entropy: logits [N, V], targets with an ignored row (-1) and the last class
@@ -1785,6 +1856,110 @@ TEST_P(BackendOps, CausalSoftmaxRefusesBadArgumentsWithTheCpuMessage) {
     const std::string want = message(C, b.xs, b.ys, b.window, b.backward);
     EXPECT_NE(want.find(b.expect), std::string::npos) << want;
     EXPECT_EQ(message(D, b.xs, b.ys, b.window, b.backward), want);
+  }
+}
+
+// The residual add fused into the norm (Backend::add_layernorm / add_rmsnorm) gives the bits of
+// the composed twin on the same device: binary(Add) into h, then the norm of h. The backward's dres
+// gives dres + the plain backward's dx: bit for bit on CUDA (the kernels' add is never contracted
+// into an fma), within one rounding on the CPU (the host compiler may fuse the add with the last
+// product). Rows of the warp kernels and of the one-block-a-row kernels (C = 1500).
+double max_diff(const Tensor& a, const Tensor& b) {  // host tensors of one shape; NaN anywhere: inf
+  EXPECT_EQ(a.shape(), b.shape());
+  double m = 0;
+  for (int64_t i = 0; i < a.numel() && i < b.numel(); ++i) {
+    const double d = std::fabs(a.at(i) - b.at(i));
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+  }
+  return m;
+}
+
+TEST_P(BackendOps, AddNormIsTheAddThenTheNorm) {
+  const std::string dev = GetParam();
+  CTX_SKIP_WITHOUT_GPU(device_available(dev));
+  const Dev D{device_of(dev)};
+  const bool exact_bwd = D.d != Device::CPU;
+  for (DType dt : {DType::F32, DType::F64})
+    for (const Shape& s : {Shape{3, 7}, Shape{70, 200}, Shape{2, 5, 700}, Shape{4, 1500}})
+      for (int kind : {0, 1, 2}) {  // layernorm with bias, without, rmsnorm
+        SCOPED_TRACE(str(dtype_name(dt), S(s), " kind ", kind));
+        const int64_t C = s.back(), N = shape_numel(s) / C;
+        const bool rms = kind == 2;
+        Tensor x = D.in(rnd(s, dt, 1, -2, 3)), a = D.in(rnd(s, dt, 2, -1, 1)), w = D.in(rnd({C}, dt, 3));
+        Tensor b = kind == 0 ? D.in(rnd({C}, dt, 4)) : Tensor();
+        auto norm = [&](const Tensor* ax, Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd) {
+          if (ax && rms) D.be().add_rmsnorm(x, *ax, w, 1e-5, h, y, rstd);
+          else if (ax) D.be().add_layernorm(x, *ax, w, b, 1e-5, h, y, mean, rstd);
+          else if (rms) D.be().rmsnorm(h, w, 1e-5, y, rstd);
+          else D.be().layernorm(h, w, b, 1e-5, y, mean, rstd);
+        };
+        Tensor hf = D.out(s, dt), yf = D.out(s, dt), mf = D.out({N}, dt), rf = D.out({N}, dt);
+        norm(&a, hf, yf, mf, rf);
+        Tensor hc = D.out(s, dt), yc = D.out(s, dt), mc = D.out({N}, dt), rc = D.out({N}, dt);
+        D.be().binary(BinaryOp::Add, x, a, hc);
+        norm(nullptr, hc, yc, mc, rc);
+        EXPECT_EQ(max_diff(hf.to(Device::CPU), hc.to(Device::CPU)), 0.0);
+        EXPECT_EQ(max_diff(yf.to(Device::CPU), yc.to(Device::CPU)), 0.0);
+        EXPECT_EQ(max_diff(rf.to(Device::CPU), rc.to(Device::CPU)), 0.0);
+        if (!rms) {
+          EXPECT_EQ(max_diff(mf.to(Device::CPU), mc.to(Device::CPU)), 0.0);
+        }
+        // backward: dx = dres + the gradient, into another tensor and in place
+        Tensor dy = D.in(rnd(s, dt, 5)), dres_h = rnd(s, dt, 6, -3, 3);
+        auto bwd = [&](Tensor& dx, const Tensor& dres) {
+          Tensor dw = D.in(Tensor::zeros({C}, dt)), db = kind == 0 ? D.in(Tensor::zeros({C}, dt)) : Tensor();
+          if (rms) D.be().rmsnorm_backward(dy, hc, w, rc, dx, dw, dres);
+          else D.be().layernorm_backward(dy, hc, w, mc, rc, dx, dw, db, dres);
+          return dw.to(Device::CPU);
+        };
+        Tensor plain = D.out(s, dt), sum = D.out(s, dt), dres = D.in(dres_h);
+        const Tensor dw_plain = bwd(plain, Tensor());
+        D.be().binary(BinaryOp::Add, dres, plain, sum);
+        Tensor into = D.out(s, dt), in_place = D.in(dres_h);
+        EXPECT_EQ(max_diff(bwd(into, dres), dw_plain), 0.0);  // dres leaves the weight gradients alone
+        bwd(in_place, in_place);
+        const Tensor want = sum.to(Device::CPU), ph = plain.to(Device::CPU);
+        for (const Tensor& got : {into.to(Device::CPU), in_place.to(Device::CPU)}) {
+          double worst = 0;  // in units of one rounding of the sum
+          const double u = dt == DType::F32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53);
+          for (int64_t i = 0; i < got.numel(); ++i)
+            worst = std::max(worst, std::fabs(got.at(i) - want.at(i)) /
+                                        (u * (std::fabs(dres_h.at(i)) + std::fabs(ph.at(i))) + 1e-300));
+          if (exact_bwd) EXPECT_EQ(max_diff(got, want), 0.0);
+          else EXPECT_LE(worst, 2.0);
+        }
+      }
+}
+
+// The fused norm's arguments are checked before anything runs, with the CPU's messages: a of
+// another shape, h sharing x's storage, a dres of another shape.
+TEST_P(BackendOps, AddNormRefusesBadArgumentsWithTheCpuMessage) {
+  const std::string dev = GetParam();
+  CTX_SKIP_WITHOUT_GPU(device_available(dev));
+  const Dev D{device_of(dev)}, Cpu{Device::CPU};
+  auto message = [](const Dev& E, int which) {
+    try {
+      const DType dt = DType::F32;
+      Tensor x = E.in(rnd({3, 8}, dt, 1)), w = E.in(rnd({8}, dt, 2)), b = E.in(rnd({8}, dt, 3));
+      Tensor a = E.in(rnd(which == 0 ? Shape{3, 7} : Shape{3, 8}, dt, 4)), y = E.out({3, 8}, dt);
+      Tensor mean = E.out({3}, dt), rstd = E.out({3}, dt), h = which == 1 ? x : E.out({3, 8}, dt);
+      if (which <= 1) E.be().add_layernorm(x, a, w, b, 1e-5, h, y, mean, rstd);
+      if (which == 2) E.be().add_rmsnorm(x, a, w, 1e-5, h, y, rstd);
+      Tensor dres = E.in(rnd({3, 9}, dt, 5)), dx = E.out({3, 8}, dt), dw = E.out({8}, dt);
+      if (which == 3) E.be().layernorm_backward(x, x, w, mean, rstd, dx, dw, b, dres);
+      if (which == 4) E.be().rmsnorm_backward(x, x, w, rstd, dx, dw, dres);
+      if (which == 2) return std::string("(no error)");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const char* expect[] = {"add_layer_norm: shape mismatch", "add_layer_norm: h must have storage of its own",
+                          "(no error)", "layer_norm_backward: shape mismatch", "rms_norm_backward: shape mismatch"};
+  for (int which = 0; which < 5; ++which) {
+    const std::string want = message(Cpu, which);
+    EXPECT_NE(want.find(expect[which]), std::string::npos) << want;
+    EXPECT_EQ(message(D, which), want);
   }
 }
 

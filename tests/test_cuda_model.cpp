@@ -25,6 +25,9 @@
 #include "core/cuda/attention_tc.h"  // tc_attention_calls: the tensor-core kernels ran
 #include "core/cuda/cuda_runtime.h"
 #endif
+#ifdef CTXLAB_CUDA_EMULATOR
+#include "core/cuda/emu/emu_counters.h"  // cuemu::counter_records: the launches of a step and their bytes
+#endif
 
 namespace {
 using namespace ctx;
@@ -569,6 +572,83 @@ TEST(CudaModelAttention, WarmBf16KerpleKeepsTheFlatCopy) {
     if (name == "pe.r1") p.data().copy_from(p.data().to(Device::CPU).to(Device::CUDA));
   const auto [converted, gemm_conversions] = warm_step();
   EXPECT_GT(converted + gemm_conversions, 2 * L) << "clamps that write must drop the copy (the test's premise)";
+}
+
+// The residual adds fused into the norms (FastPath::AddNorm): three AdamW steps of a two-layer
+// model (LayerNorm and RMSNorm, fp32 and bf16) give the bits of the composed path: the add kernel
+// in front of the norm and the gradient add behind it, replaced by the norm kernels' own add
+// (never contracted into an fma). Under the emulator's counters a warm step has 4 launches fewer a
+// layer (the block's two adds, and the two gradient sums of its norms' backward), the norm kernels
+// as many as before, and moves 6 N C floats fewer a layer (N rows of C = d_model): the forward
+// does not read h back (1 a norm), the backward neither writes nor reads dx on its own (2 a norm).
+TEST(CudaModelAddNorm, OneKernelEachWayWithTheComposedBits) {
+  CTX_SKIP_WITHOUT_GPU(cuda::emulated() || cuda::device_count() > 0);
+  for (const char* norm : {"layernorm", "rmsnorm"})
+    for (Precision prec : {Precision::FP32, Precision::BF16}) {
+      SCOPED_TRACE(str(norm, prec == Precision::BF16 ? " bf16" : " fp32"));
+      PrecisionScope scope(prec);
+      ModelConfig cfg = testing_util::two_head_cfg(17, 64, 2, 64, 24, json{{"type", "rope"}});
+      cfg.norm = norm;
+      const Tensor in = Tensor::from_vector(std::vector<int64_t>{1, 5, 7, 2, 9, 4, 3, 8, 6, 2, 11, 5}, {2, 6})
+                            .to(Device::CUDA);
+      struct Run {
+        std::vector<Tensor> params;
+        int64_t adds = 0, norms = 0, launches = 0;
+        double bytes = 0;
+      };
+      auto run = [&](bool fused) {
+        set_fast_path(FastPath::AddNorm, fused);
+        nn::GPT m(cfg);
+        m.init_weights(5);
+        m.to(Device::CUDA);
+        AdamW opt(m.named_parameters(), AdamWOptions{});
+        Run r;
+        for (int step = 0; step < 3; ++step) {
+#ifdef CTXLAB_CUDA_EMULATOR
+          const bool count = step == 2;  // warm
+          if (count) cuemu::reset_counters(), cuemu::set_counters(true);
+#endif
+          m.zero_grad();
+          m.loss(in, in).backward();
+          opt.clip_and_step(1e-2, 1.0);
+#ifdef CTXLAB_CUDA_EMULATOR
+          if (!count) continue;
+          cuemu::set_counters(false);
+          for (const cuemu::LaunchCounters& c : cuemu::counter_records()) {
+            if (c.grid[0] == 0) continue;  // a library call, copy or memset
+            ++r.launches;
+            r.adds += c.kernel.find("binary") != std::string::npos;
+            r.norms += c.kernel.find("norm") != std::string::npos;
+            r.bytes += (double)(c.dram_read_bytes + c.dram_write_bytes);
+          }
+#endif
+        }
+        for (auto& [name, p] : m.named_parameters()) r.params.push_back(p.data().to(Device::CPU));
+        return r;
+      };
+      const Run composed = run(false), fused = run(true);
+      reset_fast_path(FastPath::AddNorm);
+      ASSERT_EQ(fused.params.size(), composed.params.size());
+      for (size_t i = 0; i < fused.params.size(); ++i) {
+        const Tensor& a = fused.params[i];
+        const Tensor& b = composed.params[i];
+        int64_t differ = 0;
+        for (int64_t k = 0; k < a.numel(); ++k) differ += a.at(k) != b.at(k);
+        EXPECT_EQ(differ, 0) << "parameter " << i << ": elements that differ from the composed path's";
+      }
+#ifdef CTXLAB_CUDA_EMULATOR
+      const int64_t L = cfg.n_layers, NC = 12 * cfg.d_model;
+      std::printf("%s %s warm step: launches %lld -> %lld, adds %lld -> %lld, norm kernels %lld -> %lld, "
+                  "DRAM %.0f -> %.0f bytes\n",
+                  norm, prec == Precision::BF16 ? "bf16" : "fp32", (long long)composed.launches,
+                  (long long)fused.launches, (long long)composed.adds, (long long)fused.adds, (long long)composed.norms,
+                  (long long)fused.norms, composed.bytes, fused.bytes);
+      EXPECT_EQ(composed.launches - fused.launches, 4 * L);
+      EXPECT_EQ(composed.adds - fused.adds, 4 * L);
+      EXPECT_EQ(fused.norms, composed.norms);
+      EXPECT_NEAR(composed.bytes - fused.bytes, 6.0 * L * NC * sizeof(float), 0.02 * 6.0 * L * NC * sizeof(float));
+#endif
+    }
 }
 
 TEST_P(CudaModel, TrainingStepsMatchTheCpu) {

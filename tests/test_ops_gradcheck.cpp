@@ -13,6 +13,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
+#include "core/fast_paths.h"
 #include "core/cpu/dropout_simd.h"
 #include "core/rng.h"
 
@@ -902,6 +903,47 @@ TEST(GradcheckOps, RmsNorm) {
     SCOPED_TRACE(S(s));
     Tensor x = away_from_zero(r, s, 0.2, 2), w = uniform(r, {C}, 0.5, 1.5);
     GRADCHECK([](const Vars& v) { return rms_norm(v[0], v[1], 1e-5); }, {x, w}, {"x", "w"});
+  }
+}
+
+// The residual add fused into the norm (add_layer_norm / add_rms_norm, FastPath::AddNorm) in a
+// pre-norm chain of two blocks, where every way a norm's input gradient can meet the residual
+// stream's happens: x's first gradient (the last norm), x's gradient held only by x (summed in
+// place), and x's gradient shared with another variable (add's dy passed to both inputs: summed
+// into a new tensor). Gradchecked with the switch on and off, and the two give the same values.
+TEST(GradcheckOps, AddNormFusesTheResidualAddBothWays) {
+  Rng r(265);
+  const Shape s{2, 3, 5};
+  Tensor x = uniform(r, s, -2, 2), a1 = uniform(r, s, -1, 1), a2 = uniform(r, s, -1, 1);
+  Tensor w = uniform(r, {5}, 0.5, 1.5), b = uniform(r, {5});
+  for (bool rms : {false, true}) {
+    auto chain = [rms](const Vars& v) {
+      auto norm = [&](const Variable& p, const Variable& q) {
+        return rms ? add_rms_norm(p, q, v[3], 1e-5) : add_layer_norm(p, q, v[3], v[4], 1e-5);
+      };
+      auto [h, y] = norm(v[0], v[1]);           // h = x + a1, y = norm(h)
+      auto [h2, y2] = norm(h, mul(y, v[2]));    // the block's output into the next norm
+      auto plain = [&](const Variable& p) { return rms ? rms_norm(p, v[3], 1e-5) : layer_norm(p, v[3], v[4], 1e-5); };
+      Variable last = plain(mul(y, y));  // its input has no other gradient: the norm's is the first
+      return add(add(mul(plain(h2), y2), h2), add(tanh(y), last));
+    };
+    std::vector<Tensor> got[2];
+    for (int fused : {0, 1}) {
+      SCOPED_TRACE(str(rms ? "rms" : "layer", " fused ", fused));
+      set_fast_path(FastPath::AddNorm, fused == 1);
+      std::vector<Tensor> ins{x, a1, a2, w};
+      std::vector<std::string> names{"x", "a1", "a2", "w"};
+      if (!rms) ins.push_back(b), names.push_back("b");
+      GRADCHECK(chain, ins, names);
+      Vars v;
+      for (const Tensor& t : ins) v.push_back(Variable(t.clone(), true));
+      sum(chain(v)).backward();
+      for (const Variable& p : v) got[fused].push_back(p.grad());
+    }
+    reset_fast_path(FastPath::AddNorm);
+    for (size_t i = 0; i < got[0].size(); ++i)
+      for (int64_t k = 0; k < got[0][i].numel(); ++k)
+        EXPECT_NEAR(got[1][i].at(k), got[0][i].at(k), 1e-12) << "input " << i << " element " << k;
   }
 }
 
