@@ -70,7 +70,7 @@ const std::vector<FastPathInfo>& fast_paths() {
        "posenc/fire.cpp (Fire::terms)"},
       {FastPath::AddNorm, "add_norm", "CTXLAB_FUSED_ADD_NORM", true, false, Fused::Attention,
        "Backend::add_layernorm / add_rmsnorm: h = x + a and norm(h) from one kernel (CUDA: one pass over the "
-       "rows; the CPU: the add, then oneDNN's layer norm for f32 rows, the reference loop else); the norm's "
+       "rows; the CPU: the reference loop, each row added in front of its norm); the norm's "
        "backward sums x's gradient into the residual stream's as it writes it (layernorm_backward's dres)",
        "add, then layer_norm / rms_norm; the norm's input gradient added to the stream's by accumulate_grad "
        "(autograd/ops_nn.cpp)",

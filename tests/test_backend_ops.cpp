@@ -1859,11 +1859,14 @@ TEST_P(BackendOps, CausalSoftmaxRefusesBadArgumentsWithTheCpuMessage) {
   }
 }
 
-// The residual add fused into the norm (Backend::add_layernorm / add_rmsnorm) gives the bits of
-// the composed twin on the same device: binary(Add) into h, then the norm of h. The backward's dres
-// gives dres + the plain backward's dx: bit for bit on CUDA (the kernels' add is never contracted
-// into an fma), within one rounding on the CPU (the host compiler may fuse the add with the last
-// product). Rows of the warp kernels and of the one-block-a-row kernels (C = 1500).
+// The residual add fused into the norm (Backend::add_layernorm / add_rmsnorm) gives the values of
+// the composed twin on the same device: binary(Add) into h, then the norm of h. h bit for bit
+// everywhere; y, mean and rstd bit for bit on CUDA (one kernel) and for CPU f64 and RMSNorm (the
+// reference loop both ways), within a C-term sum's rounding for the CPU's f32 LayerNorm (the fused
+// loop against oneDNN's norm). The backward's dres gives dres + the plain backward's dx: bit for bit on
+// CUDA (the kernels' add is never contracted into an fma), within one rounding on the CPU (the host
+// compiler may fuse the add with the last product). Rows of the warp kernels and of the
+// one-block-a-row kernels (C = 1500).
 double max_diff(const Tensor& a, const Tensor& b) {  // host tensors of one shape; NaN anywhere: inf
   EXPECT_EQ(a.shape(), b.shape());
   double m = 0;
@@ -1899,10 +1902,13 @@ TEST_P(BackendOps, AddNormIsTheAddThenTheNorm) {
         D.be().binary(BinaryOp::Add, x, a, hc);
         norm(nullptr, hc, yc, mc, rc);
         EXPECT_EQ(max_diff(hf.to(Device::CPU), hc.to(Device::CPU)), 0.0);
-        EXPECT_EQ(max_diff(yf.to(Device::CPU), yc.to(Device::CPU)), 0.0);
-        EXPECT_EQ(max_diff(rf.to(Device::CPU), rc.to(Device::CPU)), 0.0);
+        const bool exact_fwd = D.d != Device::CPU || dt == DType::F64 || rms;
+        // (the rounding of a C-term sum in another order, at the values' scale here, <= 4)
+        const double tol = exact_fwd ? 0.0 : 4.0 * (double)C * std::ldexp(1.0, -24) * 4;
+        EXPECT_LE(max_diff(yf.to(Device::CPU), yc.to(Device::CPU)), tol);
+        EXPECT_LE(max_diff(rf.to(Device::CPU), rc.to(Device::CPU)), tol);
         if (!rms) {
-          EXPECT_EQ(max_diff(mf.to(Device::CPU), mc.to(Device::CPU)), 0.0);
+          EXPECT_LE(max_diff(mf.to(Device::CPU), mc.to(Device::CPU)), tol);
         }
         // backward: dx = dres + the gradient, into another tensor and in place
         Tensor dy = D.in(rnd(s, dt, 5)), dres_h = rnd(s, dt, 6, -3, 3);

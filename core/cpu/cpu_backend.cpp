@@ -246,27 +246,19 @@ class CpuBackend final : public Backend {
                        ref::softmax_backward<T>(y.data<T>(), dy.data<T>(), dx.data<T>(), N, C, false, rows));
   }
 
-  // a defined: the norm of h = x + a (Backend::add_layernorm). f32 rows with the oneDNN policy on:
-  // the add, then oneDNN's layer norm over h (see bench/norm.cpp for the fused loop against it);
-  // else the reference loop, which adds each row in front of its norm.
+  // a defined: the norm of h = x + a (Backend::add_layernorm) by the reference loop, which adds each
+  // row in front of its norm while the row is in cache: 2.2x the add then oneDNN's layer norm at
+  // [2048, 256] f32 (bench_norm, docs/performance.md), and oneDNN has no residual input.
   void layernorm_impl(const Tensor& x, const Tensor& a, const Tensor& w, const Tensor& b, double eps, Tensor& h,
                       Tensor& y, Tensor& mean, Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
     // One row (a decode step): oneDNN's per-call cost (a primitive-cache lookup under its lock,
     // memory objects) is several times the work, and two threads of a decoding team contend for
     // the lock (docs/sampling.md); the plain loop runs it.
-    if (x.dtype() == DType::F32 && N > 1 && onednn_op_enabled("layernorm")) {
-      if (a.defined()) binary(BinaryOp::Add, x, a, h);
-      const Tensor& src = a.defined() ? h : x;
-      if (onednn_layernorm_f32(src.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
-                               (float)eps, y.data<float>(), mean.data<float>(), rstd.data<float>(), N, C))
-        return;
-      if (a.defined()) {  // declined after the add: the reference norm of h
-        ref::layernorm<float>(h.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
-                              (float)eps, y.data<float>(), mean.data<float>(), rstd.data<float>(), N, C);
-        return;
-      }
-    }
+    if (x.dtype() == DType::F32 && !a.defined() && N > 1 && onednn_op_enabled("layernorm") &&
+        onednn_layernorm_f32(x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
+                             (float)eps, y.data<float>(), mean.data<float>(), rstd.data<float>(), N, C))
+      return;
     CTX_DISPATCH_FLOAT(x.dtype(), "layer_norm",
                        ref::layernorm<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr,
                                          (T)eps, y.data<T>(), mean.data<T>(), rstd.data<T>(), N, C,

@@ -313,6 +313,7 @@ void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C,
 #pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < C; ++c) s += xr[c] * xr[c];
     T r = T(1) / std::sqrt(s / T(C) + eps);
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) y[n * C + c] = xr[c] * r * w[c];
     rstd[n] = r;
   }
@@ -327,8 +328,10 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx,
     const T* xr = x + n * C;
     T r = rstd[n];
     T s = 0;  // sum g*w*x
+#pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < C; ++c) s += g[c] * w[c] * xr[c];
     T k = s * r * r * r / T(C);
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
       const T t = g[c] * w[c] * r - xr[c] * k;
       dx[n * C + c] = dres ? dres[n * C + c] + t : t;
