@@ -40,6 +40,9 @@
 #   fire       GPT-2 small bf16 with FIRE (init_L 1024: every query below thr): the per-pair bias
 #              through the composed attention (CTXLAB_FIRE_TABLE=0) vs the default, its distance
 #              table read in the tensor-core attention's tiles (A B, 2 pairs); not in the protocol
+#   norm       the residual add fused into the norms: bench_norm's fused / composed pairs at GPT-2
+#              small's [8192, 768], then GPT-2 small bf16 with CTXLAB_FUSED_ADD_NORM=0 vs the default
+#              (A B, 2 pairs); not in the protocol
 #   ncu        Nsight Compute over one GPT-2 small bf16 step's kernels (NCU_KERNELS, NCU_COUNT)
 #   compare-fp32  GPT-2 small fp32 against PyTorch eager (TF32 off on both sides)
 #   compare-bias  GPT-2 small bf16 with ALiBi and T5 buckets against PyTorch FlexAttention
@@ -206,6 +209,19 @@ section_fire() {  # FIRE on GPT-2 small bf16: per-pair bias, composed attention 
   local b="$BUILD/ctxlab"
   local fire=(--posenc '{"type":"fire","init_L":1024}' --steps 10)
   run 200 bench/ab_steps.sh 2 "CTXLAB_FIRE_TABLE=0 $b $GPT2_BF16 ${fire[*]@Q}" "$b $GPT2_BF16 ${fire[*]@Q}"
+}
+
+section_norm() {  # the residual add fused into the norms: the pairs of bench_norm (add, then the norm
+  # / the fused call; the backward, then the gradient add / with dres), then GPT-2 small bf16 with the
+  # adds composed (A, CTXLAB_FUSED_ADD_NORM=0) vs fused (B)
+  local b="$BUILD/ctxlab" rc=0
+  if [[ -x "$BUILD/bench_norm" ]]; then
+    run 120 "$BUILD/bench_norm" --device cuda --rows 8192 --cols 768 --repeats 30 --calls 20 || rc=1
+  else
+    say "no $BUILD/bench_norm (gpu_pack.sh packs it when the build has it)"; rc=1
+  fi
+  run 150 bench/ab_steps.sh 2 "CTXLAB_FUSED_ADD_NORM=0 $b $GPT2_BF16 --steps 10" "$b $GPT2_BF16 --steps 10" || rc=1
+  return $rc
 }
 
 section_ncu() {  # Nsight Compute on one GPT-2 small bf16 step's kernels: NCU_KERNELS (regex; default the
