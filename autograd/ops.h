@@ -98,8 +98,9 @@ Variable log_softmax(const Variable& x);
 Variable layer_norm(const Variable& x, const Variable& w, const Variable& b, double eps);
 Variable rms_norm(const Variable& x, const Variable& w, double eps);
 // The residual add fused into the norm after it: {h, norm(h)} with h = x + a (a of x's shape), one
-// kernel that reads x and a and writes both; h's node is add's, the norm's is layer_norm's /
-// rms_norm's. CTXLAB_FUSED_ADD_NORM=0: add(), then layer_norm() / rms_norm() (the same values).
+// kernel that reads x and a and writes both; h's node (named add_layer_norm / add_rms_norm: the
+// profiler gives it the kernel's time) has add's backward, the norm's is layer_norm's / rms_norm's.
+// CTXLAB_FUSED_ADD_NORM=0: add(), then layer_norm() / rms_norm() (the same values).
 std::pair<Variable, Variable> add_layer_norm(const Variable& x, const Variable& a, const Variable& w,
                                              const Variable& b, double eps);
 std::pair<Variable, Variable> add_rms_norm(const Variable& x, const Variable& a, const Variable& w, double eps);

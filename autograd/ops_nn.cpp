@@ -69,7 +69,7 @@ void norm_input_grad(const Variable& x, const Tensor& like, bool sum, const Writ
 }
 
 // {h, norm(h)}: a undefined, h is x (the plain norm); else h = x + a from the same kernel, and
-// h's node is add's. rms: RMSNorm (b unused).
+// h's node has add's backward. rms: RMSNorm (b unused).
 static std::pair<Variable, Variable> norm_op(const Variable& x, const Variable& a, const Variable& w,
                                              const Variable& b, double eps, bool rms) {
   const char* name = rms ? (a.defined() ? "add_rms_norm" : "rms_norm") : (a.defined() ? "add_layer_norm" : "layer_norm");
@@ -95,8 +95,9 @@ static std::pair<Variable, Variable> norm_op(const Variable& x, const Variable& 
   else if (a.defined()) be.add_layernorm(xd, a.data(), wd, bd, eps, hd, y, mean, rstd);
   else if (rms) be.rmsnorm(xd, wd, eps, y, rstd);
   else be.layernorm(xd, wd, bd, eps, y, mean, rstd);
+  // h's node: add's backward, named for the fused call (the profiler gives it the kernel's time)
   Variable h = x;
-  if (a.defined()) h = make_result(hd, "add", {x, a}, [x, a](const Tensor& g) {  // add's backward
+  if (a.defined()) h = make_result(hd, name, {x, a}, [x, a](const Tensor& g) {
     acc(x, g);
     acc(a, g);
   });
