@@ -26,6 +26,9 @@
 #include "core/cuda/attention_tc.h"
 #include "core/cuda/cuda_runtime.h"
 #endif
+#ifdef CTXLAB_CUDA_EMULATOR
+#include "core/cuda/emu/emu_runtime.h"  // cuemu::fail_next_capture_end
+#endif
 
 namespace {
 using namespace ctx;
@@ -221,6 +224,37 @@ TEST(CudaGraphStep, UnrecordableRunsSayWhyAndTrainEagerly) {
     expect_same(eager, graph);
   }
 }
+
+#ifdef CTXLAB_CUDA_EMULATOR
+// A recording refused at its end, after its host code ran the whole step: AdamW's update counted
+// on the host (the bounds it widened for an update that never ran), the dropout seeds drawn, the
+// weights' bf16 copy attached for the update to write (never written). The trainer undoes it,
+// trains that step eagerly and records at the next: the eager run's bits, logged rows and bounds
+// step by step. FIRE fp32 with dropout and one report (at the end: nothing re-anchors the bound
+// in between), and `learned` bf16 (the flat AdamW's copy of the weights, which every Linear
+// reads); the emulator fails the capture on demand (cuemu::fail_next_capture_end), which a GPU
+// cannot be asked to do.
+TEST(CudaGraphStep, ARecordingRefusedAtItsEndLeavesNoTrace) {
+  Case fire{"fire", 0.1};
+  fire.d_model = 64;
+  fire.log_interval = 8;
+  for (const Case& c : {fire, Case{"learned", 0, 1, true}}) {
+    SCOPED_TRACE(c.pe + (c.bf16 ? " bf16" : " fp32"));
+    const std::string tag = "refused_end_" + c.pe;
+    const Outcome eager = train_once(c, false, tag + "_eager");
+    cuemu::fail_next_capture_end();
+    const Outcome graph = train_once(c, true, tag + "_graph");
+    cuemu::clear_faults();
+    const std::string& err = graph.stderr_text;
+    EXPECT_NE(err.find("step 3 could not be recorded into a CUDA Graph"), std::string::npos) << err;
+    EXPECT_NE(err.find("cudaErrorStreamCaptureInvalidated"), std::string::npos) << err;
+    EXPECT_NE(err.find("it trains eagerly and the next step records again"), std::string::npos) << err;
+    EXPECT_EQ(graph.graphs.captures, 2u) << "step 4, and step 5 after the validation pass";
+    EXPECT_EQ(graph.graphs.replays, 5u) << "steps 4 to 8";
+    expect_same(eager, graph);
+  }
+}
+#endif
 
 // FIRE's choice between the distance table and the per-pair bias is made on the host from
 // L_multiplier's bound (train/value_bounds.h) and frozen in the recording; before each replay the

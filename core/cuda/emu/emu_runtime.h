@@ -108,6 +108,10 @@ void reset_stats();
 std::string last_fault();
 // Clears the sticky fault and the last errors (tests that plant faults call it afterwards).
 void clear_faults();
+// Plants a failure at the end of the next capture: its cudaStreamEndCapture finds it invalidated
+// (cudaErrorStreamCaptureInvalidated, no graph), as if an unrecordable call had come last. For
+// tests of what a recording refused after all its host code ran must undo.
+void fail_next_capture_end();
 
 // Order in which the threads of a block run between two synchronisation points.
 enum class Schedule { Forward, Reverse, Shuffle };

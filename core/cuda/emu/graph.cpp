@@ -36,6 +36,7 @@ struct CUgraphExec_st {
 namespace cuemu::detail {
 
 std::atomic<int> g_active_captures{0};
+std::atomic<bool> g_fail_next_end{false};  // cuemu::fail_next_capture_end
 
 namespace {
 
@@ -386,6 +387,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
     lk.unlock();
     return reject(cudaErrorStreamCaptureUnmatched, why + kInvalidated);
   }
+  if (g_fail_next_end.exchange(false))
+    invalidate(*c, "a failure planted by cuemu::fail_next_capture_end (as an unrecordable call would)");
   if (c->invalidated) {
     code = cudaErrorStreamCaptureInvalidated;
     why = std::string(fn) + ": " + describe(*c) + " was invalidated: " + c->why + "; no graph";
@@ -495,3 +498,5 @@ cudaError_t destroy_handle(const char* fn, H* h) {
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) { return destroy_handle("cudaGraphExecDestroy", exec); }
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) { return destroy_handle("cudaGraphDestroy", graph); }
+
+void cuemu::fail_next_capture_end() { cuemu::detail::g_fail_next_end = true; }
