@@ -115,9 +115,22 @@ section_env() {
   run 10 ldd "$BUILD/libctxlab_cuda.so"
 }
 
+# The configuring machine's source directory (the build was made there and carried).
+built_root() { sed -n 's/^# Build directory: \(.*\)\/[^/]*$/\1/p' "$BUILD/CTestTestfile.cmake" 2>/dev/null | head -1; }
+# ctxlab_tests has that directory compiled in (CTXLAB_SOURCE_DIR: the shipped corpus, docs/): where
+# the path does not exist here it becomes a link to this checkout (without it, the tests that read
+# data/ fail to open it: the H200 window of 2026-11-28)
+link_source_dir() {
+  local r; r="$(built_root)"
+  if [[ -n "$r" && "$r" != "$ROOT" && ! -e "$r" ]]; then
+    mkdir -p "$(dirname "$r")" && ln -s "$ROOT" "$r" && say "linked $r -> $ROOT (the tests' compiled-in source directory)"
+  fi
+}
+
 section_tests() {
+  link_source_dir  # (first: the rewrite below removes the path it reads)
   # The CTest files name the configuring machine's paths and Python: rewrite a copy in place.
-  local built_root; built_root="$(sed -n 's/^# Build directory: \(.*\)\/[^/]*$/\1/p' "$BUILD/CTestTestfile.cmake" | head -1)"
+  local built_root; built_root="$(built_root)"
   if [[ -n "$built_root" && "$built_root" != "$ROOT" ]]; then
     sed -i "s#${built_root}#${ROOT}#g" "$BUILD"/CTestTestfile.cmake "$BUILD"/*_include.cmake "$BUILD"/*_tests.cmake
   fi
@@ -134,6 +147,7 @@ ATTENTION_TESTS="${SANITIZE_ATTENTION:-Devices/BackendOps.EveryMethodAgainstTheR
 MEMCHECK_TESTS="${SANITIZE_MEMCHECK:-Encodings/CudaModel.TrainingStepsMatchTheCpu/rope:CudaTrainStep.*:CudaGraphStep.ReplayGivesTheEagerBits:BackendOpsCuda.TensorCoreAttention*}"
 section_sanitizer() {
   command -v compute-sanitizer >/dev/null || { say "no compute-sanitizer on PATH"; return 1; }
+  link_source_dir
   local rc=0 tool
   run 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/ctxlab_tests" --gtest_filter="$MEMCHECK_TESTS" || rc=1
   for tool in racecheck synccheck; do  # shared-memory hazards, barrier misuse: the attention kernels
