@@ -248,7 +248,7 @@ class CpuBackend final : public Backend {
 
   // a defined: the norm of h = x + a (Backend::add_layernorm) by the reference loop, which adds each
   // row in front of its norm while the row is in cache: 2.2x the add then oneDNN's layer norm at
-  // [2048, 256] f32 (bench_norm, docs/performance.md), and oneDNN has no residual input.
+  // [2048, 256] f32 (bench_norm; docs/cuda.md and docs/performance.md), and oneDNN has no residual input.
   void layernorm_impl(const Tensor& x, const Tensor& a, const Tensor& w, const Tensor& b, double eps, Tensor& h,
                       Tensor& y, Tensor& mean, Tensor& rstd) override {
     const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
