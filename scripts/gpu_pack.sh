@@ -20,6 +20,9 @@ die() { echo "gpu_pack.sh: $*" >&2; exit 2; }
   die "$BUILD has no libctxlab_cuda.so: build with nvcc (cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release)"
 for b in ctxlab ctxlab_tests; do [[ -x "$BUILD/$b" ]] || die "$BUILD/$b is missing: cmake --build $BUILD --target $b"; done
 
+# the kernels held bit-equal across variants must leave nvcc nothing to contract (docs/cuda.md)
+"$ROOT/scripts/check_fp_contract.sh" "$BUILD" || die "check_fp_contract.sh failed: not packing"
+
 STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
 # What runs there: the binaries, every module and plugin, the CTest files (gpu_check.sh rewrites

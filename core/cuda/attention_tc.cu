@@ -31,6 +31,9 @@
 // Inputs in bf16: the copies the caller keeps with the tensors (TcBf16Inputs: written by the kernels
 // that produce q, k, v and dout, or converted once and kept from the forward to the backward),
 // else one conversion pass each (f32_to_bf16). Fragment layouts: core/cuda/mma.cuh.
+// Exact arithmetic (CTX_CUDA_EXACT_FP in CMakeLists.txt: -fmad=false, -ffp-contract=off): the block
+// shapes are held bit-equal, so no a*b+c is left for the compiler to fuse in one instantiation and
+// not another; every fma is written __fmaf_rn (docs/cuda.md, scripts/check_fp_contract.sh).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -276,7 +279,7 @@ CTX_UNROLL
 CTX_UNROLL
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
         const int64_t i = acc_row(i0, e), j = acc_col(j0, nb, e);
-        s[nb][e] = full || sees(g, i, j) ? c * s[nb][e] + bias2<BIAS>(g, tab, i, j) : -INFINITY;
+        s[nb][e] = full || sees(g, i, j) ? __fmaf_rn(c, s[nb][e], bias2<BIAS>(g, tab, i, j)) : -INFINITY;
         mx = fmaxf(mx, s[nb][e]);
       }
     mx = group_max(mx);
@@ -290,7 +293,7 @@ CTX_UNROLL
         s[nb][e] = none ? 0.0f : exp2f(s[nb][e] - mx);
         sum += s[nb][e];
       }
-    l[h] = l[h] * alpha + sum;
+    l[h] = __fmaf_rn(l[h], alpha, sum);
 CTX_UNROLL
     for (int nb = 0; nb < D / 8; ++nb) o[nb][2 * h] *= alpha, o[nb][2 * h + 1] *= alpha;
     m[h] = mx;
@@ -371,7 +374,7 @@ CTX_UNROLL
         out[(bh * g.T + i) * D + c] = o[mt][nb][2 * h] * inv;
         out[(bh * g.T + i) * D + c + 1] = o[mt][nb][2 * h + 1] * inv;
       }
-      if (threadIdx.x % 4 == 0) lse[bh * g.T + i] = sum > 0.0f ? m[mt][h] * kLn2 + logf(sum) : INFINITY;
+      if (threadIdx.x % 4 == 0) lse[bh * g.T + i] = sum > 0.0f ? __fmaf_rn(m[mt][h], kLn2, logf(sum)) : INFINITY;
     }
 }
 
@@ -389,7 +392,9 @@ CTX_UNROLL
       int64_t i, j;
       float L, Di;
       at(nb, e, &i, &j, &L, &Di);
-      const float p = full || sees(g, i, j) ? exp2f(c * s[nb][e] + bias2<BIAS>(g, tab, i, j) - L * kLog2e) : 0.0f;
+      const float nl = L * -kLog2e;  // -lse in log2 units (a negated product: no 0 - x to compute)
+      const float x = BIAS ? bias2<BIAS>(g, tab, i, j) + nl : nl;
+      const float p = full || sees(g, i, j) ? exp2f(__fmaf_rn(c, s[nb][e], x)) : 0.0f;
       s[nb][e] = p;
       dp[nb][e] = p * (dp[nb][e] - Di);
     }
