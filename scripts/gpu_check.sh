@@ -35,7 +35,7 @@
 #              default vs the MLP's GELU epilogues (CTXLAB_FUSED_MLP=1) and vs the tensor-core forward's
 #              blocks of 128 query rows (CTXLAB_TC_FORWARD_ROWS=128) and the backward's of 128 keys /
 #              queries (CTXLAB_TC_BACKWARD_ROWS=128) (A B, 2 pairs each), per-op profiles
-#   graph      the warm step eager vs as a CUDA Graph (CTXLAB_CUDA_GRAPH=1): small bf16, GPT-2 small bf16
+#   graph      the warm step eager (CTXLAB_CUDA_GRAPH=0) vs as a CUDA Graph (the default): small bf16, GPT-2 small bf16
 #              (A B, 2 pairs each)
 #   fire       GPT-2 small bf16 with FIRE (init_L 1024: every query below thr): the per-pair bias
 #              through the composed attention (CTXLAB_FIRE_TABLE=0) vs the default, its distance
@@ -209,12 +209,12 @@ section_tc() {  # GPT-2 small bf16 on hardware: composed attention (A, CTXLAB_BF
   return $rc
 }
 
-section_graph() {  # the warm step eager (A) vs recorded once and replayed as a CUDA Graph (B,
-  # CTXLAB_CUDA_GRAPH=1): `small` bf16 (launch-bound: where a graph pays most) and GPT-2 small bf16
+section_graph() {  # the warm step eager (A, CTXLAB_CUDA_GRAPH=0) vs recorded once and replayed as a CUDA
+  # Graph (B, the default): `small` bf16 (launch-bound: where a graph pays most) and GPT-2 small bf16
   local b="$BUILD/ctxlab" rc=0
   local small="bench --preset small --device cuda --precision bf16 --steps 30"
-  run 120 bench/ab_steps.sh 2 "$b $small" "CTXLAB_CUDA_GRAPH=1 $b $small" || rc=1
-  run 150 bench/ab_steps.sh 2 "$b $GPT2_BF16 --steps 10" "CTXLAB_CUDA_GRAPH=1 $b $GPT2_BF16 --steps 10" || rc=1
+  run 120 bench/ab_steps.sh 2 "CTXLAB_CUDA_GRAPH=0 $b $small" "$b $small" || rc=1
+  run 150 bench/ab_steps.sh 2 "CTXLAB_CUDA_GRAPH=0 $b $GPT2_BF16 --steps 10" "$b $GPT2_BF16 --steps 10" || rc=1
   return $rc
 }
 

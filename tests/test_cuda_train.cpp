@@ -156,106 +156,126 @@ TEST(CudaTrainStep, WarmSpeedModeStepMakesNoLtDescriptorOrHeuristic) {
 // distance table, and KERPLE whether its clamp must write, from their parameters' host-side bounds
 // (train/value_bounds.h), which the report anchors: 3 more reads there per such parameter (the
 // value and its two moments), none between reports. On the emulated device the runtime's own copy
-// counts (cuemu::stats) must agree with the backend's.
+// counts (cuemu::stats) must agree with the backend's. Each run twice: eager steps
+// (CTXLAB_CUDA_GRAPH=0), and the default, a CUDA Graph recorded at step 3 and replayed from then
+// on, where only the steps up to the recording may reach cudaMalloc (the recording's pool).
 TEST(CudaTrainStep, NoHostRoundTripBetweenLoggingIntervals) {
   CTX_SKIP_WITHOUT_GPU(!no_gpu());
-  // fused: the fused attention forced on (CTXLAB_FUSED_ATTENTION=1); else the backend's choice for
-  // this shape, the composed attention
-  struct Run { const char* pe; double dropout; uint64_t seed; bool fused; };
-  for (const Run& run : {Run{"learned", 0.0, 101, false}, Run{"rope", 0.0, 202, false}, Run{"alibi", 0.1, 303, false},
-                         Run{"rope", 0.0, 404, true}, Run{"alibi", 0.1, 505, true}, Run{"fire", 0.0, 606, false},
-                         Run{"kerple", 0.0, 707, false}}) {
-    const std::string pe = run.pe;
-    SCOPED_TRACE(pe + " dropout " + std::to_string(run.dropout) + (run.fused ? " fused attention" : " composed attention"));
-    if (run.fused) set_fast_path(FastPath::Attention, true);
-    // FIRE with its table switch set: a decision its bound could not settle would read the value
-    // (a copy, counted below): none may, in fp32 as under bf16
-    if (pe == "fire") set_fast_path(FastPath::FireTable, true);
-    struct Reset {
-      ~Reset() {
-        reset_fast_path(FastPath::Attention);
-        reset_fast_path(FastPath::FireTable);
-      }
-    } reset;
-    clear_table_cache();  // a run repeating an encoding would otherwise find its tables kept
-    ModelConfig cfg = tiny_cfg(json{{"type", pe}});
-    cfg.vocab_size = 256;  // the shipped corpus is bytes
-    cfg.dropout = run.dropout;
-    nn::GPT m(cfg);
-    m.init_weights(9);
-    m.to(Device::CUDA);
-    uint64_t bounded = 0;  // parameters the host keeps a bound on (FIRE's L_multiplier, KERPLE's r1 / r2)
-    for (auto& [name, p] : m.named_parameters()) bounded += p.impl()->wants_value_bound ? 1 : 0;
-    EXPECT_EQ(bounded, pe == "fire" ? 2u : pe == "kerple" ? 2u : 0u);
-    TrainOptions o;
-    o.out = temp_dir("steps_" + pe + std::to_string(run.seed));
-    o.steps = 8;
-    o.batch = 2;
-    o.warmup = 2;
-    o.log_interval = 4;
-    o.eval_interval = 0;
-    o.ckpt_interval = 0;
-    o.eval_batches = 1;
-    o.plot = false;
-    o.quiet = true;
-    o.seed = run.seed;  // other batches than the other runs (whose uploads are still kept)
-    // emu_up / emu_down: the emulated runtime's own count of copies host -> device and device ->
-    // host (any cudaMemcpy*, whoever made it: a witness that no copy bypasses the backend's counts)
-    struct Counts {
-      cuda::HostCopyStats c;
-      uint64_t mallocs, table_uploads, emu_up, emu_down;
-    };
-    auto counts = [] {
-      uint64_t up = 0, down = 0;
+  for (const bool graph : {false, true}) {
+    SCOPED_TRACE(graph ? "a CUDA Graph from step 3 (the default)" : "eager steps (CTXLAB_CUDA_GRAPH=0)");
+    if (graph)
+      unsetenv("CTXLAB_CUDA_GRAPH");
+    else
+      setenv("CTXLAB_CUDA_GRAPH", "0", 1);
+    struct Unset {
+      ~Unset() { unsetenv("CTXLAB_CUDA_GRAPH"); }
+    } unset;
+    // fused: the fused attention forced on (CTXLAB_FUSED_ATTENTION=1); else the backend's choice for
+    // this shape, the composed attention
+    struct Run { const char* pe; double dropout; uint64_t seed; bool fused; };
+    for (const Run& run : {Run{"learned", 0.0, 101, false}, Run{"rope", 0.0, 202, false}, Run{"alibi", 0.1, 303, false},
+                           Run{"rope", 0.0, 404, true}, Run{"alibi", 0.1, 505, true}, Run{"fire", 0.0, 606, false},
+                           Run{"kerple", 0.0, 707, false}}) {
+      const std::string pe = run.pe;
+      SCOPED_TRACE(pe + " dropout " + std::to_string(run.dropout) +
+                   (run.fused ? " fused attention" : " composed attention"));
+      if (run.fused) set_fast_path(FastPath::Attention, true);
+      // FIRE with its table switch set: a decision its bound could not settle would read the value
+      // (a copy, counted below): none may, in fp32 as under bf16
+      if (pe == "fire") set_fast_path(FastPath::FireTable, true);
+      struct Reset {
+        ~Reset() {
+          reset_fast_path(FastPath::Attention);
+          reset_fast_path(FastPath::FireTable);
+        }
+      } reset;
+      clear_table_cache();  // a run repeating an encoding would otherwise find its tables kept
+      ModelConfig cfg = tiny_cfg(json{{"type", pe}});
+      cfg.vocab_size = 256;  // the shipped corpus is bytes
+      cfg.dropout = run.dropout;
+      nn::GPT m(cfg);
+      m.init_weights(9);
+      m.to(Device::CUDA);
+      uint64_t bounded = 0;  // parameters the host keeps a bound on (FIRE's L_multiplier, KERPLE's r1 / r2)
+      for (auto& [name, p] : m.named_parameters()) bounded += p.impl()->wants_value_bound ? 1 : 0;
+      EXPECT_EQ(bounded, pe == "fire" ? 2u : pe == "kerple" ? 2u : 0u);
+      TrainOptions o;
+      o.out = temp_dir("steps_" + pe + std::to_string(run.seed));
+      o.steps = 8;
+      o.batch = 2;
+      o.warmup = 2;
+      o.log_interval = 4;
+      o.eval_interval = 0;
+      o.ckpt_interval = 0;
+      o.eval_batches = 1;
+      o.plot = false;
+      o.quiet = true;
+      o.seed = run.seed;  // other batches than the other runs (whose uploads are still kept)
+      // emu_up / emu_down: the emulated runtime's own count of copies host -> device and device ->
+      // host (any cudaMemcpy*, whoever made it: a witness that no copy bypasses the backend's counts)
+      struct Counts {
+        cuda::HostCopyStats c;
+        uint64_t mallocs, table_uploads, emu_up, emu_down;
+      };
+      auto counts = [] {
+        uint64_t up = 0, down = 0;
 #ifdef CTXLAB_CUDA_EMULATOR
-      up = cuemu::stats().uploads;
-      down = cuemu::stats().downloads;
+        up = cuemu::stats().uploads;
+        down = cuemu::stats().downloads;
 #endif
-      return Counts{cuda::host_copy_stats(), cuda::device_alloc_stats().device_mallocs, table_cache_stats().uploads,
-                    up, down};
-    };
-    struct Delta { int64_t step; bool reported; Counts d; };
-    std::vector<Delta> log;
-    Counts prev = counts();
-    train(m, o, 0, "", -1, [&](int64_t step, bool reported) {
-      const Counts now = counts();
-      log.push_back({step, reported,
-                     {{now.c.to_host - prev.c.to_host, now.c.to_device - prev.c.to_device,
-                       now.c.to_device_queued - prev.c.to_device_queued, now.c.staging_allocs - prev.c.staging_allocs},
-                      now.mallocs - prev.mallocs,
-                      now.table_uploads - prev.table_uploads,
-                      now.emu_up - prev.emu_up,
-                      now.emu_down - prev.emu_down}});
-      prev = now;
-    });
-    ASSERT_EQ(log.size(), 8u);
-    EXPECT_GT(log[0].d.table_uploads, 0u) << "step 1 uploads the tables it keeps";
-    for (const Delta& d : log) {
-      SCOPED_TRACE("step " + std::to_string(d.step));
-      EXPECT_EQ(d.reported, d.step == 1 || d.step == 4 || d.step == 8);  // the first step, every 4th, the last
-      if (d.step == 1 || d.step == 8) continue;  // the first step uploads tables; the last evaluates and saves
-      if (d.step == 4) {
-        EXPECT_EQ(d.d.c.to_host, 2u + 3 * bounded)
-            << "a report reads the loss and norm buffers, one copy each, and anchors the bounds";
-      } else {
-        EXPECT_EQ(d.d.c.to_host, 0u) << "a warm step between reports waited for the device";
-      }
-      EXPECT_EQ(d.d.c.to_device, 0u) << "a synchronous host -> device copy in a warm step";
-      // the batches of steps 5-8 are staged on the device at step 4's report, in one copy; a warm
-      // step between reports uploads nothing: its tokens are views of that ring, range-checked on
-      // the host when staged, and the token embedding's index_add plan is built on the device
-      EXPECT_EQ(d.d.c.to_device_queued, d.step == 4 ? 1u : 0u)
-          << "a warm step uploaded something (the batch, the index_add plan?); a report stages the next batches";
-      EXPECT_EQ(d.d.c.staging_allocs, 0u) << "a warm step allocated a pinned staging block";
-      EXPECT_EQ(d.d.mallocs, 0u) << "a warm step reached cudaMalloc";
-      EXPECT_EQ(d.d.table_uploads, 0u) << "a warm step uploaded a constant table again";
+        return Counts{cuda::host_copy_stats(), cuda::device_alloc_stats().device_mallocs, table_cache_stats().uploads,
+                      up, down};
+      };
+      struct Delta { int64_t step; bool reported; Counts d; };
+      std::vector<Delta> log;
+      const cuda::GraphStats graphs0 = cuda::graph_stats();
+      Counts prev = counts();
+      train(m, o, 0, "", -1, [&](int64_t step, bool reported) {
+        const Counts now = counts();
+        log.push_back({step, reported,
+                       {{now.c.to_host - prev.c.to_host, now.c.to_device - prev.c.to_device,
+                         now.c.to_device_queued - prev.c.to_device_queued,
+                         now.c.staging_allocs - prev.c.staging_allocs},
+                        now.mallocs - prev.mallocs,
+                        now.table_uploads - prev.table_uploads,
+                        now.emu_up - prev.emu_up,
+                        now.emu_down - prev.emu_down}});
+        prev = now;
+      });
+      ASSERT_EQ(log.size(), 8u);
+      const cuda::GraphStats graphs1 = cuda::graph_stats();
+      EXPECT_EQ(graphs1.captures - graphs0.captures, graph ? 1u : 0u) << "recorded once, at step 3";
+      EXPECT_EQ(graphs1.replays - graphs0.replays, graph ? 6u : 0u) << "replayed at steps 3 to 8";
+      EXPECT_GT(log[0].d.table_uploads, 0u) << "step 1 uploads the tables it keeps";
+      for (const Delta& d : log) {
+        SCOPED_TRACE("step " + std::to_string(d.step));
+        EXPECT_EQ(d.reported, d.step == 1 || d.step == 4 || d.step == 8);  // the first step, every 4th, the last
+        if (d.step == 1 || d.step == 8) continue;  // the first step uploads tables; the last evaluates and saves
+        if (d.step == 4) {
+          EXPECT_EQ(d.d.c.to_host, 2u + 3 * bounded)
+              << "a report reads the loss and norm buffers, one copy each, and anchors the bounds";
+        } else {
+          EXPECT_EQ(d.d.c.to_host, 0u) << "a warm step between reports waited for the device";
+        }
+        EXPECT_EQ(d.d.c.to_device, 0u) << "a synchronous host -> device copy in a warm step";
+        // the batches of steps 5-8 are staged on the device at step 4's report, in one copy; a warm
+        // step between reports uploads nothing: its tokens are views of that ring, range-checked on
+        // the host when staged, and the token embedding's index_add plan is built on the device
+        EXPECT_EQ(d.d.c.to_device_queued, d.step == 4 ? 1u : 0u)
+            << "a warm step uploaded something (the batch, the index_add plan?); a report stages the next batches";
+        EXPECT_EQ(d.d.c.staging_allocs, 0u) << "a warm step allocated a pinned staging block";
+        if (!graph || d.step > 3) {
+          EXPECT_EQ(d.d.mallocs, 0u) << "a warm step reached cudaMalloc";
+        }
+        EXPECT_EQ(d.d.table_uploads, 0u) << "a warm step uploaded a constant table again";
 #ifdef CTXLAB_CUDA_EMULATOR
-      EXPECT_EQ(d.d.emu_down, d.d.c.to_host) << "a device -> host copy the backend did not count";
-      EXPECT_EQ(d.d.emu_up, d.d.c.to_device + d.d.c.to_device_queued)
-          << "a host -> device copy the backend did not count";
+        EXPECT_EQ(d.d.emu_down, d.d.c.to_host) << "a device -> host copy the backend did not count";
+        EXPECT_EQ(d.d.emu_up, d.d.c.to_device + d.d.c.to_device_queued)
+            << "a host -> device copy the backend did not count";
 #endif
+      }
+      std::filesystem::remove_all(o.out);
     }
-    std::filesystem::remove_all(o.out);
   }
 }
 #endif

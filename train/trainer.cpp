@@ -274,14 +274,15 @@ Trainer::Trainer(nn::GPT& model, const TrainOptions& opt, int64_t T, const RunSp
     ring_ = std::make_unique<BatchRing>(cap, opt_.accum, r1_ - r0_, T_, model_.cfg.vocab_size,
                                         model_.wte->weight.data().device());
   }
-  if (setting_flag("CTXLAB_CUDA_GRAPH", false)) {
+  if (setting_flag("CTXLAB_CUDA_GRAPH", true)) {  // (on by default: silent where no device can record)
     const std::string why = graph_refusal();
+    const bool cpu = model_.wte->weight.data().device() == Device::CPU;
     if (why.empty()) {
       graph_ = std::make_unique<StepGraph>(backend_of(model_.wte->weight.data()));
       device_terms_ = static_cast<AdamW*>(optim_.get());
       device_terms_->use_device_terms();
-    } else if (root_) {
-      std::fprintf(stderr, "train: CTXLAB_CUDA_GRAPH=1 ignored: %s; training without a CUDA Graph\n", why.c_str());
+    } else if (root_ && (!cpu || setting_env("CTXLAB_CUDA_GRAPH"))) {
+      std::fprintf(stderr, "train: no CUDA Graph (CTXLAB_CUDA_GRAPH): %s; training eagerly\n", why.c_str());
     }
   }
 }
@@ -588,7 +589,8 @@ void Trainer::print_start() const {
   if (!quiet_ && dist::active()) std::printf("distributed: %s; global batch %lld = %lld rows per rank\n",
                                              dist::describe().c_str(), (long long)opt_.batch, (long long)(r1_ - r0_));
   if (graph_ && !quiet_)
-    std::printf("CUDA Graph: the step is recorded at step %lld and replayed from then on (CTXLAB_CUDA_GRAPH=1)\n",
+    std::printf("CUDA Graph: the step is recorded at step %lld and replayed from then on (CTXLAB_CUDA_GRAPH=0: "
+                "eager steps)\n",
                 (long long)(span_.start_step + kGraphWarmup + 1));
   if (mixer_ && !quiet_) std::printf("task mix: %s (task rows train on their answer tokens only)\n", opt_.task_mix.c_str());
   if (segments_ && !quiet_)

@@ -364,7 +364,7 @@ Timings time_steps(nn::GPT& model, AdamW& optim, const nn::NamedParams& params, 
   return t;
 }
 
-// CTXLAB_CUDA_GRAPH=1 on a device that records (CUDA): the step as `train` runs it then — two
+// A device that records (CUDA), unless CTXLAB_CUDA_GRAPH=0: the step as `train` runs it — two
 // eager steps, then forward, backward, clip and AdamW recorded once (core/step_graph.h) and
 // replayed, each step's batch copied into the recording's input buffers first (outside the
 // timing, as the eager loop's batch is drawn outside it). A replay has no phases: forward,
@@ -585,9 +585,15 @@ int run_bench(int argc, char** argv) {
   const auto shards = run.deterministic ? sequence_shards(b.B) : std::vector<std::pair<int64_t, int64_t>>{{0, b.B}};
   if (a.count("profile")) prof::set_enabled(true);
   Backend& be = backend(run.dev);
-  const bool graph = setting_flag("CTXLAB_CUDA_GRAPH", false) && be.can_capture();
-  CTX_CHECK(!graph || shards.size() == 1, "bench: CTXLAB_CUDA_GRAPH=1 records the step into a CUDA Graph: not "
-            "with --deterministic (its gradient tree runs on the host)");
+  // the step as a CUDA Graph where the device records (on by default, as `train`), except where it
+  // cannot: the gradient tree of --deterministic runs on the host, and a replay has no ops to profile
+  const char* eager_why = shards.size() > 1 ? "--deterministic (its gradient tree runs on the host)"
+                          : prof::enabled()  ? "--profile (a replayed step has no ops to time)"
+                                             : nullptr;
+  const bool asked = setting_env("CTXLAB_CUDA_GRAPH") && setting_flag("CTXLAB_CUDA_GRAPH", true);  // set to 1
+  CTX_CHECK(!(asked && eager_why && be.can_capture()), "bench: CTXLAB_CUDA_GRAPH=1 records the step into a CUDA "
+            "Graph: not with ", eager_why ? eager_why : "");
+  const bool graph = setting_flag("CTXLAB_CUDA_GRAPH", true) && be.can_capture() && !eager_why;
   const Timings t = graph ? time_graph_steps(model, optim, b, rng, be) : time_steps(model, optim, params, b, rng, be, shards);
   report(a, b, run, t);
   return 0;
