@@ -102,7 +102,7 @@ std::string read_file(const std::string& path, const std::string& what) {
   return out;
 }
 
-std::string escape_control(const std::string& s) {
+std::string escape_control(const std::string& s, bool keep_layout) {
   std::string out;
   out.reserve(s.size());
   auto hex = [&](unsigned char c) {
@@ -112,7 +112,7 @@ std::string escape_control(const std::string& s) {
   };
   for (size_t i = 0; i < s.size(); ++i) {
     const unsigned char c = (unsigned char)s[i];
-    if (c < 0x20 || c == 0x7f) {
+    if ((c < 0x20 && !(keep_layout && (c == '\n' || c == '\t'))) || c == 0x7f) {
       hex(c);
     } else if (c == 0xc2 && i + 1 < s.size() && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f) {
       hex(c);

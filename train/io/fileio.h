@@ -34,8 +34,9 @@ std::string read_file(const std::string& path, const std::string& what);
 
 // `s` with its control characters written as \xNN (C0, DEL, and the C1 range U+0080..U+009F as
 // UTF-8): text echoed from a file or an option can then never move the cursor, recolour or retitle
-// a terminal, or split a one-line message. Every other byte passes unchanged.
-std::string escape_control(const std::string& s);
+// a terminal, or split a one-line message. Every other byte passes unchanged. `keep_layout`: newlines
+// and tabs pass too (text shown as text: train/cli/terminal_text.h).
+std::string escape_control(const std::string& s, bool keep_layout = false);
 
 // `s` cut to `max_len` characters (with "..."), for shapes and values echoed in messages.
 inline std::string brief(const std::string& s, size_t max_len = 100) {
