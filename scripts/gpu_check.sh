@@ -8,7 +8,7 @@
 #   scripts/gpu_check.sh OUTDIR [SECTION ...]      (default: the protocol, below)
 #
 # The protocol (issue 33; what a session lent a GPU runs first, as a baseline, and again after its
-# change): env tests tc graph compare-tc compare-fp32 compare-bias sanitizer, then report, within
+# change): env tests tc graph compare-tc attention compare-fp32 compare-bias sanitizer, then report, within
 # GPU_CHECK_BUDGET_S seconds (default 450: the device tool's 8-minute protocol with room to
 # start), the comparisons one round each (COMPARE_ROUNDS) unless asked for more: sized from the
 # H200 session of 2026-11-27 (tests 26 s, tc 23 s, compare-tc 128 s with torch.compile's 60 s;
@@ -31,6 +31,10 @@
 #              (SDPA flash attention), A B A B, COMPARE_ROUNDS rounds (default 2)
 #   compare-tc GPT-2 small bf16 with the tensor-core attention (the default) against
 #              PyTorch eager and torch.compile, A B A B, COMPARE_ROUNDS rounds (default 2)
+#   attention  attention alone, bf16, causal: bench_attention_tc (the tensor-core kernels) against
+#              PyTorch's SDPA on its flash backend (FlashAttention-2's kernel), at FlashAttention-2's
+#              benchmark shapes (head dim 64, 32 heads, 16k tokens, seqlen 512..8k) and GPT-2 small's,
+#              A B A B (2 rounds); OUTDIR/attention.md: TFLOP/s and ctxlab / FA2 per shape
 #   tc         GPT-2 small bf16: composed attention (CTXLAB_BF16_ATTENTION=0) vs tensor-core, then the
 #              default vs the MLP's GELU epilogues (CTXLAB_FUSED_MLP=1) and vs the tensor-core forward's
 #              blocks of 128 query rows (CTXLAB_TC_FORWARD_ROWS=128) and the backward's of 128 keys /
@@ -63,7 +67,7 @@ cd "$ROOT"
 OUTDIR="$1"; shift
 SECTIONS=("$@")
 if [[ ${#SECTIONS[@]} -eq 0 ]]; then
-  SECTIONS=(env tests tc graph compare-tc compare-fp32 compare-bias sanitizer report)
+  SECTIONS=(env tests tc graph compare-tc attention compare-fp32 compare-bias sanitizer report)
   export COMPARE_ROUNDS="${COMPARE_ROUNDS:-1}"
 fi
 BUDGET_S="${GPU_CHECK_BUDGET_S:-100000}"
@@ -225,6 +229,20 @@ section_fire() {  # FIRE on GPT-2 small bf16: per-pair bias, composed attention 
   run 200 bench/ab_steps.sh 2 "CTXLAB_FIRE_TABLE=0 $b $GPT2_BF16 ${fire[*]@Q}" "$b $GPT2_BF16 ${fire[*]@Q}"
 }
 
+section_attention() {  # attention alone: ctxlab's tensor-core kernels (A) against PyTorch's SDPA flash
+  # backend, FlashAttention-2's kernel (B), A B A B; the table from both runs' JSON lines
+  [[ -x "$BUILD/bench_attention_tc" ]] || { say "no $BUILD/bench_attention_tc (gpu_pack.sh packs it)"; return 1; }
+  local args=(--seqlens 512,1024,2048,4096,8192 --gpt2 --repeats 10 --calls 5) j="$OUTDIR/attention.jsonl" rc=0
+  : >"$j"
+  for r in 1 2; do
+    run 90 "$BUILD/bench_attention_tc" "${args[@]}" --json "$j" || rc=1
+    run 90 "$PEER_PY" bench/torch_attention.py "${args[@]}" --json "$j" || rc=1
+  done
+  "$PYTHON" bench/attention_table.py "$j" >"$OUTDIR/attention.md" 2>>"$LOG" || rc=1
+  cat "$OUTDIR/attention.md" >>"$LOG"
+  return $rc
+}
+
 section_norm() {  # the residual add fused into the norms: the pairs of bench_norm (add, then the norm
   # / the fused call; the backward, then the gradient add / with dres), then GPT-2 small bf16 with the
   # adds composed (A, CTXLAB_FUSED_ADD_NORM=0) vs fused (B)
@@ -268,7 +286,7 @@ section_report() {  # the summary of this run, from the log and the tables
     echo '```'
     grep -E 'tests passed|tests failed|ERROR SUMMARY|RACECHECK SUMMARY|Skipped|skip' "$LOG" | head -40
     echo '```'
-    for t in compare-core compare-tc compare-fp32 compare-bias; do
+    for t in compare-core compare-tc attention compare-fp32 compare-bias; do
       [[ -f "$OUTDIR/$t.md" ]] && { echo; echo "## $t"; echo; sed '1d' "$OUTDIR/$t.md"; }
     done
   } >"$f"

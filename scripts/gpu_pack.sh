@@ -31,6 +31,7 @@ trap 'rm -rf "$STAGE"' EXIT
   ./*_tests.cmake "$STAGE"/)
 [[ -x "$BUILD/cuda_emu_tests" ]] && cp -a "$BUILD/cuda_emu_tests" "$STAGE"/
 [[ -x "$BUILD/bench_norm" ]] && cp -a "$BUILD/bench_norm" "$STAGE"/  # gpu_check.sh's norm section
+[[ -x "$BUILD/bench_attention_tc" ]] && cp -a "$BUILD/bench_attention_tc" "$STAGE"/  # ... and attention
 find "$BUILD" -name CTestTestfile.cmake -mindepth 2 | while read -r f; do
   rel="${f#"$BUILD"/}"; mkdir -p "$STAGE/$(dirname "$rel")"; cp -a "$f" "$STAGE/$rel"
 done
