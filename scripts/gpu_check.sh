@@ -8,7 +8,8 @@
 #   scripts/gpu_check.sh OUTDIR [SECTION ...]      (default: the protocol, below)
 #
 # The protocol (issue 33; what a session lent a GPU runs first, as a baseline, and again after its
-# change): env tests tc graph compare-tc attention compare-fp32 compare-bias sanitizer, then report, within
+# change): env tests tc graph compare-tc attention compare-fp32 compare-small compare-bias sanitizer, then
+# report, within
 # GPU_CHECK_BUDGET_S seconds (default 450: the device tool's 8-minute protocol with room to
 # start), the comparisons one round each (COMPARE_ROUNDS) unless asked for more: sized from the
 # H200 session of 2026-11-27 (tests 26 s, tc 23 s, compare-tc 128 s with torch.compile's 60 s;
@@ -49,6 +50,7 @@
 #              (A B, 2 pairs); not in the protocol
 #   ncu        Nsight Compute over one GPT-2 small bf16 step's kernels (NCU_KERNELS, NCU_COUNT)
 #   compare-fp32  GPT-2 small fp32 against PyTorch eager (TF32 off on both sides)
+#   compare-small `small` bf16 against PyTorch eager (issue 33's target: >= 2x; the CUDA Graph's case)
 #   compare-bias  GPT-2 small bf16 with ALiBi and T5 buckets against PyTorch FlexAttention
 #              compiled (the bias as a score_mod), COMPARE_ROUNDS rounds (default 2)
 #   report     OUTDIR/gpu-<device>-<date>.md: device, versions, each section's outcome, the tables
@@ -67,7 +69,7 @@ cd "$ROOT"
 OUTDIR="$1"; shift
 SECTIONS=("$@")
 if [[ ${#SECTIONS[@]} -eq 0 ]]; then
-  SECTIONS=(env tests tc graph compare-tc attention compare-fp32 compare-bias sanitizer report)
+  SECTIONS=(env tests tc graph compare-tc attention compare-fp32 compare-small compare-bias sanitizer report)
   export COMPARE_ROUNDS="${COMPARE_ROUNDS:-1}"
 fi
 BUDGET_S="${GPU_CHECK_BUDGET_S:-100000}"
@@ -195,6 +197,7 @@ section_compare-tc() {
 }
 # GPT-2 small fp32 (exact: TF32 off on both sides) against PyTorch eager
 section_compare-fp32() { compare compare-fp32 --models gpt2 --precisions fp32 --peer-modes eager; }
+section_compare-small() { compare compare-small --models small --precisions bf16 --peer-modes eager; }
 section_compare-bias() { compare compare-bias --models gpt2 --posencs alibi,t5 --precisions bf16 --peer-modes flex; }
 
 GPT2_BF16="bench --config bench/configs/gpt2-small.json --device cuda --precision bf16 --peak-gflops 989400"
@@ -286,7 +289,7 @@ section_report() {  # the summary of this run, from the log and the tables
     echo '```'
     grep -E 'tests passed|tests failed|ERROR SUMMARY|RACECHECK SUMMARY|Skipped|skip' "$LOG" | head -40
     echo '```'
-    for t in compare-core compare-tc attention compare-fp32 compare-bias; do
+    for t in compare-core compare-tc attention compare-fp32 compare-small compare-bias; do
       [[ -f "$OUTDIR/$t.md" ]] && { echo; echo "## $t"; echo; sed '1d' "$OUTDIR/$t.md"; }
     done
   } >"$f"
