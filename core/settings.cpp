@@ -119,6 +119,10 @@ const std::vector<Setting>& settings() {
        "exit (bench/roofline.py --counters; docs/cuda.md)",
        "core/cuda/emu/counters.cpp"},
       // Test harness only.
+      {"CTXLAB_BACKEND_CASES", "unset (every case)", "a regular expression (ECMAScript)",
+       "tests: the backend table runs only the cases whose name it matches, e.g. ^attention (scripts/gpu_check.sh: "
+       "the attention kernels under compute-sanitizer's racecheck, which the whole table overruns)",
+       "tests/test_backend_ops.cpp"},
       {"CTXLAB_BACKEND_DIGEST", "unset", "a file path",
        "tests: the backend table appends a hash of every cuda case's output bytes there",
        "tests/test_backend_ops.cpp"},
