@@ -6,9 +6,11 @@
 #include <vector>
 
 #include "core/cuda/emu/cublas_emu.h"
+#include "core/cuda/mma.cuh"
 #include "tests/emu/emu_test_util.h"
 
 namespace {
+namespace tc = ctx::cuda::tc;
 
 __global__ void copy_coalesced(const float* in, float* out) { out[threadIdx.x] = in[threadIdx.x]; }
 __global__ void load_stride32(const float* in, float* out) { out[threadIdx.x] = in[threadIdx.x * 32]; }
@@ -29,6 +31,17 @@ __global__ void shared_pattern(float* out, int mode) {
   if (mode != 2 || t == 0) s[at] = (float)t;
   __syncthreads();
   out[t] = s[at];
+}
+// A warp's cp.async of 4 rows of 128 contiguous bytes (16 a lane, .cg) into the rows of a padded
+// [4, 72] b16 tile (144-byte rows, as the tensor-core attention's tiles), landed by the wait.
+__global__ void cp_async_rows(const uint16_t* in, float* out) {
+  CTX_DYNAMIC_SHARED(uint16_t, sm);
+  tc::AsyncCopies cp;
+  const unsigned l = threadIdx.x, r = l / 8, c = l % 8;
+  cp.copy<16, true>(sm + r * 72 + c * 8, in + r * 64 + c * 8);
+  cp.commit();
+  cp.wait<0>();
+  out[l] = 0.0f;
 }
 __global__ void mma_twice(float* out) {
   if (threadIdx.x % 32 == 0) {
@@ -122,6 +135,24 @@ HOOKED_TEST(EmuCounters, SharedWavefrontsCountBankConflictsNotBroadcasts) {
   EXPECT_EQ(r[1].shared_ideal_wavefronts, 2u);
   EXPECT_EQ(r[2].shared_requests, 2u);  // lane 0's store, the whole warp's load of one word
   EXPECT_EQ(r[2].shared_wavefronts, 2u);
+}
+
+// A 16-byte cp.async is one access a lane on each side, as on the GPU: its 512 contiguous bytes
+// are 16 sectors (all of them wanted) and its padded rows take 4 wavefronts, the ideal (counted as
+// four 4-byte accesses, the copy read as 64 sectors for 16 and wrote 16 wavefronts for 4).
+HOOKED_TEST(EmuCounters, ACpAsyncCopyIsOneAccessOfItsSize) {
+  REQUIRE_ACCESS_HOOKS();
+  DeviceBuffer<uint16_t> in(std::vector<uint16_t>(256, 1));
+  DeviceBuffer<float> out(32);
+  CTX_LAUNCH(cp_async_rows, 1, 32, 4 * 72 * sizeof(uint16_t), 0, in.ptr, out.ptr);
+  const cuemu::LaunchCounters r = only("cp_async_rows");
+  EXPECT_EQ(r.ld_requests, 1u);
+  EXPECT_EQ(r.ld_sectors, 16u);
+  EXPECT_EQ(r.ld_ideal_sectors, 16u);
+  EXPECT_EQ(r.shared_requests, 2u);  // the poisoning store at the copy, the landing store at the wait
+  EXPECT_EQ(r.shared_wavefronts, 8u);
+  EXPECT_EQ(r.shared_ideal_wavefronts, 8u);
+  EXPECT_EQ(r.bytes_read, 512u);
 }
 
 HOOKED_TEST(EmuCounters, CountsAreTheSameUnderAnotherSchedule) {

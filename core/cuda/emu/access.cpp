@@ -428,6 +428,16 @@ inline void hook(const volatile void* p, size_t n, unsigned kind, void* ret) {
 
 // ---- internal API ----
 void set_access_state(AccessState* s) { t_access = s; }
+
+__attribute__((noinline)) void hooked_memset(void* d, int c, size_t n) {
+  hook(d, n, kWrite, __builtin_return_address(0));  // the call site, as the hooks' own
+  std::memset(d, c, n);
+}
+__attribute__((noinline)) void hooked_memcpy(void* d, const void* s, size_t n) {
+  hook(s, n, kRead, __builtin_return_address(0));
+  hook(d, n, kWrite, __builtin_return_address(0));
+  std::memcpy(d, s, n);
+}
 AccessState* access_state() { return t_access; }
 
 bool access_hooks_present() { return g_hooks.load(std::memory_order_relaxed); }

@@ -10,11 +10,13 @@
 //   cp.async.{ca,cg}.shared.global (4, 8, 16 bytes), commit_group, wait_group N, wait_all: a
 //       copy is performed late, at the wait that covers it (the latest point the ISA allows);
 //       until then its destination holds the NaN pattern (0xFF bytes), so a read before the wait
-//       sees NaN, and the poisoning store makes a reuse of a buffer still being read a race.
+//       sees NaN, and the poisoning store makes a reuse of a buffer still being read a race. The
+//       hooks (counters, race detector) see each copy as one access of its size on each side.
 // Faults are sticky launch failures naming the call site (device_trap).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 
 #include "core/cuda/emu/emu_device.h"
@@ -42,6 +44,13 @@ inline void check_shared(const void* p, size_t n, size_t align, const char* what
   if (a % align != 0) device_trap(what, file, line);
   if (a < lo || a + n > lo + dynamic_shared_bytes()) device_trap(what, file, line);
 }
+
+// memset(d, c, n) and memcpy(d, s, n) seen by the access hooks as one write (and one read) of n
+// bytes at the caller's call site, whatever the compiler makes of the calls (a constant-size memset
+// is folded into stores, which the instrumentation splits; a memcpy may stay a plain call, which it
+// does not see): core/cuda/emu/access.cpp
+void hooked_memset(void* d, int c, size_t n);
+void hooked_memcpy(void* d, const void* s, size_t n);
 
 }  // namespace cuemu::detail
 
@@ -104,7 +113,10 @@ class AsyncCopies {
       detail::device_trap("cp.async: source not aligned to the copy size", file, line);
     if (n_ == kMax) detail::device_trap("cp.async: more copies in flight than the emulator holds (64)", file, line);
     uint32_t* d = static_cast<uint32_t*>(dst);
-    for (int w = 0; w < bytes / 4; ++w) d[w] = 0xffffffffu;  // poisoned until the wait
+    // poisoned until the wait, by one write of the copy's size as the hooks see it (the copy is one
+    // access of the lane: the counters see a 16-byte copy's bank pattern, not four 4-byte stores'
+    // conflicts); called by name, since the compiler folds a constant-size memset into stores
+    detail::hooked_memset(d, 0xff, (size_t)bytes);
     q_[n_++] = Copy{d, static_cast<const uint32_t*>(src), bytes / 4, committed_};
     file_ = file, line_ = line;
   }
@@ -127,7 +139,7 @@ class AsyncCopies {
     for (int i = 0; i < n_; ++i) {
       const Copy& c = q_[i];
       if (c.group < g) {
-        for (int w = 0; w < c.words; ++w) c.dst[w] = c.src[w];
+        detail::hooked_memcpy(c.dst, c.src, 4 * (size_t)c.words);  // one read and one write of its size
       } else {
         q_[kept++] = c;
       }
