@@ -478,7 +478,8 @@ void print_summary(const BenchSpec& b, const BenchRun& run, const Timings& t, do
   char buf[128];
   std::snprintf(buf, sizeof buf, "forward %.1f, backward %.1f, optimizer %.1f ms", median(t.fwd), median(t.bwd),
                 median(t.opt));
-  const std::string phases = t.fwd.empty() ? "one CUDA Graph replay a step (no phases; CTXLAB_CUDA_GRAPH=0 or --profile: eager steps)" : buf;
+  const std::string phases =
+      t.fwd.empty() ? "one CUDA Graph replay a step (no phases; CTXLAB_CUDA_GRAPH=0 or --profile: eager steps)" : buf;
   std::fprintf(stderr,
                "bench: %s, posenc %s, %lld params, B %lld x T %lld, %d threads, %lld timed steps after %lld warm-up\n"
                "  %.0f tokens/s | step %.1f ms median (mean %.1f, min %.1f) | %s\n"
