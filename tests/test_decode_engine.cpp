@@ -215,6 +215,27 @@ TEST_F(DecodeEngineTest, AWarmStepAllocatesNothing) {
   }
 }
 
+// A warm step enters the OpenMP runtime at most once: its team's region (none for a team of one).
+// Every kernel it calls inside runs on its caller's thread without a region of its own
+// (CTX_OMP_IF, core/cpu/parallel.h): an `if (false)` region per kernel cost the decoder ~200
+// futex calls a token.
+TEST_F(DecodeEngineTest, AWarmStepEntersTheOpenMpRuntimeAtMostOnce) {
+  for (int threads : {1, 2}) {
+    ctx::set_num_threads(threads);
+    auto m = model_for(rope(nullptr));
+    NoGradGuard g;
+    auto e = nn::DecodeEngine::make(*m, 1, 64, 0, nullptr);
+    ASSERT_TRUE(e);
+    const auto tok = ids(64, 9);
+    for (int i = 0; i < 8; ++i) e->step(&tok[(size_t)i]);
+    const int64_t before = testing_util::gomp_parallel_calls(), teams = team_regions_started();
+    for (int i = 8; i < 64; ++i) e->step(&tok[(size_t)i]);
+    const int64_t regions = testing_util::gomp_parallel_calls() - before;
+    EXPECT_EQ(regions, team_regions_started() - teams) << threads << " threads: only the team's regions";
+    EXPECT_LE(regions, 56) << threads << " threads";
+  }
+}
+
 TEST(Team, SharesCoverTheRangeInAlignedBlocks) {
   for (int size : {1, 2, 3, 4})
     for (int64_t n : {0, 1, 15, 16, 17, 100, 768}) {

@@ -129,6 +129,10 @@ inline Tensor uniform_tensor(Rng& r, const Shape& s, DType dt, double lo = -1.0,
   return dt == DType::F64 ? t : t.to(dt);
 }
 
+// Calls of libgomp's GOMP_parallel (every `#pragma omp parallel` region entered, forking or not)
+// so far in this process: tests/test_parallel.cpp wraps the function.
+int64_t gomp_parallel_calls();
+
 // n floats uniform in [-1, 1) from std::mt19937(seed): the GEMM / GEMV / bf16 tests' operands.
 inline std::vector<float> random_vec(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

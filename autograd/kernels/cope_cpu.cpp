@@ -212,11 +212,11 @@ void forward_t(const Tensor& a, const Tensor& z, int64_t q_pos0, int64_t window,
   const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
   const F *ap = a.data<F>(), *zp = z.data<F>();
   F *op = out.data<F>(), *pp = psum.data<F>();
-#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * (Softmax ? 3 : 2)))
+  CTX_OMP_IF(cpu::parallel_pays(R * S * (Softmax ? 3 : 2)), "omp parallel for schedule(static)",
   for (int64_t r = 0; r < R; ++r) {
     row_forward(ap + r * S, zp + r * np, S, np, q_pos0 + r % T, window, sinks, (F)scale, op + r * S, pp + r * S);
     if constexpr (Softmax) softmax_row(op + r * S, S, q_pos0 + r % T, window, sinks);
-  }
+  });
 }
 
 // p: the forward's probabilities (Softmax only; else null)
@@ -226,12 +226,12 @@ void backward_t(Tensor dout, const Tensor* p, const Tensor& a, const Tensor& z, 
   const int64_t T = a.size(2), S = a.size(3), np = z.size(3), R = a.numel() / S;
   const F *ap = a.data<F>(), *zp = z.data<F>(), *pp = psum.data<F>(), *prob = Softmax ? p->data<F>() : nullptr;
   F *dp = dout.data<F>(), *dap = da.data<F>(), *dzp = dz.data<F>();
-#pragma omp parallel for schedule(static) if (cpu::parallel_pays(R * S * (Softmax ? 3 : 2)))
+  CTX_OMP_IF(cpu::parallel_pays(R * S * (Softmax ? 3 : 2)), "omp parallel for schedule(static)",
   for (int64_t r = 0; r < R; ++r) {
     if constexpr (Softmax) softmax_backward_row(prob + r * S, dp + r * S, S, q_pos0 + r % T, window, sinks);
     row_backward(dp + r * S, ap + r * S, zp + r * np, pp + r * S, S, np, q_pos0 + r % T, window, sinks, (F)scale,
                  dap + r * S, dzp + r * np);
-  }
+  });
 }
 
 // cope_forward (Softmax false) and cope_softmax_forward (true): the same signature

@@ -11,14 +11,14 @@ namespace {
 template <class F>
 void run(const F* pq, const F* pk, F c, F lm, F init_L, F eps, F* x, F* dc, F* dl, int64_t Bp, int64_t T,
          int64_t S) {
-#pragma omp parallel for schedule(static) if (cpu::parallel_pays(Bp * T * S * 2))
+  CTX_OMP_IF(cpu::parallel_pays(Bp * T * S * 2), "omp parallel for schedule(static)",
   for (int64_t r = 0; r < Bp * T; ++r) {
     const int64_t b = r / T;
     for (int64_t j = 0; j < S; ++j) {
       const int64_t e = r * S + j;
       fire_point(pq[r], pk[b * S + j], c, lm, init_L, eps, x[e], dc[e], dl[e]);
     }
-  }
+  });
 }
 
 // The arguments are checked (fire.cpp) before this runs.

@@ -59,20 +59,20 @@ inline F cell_backward(F g, const F* s, F hn, F hp, int64_t H, F* a, F* c) {
 
 template <class F>
 void forward_kernel(const F* xg, const F* hg, const F* bhn, const F* hp, F* h, F* rzn, F* hn, int64_t B, int64_t H) {
-#pragma omp parallel for schedule(static) if (cpu::parallel_pays(B * H * 2))
+  CTX_OMP_IF(cpu::parallel_pays(B * H * 2), "omp parallel for schedule(static)",
   for (int64_t b = 0; b < B; ++b) {
     const F* x = xg + b * 3 * H;
     const F* g = hg + b * 3 * H;
     F* s = rzn + b * 3 * H;
     for (int64_t j = 0; j < H; ++j)
       cell_forward(x + j, g[j], g[H + j], g[2 * H + j], bhn[j], hp[b * H + j], H, h[b * H + j], s + j, hn[b * H + j]);
-  }
+  });
 }
 
 template <class F>
 void backward_kernel(const F* gy, const F* dhc, const F* hp, const F* rzn, const F* hn, F* d1, F* d2, F* dh,
                      int64_t B, int64_t H) {
-#pragma omp parallel for schedule(static) if (cpu::parallel_pays(B * H * 2))
+  CTX_OMP_IF(cpu::parallel_pays(B * H * 2), "omp parallel for schedule(static)",
   for (int64_t b = 0; b < B; ++b) {
     const F* s = rzn + b * 3 * H;
     F* a = d1 + b * 3 * H;
@@ -81,7 +81,7 @@ void backward_kernel(const F* gy, const F* dhc, const F* hp, const F* rzn, const
       const int64_t i = b * H + j;
       dh[i] = cell_backward(gy[i] + dhc[i], s + j, hn[i], hp[i], H, a + j, c + j);
     }
-  }
+  });
 }
 
 // ---- the whole sequence as one team (gru_sequence_forward / _backward) ----

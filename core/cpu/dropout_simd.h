@@ -51,8 +51,8 @@ void dropout_apply(const T* x, T* y, int64_t n, const DropoutMask& m, uint64_t b
 template <class T>
 void dropout_fast(const T* x, T* y, int64_t n, const DropoutMask& m) {
   constexpr int64_t kBlock = 16384;
-#pragma omp parallel for schedule(static) if (parallel_pays(n))
-  for (int64_t b = 0; b < n; b += kBlock) dropout_apply(x + b, y + b, std::min(kBlock, n - b), m, (uint64_t)b);
+  CTX_OMP_IF(parallel_pays(n), "omp parallel for schedule(static)",
+  for (int64_t b = 0; b < n; b += kBlock) dropout_apply(x + b, y + b, std::min(kBlock, n - b), m, (uint64_t)b););
 }
 
 }  // namespace ctx::cpu

@@ -435,7 +435,7 @@ void bin_row(F* bins, const F* p, const int32_t* ix, ColRange cr, int32_t qc) {
 // add and bin one scalar per row instead of gathering per element.
 inline void const_index_rows(const int32_t* idx, const Geom& g, int64_t T, int64_t S, int64_t window,
                              int32_t* out) {
-#pragma omp parallel for schedule(static) if (parallel_pays(T * S))
+  CTX_OMP_IF(parallel_pays(T * S), "omp parallel for schedule(static)",
   for (int64_t i = 0; i < T; ++i)
     for (int64_t kb = 0; kb < g.nkb; ++kb) {
       const int64_t j0 = kb * BC, nb = std::min(BC, S - j0);
@@ -448,7 +448,7 @@ inline void const_index_rows(const int32_t* idx, const Geom& g, int64_t T, int64
           if (ix[c] != v) v = -1;
       }
       out[i * g.nkb + kb] = v;
-    }
+    });
 }
 
 // The row statistics' accumulation over one key tile (FlashStats): e = p[c] = e^(logit[c] - mnew)
@@ -499,20 +499,21 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
   const int64_t ntask = g.BH * g.nqb;
   Scratch<int32_t> qconst(rel.qidx ? T * nkb : 0);  // constant qidx per (row, key tile), or -1
   if (rel.qidx) const_index_rows(rel.qidx, g, T, S, d.window, qconst.data());
-#pragma omp parallel if (ntask > 1 && parallel_pays(g.work))
-  {
-#pragma omp for schedule(static)
+  const bool par = ntask > 1 && parallel_pays(g.work);
+  // the region body; its worksharing loops run plainly when the region does not fork
+  auto region = [&] {
+    CTX_OMP_IF(par, "omp for schedule(static)",
     for (int64_t bh = 0; bh < g.BH; ++bh) {
       if (!direct) pack_tiles_t(k + bh * KS * Dh, S, Dh, nkb, Dp, kt.data() + bh * g.Sp * Dp);
       rows_dp(v + bh * KS * Dh, S, Dh, Dp, vp.data() + bh * S * Dp);
-    }
+    });
     // prel: the value term's weights of each query row, sum_j p_ij over qidx[i, j] = r [BR, Rq]
     Scratch<F> qbuf(BR * Dp), st(BR * BC), ot(BR * Dp), m(BR), l(BR), prel(rel.vrel ? BR * rel.Rq : 0);
     // row statistics (FlashStats), relative to the running max m like l: sum e log e, sum e * distance,
     // sum e over the sink keys (e = e^(logit - m))
     Scratch<F> s_ent(stats.rows ? BR : 0), s_dist(stats.rows ? BR : 0), s_sink(stats.rows ? BR : 0),
         s_logit(stats.rows ? BC : 0);  // the row's logits, before exp_sub_row overwrites them
-#pragma omp for schedule(dynamic, 1)
+    CTX_OMP_IF(par, "omp for schedule(dynamic, 1)",
     for (int64_t t = 0; t < ntask; ++t) {
       const int64_t qb = g.nqb - 1 - t / g.BH, bh = t % g.BH;  // longest blocks first
       const int64_t h = bh % H, i0 = qb * BR, rows = std::min(BR, T - i0);
@@ -608,7 +609,13 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
           if (stats.rows) std::fill(stats.rows + row * 3, stats.rows + row * 3 + 3, F(0));
         }
       }
-    }
+    });
+  };
+  if (par) {
+#pragma omp parallel
+    region();
+  } else {
+    region();
   }
 }
 
@@ -649,14 +656,15 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
   Scratch<F> dvrel_parts(want_dvrel ? nitems * Rq * Dh : 0);
   Scratch<int32_t> qconst(rel.qidx ? T * nkb : 0);  // as in the forward
   if (rel.qidx) const_index_rows(rel.qidx, g, T, S, d.window, qconst.data());
-#pragma omp parallel if (nitems > 1 && nt > 1)
-  {
+  const bool par = nitems > 1 && nt > 1;
+  // the region body; its worksharing loops run plainly when the region does not fork
+  auto region = [&] {
     Scratch<F> qp(g.Tp * Dp), dop(g.Tp * Dp), kp(g.Sp * Dp), ktt(g.Sp * Dp), vtt(g.Sp * Dp),
         dqa(g.Tp * Dp), dka(BC * Dp), dva(BC * Dp), p(BR * BC), ds(BR * BC), D(T);
     // the value term: G[i, r] = do_i . vrel[r] (its part of dp) and prel[i, r] = sum_j p_ij
     // over qidx[i, j] = r, recomputed here (both [T, Rq])
     Scratch<F> Gv(rel.vrel ? T * Rq : 0), prel(want_dvrel ? T * Rq : 0);
-#pragma omp for schedule(dynamic, 1)
+    CTX_OMP_IF(par, "omp for schedule(dynamic, 1)",
     for (int64_t it = 0; it < nitems; ++it) {
       const int64_t h = it / G, grp = it % G;
       F* db = !dbias ? nullptr : (grp == 0 ? dbias : extra.data() + (grp - 1) * HTS) + h * T * S;
@@ -739,7 +747,7 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
                 const F* gv = Gv.data() + i * Rq;
                 if (qc >= 0) {
                   const F a = gv[qc];
-#pragma omp simd
+_Pragma("omp simd")
                   for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] += a;
                 } else {
                   for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] += gv[ix[c]];
@@ -753,14 +761,14 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
                 if (cr.ch > cr.cl) dropout_draws(d.dropout, base + (uint64_t)cr.cl, cr.ch - cr.cl, u);
                 const F zs = (F)d.dropout.scale;
                 const uint32_t thr = d.dropout.threshold;
-#pragma omp simd
+_Pragma("omp simd")
                 for (int64_t c = cr.cl; c < cr.ch; ++c) {
                   const F z = u[c - cr.cl] >= thr ? zs : F(0);
                   drow[c] = prow[c] * (z * drow[c] - Di);
                   prow[c] *= z;
                 }
               } else {
-#pragma omp simd
+_Pragma("omp simd")
                 for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] = prow[c] * (drow[c] - Di);
               }
               std::fill(drow + cr.ch, drow + BC, F(0));
@@ -770,7 +778,7 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
                 F* dqr = dqrel_bh + i * Rq;
                 if (qc >= 0) {
                   F sum = 0;
-#pragma omp simd reduction(+ : sum)
+_Pragma("omp simd reduction(+ : sum)")
                   for (int64_t c = cr.cl; c < cr.ch; ++c) sum += drow[c];
                   dqr[qc] += sc * sum;
                 } else {
@@ -784,7 +792,7 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
               }
               if (db) {
                 F* dbr = db + i * S + j0;
-#pragma omp simd
+_Pragma("omp simd")
                 for (int64_t c = cr.cl; c < cr.ch; ++c) dbr[c] += drow[c];
               }
             }
@@ -815,7 +823,13 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
             }
         }
       }
-    }
+    });
+  };
+  if (par) {
+#pragma omp parallel
+    region();
+  } else {
+    region();
   }
   if (want_dvrel) {
     std::fill(rel.dvrel, rel.dvrel + Rq * Dh, F(0));
@@ -823,9 +837,9 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
       for (int64_t x = 0; x < Rq * Dh; ++x) rel.dvrel[x] += dvrel_parts[it * Rq * Dh + x];
   }
   if (G > 1 && dbias) {
-#pragma omp parallel for schedule(static) if (parallel_pays(HTS))
+    CTX_OMP_IF(parallel_pays(HTS), "omp parallel for schedule(static)",
     for (int64_t x = 0; x < HTS; ++x)
-      for (int64_t grp = 1; grp < G; ++grp) dbias[x] += extra[(grp - 1) * HTS + x];
+      for (int64_t grp = 1; grp < G; ++grp) dbias[x] += extra[(grp - 1) * HTS + x];);
   }
 }
 

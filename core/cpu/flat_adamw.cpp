@@ -29,13 +29,13 @@ double sum_squares_chunks(const T* g, const std::vector<FlatChunk>& chunks) {
   const int64_t nc = (int64_t)chunks.size();
   if ((int64_t)partial.size() < nc) partial.resize((size_t)nc);
   double* part = partial.data();
-#pragma omp parallel for schedule(static) if (nc > 4 && parallel_pays(chunk_elements(chunks)))
+  CTX_OMP_IF(nc > 4 && parallel_pays(chunk_elements(chunks)), "omp parallel for schedule(static)",
   for (int64_t c = 0; c < nc; ++c) {
     double s = 0;
-#pragma omp simd reduction(+ : s)
+_Pragma("omp simd reduction(+ : s)")
     for (int64_t i = chunks[c].begin; i < chunks[c].end; ++i) s += (double)g[i] * (double)g[i];
     part[c] = s;
-  }
+  });
   double total = 0;  // fixed order: the same sum for any thread count
   for (int64_t c = 0; c < nc; ++c) total += part[c];
   return total;
@@ -110,10 +110,10 @@ void adamw_chunks(T* p, const T* g, T* m, T* v, const std::vector<FlatChunk>& ch
   const T gs = (T)gscale;
   const int64_t nc = (int64_t)chunks.size();
   // ~4 units an element (two moments, a square root, a division)
-#pragma omp parallel for schedule(static) if (nc > 4 && parallel_pays(chunk_elements(chunks) * 4))
+  CTX_OMP_IF(nc > 4 && parallel_pays(chunk_elements(chunks) * 4), "omp parallel for schedule(static)",
   for (int64_t c = 0; c < nc; ++c)
     adamw_range(p, g, m, v, chunks[c].begin, chunks[c].end, gs, chunks[c].decay ? decay_on : decay_off, tb1, tb2,
-                bc2_sqrt, teps, step_size);
+                bc2_sqrt, teps, step_size););
 }
 
 }  // namespace

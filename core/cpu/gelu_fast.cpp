@@ -97,12 +97,12 @@ inline __m256 gelu8(__m256 x, __m256 dy) {
 template <bool kBackward>
 void run_avx2(const float* x, const float* dy, float* out, int64_t n) {
   const int64_t nv = n / 8;
-#pragma omp parallel for schedule(static) if (parallel_pays(n))
+  CTX_OMP_IF(parallel_pays(n), "omp parallel for schedule(static)",
   for (int64_t i = 0; i < nv; ++i) {
     const __m256 xv = _mm256_loadu_ps(x + 8 * i);
     const __m256 gv = kBackward ? _mm256_loadu_ps(dy + 8 * i) : _mm256_setzero_ps();
     _mm256_storeu_ps(out + 8 * i, gelu8<kBackward>(xv, gv));
-  }
+  });
   const int64_t rest = n - 8 * nv;
   if (rest > 0) {
     alignas(32) float xb[8] = {0}, gb[8] = {0}, ob[8];
@@ -120,11 +120,11 @@ void gelu_tanh_fast_f32(const float* x, float* y, int64_t n) {
 #ifdef CTX_GELU_AVX2
   run_avx2<false>(x, nullptr, y, n);
 #else
-#pragma omp parallel for schedule(static) if (parallel_pays(n))
+  CTX_OMP_IF(parallel_pays(n), "omp parallel for schedule(static)",
   for (int64_t i = 0; i < n; ++i) {
     float g;
     gelu_scalar(x[i], y[i], g);
-  }
+  });
 #endif
 }
 
@@ -132,12 +132,12 @@ void gelu_tanh_backward_fast_f32(const float* x, const float* dy, float* dx, int
 #ifdef CTX_GELU_AVX2
   run_avx2<true>(x, dy, dx, n);
 #else
-#pragma omp parallel for schedule(static) if (parallel_pays(n))
+  CTX_OMP_IF(parallel_pays(n), "omp parallel for schedule(static)",
   for (int64_t i = 0; i < n; ++i) {
     float y, g;
     gelu_scalar(x[i], y, g);
     dx[i] = dy[i] * g;
-  }
+  });
 #endif
 }
 

@@ -197,8 +197,8 @@ void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C) 
   const int64_t step = splits == 1 ? (by_rows ? g.M : g.N) : block(by_rows ? g.M : g.N);
   const int64_t tasks = g.batch * splits;
 
-#pragma omp parallel for schedule(static) num_threads((int)std::min(threads, tasks)) \
-    if (threads > 1 && tasks > 1)
+  const int nt = (int)std::min(threads, tasks);
+  CTX_OMP_IF(threads > 1 && tasks > 1, "omp parallel for schedule(static) num_threads(nt)",
   for (int64_t t = 0; t < tasks; ++t) {
     const int64_t b = t / splits, s = t % splits;
     const float* a = A + b * g.stride_a;
@@ -208,7 +208,7 @@ void gemm_openblas(const GemmDesc& g, const float* A, const float* B, float* C) 
     if (lo >= hi) continue;
     if (by_rows) sgemm_block(L.api, g, a, bm, c, lo, hi, 0, g.N);
     else sgemm_block(L.api, g, a, bm, c, 0, g.M, lo, hi);
-  }
+  });
 }
 
 }  // namespace ctx::cpu

@@ -12,7 +12,8 @@ template <class T>
 void gemm_reference(const GemmDesc& g, const T* A, const T* B, T* C) {
   const int64_t M = g.M, N = g.N, K = g.K;
   const T alpha = (T)g.alpha, beta = (T)g.beta;
-#pragma omp parallel for collapse(2) schedule(static) if (parallel_pays(g.batch * M * N * K))  // scalar MACs
+  // scalar MACs
+  CTX_OMP_IF(parallel_pays(g.batch * M * N * K), "omp parallel for collapse(2) schedule(static)",
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t i = 0; i < M; ++i) {
       const T* a = A + b * g.stride_a;
@@ -39,7 +40,7 @@ void gemm_reference(const GemmDesc& g, const T* A, const T* B, T* C) {
         }
       }
     }
-  }
+  });
 }
 
 template void gemm_reference<float>(const GemmDesc&, const float*, const float*, float*);

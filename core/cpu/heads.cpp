@@ -27,7 +27,7 @@ struct HeadDims {
 template <class T>
 void split_forward(const T* x, T* q, T* k, T* v, const HeadDims& d) {
   const int64_t S = d.S, H = d.H, Dh = d.Dh, D = d.D(), Tq = d.Tq(), q0 = d.q0;
-#pragma omp parallel for schedule(static) if (parallel_pays(d.B * S * 3 * D * 2))
+  CTX_OMP_IF(parallel_pays(d.B * S * 3 * D * 2), "omp parallel for schedule(static)",
   for (int64_t r = 0; r < d.B * S; ++r) {
     const int64_t b = r / S, s = r % S;
     const T* row = x + r * 3 * D;
@@ -37,14 +37,14 @@ void split_forward(const T* x, T* q, T* k, T* v, const HeadDims& d) {
       copy_n(row + D + h * Dh, k + kv, Dh);
       copy_n(row + 2 * D + h * Dh, v + kv, Dh);
     }
-  }
+  });
 }
 
 // dq [B, H, Tq, Dh], dk, dv [B, H, S, Dh] (each may be null: zero) -> dx [B, S, 3D]
 template <class T>
 void split_backward(const T* dq, const T* dk, const T* dv, T* dx, const HeadDims& d) {
   const int64_t S = d.S, H = d.H, Dh = d.Dh, D = d.D(), Tq = d.Tq(), q0 = d.q0;
-#pragma omp parallel for schedule(static) if (parallel_pays(d.B * S * 3 * D * 2))
+  CTX_OMP_IF(parallel_pays(d.B * S * 3 * D * 2), "omp parallel for schedule(static)",
   for (int64_t r = 0; r < d.B * S; ++r) {
     const int64_t b = r / S, s = r % S;
     T* row = dx + r * 3 * D;
@@ -62,14 +62,14 @@ void split_backward(const T* dq, const T* dk, const T* dv, T* dx, const HeadDims
       if (dv) copy_n(dv + kv, row + 2 * D + h * Dh, Dh);
       else zero_n(row + 2 * D + h * Dh, Dh);
     }
-  }
+  });
 }
 
 // to_merged: src o [B, H, T, Dh] -> dst [B, T, H*Dh]; else src [B, T, H*Dh] -> dst o
 template <class T>
 void merge_copy(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t Dh, bool to_merged) {
   const int64_t D = H * Dh;
-#pragma omp parallel for schedule(static) if (parallel_pays(B * Tn * D * 2))
+  CTX_OMP_IF(parallel_pays(B * Tn * D * 2), "omp parallel for schedule(static)",
   for (int64_t r = 0; r < B * Tn; ++r) {
     const int64_t b = r / Tn, t = r % Tn;
     for (int64_t h = 0; h < H; ++h) {
@@ -77,7 +77,7 @@ void merge_copy(const T* src, T* dst, int64_t B, int64_t H, int64_t Tn, int64_t 
       if (to_merged) copy_n(src + a, dst + m, Dh);
       else copy_n(src + m, dst + a, Dh);
     }
-  }
+  });
 }
 
 // The sizes of a split from qkv [B, S, 3 H Dh] (checked: checks::split_heads / _backward).

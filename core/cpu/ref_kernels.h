@@ -28,7 +28,7 @@ void for_each_strided(const Shape& shape, const std::vector<int64_t>& sa, int64_
   const int64_t inner = shape[nd - 1];
   const int64_t outer = n / inner;
   const int64_t ia = sa[nd - 1], ib = sb[nd - 1];
-#pragma omp parallel for schedule(static) if (parallel_pays(n * 2))
+  CTX_OMP_IF(parallel_pays(n * 2), "omp parallel for schedule(static)",
   for (int64_t o = 0; o < outer; ++o) {
     int64_t rem = o, pa = oa, pb = ob;
     for (int64_t d = nd - 2; d >= 0; --d) {
@@ -38,27 +38,27 @@ void for_each_strided(const Shape& shape, const std::vector<int64_t>& sa, int64_
       pb += idx * sb[d];
     }
     for (int64_t i = 0; i < inner; ++i) f(pa + i * ia, pb + i * ib);
-  }
+  });
 }
 
 // ---- elementwise (the per-element formulas: core/elementwise_formulas.h) ----
 template <class T>
 void unary(UnaryOp op, const T* x, T* y, int64_t n, T a, T b) {
-#pragma omp parallel for schedule(static) if (parallel_pays(n))
-  for (int64_t i = 0; i < n; ++i) y[i] = formula::unary(op, x[i], a, b);
+  CTX_OMP_IF(parallel_pays(n), "omp parallel for schedule(static)",
+  for (int64_t i = 0; i < n; ++i) y[i] = formula::unary(op, x[i], a, b););
 }
 
 template <class T>
 void unary_backward(UnaryOp op, const T* x, const T* y, const T* dy, T* dx, int64_t n, T a, T b) {
-#pragma omp parallel for schedule(static) if (parallel_pays(n))
-  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * formula::unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b);
+  CTX_OMP_IF(parallel_pays(n), "omp parallel for schedule(static)",
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * formula::unary_deriv(op, x ? x[i] : T(0), y ? y[i] : T(0), a, b););
 }
 
 // y = x * mask factor (core/dropout_mask.h); the backward is the same call on dy
 template <class T>
 void dropout(const T* x, T* y, int64_t n, const DropoutMask& m) {
-#pragma omp parallel for schedule(static) if (parallel_pays(n))
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * m.factor<T>((uint64_t)i);
+  CTX_OMP_IF(parallel_pays(n), "omp parallel for schedule(static)",
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * m.factor<T>((uint64_t)i););
 }
 
 // ---- softmax over the last dim: x, y [N, C] ----
@@ -67,14 +67,14 @@ void dropout(const T* x, T* y, int64_t n, const DropoutMask& m) {
 // causal_fill(-inf) then softmax, in one pass. y may be x.
 template <class T>
 void softmax(const T* x, T* y, int64_t N, int64_t C, bool log, CausalRows rows = {}) {
-#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
+  CTX_OMP_IF(parallel_pays(N * C * 4), "omp parallel for schedule(static)",
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     T* yr = y + n * C;
     const int64_t lo = rows.lo(n), hi = std::max(lo, rows.hi(n, C));
     const T out = log ? -INFINITY : T(0);  // the masked columns' value
     T mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
+_Pragma("omp simd reduction(max : mx)")
     for (int64_t c = lo; c < hi; ++c) mx = std::max(mx, xr[c]);
     if (mx == -INFINITY) {  // fully masked row: define softmax as 0 (log: -inf)
       for (int64_t c = 0; c < C; ++c) yr[c] = out;
@@ -82,10 +82,10 @@ void softmax(const T* x, T* y, int64_t N, int64_t C, bool log, CausalRows rows =
     }
     T s = 0;
     if (log) {
-#pragma omp simd reduction(+ : s)
+_Pragma("omp simd reduction(+ : s)")
       for (int64_t c = lo; c < hi; ++c) s += std::exp(xr[c] - mx);
       const T ls = std::log(s) + mx;
-#pragma omp simd
+_Pragma("omp simd")
       for (int64_t c = lo; c < hi; ++c) yr[c] = xr[c] - ls;
     } else {  // exp once, stored, then scaled
       for (int64_t c = lo; c < hi; ++c) {
@@ -93,19 +93,19 @@ void softmax(const T* x, T* y, int64_t N, int64_t C, bool log, CausalRows rows =
         s += yr[c];
       }
       const T inv = T(1) / s;
-#pragma omp simd
+_Pragma("omp simd")
       for (int64_t c = lo; c < hi; ++c) yr[c] *= inv;
     }
     for (int64_t c = 0; c < lo; ++c) yr[c] = out;
     for (int64_t c = hi; c < C; ++c) yr[c] = out;
-  }
+  });
 }
 
 // With `rows`: the gradient of the masked softmax above, 0 in the masked columns (their inputs
 // were overwritten by the mask), dy read only where visible.
 template <class T>
 void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C, bool log, CausalRows rows = {}) {
-#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
+  CTX_OMP_IF(parallel_pays(N * C * 4), "omp parallel for schedule(static)",
   for (int64_t n = 0; n < N; ++n) {
     const T* yr = y + n * C;
     const T* gr = dy + n * C;
@@ -113,18 +113,18 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C, bool
     const int64_t lo = rows.lo(n), hi = std::max(lo, rows.hi(n, C));
     T s = 0;
     if (log) {  // dx = dy - softmax * sum(dy)
-#pragma omp simd reduction(+ : s)
+_Pragma("omp simd reduction(+ : s)")
       for (int64_t c = lo; c < hi; ++c) s += gr[c];
       for (int64_t c = lo; c < hi; ++c) dr[c] = gr[c] - std::exp(yr[c]) * s;
     } else {  // dx = y * (dy - sum(dy * y))
-#pragma omp simd reduction(+ : s)
+_Pragma("omp simd reduction(+ : s)")
       for (int64_t c = lo; c < hi; ++c) s += gr[c] * yr[c];
-#pragma omp simd
+_Pragma("omp simd")
       for (int64_t c = lo; c < hi; ++c) dr[c] = yr[c] * (gr[c] - s);
     }
     for (int64_t c = 0; c < lo; ++c) dr[c] = T(0);
     for (int64_t c = hi; c < C; ++c) dr[c] = T(0);
-  }
+  });
 }
 
 // The residual add in front of a norm (Backend::add_layernorm / add_rmsnorm): with a (and h), row n
@@ -144,29 +144,29 @@ inline const T* residual_row(const T* x, const T* a, T* h, int64_t n, int64_t C)
 template <class T>
 void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t N,
                int64_t C, const T* a = nullptr, T* h = nullptr) {
-#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
+  CTX_OMP_IF(parallel_pays(N * C * 4), "omp parallel for schedule(static)",
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = residual_row(x, a, h, n, C);
     T* yr = y + n * C;
     T m = 0;
-#pragma omp simd reduction(+ : m)
+_Pragma("omp simd reduction(+ : m)")
     for (int64_t c = 0; c < C; ++c) m += xr[c];
     m /= T(C);
     T v = 0;
-#pragma omp simd reduction(+ : v)
+_Pragma("omp simd reduction(+ : v)")
     for (int64_t c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
     v /= T(C);
     T r = T(1) / std::sqrt(v + eps);
     if (b) {
-#pragma omp simd
+_Pragma("omp simd")
       for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c] + b[c];
     } else {
-#pragma omp simd
+_Pragma("omp simd")
       for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c];
     }
     mean[n] = m;
     rstd[n] = r;
-  }
+  });
 }
 
 // Canonical column sums over the rows of a gradient: out[c] (+)= sum over r < R of row(r)[c],
@@ -204,10 +204,9 @@ void colsum_tree(int64_t R, int64_t C, const Row& row, T* out, bool accumulate) 
   for (int64_t n = R; n > kRowLeaf; n = n - n / 2) ++depth;  // the deepest path (the right spine)
   const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(threads_for(R * C), C / 16));
   const int64_t chunk = ((C + nt - 1) / nt + 15) / 16 * 16;  // columns per thread, 64-byte multiples
-#pragma omp parallel num_threads((int)nt) if (nt > 1)
-  {
+  auto part = [&](int64_t t) {  // thread t's columns (no omp_get_thread_num: a team may call this)
     thread_local std::vector<T> scratch;
-    const int64_t c0 = std::min<int64_t>(C, (int64_t)omp_get_thread_num() * chunk);
+    const int64_t c0 = std::min<int64_t>(C, t * chunk);
     const int64_t w = std::min<int64_t>(C - c0, chunk);
     if (w > 0) {
       if ((int64_t)scratch.size() < (depth + 2) * w) scratch.resize((size_t)((depth + 2) * w));
@@ -216,6 +215,12 @@ void colsum_tree(int64_t R, int64_t C, const Row& row, T* out, bool accumulate) 
       if (accumulate)
         for (int64_t c = 0; c < w; ++c) out[c0 + c] += sum[c];
     }
+  };
+  if (nt > 1) {
+#pragma omp parallel num_threads((int)nt)
+    part(omp_get_thread_num());
+  } else {
+    part(0);
   }
 }
 
@@ -275,7 +280,7 @@ struct ThreadPartials {
 template <class T>
 void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
                         T* dw, T* db, int64_t N, int64_t C, const T* dres = nullptr) {
-#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
+  CTX_OMP_IF(parallel_pays(N * C * 4), "omp parallel for schedule(static)",
   for (int64_t n = 0; n < N; ++n) {
     const T* g = dy + n * C;
     const T* xr = x + n * C;
@@ -283,7 +288,7 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, cons
     T* d = dx + n * C;
     T m = mean[n], r = rstd[n];
     T sg = 0, sgx = 0;
-#pragma omp simd reduction(+ : sg, sgx)
+_Pragma("omp simd reduction(+ : sg, sgx)")
     for (int64_t c = 0; c < C; ++c) {
       T xh = (xr[c] - m) * r;
       T gw = g[c] * w[c];
@@ -292,13 +297,13 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, cons
     }
     sg /= T(C);
     sgx /= T(C);
-#pragma omp simd
+_Pragma("omp simd")
     for (int64_t c = 0; c < C; ++c) {
       T xh = (xr[c] - m) * r;
       const T t = r * (g[c] * w[c] - sg - xh * sgx);
       d[c] = dr ? dr[c] + t : t;
     }
-  }
+  });
   norm_param_grads(dy, x, mean, rstd, dw, db, N, C);
 }
 
@@ -306,44 +311,44 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, cons
 template <class T>
 void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C, const T* a = nullptr,
              T* h = nullptr) {
-#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
+  CTX_OMP_IF(parallel_pays(N * C * 4), "omp parallel for schedule(static)",
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = residual_row(x, a, h, n, C);
     T s = 0;
-#pragma omp simd reduction(+ : s)
+_Pragma("omp simd reduction(+ : s)")
     for (int64_t c = 0; c < C; ++c) s += xr[c] * xr[c];
     T r = T(1) / std::sqrt(s / T(C) + eps);
-#pragma omp simd
+_Pragma("omp simd")
     for (int64_t c = 0; c < C; ++c) y[n * C + c] = xr[c] * r * w[c];
     rstd[n] = r;
-  }
+  });
 }
 
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw, int64_t N,
                       int64_t C, const T* dres = nullptr) {
-#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
+  CTX_OMP_IF(parallel_pays(N * C * 4), "omp parallel for schedule(static)",
   for (int64_t n = 0; n < N; ++n) {
     const T* g = dy + n * C;
     const T* xr = x + n * C;
     T r = rstd[n];
     T s = 0;  // sum g*w*x
-#pragma omp simd reduction(+ : s)
+_Pragma("omp simd reduction(+ : s)")
     for (int64_t c = 0; c < C; ++c) s += g[c] * w[c] * xr[c];
     T k = s * r * r * r / T(C);
-#pragma omp simd
+_Pragma("omp simd")
     for (int64_t c = 0; c < C; ++c) {
       const T t = g[c] * w[c] * r - xr[c] * k;
       dx[n * C + c] = dres ? dres[n * C + c] + t : t;
     }
-  }
+  });
   norm_param_grads<T>(dy, x, nullptr, rstd, dw, nullptr, N, C);  // canonical row order
 }
 
 // ---- cross entropy: logits [N, V], targets [N] ----
 template <class T, class I>
 void cross_entropy(const T* logits, const I* tgt, T* loss, T* lse, int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static) if (parallel_pays(N * V * 4))
+  CTX_OMP_IF(parallel_pays(N * V * 4), "omp parallel for schedule(static)",
   for (int64_t n = 0; n < N; ++n) {
     const T* z = logits + n * V;
     T mx = -INFINITY;
@@ -353,13 +358,13 @@ void cross_entropy(const T* logits, const I* tgt, T* loss, T* lse, int64_t N, in
     T l = std::log(s) + mx;
     lse[n] = l;
     loss[n] = tgt[n] < 0 ? T(0) : l - z[tgt[n]];
-  }
+  });
 }
 
 template <class T, class I>
 void cross_entropy_backward(const T* logits, const I* tgt, const T* lse, const T* dloss, T* dz,
                             int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static) if (parallel_pays(N * V * 4))
+  CTX_OMP_IF(parallel_pays(N * V * 4), "omp parallel for schedule(static)",
   for (int64_t n = 0; n < N; ++n) {
     const T* z = logits + n * V;
     T* d = dz + n * V;
@@ -370,7 +375,7 @@ void cross_entropy_backward(const T* logits, const I* tgt, const T* lse, const T
     T g = dloss[n], l = lse[n];
     for (int64_t v = 0; v < V; ++v) d[v] = g * std::exp(z[v] - l);
     d[tgt[n]] -= g;
-  }
+  });
 }
 
 // ---- AdamW (PyTorch semantics: p -= lr*wd*p; then Adam with bias correction) ----
@@ -383,7 +388,7 @@ void adamw(T* p, const T* g, T* m, T* v, int64_t n, double lr, double b1, double
   const T bc2_sqrt = (T)std::sqrt(bc2);
   const T decay = (T)(1.0 - lr * wd);
   const T tb1 = (T)b1, tb2 = (T)b2, teps = (T)eps;
-#pragma omp parallel for schedule(static) if (parallel_pays(n))
+  CTX_OMP_IF(parallel_pays(n), "omp parallel for schedule(static)",
   for (int64_t i = 0; i < n; ++i) {
     T gi = g[i];
     p[i] *= decay;
@@ -391,7 +396,7 @@ void adamw(T* p, const T* g, T* m, T* v, int64_t n, double lr, double b1, double
     v[i] = tb2 * v[i] + (T(1) - tb2) * gi * gi;
     T denom = std::sqrt(v[i]) / bc2_sqrt + teps;
     p[i] -= step_size * m[i] / denom;
-  }
+  });
 }
 
 
@@ -402,20 +407,20 @@ void binary(BinaryOp op, const T* ap, const std::vector<int64_t>& sa, const T* b
   const int64_t n = shape_numel(os);
   if (n == 0) return;
   if (na == n && nb == n) {
-#pragma omp parallel for schedule(static) if (parallel_pays(n))
-    for (int64_t i = 0; i < n; ++i) out[i] = formula::binary(op, ap[i], bp[i]);
+    CTX_OMP_IF(parallel_pays(n), "omp parallel for schedule(static)",
+    for (int64_t i = 0; i < n; ++i) out[i] = formula::binary(op, ap[i], bp[i]););
     return;
   }
   if (na == n && nb == 1) {
     const T bv = bp[0];
-#pragma omp parallel for schedule(static) if (parallel_pays(n))
-    for (int64_t i = 0; i < n; ++i) out[i] = formula::binary(op, ap[i], bv);
+    CTX_OMP_IF(parallel_pays(n), "omp parallel for schedule(static)",
+    for (int64_t i = 0; i < n; ++i) out[i] = formula::binary(op, ap[i], bv););
     return;
   }
   const int64_t nd = (int64_t)os.size();
   const int64_t inner = os[nd - 1], outer = n / inner;
   const int64_t ia = sa[nd - 1], ib = sb[nd - 1];
-#pragma omp parallel for schedule(static) if (parallel_pays(n))
+  CTX_OMP_IF(parallel_pays(n), "omp parallel for schedule(static)",
   for (int64_t o = 0; o < outer; ++o) {
     int64_t rem = o, pa = 0, pb = 0;
     for (int64_t d = nd - 2; d >= 0; --d) {
@@ -426,7 +431,7 @@ void binary(BinaryOp op, const T* ap, const std::vector<int64_t>& sa, const T* b
     }
     T* orow = out + o * inner;
     for (int64_t i = 0; i < inner; ++i) orow[i] = formula::binary(op, ap[pa + i * ia], bp[pb + i * ib]);
-  }
+  });
 }
 
 // ---- sum of x [xs] into out, out strides `so` over xs (0 on summed dims) ----
@@ -438,8 +443,8 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
   const int64_t nd = (int64_t)xs.size();
   if (no == 1) {
     T s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (parallel_pays(n))
-    for (int64_t i = 0; i < n; ++i) s += xp[i];
+    CTX_OMP_IF(parallel_pays(n), "omp parallel for reduction(+ : s) schedule(static)",
+    for (int64_t i = 0; i < n; ++i) s += xp[i];);
     out[0] = s;
     return;
   }
@@ -544,31 +549,31 @@ void reduce_sum(const T* xp, const Shape& xs, const std::vector<int64_t>& so, T*
 // j <= i + diag - window (sliding-window attention: each row keeps at most `window` keys) ----
 template <class T>
 void causal_fill(T* p, int64_t N, int64_t Tq, int64_t S, T v, int64_t diag, int64_t window) {
-#pragma omp parallel for schedule(static) if (parallel_pays(N * Tq * S))
+  CTX_OMP_IF(parallel_pays(N * Tq * S), "omp parallel for schedule(static)",
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < Tq; ++i) {
       T* row = p + (n * Tq + i) * S;
       for (int64_t j = std::max<int64_t>(0, i + diag + 1); j < S; ++j) row[j] = v;
       if (window > 0)
         for (int64_t j = 0, e = std::min<int64_t>(S, i + diag - window + 1); j < e; ++j) row[j] = v;
-    }
+    });
 }
 
 // ---- gather / scatter-add along the middle dim of [outer, n, inner] (indices checked) ----
 template <class T, class I>
 void index_select(const T* x, const I* idx, T* out, int64_t outer, int64_t n, int64_t m,
                   int64_t inner) {
-#pragma omp parallel for collapse(2) schedule(static) if (parallel_pays(outer * m * inner))
+  CTX_OMP_IF(parallel_pays(outer * m * inner), "omp parallel for collapse(2) schedule(static)",
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < m; ++i)
-      std::memcpy(out + (o * m + i) * inner, x + (o * n + idx[i]) * inner, inner * sizeof(T));
+      std::memcpy(out + (o * m + i) * inner, x + (o * n + idx[i]) * inner, inner * sizeof(T)););
 }
 
 template <class T, class I>
 void index_add(T* out, const I* idx, const T* src, int64_t outer, int64_t n, int64_t m,
                int64_t inner) {
   // parallel over column blocks: no two threads touch the same element
-#pragma omp parallel for schedule(static) if (parallel_pays(outer * m * inner) && inner >= 128)
+  CTX_OMP_IF(parallel_pays(outer * m * inner) && inner >= 128, "omp parallel for schedule(static)",
   for (int64_t c0 = 0; c0 < inner; c0 += 64) {
     const int64_t c1 = std::min(inner, c0 + 64);
     for (int64_t o = 0; o < outer; ++o)
@@ -577,7 +582,7 @@ void index_add(T* out, const I* idx, const T* src, int64_t outer, int64_t n, int
         const T* s = src + (o * m + i) * inner;
         for (int64_t c = c0; c < c1; ++c) dst[c] += s[c];
       }
-  }
+  });
 }
 
 }  // namespace ctx::cpu::ref

@@ -13,7 +13,7 @@ void rotate_kernel(const F* x, const F* C, const F* S, F* out, int64_t R, int64_
                    bool interleaved, bool transpose) {
   const int64_t h = d / 2;
   const F sgn = transpose ? F(-1) : F(1);
-#pragma omp parallel for schedule(static) if (parallel_pays(R * T * d * 2))
+  CTX_OMP_IF(parallel_pays(R * T * d * 2), "omp parallel for schedule(static)",
   for (int64_t rt = 0; rt < R * T; ++rt) {
     const int64_t t = rt % T;
     const F* xr = x + rt * d;
@@ -26,7 +26,7 @@ void rotate_kernel(const F* x, const F* C, const F* S, F* out, int64_t R, int64_
       o[ia] = a * c[k] - b * sk;
       o[ib] = b * c[k] + a * sk;
     }
-  }
+  });
 }
 
 }  // namespace

@@ -71,20 +71,20 @@ void softmax_backward_row_f32(const float* y, const float* dy, float* dx, int64_
 }
 
 void causal_softmax_fast_f32(const float* x, float* y, int64_t N, int64_t C, CausalRows rows) {
-#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
+  CTX_OMP_IF(parallel_pays(N * C * 4), "omp parallel for schedule(static)",
   for (int64_t n = 0; n < N; ++n) {
     const int64_t lo = rows.lo(n), hi = std::max(lo, rows.hi(n, C));
     softmax_row_f32(x + n * C, y + n * C, C, lo, hi);
-  }
+  });
 }
 
 void causal_softmax_backward_fast_f32(const float* y, const float* dy, float* dx, int64_t N, int64_t C,
                                       CausalRows rows) {
-#pragma omp parallel for schedule(static) if (parallel_pays(N * C * 4))
+  CTX_OMP_IF(parallel_pays(N * C * 4), "omp parallel for schedule(static)",
   for (int64_t n = 0; n < N; ++n) {
     const int64_t lo = rows.lo(n), hi = std::max(lo, rows.hi(n, C));
     softmax_backward_row_f32(y + n * C, dy + n * C, dx + n * C, C, lo, hi);
-  }
+  });
 }
 
 }  // namespace ctx::cpu

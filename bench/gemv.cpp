@@ -1,0 +1,133 @@
+// bench/gemv.cpp — the GEMV kernels of a decode step (core/cpu/gemv.h) alone: one step's Linear
+// weights of a preset (every layer's qkv, proj, fc, mproj and the output head; L3-resident where
+// they fit, as in `ctxlab bench --decode`), each streamed once against one row of x (or
+// --rows), in GB/s of weights against the copy bandwidth over the same bytes (`bench --peak-only`'s
+// STREAM copy, read + write counted). Two ways to split a matrix over the threads:
+//   team  as the graph-free decoder (nn/decode_engine.cpp): one region for the whole step, each
+//         thread its 16-row-aligned share of every matrix, a barrier after each matrix
+//   fork  gemv_f32 / gemv_bf16 on the whole matrix, which forks its own region per call
+// and the team's step without its barriers ("team, no barrier": what the barriers cost). Each
+// kernel's rounds run back to back, so its weights stay cached between steps as in a decode.
+//   bench_gemv [--preset small|medium] [--rows 1] [--threads 2] [--repeats 200]
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "bench/timing.h"
+#include "core/cpu/bf16_convert.h"
+#include "core/cpu/gemv.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/team.h"
+#include "core/tensor.h"
+#include "core/threads.h"
+#include "nn/config.h"
+#include "train/cli/bench_decode.h"  // copy_bandwidth_gbps, decode_weight_bytes
+
+using namespace ctx;
+
+namespace {
+
+struct Mat {
+  int64_t N, K;
+  Tensor w, b;                // [N, K], [N]
+  const uint16_t* w16 = nullptr;  // its bf16 copy
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options opts("bench_gemv", "a decode step's GEMVs: GB/s of weights against the copy bandwidth");
+  opts.add_options()  // (each call adds one option)
+      ("preset", "small | medium", cxxopts::value<std::string>()->default_value("small"))  //
+      ("rows", "rows of x (decoded samples; 1..8)", cxxopts::value<int64_t>()->default_value("1"))  //
+      ("threads", "threads", cxxopts::value<int>()->default_value("2"))  //
+      ("repeats", "timed rounds (median)", cxxopts::value<int>()->default_value("200"))  //
+      ("h,help", "this help");
+  auto args = opts.parse(argc, argv);
+  if (args.count("help")) {
+    std::puts(opts.help().c_str());
+    return 0;
+  }
+  const ModelConfig cfg = preset_config(args["preset"].as<std::string>());
+  const int64_t M = args["rows"].as<int64_t>();
+  const int threads = args["threads"].as<int>(), repeats = args["repeats"].as<int>();
+  CTX_CHECK(M >= 1 && M <= cpu::kGemvMaxRows, "bench_gemv: --rows must be 1..", cpu::kGemvMaxRows, ", got ", M);
+  CTX_CHECK(threads >= 1 && repeats >= 1, "bench_gemv: --threads and --repeats must be >= 1");
+  set_num_threads(threads);
+
+  const int64_t D = cfg.d_model, F = cfg.ff_dim();
+  std::vector<Mat> mats;
+  Rng rng(1);
+  auto add = [&](int64_t N, int64_t K) {
+    Mat m{N, K, Tensor::empty({N, K}, DType::F32), Tensor::zeros({N}, DType::F32)};
+    rng.fill_normal(m.w, 0.0, 0.02);
+    m.w16 = cpu::bf16_copy(m.w);
+    mats.push_back(m);
+  };
+  for (int64_t l = 0; l < cfg.n_layers; ++l) add(3 * D, D), add(D, D), add(F, D), add(D, F);
+  add(cfg.vocab_size, D);
+  int64_t widest = 0;
+  for (const Mat& m : mats) widest = std::max({widest, m.N, m.K});
+  Tensor x = Tensor::empty({M, widest}, DType::F32), y = Tensor::empty({M, widest}, DType::F32);
+  rng.fill_normal(x, 0.0, 1.0);
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+
+  // one step: every matrix once; rows of y [M, N] written by rows [n0, n1) of W
+  auto slice = [&](const Mat& m, int64_t n0, int64_t n1, bool bf16) {
+    if (n1 <= n0) return;
+    // each thread its rows: Y's rows are [M, N] with stride N, so a share writes to a scratch
+    // row block of its own when M > 1 (the engine scatters; here only the stream is timed)
+    const bool ok = bf16 ? cpu::gemv_bf16(m.w16 + n0 * m.K, xp, m.b.data<float>() + n0, yp + n0 * M, n1 - n0, m.K, M)
+                         : cpu::gemv_f32(m.w.data<float>() + n0 * m.K, xp, m.b.data<float>() + n0, yp + n0 * M,
+                                         n1 - n0, m.K, M);
+    CTX_CHECK(ok, "bench_gemv: this CPU has no ", bf16 ? "avx512_bf16" : "AVX-512F", " GEMV kernel");
+  };
+  auto team = [&](bool bf16, bool barriers) {
+    return [&, bf16, barriers] {
+      run_team(threads, [&](const Team& tm) {
+        for (const Mat& m : mats) {
+          const auto [n0, n1] = tm.share(m.N, 16);
+          slice(m, n0, n1, bf16);
+          if (barriers) tm.barrier();
+        }
+      });
+    };
+  };
+  auto fork = [&](bool bf16) {
+    return [&, bf16] {
+      for (const Mat& m : mats) slice(m, 0, m.N, bf16);
+    };
+  };
+  bench::Candidates c = {{"f32 team", team(false, true)},         {"f32 team, no barrier", team(false, false)},
+                         {"f32 fork", fork(false)},                {"bf16 team", team(true, true)},
+                         {"bf16 team, no barrier", team(true, false)}, {"bf16 fork", fork(true)}};
+  // Each candidate's rounds back to back (the weights of one precision stay in the caches between
+  // its steps, as in a decode), the candidates in turn, twice (A B A B): the figure is the median
+  // over both blocks.
+  bench::Times t;
+  for (int block = 0; block < 2; ++block)
+    for (const auto& cand : c) {
+      const bench::Times one = bench::time_rounds({cand}, repeats / 2);
+      t[cand.first].insert(t[cand.first].end(), one.at(cand.first).begin(), one.at(cand.first).end());
+    }
+
+  const int64_t bytes32 = cli::decode_weight_bytes(cfg, 4), bytes16 = cli::decode_weight_bytes(cfg, 2);
+  const double copy32 = cli::copy_bandwidth_gbps(bytes32, threads), copy16 = cli::copy_bandwidth_gbps(bytes16, threads);
+  std::printf("# preset %s: %zu matrices, %lld row(s) of x, %d threads; weights %.1f MB (f32), %.1f MB (bf16);\n"
+              "# copy bandwidth over the same bytes: %.1f GB/s (f32), %.1f GB/s (bf16)\n",
+              args["preset"].as<std::string>().c_str(), mats.size(), (long long)M, threads, bytes32 / 1e6,
+              bytes16 / 1e6, copy32, copy16);
+  std::printf("%-24s %10s %10s %10s %12s\n", "kernel", "us/step", "best", "GB/s", "of the copy");
+  for (const auto& [name, f] : c) {
+    const bool bf16 = name.rfind("bf16", 0) == 0;
+    const double ms = bench::median(t.at(name)), bytes = (double)(bf16 ? bytes16 : bytes32);
+    const double gbps = bytes / (ms * 1e-3) / 1e9;
+    std::printf("%-24s %10.1f %10.1f %10.1f %11.0f%%\n", name.c_str(), ms * 1e3, bench::best(t.at(name)) * 1e3, gbps,
+                100.0 * gbps / (bf16 ? copy16 : copy32));
+  }
+  return 0;
+}
