@@ -131,6 +131,19 @@ TEST(ParallelThreshold, ARegionThatDoesNotForkNeverEntersTheOpenMpRuntime) {
       });
       EXPECT_EQ(testing_util::gomp_parallel_calls() - before, 1) << name << ", inside a team (its own region only)";
     }
+    // a kernel whose threads own fixed column blocks (the norm's weight gradient: colsum_tree), run
+    // by the team's second thread, writes every column (its block index is not the team's rank)
+    be.layernorm(x, w, w, 1e-5, y, mean, rstd);
+    Tensor dx = Tensor::empty({4, 32}), dw1 = Tensor::zeros({32}), db1 = Tensor::zeros({32});
+    Tensor dw2 = Tensor::zeros({32}), db2 = Tensor::zeros({32});
+    be.layernorm_backward(a, x, w, mean, rstd, dx, dw1, db1);
+    run_team(2, [&](const Team& t) {
+      if (t.rank() == 1) be.layernorm_backward(a, x, w, mean, rstd, dx, dw2, db2);
+    });
+    for (int64_t c = 0; c < 32; ++c) {
+      EXPECT_EQ(dw2.data<float>()[c], dw1.data<float>()[c]) << "dw column " << c << " from rank 1 of a team";
+      EXPECT_EQ(db2.data<float>()[c], db1.data<float>()[c]) << "db column " << c << " from rank 1 of a team";
+    }
     const int64_t before = testing_util::gomp_parallel_calls();
     be.unary(UnaryOp::Exp, big, ybig);  // past the threshold: forks
     EXPECT_EQ(testing_util::gomp_parallel_calls() - before, 1) << "a region that pays forks once";
