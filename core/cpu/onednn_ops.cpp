@@ -262,14 +262,14 @@ Override env_override() {
 }  // namespace
 
 bool onednn_op_enabled(const char* op) {
-  std::string valid;
   for (const OpPolicy& p : kPolicy) {
     if (std::strcmp(op, p.op) == 0) {
       const Override o = env_override();
       return o == Override::Measured ? p.use_onednn : o == Override::All;
     }
-    valid += str(valid.empty() ? "" : ", ", p.op);
   }
+  std::string valid;  // (only on the error path: the policy is asked on every call of its ops)
+  for (const OpPolicy& p : kPolicy) valid += str(valid.empty() ? "" : ", ", p.op);
   throw Error(str("onednn_op_enabled: unknown op '", op, "' (valid: ", valid, ")"));
 }
 
