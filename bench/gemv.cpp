@@ -19,6 +19,7 @@
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemv.h"
 #include "core/error.h"
+#include "core/precision.h"  // cpu_has_avx512_bf16
 #include "core/rng.h"
 #include "core/team.h"
 #include "core/tensor.h"
@@ -102,9 +103,13 @@ int main(int argc, char** argv) {
       for (const Mat& m : mats) slice(m, 0, m.N, bf16);
     };
   };
-  bench::Candidates c = {{"f32 team", team(false, true)},         {"f32 team, no barrier", team(false, false)},
-                         {"f32 fork", fork(false)},                {"bf16 team", team(true, true)},
-                         {"bf16 team, no barrier", team(true, false)}, {"bf16 fork", fork(true)}};
+  bench::Candidates c = {{"f32 team", team(false, true)}, {"f32 team, no barrier", team(false, false)},
+                         {"f32 fork", fork(false)}};
+  if (cpu_has_avx512_bf16())
+    c.insert(c.end(), {{"bf16 team", team(true, true)}, {"bf16 team, no barrier", team(true, false)},
+                       {"bf16 fork", fork(true)}});
+  else
+    std::printf("# this CPU has no avx512_bf16: fp32 kernels only\n");
   // Each candidate's rounds back to back (the weights of one precision stay in the caches between
   // its steps, as in a decode), the candidates in turn, twice (A B A B): the figure is the median
   // over both blocks.
