@@ -313,6 +313,16 @@ TEST_F(SentencePieceModelCheck, DamagedModelsAreOneLineErrors) {
   m = good;
   set_u32(m, cm + 4, 0xFFFFFC00u);  // the root unit's offset
   expect_error([&] { SentencePieceTokenizer(m, "root.model"); }, {"root.model", "reaches unit", "damaged trie"});
+  // fuzz_tokenizer's find (2026-11-28): the library loads this model (pieces "-unk>" unknown, "a"
+  // control, "@" user-defined; an identity normaliser) but cannot encode text with it ("all
+  // normalized characters are not consumed"): refused at load, not at the first encode
+  const unsigned char unusable[] = {0x0a, 0x09, 0x0a, 0x05, 0x2d, 0x75, 0x6e, 0x6b, 0x3e, 0x18, 0x02, 0x0a, 0x05,
+                                    0x0a, 0x01, 0x61, 0x18, 0x03, 0x0a, 0x05, 0x0a, 0x01, 0x40, 0x18, 0x04, 0x12,
+                                    0x02, 0x18, 0x02, 0x1a, 0x0c, 0x0a, 0x08, 0x69, 0x64, 0x65, 0x6e, 0x74, 0x69,
+                                    0x74, 0x79, 0x18, 0x00};
+  const std::string bytes((const char*)unusable, sizeof unusable);
+  expect_error([&] { SentencePieceTokenizer(bytes, "enc.model"); },
+               {"enc.model", "cannot encode text", "not consumed"});
 }
 
 // Every unit of the charsmap's double array damaged in four ways: each model is refused with

@@ -70,6 +70,14 @@ std::string unmark_spaces(const std::string& piece) {
 
 }  // namespace
 
+namespace {
+// Text every usable model encodes: ASCII letters, digits, punctuation and whitespace, Latin-1 and
+// other multi-byte UTF-8, and the unknown-piece mark as plain text.
+const char* const kProbeText =
+    "It is a truth universally acknowledged, \xc3\xa9t\xc3\xa9\n\t<unk> 12 !\"#$%&'()*+-./:;<=>?@[\\]^_`{|}~ "
+    "\xe2\x82\xac \xf0\x9f\x98\x80";
+}  // namespace
+
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model, const std::string& source)
     : model_(model), source_(source), sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
   check_sentencepiece_model(model, source);  // what the library would read out of bounds or throw on
@@ -82,6 +90,12 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model, const s
   CTX_CHECK(st.ok(), source, ": not a SentencePiece model (", status_message(st), ")");
   vocab_ = sp_->GetPieceSize();
   CTX_CHECK(vocab_ >= 1, source, ": SentencePiece model with an empty vocabulary");
+  // A model the library loads may still be unable to encode text (pieces that leave characters
+  // unconsumed: "all normalized characters are not consumed", found by fuzz_tokenizer): refused
+  // here, naming the file, rather than at the first encode of a run.
+  std::vector<int> probe;
+  const sentencepiece::util::Status enc = sp_->Encode(kProbeText, &probe);
+  CTX_CHECK(enc.ok(), source, ": SentencePiece model that cannot encode text (", status_message(enc), ")");
   text_.resize((size_t)vocab_);
   for (int i = 0; i < (int)vocab_; ++i) {
     if (sp_->IsControl(i) || sp_->IsUnknown(i)) continue;  // decodes to nothing / to the unk mark
