@@ -747,7 +747,7 @@ void flash_attention_backward(const FlashAttnDims& d, const F* q, const F* k, co
                 const F* gv = Gv.data() + i * Rq;
                 if (qc >= 0) {
                   const F a = gv[qc];
-_Pragma("omp simd")
+                  _Pragma("omp simd")
                   for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] += a;
                 } else {
                   for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] += gv[ix[c]];
@@ -761,14 +761,14 @@ _Pragma("omp simd")
                 if (cr.ch > cr.cl) dropout_draws(d.dropout, base + (uint64_t)cr.cl, cr.ch - cr.cl, u);
                 const F zs = (F)d.dropout.scale;
                 const uint32_t thr = d.dropout.threshold;
-_Pragma("omp simd")
+                _Pragma("omp simd")
                 for (int64_t c = cr.cl; c < cr.ch; ++c) {
                   const F z = u[c - cr.cl] >= thr ? zs : F(0);
                   drow[c] = prow[c] * (z * drow[c] - Di);
                   prow[c] *= z;
                 }
               } else {
-_Pragma("omp simd")
+                _Pragma("omp simd")
                 for (int64_t c = cr.cl; c < cr.ch; ++c) drow[c] = prow[c] * (drow[c] - Di);
               }
               std::fill(drow + cr.ch, drow + BC, F(0));
@@ -778,7 +778,7 @@ _Pragma("omp simd")
                 F* dqr = dqrel_bh + i * Rq;
                 if (qc >= 0) {
                   F sum = 0;
-_Pragma("omp simd reduction(+ : sum)")
+                  _Pragma("omp simd reduction(+ : sum)")
                   for (int64_t c = cr.cl; c < cr.ch; ++c) sum += drow[c];
                   dqr[qc] += sc * sum;
                 } else {
@@ -792,7 +792,7 @@ _Pragma("omp simd reduction(+ : sum)")
               }
               if (db) {
                 F* dbr = db + i * S + j0;
-_Pragma("omp simd")
+                _Pragma("omp simd")
                 for (int64_t c = cr.cl; c < cr.ch; ++c) dbr[c] += drow[c];
               }
             }

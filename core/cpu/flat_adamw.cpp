@@ -32,7 +32,7 @@ double sum_squares_chunks(const T* g, const std::vector<FlatChunk>& chunks) {
   CTX_OMP_IF(nc > 4 && parallel_pays(chunk_elements(chunks)), "omp parallel for schedule(static)",
   for (int64_t c = 0; c < nc; ++c) {
     double s = 0;
-_Pragma("omp simd reduction(+ : s)")
+    _Pragma("omp simd reduction(+ : s)")
     for (int64_t i = chunks[c].begin; i < chunks[c].end; ++i) s += (double)g[i] * (double)g[i];
     part[c] = s;
   });

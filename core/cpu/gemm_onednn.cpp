@@ -134,7 +134,7 @@ void run(const GemmDesc& g, const In* A, const In* B, const float* bias, float* 
 // bf16 bits `x` (n values) widened to fp32 (exact) into this thread's buffer `slot`.
 const float* widened(int slot, const uint16_t* x, int64_t n) {
   float* out = thread_buffer<float>(slot, n);
-  // a widening: ~1/4 unit
+  // the work: a widening, ~1/4 unit an element
   CTX_OMP_IF(parallel_pays(n / 4), "omp parallel for simd",
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(x[i]););
   return out;

@@ -12,7 +12,7 @@ template <class T>
 void gemm_reference(const GemmDesc& g, const T* A, const T* B, T* C) {
   const int64_t M = g.M, N = g.N, K = g.K;
   const T alpha = (T)g.alpha, beta = (T)g.beta;
-  // scalar MACs
+  // the work: scalar multiply-adds
   CTX_OMP_IF(parallel_pays(g.batch * M * N * K), "omp parallel for collapse(2) schedule(static)",
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t i = 0; i < M; ++i) {

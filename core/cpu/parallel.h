@@ -44,7 +44,8 @@ inline bool parallel_pays(int64_t work) { return threads_for(work) > 1; }
 // builds a team of one and wakes a futex at its end, a system call each time (measured on a Zen 4
 // EPYC: ~1.1 us a call against ~0.25 for the plain loop, from inside a 2-thread region; the graph-free
 // decoder, whose kernels run inside its own team region, made ~200 futex calls a token).
-// The statement is compiled twice; commas in it are fine (it is the macro's variadic tail).
+// The statement is compiled twice; commas in it are fine (it is the macro's variadic tail); a
+// pragma inside it is written _Pragma("omp simd ...") (a directive cannot sit in macro arguments).
 // A worksharing pragma ("omp for") inside a region body must go through CTX_OMP_IF too, with the
 // region's condition: in the plain branch an orphaned `omp for` would bind to an enclosing region
 // (a caller's team) and split its loop with threads that never reach it.

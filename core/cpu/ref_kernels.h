@@ -74,7 +74,7 @@ void softmax(const T* x, T* y, int64_t N, int64_t C, bool log, CausalRows rows =
     const int64_t lo = rows.lo(n), hi = std::max(lo, rows.hi(n, C));
     const T out = log ? -INFINITY : T(0);  // the masked columns' value
     T mx = -INFINITY;
-_Pragma("omp simd reduction(max : mx)")
+    _Pragma("omp simd reduction(max : mx)")
     for (int64_t c = lo; c < hi; ++c) mx = std::max(mx, xr[c]);
     if (mx == -INFINITY) {  // fully masked row: define softmax as 0 (log: -inf)
       for (int64_t c = 0; c < C; ++c) yr[c] = out;
@@ -82,10 +82,10 @@ _Pragma("omp simd reduction(max : mx)")
     }
     T s = 0;
     if (log) {
-_Pragma("omp simd reduction(+ : s)")
+      _Pragma("omp simd reduction(+ : s)")
       for (int64_t c = lo; c < hi; ++c) s += std::exp(xr[c] - mx);
       const T ls = std::log(s) + mx;
-_Pragma("omp simd")
+      _Pragma("omp simd")
       for (int64_t c = lo; c < hi; ++c) yr[c] = xr[c] - ls;
     } else {  // exp once, stored, then scaled
       for (int64_t c = lo; c < hi; ++c) {
@@ -93,7 +93,7 @@ _Pragma("omp simd")
         s += yr[c];
       }
       const T inv = T(1) / s;
-_Pragma("omp simd")
+      _Pragma("omp simd")
       for (int64_t c = lo; c < hi; ++c) yr[c] *= inv;
     }
     for (int64_t c = 0; c < lo; ++c) yr[c] = out;
@@ -113,13 +113,13 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t N, int64_t C, bool
     const int64_t lo = rows.lo(n), hi = std::max(lo, rows.hi(n, C));
     T s = 0;
     if (log) {  // dx = dy - softmax * sum(dy)
-_Pragma("omp simd reduction(+ : s)")
+      _Pragma("omp simd reduction(+ : s)")
       for (int64_t c = lo; c < hi; ++c) s += gr[c];
       for (int64_t c = lo; c < hi; ++c) dr[c] = gr[c] - std::exp(yr[c]) * s;
     } else {  // dx = y * (dy - sum(dy * y))
-_Pragma("omp simd reduction(+ : s)")
+      _Pragma("omp simd reduction(+ : s)")
       for (int64_t c = lo; c < hi; ++c) s += gr[c] * yr[c];
-_Pragma("omp simd")
+      _Pragma("omp simd")
       for (int64_t c = lo; c < hi; ++c) dr[c] = yr[c] * (gr[c] - s);
     }
     for (int64_t c = 0; c < lo; ++c) dr[c] = T(0);
@@ -149,19 +149,19 @@ void layernorm(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd
     const T* xr = residual_row(x, a, h, n, C);
     T* yr = y + n * C;
     T m = 0;
-_Pragma("omp simd reduction(+ : m)")
+    _Pragma("omp simd reduction(+ : m)")
     for (int64_t c = 0; c < C; ++c) m += xr[c];
     m /= T(C);
     T v = 0;
-_Pragma("omp simd reduction(+ : v)")
+    _Pragma("omp simd reduction(+ : v)")
     for (int64_t c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
     v /= T(C);
     T r = T(1) / std::sqrt(v + eps);
     if (b) {
-_Pragma("omp simd")
+      _Pragma("omp simd")
       for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c] + b[c];
     } else {
-_Pragma("omp simd")
+      _Pragma("omp simd")
       for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * w[c];
     }
     mean[n] = m;
@@ -288,7 +288,7 @@ void layernorm_backward(const T* dy, const T* x, const T* w, const T* mean, cons
     T* d = dx + n * C;
     T m = mean[n], r = rstd[n];
     T sg = 0, sgx = 0;
-_Pragma("omp simd reduction(+ : sg, sgx)")
+    _Pragma("omp simd reduction(+ : sg, sgx)")
     for (int64_t c = 0; c < C; ++c) {
       T xh = (xr[c] - m) * r;
       T gw = g[c] * w[c];
@@ -297,7 +297,7 @@ _Pragma("omp simd reduction(+ : sg, sgx)")
     }
     sg /= T(C);
     sgx /= T(C);
-_Pragma("omp simd")
+    _Pragma("omp simd")
     for (int64_t c = 0; c < C; ++c) {
       T xh = (xr[c] - m) * r;
       const T t = r * (g[c] * w[c] - sg - xh * sgx);
@@ -315,10 +315,10 @@ void rmsnorm(const T* x, const T* w, T eps, T* y, T* rstd, int64_t N, int64_t C,
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = residual_row(x, a, h, n, C);
     T s = 0;
-_Pragma("omp simd reduction(+ : s)")
+    _Pragma("omp simd reduction(+ : s)")
     for (int64_t c = 0; c < C; ++c) s += xr[c] * xr[c];
     T r = T(1) / std::sqrt(s / T(C) + eps);
-_Pragma("omp simd")
+    _Pragma("omp simd")
     for (int64_t c = 0; c < C; ++c) y[n * C + c] = xr[c] * r * w[c];
     rstd[n] = r;
   });
@@ -333,10 +333,10 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, T* dx,
     const T* xr = x + n * C;
     T r = rstd[n];
     T s = 0;  // sum g*w*x
-_Pragma("omp simd reduction(+ : s)")
+    _Pragma("omp simd reduction(+ : s)")
     for (int64_t c = 0; c < C; ++c) s += g[c] * w[c] * xr[c];
     T k = s * r * r * r / T(C);
-_Pragma("omp simd")
+    _Pragma("omp simd")
     for (int64_t c = 0; c < C; ++c) {
       const T t = g[c] * w[c] * r - xr[c] * k;
       dx[n * C + c] = dres ? dres[n * C + c] + t : t;

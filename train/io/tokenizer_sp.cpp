@@ -68,14 +68,12 @@ std::string unmark_spaces(const std::string& piece) {
   return out;
 }
 
-}  // namespace
-
-namespace {
 // Text every usable model encodes: ASCII letters, digits, punctuation and whitespace, Latin-1 and
 // other multi-byte UTF-8, and the unknown-piece mark as plain text.
 const char* const kProbeText =
     "It is a truth universally acknowledged, \xc3\xa9t\xc3\xa9\n\t<unk> 12 !\"#$%&'()*+-./:;<=>?@[\\]^_`{|}~ "
     "\xe2\x82\xac \xf0\x9f\x98\x80";
+
 }  // namespace
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model, const std::string& source)
