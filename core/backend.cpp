@@ -214,6 +214,12 @@ void Backend::attention_forward(const AttnDims& d, const Tensor& q, const Tensor
   stats->rows = Tensor::empty({d.B, d.H, d.T, 3}, q.dtype(), q.device());
   attention_forward_stats_impl(d, q, k, v, bias, out, lse, rel, *stats);
 }
+std::unique_ptr<DecodeStep> Backend::make_decode_step(const DecodeStack& s, int threads) {
+  checks::decode_stack(device(), s);
+  CTX_CHECK(threads >= 1, "make_decode_step: threads must be >= 1, got ", threads);
+  return make_decode_step_impl(s, threads);
+}
+std::unique_ptr<DecodeStep> Backend::make_decode_step_impl(const DecodeStack&, int) { return nullptr; }
 void Backend::attention_backward(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& bias, const Tensor& out, const Tensor& lse, const Tensor& dout,
                                  Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias, const AttnRel& rel,

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/causal_rows.h"
+#include "core/decode_step.h"
 #include "core/dropout_mask.h"
 #include "core/tensor.h"
 
@@ -324,6 +325,13 @@ class Backend {
              double beta1, double beta2, double eps, double weight_decay,
              int64_t step);
 
+  // --- a whole decoding step (FastPath::DecodeStep; core/decode_step.h) ---
+  // A step of the stack s for `threads` host threads, its buffers made now; s is checked here
+  // (every tensor on this device, f32, the shapes above). Null where this backend has no
+  // whole-step decoder for s (base: none; the CPU's needs its GEMV kernels): the caller then runs
+  // the step op by op (nn/decode_engine.cpp), with the same results.
+  std::unique_ptr<DecodeStep> make_decode_step(const DecodeStack& s, int threads);
+
   // ======== fused methods: call only when has() says so ========
   virtual bool has(Fused f) const;  // base: none
   // Whether the fused attention is also the faster choice for the call `a` (q [B, H, T, Dh]
@@ -467,6 +475,7 @@ class Backend {
   virtual void attention_forward_stats_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                                             const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel,
                                             AttnRowStats& stats);
+  virtual std::unique_ptr<DecodeStep> make_decode_step_impl(const DecodeStack& s, int threads);
   virtual void attention_backward_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                                        const Tensor& bias, const Tensor& out, const Tensor& lse,
                                        const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dbias,

@@ -510,4 +510,54 @@ void adamw_flat(Device dev, const Tensor& p, const Tensor& g, const Tensor& m, c
   }
 }
 
+namespace {
+// "make_decode_step: <what> is [..], expected [..]" for a tensor of the stack
+void stack_tensor(Device dev, const Tensor& t, const Shape& want, const std::string& what) {
+  CTX_CHECK(t.defined(), "make_decode_step: ", what, " is undefined, expected ", shape_str(want));
+  on(dev, t, "make_decode_step", what.c_str());
+  CTX_CHECK(t.dtype() == DType::F32 && t.shape() == want, "make_decode_step: ", what, " is ", t.str(),
+            ", expected f32 ", shape_str(want));
+}
+}  // namespace
+
+void decode_stack(Device dev, const DecodeStack& s) {
+  CTX_CHECK(s.B >= 1 && s.H >= 1 && s.Dh >= 2 && s.Dh % 2 == 0 && s.capacity >= 1 && s.window >= 0 &&
+                !s.layers.empty(),
+            "make_decode_step: B (", s.B, "), H (", s.H, "), capacity (", s.capacity, ") and the layers (",
+            s.layers.size(), ") must be >= 1, Dh (", s.Dh, ") even, window (", s.window, ") >= 0");
+  CTX_CHECK(s.wte.defined() && s.wte.dim() == 2, "make_decode_step: wte must be [V, D], got ",
+            s.wte.defined() ? s.wte.str() : std::string("undefined"));
+  const int64_t D = s.H * s.Dh, V = s.wte.size(0);
+  const int64_t F = s.layers[0].fc_w.defined() && s.layers[0].fc_w.dim() == 2 ? s.layers[0].fc_w.size(0) : 0;
+  stack_tensor(dev, s.wte, {V, D}, "wte");
+  stack_tensor(dev, s.head_w, {V, D}, "head_w");
+  if (s.add.defined()) stack_tensor(dev, s.add, {s.capacity, D}, "add");
+  CTX_CHECK(s.cos.defined() == s.sin.defined(), "make_decode_step: cos and sin come together");
+  if (s.cos.defined()) {
+    stack_tensor(dev, s.cos, {s.capacity, s.Dh / 2}, "cos");
+    stack_tensor(dev, s.sin, {s.capacity, s.Dh / 2}, "sin");
+  }
+  auto norm = [&](const Tensor& w, const Tensor& b, const std::string& what) {
+    stack_tensor(dev, w, {D}, what + "_w");
+    if (s.layernorm) stack_tensor(dev, b, {D}, what + "_b");
+  };
+  norm(s.norm_f_w, s.norm_f_b, "norm_f");
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    const DecodeLayer& L = s.layers[l];
+    const std::string at = "layer " + std::to_string(l) + " ";
+    norm(L.norm1_w, L.norm1_b, at + "norm1");
+    norm(L.norm2_w, L.norm2_b, at + "norm2");
+    stack_tensor(dev, L.qkv_w, {3 * D, D}, at + "qkv_w");
+    stack_tensor(dev, L.qkv_b, {3 * D}, at + "qkv_b");
+    stack_tensor(dev, L.proj_w, {D, D}, at + "proj_w");
+    stack_tensor(dev, L.proj_b, {D}, at + "proj_b");
+    stack_tensor(dev, L.fc_w, {F, D}, at + "fc_w");
+    stack_tensor(dev, L.fc_b, {F}, at + "fc_b");
+    stack_tensor(dev, L.mproj_w, {D, F}, at + "mproj_w");
+    stack_tensor(dev, L.mproj_b, {D}, at + "mproj_b");
+    stack_tensor(dev, L.k_cache, {s.B, s.H, s.capacity, s.Dh}, at + "k_cache");
+    stack_tensor(dev, L.v_cache, {s.B, s.H, s.capacity, s.Dh}, at + "v_cache");
+  }
+}
+
 }  // namespace ctx::checks

@@ -141,4 +141,8 @@ void indices_in_range(const char* op, const I* ip, int64_t m, int64_t n, const T
               ") for ", x.str(), " (indices ", idx.str(), ")");
 }
 
+// --- a whole decoding step ---
+// every tensor of s defined, f32, on dev, with the shapes of core/decode_step.h
+void decode_stack(Device dev, const DecodeStack& s);
+
 }  // namespace ctx::checks

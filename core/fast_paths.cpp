@@ -75,6 +75,12 @@ const std::vector<FastPathInfo>& fast_paths() {
        "add, then layer_norm / rms_norm; the norm's input gradient added to the stream's by accumulate_grad "
        "(autograd/ops_nn.cpp)",
        "autograd/ops_nn.cpp (norm_op); nn/gpt.cpp (Block::forward: every residual add before a norm)"},
+      {FastPath::DecodeStep, "decode_step", "CTXLAB_FUSED_DECODE_STEP", true, false, Fused::Attention,
+       "Backend::make_decode_step: a decoding step of the whole stack in one backend call (the CPU: one OpenMP "
+       "region on raw pointers, core/cpu/decode_step.cpp; null where a backend has none for the model: CUDA, "
+       "f64, a chosen GEMM, bf16 GEMM inputs without avx512_bf16)",
+       "DecodeEngine's step op by op: ~150 backend calls a token (nn/decode_engine.cpp)",
+       "nn/decode_engine.cpp (DecodeEngine's constructor)"},
   };
   return table;
 }

@@ -34,6 +34,7 @@ enum class FastPath {
   Decode,         // graph-free incremental decoding (nn/decode_engine.h) where the model allows it
   FireTable,      // FIRE's bias as a per-head distance table where every query is below thr (posenc/fire.cpp)
   AddNorm,        // the residual add fused into the norm after it, both ways (Backend::add_layernorm / add_rmsnorm)
+  DecodeStep,     // the graph-free decoder's step as one backend call (Backend::make_decode_step) where it has one
 };
 
 struct FastPathInfo {

@@ -75,6 +75,10 @@ const std::vector<Setting>& settings() {
        "0: sampling decodes through the autograd ops (GPT::forward_cached) instead of the graph-free decoder "
        "(nn/decode_engine.h; the same kernels, no graph, no per-token allocation)",
        "core/fast_paths.cpp"},
+      {"CTXLAB_FUSED_DECODE_STEP", "1", "0 | 1",
+       "0: the graph-free decoder runs a step op by op (~150 backend calls a token) instead of one backend "
+       "call for the whole stack (Backend::make_decode_step; the same logits, docs/sampling.md)",
+       "core/fast_paths.cpp"},
       {"CTXLAB_FIRE_TABLE", "1", "0 | 1",
        "FIRE's bias as a per-head distance table where every query of the call is below thr = "
        "|L_multiplier init_L| (the MLP on S distances instead of T x S pairs; on CUDA the tensor-core "

@@ -57,7 +57,36 @@ DecodeEngine::DecodeEngine(GPT& m, int64_t batch, int64_t capacity, int64_t wind
   // one host thread is all it needs.
   last_ = Tensor::empty({B_, D_}, like.dtype(), like.device());
   logits_ = Tensor::empty({B_, V_}, like.dtype(), like.device());
-  one_ = make_plan(1, like.device() == Device::CPU ? ctx::num_threads() : 1);
+  const int threads = like.device() == Device::CPU ? ctx::num_threads() : 1;
+  Backend& be = backend_of(like);
+  if (like.dtype() == DType::F32 && use_fused(FastPath::DecodeStep, be)) whole_ = be.make_decode_step(stack(), threads);
+  tok_.assign((size_t)B_, 0);
+  if (!whole_) one_ = make_plan(1, threads);
+}
+
+DecodeStack DecodeEngine::stack() const {
+  DecodeStack s;
+  s.B = B_, s.H = H_, s.Dh = Dh_, s.capacity = cap_, s.window = window_;
+  s.layernorm = m_.norm_f->kind == "layernorm";
+  auto bias = [&](const Norm& n) { return s.layernorm ? n.bias.data() : Tensor(); };
+  for (const Layer& c : layers_) {
+    const Block& b = *c.block;
+    DecodeLayer l;
+    l.norm1_w = b.norm1->weight.data(), l.norm1_b = bias(*b.norm1), l.norm1_eps = b.norm1->eps;
+    l.norm2_w = b.norm2->weight.data(), l.norm2_b = bias(*b.norm2), l.norm2_eps = b.norm2->eps;
+    l.qkv_w = b.attn->qkv->weight.data(), l.qkv_b = b.attn->qkv->bias.data();
+    l.proj_w = b.attn->proj->weight.data(), l.proj_b = b.attn->proj->bias.data();
+    l.fc_w = b.mlp->fc->weight.data(), l.fc_b = b.mlp->fc->bias.data();
+    l.mproj_w = b.mlp->proj->weight.data(), l.mproj_b = b.mlp->proj->bias.data();
+    l.k_cache = c.k, l.v_cache = c.v;
+    s.layers.push_back(std::move(l));
+  }
+  s.wte = m_.wte->weight.data();
+  s.add = tables_.add;
+  s.cos = tables_.cos, s.sin = tables_.sin, s.interleaved = tables_.interleaved;
+  s.norm_f_w = m_.norm_f->weight.data(), s.norm_f_b = bias(*m_.norm_f), s.norm_f_eps = m_.norm_f->eps;
+  s.head_w = m_.lm_head ? m_.lm_head->weight.data() : s.wte;
+  return s;
 }
 
 DecodeEngine::Work DecodeEngine::make_work(int64_t T) const {
@@ -323,8 +352,18 @@ void DecodeEngine::run(Plan& p, const int32_t* tokens, int64_t stride) {
 const Tensor& DecodeEngine::step(const int32_t* tokens, int64_t T) {
   CTX_CHECK(T >= 1, "decode: a step takes at least one position, got ", T);
   CTX_CHECK(n_ + T <= cap_, "decode: positions ", n_, "..", n_ + T - 1, " are past the engine's capacity ", cap_);
+  if (T == 1 && whole_) {
+    for (int64_t b = 0; b < B_; ++b) {
+      CTX_CHECK(tokens[b] >= 0 && tokens[b] < V_, "decode: token id ", tokens[b], " of sequence ", b,
+                " is out of range for vocab_size ", V_);
+      tok_[(size_t)b] = tokens[b];
+    }
+    whole_->run(tok_.data(), n_, logits_);
+    n_ += 1;
+    return logits_;
+  }
   if (T == 1) {
-    run(*one_, tokens, 1);
+    run(*one_, tokens, 1);  // (one_ exists: whole_ is null)
     return logits_;
   }
   for (int64_t c = 0; c < T; c += kChunk) {

@@ -16,6 +16,9 @@
 // sinusoidal, rope with a one-branch scaling) on a backend with the fused kernels it calls,
 // without sinks or Transformer-XL memory; make() says why not otherwise, and the caller decodes
 // through the graph (train/sample.cpp does). CTXLAB_FUSED_DECODE=0 turns it off.
+// A one-position step runs as one backend call where the backend has a whole-step decoder for the
+// model (Backend::make_decode_step, core/decode_step.h: the CPU's, f32 models), else op by op as
+// below (CTXLAB_FUSED_DECODE_STEP=0 forces that); the logits are the same.
 #pragma once
 #include <array>
 #include <memory>
@@ -48,6 +51,8 @@ class DecodeEngine {
   // Forget every position (the buffers stay).
   void clear() { n_ = 0; }
   static constexpr int64_t kChunk = 64;
+  // How a one-position step runs: "one backend call" or "op by op".
+  const char* step_kind() const { return whole_ ? "one backend call" : "op by op"; }
 
  private:
   // The buffers of one call of T positions for B sequences (rows = B T).
@@ -102,6 +107,7 @@ class DecodeEngine {
     Tensor k, v;  // the cache: [B, H, capacity, Dh] (keys rotated)
   };
   DecodeEngine(GPT& model, int64_t batch, int64_t capacity, int64_t window, DecodeTables tables);
+  DecodeStack stack() const;  // the model and the cache as the backend's whole step reads them
   Work make_work(int64_t T) const;
   std::unique_ptr<Plan> make_plan(int64_t T, int threads);
   void run(Plan& p, const int32_t* tokens, int64_t stride);
@@ -115,7 +121,9 @@ class DecodeEngine {
   const bool mlp_node_;  // FastPath::MlpGelu: linear_gelu, else linear then gelu_tanh (as the MLP node)
   DecodeTables tables_;
   std::vector<Layer> layers_;
-  std::unique_ptr<Plan> one_;    // T = 1: the warm path, on a team of threads where it pays
+  std::unique_ptr<DecodeStep> whole_;  // T = 1 as one backend call, where the backend has one
+  std::vector<int64_t> tok_;           // [B]: its token ids
+  std::unique_ptr<Plan> one_;    // T = 1 op by op (no whole_): the warm path, on a team of threads where it pays
   std::unique_ptr<Plan> chunk_;  // T = kChunk or less: prompts, made on first use
   Tensor last_;                  // [B, D]: each sequence's last row (chunks)
   Tensor logits_;                // [B, V]

@@ -1,7 +1,8 @@
 // tests/test_decode_engine.cpp — the graph-free decoder (nn/decode_engine.h) and what it stands on:
 // its logits are the graph path's (GPT::forward_cached) step by step for every encoding it serves,
 // with a window, for one sequence on a team of threads and for several rows, through a prompt
-// longer than its chunk; the models it does not serve are named with their reason; a warm step
+// longer than its chunk, whether a step is one backend call or runs op by op (and the two agree bit
+// for bit); the models it does not serve are named with their reason; a warm step
 // takes nothing from any allocator; core/team.h's shares, barrier and failure; the CPU kernels'
 // scratch arena (core/cpu/scratch_arena.h); and sample_many's rows.
 #include <atomic>
@@ -16,6 +17,7 @@
 #include "tests/test_util.h"
 #include "autograd/variable.h"
 #include "core/allocator.h"
+#include "core/backend.h"
 #include "core/cpu/scratch_arena.h"
 #include "core/fast_paths.h"
 #include "core/precision.h"
@@ -35,6 +37,7 @@ class DecodeEngineTest : public ::testing::Test {
   void TearDown() override {
     ctx::set_num_threads(saved_);
     reset_fast_path(FastPath::Decode);
+    reset_fast_path(FastPath::DecodeStep);
   }
   int saved_ = ctx::num_threads();
 };
@@ -130,12 +133,128 @@ TEST_F(DecodeEngineTest, LogitsEqualTheGraphPathForEveryEncodingItServes) {
       {"rope_llama3", rope({{"type", "llama3"}, {"factor", 4}, {"original_context", 8}})},
       {"rope_dynamic_ntk_within_L", rope({{"type", "dynamic-ntk"}, {"factor", 2}})},
   };
-  for (const auto& [name, pe] : encs)
-    for (int64_t B : {1, 3})
-      for (int64_t window : {0, 6}) {
-        const double e = engine_vs_graph(pe, B, window, 5, 40);
-        EXPECT_LE(e, 1e-5) << name << " B " << B << " window " << window;
-      }
+  for (bool whole : {true, false}) {  // one backend call a step (the CPU's default), op by op
+    set_fast_path(FastPath::DecodeStep, whole);
+    for (const auto& [name, pe] : encs)
+      for (int64_t B : {1, 3})
+        for (int64_t window : {0, 6}) {
+          const double e = engine_vs_graph(pe, B, window, 5, 40);
+          EXPECT_LE(e, 1e-5) << name << " B " << B << " window " << window << (whole ? " one call" : " op by op");
+        }
+  }
+}
+
+// The whole step as one backend call (Backend::make_decode_step; the CPU's core/cpu/decode_step.cpp)
+// against the engine's op-by-op step on the same model: the same bits for one sequence, every
+// step, for every kind of table it reads (none, an additive table, rotary pairs of both kinds), both
+// norms, a window, sizes that leave every kernel a tail (Dh 20, K 40, F 72, V 61), one to three
+// threads, fp32 and bf16 GEMM inputs. With three sequences the op-by-op step's layer norms run
+// oneDNN's kernel over the rows, so there the two agree to rounding (rmsnorm: the same loop, bits):
+// the whole step keeps the plain loop, which a team's threads run without oneDNN's lock.
+TEST_F(DecodeEngineTest, OneCallAStepGivesTheOpByOpStepsBits) {
+  struct Case {
+    std::string name;
+    nlohmann::json pe;
+    std::string norm;
+    int64_t d_model, d_ff, window;
+  };
+  const std::vector<Case> cases = {
+      {"none", {{"type", "none"}}, "layernorm", 32, 64, 0},
+      {"learned", {{"type", "learned"}}, "rmsnorm", 32, 64, 6},
+      {"rope", rope(nullptr), "layernorm", 40, 72, 0},
+      {"rope_interleaved", {{"type", "rope"}, {"pairing", "interleaved"}}, "rmsnorm", 40, 72, 5},
+      {"sinusoidal", {{"type", "sinusoidal"}}, "layernorm", 40, 72, 7},
+  };
+  auto logits = [](const Case& c, bool whole, int threads, int64_t B) {
+    set_fast_path(FastPath::DecodeStep, whole);
+    ctx::set_num_threads(threads);
+    ModelConfig cfg = testing_util::two_head_cfg(61, c.d_model, 2, c.d_ff, 64, c.pe);
+    cfg.norm = c.norm;
+    nn::GPT m(cfg);
+    m.init_weights(5);
+    testing_util::randomize_weights(m, 11, 0.3);
+    m.eval();
+    NoGradGuard g;
+    m.set_attention_window(c.window);
+    auto e = nn::DecodeEngine::make(m, B, 40, c.window, nullptr);
+    EXPECT_TRUE(e);
+    if (!e) return std::vector<float>();
+    EXPECT_STREQ(e->step_kind(), whole ? "one backend call" : "op by op");
+    const auto tok = ids(40 * B, 3);
+    std::vector<float> all;
+    const Tensor& p = e->step(tok.data(), 4);  // a prompt: op by op either way (the chunk path)
+    all.insert(all.end(), p.host<float>(), p.host<float>() + p.numel());
+    for (int64_t s = 4; s < 40; ++s) {
+      const Tensor& z = e->step(&tok[(size_t)(s * B)]);
+      all.insert(all.end(), z.host<float>(), z.host<float>() + z.numel());
+    }
+    return all;
+  };
+  for (bool bf16 : {false, true}) {
+    if (bf16 && !testing_util::cpu_runs_bf16_else_check_refusal()) continue;
+    PrecisionScope ps(bf16 ? Precision::BF16 : Precision::FP32);
+    for (const Case& c : cases)
+      for (int threads : {1, 2, 3})
+        for (int64_t B : {1, 3}) {
+          SCOPED_TRACE(c.name + (bf16 ? " bf16" : " fp32") + " threads " + std::to_string(threads) + " B " +
+                       std::to_string(B));
+          const auto one = logits(c, true, threads, B), ops = logits(c, false, threads, B);
+          ASSERT_EQ(one.size(), ops.size());
+          ASSERT_FALSE(one.empty());
+          double worst = 0;
+          size_t differ = 0;
+          for (size_t i = 0; i < one.size(); ++i) {
+            worst = std::max(worst, (double)std::fabs(one[i] - ops[i]) / (1 + std::fabs(ops[i])));
+            differ += one[i] != ops[i];
+          }
+          if (B == 1 || c.norm == "rmsnorm") EXPECT_EQ(differ, 0u) << "of " << one.size() << ", worst " << worst;
+          else EXPECT_LE(worst, bf16 ? 2e-3 : 1e-5);  // (a norm's last bit can move a bf16 rounding)
+        }
+  }
+}
+
+// The whole step is the backend's to offer: where it has none (an f64 model; CUDA) or the switch is
+// off the engine runs op by op; a stack that does not fit its description is refused naming the
+// tensor.
+TEST_F(DecodeEngineTest, WhereTheBackendHasNoWholeStepTheEngineRunsOpByOp) {
+  {
+    ModelConfig cfg = testing_util::two_head_cfg(61, 32, 2, 64, 64, rope(nullptr));
+    nn::GPT m(cfg, DType::F64);
+    m.init_weights(5);
+    m.eval();
+    NoGradGuard g;
+    auto e = nn::DecodeEngine::make(m, 1, 16, 0, nullptr);
+    ASSERT_TRUE(e);
+    EXPECT_STREQ(e->step_kind(), "op by op");
+  }
+  auto m = model_for(rope(nullptr));
+  NoGradGuard g;
+  EXPECT_STREQ(nn::DecodeEngine::make(*m, 1, 16, 0, nullptr)->step_kind(), "one backend call");
+  set_fast_path(FastPath::DecodeStep, false);
+  EXPECT_STREQ(nn::DecodeEngine::make(*m, 1, 16, 0, nullptr)->step_kind(), "op by op");
+  // a stack whose cache has the wrong number of rows, or a missing weight
+  DecodeStack s;
+  s.B = 1, s.H = 2, s.Dh = 16, s.capacity = 8;
+  auto blk = [&] {
+    DecodeLayer l;
+    auto t = [](const Shape& sh) { return Tensor::zeros(sh, DType::F32); };
+    l.norm1_w = t({32}), l.norm1_b = t({32}), l.norm2_w = t({32}), l.norm2_b = t({32});
+    l.qkv_w = t({96, 32}), l.qkv_b = t({96}), l.proj_w = t({32, 32}), l.proj_b = t({32});
+    l.fc_w = t({64, 32}), l.fc_b = t({64}), l.mproj_w = t({32, 64}), l.mproj_b = t({32});
+    l.k_cache = t({1, 2, 8, 16}), l.v_cache = t({1, 2, 7, 16});
+    return l;
+  };
+  s.layers = {blk()};
+  s.wte = Tensor::zeros({61, 32}, DType::F32);
+  s.head_w = s.wte;
+  s.norm_f_w = Tensor::zeros({32}, DType::F32), s.norm_f_b = Tensor::zeros({32}, DType::F32);
+  Backend& be = backend(Device::CPU);
+  testing_util::expect_error([&] { be.make_decode_step(s, 2); },
+                             {"make_decode_step", "layer 0 v_cache", "[1, 2, 7, 16]", "[1, 2, 8, 16]"});
+  s.layers[0].v_cache = Tensor::zeros({1, 2, 8, 16}, DType::F32);
+  EXPECT_TRUE(be.make_decode_step(s, 2));
+  s.layers[0].fc_b = Tensor();
+  testing_util::expect_error([&] { be.make_decode_step(s, 2); }, {"make_decode_step", "layer 0 fc_b", "undefined"});
 }
 
 // A prompt longer than the engine's chunk (64 positions) goes through in chunks and the cache is
@@ -162,7 +281,9 @@ TEST_F(DecodeEngineTest, ATeamOfThreadsGivesOneThreadsBits) {
     }
     return all;
   };
-  for (int64_t B : {1, 3}) {  // one row: column views; three: each thread's columns scattered
+  for (bool whole : {true, false})
+    for (int64_t B : {1, 3}) {  // one row: column views; three: each thread's columns scattered
+    set_fast_path(FastPath::DecodeStep, whole);
     const auto one = run(1, B), two = run(2, B), three = run(3, B);
     ASSERT_EQ(one.size(), two.size());
     for (size_t i = 0; i < one.size(); ++i) {
@@ -195,9 +316,11 @@ TEST_F(DecodeEngineTest, ModelsItDoesNotServeAreNamedWithTheirReason) {
 
 // A warm one-token step allocates nothing: no pool request, no block of the scratch arena.
 TEST_F(DecodeEngineTest, AWarmStepAllocatesNothing) {
-  for (bool bf16 : {false, true}) {
+  for (bool bf16 : {false, true})
+    for (bool whole : {true, false}) {
     if (bf16 && !testing_util::cpu_runs_bf16_else_check_refusal()) continue;
     PrecisionScope p(bf16 ? Precision::BF16 : Precision::FP32);
+    set_fast_path(FastPath::DecodeStep, whole);
     ctx::set_num_threads(1);
     auto m = model_for(rope(nullptr));
     NoGradGuard g;
@@ -209,7 +332,7 @@ TEST_F(DecodeEngineTest, AWarmStepAllocatesNothing) {
     const size_t arena = cpu::ScratchArena::mine().system_allocs();
     for (int i = 8; i < 64; ++i) e->step(&tok[(size_t)i]);
     const PoolStats after = BufferPool::host().stats();
-    EXPECT_EQ(after.requests, before.requests) << (bf16 ? "bf16" : "fp32");
+    EXPECT_EQ(after.requests, before.requests) << (bf16 ? "bf16" : "fp32") << " " << e->step_kind();
     EXPECT_EQ(after.system_allocs, before.system_allocs);
     EXPECT_EQ(cpu::ScratchArena::mine().system_allocs(), arena);
   }
@@ -220,7 +343,9 @@ TEST_F(DecodeEngineTest, AWarmStepAllocatesNothing) {
 // (CTX_OMP_IF, core/cpu/parallel.h): an `if (false)` region per kernel cost the decoder ~200
 // futex calls a token.
 TEST_F(DecodeEngineTest, AWarmStepEntersTheOpenMpRuntimeAtMostOnce) {
-  for (int threads : {1, 2}) {
+  for (bool whole : {true, false})
+    for (int threads : {1, 2}) {
+    set_fast_path(FastPath::DecodeStep, whole);
     ctx::set_num_threads(threads);
     auto m = model_for(rope(nullptr));
     NoGradGuard g;
@@ -232,7 +357,7 @@ TEST_F(DecodeEngineTest, AWarmStepEntersTheOpenMpRuntimeAtMostOnce) {
     for (int i = 8; i < 64; ++i) e->step(&tok[(size_t)i]);
     const int64_t regions = testing_util::gomp_parallel_calls() - before;
     EXPECT_EQ(regions, team_regions_started() - teams) << threads << " threads: only the team's regions";
-    EXPECT_LE(regions, 56) << threads << " threads";
+    EXPECT_LE(regions, 56) << threads << " threads " << e->step_kind();
   }
 }
 
@@ -311,7 +436,7 @@ TEST_F(DecodeEngineTest, SampleManyDrawsEachRowWithItsSeed) {
   o.num_samples = 3;
   const std::vector<int32_t> prompt = {1, 2, 3};
   const SampleResult a = sample_many(*m, prompt, o), b = sample_many(*m, prompt, o);
-  EXPECT_EQ(a.path, "kv cache, graph-free decoder");
+  EXPECT_EQ(a.path, "kv cache, graph-free decoder, one backend call a step");
   ASSERT_EQ(a.tokens.size(), 3u);
   EXPECT_EQ(a.tokens, b.tokens);
   for (const auto& t : a.tokens) EXPECT_EQ(t.size(), 20u);

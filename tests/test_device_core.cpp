@@ -371,7 +371,7 @@ TEST(DeviceCore, ComplexOrderFallsBackToItsComposedTwin) {
 // the same default, and use_fused = the switch and (where the path needs one) the backend's has().
 TEST(FastPaths, OneTableTheSettingsAndTheRule) {
   const auto& t = fast_paths();
-  ASSERT_EQ(t.size(), 13u);
+  ASSERT_EQ(t.size(), 14u);
   RecordingBackend none(backend(Device::CPU), false), all(backend(Device::CPU), true);
   for (size_t i = 0; i < t.size(); ++i) {
     const FastPathInfo& r = t[i];

@@ -146,7 +146,7 @@ Decoder::Decoder(nn::GPT& model, const SampleOptions& opt, const std::vector<int
   CTX_CHECK(rows == 1 || engine_, "sample: --num-samples ", rows, " needs the graph-free decoder, which this model ",
             "cannot use here (", why, "); sample one at a time (--num-samples 1)");
   if (engine_) {
-    path_ = "kv cache, graph-free decoder";
+    path_ = std::string("kv cache, graph-free decoder, ") + engine_->step_kind() + " a step";
   } else if (opt.use_cache) {
     cache_ = std::make_unique<nn::KVCache>(model_.make_cache(1, cap, opt.window, opt.sinks));
     path_ = "kv cache, through the graph: " + why;

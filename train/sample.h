@@ -45,7 +45,8 @@ struct SampleOptions {
 };
 
 // What sample_many made: one continuation per sample, and how the logits were computed
-// ("kv cache, graph-free decoder", "kv cache, through the graph: REASON", "no cache, full recompute").
+// ("kv cache, graph-free decoder, one backend call a step" or "..., op by op a step", "kv cache,
+// through the graph: REASON", "no cache, full recompute").
 struct SampleResult {
   std::vector<std::vector<int32_t>> tokens;
   std::string path;

@@ -104,15 +104,8 @@ class CpuBackend final : public Backend {
   }
 
   void unary_impl(UnaryOp op, const Tensor& x, Tensor& y, double a, double b) override {
-    if (op == UnaryOp::GeluTanh && x.dtype() == DType::F32) {
-      const GeluImpl gi = gelu_impl(false);
-      if (gi == GeluImpl::OneDNN && onednn_gelu_tanh_f32(x.data<float>(), y.data<float>(), x.numel()))
-        return;
-      if (gi != GeluImpl::Reference) {  // fast, or oneDNN declined
-        gelu_tanh_fast_f32(x.data<float>(), y.data<float>(), x.numel());
-        return;
-      }
-    }
+    if (op == UnaryOp::GeluTanh && x.dtype() == DType::F32)
+      return gelu_tanh_f32(x.data<float>(), y.data<float>(), x.numel());
     CTX_DISPATCH_FLOAT(x.dtype(), unary_name(op),
                        ref::unary<T>(op, x.data<T>(), y.data<T>(), x.numel(), (T)a, (T)b));
   }
@@ -365,6 +358,9 @@ class CpuBackend final : public Backend {
     cpu::attention_forward(d, q, k, v, bias, out, lse, rel);
   }
   bool has_attention_stats() const override { return true; }
+  std::unique_ptr<DecodeStep> make_decode_step_impl(const DecodeStack& s, int threads) override {
+    return cpu::make_decode_step(s, threads);
+  }
   void attention_forward_stats_impl(const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& bias, Tensor& out, Tensor& lse, const AttnRel& rel,
                                     AttnRowStats& stats) override {

@@ -20,6 +20,7 @@
 
 #include "core/cpu/onednn_ops.h"
 #include "core/cpu/parallel.h"
+#include "core/cpu/ref_kernels.h"
 #include "core/error.h"
 #include "core/settings.h"
 
@@ -163,6 +164,13 @@ GeluImpl gelu_impl(bool backward) {
   if (forced >= 0) return (GeluImpl)forced;
   return onednn_op_enabled(backward ? "gelu_tanh_backward" : "gelu_tanh") ? GeluImpl::OneDNN
                                                                            : GeluImpl::Fast;
+}
+
+void gelu_tanh_f32(const float* x, float* y, int64_t n) {
+  const GeluImpl gi = gelu_impl(false);
+  if (gi == GeluImpl::OneDNN && onednn_gelu_tanh_f32(x, y, n)) return;
+  if (gi != GeluImpl::Reference) return gelu_tanh_fast_f32(x, y, n);  // fast, or oneDNN declined
+  ref::unary<float>(UnaryOp::GeluTanh, x, y, n, 0.f, 0.f);
 }
 
 }  // namespace ctx::cpu

@@ -19,5 +19,8 @@ enum class GeluImpl { Reference, Fast, OneDNN };
 // The GELU for f32: CTXLAB_GELU=reference|fast|onednn (read once), else the measured choice
 // (onednn_op_enabled("gelu_tanh"[_backward]) ? oneDNN : fast). Throws on an unknown value.
 GeluImpl gelu_impl(bool backward);
+// The f32 GELU as the backend's unary op runs it (Backend::unary(GeluTanh)): gelu_impl(false)'s
+// choice, oneDNN falling back to the fast loop where it declines. y may be x.
+void gelu_tanh_f32(const float* x, float* y, int64_t n);
 
 }  // namespace ctx::cpu

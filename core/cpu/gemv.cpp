@@ -153,36 +153,59 @@ void with_rows(int64_t M, const F& f) {
 
 }  // namespace
 
-bool gemv_f32(const float* W, const float* X, const float* b, float* Y, int64_t N, int64_t K, int64_t M) {
+bool gemv_available(bool bf16) {
+  // (the bf16 kernels carry their own target attributes: a build without -mavx512f has them too)
+  static const bool ok16 = cpu_has_avx512_bf16() && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl");
 #if defined(__AVX512F__)
-  if (M < 1 || M > kGemvMaxRows) return false;
-  with_rows(M, [&](auto m) {
-    split_rows(N, K * M, [&](int64_t n0, int64_t n1) { rows_range_f32<decltype(m)::value>(W, X, b, Y, N, n0, n1, K); });
-  });
-  return true;
+  constexpr bool ok32 = true;
 #else
-  (void)W, (void)X, (void)b, (void)Y, (void)N, (void)K, (void)M;
-  return false;
+  constexpr bool ok32 = false;
+#endif
+  return bf16 ? ok16 : ok32;
+}
+
+void gemv_rows_f32(const float* W, const float* X, const float* b, float* Y, int64_t ldy, int64_t n0, int64_t n1,
+                   int64_t K, int64_t M) {
+#if defined(__AVX512F__)
+  with_rows(M, [&](auto m) { rows_range_f32<decltype(m)::value>(W, X, b, Y, ldy, n0, n1, K); });
+#else
+  (void)W, (void)X, (void)b, (void)Y, (void)ldy, (void)n0, (void)n1, (void)K, (void)M;
 #endif
 }
 
+int64_t gemv_bf16_padded(int64_t K) { return (K + 31) / 32 * 32; }
+
+void gemv_x_bf16(const float* X, uint16_t* XB, int64_t K, int64_t M) {
+  const int64_t Kp = gemv_bf16_padded(K);
+  for (int64_t m = 0; m < M; ++m) {
+    convert_f32_to_bf16(X + m * K, XB + m * Kp, K);
+    std::fill(XB + m * Kp + K, XB + (m + 1) * Kp, (uint16_t)0);
+  }
+}
+
+void gemv_rows_bf16(const uint16_t* W, const uint16_t* XB, const float* b, float* Y, int64_t ldy, int64_t n0,
+                    int64_t n1, int64_t K, int64_t M) {
+  if (!gemv_available(true)) return;
+  const int64_t Kp = gemv_bf16_padded(K);
+  with_rows(M, [&](auto m) { rows_range_bf16<decltype(m)::value>(W, XB, Kp, b, Y, ldy, n0, n1, K); });
+}
+
+bool gemv_f32(const float* W, const float* X, const float* b, float* Y, int64_t N, int64_t K, int64_t M) {
+  if (!gemv_available(false) || M < 1 || M > kGemvMaxRows) return false;
+  split_rows(N, K * M, [&](int64_t n0, int64_t n1) { gemv_rows_f32(W, X, b, Y, N, n0, n1, K, M); });
+  return true;
+}
+
 bool gemv_bf16(const uint16_t* W, const float* X, const float* b, float* Y, int64_t N, int64_t K, int64_t M) {
-  static const bool ok = cpu_has_avx512_bf16() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  if (!ok || M < 1 || M > kGemvMaxRows) return false;
+  if (!gemv_available(true) || M < 1 || M > kGemvMaxRows) return false;
   // X in bf16, each row zero-padded to whole vectors; kept per thread (no allocation once grown)
   thread_local std::vector<uint16_t> xb;
-  const int64_t Kp = (K + 31) / 32 * 32;
+  const int64_t Kp = gemv_bf16_padded(K);
   if ((int64_t)xb.size() < M * Kp) xb.resize((size_t)(M * Kp));
-  for (int64_t m = 0; m < M; ++m) {
-    convert_f32_to_bf16(X + m * K, xb.data() + m * Kp, K);
-    std::fill(xb.begin() + m * Kp + K, xb.begin() + (m + 1) * Kp, (uint16_t)0);
-  }
+  gemv_x_bf16(X, xb.data(), K, M);
   const uint16_t* xp = xb.data();
-  with_rows(M, [&](auto m) {
-    split_rows(N, K * M, [&](int64_t n0, int64_t n1) {
-      rows_range_bf16<decltype(m)::value>(W, xp, Kp, b, Y, N, n0, n1, K);
-    });
-  });
+  split_rows(N, K * M, [&](int64_t n0, int64_t n1) { gemv_rows_bf16(W, xp, b, Y, N, n0, n1, K, M); });
   return true;
 }
 

@@ -25,6 +25,20 @@ bool gemv_f32(const float* W, const float* X, const float* b, float* Y, int64_t 
 // written) when this CPU has no avx512_bf16 or M is out of range.
 bool gemv_bf16(const uint16_t* W, const float* X, const float* b, float* Y, int64_t N, int64_t K, int64_t M = 1);
 
+// A team thread's part of the same products (the decoder's whole step, core/cpu/decode_step.cpp):
+// rows [n0, n1) of W into columns n0..n1 of Y [M, ldy], on the calling thread. The bf16 one takes X
+// already rounded by gemv_x_bf16 into XB [M, gemv_bf16_padded(K)] (zero-padded), so that a thread
+// converts an input once for all the matrices it meets. Each output is the sum gemv_f32 /
+// gemv_bf16 give it, bit for bit, whatever the rows and the split. Call only where
+// gemv_available(bf16) (else they do nothing).
+bool gemv_available(bool bf16);
+void gemv_rows_f32(const float* W, const float* X, const float* b, float* Y, int64_t ldy, int64_t n0, int64_t n1,
+                   int64_t K, int64_t M);
+int64_t gemv_bf16_padded(int64_t K);
+void gemv_x_bf16(const float* X, uint16_t* XB, int64_t K, int64_t M);
+void gemv_rows_bf16(const uint16_t* W, const uint16_t* XB, const float* b, float* Y, int64_t ldy, int64_t n0,
+                    int64_t n1, int64_t K, int64_t M);
+
 // Plain loops: fp32 (Wb null) or the bf16 semantics above (W null, Wb the bits; X rounded to bf16,
 // each product exact in fp32, summed in fp32 in k order).
 void gemv_reference(const float* W, const uint16_t* Wb, const float* X, const float* b, float* Y, int64_t N,

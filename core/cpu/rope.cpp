@@ -31,6 +31,11 @@ void rotate_kernel(const F* x, const F* C, const F* S, F* out, int64_t R, int64_
 
 }  // namespace
 
+void rope_rotate_rows_f32(const float* x, const float* C, const float* S, float* out, int64_t R, int64_t T, int64_t d,
+                          bool interleaved) {
+  rotate_kernel(x, C, S, out, R, T, d, interleaved, false);
+}
+
 void rope_rotate(const Tensor& x, const Tensor& C, const Tensor& S, Tensor& out, bool interleaved,
                  bool transpose) {
   const int64_t d = x.size(-1), T = x.size(-2);  // checked: checks::rope_rotate

@@ -849,7 +849,7 @@ def cmd_bench_memory():
         graph = bool(env)
         check(f"bench --decode: the path ({j['path']})",
               j["path"] == ("kv cache, through the graph: CTXLAB_FUSED_DECODE=0" if graph
-                            else "kv cache, graph-free decoder"))
+                            else "kv cache, graph-free decoder, one backend call a step"))
         med = sorted(j["rounds_s"])[len(j["rounds_s"]) // 2] if len(j["rounds_s"]) % 2 else \
             sum(sorted(j["rounds_s"])[:2]) / 2
         tps = samples * 16 / med
