@@ -3,8 +3,14 @@
 
 #include <cstdlib>
 #include <new>
+#include <string>
 
 #include "core/error.h"
+#include "core/settings.h"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace ctx {
 
@@ -21,6 +27,17 @@ size_t BufferPool::size_class(size_t bytes) {
   size_t step = p / 8;  // between p/2 and p: p/2 + k*p/8
   size_t r = (bytes + step - 1) / step * step;
   return r;
+}
+
+bool BufferPool::huge(size_t bytes) {
+  static const bool on = [] {
+    const char* e = setting_env("CTXLAB_HUGE_PAGES");
+    if (!e) return true;
+    const std::string s = e;
+    CTX_CHECK(s == "0" || s == "1", "CTXLAB_HUGE_PAGES='", s, "': expected 0 or 1");
+    return s == "1";
+  }();
+  return on && bytes >= kHugePage;
 }
 
 void* BufferPool::alloc(size_t bytes) {
@@ -41,7 +58,13 @@ void* BufferPool::alloc(size_t bytes) {
     st_.bytes_in_use += cls;
     if (st_.bytes_in_use > st_.peak_in_use) st_.peak_in_use = st_.bytes_in_use;
   }
-  void* p = std::aligned_alloc(64, cls);
+  // (a huge block: 2 MiB-aligned so that its whole 2 MiB ranges can be huge pages; its tail, if
+  // any, stays in 4 KiB pages: nothing is rounded up, nothing more becomes resident)
+  const bool hp = huge(cls);
+  void* p = std::aligned_alloc(hp ? kHugePage : 64, cls);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (p && hp) (void)madvise(p, cls, MADV_HUGEPAGE);  // advice: refused (no THP) is not an error
+#endif
   if (!p) {
     std::lock_guard<std::mutex> lk(mu_);
     st_.bytes_in_use -= cls;

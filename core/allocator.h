@@ -1,7 +1,11 @@
 // core/allocator.h — a size-class buffer pool for host memory.
 // A training step allocates the same intermediate sizes every step; the pool keeps freed
 // blocks in per-size free lists so that after the first step no allocation reaches malloc.
-// Blocks are 64-byte aligned (AVX-512 loads, oneDNN). Thread-safe.
+// Blocks are 64-byte aligned (AVX-512 loads, oneDNN). Thread-safe. Blocks of 2 MiB and more are
+// 2 MiB-aligned and asked of Linux as transparent huge pages (madvise(MADV_HUGEPAGE): the
+// "madvise" THP mode gives huge pages only to ranges that ask), so that streaming a flat buffer of
+// parameters, a decoder's packed weights or a large activation does not miss the TLB every 4 KiB
+// (docs/performance.md, "Huge pages"); CTXLAB_HUGE_PAGES=0 keeps 4 KiB pages.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +31,9 @@ class BufferPool {
   void release_cached();      // give cached blocks back to the system
   PoolStats stats() const;
   static size_t size_class(size_t bytes);  // the rounded size a request is served with
+  static constexpr size_t kHugePage = size_t(2) << 20;
+  // Whether a block of `bytes` is asked for huge pages (>= kHugePage and CTXLAB_HUGE_PAGES on).
+  static bool huge(size_t bytes);
   ~BufferPool();
 
  private:

@@ -51,6 +51,11 @@ const std::vector<Setting>& settings() {
        "randomized positions, segments, task rows, SGD; `bench --profile`) say why and step eagerly. 0: "
        "eager steps always",
        "train/trainer.cpp"},
+      {"CTXLAB_HUGE_PAGES", "1", "0 | 1",
+       "0: host buffers of 2 MiB and more in 4 KiB pages; 1: 2 MiB-aligned and advised as transparent huge "
+       "pages (madvise(MADV_HUGEPAGE), Linux), which the fp32 decoder's weight stream needs not to miss the "
+       "TLB (docs/performance.md, \"Huge pages\")",
+       "core/allocator.cpp"},
       {"CTXLAB_FUSED_ADD_NORM", "1", "0 | 1",
        "0: each residual add and the norm after it as two ops (add, then layer_norm / rms_norm), and the "
        "norm's input gradient summed into the residual stream's by its own pass, instead of one kernel each "

@@ -733,7 +733,7 @@ TEST(DeviceCore, ModuleToMovesEveryParameterOnceKeepingNamesAndTies) {
 
 TEST(Settings, EveryVariableIsInTheTableAndDocumented) {
   const auto& t = settings();
-  EXPECT_EQ(t.size(), 34u);
+  EXPECT_EQ(t.size(), 35u);
   std::ifstream f(std::string(CTXLAB_SOURCE_DIR) + "/docs/settings.md");
   ASSERT_TRUE(f.good()) << "docs/settings.md is missing";
   std::stringstream doc;

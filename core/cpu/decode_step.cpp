@@ -9,9 +9,12 @@
 //   its rows of Wp over the merged heads o [B, D]                                          | barrier
 //   x += a; norm2; its rows of Wfc and their GELU                                          | barrier
 //   its rows of Wm over h [B, F]                                                           | barrier
-// with the kernels the per-op step calls (gemv_rows_*, ref::layernorm / rmsnorm, rope_rotate_rows_f32,
-// flash_attention_forward, gelu_tanh_f32), so the logits are its logits: bit for bit with one
-// sequence (tests/test_decode_engine.cpp). With several, the per-op step's norms take oneDNN's
+// The weights are streamed from the step's own pack, made when it is made: every matrix in the
+// order a step reads them, in one buffer of the pool (huge pages: 19 MB of fp32 `small` in 4 KiB
+// pages missed the TLB; docs/performance.md, "Huge pages"), fp32 or rounded to bf16 as the
+// per-op step's kept copies are. It runs the kernels the per-op step calls (gemv_rows_*,
+// ref::layernorm / rmsnorm, rope_rotate_rows_f32, flash_attention_forward, gelu_tanh_f32), so the
+// logits are its logits: bit for bit with one sequence (tests/test_decode_engine.cpp). With several, the per-op step's norms take oneDNN's
 // kernel on the rows and the two differ by rounding.
 #include <cmath>
 #include <cstring>
@@ -30,11 +33,12 @@
 namespace ctx::cpu {
 namespace {
 
-// A Linear as the GEMV kernels read it: y = x w^T + b (b null: none).
+// A Linear as the GEMV kernels read it: y = x w^T + b (b null: none), w in the step's pack.
 struct Lin {
-  Tensor w;                  // [N, K] f32 (bf16: its kept copy, looked up each step)
+  Tensor src;                // the model's weight [N, K] f32 (copied into the pack when made)
   const float* b = nullptr;  // [N]
   int64_t N = 0, K = 0;
+  size_t at = 0;             // bytes into the pack
 };
 
 struct Norm {
@@ -77,8 +81,8 @@ class CpuDecodeStep final : public DecodeStep {
   std::vector<Layer> layers_;
   Norm norm_f_;
   Lin head_;
-  std::vector<const Lin*> lins_;   // every Linear, in the order of w16_
-  std::vector<const uint16_t*> w16_;  // their bf16 copies this step
+  std::vector<Lin*> lins_;  // every Linear, in the order they are streamed
+  Tensor pack_;                   // their weights, fp32 or rounded to bf16, one after the other
   const float *wte_, *add_, *cos_, *sin_;
   std::vector<Rank> ranks_;
   Tensor qkv_, qr_, o_, lse_, a_, pre_, h_;  // [B, 3D], [B, H, Dh], [B, D], [B, H], [B, D], [B, F], [B, F]
@@ -89,7 +93,7 @@ class CpuDecodeStep final : public DecodeStep {
 };
 
 Lin lin(const Tensor& w, const Tensor& b) {
-  return {w, b.defined() ? b.data<float>() : nullptr, w.size(0), w.size(1)};
+  return {w, b.defined() ? b.data<float>() : nullptr, w.size(0), w.size(1), 0};
 }
 Norm norm_of(const Tensor& w, const Tensor& b, double eps, bool layernorm) {
   return {w.data<float>(), layernorm ? b.data<float>() : nullptr, (float)eps};
@@ -111,10 +115,25 @@ CpuDecodeStep::CpuDecodeStep(const DecodeStack& s, int threads, bool bf16)
   }
   norm_f_ = norm_of(s.norm_f_w, s.norm_f_b, s.norm_f_eps, s.layernorm);
   head_ = lin(s.head_w, Tensor());
-  for (const Layer& l : layers_)
-    for (const Lin* p : {&l.qkv, &l.proj, &l.fc, &l.mproj}) lins_.push_back(p);
+  for (Layer& l : layers_)
+    for (Lin* p : {&l.qkv, &l.proj, &l.fc, &l.mproj}) lins_.push_back(p);
   lins_.push_back(&head_);
-  w16_.assign(lins_.size(), nullptr);
+  // The pack: every weight in the order a step streams them, each on a 64-byte boundary, in one
+  // buffer (one huge-page block of the pool: docs/performance.md, "Huge pages"); bf16: each value
+  // rounded as bf16_copy rounds it. A snapshot: the model must not change while the step is used.
+  const size_t wbytes = bf16_ ? 2 : 4;
+  size_t total = 0;
+  for (Lin* l : lins_) {
+    l->at = total;
+    total += ((size_t)(l->N * l->K) * wbytes + 63) / 64 * 64;
+  }
+  pack_ = Tensor::empty({(int64_t)(total / 4)}, DType::F32);
+  char* base = reinterpret_cast<char*>(pack_.data<float>());
+  for (const Lin* l : lins_) {
+    const float* w = l->src.data<float>();
+    if (bf16_) convert_f32_to_bf16(w, reinterpret_cast<uint16_t*>(base + l->at), l->N * l->K);
+    else std::memcpy(base + l->at, w, (size_t)(l->N * l->K) * sizeof(float));
+  }
   wte_ = s.wte.data<float>();
   add_ = s.add.defined() ? s.add.data<float>() : nullptr;
   cos_ = rope_ ? s.cos.data<float>() : nullptr;
@@ -140,8 +159,6 @@ void CpuDecodeStep::run(const int64_t* tokens, int64_t pos, Tensor& logits) {
   CTX_CHECK(pos >= 0 && pos < cap_, "decode step: position ", pos, " is outside the cache's ", cap_, " rows");
   CTX_CHECK(logits.dtype() == DType::F32 && logits.numel() == B_ * V_, "decode step: logits must be f32 [", B_, ", ",
             V_, "], got ", logits.str());
-  if (bf16_)  // (a copy is remade after its weight is written: looked up each step, once)
-    for (size_t i = 0; i < lins_.size(); ++i) w16_[i] = bf16_copy(lins_[i]->w);
   tok_ = tokens, pos_ = pos, logits_ = logits.data<float>();
   run_team(threads_, [this](const Team& tm) { step(tm); });
 }
@@ -156,8 +173,9 @@ void CpuDecodeStep::gemv(size_t i, const float* x, const uint16_t* xb, float* y,
                          std::pair<int64_t, int64_t> rows) const {
   const Lin& l = *lins_[i];
   if (rows.first >= rows.second) return;
-  if (bf16_) gemv_rows_bf16(w16_[i], xb, l.b, y, ldy, rows.first, rows.second, l.K, B_);
-  else gemv_rows_f32(l.w.data<float>(), x, l.b, y, ldy, rows.first, rows.second, l.K, B_);
+  const char* w = reinterpret_cast<const char*>(pack_.data<float>()) + l.at;
+  if (bf16_) gemv_rows_bf16(reinterpret_cast<const uint16_t*>(w), xb, l.b, y, ldy, rows.first, rows.second, l.K, B_);
+  else gemv_rows_f32(reinterpret_cast<const float*>(w), x, l.b, y, ldy, rows.first, rows.second, l.K, B_);
 }
 
 void CpuDecodeStep::norm(const Norm& n, Rank& r, const float* a) const {

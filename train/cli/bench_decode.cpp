@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/tensor.h"
 #include "core/threads.h"
 #include "train/sample.h"
 #include "train/stats.h"  // median
@@ -24,10 +25,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-
 }  // namespace
 
 double copy_bandwidth_gbps(int64_t bytes, int threads) {
@@ -35,10 +32,11 @@ double copy_bandwidth_gbps(int64_t bytes, int threads) {
             " bytes on ", threads);
   const int64_t n = bytes / 2 / (int64_t)sizeof(float) / 16 * 16;  // floats per array, whole 64-byte lines
   const size_t sz = (size_t)n * sizeof(float);
-  std::unique_ptr<float, FreeDeleter> a((float*)std::aligned_alloc(64, sz)), b((float*)std::aligned_alloc(64, sz));
-  CTX_CHECK(a && b, "copy bandwidth: could not allocate 2 x ", sz, " bytes");
-  float* pa = a.get();
-  float* pb = b.get();
+  // from the tensors' pool, so that the arrays have the pages the weights have (huge pages from
+  // 2 MiB: core/allocator.h)
+  Tensor a = Tensor::empty({n}, DType::F32), b = Tensor::empty({n}, DType::F32);
+  float* pa = a.data<float>();
+  float* pb = b.data<float>();
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t i = 0; i < n; ++i) pa[i] = (float)(i & 1023), pb[i] = 0.f;  // each thread touches its share
   auto pass = [&] {
