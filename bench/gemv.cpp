@@ -1,6 +1,7 @@
 // bench/gemv.cpp — the GEMV kernels of a decode step (core/cpu/gemv.h) alone: one step's Linear
-// weights of a preset (every layer's qkv, proj, fc, mproj and the output head; L3-resident where
-// they fit, as in `ctxlab bench --decode`), each streamed once against one row of x (or
+// weights of a preset (every layer's qkv, proj, fc, mproj and the output head, packed one after
+// the other in one buffer as the decoder's whole step packs them; L3-resident where they fit, as
+// in `ctxlab bench --decode`), each streamed once against one row of x (or
 // --rows), in GB/s of weights against the copy bandwidth over the same bytes (`bench --peak-only`'s
 // STREAM copy, read + write counted). Two ways to split a matrix over the threads:
 //   team  as the graph-free decoder (nn/decode_engine.cpp): one region for the whole step, each
@@ -60,16 +61,23 @@ int main(int argc, char** argv) {
   set_num_threads(threads);
 
   const int64_t D = cfg.d_model, F = cfg.ff_dim();
-  std::vector<Mat> mats;
+  // the matrices one after the other in one buffer (and its one bf16 copy), as the decoder's whole
+  // step packs them (core/cpu/decode_step.cpp): one block of the pool, in huge pages
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (int64_t l = 0; l < cfg.n_layers; ++l) shapes.insert(shapes.end(), {{3 * D, D}, {D, D}, {F, D}, {D, F}});
+  shapes.push_back({cfg.vocab_size, D});
+  int64_t total = 0;
+  for (const auto& [N, K] : shapes) total += (N * K + 15) / 16 * 16;
+  Tensor pack = Tensor::empty({total}, DType::F32);
   Rng rng(1);
-  auto add = [&](int64_t N, int64_t K) {
-    Mat m{N, K, Tensor::empty({N, K}, DType::F32), Tensor::zeros({N}, DType::F32)};
-    rng.fill_normal(m.w, 0.0, 0.02);
-    m.w16 = cpu::bf16_copy(m.w);
-    mats.push_back(m);
-  };
-  for (int64_t l = 0; l < cfg.n_layers; ++l) add(3 * D, D), add(D, D), add(F, D), add(D, F);
-  add(cfg.vocab_size, D);
+  rng.fill_normal(pack, 0.0, 0.02);
+  std::vector<Mat> mats;
+  int64_t at = 0;
+  for (const auto& [N, K] : shapes) {
+    mats.push_back({N, K, pack.slice0(at, at + N * K).view({N, K}), Tensor::zeros({N}, DType::F32)});
+    at += (N * K + 15) / 16 * 16;
+  }
+  for (Mat& m : mats) m.w16 = cpu::bf16_copy(m.w);  // (views of one storage: one copy of the pack)
   int64_t widest = 0;
   for (const Mat& m : mats) widest = std::max({widest, m.N, m.K});
   Tensor x = Tensor::empty({M, widest}, DType::F32), y = Tensor::empty({M, widest}, DType::F32);
