@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/backend.h"
@@ -91,6 +92,22 @@ TEST(Bf16, PortableKernelIsTheReference) {
   cpu::convert_f32_to_bf16_portable(in.data(), out.data(), (int64_t)in.size());
   for (size_t i = 0; i < in.size(); ++i)
     ASSERT_EQ(out[i], float_to_bf16_rne(in[i])) << "element " << i;
+}
+
+// bf16_values_converted counts the values every thread converts (one slot per thread, summed).
+TEST(Bf16, ConversionsAreCountedOnEveryThread) {
+  const std::vector<float> in(1000, 1.5f);
+  const size_t before = cpu::bf16_values_converted();
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 3; ++t)
+    ts.emplace_back([&] {
+      std::vector<uint16_t> out(in.size());
+      for (int i = 0; i < 4; ++i) cpu::convert_f32_to_bf16(in.data(), out.data(), (int64_t)in.size());
+    });
+  for (auto& t : ts) t.join();
+  std::vector<uint16_t> out(in.size());
+  cpu::convert_f32_to_bf16(in.data(), out.data(), 10);
+  EXPECT_EQ(cpu::bf16_values_converted() - before, 3u * 4u * 1000u + 10u);
 }
 
 TEST(Bf16, Avx512KernelEqualsPortableBitForBit) {

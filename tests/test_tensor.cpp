@@ -1,13 +1,18 @@
 // tests/test_tensor.cpp — Tensor views, dtypes, the buffer pool and the RNG.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "core/allocator.h"
 #include "core/backend.h"
 #include "core/rng.h"
+#include "core/settings.h"
 #include "core/tensor.h"
 #include "tests/test_util.h"
 
@@ -208,4 +213,39 @@ TEST(ReduceSum, EveryPatternMatchesNaiveSum) {
       }
     }
   }
+}
+
+// Host blocks of 2 MiB and more are 2 MiB-aligned and advised as transparent huge pages
+// (core/allocator.h): where the kernel's THP mode lets a range ask (madvise or always), the block's
+// mapping is eligible (/proc/self/smaps' THPeligible); smaller blocks are not asked.
+TEST(BufferPool, BlocksOfTwoMiBAndMoreAskForHugePages) {
+  const char* env = setting_env("CTXLAB_HUGE_PAGES");
+  const bool on = !env || std::string(env) == "1";
+  EXPECT_EQ(BufferPool::huge(BufferPool::kHugePage), on);
+  EXPECT_EQ(BufferPool::huge(8 * BufferPool::kHugePage), on);
+  EXPECT_FALSE(BufferPool::huge(BufferPool::kHugePage - 1));
+  Tensor big = Tensor::empty({3 << 20}, DType::F32);  // 12 MiB
+  const auto addr = reinterpret_cast<uintptr_t>(big.data<float>());
+  if (!on) return;
+  EXPECT_EQ(addr % BufferPool::kHugePage, 0u);
+  std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string m((std::istreambuf_iterator<char>(mode)), std::istreambuf_iterator<char>());
+  if (m.find("[never]") != std::string::npos || m.empty()) {
+    std::printf("# THP is off on this machine (%s): the 2 MiB alignment alone is checked\n", m.c_str());
+    return;
+  }
+  // the smaps entry of the mapping that holds the block: THPeligible: 1
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  int eligible = -1;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's header line
+      inside = addr >= lo && addr < hi;
+      continue;
+    }
+    if (inside && line.rfind("THPeligible:", 0) == 0) eligible = std::atoi(line.c_str() + 12);
+  }
+  EXPECT_EQ(eligible, 1) << "the block's mapping is not eligible for huge pages (THP mode: " << m << ")";
 }
