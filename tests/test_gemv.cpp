@@ -21,6 +21,7 @@
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/gemv.h"
+#include "core/cpu/hsum.h"
 #include "core/threads.h"
 #include "core/precision.h"
 #include "tests/test_util.h"
@@ -448,3 +449,18 @@ TEST(LinearGradTarget, WritesTheSlotAndAccumulates) {
 
 }  // namespace
 }  // namespace ctx
+
+// hsum_tree_x4 (core/cpu/hsum.h) is four hsum_tree<float, 64> calls bit for bit: the GEMV's pass of
+// four rows reduces its accumulators together.
+TEST(Gemv, FourLaneSumsAtOnceAreFourTrees) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::uniform_int_distribution<int> e(-30, 30);
+  for (int trial = 0; trial < 2000; ++trial) {
+    alignas(64) float v[64];
+    for (float& x : v) x = std::ldexp(u(rng), e(rng));  // magnitudes apart: the order shows
+    float got[4];
+    ctx::cpu::hsum_tree_x4(v, got);
+    for (int r = 0; r < 4; ++r) ASSERT_EQ(got[r], (ctx::cpu::hsum_tree<float, 64>(v + 16 * r))) << trial << " row " << r;
+  }
+}

@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -52,6 +53,14 @@ void split_rows(int64_t N, int64_t K, const Rows& rows) {
   }
 }
 
+// y[r] = the lane sum of a[r] + (b ? b[r] : 0) for r < 4 (hsum_tree_x4: each row's tree as
+// hsum_tree adds it, the four together; the same bits as the rows one by one).
+inline void sums4(const __m512* a, const float* b, float* y) {
+  float s[4];
+  hsum_tree_x4(a, s);
+  for (int r = 0; r < 4; ++r) y[r] = s[r] + (b ? b[r] : 0.f);
+}
+
 #if defined(__AVX512F__)
 // fp32: 16 floats per vector; R rows of W at a time against the M rows of X (stride K), each row of
 // W loaded once for all M: R M accumulators (each one row of W . one row of X, in k order: the
@@ -78,6 +87,13 @@ inline void rows_f32(const float* W, const float* X, const float* b, float* Y, i
       const __m512 wv = _mm512_maskz_loadu_ps(mk, W + (n + r) * K + k);
       for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
     }
+  }
+  if constexpr (R == 4) {  // (M <= 4: R is 4)
+    for (int m = 0; m < M; ++m) {
+      const __m512 a[4] = {acc[0][m], acc[1][m], acc[2][m], acc[3][m]};
+      sums4(a, b ? b + n : nullptr, Y + m * ldy + n);
+    }
+    return;
   }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum_tree<float, 64>(&acc[r][m]) + (b ? b[n + r] : 0.f);
@@ -122,6 +138,13 @@ CTX_GEMV_BF16_TARGET inline void rows_bf16(const uint16_t* W, const uint16_t* XB
       const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mk, W + (n + r) * K + k);
       for (int m = 0; m < M; ++m) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], wv, xv[m]);
     }
+  }
+  if constexpr (R == 4) {  // (M <= 4: R is 4)
+    for (int m = 0; m < M; ++m) {
+      const __m512 a[4] = {acc[0][m], acc[1][m], acc[2][m], acc[3][m]};
+      sums4(a, b ? b + n : nullptr, Y + m * ldy + n);
+    }
+    return;
   }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum_tree<float, 64>(&acc[r][m]) + (b ? b[n + r] : 0.f);
