@@ -60,8 +60,14 @@ void* BufferPool::alloc(size_t bytes) {
   }
   // (a huge block: 2 MiB-aligned so that its whole 2 MiB ranges can be huge pages; its tail, if
   // any, stays in 4 KiB pages: nothing is rounded up, nothing more becomes resident)
+  // (posix_memalign: aligned_alloc wants the size a multiple of the alignment, as ASan enforces)
   const bool hp = huge(cls);
-  void* p = std::aligned_alloc(hp ? kHugePage : 64, cls);
+  void* p = nullptr;
+  if (hp) {
+    if (posix_memalign(&p, kHugePage, cls) != 0) p = nullptr;
+  } else {
+    p = std::aligned_alloc(64, cls);
+  }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (p && hp) (void)madvise(p, cls, MADV_HUGEPAGE);  // advice: refused (no THP) is not an error
 #endif
