@@ -56,8 +56,8 @@ struct Layer {
 
 // One thread's copy of the residual stream, its norm, and its input rounded to bf16.
 struct Rank {
-  Tensor x, y, mean, rstd;     // [B, D], [B, D], [B], [B]
-  std::vector<uint16_t> xb;    // [B, Kp] for the widest input (F or D)
+  Tensor x, y, mean, rstd;   // [B, D], [B, D], [B], [B]
+  std::vector<uint16_t> xb;  // [B, Kp] for the widest input (F or D)
 };
 
 class CpuDecodeStep final : public DecodeStep {
@@ -82,7 +82,7 @@ class CpuDecodeStep final : public DecodeStep {
   Norm norm_f_;
   Lin head_;
   std::vector<Lin*> lins_;  // every Linear, in the order they are streamed
-  Tensor pack_;                   // their weights, fp32 or rounded to bf16, one after the other
+  Tensor pack_;             // their weights, fp32 or rounded to bf16, one after the other
   const float *wte_, *add_, *cos_, *sin_;
   std::vector<Rank> ranks_;
   Tensor qkv_, qr_, o_, lse_, a_, pre_, h_;  // [B, 3D], [B, H, Dh], [B, D], [B, H], [B, D], [B, F], [B, F]
