@@ -521,10 +521,10 @@ void stack_tensor(Device dev, const Tensor& t, const Shape& want, const std::str
 }  // namespace
 
 void decode_stack(Device dev, const DecodeStack& s) {
-  CTX_CHECK(s.B >= 1 && s.H >= 1 && s.Dh >= 2 && s.Dh % 2 == 0 && s.capacity >= 1 && s.window >= 0 &&
-                !s.layers.empty(),
-            "make_decode_step: B (", s.B, "), H (", s.H, "), capacity (", s.capacity, ") and the layers (",
-            s.layers.size(), ") must be >= 1, Dh (", s.Dh, ") even, window (", s.window, ") >= 0");
+  CTX_CHECK(s.B >= 1 && s.H >= 1 && s.Dh >= 1 && s.capacity >= 1 && s.window >= 0 && !s.layers.empty(),
+            "make_decode_step: B (", s.B, "), H (", s.H, "), Dh (", s.Dh, "), capacity (", s.capacity,
+            ") and the layers (", s.layers.size(), ") must be >= 1, window (", s.window, ") >= 0");
+  CTX_CHECK(!s.cos.defined() || s.Dh % 2 == 0, "make_decode_step: rotary tables need an even Dh, got ", s.Dh);
   CTX_CHECK(s.wte.defined() && s.wte.dim() == 2, "make_decode_step: wte must be [V, D], got ",
             s.wte.defined() ? s.wte.str() : std::string("undefined"));
   const int64_t D = s.H * s.Dh, V = s.wte.size(0);

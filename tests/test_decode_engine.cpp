@@ -147,7 +147,7 @@ TEST_F(DecodeEngineTest, LogitsEqualTheGraphPathForEveryEncodingItServes) {
 // The whole step as one backend call (Backend::make_decode_step; the CPU's core/cpu/decode_step.cpp)
 // against the engine's op-by-op step on the same model: the same bits for one sequence, every
 // step, for every kind of table it reads (none, an additive table, rotary pairs of both kinds), both
-// norms, a window, sizes that leave every kernel a tail (Dh 20, K 40, F 72, V 61), one to three
+// norms, a window, sizes that leave every kernel a tail (Dh 20 and 15, K 40, F 72, V 61), one to three
 // threads, fp32 and bf16 GEMM inputs. With three sequences the op-by-op step's layer norms run
 // oneDNN's kernel over the rows, so there the two agree to rounding (1e-5 in fp32, bf16's 1e-2;
 // rmsnorm: the same loop, bits):
@@ -165,6 +165,7 @@ TEST_F(DecodeEngineTest, OneCallAStepGivesTheOpByOpStepsBits) {
       {"rope", rope(nullptr), "layernorm", 40, 72, 0},
       {"rope_interleaved", {{"type", "rope"}, {"pairing", "interleaved"}}, "rmsnorm", 40, 72, 5},
       {"sinusoidal", {{"type", "sinusoidal"}}, "layernorm", 40, 72, 7},
+      {"learned_odd_head_dim", {{"type", "learned"}}, "layernorm", 30, 56, 0},  // Dh 15
   };
   auto logits = [](const Case& c, bool whole, int threads, int64_t B) {
     set_fast_path(FastPath::DecodeStep, whole);
