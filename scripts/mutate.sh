@@ -19,7 +19,8 @@
 #   label   file   original   replacement   selector
 # `original` occurs exactly once in `file`; in both snippets \t and \n stand for a tab and a
 # newline. `selector`: gtest:FILTER (build/ctxlab_tests), emu-gtest:FILTER (the emulator build,
-# for core/cuda), or ctest:REGEX (ctest -R in the default build; builds ctxlab and the test tool
+# for core/cuda), emu-self:FILTER (the emulator's self-tests, cuda_emu_tests of the emulator
+# build, for core/cuda/emu), or ctest:REGEX (ctest -R in the default build; builds ctxlab and the test tool
 # ctxlab_optim_driver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -94,10 +95,11 @@ configure() {  # build dir, extra cmake options
 # Build + tests of one selector (the caller holds the lock); exit status 0 passed, 3 build failed,
 # 4 timed out, 5 the selector matches no test, anything else: a test failed. Output to $2.
 run_selector() {
-  local sel=$1 log=$2 kind=${1%%:*} arg=${1#*:} dir targets rc
+  local sel=$1 log=$2 kind=${1%%:*} arg=${1#*:} dir targets rc bin=ctxlab_tests
   case $kind in
     gtest) dir=$work/build targets=ctxlab_tests ;;
     emu-gtest) dir=$work/build-emu targets=ctxlab_tests ;;
+    emu-self) dir=$work/build-emu targets=cuda_emu_tests bin=cuda_emu_tests ;;
     ctest) dir=$work/build targets="ctxlab ctxlab_optim_driver" ;;
     *) echo "mutate.sh: unknown selector kind '$kind' in '$sel'" >&2; return 2 ;;
   esac
@@ -106,8 +108,8 @@ run_selector() {
     if [[ $kind == ctest ]]; then
       timeout -k 10 "$timeout_s" ctest --test-dir "$dir" -R "$arg" -j2 --no-tests=error --output-on-failure
     else
-      "$dir/ctxlab_tests" --gtest_list_tests --gtest_filter="$arg" | grep -q "^  " || return 5
-      timeout -k 10 "$timeout_s" "$dir/ctxlab_tests" --gtest_brief=1 --gtest_filter="$arg"
+      "$dir/$bin" --gtest_list_tests --gtest_filter="$arg" | grep -q "^  " || return 5
+      timeout -k 10 "$timeout_s" "$dir/$bin" --gtest_brief=1 --gtest_filter="$arg"
     fi
     rc=$?
     ((rc == 124 || rc == 137)) && return 4
@@ -119,7 +121,7 @@ exec 9>"$lock"  # flock 9: take the machine's build lock; flock -u 9: give it ba
 
 mkdir -p "$work/logs"
 configure "$work/build"
-printf '%s\n' "${sels[@]}" | grep -q '^emu-gtest:' && configure "$work/build-emu" -DCTXLAB_CUDA_EMULATOR=ON
+printf '%s\n' "${sels[@]}" | grep -q '^emu-\(gtest\|self\):' && configure "$work/build-emu" -DCTXLAB_CUDA_EMULATOR=ON
 
 # Baseline: every selector passes on the unmutated copy (one hold of the lock).
 mapfile -t uniq_sels < <(printf '%s\n' "${sels[@]}" | sort -u)

@@ -162,10 +162,15 @@ enum class Space { Dynamic, Static, Global };
   access_fault(s, cudaErrorLaunchFailure, "race hazard", os.str());
 }
 
-// One 4-byte word: check the running access against the cell, then record it.
-void race_word(AccessState* s, RaceCell& c, unsigned mask, unsigned kind, uintptr_t a, size_t n, uintptr_t pc,
-               Space space) {
-  const bool global = space == Space::Global;
+// A conflict found in a cell: its kind and the earlier access.
+struct Conflict {
+  const char* type = nullptr;  // nullptr: none
+  RaceRec prior;
+};
+
+// One 4-byte word: check the running access against the cell, then record it (not recorded when
+// it conflicts: the launch fails there).
+Conflict race_step(AccessState* s, RaceCell& c, unsigned mask, unsigned kind, uintptr_t pc, bool global) {
   const bool write = kind & kWrite, atomic = kind & kAtomic;
   const uint64_t when = (s->run << 24) | (s->gen & kGenMask);
   RaceRec cur;
@@ -177,11 +182,11 @@ void race_word(AccessState* s, RaceCell& c, unsigned mask, unsigned kind, uintpt
     return r.when != 0 && (mask_of(r.info) & mask) && !(atomic && (r.info & 2)) && !ordered(s, r, global);
   };
   const RaceRec w = load(c.w);
-  if (conflicts(w)) hazard(s, write ? "write-after-write" : "read-after-write", w, kind, a, n, pc, space);
+  if (conflicts(w)) return {write ? "write-after-write" : "read-after-write", w};
   if (write) {
     const RaceRec r1 = load(c.r1), r2 = load(c.r2);
-    if (conflicts(r1)) hazard(s, "write-after-read", r1, kind, a, n, pc, space);
-    if (conflicts(r2)) hazard(s, "write-after-read", r2, kind, a, n, pc, space);
+    if (conflicts(r1)) return {"write-after-read", r1};
+    if (conflicts(r2)) return {"write-after-read", r2};
     if (w.when == when && tid_of(w.info) == s->tid) cur.info |= (uint64_t)mask_of(w.info) << 2;
     store(c.w, cur);
     store(c.r1, RaceRec{});
@@ -196,6 +201,39 @@ void race_word(AccessState* s, RaceCell& c, unsigned mask, unsigned kind, uintpt
       store(c.r1, cur);
     }
   }
+  return {};
+}
+
+// A cell of global memory is shared by the OS threads that run blocks. Its check and update are
+// one step under a lock (one of kCellLocks, by the 64 bytes of data the word lies in): unlocked,
+// two blocks writing the two halves of one word at the same instant tore the record (one block's
+// run id with the other's byte mask), and a block reading back its own half then met "another
+// block's" write: a hazard that was not there (EmuChecks.BlocksWritingTheTwoHalvesOfOneWordAtOnce...).
+constexpr size_t kCellLocks = 4096;
+struct alignas(64) CellLock {
+  std::atomic<bool> held{false};
+  void lock() {
+    while (held.exchange(true, std::memory_order_acquire))
+      while (held.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+  }
+  void unlock() { held.store(false, std::memory_order_release); }
+};
+CellLock g_cell_locks[kCellLocks];
+
+// One 4-byte word: race_step, and the hazard it found (after the cell's lock is let go: a hazard
+// abandons the running CUDA thread, which never returns here).
+void race_word(AccessState* s, RaceCell& c, uintptr_t word, unsigned mask, unsigned kind, uintptr_t a, size_t n,
+               uintptr_t pc, Space space) {
+  Conflict k;
+  if (space == Space::Global) {
+    CellLock& l = g_cell_locks[(word >> 4) % kCellLocks];
+    l.lock();
+    k = race_step(s, c, mask, kind, pc, true);
+    l.unlock();
+  } else {
+    k = race_step(s, c, mask, kind, pc, false);
+  }
+  if (k.type) hazard(s, k.type, k.prior, kind, a, n, pc, space);
 }
 
 // The words of [a, a + n) with the byte mask of each.
@@ -244,7 +282,7 @@ void device_access(AccessState* s, uintptr_t a, size_t n, unsigned kind, uintptr
     if (!cells) return;
     const uintptr_t lo = g_arena_lo;
     for_words(a, n, [&](uintptr_t w, unsigned mask) {
-      race_word(s, cells[w - (lo >> 2)], mask, kind, a, n, pc, Space::Global);
+      race_word(s, cells[w - (lo >> 2)], w, mask, kind, a, n, pc, Space::Global);
     });
   }
 }
@@ -258,7 +296,7 @@ void shared_access(AccessState* s, uintptr_t a, size_t n, unsigned kind, uintptr
   if (s->racecheck) {
     const uintptr_t base = s->smem_lo >> 2;  // smem_lo is 4-byte aligned
     for_words(a, n, [&](uintptr_t w, unsigned mask) {
-      race_word(s, s->smem_cells[w - base], mask, kind, a, n, pc, Space::Dynamic);
+      race_word(s, s->smem_cells[w - base], w, mask, kind, a, n, pc, Space::Dynamic);
     });
   }
 }
@@ -288,7 +326,7 @@ void static_access(AccessState* s, uintptr_t a, size_t n, unsigned kind, uintptr
         if (fresh & (1u << b)) p[b] = kNanByte;
     }
     e.touched |= (unsigned char)mask;
-    if (s->racecheck) race_word(s, e.cell, mask, kind, a, n, pc, Space::Static);
+    if (s->racecheck) race_word(s, e.cell, w, mask, kind, a, n, pc, Space::Static);
   });
 }
 
