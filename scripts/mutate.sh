@@ -39,7 +39,8 @@ shift $((OPTIND - 1))
 [[ -f $list ]] || { echo "mutate.sh: no list $list" >&2; exit 2; }
 lock=/tmp/ctxlab-build.lock
 work=$root/build-mut src=$root/build-mut/src
-launch="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
+launch=""  # ccache where the machine has it (scripts/setup.sh does not install it)
+command -v ccache >/dev/null && launch="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
 
 # The mutations to run: label, file, original, replacement, selector (arrays, in list order).
 labels=() files=() origs=() repls=() sels=()
