@@ -4,10 +4,12 @@
 // in `ctxlab bench --decode`), each streamed once against one row of x (or
 // --rows), in GB/s of weights against the copy bandwidth over the same bytes (`bench --peak-only`'s
 // STREAM copy, read + write counted). Two ways to split a matrix over the threads:
-//   team  as the graph-free decoder (nn/decode_engine.cpp): one region for the whole step, each
-//         thread its 16-row-aligned share of every matrix, a barrier after each matrix
-//   fork  gemv_f32 / gemv_bf16 on the whole matrix, which forks its own region per call
-// and the team's step without its barriers ("team, no barrier": what the barriers cost). Each
+//   team  as the decoder's whole step (core/cpu/decode_step.cpp): one region for the whole step,
+//         each thread its 16-row-aligned share of every matrix, a barrier after each matrix, the
+//         weights in panels of four rows (gemv_rows_*)
+//   fork  gemv_f32 / gemv_bf16 on the whole matrix (row-major), which forks its own region per call
+// and the team's step without its barriers ("team, no barrier": what the barriers cost) and over
+// the row-major matrices ("team, row-major": what the panels gain). Each
 // kernel's rounds run back to back, so its weights stay cached between steps as in a decode.
 //   bench_gemv [--preset small|medium] [--rows 1] [--threads 2] [--repeats 200]
 #include <cstdio>
@@ -36,6 +38,8 @@ struct Mat {
   int64_t N, K;
   Tensor w, b;                // [N, K], [N]
   const uint16_t* w16 = nullptr;  // its bf16 copy
+  const float* p32 = nullptr;     // in panels of four rows (gemv_pack_panels), fp32
+  const uint16_t* p16 = nullptr;  // and bf16
 };
 
 }  // namespace
@@ -78,12 +82,40 @@ int main(int argc, char** argv) {
     at += (N * K + 15) / 16 * 16;
   }
   for (Mat& m : mats) m.w16 = cpu::bf16_copy(m.w);  // (views of one storage: one copy of the pack)
+  // the decoder's own packs: each matrix in panels of four rows, fp32 and bf16, each one pool block
+  int64_t panels32 = 0, panels16 = 0;
+  for (const Mat& m : mats) {
+    panels32 += (cpu::gemv_panel_elems(m.N, m.K, false) + 15) / 16 * 16;
+    panels16 += (cpu::gemv_panel_elems(m.N, m.K, true) + 31) / 32 * 32;
+  }
+  Tensor pan32 = Tensor::empty({panels32}, DType::F32), pan16 = Tensor::empty({panels16 / 2}, DType::F32);
+  {
+    float* p32 = pan32.data<float>();
+    uint16_t* p16 = reinterpret_cast<uint16_t*>(pan16.data<float>());
+    for (Mat& m : mats) {
+      cpu::gemv_pack_panels(m.w.data<float>(), p32, nullptr, m.N, m.K);
+      m.p32 = p32;
+      p32 += (cpu::gemv_panel_elems(m.N, m.K, false) + 15) / 16 * 16;
+      if (cpu::gemv_available(true)) cpu::gemv_pack_panels(m.w.data<float>(), nullptr, p16, m.N, m.K);
+      m.p16 = p16;
+      p16 += (cpu::gemv_panel_elems(m.N, m.K, true) + 31) / 32 * 32;
+    }
+  }
   int64_t widest = 0;
   for (const Mat& m : mats) widest = std::max({widest, m.N, m.K});
   Tensor x = Tensor::empty({M, widest}, DType::F32), y = Tensor::empty({M, widest}, DType::F32);
   rng.fill_normal(x, 0.0, 1.0);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
+  // x rounded to bf16 for the panel kernels, once for each K (the decoder rounds each input once)
+  std::vector<std::vector<uint16_t>> xb((size_t)widest + 1);
+  for (const Mat& m : mats)
+    if (xb[(size_t)m.K].empty()) {
+      xb[(size_t)m.K].assign((size_t)(M * cpu::gemv_bf16_padded(m.K)), 0);
+      std::vector<float> xk((size_t)(M * m.K));
+      for (int64_t r = 0; r < M; ++r) std::copy(xp + r * widest, xp + r * widest + m.K, xk.begin() + r * m.K);
+      if (cpu::gemv_available(true)) cpu::gemv_x_bf16(xk.data(), xb[(size_t)m.K].data(), m.K, M);
+    }
 
   // one step: every matrix once; rows of y [M, N] written by rows [n0, n1) of W
   auto slice = [&](const Mat& m, int64_t n0, int64_t n1, bool bf16) {
@@ -95,12 +127,19 @@ int main(int argc, char** argv) {
                                          n1 - n0, m.K, M);
     CTX_CHECK(ok, "bench_gemv: this CPU has no ", bf16 ? "avx512_bf16" : "AVX-512F", " GEMV kernel");
   };
-  auto team = [&](bool bf16, bool barriers) {
-    return [&, bf16, barriers] {
+  // the decoder's way: its panels, each thread its rows (gemv_rows_*)
+  auto panel_slice = [&](const Mat& m, int64_t n0, int64_t n1, bool bf16) {
+    if (n1 <= n0) return;
+    if (bf16) cpu::gemv_rows_bf16(m.p16, xb[(size_t)m.K].data(), m.b.data<float>(), yp, m.N, n0, n1, m.K, M);
+    else cpu::gemv_rows_f32(m.p32, xp, m.b.data<float>(), yp, m.N, n0, n1, m.K, M);
+  };
+  auto team = [&](bool bf16, bool barriers, bool panels = true) {
+    return [&, bf16, barriers, panels] {
       run_team(threads, [&](const Team& tm) {
         for (const Mat& m : mats) {
           const auto [n0, n1] = tm.share(m.N, 16);
-          slice(m, n0, n1, bf16);
+          if (panels) panel_slice(m, n0, n1, bf16);
+          else slice(m, n0, n1, bf16);
           if (barriers) tm.barrier();
         }
       });
@@ -112,10 +151,10 @@ int main(int argc, char** argv) {
     };
   };
   bench::Candidates c = {{"f32 team", team(false, true)}, {"f32 team, no barrier", team(false, false)},
-                         {"f32 fork", fork(false)}};
+                         {"f32 team, row-major", team(false, true, false)}, {"f32 fork", fork(false)}};
   if (cpu_has_avx512_bf16())
     c.insert(c.end(), {{"bf16 team", team(true, true)}, {"bf16 team, no barrier", team(true, false)},
-                       {"bf16 fork", fork(true)}});
+                       {"bf16 team, row-major", team(true, true, false)}, {"bf16 fork", fork(true)}});
   else
     std::printf("# this CPU has no avx512_bf16: fp32 kernels only\n");
   // Each candidate's rounds back to back (the weights of one precision stay in the caches between

@@ -106,6 +106,56 @@ TEST(Gemv, SeveralRowsEqualEachRowAlone) {
   EXPECT_EQ(Y[0], -7.f) << "nothing written for M = 9";
 }
 
+// The decoder's pack in panels of four rows (gemv_pack_panels): the panel kernels over any range of
+// rows [n0, n1) give the bits the row-major kernel gives for the whole matrix, fp32 and bf16,
+// M = 1..8, ranges that start and end inside a panel, K and N tails; the pack is the rows' values
+// (rounded to bf16 as bf16_copy rounds) with zeros past each row's end.
+TEST(Gemv, PanelsOfFourRowsGiveTheRowMajorBits) {
+  ctx::init_threading();
+  if (!cpu::gemv_available(false)) {
+    std::printf("this build has no AVX-512F GEMV kernel: the panel kernels are not run\n");
+    return;
+  }
+  uint32_t seed = 300;
+  for (const Shape2 s : {Shape2{1, 1}, Shape2{5, 17}, Shape2{13, 33}, Shape2{30, 40}, Shape2{64, 256}, Shape2{70, 1000}})
+    for (const bool bf16 : {false, true}) {
+      if (bf16 && !cpu::gemv_available(true)) continue;  // (no avx512_bf16: fp32 alone)
+      const auto W = random_vec(s.N * s.K, seed++), b = random_vec(s.N, seed++);
+      const int64_t elems = cpu::gemv_panel_elems(s.N, s.K, bf16), V = bf16 ? 32 : 16;
+      ASSERT_EQ(elems, (s.N + 3) / 4 * 4 * ((s.K + V - 1) / V * V));
+      std::vector<float> P16(bf16 ? 0 : (size_t)elems, -1.f);
+      std::vector<uint16_t> P32(bf16 ? (size_t)elems : 0, 0xFFFF);
+      cpu::gemv_pack_panels(W.data(), P16.data(), bf16 ? P32.data() : nullptr, s.N, s.K);
+      const auto Wb = to_bits(W);
+      const int64_t Kv = (s.K + V - 1) / V * V;
+      for (int64_t n = 0; n < (s.N + 3) / 4 * 4; ++n)
+        for (int64_t k = 0; k < Kv; ++k) {
+          const int64_t at = (n / 4) * 4 * Kv + (k / V) * 4 * V + (n % 4) * V + k % V;
+          const bool in = n < s.N && k < s.K;
+          if (bf16) ASSERT_EQ(P32[(size_t)at], in ? Wb[(size_t)(n * s.K + k)] : 0) << n << " " << k;
+          else ASSERT_EQ(P16[(size_t)at], in ? W[(size_t)(n * s.K + k)] : 0.f) << n << " " << k;
+        }
+      for (int64_t M = 1; M <= kGemvMaxRowsForTest; ++M) {
+        const auto X = random_vec(M * s.K, seed++);
+        std::vector<uint16_t> XB((size_t)(M * cpu::gemv_bf16_padded(s.K)));
+        if (bf16) cpu::gemv_x_bf16(X.data(), XB.data(), s.K, M);
+        std::vector<float> want((size_t)(M * s.N));
+        ASSERT_TRUE(bf16 ? cpu::gemv_bf16(Wb.data(), X.data(), b.data(), want.data(), s.N, s.K, M)
+                         : cpu::gemv_f32(W.data(), X.data(), b.data(), want.data(), s.N, s.K, M));
+        // the rows in three ranges, cut inside panels where N allows
+        const int64_t c1 = std::min<int64_t>(s.N, 1 + s.N / 3), c2 = std::min<int64_t>(s.N, c1 + 1 + s.N / 2);
+        std::vector<float> got((size_t)(M * s.N), -7.f);
+        for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, c1}, {c1, c2}, {c2, s.N}}) {
+          if (bf16) cpu::gemv_rows_bf16(P32.data(), XB.data(), b.data(), got.data(), s.N, n0, n1, s.K, M);
+          else cpu::gemv_rows_f32(P16.data(), X.data(), b.data(), got.data(), s.N, n0, n1, s.K, M);
+        }
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << (bf16 ? "bf16" : "fp32") << " N " << s.N << " K " << s.K << " M " << M
+                                     << " output " << i;
+      }
+    }
+}
+
 TEST(Gemv, F32KernelMatchesReference) {
   ctx::init_threading();
   uint32_t seed = 1;

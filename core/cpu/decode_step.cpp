@@ -11,7 +11,8 @@
 //   its rows of Wm over h [B, F]                                                           | barrier
 // The weights are streamed from the step's own pack, made when it is made: every matrix in the
 // order a step reads them, in one buffer of the pool (huge pages: 19 MB of fp32 `small` in 4 KiB
-// pages missed the TLB; docs/performance.md, "Huge pages"), fp32 or rounded to bf16 as the
+// pages missed the TLB; docs/performance.md, "Huge pages"), each in panels of four rows (a
+// four-row pass of the GEMV one stream, not four: core/cpu/gemv.h), fp32 or rounded to bf16 as the
 // per-op step's kept copies are. It runs the kernels the per-op step calls (gemv_rows_*,
 // ref::layernorm / rmsnorm, rope_rotate_rows_f32, flash_attention_forward, gelu_tanh_f32), so the
 // logits are its logits: bit for bit with one sequence (tests/test_decode_engine.cpp). With several, the per-op step's norms take oneDNN's
@@ -121,18 +122,19 @@ CpuDecodeStep::CpuDecodeStep(const DecodeStack& s, int threads, bool bf16)
   // The pack: every weight in the order a step streams them, each on a 64-byte boundary, in one
   // buffer (one huge-page block of the pool: docs/performance.md, "Huge pages"); bf16: each value
   // rounded as bf16_copy rounds it. A snapshot: the model must not change while the step is used.
+  // Each matrix in panels of four rows (gemv_pack_panels: a four-row pass reads one stream).
   const size_t wbytes = bf16_ ? 2 : 4;
   size_t total = 0;
   for (Lin* l : lins_) {
     l->at = total;
-    total += ((size_t)(l->N * l->K) * wbytes + 63) / 64 * 64;
+    total += ((size_t)gemv_panel_elems(l->N, l->K, bf16_) * wbytes + 63) / 64 * 64;
   }
   pack_ = Tensor::empty({(int64_t)(total / 4)}, DType::F32);
   char* base = reinterpret_cast<char*>(pack_.data<float>());
   for (const Lin* l : lins_) {
-    const float* w = l->src.data<float>();
-    if (bf16_) convert_f32_to_bf16(w, reinterpret_cast<uint16_t*>(base + l->at), l->N * l->K);
-    else std::memcpy(base + l->at, w, (size_t)(l->N * l->K) * sizeof(float));
+    float* p16 = bf16_ ? nullptr : reinterpret_cast<float*>(base + l->at);
+    uint16_t* p32 = bf16_ ? reinterpret_cast<uint16_t*>(base + l->at) : nullptr;
+    gemv_pack_panels(l->src.data<float>(), p16, p32, l->N, l->K);
   }
   wte_ = s.wte.data<float>();
   add_ = s.add.defined() ? s.add.data<float>() : nullptr;

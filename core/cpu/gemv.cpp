@@ -61,21 +61,41 @@ inline void sums4(const __m512* a, const float* b, float* y) {
   for (int r = 0; r < 4; ++r) y[r] = s[r] + (b ? b[r] : 0.f);
 }
 
+// Where the kernels find a row of W: row-major [N, K] (a Linear's weight as stored: row n's k-th
+// vector at W + n K + k) or the decoder's panels of four rows (gemv_pack_panels: the four rows'
+// vectors side by side, a 4-row pass one stream). kStep: how far a row's next vector lies.
+template <class T, int V>
+struct RowMajor {
+  const T* W;
+  int64_t K;
+  static constexpr int64_t kStep = V;
+  const T* row(int64_t n) const { return W + n * K; }
+};
+template <class T, int V>
+struct Panels {
+  const T* P;
+  int64_t K;  // (each row padded to whole vectors: Kv = K rounded up to V)
+  static constexpr int64_t kStep = 4 * V;
+  const T* row(int64_t n) const { return P + (n / 4) * 4 * ((K + V - 1) / V * V) + (n % 4) * V; }
+};
+
 #if defined(__AVX512F__)
 // fp32: 16 floats per vector; R rows of W at a time against the M rows of X (stride K), each row of
 // W loaded once for all M: R M accumulators (each one row of W . one row of X, in k order: the
-// same sums whatever M is).
-template <int R, int M>
-inline void rows_f32(const float* W, const float* X, const float* b, float* Y, int64_t ldy, int64_t n, int64_t K) {
+// same sums whatever M is, and whatever the layout).
+template <int R, int M, class L>
+inline void rows_f32(const L& w, const float* X, const float* b, float* Y, int64_t ldy, int64_t n, int64_t K) {
   __m512 acc[R][M];
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
+  const float* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = w.row(n + r);
+  int64_t k = 0, at = 0;
+  for (; k + 16 <= K; k += 16, at += L::kStep) {
     __m512 xv[M];
     for (int m = 0; m < M; ++m) xv[m] = _mm512_loadu_ps(X + m * K + k);
     for (int r = 0; r < R; ++r) {
-      const __m512 wv = _mm512_loadu_ps(W + (n + r) * K + k);
+      const __m512 wv = _mm512_loadu_ps(wr[r] + at);
       for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
     }
   }
@@ -84,7 +104,7 @@ inline void rows_f32(const float* W, const float* X, const float* b, float* Y, i
     __m512 xv[M];
     for (int m = 0; m < M; ++m) xv[m] = _mm512_maskz_loadu_ps(mk, X + m * K + k);
     for (int r = 0; r < R; ++r) {
-      const __m512 wv = _mm512_maskz_loadu_ps(mk, W + (n + r) * K + k);
+      const __m512 wv = _mm512_maskz_loadu_ps(mk, wr[r] + at);
       for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
     }
   }
@@ -100,14 +120,17 @@ inline void rows_f32(const float* W, const float* X, const float* b, float* Y, i
 }
 
 // Rows [n0, n1) of Y [M, N] (row stride ldy): R = 4 rows of W a pass up to M = 4 rows of X, 2 past
-// that (at most 16 accumulators + M x vectors of the 32 registers).
-template <int M>
-void rows_range_f32(const float* W, const float* X, const float* b, float* Y, int64_t ldy, int64_t n0, int64_t n1,
+// that (at most 16 accumulators + M x vectors of the 32 registers). In panels, a pass starts on a
+// panel's first row where it can (the rows before the first whole panel one by one).
+template <int M, class L>
+void rows_range_f32(const L& w, const float* X, const float* b, float* Y, int64_t ldy, int64_t n0, int64_t n1,
                     int64_t K) {
   constexpr int R = M <= 4 ? 4 : 2;
   int64_t n = n0;
-  for (; n + R <= n1; n += R) rows_f32<R, M>(W, X, b, Y, ldy, n, K);
-  for (; n < n1; ++n) rows_f32<1, M>(W, X, b, Y, ldy, n, K);
+  if constexpr (L::kStep != 16)
+    for (; n % 4 != 0 && n < n1; ++n) rows_f32<1, M>(w, X, b, Y, ldy, n, K);
+  for (; n + R <= n1; n += R) rows_f32<R, M>(w, X, b, Y, ldy, n, K);
+  for (; n < n1; ++n) rows_f32<1, M>(w, X, b, Y, ldy, n, K);
 }
 #endif
 
@@ -115,18 +138,20 @@ void rows_range_f32(const float* W, const float* X, const float* b, float* Y, in
 
 // bf16: 32 values (16 pairs) per vector; XB is X in bf16, each row zero-padded to Kp (a multiple
 // of 32). As rows_f32: R rows of W against M rows of X.
-template <int R, int M>
-CTX_GEMV_BF16_TARGET inline void rows_bf16(const uint16_t* W, const uint16_t* XB, int64_t Kp, const float* b,
-                                           float* Y, int64_t ldy, int64_t n, int64_t K) {
+template <int R, int M, class L>
+CTX_GEMV_BF16_TARGET inline void rows_bf16(const L& w, const uint16_t* XB, int64_t Kp, const float* b, float* Y,
+                                           int64_t ldy, int64_t n, int64_t K) {
   __m512 acc[R][M];
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 32 <= K; k += 32) {
+  const uint16_t* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = w.row(n + r);
+  int64_t k = 0, at = 0;
+  for (; k + 32 <= K; k += 32, at += L::kStep) {
     __m512bh xv[M];
     for (int m = 0; m < M; ++m) xv[m] = (__m512bh)_mm512_loadu_si512(XB + m * Kp + k);
     for (int r = 0; r < R; ++r) {
-      const __m512bh wv = (__m512bh)_mm512_loadu_si512(W + (n + r) * K + k);
+      const __m512bh wv = (__m512bh)_mm512_loadu_si512(wr[r] + at);
       for (int m = 0; m < M; ++m) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], wv, xv[m]);
     }
   }
@@ -135,7 +160,7 @@ CTX_GEMV_BF16_TARGET inline void rows_bf16(const uint16_t* W, const uint16_t* XB
     __m512bh xv[M];
     for (int m = 0; m < M; ++m) xv[m] = (__m512bh)_mm512_loadu_si512(XB + m * Kp + k);
     for (int r = 0; r < R; ++r) {
-      const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mk, W + (n + r) * K + k);
+      const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mk, wr[r] + at);
       for (int m = 0; m < M; ++m) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], wv, xv[m]);
     }
   }
@@ -150,13 +175,15 @@ CTX_GEMV_BF16_TARGET inline void rows_bf16(const uint16_t* W, const uint16_t* XB
     for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum_tree<float, 64>(&acc[r][m]) + (b ? b[n + r] : 0.f);
 }
 
-template <int M>
-CTX_GEMV_BF16_TARGET void rows_range_bf16(const uint16_t* W, const uint16_t* XB, int64_t Kp, const float* b, float* Y,
+template <int M, class L>
+CTX_GEMV_BF16_TARGET void rows_range_bf16(const L& w, const uint16_t* XB, int64_t Kp, const float* b, float* Y,
                                           int64_t ldy, int64_t n0, int64_t n1, int64_t K) {
   constexpr int R = M <= 4 ? 4 : 2;
   int64_t n = n0;
-  for (; n + R <= n1; n += R) rows_bf16<R, M>(W, XB, Kp, b, Y, ldy, n, K);
-  for (; n < n1; ++n) rows_bf16<1, M>(W, XB, Kp, b, Y, ldy, n, K);
+  if constexpr (L::kStep != 32)
+    for (; n % 4 != 0 && n < n1; ++n) rows_bf16<1, M>(w, XB, Kp, b, Y, ldy, n, K);
+  for (; n + R <= n1; n += R) rows_bf16<R, M>(w, XB, Kp, b, Y, ldy, n, K);
+  for (; n < n1; ++n) rows_bf16<1, M>(w, XB, Kp, b, Y, ldy, n, K);
 }
 
 // f(std::integral_constant<int, M>{}) for the runtime M in 1..kGemvMaxRows
@@ -188,12 +215,31 @@ bool gemv_available(bool bf16) {
   return bf16 ? ok16 : ok32;
 }
 
-void gemv_rows_f32(const float* W, const float* X, const float* b, float* Y, int64_t ldy, int64_t n0, int64_t n1,
+int64_t gemv_panel_elems(int64_t N, int64_t K, bool bf16) {
+  const int64_t V = bf16 ? 32 : 16;
+  return (N + 3) / 4 * 4 * ((K + V - 1) / V * V);
+}
+
+void gemv_pack_panels(const float* W, float* P16, uint16_t* P32, int64_t N, int64_t K) {
+  const bool bf16 = P32 != nullptr;
+  const int64_t V = bf16 ? 32 : 16, Kv = (K + V - 1) / V * V, total = gemv_panel_elems(N, K, bf16);
+  if (bf16) std::fill(P32, P32 + total, (uint16_t)0);
+  else std::fill(P16, P16 + total, 0.f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k0 = 0; k0 < K; k0 += V) {
+      const int64_t at = (n / 4) * 4 * Kv + (k0 / V) * 4 * V + (n % 4) * V, len = std::min(V, K - k0);
+      if (bf16) convert_f32_to_bf16(W + n * K + k0, P32 + at, len);  // (rounded as bf16_copy rounds)
+      else std::memcpy(P16 + at, W + n * K + k0, (size_t)len * sizeof(float));
+    }
+}
+
+void gemv_rows_f32(const float* P, const float* X, const float* b, float* Y, int64_t ldy, int64_t n0, int64_t n1,
                    int64_t K, int64_t M) {
 #if defined(__AVX512F__)
-  with_rows(M, [&](auto m) { rows_range_f32<decltype(m)::value>(W, X, b, Y, ldy, n0, n1, K); });
+  const Panels<float, 16> w{P, K};
+  with_rows(M, [&](auto m) { rows_range_f32<decltype(m)::value>(w, X, b, Y, ldy, n0, n1, K); });
 #else
-  (void)W, (void)X, (void)b, (void)Y, (void)ldy, (void)n0, (void)n1, (void)K, (void)M;
+  (void)P, (void)X, (void)b, (void)Y, (void)ldy, (void)n0, (void)n1, (void)K, (void)M;
 #endif
 }
 
@@ -207,16 +253,22 @@ void gemv_x_bf16(const float* X, uint16_t* XB, int64_t K, int64_t M) {
   }
 }
 
-void gemv_rows_bf16(const uint16_t* W, const uint16_t* XB, const float* b, float* Y, int64_t ldy, int64_t n0,
+void gemv_rows_bf16(const uint16_t* P, const uint16_t* XB, const float* b, float* Y, int64_t ldy, int64_t n0,
                     int64_t n1, int64_t K, int64_t M) {
   if (!gemv_available(true)) return;
   const int64_t Kp = gemv_bf16_padded(K);
-  with_rows(M, [&](auto m) { rows_range_bf16<decltype(m)::value>(W, XB, Kp, b, Y, ldy, n0, n1, K); });
+  const Panels<uint16_t, 32> w{P, K};
+  with_rows(M, [&](auto m) { rows_range_bf16<decltype(m)::value>(w, XB, Kp, b, Y, ldy, n0, n1, K); });
 }
 
 bool gemv_f32(const float* W, const float* X, const float* b, float* Y, int64_t N, int64_t K, int64_t M) {
   if (!gemv_available(false) || M < 1 || M > kGemvMaxRows) return false;
-  split_rows(N, K * M, [&](int64_t n0, int64_t n1) { gemv_rows_f32(W, X, b, Y, N, n0, n1, K, M); });
+#if defined(__AVX512F__)
+  const RowMajor<float, 16> w{W, K};
+  split_rows(N, K * M, [&](int64_t n0, int64_t n1) {
+    with_rows(M, [&](auto m) { rows_range_f32<decltype(m)::value>(w, X, b, Y, N, n0, n1, K); });
+  });
+#endif
   return true;
 }
 
@@ -228,7 +280,10 @@ bool gemv_bf16(const uint16_t* W, const float* X, const float* b, float* Y, int6
   if ((int64_t)xb.size() < M * Kp) xb.resize((size_t)(M * Kp));
   gemv_x_bf16(X, xb.data(), K, M);
   const uint16_t* xp = xb.data();
-  split_rows(N, K * M, [&](int64_t n0, int64_t n1) { gemv_rows_bf16(W, xp, b, Y, N, n0, n1, K, M); });
+  const RowMajor<uint16_t, 32> w{W, K};
+  split_rows(N, K * M, [&](int64_t n0, int64_t n1) {
+    with_rows(M, [&](auto m) { rows_range_bf16<decltype(m)::value>(w, xp, Kp, b, Y, N, n0, n1, K); });
+  });
   return true;
 }
 

@@ -25,18 +25,26 @@ bool gemv_f32(const float* W, const float* X, const float* b, float* Y, int64_t 
 // written) when this CPU has no avx512_bf16 or M is out of range.
 bool gemv_bf16(const uint16_t* W, const float* X, const float* b, float* Y, int64_t N, int64_t K, int64_t M = 1);
 
-// A team thread's part of the same products (the decoder's whole step, core/cpu/decode_step.cpp):
-// rows [n0, n1) of W into columns n0..n1 of Y [M, ldy], on the calling thread. The bf16 one takes X
-// already rounded by gemv_x_bf16 into XB [M, gemv_bf16_padded(K)] (zero-padded), so that a thread
-// converts an input once for all the matrices it meets. Each output is the sum gemv_f32 /
-// gemv_bf16 give it, bit for bit, whatever the rows and the split. Call only where
-// gemv_available(bf16) (else they do nothing).
+// The decoder's whole step (core/cpu/decode_step.cpp) streams its own pack of the weights, in
+// panels of four rows: a panel holds its four rows' first vectors side by side (16 floats, or 32
+// bf16 values, each), then their next ones, each row zero-padded to whole vectors. A four-row pass
+// then reads one stream instead of four (on the Zen 4 of docs/performance.md, 1.5x the rate from
+// L3). gemv_panel_elems: the elements of the panels of W [N, K]; gemv_pack_panels: W into them,
+// as fp32 into P16 or (P32 not null) rounded to bf16 as bf16_copy rounds it.
+int64_t gemv_panel_elems(int64_t N, int64_t K, bool bf16);
+void gemv_pack_panels(const float* W, float* P16, uint16_t* P32, int64_t N, int64_t K);
+
+// A team thread's part of the same products, from the panels P: rows [n0, n1) of W into columns
+// n0..n1 of Y [M, ldy], on the calling thread. The bf16 one takes X already rounded by gemv_x_bf16
+// into XB [M, gemv_bf16_padded(K)] (zero-padded), so that a thread converts an input once for all
+// the matrices it meets. Each output is the sum gemv_f32 / gemv_bf16 give it from W, bit for bit,
+// whatever the rows and the split. Call only where gemv_available(bf16) (else they do nothing).
 bool gemv_available(bool bf16);
-void gemv_rows_f32(const float* W, const float* X, const float* b, float* Y, int64_t ldy, int64_t n0, int64_t n1,
+void gemv_rows_f32(const float* P, const float* X, const float* b, float* Y, int64_t ldy, int64_t n0, int64_t n1,
                    int64_t K, int64_t M);
 int64_t gemv_bf16_padded(int64_t K);
 void gemv_x_bf16(const float* X, uint16_t* XB, int64_t K, int64_t M);
-void gemv_rows_bf16(const uint16_t* W, const uint16_t* XB, const float* b, float* Y, int64_t ldy, int64_t n0,
+void gemv_rows_bf16(const uint16_t* P, const uint16_t* XB, const float* b, float* Y, int64_t ldy, int64_t n0,
                     int64_t n1, int64_t K, int64_t M);
 
 // Plain loops: fp32 (Wb null) or the bf16 semantics above (W null, Wb the bits; X rounded to bf16,
