@@ -63,20 +63,21 @@ inline void sums4(const __m512* a, const float* b, float* y) {
 
 // Where the kernels find a row of W: row-major [N, K] (a Linear's weight as stored: row n's k-th
 // vector at W + n K + k) or the decoder's panels of four rows (gemv_pack_panels: the four rows'
-// vectors side by side, a 4-row pass one stream). kStep: how far a row's next vector lies.
+// vectors side by side, a 4-row pass one stream). kStep: how far a row's next vector lies;
+// kGroup: the rows a pass should start on a multiple of (a panel's first row).
 template <class T, int V>
 struct RowMajor {
-  const T* W;
+  T* W;
   int64_t K;
-  static constexpr int64_t kStep = V;
-  const T* row(int64_t n) const { return W + n * K; }
+  static constexpr int64_t kStep = V, kGroup = 1;
+  T* row(int64_t n) const { return W + n * K; }
 };
 template <class T, int V>
 struct Panels {
-  const T* P;
+  T* P;
   int64_t K;  // (each row padded to whole vectors: Kv = K rounded up to V)
-  static constexpr int64_t kStep = 4 * V;
-  const T* row(int64_t n) const { return P + (n / 4) * 4 * ((K + V - 1) / V * V) + (n % 4) * V; }
+  static constexpr int64_t kStep = 4 * V, kGroup = 4;
+  T* row(int64_t n) const { return P + (n / 4) * 4 * ((K + V - 1) / V * V) + (n % 4) * V; }
 };
 
 #if defined(__AVX512F__)
@@ -127,8 +128,7 @@ void rows_range_f32(const L& w, const float* X, const float* b, float* Y, int64_
                     int64_t K) {
   constexpr int R = M <= 4 ? 4 : 2;
   int64_t n = n0;
-  if constexpr (L::kStep != 16)
-    for (; n % 4 != 0 && n < n1; ++n) rows_f32<1, M>(w, X, b, Y, ldy, n, K);
+  for (; n % L::kGroup != 0 && n < n1; ++n) rows_f32<1, M>(w, X, b, Y, ldy, n, K);
   for (; n + R <= n1; n += R) rows_f32<R, M>(w, X, b, Y, ldy, n, K);
   for (; n < n1; ++n) rows_f32<1, M>(w, X, b, Y, ldy, n, K);
 }
@@ -180,8 +180,7 @@ CTX_GEMV_BF16_TARGET void rows_range_bf16(const L& w, const uint16_t* XB, int64_
                                           int64_t ldy, int64_t n0, int64_t n1, int64_t K) {
   constexpr int R = M <= 4 ? 4 : 2;
   int64_t n = n0;
-  if constexpr (L::kStep != 32)
-    for (; n % 4 != 0 && n < n1; ++n) rows_bf16<1, M>(w, XB, Kp, b, Y, ldy, n, K);
+  for (; n % L::kGroup != 0 && n < n1; ++n) rows_bf16<1, M>(w, XB, Kp, b, Y, ldy, n, K);
   for (; n + R <= n1; n += R) rows_bf16<R, M>(w, XB, Kp, b, Y, ldy, n, K);
   for (; n < n1; ++n) rows_bf16<1, M>(w, XB, Kp, b, Y, ldy, n, K);
 }
@@ -220,23 +219,31 @@ int64_t gemv_panel_elems(int64_t N, int64_t K, bool bf16) {
   return (N + 3) / 4 * 4 * ((K + V - 1) / V * V);
 }
 
-void gemv_pack_panels(const float* W, float* P16, uint16_t* P32, int64_t N, int64_t K) {
-  const bool bf16 = P32 != nullptr;
-  const int64_t V = bf16 ? 32 : 16, Kv = (K + V - 1) / V * V, total = gemv_panel_elems(N, K, bf16);
-  if (bf16) std::fill(P32, P32 + total, (uint16_t)0);
-  else std::fill(P16, P16 + total, 0.f);
+namespace {
+// W's rows into the panels, each vector's worth by `put(src, dst, len)`, zeros past each row's end
+template <class T, int V, class Put>
+void pack_panels(const float* W, T* P, int64_t N, int64_t K, const Put& put) {
+  std::fill(P, P + gemv_panel_elems(N, K, V == 32), T(0));
+  const Panels<T, V> pan{P, K};
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t k0 = 0; k0 < K; k0 += V) {
-      const int64_t at = (n / 4) * 4 * Kv + (k0 / V) * 4 * V + (n % 4) * V, len = std::min(V, K - k0);
-      if (bf16) convert_f32_to_bf16(W + n * K + k0, P32 + at, len);  // (rounded as bf16_copy rounds)
-      else std::memcpy(P16 + at, W + n * K + k0, (size_t)len * sizeof(float));
-    }
+    for (int64_t k0 = 0, at = 0; k0 < K; k0 += V, at += pan.kStep)
+      put(W + n * K + k0, pan.row(n) + at, std::min<int64_t>(V, K - k0));
+}
+}  // namespace
+
+void gemv_pack_panels(const float* W, float* P16, uint16_t* P32, int64_t N, int64_t K) {
+  if (P32)  // rounded as bf16_copy rounds
+    pack_panels<uint16_t, 32>(W, P32, N, K,
+                              [](const float* s, uint16_t* d, int64_t len) { convert_f32_to_bf16(s, d, len); });
+  else
+    pack_panels<float, 16>(W, P16, N, K,
+                           [](const float* s, float* d, int64_t len) { std::memcpy(d, s, (size_t)len * 4); });
 }
 
 void gemv_rows_f32(const float* P, const float* X, const float* b, float* Y, int64_t ldy, int64_t n0, int64_t n1,
                    int64_t K, int64_t M) {
 #if defined(__AVX512F__)
-  const Panels<float, 16> w{P, K};
+  const Panels<const float, 16> w{P, K};
   with_rows(M, [&](auto m) { rows_range_f32<decltype(m)::value>(w, X, b, Y, ldy, n0, n1, K); });
 #else
   (void)P, (void)X, (void)b, (void)Y, (void)ldy, (void)n0, (void)n1, (void)K, (void)M;
@@ -257,14 +264,14 @@ void gemv_rows_bf16(const uint16_t* P, const uint16_t* XB, const float* b, float
                     int64_t n1, int64_t K, int64_t M) {
   if (!gemv_available(true)) return;
   const int64_t Kp = gemv_bf16_padded(K);
-  const Panels<uint16_t, 32> w{P, K};
+  const Panels<const uint16_t, 32> w{P, K};
   with_rows(M, [&](auto m) { rows_range_bf16<decltype(m)::value>(w, XB, Kp, b, Y, ldy, n0, n1, K); });
 }
 
 bool gemv_f32(const float* W, const float* X, const float* b, float* Y, int64_t N, int64_t K, int64_t M) {
   if (!gemv_available(false) || M < 1 || M > kGemvMaxRows) return false;
 #if defined(__AVX512F__)
-  const RowMajor<float, 16> w{W, K};
+  const RowMajor<const float, 16> w{W, K};
   split_rows(N, K * M, [&](int64_t n0, int64_t n1) {
     with_rows(M, [&](auto m) { rows_range_f32<decltype(m)::value>(w, X, b, Y, N, n0, n1, K); });
   });
@@ -280,7 +287,7 @@ bool gemv_bf16(const uint16_t* W, const float* X, const float* b, float* Y, int6
   if ((int64_t)xb.size() < M * Kp) xb.resize((size_t)(M * Kp));
   gemv_x_bf16(X, xb.data(), K, M);
   const uint16_t* xp = xb.data();
-  const RowMajor<uint16_t, 32> w{W, K};
+  const RowMajor<const uint16_t, 32> w{W, K};
   split_rows(N, K * M, [&](int64_t n0, int64_t n1) {
     with_rows(M, [&](auto m) { rows_range_bf16<decltype(m)::value>(w, xp, Kp, b, Y, N, n0, n1, K); });
   });
