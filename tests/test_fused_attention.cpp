@@ -1,6 +1,7 @@
 // tests/test_fused_attention.cpp — the fused causal attention op (autograd/ops_attention.h):
 // forward and the gradients of q, k, v and bias against the unfused composition (matmul /
-// causal_mask / softmax; relative 1e-5 in f32, 1e-10 in f64) over shapes with T = 1, odd T and
+// causal_mask / softmax; relative 1e-5 in f32, 1e-10 in f64) over shapes with T = 1 (the decode
+// step's one-query kernel at its vector and tail sizes), odd T and
 // Dh, a memory prefix (S > T), several tiles, with and without a bias, windows 0 / 1 / 3 / >= S;
 // f64 gradchecks; argument errors; and the model level: a tiny GPT per encoding gives the same
 // loss and parameter gradients with the fused path on and off (set_fast_path(FastPath::Attention)).
@@ -92,6 +93,9 @@ std::vector<Case> all_cases() {
   const std::vector<std::array<int64_t, 5>> shapes = {
       {1, 1, 1, 1, 4},   {2, 3, 1, 6, 5},   {2, 2, 7, 7, 3},    {1, 3, 5, 12, 7},
       {2, 2, 9, 9, 16},  {1, 2, 70, 70, 8}, {2, 1, 67, 131, 5}, {1, 2, 130, 130, 33},
+      // one query (a decode step's kernel, one_query): keys in fours and a tail, whole vectors of
+      // logits and a part one, Dh in register blocks of 4, 3, 2, 1 vectors and a scalar tail
+      {2, 3, 1, 37, 32}, {1, 2, 1, 131, 64}, {2, 2, 1, 70, 80}, {2, 2, 1, 19, 24}, {1, 1, 1, 258, 48},
   };
   std::vector<Case> cases;
   for (auto& s : shapes)

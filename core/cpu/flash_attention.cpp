@@ -476,6 +476,119 @@ void stats_row(const F* p, const F* logit, ColRange cr, F mnew, F alpha, F shift
   ent += a, dist += b, sink += s;
 }
 
+// ---- one query per (b, h): a decode step ----
+// The scores s[j] = q . k_j of keys [jlo, jhi) (rows of Dh in place), four keys a pass: their
+// four lane sums share one tree of adds (hsum_tree_x4) where F is float in 16 lanes and Dh a
+// multiple of 16, else dot_n per key.
+template <class F>
+void one_query_scores(const F* q, const F* k, int64_t Dh, int64_t jlo, int64_t jhi, F* s) {
+  int64_t j = jlo;
+  if constexpr (std::is_same_v<F, float> && kW<F> == 16) {
+    if (Dh % 16 == 0)
+      for (; j + 4 <= jhi; j += 4) {
+        Vec<F> a[4] = {};
+        const F* kj = k + j * Dh;
+        for (int64_t c = 0; c < Dh; c += 16) {
+          const Vec<F> x = vload(q + c);
+          for (int r = 0; r < 4; ++r) a[r] += x * vload(kj + r * Dh + c);
+        }
+        hsum_tree_x4(a, s + j);
+      }
+  }
+  for (; j < jhi; ++j) s[j] = dot_n(q, k + j * Dh, Dh);
+}
+
+// s[j] = e^(s[j] - m) on [jlo, jhi) (a last part-vector computed whole with its extra lanes at
+// -inf: 0, stored only where in range); returns the sum.
+template <class F>
+F one_query_exp(F* s, int64_t jlo, int64_t jhi, F m) {
+  constexpr int64_t W = kW<F>;
+  const Vec<F> mv = splat(m);
+  Vec<F> acc{};
+  int64_t j = jlo;
+  for (; j + W <= jhi; j += W) {
+    const Vec<F> e = exp_vec(vload(s + j) - mv);
+    vstore(s + j, e);
+    acc += e;
+  }
+  if (j < jhi) {
+    Vec<F> x = splat(-std::numeric_limits<F>::infinity());
+    for (int64_t l = 0; l < jhi - j; ++l) x[l] = s[j + l];
+    const Vec<F> e = exp_vec(x - mv);
+    for (int64_t l = 0; l < jhi - j; ++l) s[j + l] = e[l];
+    acc += e;
+  }
+  return hsum_tree<F, kVecBytes>(&acc);
+}
+
+// acc[c0, c0 + NV W) = sum_j p[j] v[j, c0..] over keys [jlo, jhi): NV vectors of columns kept in
+// registers over every key, four keys' products in four separate sums (no chain of one add a key
+// through memory).
+template <class F, int NV>
+void one_query_pv(const F* p, const F* v, int64_t Dh, int64_t c0, int64_t jlo, int64_t jhi, F* acc) {
+  constexpr int64_t W = kW<F>;
+  Vec<F> a[4][NV] = {};
+  int64_t j = jlo;
+  for (; j + 4 <= jhi; j += 4)
+    for (int u = 0; u < 4; ++u) {
+      const Vec<F> pu = splat(p[j + u]);
+      const F* vj = v + (j + u) * Dh + c0;
+      for (int n = 0; n < NV; ++n) a[u][n] += pu * vload(vj + n * W);
+    }
+  for (; j < jhi; ++j) {
+    const Vec<F> pj = splat(p[j]);
+    for (int n = 0; n < NV; ++n) a[0][n] += pj * vload(v + j * Dh + c0 + n * W);
+  }
+  for (int n = 0; n < NV; ++n) vstore(acc + c0 + n * W, (a[0][n] + a[1][n]) + (a[2][n] + a[3][n]));
+}
+
+// One query row against the keys [jlo, jhi) of its (b, h), as a decode step has (T = 1): the
+// whole row's logits first (scale, bias row brow or null), their max, one exponential each, then
+// o = p v / l: no key tiles and no rescaling by a running max, which is what costs most per key
+// in the tiled loop when a tile has one query (docs/sampling.md, "The decode step's attention").
+// q [Dh], k, v rows of Dh; s: scratch of jhi elements; acc: scratch of Dh. Writes o [Dh] and lse.
+template <class F>
+void one_query(const F* q, const F* k, const F* v, const F* brow, int64_t Dh, int64_t jlo, int64_t jhi, F sc,
+               F* s, F* acc, F* o, F* lse) {
+  constexpr int64_t W = kW<F>;
+  const F ninf = -std::numeric_limits<F>::infinity();
+  one_query_scores(q, k, Dh, jlo, jhi, s);
+  const Vec<F> scv = splat(sc);
+  Vec<F> mxv = splat(ninf);
+  int64_t j = jlo;
+  for (; j + W <= jhi; j += W) {
+    Vec<F> x = vload(s + j) * scv;
+    if (brow) x += vload(brow + j);
+    vstore(s + j, x);
+    mxv = mxv < x ? x : mxv;
+  }
+  F mx = ninf;
+  for (int64_t l = 0; l < W; ++l) mx = std::max(mx, mxv[l]);
+  for (; j < jhi; ++j) {
+    s[j] = s[j] * sc + (brow ? brow[j] : F(0));
+    mx = std::max(mx, s[j]);
+  }
+  if (!(mx > ninf)) {  // no key, or only -inf logits: o = 0, lse = +inf (as the tiled loop)
+    std::fill(o, o + Dh, F(0));
+    *lse = std::numeric_limits<F>::infinity();
+    return;
+  }
+  const F l = one_query_exp(s, jlo, jhi, mx);
+  int64_t c = 0;  // acc = p v: up to four vectors of columns at a time in registers, the rest one by one
+  for (; c + 4 * W <= Dh; c += 4 * W) one_query_pv<F, 4>(s, v, Dh, c, jlo, jhi, acc);
+  if (Dh - c >= 3 * W) one_query_pv<F, 3>(s, v, Dh, c, jlo, jhi, acc), c += 3 * W;
+  if (Dh - c >= 2 * W) one_query_pv<F, 2>(s, v, Dh, c, jlo, jhi, acc), c += 2 * W;
+  if (Dh - c >= W) one_query_pv<F, 1>(s, v, Dh, c, jlo, jhi, acc), c += W;
+  for (; c < Dh; ++c) {
+    F x = 0;
+    for (j = jlo; j < jhi; ++j) x += s[j] * v[j * Dh + c];
+    acc[c] = x;
+  }
+  const F inv = F(1) / l;
+  for (int64_t c = 0; c < Dh; ++c) o[c] = acc[c] * inv;
+  *lse = mx + std::log(l);
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------- forward ----
@@ -490,6 +603,16 @@ void flash_attention_forward(const FlashAttnDims& d, const F* q, const F* k, con
   const F sc = (F)d.scale;
   const F ninf = -std::numeric_limits<F>::infinity();
   const bool dropping = d.dropout.active();
+  if (T == 1 && !rel.logit_terms() && !rel.vrel && !stats.rows && !dropping) {  // a decode step's query
+    const int64_t jlo = d.window > 0 ? std::max<int64_t>(0, g.off - d.window + 1) : 0;
+    CTX_OMP_IF(g.BH > 1 && parallel_pays(g.work), "omp parallel for schedule(static)",
+    for (int64_t bh = 0; bh < g.BH; ++bh) {
+      Scratch<F> s(S), acc(Dh);
+      one_query(q + bh * Dh, k + bh * KS * Dh, v + bh * KS * Dh, bias ? bias + (bh % H) * S : nullptr, Dh, jlo, S,
+                sc, s.data(), acc.data(), o + bh * Dh, lse + bh);
+    });
+    return;
+  }
   // keys of (b, h): K^T tiles [nkb][Dp][BC]; V as rows of Dp ([S, Dp]: v itself when Dh == Dp)
   const bool direct = T <= kDirectRows;  // scores from k in place, no K^T tiles
   // bf16 products (--precision bf16); not for a decode step's few queries, where packing the
