@@ -12,6 +12,7 @@
 // with one sequence; tests/test_decode_engine.cpp).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
@@ -31,6 +32,14 @@ struct DecodeLayer {
   Tensor k_cache, v_cache;  // [B, H, capacity, Dh] (keys rotated)
 };
 
+// What a backend keeps from one step it made to the next over the same weights (the CPU: its pack
+// of them, ~4 ms to make for `small` in fp32 against ~0.2 ms a step: docs/sampling.md, "The pack
+// kept"). Owned by the model (nn::GPT::decode_keep), so it lives and dies with the weights; the
+// backend checks it against the weights it is handed and makes it anew when any has changed.
+struct DecodeKeep {
+  virtual ~DecodeKeep() = default;
+};
+
 // The stack: sizes, the layers, the embeddings and the output head.
 struct DecodeStack {
   int64_t B = 1, H = 1, Dh = 1, capacity = 1;
@@ -44,6 +53,7 @@ struct DecodeStack {
   Tensor norm_f_w, norm_f_b;
   double norm_f_eps = 1e-5;
   Tensor head_w;            // [V, D] (the tied wte, or lm_head's weight)
+  std::shared_ptr<DecodeKeep>* keep = nullptr;  // the model's slot for what the backend keeps (null: none)
 };
 
 // A step of one stack, with its buffers made once (no allocation in run).

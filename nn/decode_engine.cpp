@@ -86,6 +86,7 @@ DecodeStack DecodeEngine::stack() const {
   s.cos = tables_.cos, s.sin = tables_.sin, s.interleaved = tables_.interleaved;
   s.norm_f_w = m_.norm_f->weight.data(), s.norm_f_b = bias(*m_.norm_f), s.norm_f_eps = m_.norm_f->eps;
   s.head_w = m_.lm_head ? m_.lm_head->weight.data() : s.wte;
+  s.keep = &m_.decode_keep;
   return s;
 }
 

@@ -10,6 +10,10 @@
 #include "nn/layers.h"
 #include "posenc/posenc.h"
 
+namespace ctx {
+struct DecodeKeep;  // core/decode_step.h
+}
+
 namespace ctx::nn {
 
 // The residual stream between blocks: x [B, T, D], and xn = the next norm of x (the block's norm1,
@@ -103,6 +107,9 @@ class GPT : public Module {
   // The randomized-positions sampler's RNG (POSENC_SPEC §7.3, "randomized": M): seeded by the
   // trainer from --seed, saved with the optimizer state like the data position.
   Rng position_rng{0};
+  // What the backend keeps between the graph-free decoder's steps made over these weights (the
+  // CPU's pack of them: core/decode_step.h, DecodeKeep); checked against the weights when used.
+  std::shared_ptr<DecodeKeep> decode_keep;
 };
 
 }  // namespace ctx::nn

@@ -18,6 +18,7 @@
 #include "autograd/variable.h"
 #include "core/allocator.h"
 #include "core/backend.h"
+#include "core/cpu/fused.h"  // decode_packs_made
 #include "core/cpu/scratch_arena.h"
 #include "core/fast_paths.h"
 #include "core/precision.h"
@@ -214,6 +215,47 @@ TEST_F(DecodeEngineTest, OneCallAStepGivesTheOpByOpStepsBits) {
           // up to 4.2e-3 seen in the sanitizer build; the bf16 GEMV's own bound is 1e-2, test_gemv)
           else EXPECT_LE(worst, bf16 ? 1e-2 : 1e-5);
         }
+  }
+}
+
+// The CPU step's pack of the weights is kept by the model (core/decode_step.h, DecodeKeep): a second
+// engine over the same weights makes none and gives the first one's logits; a write to one weight
+// retires it (the next engine packs again and follows the new weight, bit for bit with the op-by-op
+// step, which reads the weights themselves); so does a change of precision.
+TEST_F(DecodeEngineTest, TheStepsPackIsKeptWhileTheWeightsAreUnchanged) {
+  auto m = model_for({{"type", "learned"}});
+  NoGradGuard g;
+  const auto tok = ids(12, 7);
+  auto run = [&](bool whole) {
+    set_fast_path(FastPath::DecodeStep, whole);
+    auto e = nn::DecodeEngine::make(*m, 1, 16, 0, nullptr);
+    EXPECT_STREQ(e->step_kind(), whole ? "one backend call" : "op by op");
+    std::vector<float> all;
+    for (int32_t t : tok) {
+      const Tensor& z = e->step(&t);
+      all.insert(all.end(), z.host<float>(), z.host<float>() + z.numel());
+    }
+    return all;
+  };
+  const int64_t n0 = cpu::decode_packs_made();
+  const auto first = run(true);
+  EXPECT_EQ(cpu::decode_packs_made(), n0 + 1);
+  EXPECT_EQ(run(true), first) << "the kept pack gives the first engine's logits";
+  EXPECT_EQ(cpu::decode_packs_made(), n0 + 1) << "a second engine over the same weights packed them again";
+  // one weight written: the pack is retired, the next engine packs the new weight
+  m->blocks[1]->mlp->fc->weight.data().data<float>()[5] += 0.75f;
+  const auto after = run(true);
+  EXPECT_EQ(cpu::decode_packs_made(), n0 + 2) << "a written weight did not retire the kept pack";
+  EXPECT_NE(after, first);
+  EXPECT_EQ(after, run(false)) << "the new pack against the op-by-op step (the weights themselves)";
+  if (testing_util::cpu_runs_bf16_else_check_refusal()) {
+    {
+      PrecisionScope ps(Precision::BF16);
+      run(true);
+    }
+    EXPECT_EQ(cpu::decode_packs_made(), n0 + 3) << "bf16 took the fp32 pack";
+    EXPECT_EQ(run(true), after);
+    EXPECT_EQ(cpu::decode_packs_made(), n0 + 4) << "fp32 took the bf16 pack";
   }
 }
 

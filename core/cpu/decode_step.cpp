@@ -9,7 +9,8 @@
 //   its rows of Wp over the merged heads o [B, D]                                          | barrier
 //   x += a; norm2; its rows of Wfc and their GELU                                          | barrier
 //   its rows of Wm over h [B, F]                                                           | barrier
-// The weights are streamed from the step's own pack, made when it is made: every matrix in the
+// The weights are streamed from the step's own pack, made when it is made (or the one the model
+// keeps from the last step made over the same weights unchanged: PackKeep below): every matrix in the
 // order a step reads them, in one buffer of the pool (huge pages: 19 MB of fp32 `small` in 4 KiB
 // pages missed the TLB; docs/performance.md, "Huge pages"), each in panels of four rows (a
 // four-row pass of the GEMV one stream, not four: core/cpu/gemv.h), fp32 or rounded to bf16 as the
@@ -17,8 +18,10 @@
 // ref::layernorm / rmsnorm, rope_rotate_rows_f32, flash_attention_forward, gelu_tanh_f32), so the
 // logits are its logits: bit for bit with one sequence (tests/test_decode_engine.cpp). With several, the per-op step's norms take oneDNN's
 // kernel on the rows and the two differ by rounding.
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "core/cpu/bf16_convert.h"
@@ -41,6 +44,33 @@ struct Lin {
   int64_t N = 0, K = 0;
   size_t at = 0;             // bytes into the pack
 };
+
+// The pack and what it was made from (DecodeKeep, core/decode_step.h): for each Linear in order, its
+// weight's storage (weak: a freed storage never matches again, whatever block takes its place),
+// how many mutable accesses that storage had had (Storage::writes: any later one retires the pack),
+// and where in it the matrix lay. Kept by the model; a step made over the same weights unchanged
+// shares the pack instead of making it again.
+struct PackKeep final : DecodeKeep {
+  struct Source {
+    std::weak_ptr<Storage> storage;
+    uint64_t writes = 0;
+    int64_t offset = 0, N = 0, K = 0;
+  };
+  bool bf16 = false;
+  std::vector<Source> sources;
+  Tensor pack;
+  bool matches(const PackKeep& o) const {
+    if (bf16 != o.bf16 || sources.size() != o.sources.size()) return false;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const Source &a = sources[i], &b = o.sources[i];
+      const std::shared_ptr<Storage> sa = a.storage.lock(), sb = b.storage.lock();
+      if (!sa || sa != sb || a.writes != b.writes || a.offset != b.offset || a.N != b.N || a.K != b.K) return false;
+    }
+    return true;
+  }
+};
+std::mutex g_keep_mutex;             // (two engines may be made over one model at once)
+std::atomic<int64_t> g_packs_made{0};
 
 struct Norm {
   const float* w = nullptr;
@@ -68,6 +98,10 @@ class CpuDecodeStep final : public DecodeStep {
 
  private:
   void step(const Team& tm);
+  // The pack of lins_' weights: the one `keep` holds when made from these weights unchanged, else
+  // made now (and kept there)
+  Tensor kept_pack(std::shared_ptr<DecodeKeep>* keep);
+  Tensor make_pack();
   void layer(const Team& tm, Rank& r, size_t l);
   // r.y = norm(r.x + a) with r.x += a first (a null: r.x as it is)
   void norm(const Norm& n, Rank& r, const float* a) const;
@@ -92,6 +126,11 @@ class CpuDecodeStep final : public DecodeStep {
   int64_t pos_ = 0;
   float* logits_ = nullptr;
 };
+
+// a Linear's bytes in the pack (its panels, rounded up to 64 bytes)
+size_t pack_bytes(const Lin& l, bool bf16) {
+  return ((size_t)gemv_panel_elems(l.N, l.K, bf16) * (bf16 ? 2 : 4) + 63) / 64 * 64;
+}
 
 Lin lin(const Tensor& w, const Tensor& b) {
   return {w, b.defined() ? b.data<float>() : nullptr, w.size(0), w.size(1), 0};
@@ -119,23 +158,7 @@ CpuDecodeStep::CpuDecodeStep(const DecodeStack& s, int threads, bool bf16)
   for (Layer& l : layers_)
     for (Lin* p : {&l.qkv, &l.proj, &l.fc, &l.mproj}) lins_.push_back(p);
   lins_.push_back(&head_);
-  // The pack: every weight in the order a step streams them, each on a 64-byte boundary, in one
-  // buffer (one huge-page block of the pool: docs/performance.md, "Huge pages"); bf16: each value
-  // rounded as bf16_copy rounds it. A snapshot: the model must not change while the step is used.
-  // Each matrix in panels of four rows (gemv_pack_panels: a four-row pass reads one stream).
-  const size_t wbytes = bf16_ ? 2 : 4;
-  size_t total = 0;
-  for (Lin* l : lins_) {
-    l->at = total;
-    total += ((size_t)gemv_panel_elems(l->N, l->K, bf16_) * wbytes + 63) / 64 * 64;
-  }
-  pack_ = Tensor::empty({(int64_t)(total / 4)}, DType::F32);
-  char* base = reinterpret_cast<char*>(pack_.data<float>());
-  for (const Lin* l : lins_) {
-    float* p16 = bf16_ ? nullptr : reinterpret_cast<float*>(base + l->at);
-    uint16_t* p32 = bf16_ ? reinterpret_cast<uint16_t*>(base + l->at) : nullptr;
-    gemv_pack_panels(l->src.data<float>(), p16, p32, l->N, l->K);
-  }
+  pack_ = kept_pack(s.keep);
   wte_ = s.wte.data<float>();
   add_ = s.add.defined() ? s.add.data<float>() : nullptr;
   cos_ = rope_ ? s.cos.data<float>() : nullptr;
@@ -153,6 +176,42 @@ CpuDecodeStep::CpuDecodeStep(const DecodeStack& s, int threads, bool bf16)
   a_ = make({B_, D_});
   pre_ = make({B_, F_});
   h_ = make({B_, F_});
+}
+
+Tensor CpuDecodeStep::kept_pack(std::shared_ptr<DecodeKeep>* keep) {
+  auto want = std::make_shared<PackKeep>();
+  want->bf16 = bf16_;
+  for (const Lin* l : lins_)
+    want->sources.push_back({l->src.storage(), l->src.storage()->writes.load(std::memory_order_relaxed),
+                             l->src.offset(), l->N, l->K});
+  if (!keep) return make_pack();
+  std::lock_guard<std::mutex> lock(g_keep_mutex);
+  if (const auto* kept = dynamic_cast<const PackKeep*>(keep->get()); kept && kept->matches(*want)) {
+    size_t at = 0;  // (the offsets follow from the sizes, which matched)
+    for (Lin* l : lins_) l->at = at, at += pack_bytes(*l, bf16_);
+    return kept->pack;
+  }
+  want->pack = make_pack();
+  *keep = want;
+  return want->pack;
+}
+
+// The pack: every weight in the order a step streams them, each on a 64-byte boundary, in one
+// buffer (one huge-page block of the pool: docs/performance.md, "Huge pages"); bf16: each value
+// rounded as bf16_copy rounds it. A snapshot: the model must not change while the step is used.
+// Each matrix in panels of four rows (gemv_pack_panels: a four-row pass reads one stream).
+Tensor CpuDecodeStep::make_pack() {
+  g_packs_made.fetch_add(1, std::memory_order_relaxed);
+  size_t total = 0;
+  for (Lin* l : lins_) l->at = total, total += pack_bytes(*l, bf16_);
+  Tensor pack = Tensor::empty({(int64_t)(total / 4)}, DType::F32);
+  char* base = reinterpret_cast<char*>(pack.data<float>());
+  for (const Lin* l : lins_) {
+    float* p16 = bf16_ ? nullptr : reinterpret_cast<float*>(base + l->at);
+    uint16_t* p32 = bf16_ ? reinterpret_cast<uint16_t*>(base + l->at) : nullptr;
+    gemv_pack_panels(l->src.data<float>(), p16, p32, l->N, l->K);
+  }
+  return pack;
 }
 
 void CpuDecodeStep::run(const int64_t* tokens, int64_t pos, Tensor& logits) {
@@ -262,6 +321,8 @@ void CpuDecodeStep::step(const Team& tm) {
 }
 
 }  // namespace
+
+int64_t decode_packs_made() { return g_packs_made.load(std::memory_order_relaxed); }
 
 std::unique_ptr<DecodeStep> make_decode_step(const DecodeStack& s, int threads) {
   const bool bf16 = gemm_precision() == Precision::BF16;

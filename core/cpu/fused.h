@@ -41,6 +41,9 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 // Backend::make_decode_step on the CPU (core/cpu/decode_step.cpp): null where the GEMV kernels
 // are missing for the precision in force (core/cpu/gemv.h) or a GEMM implementation was chosen.
 std::unique_ptr<DecodeStep> make_decode_step(const DecodeStack& s, int threads);
+// How many packs of a stack's weights the CPU's decode steps have made (process-wide): a step made
+// over weights the model's DecodeKeep already packed, unchanged, makes none (for the tests).
+int64_t decode_packs_made();
 
 void sum_squares(const Tensor& x, const std::vector<FlatChunk>& chunks, Tensor& out);
 void adamw_flat(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
