@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "core/cpu/bf16_convert.h"
@@ -89,6 +90,7 @@ struct Layer {
 struct Rank {
   Tensor x, y, mean, rstd;   // [B, D], [B, D], [B], [B]
   std::vector<uint16_t> xb;  // [B, Kp] for the widest input (F or D)
+  float *px, *py, *pmean, *prstd;  // their data (taken once: a mutable data() is four atomic operations)
 };
 
 class CpuDecodeStep final : public DecodeStep {
@@ -118,9 +120,13 @@ class CpuDecodeStep final : public DecodeStep {
   Lin head_;
   std::vector<Lin*> lins_;  // every Linear, in the order they are streamed
   Tensor pack_;             // their weights, fp32 or rounded to bf16, one after the other
+  const char* pack_p_ = nullptr;
   const float *wte_, *add_, *cos_, *sin_;
   std::vector<Rank> ranks_;
   Tensor qkv_, qr_, o_, lse_, a_, pre_, h_;  // [B, 3D], [B, H, Dh], [B, D], [B, H], [B, D], [B, F], [B, F]
+  // their data, taken once: a mutable Tensor::data() counts a write with atomic operations on the
+  // storage, which the team's threads would pass between their caches a dozen times a layer
+  float *qkv_p_, *qr_p_, *o_p_, *lse_p_, *a_p_, *pre_p_, *h_p_;
   // this step's arguments, for the team (one pointer captured: run_team's std::function holds it in place)
   const int64_t* tok_ = nullptr;
   int64_t pos_ = 0;
@@ -159,6 +165,7 @@ CpuDecodeStep::CpuDecodeStep(const DecodeStack& s, int threads, bool bf16)
     for (Lin* p : {&l.qkv, &l.proj, &l.fc, &l.mproj}) lins_.push_back(p);
   lins_.push_back(&head_);
   pack_ = kept_pack(s.keep);
+  pack_p_ = reinterpret_cast<const char*>(std::as_const(pack_).data<float>());
   wte_ = s.wte.data<float>();
   add_ = s.add.defined() ? s.add.data<float>() : nullptr;
   cos_ = rope_ ? s.cos.data<float>() : nullptr;
@@ -166,8 +173,10 @@ CpuDecodeStep::CpuDecodeStep(const DecodeStack& s, int threads, bool bf16)
   auto make = [](const Shape& sh) { return Tensor::empty(sh, DType::F32); };
   const int64_t widest = gemv_bf16_padded(std::max(D_, F_));
   for (int r = 0; r < threads_; ++r) {
-    ranks_.push_back({make({B_, D_}), make({B_, D_}), make({B_}), make({B_}), {}});
-    if (bf16_) ranks_.back().xb.assign((size_t)(B_ * widest), 0);
+    Rank k{make({B_, D_}), make({B_, D_}), make({B_}), make({B_}), {}, nullptr, nullptr, nullptr, nullptr};
+    k.px = k.x.data<float>(), k.py = k.y.data<float>(), k.pmean = k.mean.data<float>(), k.prstd = k.rstd.data<float>();
+    if (bf16_) k.xb.assign((size_t)(B_ * widest), 0);
+    ranks_.push_back(std::move(k));
   }
   qkv_ = make({B_, 3 * D_});
   qr_ = make({B_, H_, Dh_});
@@ -176,6 +185,8 @@ CpuDecodeStep::CpuDecodeStep(const DecodeStack& s, int threads, bool bf16)
   a_ = make({B_, D_});
   pre_ = make({B_, F_});
   h_ = make({B_, F_});
+  qkv_p_ = qkv_.data<float>(), qr_p_ = qr_.data<float>(), o_p_ = o_.data<float>(), lse_p_ = lse_.data<float>();
+  a_p_ = a_.data<float>(), pre_p_ = pre_.data<float>(), h_p_ = h_.data<float>();
 }
 
 Tensor CpuDecodeStep::kept_pack(std::shared_ptr<DecodeKeep>* keep) {
@@ -234,28 +245,28 @@ void CpuDecodeStep::gemv(size_t i, const float* x, const uint16_t* xb, float* y,
                          std::pair<int64_t, int64_t> rows) const {
   const Lin& l = *lins_[i];
   if (rows.first >= rows.second) return;
-  const char* w = reinterpret_cast<const char*>(pack_.data<float>()) + l.at;
+  const char* w = pack_p_ + l.at;
   if (bf16_) gemv_rows_bf16(reinterpret_cast<const uint16_t*>(w), xb, l.b, y, ldy, rows.first, rows.second, l.K, B_);
   else gemv_rows_f32(reinterpret_cast<const float*>(w), x, l.b, y, ldy, rows.first, rows.second, l.K, B_);
 }
 
 void CpuDecodeStep::norm(const Norm& n, Rank& r, const float* a) const {
-  float* x = r.x.data<float>();
+  float* x = r.px;
   float* h = a ? x : nullptr;  // x + a written over x, then normalised
   if (n.b)
-    ref::layernorm<float>(x, n.w, n.b, n.eps, r.y.data<float>(), r.mean.data<float>(), r.rstd.data<float>(), B_, D_,
+    ref::layernorm<float>(x, n.w, n.b, n.eps, r.py, r.pmean, r.prstd, B_, D_,
                           a, h);
   else
-    ref::rmsnorm<float>(x, n.w, n.eps, r.y.data<float>(), r.rstd.data<float>(), B_, D_, a, h);
+    ref::rmsnorm<float>(x, n.w, n.eps, r.py, r.prstd, B_, D_, a, h);
 }
 
 void CpuDecodeStep::layer(const Team& tm, Rank& r, size_t l) {
   const Layer& L = layers_[l];
   const size_t lin0 = 4 * l;  // qkv, proj, fc, mproj in lins_
-  float* qkv = qkv_.data<float>();
-  float* o = o_.data<float>();
-  float* a = a_.data<float>();
-  const float* y = r.y.data<float>();
+  float* qkv = qkv_p_;
+  float* o = o_p_;
+  float* a = a_p_;
+  const float* y = r.py;
   // q, k, v of this thread's heads h0..h1 (columns h Dh.. of each block), for every sequence
   const auto [h0, h1] = tm.share(H_);
   if (h1 > h0) {
@@ -273,7 +284,7 @@ void CpuDecodeStep::layer(const Team& tm, Rank& r, size_t l) {
         std::memcpy(L.v_cache + head0 + (i * cap_ + pos_) * Dh_, v + i * Dh_, (size_t)Dh_ * sizeof(float));
       }
       if (rope_) {
-        float* qr = qr_.data<float>() + (b * H_ + h0) * Dh_;
+        float* qr = qr_p_ + (b * H_ + h0) * Dh_;
         rope_rotate_rows_f32(q, cos_ + pos_ * half, sin_ + pos_ * half, qr, n, 1, Dh_, interleaved_);
         q = qr;
       }
@@ -283,7 +294,7 @@ void CpuDecodeStep::layer(const Team& tm, Rank& r, size_t l) {
       d.scale = 1.0 / std::sqrt((double)Dh_);
       d.kv_rows = cap_;
       flash_attention_forward<float>(d, q, L.k_cache + head0, L.v_cache + head0, nullptr, o + b * D_ + h0 * Dh_,
-                                     lse_.data<float>() + b * H_ + h0);
+                                     lse_p_ + b * H_ + h0);
     }
   }
   tm.barrier();
@@ -291,8 +302,8 @@ void CpuDecodeStep::layer(const Team& tm, Rank& r, size_t l) {
   tm.barrier();
   norm(L.norm2, r, a);  // x += a; y = norm2(x)
   const auto f = tm.share(F_, 16);
-  float* pre = pre_.data<float>();
-  float* h = h_.data<float>();
+  float* pre = pre_p_;
+  float* h = h_p_;
   gemv(lin0 + 2, y, convert(r, y, D_), pre, F_, f);
   if (f.second > f.first)
     for (int64_t b = 0; b < B_; ++b) gelu_tanh_f32(pre + b * F_ + f.first, h + b * F_ + f.first, f.second - f.first);
@@ -303,7 +314,7 @@ void CpuDecodeStep::layer(const Team& tm, Rank& r, size_t l) {
 
 void CpuDecodeStep::step(const Team& tm) {
   Rank& r = ranks_[(size_t)tm.rank()];
-  float* x = r.x.data<float>();
+  float* x = r.px;
   for (int64_t b = 0; b < B_; ++b) {  // x = wte[token] (+ the table's row pos)
     std::memcpy(x + b * D_, wte_ + tok_[b] * D_, (size_t)D_ * sizeof(float));
     if (add_)
@@ -313,10 +324,10 @@ void CpuDecodeStep::step(const Team& tm) {
   for (size_t l = 0; l < layers_.size(); ++l) {
     norm(layers_[l].norm1, r, pending);
     layer(tm, r, l);
-    pending = a_.data<float>();
+    pending = a_p_;
   }
   norm(norm_f_, r, pending);
-  const float* y = r.y.data<float>();
+  const float* y = r.py;
   gemv(lins_.size() - 1, y, convert(r, y, D_), logits_, V_, tm.share(V_, 16));
 }
 
