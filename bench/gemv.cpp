@@ -9,7 +9,8 @@
 //         weights in panels of four rows (gemv_rows_*)
 //   fork  gemv_f32 / gemv_bf16 on the whole matrix (row-major), which forks its own region per call
 // and the team's step without its barriers ("team, no barrier": what the barriers cost) and over
-// the row-major matrices ("team, row-major": what the panels gain). Each
+// the row-major matrices ("team, row-major": what the panels gain), and "pack": making the panels
+// from the fp32 weights (what a decode step's first make costs; the model keeps them after). Each
 // kernel's rounds run back to back, so its weights stay cached between steps as in a decode.
 //   bench_gemv [--preset small|medium] [--rows 1] [--threads 2] [--repeats 200]
 #include <cstdio>
@@ -150,10 +151,19 @@ int main(int argc, char** argv) {
       for (const Mat& m : mats) slice(m, 0, m.N, bf16);
     };
   };
-  bench::Candidates c = {{"f32 team", team(false, true)}, {"f32 team, no barrier", team(false, false)},
+  // what making a decode step costs first (its pack; the model keeps it for the steps made after)
+  auto pack_all = [&](bool bf16) {
+    return [&, bf16] {
+      for (const Mat& m : mats) {
+        if (bf16) cpu::gemv_pack_panels(m.w.data<float>(), nullptr, const_cast<uint16_t*>(m.p16), m.N, m.K);
+        else cpu::gemv_pack_panels(m.w.data<float>(), const_cast<float*>(m.p32), nullptr, m.N, m.K);
+      }
+    };
+  };
+  bench::Candidates c = {{"f32 pack", pack_all(false)}, {"f32 team", team(false, true)}, {"f32 team, no barrier", team(false, false)},
                          {"f32 team, row-major", team(false, true, false)}, {"f32 fork", fork(false)}};
   if (cpu_has_avx512_bf16())
-    c.insert(c.end(), {{"bf16 team", team(true, true)}, {"bf16 team, no barrier", team(true, false)},
+    c.insert(c.end(), {{"bf16 pack", pack_all(true)}, {"bf16 team", team(true, true)}, {"bf16 team, no barrier", team(true, false)},
                        {"bf16 team, row-major", team(true, true, false)}, {"bf16 fork", fork(true)}});
   else
     std::printf("# this CPU has no avx512_bf16: fp32 kernels only\n");

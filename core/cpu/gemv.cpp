@@ -220,24 +220,44 @@ int64_t gemv_panel_elems(int64_t N, int64_t K, bool bf16) {
 }
 
 namespace {
-// W's rows into the panels, each vector's worth by `put(src, dst, len)`, zeros past each row's end
-template <class T, int V, class Put>
-void pack_panels(const float* W, T* P, int64_t N, int64_t K, const Put& put) {
-  std::fill(P, P + gemv_panel_elems(N, K, V == 32), T(0));
+// W's rows into the panels (bf16: each row rounded whole first, as bf16_copy rounds), a vector's
+// worth at a time, zeros past each row's end (and in the rows past N of the last panel). The panels
+// are independent: the threads pack them in parallel, each zeroed first only where it has padding
+// (docs/sampling.md, "The pack kept").
+template <class T, int V>
+void pack_panels(const float* W, T* P, int64_t N, int64_t K) {
   const Panels<T, V> pan{P, K};
-  for (int64_t n = 0; n < N; ++n)
+  const int64_t panels = (N + 3) / 4, elems = gemv_panel_elems(4, K, V == 32);  // elements a panel
+  CTX_OMP_IF(parallel_pays(N * K), "omp parallel for schedule(static)",
+  for (int64_t p = 0; p < panels; ++p) {
+    if (K % V != 0 || 4 * p + 4 > N) std::fill(P + p * elems, P + (p + 1) * elems, T(0));
+    const int64_t rows = std::min<int64_t>(4, N - 4 * p);
+    const T* src[4];
+    thread_local std::vector<uint16_t> rounded;  // (bf16) the panel's rows, rounded
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* w = W + (4 * p + r) * K;
+      if constexpr (std::is_same_v<T, float>) {
+        src[r] = w;
+      } else {
+        rounded.resize((size_t)(4 * K));
+        convert_f32_to_bf16(w, rounded.data() + r * K, K);
+        src[r] = rounded.data() + r * K;
+      }
+    }
+    // the panel written in order: each vector position, the rows' vectors side by side
     for (int64_t k0 = 0, at = 0; k0 < K; k0 += V, at += pan.kStep)
-      put(W + n * K + k0, pan.row(n) + at, std::min<int64_t>(V, K - k0));
+      for (int64_t r = 0; r < rows; ++r) {
+        T* d = pan.row(4 * p + r) + at;
+        if (k0 + V <= K) std::memcpy(d, src[r] + k0, V * sizeof(T));
+        else std::memcpy(d, src[r] + k0, (size_t)(K - k0) * sizeof(T));
+      }
+  });
 }
 }  // namespace
 
 void gemv_pack_panels(const float* W, float* P16, uint16_t* P32, int64_t N, int64_t K) {
-  if (P32)  // rounded as bf16_copy rounds
-    pack_panels<uint16_t, 32>(W, P32, N, K,
-                              [](const float* s, uint16_t* d, int64_t len) { convert_f32_to_bf16(s, d, len); });
-  else
-    pack_panels<float, 16>(W, P16, N, K,
-                           [](const float* s, float* d, int64_t len) { std::memcpy(d, s, (size_t)len * 4); });
+  if (P32) pack_panels<uint16_t, 32>(W, P32, N, K);
+  else pack_panels<float, 16>(W, P16, N, K);
 }
 
 void gemv_rows_f32(const float* P, const float* X, const float* b, float* Y, int64_t ldy, int64_t n0, int64_t n1,

@@ -863,6 +863,8 @@ def cmd_bench_memory():
               abs(j["fraction_of_bound"] - j["tokens_per_s"] / j["bound_tokens_per_s"]) <= 2e-3, str(j))
         check("bench --decode: with the KV cache's bytes the fraction is larger",
               j["fraction_of_bound_with_kv"] > j["fraction_of_bound"], str(j))
+        check("bench --decode: the first call (engine made, weights packed) timed on its own",
+              isinstance(j.get("first_call_s"), float) and 0 < j["first_call_s"] < 60, str(j))
     p = run(["bench", "--preset", "tiny", "--decode", "--decode-tokens", 1])
     check("bench --decode --decode-tokens 1: refused, naming the option",
           p.returncode == 1 and "--decode-tokens" in p.stderr, p.stderr.strip()[-300:])
