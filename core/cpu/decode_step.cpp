@@ -104,6 +104,8 @@ class CpuDecodeStep final : public DecodeStep {
   // made now (and kept there)
   Tensor kept_pack(std::shared_ptr<DecodeKeep>* keep);
   Tensor make_pack();
+  // each Linear's place in the pack (Lin::at, in streaming order); returns the pack's bytes
+  size_t place_lins();
   void layer(const Team& tm, Rank& r, size_t l);
   // r.y = norm(r.x + a) with r.x += a first (a null: r.x as it is)
   void norm(const Norm& n, Rank& r, const float* a) const;
@@ -189,6 +191,12 @@ CpuDecodeStep::CpuDecodeStep(const DecodeStack& s, int threads, bool bf16)
   a_p_ = a_.data<float>(), pre_p_ = pre_.data<float>(), h_p_ = h_.data<float>();
 }
 
+size_t CpuDecodeStep::place_lins() {
+  size_t at = 0;
+  for (Lin* l : lins_) l->at = at, at += pack_bytes(*l, bf16_);
+  return at;
+}
+
 Tensor CpuDecodeStep::kept_pack(std::shared_ptr<DecodeKeep>* keep) {
   auto want = std::make_shared<PackKeep>();
   want->bf16 = bf16_;
@@ -198,8 +206,7 @@ Tensor CpuDecodeStep::kept_pack(std::shared_ptr<DecodeKeep>* keep) {
   if (!keep) return make_pack();
   std::lock_guard<std::mutex> lock(g_keep_mutex);
   if (const auto* kept = dynamic_cast<const PackKeep*>(keep->get()); kept && kept->matches(*want)) {
-    size_t at = 0;  // (the offsets follow from the sizes, which matched)
-    for (Lin* l : lins_) l->at = at, at += pack_bytes(*l, bf16_);
+    place_lins();  // (the offsets follow from the sizes, which matched)
     return kept->pack;
   }
   want->pack = make_pack();
@@ -213,8 +220,7 @@ Tensor CpuDecodeStep::kept_pack(std::shared_ptr<DecodeKeep>* keep) {
 // Each matrix in panels of four rows (gemv_pack_panels: a four-row pass reads one stream).
 Tensor CpuDecodeStep::make_pack() {
   g_packs_made.fetch_add(1, std::memory_order_relaxed);
-  size_t total = 0;
-  for (Lin* l : lins_) l->at = total, total += pack_bytes(*l, bf16_);
+  const size_t total = place_lins();
   Tensor pack = Tensor::empty({(int64_t)(total / 4)}, DType::F32);
   char* base = reinterpret_cast<char*>(pack.data<float>());
   for (const Lin* l : lins_) {

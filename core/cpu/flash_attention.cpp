@@ -585,7 +585,7 @@ void one_query(const F* q, const F* k, const F* v, const F* brow, int64_t Dh, in
     acc[c] = x;
   }
   const F inv = F(1) / l;
-  for (int64_t c = 0; c < Dh; ++c) o[c] = acc[c] * inv;
+  for (c = 0; c < Dh; ++c) o[c] = acc[c] * inv;
   *lse = mx + std::log(l);
 }
 
